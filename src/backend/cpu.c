@@ -1,0 +1,96 @@
+/* cpu: the reference backend. Plain C over host memory, multithreaded through base/pool for
+ * the heavy operations. Weights stay where the loader put them (the file's mapping). */
+#include "backend/cpu.h"
+
+#include "base/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *cpu_alloc(pp_backend *be, size_t bytes) {
+    (void)be;
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void cpu_release(pp_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_upload(pp_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_copy(pp_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(pp_backend *be, void *dst, size_t bytes) {
+    (void)be;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_sync(pp_backend *be) { (void)be; }
+
+/* The mapping outlives every model that uses it, so a CPU weight is the host descriptor. */
+static int cpu_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *dev, char *err) {
+    (void)be;
+    (void)err;
+    *dev = *host;
+    return PP_OK;
+}
+
+static void cpu_weight_release(pp_backend *be, pp_weight *dev) {
+    (void)be;
+    memset(dev, 0, sizeof *dev);
+}
+
+static void cpu_add(pp_backend *be, float *y, const float *x, size_t count) {
+    (void)be;
+    for (size_t i = 0; i < count; i++) y[i] += x[i];
+}
+
+static const pp_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .weight_upload = cpu_weight_upload,
+    .weight_release = cpu_weight_release,
+    .matmul = cpu_matmul,
+    .embed = cpu_embed,
+    .add = cpu_add,
+};
+
+int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
+    pp_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
+    }
+    int rc = pp_pool_create(n_threads, &ctx->pool, err);
+    if (rc) {
+        free(be);
+        free(ctx);
+        return rc;
+    }
+    be->ops = &cpu_ops;
+    be->impl = ctx;
+    *out = be;
+    return PP_OK;
+}
+
+void pp_backend_cpu_destroy(pp_backend *be) {
+    cpu_ctx *ctx = be->impl;
+    pp_pool_destroy(ctx->pool);
+    free(ctx);
+    free(be);
+}

@@ -1,0 +1,40 @@
+/* json: a strict RFC 8259 parser into a read-only tree, for safetensors headers and
+ * config.json. One allocation arena per document; strings are NUL-terminated UTF-8 with
+ * escapes resolved. Depth and size limits keep hostile input bounded. */
+#ifndef PP_BASE_JSON_H
+#define PP_BASE_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { PP_JSON_NULL, PP_JSON_BOOL, PP_JSON_NUMBER, PP_JSON_STRING, PP_JSON_ARRAY, PP_JSON_OBJECT } pp_json_type;
+
+typedef struct pp_json pp_json;
+struct pp_json {
+    pp_json_type type;
+    int boolean;
+    double number;        /* PP_JSON_NUMBER */
+    int is_integer;       /* the literal had no fraction or exponent and fits in int64 */
+    int64_t integer;      /* valid when is_integer */
+    const char *string;   /* PP_JSON_STRING: value; NUL-terminated, may contain no NUL */
+    size_t string_len;
+    size_t count;         /* ARRAY/OBJECT: number of children */
+    pp_json **items;      /* ARRAY/OBJECT: children in document order */
+    const char **keys;    /* OBJECT: keys parallel to items */
+};
+
+typedef struct pp_json_doc pp_json_doc;
+
+/* Parses len bytes (not necessarily NUL-terminated). Trailing whitespace is allowed,
+ * anything else after the value is an error. On error, err says what and at which byte.
+ * Duplicate object keys are kept (callers that must refuse them use pp_json_has_dup_keys). */
+int pp_json_parse(const char *text, size_t len, pp_json_doc **out, char *err);
+const pp_json *pp_json_root(const pp_json_doc *doc);
+void pp_json_free(pp_json_doc *doc);
+
+/* Object member by key, or NULL (also NULL when obj is not an object). First match wins. */
+const pp_json *pp_json_get(const pp_json *obj, const char *key);
+/* Returns the first key that appears twice in obj, or NULL. */
+const char *pp_json_dup_key(const pp_json *obj);
+
+#endif

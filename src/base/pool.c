@@ -1,0 +1,121 @@
+/* pool: see pool.h. Workers sleep on a condition variable between jobs; a job hands out
+ * task indices through an atomic counter so uneven tasks balance themselves. */
+#define _POSIX_C_SOURCE 200809L
+#include "base/pool.h"
+
+#include "base/err.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct pp_pool {
+    int n_threads;
+    pthread_t *workers;
+    pthread_mutex_t lock;     /* guards the job fields below */
+    pthread_cond_t wake, done;
+    pthread_mutex_t run_lock; /* serialises pp_pool_run callers */
+    unsigned long generation; /* bumped for every job */
+    int stopping;
+    pp_pool_fn fn;
+    void *ctx;
+    int n_tasks;
+    atomic_int next_task;
+    int busy_workers;
+};
+
+static void drain_tasks(pp_pool *p) {
+    for (;;) {
+        int t = atomic_fetch_add(&p->next_task, 1);
+        if (t >= p->n_tasks) return;
+        p->fn(p->ctx, t);
+    }
+}
+
+static void *worker_main(void *arg) {
+    pp_pool *p = arg;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->stopping && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        if (p->stopping) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->lock);
+        drain_tasks(p);
+        pthread_mutex_lock(&p->lock);
+        if (--p->busy_workers == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+int pp_pool_create(int n_threads, pp_pool **out, char *err) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    pp_pool *p = calloc(1, sizeof *p);
+    if (!p) return pp_fail(err, PP_ENOMEM, "thread pool: out of memory");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->run_lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) {
+            pp_pool_destroy(p);
+            return pp_fail(err, PP_ENOMEM, "thread pool: out of memory");
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+                p->n_threads = i + 1; /* destroy joins only the ones that started */
+                pp_pool_destroy(p);
+                return pp_fail(err, PP_ENOMEM, "thread pool: cannot start thread %d", i);
+            }
+        }
+    }
+    *out = p;
+    return PP_OK;
+}
+
+void pp_pool_destroy(pp_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; p->workers && i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
+    free(p->workers);
+    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->run_lock);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    free(p);
+}
+
+int pp_pool_threads(const pp_pool *p) { return p ? p->n_threads : 1; }
+
+void pp_pool_run(pp_pool *p, int n_tasks, pp_pool_fn fn, void *ctx) {
+    if (n_tasks <= 0) return;
+    if (!p || p->n_threads == 1 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t);
+        return;
+    }
+    pthread_mutex_lock(&p->run_lock);
+    pthread_mutex_lock(&p->lock);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store(&p->next_task, 0);
+    p->busy_workers = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    drain_tasks(p);
+    pthread_mutex_lock(&p->lock);
+    while (p->busy_workers > 0) pthread_cond_wait(&p->done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&p->run_lock);
+}

@@ -1,0 +1,63 @@
+/* weight: a 2-D weight matrix in whichever stored format the checkpoint uses, kept packed.
+ *
+ * pp_weight_load finds NAME in a safetensors file in any supported layout (spec/formats.md:
+ * dense F32/F16/BF16, NF2+WHT `.packed/.scales/...`, INT4 `.__scales__/...`, bitsandbytes NF4
+ * `.weight.absmax/...`), checks it against the expected [rows, cols] and fills a descriptor
+ * whose pointers address the mapping: nothing is dequantized. Backends copy the bytes to
+ * their own memory (pp_backend_ops.weight_upload) and compute from the packed form.
+ *
+ * Row views (pp_weight_rows) address a row range of a stored tensor: the depformer's per-step
+ * slices and the Q/K/V or gate/value halves. A view keeps the tensor's base pointers and moves
+ * elem0, so group and block indices stay those of the stored tensor. */
+#ifndef PP_IO_WEIGHT_H
+#define PP_IO_WEIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/safetensors.h"
+
+typedef enum {
+    PP_WF_F32,
+    PP_WF_F16,
+    PP_WF_BF16,
+    PP_WF_NF2,  /* NF2 + Walsh-Hadamard, 4 codes per byte, f16 RMS scale per group (§3) */
+    PP_WF_INT4, /* symmetric INT4, low nibble first, f16 max/7 scale per group (§4) */
+    PP_WF_NF4,  /* bitsandbytes NF4, high nibble first, absmax per block, maybe nested (§5) */
+    PP_WF_COUNT
+} pp_wformat;
+
+typedef struct pp_weight {
+    pp_wformat fmt;
+    int64_t rows, cols;
+    int64_t elem0;       /* flat index of element [0][0] within the stored tensor */
+    const void *data;    /* dense values, or packed codes, of the whole stored tensor */
+    const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks] */
+    int group;           /* NF2/INT4 group size, NF4 block size (from the file, never assumed) */
+    int np2;             /* NF2: Walsh-Hadamard length (power of two >= group) */
+    /* NF4 only */
+    const float *quant_map;     /* [16] */
+    const float *nested_absmax; /* [ceil(n_blocks / nested_block)], NULL when absmax is f32 */
+    const float *nested_map;    /* [256] */
+    int nested_block;
+    float nested_offset;
+    const char *name;    /* the stored base key, for messages; owned by the file or backend */
+} pp_weight;
+
+/* Loads the weight NAME (its base key; `.weight` or `in_proj_weight` as stored). Accepts
+ * `X.in_proj_weight` stored as `X.in_proj.weight` and the reverse. err names file, key and
+ * both shapes on mismatch. */
+int pp_weight_load(const st_file *f, const char *name, int64_t rows, int64_t cols, pp_weight *out, char *err);
+/* True when any layout of NAME exists in the file (used to tell optional tensors). */
+int pp_weight_exists(const st_file *f, const char *name);
+/* View of rows [r0, r0+n) of w. */
+pp_weight pp_weight_rows(const pp_weight *w, int64_t r0, int64_t n);
+/* Bytes the packed weight occupies (data + scales + tables), for logs and benchmarks. */
+size_t pp_weight_bytes(const pp_weight *w);
+const char *pp_wformat_name(pp_wformat fmt);
+
+/* Reference decode of rows [r0, r0+n) into dst[n][cols] (f32), host memory only. Used by
+ * the CPU backend's embedding lookup (one row), by tests and by the quantizer's report. */
+int pp_weight_decode_rows(const pp_weight *w, int64_t r0, int64_t n, float *dst, char *err);
+
+#endif

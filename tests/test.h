@@ -1,0 +1,46 @@
+/* test: the whole test harness. TEST_COND counts and reports a check; test_report prints
+ * the "N passed, N failed" line and gives the exit status. Tensor comparisons report the
+ * worst relative error the way the golden runner does: max|a-b| / max|b| over a row. */
+#ifndef PP_TEST_H
+#define PP_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_passed, test_failed;
+
+#define TEST_COND(descr, cond)                                                         \
+    do {                                                                               \
+        if (cond) {                                                                    \
+            test_passed++;                                                             \
+        } else {                                                                       \
+            test_failed++;                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, descr);            \
+        }                                                                              \
+    } while (0)
+
+/* Exit 77 tells ctest the test was skipped (SKIP_RETURN_CODE 77). */
+#define TEST_SKIP(why)                                   \
+    do {                                                 \
+        printf("SKIPPED: %s\n", why);                    \
+        exit(77);                                        \
+    } while (0)
+
+static inline int test_report(void) {
+    printf("%d passed, %d failed\n", test_passed, test_failed);
+    return test_failed ? 1 : 0;
+}
+
+/* max|a-b| / max|b| over n values (0 when both are all-zero). */
+static inline double test_rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]), m = fabs((double)b[i]);
+        if (d > num || d != d) num = d != d ? INFINITY : d;
+        if (m > den) den = m;
+    }
+    return den > 0 ? num / den : num;
+}
+
+#endif
