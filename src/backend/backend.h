@@ -19,6 +19,25 @@
 
 typedef struct pp_backend pp_backend;
 
+/* A codec convolution (codec operations below): weights in backend memory and the shape.
+ * Conv1d: w [cout][cin][k], groups 1. ConvTranspose1d: w [cin][cout/groups][k], groups 1 or
+ * groups = cin = cout (depthwise). b [cout] or NULL. No dilation: Mimi has none. */
+typedef struct pp_conv {
+    const float *w, *b;
+    int cin, cout, k, stride, groups;
+} pp_conv;
+
+/* Floats of scratch a codec conv call on t input columns needs (the CPU backend's im2col or
+ * its transposed-conv product plus overlap-add; a device backend needs no more). */
+static inline size_t pp_conv_scratch(const pp_conv *c, int t, int transposed) {
+    if (!transposed) return (size_t)(t / c->stride) * c->cin * c->k;
+    size_t full = (size_t)c->cout * ((size_t)t * c->stride + c->k - c->stride);
+    return (c->groups == 1 ? (size_t)t * c->cout * c->k : 0) + full;
+}
+
+#define PP_CONV_ACCUMULATE 1 /* y += conv(x) instead of y = conv(x) */
+#define PP_CONV_REPLICATE 2  /* first call of a replicate-padded conv: history = copies of x[:, 0] */
+
 typedef struct pp_backend_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -45,9 +64,55 @@ typedef struct pp_backend_ops {
     /* y[i] += x[i] for i < count. */
     void (*add)(pp_backend *be, float *y, const float *x, size_t count);
 
-    /* ---- LM operations (model/lm.c, model/depformer.c) ---- */
+    /* ---- LM operations (model/transformer.c, model/lm.c) ---- */
+    /* Positions are int32 in backend memory so a captured frame (CUDA graph) keeps fixed
+     * arguments; the host uploads them before the frame. */
+
+    /* y[i] = x[i] · alpha · 1/sqrt(eps + mean(x[i]²)) for i < n rows of d (RMSNorm, fp32
+     * statistics; y may equal x). alpha is [d]. */
+    void (*rmsnorm)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
+    /* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride):
+     * each row holds n_heads heads of head_dim; pair (2j, 2j+1) of a head at position pos[i]
+     * is rotated by pos[i] · max_period^(-2j/head_dim). */
+    void (*rope)(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
+                 float max_period);
+    /* One query against a ring KV cache. qkv is [3][n_heads·head_dim] (q, k, v); k and v are
+     * stored at slot pos mod capacity of kcache/vcache ([capacity][n_heads·head_dim]), then
+     * out[n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the keys at positions
+     * max(0, pos−window+1) .. pos (window ≤ capacity; *pos is one int32). */
+    void (*attn_step)(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+                      int capacity, int window, const int32_t *pos, float *out);
+    /* y[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden] (gated FFN). */
+    void (*silu_mul)(pp_backend *be, const float *u, int n, int hidden, float *y);
 
     /* ---- codec operations (model/mimi.c, model/seanet.c, model/quantizer.c) ---- */
+    /* Streaming causal Conv1d on channel-major x [cin][t] (t a multiple of stride). hist
+     * [cin][k−stride] holds the last inputs of the previous call (zeros after reset) and is
+     * updated; y [cout][t/stride] gets b + Σ w·[hist, x] per output. flags: PP_CONV_*. */
+    void (*conv1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+                   int flags);
+    /* Streaming causal ConvTranspose1d: x [cin][t] -> y [cout][t·stride]. tail [cout][k−stride]
+     * holds the bias-free partial sums that overlap the next call (zeros after reset), updated. */
+    void (*conv_tr1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+                      float *scratch);
+    /* y[i] = ELU(x[i]) (alpha 1, expm1 form) for i < n; y may equal x. */
+    void (*elu)(pp_backend *be, const float *x, float *y, size_t n);
+    /* x[i] = GELU(x[i]), the exact erf form, in place. */
+    void (*gelu)(pp_backend *be, float *x, size_t n);
+    /* LayerNorm over each of n rows of d: (x − mean)/sqrt(var + eps)·w + b (biased variance). */
+    void (*layer_norm)(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+                       float *y);
+    /* y [cols][rows] = transpose of x [rows][cols] (channel-major <-> time-major); y != x. */
+    void (*transpose)(pp_backend *be, const float *x, int rows, int cols, float *y);
+    /* y[i][j] += scale[j]·x[i][j] for n rows of d (LayerScale residual). */
+    void (*scale_add)(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
+    /* Nearest row of codebook cb [bins][dim] to x [dim] by Euclidean distance, computed as
+     * sqrt(max(|x|² − 2x·e + |e|², 0)) with cb_sq [bins] = |e|², first index on ties; writes it to
+     * *code (host). When subtract, x −= that row (the residual for the next RVQ level). */
+    void (*vq_nearest)(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
+                       int subtract, int32_t *code);
+    /* y [dim] += cb row `code` (host index, 0 <= code < rows). */
+    void (*vq_add_row)(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 } pp_backend_ops;
 
 struct pp_backend {

@@ -66,6 +66,19 @@ static const pp_backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .add = cpu_add,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attn_step = cpu_attn_step,
+    .silu_mul = cpu_silu_mul,
+    .conv1d = cpu_conv1d,
+    .conv_tr1d = cpu_conv_tr1d,
+    .elu = cpu_elu,
+    .gelu = cpu_gelu,
+    .layer_norm = cpu_layer_norm,
+    .transpose = cpu_transpose,
+    .scale_add = cpu_scale_add,
+    .vq_nearest = cpu_vq_nearest,
+    .vq_add_row = cpu_vq_add_row,
 };
 
 int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
@@ -77,6 +90,10 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
         return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
     }
     int rc = pp_pool_create(n_threads, &ctx->pool, err);
+    if (!rc) {
+        rc = cpu_gemv_create(&ctx->gemv, err);
+        if (rc) pp_pool_destroy(ctx->pool);
+    }
     if (rc) {
         free(be);
         free(ctx);
@@ -91,6 +108,7 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
 void pp_backend_cpu_destroy(pp_backend *be) {
     cpu_ctx *ctx = be->impl;
     pp_pool_destroy(ctx->pool);
+    cpu_gemv_destroy(ctx->gemv);
     free(ctx);
     free(be);
 }

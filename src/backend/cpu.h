@@ -7,14 +7,42 @@
 #include "backend/backend.h"
 #include "base/pool.h"
 
+typedef struct cpu_gemv cpu_gemv; /* cpu_gemv.c's activation scratch */
+
 typedef struct cpu_ctx {
     pp_pool *pool;
+    cpu_gemv *gemv;
 } cpu_ctx;
 
 static inline pp_pool *cpu_pool(pp_backend *be) { return ((cpu_ctx *)be->impl)->pool; }
 
 /* cpu_gemv.c */
+int cpu_gemv_create(cpu_gemv **out, char *err);
+void cpu_gemv_destroy(cpu_gemv *g);
 void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
 void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
+
+/* cpu_lm.c */
+void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
+void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
+              float max_period);
+void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+                   int capacity, int window, const int32_t *pos, float *out);
+void cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
+
+/* cpu_codec.c */
+void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+                int flags);
+void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+                   float *scratch);
+void cpu_elu(pp_backend *be, const float *x, float *y, size_t n);
+void cpu_gelu(pp_backend *be, float *x, size_t n);
+void cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+                    float *y);
+void cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y);
+void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
+void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
+                    int32_t *code);
+void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 
 #endif

@@ -34,7 +34,7 @@ void pp_json_free(pp_json_doc *doc);
 
 /* Object member by key, or NULL (also NULL when obj is not an object). First match wins. */
 const pp_json *pp_json_get(const pp_json *obj, const char *key);
-/* Returns the first key that appears twice in obj, or NULL. */
+/* Returns a key that appears more than once in obj, or NULL. */
 const char *pp_json_dup_key(const pp_json *obj);
 
 #endif

@@ -4,7 +4,8 @@
  * JSON, dtype names, shapes, offsets contiguous and covering the buffer, duplicate keys,
  * __metadata__ string map) before returning, so every tensor handed out is in bounds.
  * Tensor data may be unaligned: read it with memcpy or the st_load_* helpers.
- * The writer streams tensors one at a time so a converter never holds a whole model. */
+ * The writer streams tensors one at a time so a converter never holds a whole model.
+ * Implemented in safetensors.c (reader), st_writer.c (writer) and half.c (fp16/bf16). */
 #ifndef PP_IO_SAFETENSORS_H
 #define PP_IO_SAFETENSORS_H
 

@@ -59,5 +59,19 @@ const char *pp_wformat_name(pp_wformat fmt);
 /* Reference decode of rows [r0, r0+n) into dst[n][cols] (f32), host memory only. Used by
  * the CPU backend's embedding lookup (one row), by tests and by the quantizer's report. */
 int pp_weight_decode_rows(const pp_weight *w, int64_t r0, int64_t n, float *dst, char *err);
+/* Decodes columns [c0, c0+len) of row r of w into dst[len], without checks: for a quantized
+ * weight c0 and len must be multiples of w->group. The fast path of embedding lookups. */
+void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t len, float *dst);
+/* f32 scale of group (NF2/INT4) or block (NF4) g of the stored tensor. */
+float pp_weight_group_scale(const pp_weight *w, int64_t g);
+
+/* Per-format totals of loaded weights, for the startup log. */
+typedef struct pp_weight_stats {
+    int64_t tensors[PP_WF_COUNT];
+    uint64_t bytes[PP_WF_COUNT];
+} pp_weight_stats;
+void pp_weight_stats_add(pp_weight_stats *s, const pp_weight *w);
+/* One INFO line per format present: "<what>: nf2 398 tensors 2.07 GiB". */
+void pp_weight_stats_log(const pp_weight_stats *s, const char *module, const char *what);
 
 #endif

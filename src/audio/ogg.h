@@ -1,0 +1,85 @@
+/* ogg: a streaming Ogg demultiplexer for the uplink and a one-packet-per-page writer for
+ * the downlink (RFC 3533).
+ *
+ * The reader takes byte chunks of any size (pages split or merged across WebSocket
+ * messages) and hands out complete packets through a callback. It verifies every page's
+ * CRC, requires a BOS page before any other page of a serial, rejects a second BOS on the
+ * current serial, and resynchronises on the next "OggS" after garbage or a bad page.
+ * Memory is fixed at open: one page buffer (PP_OGG_MAX_PAGE) plus one packet buffer
+ * (max_packet). Recoverable faults are counted; past max_errors, or max_skip garbage bytes,
+ * the reader fails for good so an endless garbage stream cannot keep it busy. */
+#ifndef PP_AUDIO_OGG_H
+#define PP_AUDIO_OGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PP_OGG_MAX_PAGE 65307          /* 27 + 255 lacing values + 255 * 255 bytes */
+#define PP_OGG_MAX_SEGMENT_DATA 65025  /* 255 * 255: the largest body of one page */
+#define PP_OGG_NO_GRANULE (-1)         /* granule of a packet that does not end its page */
+
+enum { PP_OGG_FLAG_CONTINUED = 0x01, PP_OGG_FLAG_BOS = 0x02, PP_OGG_FLAG_EOS = 0x04 };
+
+typedef struct pp_ogg_limits {
+    size_t max_packet; /* longest packet accepted (bytes); longer ones are dropped as errors */
+    int max_errors;    /* recoverable errors tolerated; one more fails the reader (0: strict) */
+    size_t max_skip;   /* garbage bytes skipped in total before the reader fails */
+} pp_ogg_limits;
+
+/* 64 KiB packets, 16 errors, 256 KiB of garbage. */
+pp_ogg_limits pp_ogg_limits_default(void);
+
+typedef struct pp_ogg_packet {
+    const uint8_t *data; /* valid only during the callback */
+    size_t len;
+    uint32_t serial;
+    int64_t granule; /* the page's granule if this packet is the last one ending on it, else -1 */
+    uint64_t packetno; /* counts from 0 within the logical stream (the BOS packet is 0) */
+    int bos;           /* first packet of its logical stream */
+    int eos;           /* last packet of an EOS page */
+    int gap;           /* data was lost just before this packet (page sequence gap, bad page) */
+} pp_ogg_packet;
+
+/* Returns 0 to go on or a negative PP_E* code (with err filled) to stop the feed. */
+typedef int (*pp_ogg_packet_fn)(void *user, const pp_ogg_packet *pkt, char *err);
+
+typedef struct pp_ogg_stats {
+    uint64_t bytes;   /* bytes fed */
+    uint64_t pages;   /* pages accepted */
+    uint64_t packets; /* packets delivered */
+    uint64_t skipped; /* garbage bytes skipped while resynchronising */
+    int errors;       /* recoverable errors so far */
+} pp_ogg_stats;
+
+typedef struct pp_ogg_reader pp_ogg_reader;
+
+/* limits NULL: pp_ogg_limits_default(). */
+int pp_ogg_reader_open(pp_ogg_reader **out, const pp_ogg_limits *limits, char *err);
+void pp_ogg_reader_close(pp_ogg_reader *r);
+/* Consumes all len bytes, calling fn for every packet completed. Recoverable faults (bad CRC,
+ * garbage, missing or duplicate BOS, sequence gap, oversize packet) are logged, counted and
+ * kept in pp_ogg_reader_last_error; the call still returns 0. Returns PP_EFORMAT once the
+ * limits are passed (and on every later call), or the callback's code. */
+int pp_ogg_reader_feed(pp_ogg_reader *r, const uint8_t *data, size_t len, pp_ogg_packet_fn fn,
+                       void *user, char *err);
+pp_ogg_stats pp_ogg_reader_stats(const pp_ogg_reader *r);
+/* The latest recoverable or fatal error message ("" if none). */
+const char *pp_ogg_reader_last_error(const pp_ogg_reader *r);
+
+/* Page writer: one packet per page, constant serial, sequence 0,1,2,...; BOS on page 0. */
+typedef struct pp_ogg_writer {
+    uint32_t serial;
+    uint32_t sequence; /* of the next page */
+} pp_ogg_writer;
+
+void pp_ogg_writer_init(pp_ogg_writer *w, uint32_t serial);
+/* Writes one page holding packet (len <= PP_OGG_MAX_SEGMENT_DATA - 1) with the given granule
+ * into out (cap bytes; a page is 27 + len/255 + 1 + len bytes). eos sets the EOS flag.
+ * Sets *out_len. PP_EINVAL if the packet is too long, PP_EFULL if out is too small. */
+int pp_ogg_writer_page(pp_ogg_writer *w, const uint8_t *packet, size_t len, int64_t granule,
+                       int eos, uint8_t *out, size_t cap, size_t *out_len, char *err);
+
+/* The Ogg CRC-32 (polynomial 0x04c11db7, no reflection, initial value 0) of n bytes. */
+uint32_t pp_ogg_crc(const uint8_t *data, size_t n);
+
+#endif

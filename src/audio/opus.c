@@ -1,0 +1,251 @@
+/* opus: uplink decoder and downlink encoder (see opus.h). */
+#include "audio/opus.h"
+
+#include <math.h>
+#include <opus.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/log.h"
+
+#define MAX_DECODE 2880     /* 120 ms at 24 kHz: the longest Opus packet */
+#define DEFAULT_BUFFERED (10 * PP_AUDIO_RATE)
+#define OPUS_HEAD_LEN 19
+#define VENDOR "personaplex-server"
+
+/* ---- uplink ---- */
+
+struct pp_uplink {
+    pp_ogg_reader *ogg;
+    OpusDecoder *dec;
+    float *fifo; /* ring of cap samples: count of them from head */
+    size_t cap, head, count;
+    float scratch[MAX_DECODE];
+    int have_head;   /* an OpusHead was seen on the current stream */
+    int preskip;     /* 24 kHz samples still to discard */
+    int last_frames; /* duration of the latest packet, used to size concealment */
+    pp_uplink_stats st;
+};
+
+static void fifo_push(pp_uplink *u, const float *x, size_t n) {
+    if (n > u->cap) { /* keep only the newest cap samples */
+        u->st.dropped += n - u->cap;
+        x += n - u->cap;
+        n = u->cap;
+    }
+    size_t room = u->cap - u->count;
+    if (n > room) {
+        size_t drop = n - room;
+        u->head = (u->head + drop) % u->cap;
+        u->count -= drop;
+        u->st.dropped += drop;
+        PP_WARN("opus", "uplink buffer full: dropped %zu oldest samples", drop);
+    }
+    size_t tail = (u->head + u->count) % u->cap, first = u->cap - tail;
+    if (first > n) first = n;
+    memcpy(u->fifo + tail, x, first * sizeof *x);
+    memcpy(u->fifo, x + first, (n - first) * sizeof *x);
+    u->count += n;
+}
+
+/* Adds n decoded samples, minus what the pre-skip still swallows. */
+static void take_decoded(pp_uplink *u, const float *x, int n) {
+    int skip = n < u->preskip ? n : u->preskip;
+    u->preskip -= skip;
+    u->st.samples += (uint64_t)(n - skip);
+    fifo_push(u, x + skip, (size_t)(n - skip));
+}
+
+/* Fills a lost packet's duration with libopus's concealment. */
+static void conceal(pp_uplink *u) {
+    int n = opus_decode_float(u->dec, NULL, 0, u->scratch, u->last_frames, 0);
+    if (n > 0) take_decoded(u, u->scratch, n);
+    u->st.concealed++;
+}
+
+static int read_opus_head(pp_uplink *u, const pp_ogg_packet *pkt, char *err) {
+    const uint8_t *p = pkt->data;
+    /* RFC 7845: a major version other than 0 (version >= 16) is incompatible. */
+    if (pkt->len < OPUS_HEAD_LEN || p[8] >= 16 || p[9] == 0)
+        return pp_fail(err, PP_EFORMAT, "opus: bad OpusHead on serial %u (%zu bytes, version %d, "
+                       "%d channels)", pkt->serial, pkt->len, pkt->len > 9 ? p[8] : -1,
+                       pkt->len > 9 ? p[9] : -1);
+    int preskip48 = p[10] | p[11] << 8;
+    int16_t gain = (int16_t)(p[16] | p[17] << 8);
+    opus_decoder_ctl(u->dec, OPUS_RESET_STATE);
+    opus_decoder_ctl(u->dec, OPUS_SET_GAIN(gain));
+    u->preskip = preskip48 * PP_AUDIO_RATE / 48000;
+    u->have_head = 1;
+    return 0;
+}
+
+static int on_packet(void *user, const pp_ogg_packet *pkt, char *err) {
+    pp_uplink *u = user;
+    if (pkt->len >= 8 && memcmp(pkt->data, "OpusHead", 8) == 0) return read_opus_head(u, pkt, err);
+    if (pkt->bos)
+        return pp_fail(err, PP_EFORMAT, "opus: serial %u does not start with OpusHead", pkt->serial);
+    if (pkt->len >= 8 && memcmp(pkt->data, "OpusTags", 8) == 0) return 0;
+    if (pkt->gap) conceal(u);
+    int n = pkt->len ? opus_decode_float(u->dec, pkt->data, (opus_int32)pkt->len, u->scratch,
+                                         MAX_DECODE, 0)
+                     : OPUS_BAD_ARG;
+    if (n < 0) {
+        PP_DEBUG("opus", "undecodable packet %llu (%zu bytes): %s", (unsigned long long)pkt->packetno,
+                 pkt->len, opus_strerror(n));
+        conceal(u);
+        return 0;
+    }
+    u->last_frames = n;
+    u->st.packets++;
+    take_decoded(u, u->scratch, n);
+    return 0;
+}
+
+int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
+    *out = NULL;
+    if (max_buffered == 0) max_buffered = DEFAULT_BUFFERED;
+    if (max_buffered < PP_AUDIO_FRAME)
+        return pp_fail(err, PP_EINVAL, "opus: uplink buffer of %zu samples is under one frame",
+                       max_buffered);
+    pp_uplink *u = calloc(1, sizeof *u);
+    if (!u) return pp_fail(err, PP_ENOMEM, "opus: out of memory for the uplink");
+    int rc = pp_ogg_reader_open(&u->ogg, NULL, err);
+    if (rc < 0) {
+        pp_uplink_close(u);
+        return rc;
+    }
+    int oerr = 0;
+    u->dec = opus_decoder_create(PP_AUDIO_RATE, 1, &oerr);
+    u->fifo = malloc(max_buffered * sizeof *u->fifo);
+    if (!u->dec || !u->fifo) {
+        pp_uplink_close(u);
+        return pp_fail(err, PP_ENOMEM, "opus: cannot create the uplink decoder: %s",
+                       oerr ? opus_strerror(oerr) : "out of memory");
+    }
+    u->cap = max_buffered;
+    u->last_frames = PP_AUDIO_RATE / 50; /* 20 ms, the browser's packet size */
+    *out = u;
+    return 0;
+}
+
+void pp_uplink_close(pp_uplink *u) {
+    if (!u) return;
+    pp_ogg_reader_close(u->ogg);
+    if (u->dec) opus_decoder_destroy(u->dec);
+    free(u->fifo);
+    free(u);
+}
+
+int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err) {
+    return pp_ogg_reader_feed(u->ogg, data, len, on_packet, u, err);
+}
+
+int pp_uplink_frame(pp_uplink *u, float pcm[PP_AUDIO_FRAME]) {
+    if (u->count < PP_AUDIO_FRAME) return 0;
+    size_t first = u->cap - u->head;
+    if (first > PP_AUDIO_FRAME) first = PP_AUDIO_FRAME;
+    memcpy(pcm, u->fifo + u->head, first * sizeof *pcm);
+    memcpy(pcm + first, u->fifo, (PP_AUDIO_FRAME - first) * sizeof *pcm);
+    u->head = (u->head + PP_AUDIO_FRAME) % u->cap;
+    u->count -= PP_AUDIO_FRAME;
+    return 1;
+}
+
+size_t pp_uplink_buffered(const pp_uplink *u) { return u->count; }
+
+pp_uplink_stats pp_uplink_get_stats(const pp_uplink *u) {
+    pp_uplink_stats s = u->st;
+    s.ogg = pp_ogg_reader_stats(u->ogg);
+    return s;
+}
+
+/* ---- downlink ---- */
+
+struct pp_downlink {
+    OpusEncoder *enc;
+    pp_ogg_writer w;
+    int64_t granule; /* 48 kHz samples encoded so far */
+    uint8_t header[2][64];
+    size_t header_len[2];
+    uint8_t packet[PP_OPUS_MAX_PACKET];
+    float pcm[PP_AUDIO_FRAME];
+};
+
+static void put_le(uint8_t *p, uint32_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Writes the OpusHead and OpusTags pages (sequence 0 and 1, granule 0). */
+static int write_headers(pp_downlink *d, char *err) {
+    uint8_t head[OPUS_HEAD_LEN] = "OpusHead";
+    head[8] = 1; /* version */
+    head[9] = 1; /* channels */
+    put_le(head + 10, PP_DOWNLINK_PRESKIP, 2);
+    put_le(head + 12, PP_AUDIO_RATE, 4);
+    /* gain (16..17) and mapping family (18) stay 0 */
+    uint8_t tags[8 + 4 + sizeof VENDOR - 1 + 4] = "OpusTags";
+    put_le(tags + 8, sizeof VENDOR - 1, 4);
+    memcpy(tags + 12, VENDOR, sizeof VENDOR - 1); /* the comment count after it stays 0 */
+    int rc = pp_ogg_writer_page(&d->w, head, sizeof head, 0, 0, d->header[0],
+                                sizeof d->header[0], &d->header_len[0], err);
+    if (rc == 0)
+        rc = pp_ogg_writer_page(&d->w, tags, sizeof tags, 0, 0, d->header[1],
+                                sizeof d->header[1], &d->header_len[1], err);
+    return rc;
+}
+
+int pp_downlink_open(pp_downlink **out, int bitrate, char *err) {
+    *out = NULL;
+    if (bitrate < 0 || (bitrate > 0 && (bitrate < 500 || bitrate > 512000)))
+        return pp_fail(err, PP_EINVAL, "opus: downlink bitrate %d outside 500..512000 (0 = auto)",
+                       bitrate);
+    pp_downlink *d = calloc(1, sizeof *d);
+    if (!d) return pp_fail(err, PP_ENOMEM, "opus: out of memory for the downlink");
+    int oerr = 0;
+    d->enc = opus_encoder_create(PP_AUDIO_RATE, 1, OPUS_APPLICATION_VOIP, &oerr);
+    if (!d->enc) {
+        free(d);
+        return pp_fail(err, PP_ENOMEM, "opus: cannot create the downlink encoder: %s",
+                       opus_strerror(oerr));
+    }
+    if (bitrate > 0) opus_encoder_ctl(d->enc, OPUS_SET_BITRATE(bitrate));
+    pp_ogg_writer_init(&d->w, PP_DOWNLINK_SERIAL);
+    int rc = write_headers(d, err);
+    if (rc < 0) {
+        pp_downlink_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void pp_downlink_close(pp_downlink *d) {
+    if (!d) return;
+    opus_encoder_destroy(d->enc);
+    free(d);
+}
+
+int pp_downlink_header(const pp_downlink *d, int index, uint8_t *out, size_t cap, size_t *len,
+                       char *err) {
+    *len = 0;
+    if (index != 0 && index != 1)
+        return pp_fail(err, PP_EINVAL, "opus: header page index %d (0 or 1)", index);
+    if (cap < d->header_len[index])
+        return pp_fail(err, PP_EFULL, "opus: header page of %zu bytes does not fit %zu bytes",
+                       d->header_len[index], cap);
+    memcpy(out, d->header[index], d->header_len[index]);
+    *len = d->header_len[index];
+    return 0;
+}
+
+int pp_downlink_encode(pp_downlink *d, const float pcm[PP_AUDIO_FRAME], uint8_t *out, size_t cap,
+                       size_t *len, char *err) {
+    *len = 0;
+    /* A non-finite sample from the model must not reach the encoder. */
+    for (int i = 0; i < PP_AUDIO_FRAME; i++) d->pcm[i] = isfinite(pcm[i]) ? pcm[i] : 0.0f;
+    int n = opus_encode_float(d->enc, d->pcm, PP_AUDIO_FRAME, d->packet, sizeof d->packet);
+    if (n < 0) return pp_fail(err, PP_EINVAL, "opus: encode failed: %s", opus_strerror(n));
+    d->granule += PP_AUDIO_FRAME * (48000 / PP_AUDIO_RATE);
+    return pp_ogg_writer_page(&d->w, d->packet, (size_t)n, d->granule, 0, out, cap, len, err);
+}

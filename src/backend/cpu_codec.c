@@ -1,0 +1,307 @@
+/* cpu_codec: the CPU backend's codec operations (streaming Conv1d and ConvTranspose1d, ELU,
+ * GELU, LayerNorm, transpose, LayerScale residual, RVQ nearest neighbour).
+ *
+ * The convolutions are matrix products: a Conv1d gathers its input windows into rows
+ * (im2col) so every output is a contiguous dot product with a weight row; a ConvTranspose1d
+ * multiplies each input column by the weight's [cin][cout·k] rows and overlap-adds the
+ * products. The inner loops use GCC/Clang vector types with explicit partial sums, so they
+ * vectorise without -ffast-math (which would let the compiler reorder every float sum). */
+#include "backend/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f ld8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v); /* unaligned load */
+    return v;
+}
+
+static inline void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
+static inline float hsum8(v8f v) {
+    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+/* Work below this many multiply-adds per task is not worth waking the pool for. */
+#define MIN_TASK_MACS (1 << 16)
+
+static int task_count(pp_backend *be, double macs, int max_tasks) {
+    int n = (int)(macs / MIN_TASK_MACS);
+    int cap = 8 * pp_pool_threads(cpu_pool(be));
+    if (n > cap) n = cap;
+    if (n > max_tasks) n = max_tasks;
+    return n < 1 ? 1 : n;
+}
+
+/* ==== Conv1d =================================================================== */
+
+/* out[r][c] = dot(w[r], x[c]) over len values, for a 4-row × 2-column tile: each loaded x
+ * vector feeds four products and each w vector two. */
+static void dot_4x2(const float *const w[4], const float *const x[2], int len, float out[4][2]) {
+    v8f acc[4][2] = {{{0}}};
+    int l = 0;
+    for (; l + 8 <= len; l += 8) {
+        v8f x0 = ld8(x[0] + l), x1 = ld8(x[1] + l);
+        for (int r = 0; r < 4; r++) {
+            v8f wr = ld8(w[r] + l);
+            acc[r][0] += wr * x0;
+            acc[r][1] += wr * x1;
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 2; c++) {
+            float s = hsum8(acc[r][c]);
+            for (int i = l; i < len; i++) s += w[r][i] * x[c][i];
+            out[r][c] = s;
+        }
+}
+
+typedef struct conv_job {
+    const pp_conv *c;
+    const float *col; /* [tout][len] input windows */
+    float *y;         /* [cout][tout] */
+    int tout, len, accumulate;
+    int row_tiles, col_tile; /* tasks: row_tiles × ceil(tout / col_tile) */
+    int rows_per_tile;
+} conv_job;
+
+static void conv_task(void *ctx, int task) {
+    const conv_job *j = ctx;
+    const pp_conv *c = j->c;
+    int r_begin = (task % j->row_tiles) * j->rows_per_tile;
+    int r_end = r_begin + j->rows_per_tile < c->cout ? r_begin + j->rows_per_tile : c->cout;
+    int c_begin = (task / j->row_tiles) * j->col_tile;
+    int c_end = c_begin + j->col_tile < j->tout ? c_begin + j->col_tile : j->tout;
+    for (int r = r_begin; r < r_end; r += 4) {
+        /* Rows past the end repeat the last row; their results are dropped. */
+        const float *w[4];
+        for (int i = 0; i < 4; i++) w[i] = c->w + (size_t)(r + i < r_end ? r + i : r_end - 1) * j->len;
+        for (int t = c_begin; t < c_end; t += 2) {
+            const float *x[2] = {j->col + (size_t)t * j->len,
+                                 j->col + (size_t)(t + 1 < c_end ? t + 1 : t) * j->len};
+            float out[4][2];
+            dot_4x2(w, x, j->len, out);
+            for (int i = 0; i < 4 && r + i < r_end; i++)
+                for (int k = 0; k < 2 && t + k < c_end; k++) {
+                    float v = (c->b ? c->b[r + i] : 0.0f) + out[i][k];
+                    float *dst = j->y + (size_t)(r + i) * j->tout + t + k;
+                    *dst = j->accumulate ? *dst + v : v;
+                }
+        }
+    }
+}
+
+void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+                int flags) {
+    int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
+    if (flags & PP_CONV_REPLICATE)
+        for (int i = 0; i < c->cin; i++)
+            for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
+    /* im2col over the virtual input [hist, x] of p + t columns. */
+    for (int o = 0; o < tout; o++) {
+        float *row = scratch + (size_t)o * len;
+        for (int i = 0; i < c->cin; i++) {
+            const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
+            for (int q = 0; q < k; q++) {
+                int pos = o * s + q;
+                row[i * k + q] = pos < p ? hi[pos] : xi[pos - p];
+            }
+        }
+    }
+    /* The new history is the last p columns of [hist, x]; reading ahead of the write
+     * position keeps the in-place shift safe when t < p. */
+    for (int i = 0; i < c->cin; i++) {
+        float *hi = hist + (size_t)i * p;
+        const float *xi = x + (size_t)i * t;
+        for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
+    }
+    int rows_per_tile = 16, col_tile = 64;
+    int row_tiles = (c->cout + rows_per_tile - 1) / rows_per_tile;
+    int col_tiles = (tout + col_tile - 1) / col_tile;
+    conv_job job = {.c = c, .col = scratch, .y = y, .tout = tout, .len = len,
+                    .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
+                    .rows_per_tile = rows_per_tile};
+    int n_tasks = row_tiles * col_tiles;
+    double macs = (double)c->cout * tout * len;
+    if (task_count(be, macs, n_tasks) == 1) {
+        for (int i = 0; i < n_tasks; i++) conv_task(&job, i);
+    } else {
+        pp_pool_run(cpu_pool(be), n_tasks, conv_task, &job);
+    }
+}
+
+/* ==== ConvTranspose1d ============================================================ */
+
+typedef struct convtr_job {
+    const float *x; /* [cin][t] */
+    const float *w; /* [cin][n] */
+    float *z;       /* [t][n]: z[j][o·k + q] = Σ_i x[i][j]·w[i][o·k + q] */
+    int cin, t, n;
+} convtr_job;
+
+/* Columns [32·task, 32·task + 32) of z for every input column, two columns at a time:
+ * each weight vector loaded feeds both. */
+static void convtr_task(void *ctx, int task) {
+    const convtr_job *j = ctx;
+    int c0 = task * 32, width = j->n - c0 < 32 ? j->n - c0 : 32;
+    for (int t = 0; t < j->t; t += 2) {
+        int t1 = t + 1 < j->t ? t + 1 : t;
+        if (width == 32) {
+            v8f acc[2][4] = {{{0}}};
+            for (int i = 0; i < j->cin; i++) {
+                const float *wi = j->w + (size_t)i * j->n + c0;
+                float x0 = j->x[(size_t)i * j->t + t], x1 = j->x[(size_t)i * j->t + t1];
+                for (int v = 0; v < 4; v++) {
+                    v8f wv = ld8(wi + 8 * v);
+                    acc[0][v] += x0 * wv;
+                    acc[1][v] += x1 * wv;
+                }
+            }
+            for (int v = 0; v < 4; v++) {
+                st8(j->z + (size_t)t * j->n + c0 + 8 * v, acc[0][v]);
+                if (t1 != t) st8(j->z + (size_t)t1 * j->n + c0 + 8 * v, acc[1][v]);
+            }
+        } else {
+            for (int q = 0; q < width; q++) {
+                float s0 = 0, s1 = 0;
+                for (int i = 0; i < j->cin; i++) {
+                    float wv = j->w[(size_t)i * j->n + c0 + q];
+                    s0 += j->x[(size_t)i * j->t + t] * wv;
+                    s1 += j->x[(size_t)i * j->t + t1] * wv;
+                }
+                j->z[(size_t)t * j->n + c0 + q] = s0;
+                if (t1 != t) j->z[(size_t)t1 * j->n + c0 + q] = s1;
+            }
+        }
+    }
+}
+
+void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+                   float *scratch) {
+    int k = c->k, s = c->stride, p = k - s, span = t * s + p;
+    int depthwise = c->groups != 1;
+    float *z = scratch, *full = depthwise ? scratch : scratch + (size_t)t * c->cout * k;
+    if (!depthwise) {
+        convtr_job job = {.x = x, .w = c->w, .z = z, .cin = c->cin, .t = t, .n = c->cout * k};
+        int n_tasks = (job.n + 31) / 32;
+        if (task_count(be, (double)c->cin * t * job.n, n_tasks) == 1) {
+            for (int i = 0; i < n_tasks; i++) convtr_task(&job, i);
+        } else {
+            pp_pool_run(cpu_pool(be), n_tasks, convtr_task, &job);
+        }
+    }
+    for (int o = 0; o < c->cout; o++) {
+        float *f = full + (size_t)o * span;
+        for (int u = 0; u < span; u++) f[u] = u < p ? tail[(size_t)o * p + u] : 0.0f;
+        for (int j = 0; j < t; j++)
+            for (int q = 0; q < k; q++)
+                f[j * s + q] += depthwise ? x[(size_t)o * t + j] * c->w[(size_t)o * k + q]
+                                          : z[(size_t)j * c->cout * k + (size_t)o * k + q];
+        float b = c->b ? c->b[o] : 0.0f;
+        for (int u = 0; u < t * s; u++) y[(size_t)o * t * s + u] = f[u] + b;
+        for (int u = 0; u < p; u++) tail[(size_t)o * p + u] = f[t * s + u];
+    }
+}
+
+/* ==== elementwise and normalisation ============================================ */
+
+void cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+
+void cpu_gelu(pp_backend *be, float *x, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+                    float *y) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * d;
+        float *yi = y + (size_t)i * d;
+        /* Two passes in double: the statistics do not depend on summation order. */
+        double mean = 0, var = 0;
+        for (int j = 0; j < d; j++) mean += xi[j];
+        mean /= d;
+        for (int j = 0; j < d; j++) var += (xi[j] - mean) * (xi[j] - mean);
+        float inv = (float)(1.0 / sqrt(var / d + eps));
+        for (int j = 0; j < d; j++) yi[j] = (float)(xi[j] - mean) * inv * w[j] + b[j];
+    }
+}
+
+void cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+}
+
+void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
+    (void)be;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++) y[(size_t)i * d + j] += scale[j] * x[(size_t)i * d + j];
+}
+
+/* ==== vector quantization ======================================================= */
+
+static float dot(const float *a, const float *b, int n) {
+    v8f acc = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc += ld8(a + i) * ld8(b + i);
+    float s = hsum8(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+#define VQ_MAX_TASKS 64
+
+typedef struct vq_job {
+    const float *cb, *cb_sq, *x;
+    float xx;
+    int bins, dim, per_task;
+    float best[VQ_MAX_TASKS];
+    int32_t arg[VQ_MAX_TASKS];
+} vq_job;
+
+static void vq_task(void *ctx, int task) {
+    vq_job *j = ctx;
+    int b0 = task * j->per_task, b1 = b0 + j->per_task < j->bins ? b0 + j->per_task : j->bins;
+    float best = INFINITY;
+    int32_t arg = b0;
+    for (int b = b0; b < b1; b++) {
+        float d2 = (j->xx - 2.0f * dot(j->x, j->cb + (size_t)b * j->dim, j->dim)) + j->cb_sq[b];
+        /* The reference takes argmin of sqrt(max(d², 0)), where rounding may merge near ties. */
+        float d = sqrtf(d2 > 0.0f ? d2 : 0.0f);
+        if (d < best) {
+            best = d;
+            arg = b;
+        }
+    }
+    j->best[task] = best;
+    j->arg[task] = arg;
+}
+
+void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
+                    int32_t *code) {
+    vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x, .xx = dot(x, x, dim), .bins = bins, .dim = dim};
+    int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
+    job.per_task = (bins + n_tasks - 1) / n_tasks;
+    n_tasks = (bins + job.per_task - 1) / job.per_task;
+    pp_pool_run(cpu_pool(be), n_tasks, vq_task, &job);
+    /* Strictly smaller wins, in task order: the first index among equal distances. */
+    int best = 0;
+    for (int i = 1; i < n_tasks; i++)
+        if (job.best[i] < job.best[best]) best = i;
+    *code = job.arg[best];
+    if (subtract)
+        for (int i = 0; i < dim; i++) x[i] -= cb[(size_t)*code * dim + i];
+}
+
+void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
+    (void)be;
+    for (int i = 0; i < dim; i++) y[i] += cb[(size_t)code * dim + i];
+}

@@ -1,0 +1,272 @@
+/* cpu_gemv: y = x·wᵀ for every weight format, straight from the stored bytes.
+ *
+ * Rows are split across the pool; each weight row is read once for all n inputs. Dense rows
+ * are converted a chunk at a time into a small f32 buffer and dotted with every input.
+ * Quantized rows are expanded a group at a time into unscaled values through a per-byte
+ * table (one 16- or 8-byte copy per packed byte), dotted with every input, then scaled.
+ *
+ * NF2 never applies the inverse Walsh-Hadamard transform to the weight: each group slice of
+ * the input gets the (self-inverse) normalised transform once per call instead, since
+ * w_g·x_g = s_g · C[q_g]·(H x_g) (spec/formats.md §3.4). The transformed copy lives in a
+ * grow-only scratch owned by the backend. */
+#include "backend/cpu.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "io/quant.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DENSE_CHUNK 256
+
+struct cpu_gemv {
+    pthread_mutex_t lock; /* the scratch serves one product at a time */
+    float *xp;
+    size_t cap;
+    float nf2_lut[256][4]; /* byte -> its 4 centroids, LSB code first */
+    float int4_lut[256][2]; /* byte -> (low nibble - 8, high nibble - 8) */
+};
+
+int cpu_gemv_create(cpu_gemv **out, char *err) {
+    cpu_gemv *g = calloc(1, sizeof *g);
+    if (!g) return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
+    pthread_mutex_init(&g->lock, NULL);
+    for (int b = 0; b < 256; b++) {
+        for (int k = 0; k < 4; k++) g->nf2_lut[b][k] = quant_nf2_codebook[(b >> (2 * k)) & 3];
+        g->int4_lut[b][0] = (float)((b & 15) - 8);
+        g->int4_lut[b][1] = (float)((b >> 4) - 8);
+    }
+    *out = g;
+    return PP_OK;
+}
+
+void cpu_gemv_destroy(cpu_gemv *g) {
+    if (!g) return;
+    pthread_mutex_destroy(&g->lock);
+    free(g->xp);
+    free(g);
+}
+
+/* 16 independent partial sums: a fixed-width inner loop the compiler turns into SIMD without
+ * reassociating float adds itself. */
+static float dot(const float *a, const float *b, int64_t n) {
+    float s[16] = {0};
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; j++) s[j] += a[k + j] * b[k + j];
+    float t = 0;
+    for (; k < n; k++) t += a[k] * b[k];
+    for (int j = 0; j < 16; j++) t += s[j];
+    return t;
+}
+
+/* IEEE half to float without branches on the value (vectorisable): the magnitude bits moved
+ * into a float's place and rescaled by 2^112 give normals and subnormals alike. */
+static inline float half_to_float(uint16_t h) {
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13, u;
+    float f;
+    memcpy(&f, &mag, 4);
+    f *= 0x1p112f;
+    memcpy(&u, &f, 4);
+    uint32_t special = -(uint32_t)((h & 0x7c00) == 0x7c00); /* inf and NaN keep their payload */
+    u = (u & ~special) | ((mag | 0x7f800000u) & special);
+    u |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Elements [e, e+len) of a dense weight as f32. */
+static void load_dense(const pp_weight *w, int64_t e, int64_t len, float *buf) {
+    const uint8_t *d = w->data;
+    if (w->fmt == PP_WF_F32) {
+        memcpy(buf, d + 4 * e, (size_t)len * 4);
+    } else if (w->fmt == PP_WF_BF16) {
+        for (int64_t i = 0; i < len; i++) {
+            uint16_t h;
+            memcpy(&h, d + 2 * (e + i), 2);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(&buf[i], &u, 4);
+        }
+    } else {
+        for (int64_t i = 0; i < len; i++) {
+            uint16_t h;
+            memcpy(&h, d + 2 * (e + i), 2);
+            buf[i] = half_to_float(h);
+        }
+    }
+}
+
+typedef struct {
+    const pp_weight *w;
+    const float *x; /* [n][cols]: raw for dense, prepared for quantized formats */
+    float *y;       /* [n][rows] */
+    int n;
+    int64_t rows_per_task;
+    const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
+} gemv_job;
+
+static void dense_rows(const gemv_job *j, int64_t r0, int64_t r1) {
+    const pp_weight *w = j->w;
+    float buf[DENSE_CHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t e = w->elem0 + r * w->cols;
+        for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] = 0;
+        for (int64_t c = 0; c < w->cols; c += DENSE_CHUNK) {
+            int64_t len = w->cols - c < DENSE_CHUNK ? w->cols - c : DENSE_CHUNK;
+            load_dense(w, e + c, len, buf);
+            for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] += dot(buf, j->x + i * w->cols + c, len);
+        }
+    }
+}
+
+/* Quantized rows: whole groups are expanded and scaled into buf, up to QUANT_CHUNK values at a
+ * time, so every dot runs over a long span (its final reduction is paid per chunk, not per
+ * group). */
+#define QUANT_CHUNK 1024
+
+static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
+    const pp_weight *w = j->w;
+    const uint8_t *d = w->data;
+    int gs = w->group, nf2 = w->fmt == PP_WF_NF2;
+    int64_t bytes_per_group = nf2 ? gs / 4 : gs / 2;
+    int64_t chunk = gs >= QUANT_CHUNK ? gs : QUANT_CHUNK / gs * gs;
+    float buf[QUANT_MAX_NP2 > QUANT_CHUNK ? QUANT_MAX_NP2 : QUANT_CHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t g0 = (w->elem0 + r * w->cols) / gs;
+        for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] = 0;
+        for (int64_t c = 0; c < w->cols; c += chunk) {
+            int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+            for (int64_t k = 0; k < len; k += gs) {
+                int64_t g = g0 + (c + k) / gs;
+                const uint8_t *p = d + g * bytes_per_group;
+                float *o = buf + k, s = pp_weight_group_scale(w, g);
+                /* fixed-size copies: the compiler emits one vector move each */
+                if (nf2)
+                    for (int64_t b = 0; b < bytes_per_group; b++) memcpy(o + 4 * b, j->lut + 4 * p[b], 16);
+                else
+                    for (int64_t b = 0; b < bytes_per_group; b++) memcpy(o + 2 * b, j->lut + 2 * p[b], 8);
+                for (int e = 0; e < gs; e++) o[e] *= s;
+            }
+            for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] += dot(buf, j->x + i * w->cols + c, len);
+        }
+    }
+}
+
+static void gemv_task(void *ctx, int task) {
+    const gemv_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->w->rows) r1 = j->w->rows;
+    if (r0 >= r1) return;
+    if (j->w->fmt <= PP_WF_BF16)
+        dense_rows(j, r0, r1);
+    else
+        quant_rows(j, r0, r1);
+}
+
+/* NF2: the normalised Walsh-Hadamard transform of every group slice of every input. */
+static void rotate_x(const pp_weight *w, const float *x, int n, float *xp) {
+    int gs = w->group;
+    float tmp[QUANT_MAX_NP2];
+    for (int64_t s = 0; s < (int64_t)n * w->cols; s += gs) {
+        memcpy(tmp, x + s, (size_t)gs * sizeof *tmp);
+        for (int k = gs; k < w->np2; k++) tmp[k] = 0;
+        quant_fwht(tmp, w->np2);
+        memcpy(xp + s, tmp, (size_t)gs * sizeof *tmp);
+    }
+}
+
+static void run_rows(pp_backend *be, const pp_weight *w, const float *x, int n, float *y, const float *lut) {
+    pp_pool *pool = cpu_pool(be);
+    int threads = pool ? pp_pool_threads(pool) : 1;
+    /* A few tasks per thread so uneven progress balances; at least 8 rows so small products
+     * do not drown in scheduling. */
+    int64_t tasks = (int64_t)threads * 4;
+    int64_t per = (w->rows + tasks - 1) / tasks;
+    if (per < 8) per = 8;
+    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut};
+    pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
+}
+
+/* Without scratch (allocation failed) a quantized product falls back to decoding each row in
+ * group-aligned chunks: slower, same result. */
+static void decoded_rows(const pp_weight *w, const float *x, int n, float *y) {
+    float buf[QUANT_MAX_NP2];
+    int64_t chunk = QUANT_MAX_NP2 / w->group * w->group;
+    for (int64_t r = 0; r < w->rows; r++) {
+        for (int i = 0; i < n; i++) y[i * w->rows + r] = 0;
+        for (int64_t c = 0; c < w->cols; c += chunk) {
+            int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+            pp_weight_decode_span(w, r, c, len, buf);
+            for (int i = 0; i < n; i++) y[i * w->rows + r] += dot(buf, x + i * w->cols + c, len);
+        }
+    }
+}
+
+void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+    if (n <= 0 || w->rows <= 0) return;
+    cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
+    if (w->fmt <= PP_WF_BF16) {
+        run_rows(be, w, x, n, y, NULL);
+        return;
+    }
+    if (w->fmt == PP_WF_INT4) {
+        run_rows(be, w, x, n, y, &g->int4_lut[0][0]);
+        return;
+    }
+    if (w->fmt == PP_WF_NF4) {
+        float lut[256][2], table[16];
+        for (int i = 0; i < 16; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
+        for (int b = 0; b < 256; b++) {
+            lut[b][0] = table[b >> 4]; /* bitsandbytes: high nibble first */
+            lut[b][1] = table[b & 15];
+        }
+        run_rows(be, w, x, n, y, &lut[0][0]);
+        return;
+    }
+    size_t need = (size_t)n * (size_t)w->cols;
+    pthread_mutex_lock(&g->lock);
+    if (need > g->cap) {
+        float *p = realloc(g->xp, need * sizeof *p);
+        if (p) {
+            g->xp = p;
+            g->cap = need;
+        }
+    }
+    if (need <= g->cap) {
+        rotate_x(w, x, n, g->xp);
+        run_rows(be, w, g->xp, n, y, &g->nf2_lut[0][0]);
+    } else {
+        PP_ERROR("cpu", "matmul '%s': no memory for %zu activations, decoding rows instead", w->name ? w->name : "?",
+                 need);
+        decoded_rows(w, x, n, y);
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
+    (void)be;
+    float buf[QUANT_MAX_NP2];
+    int64_t cols = table->cols;
+    int64_t chunk = table->fmt <= PP_WF_BF16 ? QUANT_MAX_NP2 : QUANT_MAX_NP2 / table->group * table->group;
+    for (int i = 0; i < n; i++) {
+        float *dst = y + (int64_t)i * cols;
+        /* As ScaledEmbedding: id -1 embeds to exact zeros, other negative ids read row 0. An id
+         * past the table (never produced by the model) also gives zeros rather than a fault. */
+        int64_t id = ids[i] < -1 ? 0 : ids[i];
+        if (id == -1 || id >= table->rows) {
+            if (!accumulate) memset(dst, 0, (size_t)cols * sizeof *dst);
+            continue;
+        }
+        if (!accumulate) {
+            pp_weight_decode_span(table, id, 0, cols, dst);
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c += chunk) {
+            int64_t len = cols - c < chunk ? cols - c : chunk;
+            pp_weight_decode_span(table, id, c, len, buf);
+            for (int64_t k = 0; k < len; k++) dst[c + k] += buf[k];
+        }
+    }
+}

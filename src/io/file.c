@@ -1,0 +1,78 @@
+/* file: see file.h. */
+#include "io/file.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+
+int pp_file_read_all(const char *path, size_t max_bytes, unsigned char **out, size_t *len, char *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pp_fail(err, errno == ENOENT ? PP_ENOTFOUND : PP_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = 0;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = pp_fail(err, PP_EIO, "%s: cannot determine the file size (not a regular file?)", path);
+    } else if ((unsigned long)size > max_bytes) {
+        rc = pp_fail(err, PP_EFULL, "%s: %ld bytes, more than the %zu allowed", path, size, max_bytes);
+    } else {
+        unsigned char *buf = malloc((size_t)size + 1);
+        if (!buf) {
+            rc = pp_fail(err, PP_ENOMEM, "%s: cannot allocate %ld bytes", path, size);
+        } else if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+            free(buf);
+            rc = pp_fail(err, PP_EIO, "%s: short read", path);
+        } else {
+            buf[size] = 0;
+            *out = buf;
+            *len = (size_t)size;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* "<path>.tmp" into buf; 0 or PP_EINVAL when it does not fit. */
+static int tmp_name(const char *path, char *buf, size_t cap, char *err) {
+    int n = snprintf(buf, cap, "%s.tmp", path);
+    if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "%s: path too long", path);
+    return 0;
+}
+
+int pp_file_create(const char *path, FILE **f, char *err) {
+    char tmp[4096];
+    *f = NULL;
+    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    if (rc) return rc;
+    *f = fopen(tmp, "wb");
+    if (!*f) return pp_fail(err, PP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int pp_file_commit(const char *path, FILE *f, char *err) {
+    char tmp[4096];
+    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    int bad = ferror(f) | fflush(f);
+    if (fclose(f) != 0) bad = 1;
+    if (rc) return rc;
+    if (bad) {
+        remove(tmp);
+        return pp_fail(err, PP_EIO, "%s: write failed", tmp);
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return pp_fail(err, PP_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(e));
+    }
+    return 0;
+}
+
+void pp_file_discard(const char *path, FILE *f) {
+    char tmp[4096];
+    if (f) fclose(f);
+    if (tmp_name(path, tmp, sizeof tmp, NULL) == 0) remove(tmp);
+}

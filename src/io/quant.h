@@ -1,0 +1,59 @@
+/* quant: the arithmetic of the packed weight formats (spec/formats.md §3-§5), on plain memory.
+ *
+ * Group decoders turn one stored group into f32 values; quantizers turn f32 values into the
+ * stored bytes exactly as the published writers do. They are shared by the loader's decode
+ * (weight.c), the CPU matrix products (backend/cpu_gemv.c), the quantizer tool and the tests.
+ * Nothing here reads a file or allocates. */
+#ifndef PP_IO_QUANT_H
+#define PP_IO_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest Walsh-Hadamard length we accept: keeps the per-group scratch on the stack. */
+#define QUANT_MAX_NP2 4096
+
+/* NF2 centroids by code (§3.2) and the bitsandbytes NF4 table by index (§5.2). */
+extern const float quant_nf2_codebook[4];
+extern const float quant_nf4_table[16];
+
+/* In-place Sylvester-order Walsh-Hadamard transform of v[0..n), n a power of two, scaled by
+ * 1/sqrt(n) so that it is orthonormal and its own inverse. */
+void quant_fwht(float *v, int n);
+
+/* Unaligned little-endian loads: the mapping gives no alignment guarantee. */
+static inline uint16_t quant_ld16(const void *p, size_t i) {
+    const uint8_t *b = (const uint8_t *)p + 2 * i;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline float quant_ldf32(const void *p, size_t i) {
+    const uint8_t *b = (const uint8_t *)p + 4 * i;
+    union { uint32_t u; float f; } v = {.u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                             (uint32_t)b[3] << 24};
+    return v.f;
+}
+
+/* ---- NF2 + WHT: 4 codes per byte, LSB first; RMS scale per group (§3) ---- */
+/* Decodes one group: scale * first gs outputs of the normalised WHT of the zero-padded
+ * centroids. packed points at the group's gs/4 bytes; tmp holds np2 floats. */
+void quant_nf2_decode_group(const uint8_t *packed, float scale, int gs, int np2, float *tmp, float *dst);
+/* Quantizes n_groups groups of gs values (x holds n_groups*gs values). */
+void quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8_t *packed, uint16_t *scales_f16);
+
+/* ---- INT4 symmetric: low nibble = even element, (nibble-8)*scale, scale = max|x|/7 (§4) ---- */
+void quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst);
+void quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales_f16);
+
+/* ---- bitsandbytes NF4: high nibble = even element, table[code]*absmax (§5) ---- */
+void quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst);
+/* Block absmax values and codes of n_blocks blocks of bs values; absmax[n_blocks] is f32. */
+void quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packed, float *absmax);
+/* The signed 8-bit "dynamic" map bitsandbytes uses for the nested absmax (256 sorted values). */
+void quant_nf4_dynamic_map(float map[256]);
+/* Double quantization of n_blocks f32 absmax values: offset = mean, then blocks of nbs
+ * quantized to the dynamic map against their own absmax. Writes codes[n_blocks] and
+ * nested[ceil(n_blocks/nbs)]; returns the offset. */
+float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
+                     float *nested);
+
+#endif

@@ -1,0 +1,224 @@
+/* weight: see weight.h. This file finds the layout of a name, loads dense tensors, and holds
+ * the format-independent operations (views, sizes, reference decode, load statistics); the
+ * quantized layouts' loaders are in weight_layout.c. */
+#include "io/weight.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "io/quant.h"
+#include "io/weight_layout.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KEY_LEN 512
+
+const char *pp_wformat_name(pp_wformat fmt) {
+    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4"};
+    return (unsigned)fmt < PP_WF_COUNT ? names[fmt] : "?";
+}
+
+/* `X.in_proj_weight` <-> `X.in_proj.weight`: the raw parameter and the module key of the
+ * same matrix (forks that wrap attention in nn.Linear save the latter). */
+static int alt_name(const char *name, char *alt, size_t cap) {
+    static const char *const pairs[2][2] = {{"in_proj_weight", "in_proj.weight"}, {"in_proj.weight", "in_proj_weight"}};
+    size_t n = strlen(name);
+    for (int i = 0; i < 2; i++) {
+        size_t m = strlen(pairs[i][0]);
+        if (n >= m && strcmp(name + n - m, pairs[i][0]) == 0) {
+            int k = snprintf(alt, cap, "%.*s%s", (int)(n - m), name, pairs[i][1]);
+            return k > 0 && (size_t)k < cap;
+        }
+    }
+    return 0;
+}
+
+static const st_tensor *find_suffix(const st_file *f, const char *base, const char *suffix) {
+    char key[KEY_LEN];
+    int k = snprintf(key, sizeof key, "%s%s", base, suffix);
+    return k > 0 && (size_t)k < sizeof key ? st_find(f, key) : NULL;
+}
+
+typedef enum { LAYOUT_NONE, LAYOUT_DENSE, LAYOUT_NF2, LAYOUT_INT4, LAYOUT_NF4 } layout;
+
+/* The metadata keys decide: a quantized layout's bare key (INT4, NF4) is itself a U8 tensor. */
+static layout detect(const st_file *f, const char *base) {
+    if (find_suffix(f, base, ".packed")) return LAYOUT_NF2;
+    if (find_suffix(f, base, ".__scales__")) return LAYOUT_INT4;
+    if (find_suffix(f, base, ".quant_state.bitsandbytes__nf4") || find_suffix(f, base, ".absmax")) return LAYOUT_NF4;
+    if (st_find(f, base)) return LAYOUT_DENSE;
+    return LAYOUT_NONE;
+}
+
+int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
+                  char *err) {
+    int64_t d[ST_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < ndim && nd < ST_MAX_DIMS; i++)
+        if (dims[i] > 0) d[nd++] = dims[i];
+    if (nd == 2 && d[0] == rows && d[1] == cols) return PP_OK;
+    char got[128] = "[";
+    for (int i = 0; i < nd; i++) {
+        size_t l = strlen(got);
+        snprintf(got + l, sizeof got - l, "%s%lld", i ? ", " : "", (long long)d[i]);
+    }
+    size_t l = strlen(got);
+    snprintf(got + l, sizeof got - l, "]");
+    return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", st_path(f), key, got,
+                   (long long)rows, (long long)cols);
+}
+
+static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_t cols, pp_weight *w, char *err) {
+    switch (t->dtype) {
+    case ST_F32: w->fmt = PP_WF_F32; break;
+    case ST_F16: w->fmt = PP_WF_F16; break;
+    case ST_BF16: w->fmt = PP_WF_BF16; break;
+    default:
+        return pp_fail(err, PP_EUNSUPPORTED,
+                       "%s: tensor '%s' is %s with no quantization keys beside it; expected F32, F16 or BF16",
+                       st_path(f), t->name, st_dtype_name(t->dtype));
+    }
+    int rc = wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
+    if (rc) return rc;
+    w->data = t->data;
+    w->name = t->name;
+    return PP_OK;
+}
+
+static int load_as(const st_file *f, const char *base, layout l, int64_t rows, int64_t cols, pp_weight *w,
+                   char *err) {
+    switch (l) {
+    case LAYOUT_DENSE: return load_dense(f, st_find(f, base), rows, cols, w, err);
+    case LAYOUT_NF2: return wl_load_nf2(f, base, rows, cols, w, err);
+    case LAYOUT_INT4: return wl_load_int4(f, base, rows, cols, w, err);
+    case LAYOUT_NF4: return wl_load_nf4(f, base, rows, cols, w, err);
+    case LAYOUT_NONE: break;
+    }
+    return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' not found", st_path(f), base);
+}
+
+int pp_weight_load(const st_file *f, const char *name, int64_t rows, int64_t cols, pp_weight *out, char *err) {
+    if (rows <= 0 || cols <= 0)
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad expected shape [%lld, %lld]", st_path(f), name,
+                       (long long)rows, (long long)cols);
+    char alt[KEY_LEN];
+    const char *base = name;
+    layout l = detect(f, name);
+    if (l == LAYOUT_NONE && alt_name(name, alt, sizeof alt)) {
+        l = detect(f, alt);
+        if (l != LAYOUT_NONE) base = alt;
+    }
+    if (l == LAYOUT_NONE)
+        return pp_fail(err, PP_ENOTFOUND,
+                       "%s: tensor '%s' not found (no dense key, no .packed, .__scales__ or bitsandbytes keys)",
+                       st_path(f), name);
+    pp_weight w;
+    memset(&w, 0, sizeof w);
+    w.rows = rows;
+    w.cols = cols;
+    int rc = load_as(f, base, l, rows, cols, &w, err);
+    if (rc) return rc;
+    *out = w;
+    return PP_OK;
+}
+
+int pp_weight_exists(const st_file *f, const char *name) {
+    char alt[KEY_LEN];
+    if (detect(f, name) != LAYOUT_NONE) return 1;
+    return alt_name(name, alt, sizeof alt) && detect(f, alt) != LAYOUT_NONE;
+}
+
+pp_weight pp_weight_rows(const pp_weight *w, int64_t r0, int64_t n) {
+    pp_weight v = *w;
+    v.elem0 = w->elem0 + r0 * w->cols;
+    v.rows = n;
+    return v;
+}
+
+size_t pp_weight_bytes(const pp_weight *w) {
+    size_t numel = (size_t)(w->rows * w->cols);
+    switch (w->fmt) {
+    case PP_WF_F32: return numel * 4;
+    case PP_WF_F16:
+    case PP_WF_BF16: return numel * 2;
+    case PP_WF_NF2: return numel / 4 + numel / (size_t)w->group * 2;
+    case PP_WF_INT4: return numel / 2 + numel / (size_t)w->group * 2;
+    case PP_WF_NF4: {
+        size_t blocks = numel / (size_t)w->group;
+        size_t b = numel / 2 + 16 * 4;
+        if (!w->nested_absmax) return b + blocks * 4;
+        return b + blocks + (blocks + (size_t)w->nested_block - 1) / (size_t)w->nested_block * 4 + 256 * 4;
+    }
+    case PP_WF_COUNT: break;
+    }
+    return 0;
+}
+
+float pp_weight_group_scale(const pp_weight *w, int64_t g) {
+    if (w->fmt == PP_WF_NF4) {
+        if (!w->nested_absmax) return quant_ldf32(w->scales, (size_t)g);
+        uint8_t code = ((const uint8_t *)w->scales)[g];
+        return quant_ldf32(w->nested_map, code) * quant_ldf32(w->nested_absmax, (size_t)(g / w->nested_block)) +
+               w->nested_offset;
+    }
+    return pp_f16_to_f32(quant_ld16(w->scales, (size_t)g));
+}
+
+void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t len, float *dst) {
+    int64_t e = w->elem0 + r * w->cols + c0;
+    const uint8_t *d = w->data;
+    float tmp[QUANT_MAX_NP2];
+    switch (w->fmt) {
+    case PP_WF_F32:
+        for (int64_t i = 0; i < len; i++) dst[i] = quant_ldf32(d, (size_t)(e + i));
+        return;
+    case PP_WF_F16:
+        for (int64_t i = 0; i < len; i++) dst[i] = pp_f16_to_f32(quant_ld16(d, (size_t)(e + i)));
+        return;
+    case PP_WF_BF16:
+        for (int64_t i = 0; i < len; i++) dst[i] = pp_bf16_to_f32(quant_ld16(d, (size_t)(e + i)));
+        return;
+    case PP_WF_NF2:
+    case PP_WF_INT4:
+    case PP_WF_NF4:
+        break;
+    case PP_WF_COUNT: return;
+    }
+    int gs = w->group;
+    for (int64_t k = 0; k < len; k += gs) {
+        int64_t g = (e + k) / gs;
+        float s = pp_weight_group_scale(w, g);
+        if (w->fmt == PP_WF_NF2) {
+            quant_nf2_decode_group(d + g * (gs / 4), s, gs, w->np2, tmp, dst + k);
+        } else if (w->fmt == PP_WF_INT4) {
+            quant_int4_decode_group(d + g * (gs / 2), s, gs, dst + k);
+        } else {
+            float table[16];
+            for (int i = 0; i < 16; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
+            quant_nf4_decode_block(d + g * (gs / 2), table, s, gs, dst + k);
+        }
+    }
+}
+
+int pp_weight_decode_rows(const pp_weight *w, int64_t r0, int64_t n, float *dst, char *err) {
+    if (r0 < 0 || n < 0 || r0 + n > w->rows)
+        return pp_fail(err, PP_EINVAL, "weight '%s': rows [%lld, %lld) outside its %lld rows",
+                       w->name ? w->name : "?", (long long)r0, (long long)(r0 + n), (long long)w->rows);
+    for (int64_t r = 0; r < n; r++) pp_weight_decode_span(w, r0 + r, 0, w->cols, dst + r * w->cols);
+    return PP_OK;
+}
+
+void pp_weight_stats_add(pp_weight_stats *s, const pp_weight *w) {
+    if ((unsigned)w->fmt >= PP_WF_COUNT) return;
+    s->tensors[w->fmt]++;
+    s->bytes[w->fmt] += pp_weight_bytes(w);
+}
+
+void pp_weight_stats_log(const pp_weight_stats *s, const char *module, const char *what) {
+    for (int f = 0; f < PP_WF_COUNT; f++) {
+        if (!s->tensors[f]) continue;
+        PP_INFO(module, "%s: %s %lld tensors, %.3f GiB (%llu bytes)", what, pp_wformat_name((pp_wformat)f),
+                (long long)s->tensors[f], (double)s->bytes[f] / (1024.0 * 1024.0 * 1024.0),
+                (unsigned long long)s->bytes[f]);
+    }
+}

@@ -1,0 +1,19 @@
+/* weight_layout: the quantized layouts' loaders, private to io/weight*.c.
+ *
+ * Each takes the base key X under which the layout's keys were found, validates every key
+ * (dtype, lengths, group size, shape against [rows, cols]), runs the load-time sanity checks
+ * of spec/formats.md §7 and fills the descriptor. */
+#ifndef PP_IO_WEIGHT_LAYOUT_H
+#define PP_IO_WEIGHT_LAYOUT_H
+
+#include "io/weight.h"
+
+int wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+
+/* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
+int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
+                  char *err);
+
+#endif

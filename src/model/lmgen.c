@@ -1,0 +1,289 @@
+/* lmgen: see lmgen.h. Mirrors the reference's LMGen.prepare_step_input and
+ * process_transformer_output (spec/lm.md §5.1) on the same ring, so the ring can be compared
+ * with the reference's and restored from a voices/ *.pt cache. */
+#include "model/lmgen.h"
+
+#include "base/err.h"
+#include "model/sample.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NS PP_LM_STREAMS
+#define NA PP_LM_AUDIO_CODEBOOKS
+#define RING_MAX 8 /* max_delay (≤ 4, lm_config) + 3 */
+#define UNGENERATED (-2) /* the reference's fill value of a fresh ring */
+
+const int32_t pp_lmgen_silence_codes[NA] = {948, 243, 1178, 546, 1736, 1030, 1978, 2008};
+const int32_t pp_lmgen_sine_codes[NA] = {430, 1268, 381, 1611, 1095, 1495, 56, 472};
+
+struct pp_lmgen {
+    const pp_lm *lm;
+    const pp_lm_config *cfg;
+    pp_lm_ctx *ctx;
+    pp_lmgen_params params;
+    pp_rng rng;
+    pp_sampler sampler;
+    int width, max_delay;
+    int64_t n;                      /* call counter */
+    int64_t ring[NS][RING_MAX];
+    uint8_t provided[NS][RING_MAX];
+    int32_t init[NS];               /* initial tokens: text_card, then card */
+    float *text_logits, *dep_logits; /* host scratch */
+    pp_lmgen_trace *trace;
+};
+
+void pp_lmgen_params_default(pp_lmgen_params *p) {
+    p->text_temp = 0.7f;
+    p->text_top_k = 25;
+    p->audio_temp = 0.8f;
+    p->audio_top_k = 250;
+    p->greedy = 0;
+    p->seed = 42424242;
+}
+
+static int topk_cap(int k, int n) { return k <= 0 || k > n ? n : k; }
+
+static int set_params(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
+    int cap = topk_cap(p->text_top_k, g->cfg->text_card);
+    int acap = topk_cap(p->audio_top_k, g->cfg->card);
+    if (acap > cap) cap = acap;
+    if (cap > g->sampler.cap) {
+        pp_sampler_free(&g->sampler);
+        int rc = pp_sampler_init(&g->sampler, cap, err);
+        if (rc) return rc;
+    }
+    g->params = *p;
+    return PP_OK;
+}
+
+int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
+    if (p) {
+        int rc = set_params(g, p, err);
+        if (rc) return rc;
+    }
+    g->n = 0;
+    memset(g->provided, 0, sizeof g->provided);
+    pp_rng_seed(&g->rng, g->params.seed);
+    return PP_OK;
+}
+
+void pp_lmgen_destroy(pp_lmgen *g) {
+    if (!g) return;
+    pp_lm_ctx_destroy(g->ctx);
+    pp_sampler_free(&g->sampler);
+    free(g->text_logits);
+    free(g->dep_logits);
+    free(g);
+}
+
+int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, char *err) {
+    *out = NULL;
+    pp_lmgen *g = calloc(1, sizeof *g);
+    if (!g) return pp_fail(err, PP_ENOMEM, "lmgen: out of memory");
+    g->lm = lm;
+    g->cfg = pp_lm_get_config(lm);
+    g->max_delay = pp_lm_config_max_delay(g->cfg);
+    g->width = g->max_delay + 3;
+    for (int k = 0; k < NS; k++) {
+        g->init[k] = k == 0 ? g->cfg->text_card : g->cfg->card;
+        for (int c = 0; c < RING_MAX; c++) g->ring[k][c] = UNGENERATED;
+    }
+    pp_lmgen_params defaults;
+    pp_lmgen_params_default(&defaults);
+    g->text_logits = malloc((size_t)g->cfg->text_card * sizeof(float));
+    g->dep_logits = malloc((size_t)g->cfg->card * sizeof(float));
+    int rc = g->text_logits && g->dep_logits ? PP_OK : pp_fail(err, PP_ENOMEM, "lmgen: out of memory");
+    if (!rc) rc = pp_lm_ctx_create(lm, &g->ctx, err);
+    if (!rc) rc = pp_lmgen_reset(g, p ? p : &defaults, err);
+    if (rc) {
+        pp_lmgen_destroy(g);
+        return rc;
+    }
+    *out = g;
+    return PP_OK;
+}
+
+void pp_lmgen_set_trace(pp_lmgen *g, pp_lmgen_trace *trace) { g->trace = trace; }
+int64_t pp_lmgen_offset(const pp_lmgen *g) { return g->n; }
+int pp_lmgen_ring_width(const pp_lmgen *g) { return g->width; }
+
+void pp_lmgen_token_ring(const pp_lmgen *g, int64_t *dst) {
+    for (int k = 0; k < NS; k++)
+        for (int c = 0; c < g->width; c++) dst[k * g->width + c] = g->ring[k][c];
+}
+
+static int col(const pp_lmgen *g, int64_t p) { return (int)(p % g->width); }
+
+/* Tokens handed in must index the embedding tables (the initial token included). */
+static int check_codes(const int32_t *codes, int n, int32_t max, const char *what, char *err) {
+    for (int i = 0; i < n; i++)
+        if (codes[i] < 0 || codes[i] > max)
+            return pp_fail(err, PP_EINVAL, "lmgen: %s code %d = %d is outside [0, %d]", what, i, codes[i], max);
+    return PP_OK;
+}
+
+/* Writes the given tokens at column n + delay and the initial tokens of the first columns.
+ * Returns 0 for the compute-free first call (n was 0), 1 when the caller must compute. */
+static int prepare(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user) {
+    const int *d = g->cfg->delays;
+    for (int i = 0; user && i < NA; i++) {
+        int k = 1 + NA + i, c = col(g, g->n + d[k]);
+        g->ring[k][c] = user[i];
+        g->provided[k][c] = 1;
+    }
+    for (int i = 0; agent && i < NA; i++) {
+        int k = 1 + i, c = col(g, g->n + d[k]);
+        g->ring[k][c] = agent[i];
+        g->provided[k][c] = 1;
+    }
+    if (text >= 0) {
+        int c = col(g, g->n + d[0]);
+        g->ring[0][c] = text;
+        g->provided[0][c] = 1;
+    }
+    /* Delayed streams have no real token for their first columns: the initial token is forced. */
+    for (int k = 0; k < NS; k++)
+        if (g->n <= d[k]) {
+            g->ring[k][col(g, g->n)] = g->init[k];
+            g->provided[k][col(g, g->n)] = 1;
+        }
+    if (g->n == 0) {
+        for (int k = 0; k < NS; k++) g->ring[k][0] = g->init[k];
+        g->n = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* The text head and depformer of one frame: fills the unforced entries of column tgt. The
+ * depformer runs the 8 agent steps, plus later steps only while their stream is unforced
+ * (steps 8.. predict user codes, which are always given). */
+static void run_heads(pp_lmgen *g, int tgt) {
+    const pp_lm_config *c = g->cfg;
+    const pp_lmgen_params *p = &g->params;
+    float ttemp = p->greedy ? 0 : p->text_temp, atemp = p->greedy ? 0 : p->audio_temp;
+    float *tl = g->trace && g->trace->text_logits ? g->trace->text_logits : g->text_logits;
+    pp_lm_text_logits(g->lm, g->ctx, tl);
+    int32_t text = pp_sample(&g->sampler, &g->rng, tl, c->text_card, ttemp, p->text_top_k);
+    if (!g->provided[0][tgt]) g->ring[0][tgt] = text;
+    int last = NA < c->dep_q ? NA : c->dep_q;
+    for (int k = last + 1; k <= c->dep_q; k++)
+        if (!g->provided[k][tgt]) last = k;
+    int32_t prev = (int32_t)g->ring[0][tgt];
+    for (int s = 0; s < last; s++) {
+        float *dl = g->trace && g->trace->dep_logits && s < NA ? g->trace->dep_logits + (size_t)s * c->card
+                                                                 : g->dep_logits;
+        pp_lm_depformer(g->lm, g->ctx, s, prev, dl);
+        int32_t tok = pp_sample(&g->sampler, &g->rng, dl, c->card, atemp, p->audio_top_k);
+        if (!g->provided[s + 1][tgt]) g->ring[s + 1][tgt] = tok;
+        prev = (int32_t)g->ring[s + 1][tgt];
+    }
+}
+
+/* The computing part of a call: input column n−1 (or a stored embedding) at position n−1. */
+static int compute(pp_lmgen *g, const float *emb_in, float *emb_out, pp_lmgen_out *out, char *err) {
+    const pp_lm_config *c = g->cfg;
+    int in = col(g, g->n - 1), tgt = col(g, g->n);
+    if (emb_in) {
+        pp_lm_set_embedding(g->lm, g->ctx, emb_in);
+    } else {
+        int32_t ids[NS];
+        for (int k = 0; k < NS; k++) {
+            int64_t v = g->ring[k][in];
+            if (v < 0 || v > g->init[k])
+                return pp_fail(err, PP_EINVAL, "lmgen: stream %d holds token %lld at position %lld (outside [0, %d])",
+                               k, (long long)v, (long long)(g->n - 1), g->init[k]);
+            ids[k] = (int32_t)v;
+        }
+        pp_lm_embed_tokens(g->lm, g->ctx, ids);
+    }
+    if (emb_out) pp_lm_get_embedding(g->lm, g->ctx, emb_out);
+    pp_lm_temporal(g->lm, g->ctx, g->n - 1, g->trace ? g->trace->layer_outputs : NULL);
+    int need = !g->provided[0][tgt];
+    for (int k = 1; k <= c->dep_q; k++) need |= !g->provided[k][tgt];
+    if (need) run_heads(g, tgt);
+    if (g->trace) g->trace->heads_ran = need;
+    for (int k = 0; k < NS; k++) g->provided[k][in] = 0;
+    out->ready = g->n > g->max_delay;
+    if (out->ready) {
+        int32_t v[NS];
+        for (int k = 0; k < NS; k++) v[k] = (int32_t)g->ring[k][col(g, g->n - g->max_delay + c->delays[k])];
+        out->text = v[0];
+        memcpy(out->agent, v + 1, sizeof out->agent);
+        memcpy(out->user, v + 1 + NA, sizeof out->user);
+    }
+    g->n++;
+    return PP_OK;
+}
+
+int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user, pp_lmgen_out *out,
+                         float *embedding, char *err) {
+    const pp_lm_config *c = g->cfg;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (text > c->text_card)
+        return pp_fail(err, PP_EINVAL, "lmgen: text token %d is outside [0, %d]", text, c->text_card);
+    if (agent && (rc = check_codes(agent, NA, c->card, "agent", err))) return rc;
+    if (user && (rc = check_codes(user, NA, c->card, "user", err))) return rc;
+    if (!prepare(g, text, agent, user)) return 0;
+    rc = compute(g, NULL, embedding, out, err);
+    return rc ? rc : 1;
+}
+
+int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *err) {
+    int rc = pp_lmgen_step_forced(g, -1, NULL, user, out, NULL, err);
+    return rc < 0 ? rc : PP_OK;
+}
+
+int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err) {
+    if (g->width != 4)
+        return pp_fail(err, PP_EUNSUPPORTED, "lmgen: a voice prompt's [17][4] ring needs max delay 1, not %d",
+                       g->max_delay);
+    for (int k = 0; k < NS; k++)
+        for (int c = 0; c < 4; c++) {
+            int64_t v = cache[k * 4 + c];
+            if (v < 0 || v > g->init[k])
+                return pp_fail(err, PP_EINVAL, "lmgen: voice cache [%d][%d] = %lld is outside [0, %d]", k, c,
+                               (long long)v, g->init[k]);
+        }
+    /* The reference replays each stored frame through a call whose tokens are dummies (text PAD,
+     * audio initial tokens), all forced, so nothing it would sample is kept. */
+    int32_t dummy[NA];
+    for (int i = 0; i < NA; i++) dummy[i] = g->cfg->card;
+    for (int j = 0; j < n_frames; j++) {
+        if (!prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy)) prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy);
+        pp_lmgen_out out;
+        int rc = compute(g, embeddings + (size_t)j * g->cfg->dim, NULL, &out, err);
+        if (rc) return rc;
+    }
+    for (int k = 0; k < NS; k++)
+        for (int c = 0; c < 4; c++) g->ring[k][c] = cache[k * 4 + c];
+    return PP_OK;
+}
+
+/* Forced frames of (text, agent silence, user sine): the silence and text-prompt phases. */
+static int forced_frames(pp_lmgen *g, const int32_t *texts, int n, int32_t text, char *err) {
+    if (n > 0 && g->cfg->card < 2048)
+        return pp_fail(err, PP_EUNSUPPORTED, "lmgen: silence and sine frames use Mimi codes that need card 2048, not %d",
+                       g->cfg->card);
+    for (int i = 0; i < n; i++) {
+        pp_lmgen_out out;
+        int rc = pp_lmgen_step_forced(g, texts ? texts[i] : text, pp_lmgen_silence_codes, pp_lmgen_sine_codes, &out,
+                                      NULL, err);
+        if (rc < 0) return rc;
+    }
+    return PP_OK;
+}
+
+int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err) {
+    return forced_frames(g, NULL, frames, PP_LMGEN_TEXT_PAD, err);
+}
+
+int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] > g->cfg->text_card)
+            return pp_fail(err, PP_EINVAL, "lmgen: text prompt token %d = %d is outside [0, %d]", i, ids[i],
+                           g->cfg->text_card);
+    return forced_frames(g, ids, n, 0, err);
+}

@@ -1,0 +1,88 @@
+/* lmgen: one conversation's generation loop over the LM (spec/lm.md §5-6), the reference's
+ * `LMGen` state machine.
+ *
+ * The state is a ring of the token table X[k][p] (k = 0..16 streams: text, 8 agent, 8 user;
+ * column p mod W with W = max_delay + 3 = 4) with "provided" (forced) flags, the call counter
+ * n, the KV caches, the RNG and the sampling settings. Call n writes the given tokens at
+ * column n + delay_k, feeds column n−1 to the temporal transformer at position n−1 (call 0
+ * computes nothing), fills the unforced entries of column n from the text head and the
+ * depformer, and from n = 2 on returns the aligned column out[k] = X[k][n−1+delay_k].
+ *
+ * Prompt phases (all streams forced; the text head and depformer are skipped since their
+ * output would be discarded): voice embeddings + token-ring restore, silence frames, text
+ * prompt tokens, silence frames. Then one pp_lmgen_step per 80 ms frame of user codes. */
+#ifndef PP_MODEL_LMGEN_H
+#define PP_MODEL_LMGEN_H
+
+#include <stdint.h>
+
+#include "model/lm.h"
+
+#define PP_LMGEN_TEXT_PAD 3    /* the text token of every non-text prompt frame */
+#define PP_LMGEN_SILENCE_FRAMES 6 /* int(0.5 s · 12.5 Hz), each side of the text prompt */
+
+/* Mimi codes of the agent's silence and of the user's 440 Hz tone (card 2048 only). */
+extern const int32_t pp_lmgen_silence_codes[PP_LM_AUDIO_CODEBOOKS];
+extern const int32_t pp_lmgen_sine_codes[PP_LM_AUDIO_CODEBOOKS];
+
+typedef struct pp_lmgen_params {
+    float text_temp; /* <= 0: greedy */
+    int text_top_k;  /* <= 0: whole vocabulary */
+    float audio_temp;
+    int audio_top_k;
+    int greedy;      /* argmax for every stream regardless of the temperatures */
+    uint64_t seed;
+} pp_lmgen_params;
+
+/* The reference's defaults: text 0.7 / top-25, audio 0.8 / top-250, sampling, seed 42424242. */
+void pp_lmgen_params_default(pp_lmgen_params *p);
+
+typedef struct pp_lmgen_out {
+    int ready;       /* 0 for the first max_delay + 1 calls: nothing is emitted yet */
+    int32_t text;    /* text token (0..text_card-1) */
+    int32_t agent[PP_LM_AUDIO_CODEBOOKS]; /* one aligned agent Mimi frame */
+    int32_t user[PP_LM_AUDIO_CODEBOOKS];  /* the user frame at the same alignment */
+} pp_lmgen_out;
+
+/* Optional host buffers receiving the internals of each computing call (for verification). */
+typedef struct pp_lmgen_trace {
+    float *text_logits;   /* [text_card] */
+    float *dep_logits;    /* [8][card]: depformer steps 0..7 (the agent codebooks) */
+    float *layer_outputs; /* [num_layers][dim] */
+    int heads_ran;        /* set to 1 when the call ran the text head and depformer */
+} pp_lmgen_trace;
+
+typedef struct pp_lmgen pp_lmgen;
+
+/* A fresh conversation on lm (which must outlive it); p NULL uses the defaults. */
+int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, char *err);
+void pp_lmgen_destroy(pp_lmgen *g);
+/* Starts over (counter, flags, RNG from the seed; p NULL keeps the settings). Stale tokens and
+ * keys stay but are never read again, as in the reference. */
+int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err);
+
+/* Voice prompt of a voices/ *.pt file: n_frames stored input embeddings (host [n][dim]) run
+ * at positions 0..n-1, then the token ring becomes cache ([17][4], row-major). */
+int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err);
+/* frames forced frames of text PAD, agent silence and user sine. */
+int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err);
+/* One forced frame per text id (agent silence, user sine). */
+int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err);
+
+/* A conversation frame: the user's 8 codes in, the generated column out. */
+int pp_lmgen_step(pp_lmgen *g, const int32_t user[PP_LM_AUDIO_CODEBOOKS], pp_lmgen_out *out, char *err);
+/* The general call: text < 0, agent NULL or user NULL leave that stream to the model. When
+ * embedding is not NULL it receives the frame's input embedding (host [dim]) if the call
+ * computed (returns 1 then, 0 for the compute-free first call) — what a voices/ *.pt stores. */
+int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user, pp_lmgen_out *out,
+                         float *embedding, char *err);
+
+/* Trace buffers for the following calls, or NULL to stop. */
+void pp_lmgen_set_trace(pp_lmgen *g, pp_lmgen_trace *trace);
+/* The call counter n (the reference's `offset`). */
+int64_t pp_lmgen_offset(const pp_lmgen *g);
+/* Width W of the token ring (4 for PersonaPlex) and a copy of it into dst [17][W]. */
+int pp_lmgen_ring_width(const pp_lmgen *g);
+void pp_lmgen_token_ring(const pp_lmgen *g, int64_t *dst);
+
+#endif

@@ -1,0 +1,66 @@
+/* mimi: the Mimi neural audio codec (moshi models/compression.py MimiModel) as PersonaPlex
+ * runs it: streaming, one frame per call. spec/mimi.md is the reference.
+ *
+ *   encode: pcm [frame_size] -> SEANet encoder -> encoder transformer -> learnt downsample
+ *           (replicate start-up) -> latent [dimension] -> split RVQ -> codes [num_codebooks]
+ *   decode: codes -> RVQ sum + output projections -> depthwise upsample -> decoder
+ *           transformer -> SEANet decoder -> pcm [frame_size]
+ *
+ * A mimi_model holds the weights (immutable, shared by every session); a mimi_state holds
+ * one session's streaming state and scratch (one allocation, made at creation; nothing is
+ * allocated per frame). The encoder and decoder halves of a state are independent. */
+#ifndef PP_MODEL_MIMI_H
+#define PP_MODEL_MIMI_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/mimi_transformer.h"
+#include "model/quantizer.h"
+#include "model/seanet.h"
+
+typedef struct mimi_config {
+    seanet_config seanet;
+    mtr_config transformer;
+    quantizer_config quantizer;
+    int sample_rate; /* Hz */
+    int frame_size;  /* samples per code frame */
+} mimi_config;
+
+typedef struct mimi_model mimi_model;
+typedef struct mimi_state mimi_state;
+
+/* The released Mimi's configuration (spec/mimi.md §1). */
+void mimi_config_default(mimi_config *cfg);
+/* Reads a config.json with the reference's keys (`seanet`, `transformer`, `quantizer`,
+ * `num_codebooks`, `frame_size` / `frame_rate`, `sample_rate`); keys it lacks keep the
+ * default. Refuses options this implementation does not cover, naming the key. */
+int mimi_config_load(const char *path, mimi_config *cfg, char *err);
+
+/* Opens the codec. config_path NULL: `config.json` beside the weights when it has a `seanet`
+ * section, else the released Mimi's values. The weights file stays mapped until mimi_close. */
+int mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err);
+void mimi_close(mimi_model *m);
+const mimi_config *mimi_get_config(const mimi_model *m);
+/* Bytes of backend memory the weights use, and one state uses. */
+size_t mimi_weight_bytes(const mimi_model *m);
+size_t mimi_state_bytes(const mimi_state *s);
+
+/* Calls fn for every tensor (name, shape) the codec reads under cfg, without a file: enough
+ * to write a stand-in checkpoint of the real shapes. */
+int mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
+
+/* A session's state, fresh (as after reset). The model must outlive it. */
+int mimi_state_create(const mimi_model *m, mimi_state **out, char *err);
+/* Back to the just-created state; later outputs are bit-identical to a fresh state's. */
+void mimi_state_reset(mimi_state *s);
+void mimi_state_destroy(mimi_state *s);
+
+/* One frame: pcm (host) [frame_size] -> codes (host) [num_codebooks]. When latent (host,
+ * [dimension]) is not NULL it receives the unquantised latent the codes come from. */
+int mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err);
+/* One frame: codes (host) [num_codebooks], each in [0, bins) -> pcm (host) [frame_size].
+ * Out-of-range codes fail with PP_EINVAL and leave the state untouched. */
+int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err);
+
+#endif

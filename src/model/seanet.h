@@ -1,0 +1,51 @@
+/* seanet: Mimi's SEANet encoder and decoder (moshi modules/seanet.py, causal, no LSTM,
+ * one residual block per stage, identity skip): weights, per-session state, one step.
+ *
+ * Encoder (keys encoder.model.{i}): conv(channels -> n_filters, kernel_size), then per ratio
+ * (reversed): residual block, ELU, conv (×2 channels, k = 2·ratio, stride = ratio); then ELU,
+ * conv(-> dimension, last_kernel_size). Decoder (decoder.model.{i}): conv(dimension -> ...,
+ * kernel_size), then per ratio: ELU, ConvTranspose (÷2 channels, k = 2·ratio, stride = ratio),
+ * residual block; then ELU, conv(-> channels, last_kernel_size). A residual block
+ * (block.1, block.3) is x + conv_k1(ELU(conv_res(ELU(x)))), hidden width dim / compress. */
+#ifndef PP_MODEL_SEANET_H
+#define PP_MODEL_SEANET_H
+
+#include "model/conv.h"
+
+#define SEANET_MAX_RATIOS 8
+#define SEANET_MAX_CONVS (3 * SEANET_MAX_RATIOS + 2)
+
+typedef struct seanet_config {
+    int channels, dimension, n_filters;
+    int n_ratios, ratios[SEANET_MAX_RATIOS]; /* decoder order; the encoder runs them reversed */
+    int kernel_size, residual_kernel_size, last_kernel_size, compress;
+} seanet_config;
+
+/* SEANetEncoder / SEANetDecoder: every conv in execution order. Encoder: model_0, then per
+ * stage block_1, block_3, downsampling conv; then the last conv. Decoder: model_0, then per
+ * stage ConvTranspose, block_1, block_3; then the last conv. */
+typedef struct seanet {
+    seanet_config cfg;
+    int decoder;
+    int n_conv;
+    mimi_conv conv[SEANET_MAX_CONVS];
+} seanet;
+
+/* Per-session state (each conv's carry) and scratch for calls of t_in input columns. */
+typedef struct seanet_state {
+    float *carry[SEANET_MAX_CONVS];
+    float *a, *b, *e, *h; /* activations, each of the largest layer's size */
+    float *scratch;       /* conv scratch */
+    int t_in;
+} seanet_state;
+
+/* Product of the ratios: samples per latent step. */
+int seanet_hop(const seanet_config *cfg);
+int seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err);
+/* Takes the state and scratch from a state arena (sizing or filling pass). */
+void seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s);
+/* Encoder: x [channels][t_in] -> y [dimension][t_in / hop]. Decoder: x [dimension][t_in] ->
+ * y [channels][t_in · hop]. */
+void seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y);
+
+#endif

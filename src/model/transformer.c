@@ -1,0 +1,188 @@
+/* transformer: see transformer.h. */
+#include "model/transformer.h"
+
+#include "base/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pp_tf_load_weight(pp_backend *be, const st_file *f, const char *name, int64_t rows, int64_t cols,
+                      const char *cfg_keys, pp_weight *out, char *err) {
+    pp_weight host;
+    memset(out, 0, sizeof *out);
+    int rc = pp_weight_load(f, name, rows, cols, &host, err);
+    if (rc == PP_EINVAL || rc == PP_EFORMAT || rc == PP_ENOTFOUND) {
+        /* The expected shape comes from config.json: say which keys set it. */
+        char inner[PP_ERR_LEN];
+        snprintf(inner, sizeof inner, "%s", err ? err : "");
+        return pp_fail(err, rc, "%s (the shape follows config keys: %s)", inner, cfg_keys);
+    }
+    if (rc) return rc;
+    return be->ops->weight_upload(be, &host, out, err);
+}
+
+int pp_tf_load_alpha(pp_backend *be, const st_file *f, const char *name, int d, const char *cfg_keys, float **out,
+                     char *err) {
+    *out = NULL;
+    const st_tensor *t = st_find(f, name);
+    if (!t)
+        return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing (expected from config keys: %s)", st_path(f),
+                       name, cfg_keys);
+    if (t->numel != d)
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' has %lld values but config keys %s give %d", st_path(f), name,
+                       (long long)t->numel, cfg_keys, d);
+    float *host = malloc((size_t)d * sizeof *host);
+    float *dev = be->ops->alloc(be, (size_t)d * sizeof *dev);
+    int rc = host && dev ? st_load_f32(f, t, 0, d, host, err) : pp_fail(err, PP_ENOMEM, "%s: out of memory", name);
+    if (!rc) {
+        be->ops->upload(be, dev, host, (size_t)d * sizeof *host);
+        *out = dev;
+    } else if (dev) {
+        be->ops->release(be, dev);
+    }
+    free(host);
+    return rc;
+}
+
+static void release_weight(pp_backend *be, pp_weight *w) {
+    if (w->data) be->ops->weight_release(be, w);
+}
+
+static int load_layer(pp_backend *be, const st_file *f, const pp_tf_shape *s, int l, pp_tf_layer *L, char *err) {
+    char name[256];
+    const char *p = s->prefix;
+    int64_t d = s->dim, hid = s->hidden, n = s->n_steps;
+    int rc;
+    snprintf(name, sizeof name, "%s.layers.%d.norm1.alpha", p, l);
+    if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm1, err))) return rc;
+    snprintf(name, sizeof name, "%s.layers.%d.norm2.alpha", p, l);
+    if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm2, err))) return rc;
+    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_proj_weight", p, l);
+    if ((rc = pp_tf_load_weight(be, f, name, n * 3 * d, d, s->cfg_keys, &L->in_proj, err))) return rc;
+    snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_proj.weight", p, l);
+    if ((rc = pp_tf_load_weight(be, f, name, n * d, d, s->cfg_keys, &L->out_proj, err))) return rc;
+    L->ffn_in = calloc((size_t)n, sizeof *L->ffn_in);
+    L->ffn_out = calloc((size_t)n, sizeof *L->ffn_out);
+    L->steps = calloc((size_t)n, sizeof *L->steps);
+    if (!L->ffn_in || !L->ffn_out || !L->steps) return pp_fail(err, PP_ENOMEM, "%s: out of memory", p);
+    for (int st = 0; st < n; st++) {
+        /* Shared weights are `gating.linear_in`; per-step ones `gating.{s}.linear_in`. */
+        char gate[64];
+        if (n > 1) snprintf(gate, sizeof gate, "gating.%d", st);
+        else snprintf(gate, sizeof gate, "gating");
+        snprintf(name, sizeof name, "%s.layers.%d.%s.linear_in.weight", p, l, gate);
+        if ((rc = pp_tf_load_weight(be, f, name, 2 * hid, d, s->cfg_keys, &L->ffn_in[st], err))) return rc;
+        snprintf(name, sizeof name, "%s.layers.%d.%s.linear_out.weight", p, l, gate);
+        if ((rc = pp_tf_load_weight(be, f, name, d, hid, s->cfg_keys, &L->ffn_out[st], err))) return rc;
+        L->steps[st].qkv = pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d);
+        L->steps[st].out = pp_weight_rows(&L->out_proj, st * d, d);
+        L->steps[st].ffn_in = L->ffn_in[st];
+        L->steps[st].ffn_out = L->ffn_out[st];
+    }
+    return PP_OK;
+}
+
+int pp_tf_load(pp_backend *be, const st_file *f, const pp_tf_shape *shape, pp_tf *tf, char *err) {
+    memset(tf, 0, sizeof *tf);
+    tf->shape = *shape;
+    tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
+    if (!tf->layers) return pp_fail(err, PP_ENOMEM, "%s: out of memory", shape->prefix);
+    for (int l = 0; l < shape->num_layers; l++) {
+        int rc = load_layer(be, f, shape, l, &tf->layers[l], err);
+        if (rc) {
+            pp_tf_free(be, tf);
+            return rc;
+        }
+    }
+    return PP_OK;
+}
+
+void pp_tf_free(pp_backend *be, pp_tf *tf) {
+    if (!tf->layers) return;
+    for (int l = 0; l < tf->shape.num_layers; l++) {
+        pp_tf_layer *L = &tf->layers[l];
+        if (L->norm1) be->ops->release(be, L->norm1);
+        if (L->norm2) be->ops->release(be, L->norm2);
+        release_weight(be, &L->in_proj);
+        release_weight(be, &L->out_proj);
+        for (int s = 0; L->ffn_in && L->ffn_out && s < tf->shape.n_steps; s++) {
+            release_weight(be, &L->ffn_in[s]);
+            release_weight(be, &L->ffn_out[s]);
+        }
+        free(L->ffn_in);
+        free(L->ffn_out);
+        free(L->steps);
+    }
+    free(tf->layers);
+    memset(tf, 0, sizeof *tf);
+}
+
+int pp_tf_state_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_tf_state *st, char *err) {
+    const pp_tf_shape *s = &tf->shape;
+    size_t d = (size_t)s->dim, hid = (size_t)s->hidden, nl = (size_t)s->num_layers;
+    memset(st, 0, sizeof *st);
+    st->capacity = capacity;
+    st->window = window;
+    st->k = calloc(nl, sizeof *st->k);
+    st->v = calloc(nl, sizeof *st->v);
+    int ok = st->k && st->v;
+    for (size_t l = 0; ok && l < nl; l++) {
+        st->k[l] = be->ops->alloc(be, (size_t)capacity * d * sizeof(float));
+        st->v[l] = be->ops->alloc(be, (size_t)capacity * d * sizeof(float));
+        ok = st->k[l] && st->v[l];
+    }
+    if (ok) {
+        st->h = be->ops->alloc(be, d * sizeof(float));
+        st->qkv = be->ops->alloc(be, 3 * d * sizeof(float));
+        st->att = be->ops->alloc(be, d * sizeof(float));
+        st->tmp = be->ops->alloc(be, d * sizeof(float));
+        st->u = be->ops->alloc(be, 2 * hid * sizeof(float));
+        st->m = be->ops->alloc(be, hid * sizeof(float));
+        ok = st->h && st->qkv && st->att && st->tmp && st->u && st->m;
+    }
+    if (!ok) {
+        pp_tf_state_free(be, tf, st);
+        return pp_fail(err, PP_ENOMEM, "%s: out of memory for the KV cache (%d slots)", s->prefix, capacity);
+    }
+    return PP_OK;
+}
+
+void pp_tf_state_free(pp_backend *be, const pp_tf *tf, pp_tf_state *st) {
+    for (int l = 0; l < tf->shape.num_layers; l++) {
+        if (st->k && st->k[l]) be->ops->release(be, st->k[l]);
+        if (st->v && st->v[l]) be->ops->release(be, st->v[l]);
+    }
+    free(st->k);
+    free(st->v);
+    float *bufs[] = {st->h, st->qkv, st->att, st->tmp, st->u, st->m};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->release(be, bufs[i]);
+    memset(st, 0, sizeof *st);
+}
+
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_state *st, float *x, const int32_t *pos, int step,
+                   float *layer_out) {
+    const pp_backend_ops *op = be->ops;
+    const pp_tf_shape *s = &tf->shape;
+    int d = s->dim, hd = s->dim / s->num_heads;
+    for (int l = 0; l < s->num_layers; l++) {
+        const pp_tf_layer *L = &tf->layers[l];
+        const pp_tf_step *w = &L->steps[step];
+        op->rmsnorm(be, x, L->norm1, 1, d, s->eps, st->h);
+        op->matmul(be, &w->qkv, st->h, 1, st->qkv);
+        if (s->rope) {
+            op->rope(be, st->qkv, 1, d, s->num_heads, hd, pos, s->max_period);     /* q */
+            op->rope(be, st->qkv + d, 1, d, s->num_heads, hd, pos, s->max_period); /* k */
+        }
+        op->attn_step(be, st->qkv, s->num_heads, hd, st->k[l], st->v[l], st->capacity, st->window, pos, st->att);
+        op->matmul(be, &w->out, st->att, 1, st->tmp);
+        op->add(be, x, st->tmp, (size_t)d);
+        op->rmsnorm(be, x, L->norm2, 1, d, s->eps, st->h);
+        op->matmul(be, &w->ffn_in, st->h, 1, st->u);
+        op->silu_mul(be, st->u, 1, s->hidden, st->m);
+        op->matmul(be, &w->ffn_out, st->m, 1, st->tmp);
+        op->add(be, x, st->tmp, (size_t)d);
+        if (layer_out) op->copy(be, layer_out + (size_t)l * d, x, (size_t)d * sizeof(float));
+    }
+}

@@ -1,0 +1,255 @@
+/* engine: the model thread and its round-robin over sessions (see engine.h). */
+#include "server/engine.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FRAME_NS 80000000LL /* one model frame: 1920 samples at 24 kHz */
+
+typedef enum { JOB_NEW, JOB_PREFILL, JOB_RUN, JOB_FAILED } job_state;
+
+/* One conversation as the engine sees it. Touched only by the engine thread once admitted. */
+typedef struct job {
+    struct job *next;
+    conn *c;
+    job_state state;
+    pp_session_params params;
+    pp_session *session;
+    pp_downlink *down;
+    int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
+    uint64_t frames, late, bytes_out;
+    float pcm_in[PP_AUDIO_FRAME], pcm_out[PP_AUDIO_FRAME];
+    uint8_t page[PP_DOWNLINK_MAX_PAGE];
+} job;
+
+struct engine {
+    engine_config cfg;
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards the fields below */
+    pthread_cond_t cond;
+    job *jobs;            /* engine thread's list; links change only under lock */
+    job *incoming;        /* admitted, not yet picked up by the thread */
+    int count;            /* jobs + incoming */
+    int pending;          /* a wake arrived since the pass began */
+    int stop;
+};
+
+static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
+
+static void job_send(engine *e, job *j, int kind, const void *payload, size_t len) {
+    if (conn_queue(j->c, kind, payload, len) == PP_OK) {
+        j->bytes_out += len + 1;
+        metrics_bytes(e->cfg.metrics, 0, len + 1);
+    }
+}
+
+static void job_fail(engine *e, job *j, int close_code, const char *what, const char *err) {
+    PP_WARN("engine", "session %llu: %s: %s", (unsigned long long)conn_id(j->c), what, err);
+    conn_fail(j->c, close_code, "%s: %s", what, err);
+    j->state = JOB_FAILED;
+    e->cfg.notify(e->cfg.notify_arg);
+}
+
+static void job_start(engine *e, job *j) {
+    char err[PP_ERR_LEN];
+    int rc = pp_session_create(e->cfg.model, &j->params, e->cfg.max_prompt_tokens, &j->session, err);
+    if (rc) {
+        /* A prompt too long or an unknown voice is the client's to fix; the rest is ours. */
+        int client = rc == PP_EFULL || rc == PP_EINVAL || rc == PP_ENOTFOUND;
+        job_fail(e, j, client ? CLOSE_POLICY : CLOSE_INTERNAL, "cannot start the conversation", err);
+        return;
+    }
+    if ((rc = pp_downlink_open(&j->down, 0, err))) {
+        job_fail(e, j, CLOSE_INTERNAL, "cannot open the Opus encoder", err);
+        return;
+    }
+    PP_INFO("engine", "session %llu: prompts started (voice %s, %d prompt frames)", (unsigned long long)conn_id(j->c),
+            j->params.voice, pp_session_prompt_frames(j->session));
+    j->state = JOB_PREFILL;
+}
+
+static void job_prefill(engine *e, job *j) {
+    char err[PP_ERR_LEN];
+    int rc = pp_session_prefill(j->session, err);
+    if (rc < 0) {
+        job_fail(e, j, CLOSE_INTERNAL, "prompt phase failed", err);
+        return;
+    }
+    if (rc == 0) return;
+    /* Prompts done: the handshake, then the stream's two header pages (spec §2.5 item 6). */
+    job_send(e, j, MSG_HANDSHAKE, NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        if (pp_downlink_header(j->down, i, j->page, sizeof j->page, &len, err) == PP_OK)
+            job_send(e, j, MSG_AUDIO, j->page, len);
+    }
+    j->t_ready = conn_now_ns();
+    j->state = JOB_RUN;
+    e->cfg.notify(e->cfg.notify_arg);
+    PP_INFO("engine", "session %llu: ready after %.0f ms of prompts", (unsigned long long)conn_id(j->c),
+            ms_between(j->t_open, j->t_ready));
+}
+
+/* Returns 1 when a frame was processed. */
+static int job_frame(engine *e, job *j) {
+    int64_t ready;
+    if (!conn_take_frame(j->c, j->pcm_in, &ready)) return 0;
+    char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
+    pp_step_times t = {0};
+    int rc = pp_session_step(j->session, j->pcm_in, j->pcm_out, piece, &t, err);
+    size_t len = 0;
+    if (!rc) rc = pp_downlink_encode(j->down, j->pcm_out, j->page, sizeof j->page, &len, err);
+    if (rc) {
+        job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
+        return 1;
+    }
+    /* Text first: the reference sends a frame's piece just before its audio page. */
+    if (piece[0]) job_send(e, j, MSG_TEXT, piece, strlen(piece));
+    job_send(e, j, MSG_AUDIO, j->page, len);
+    e->cfg.notify(e->cfg.notify_arg);
+    /* Audio that arrived during the prompts waited for them; time it from the handshake. */
+    int64_t done = conn_now_ns(), start = ready > j->t_ready ? ready : j->t_ready;
+    int late = done - start > FRAME_NS;
+    double ms[METRICS_STAGES] = {t.encode_ms, t.lm_ms, t.decode_ms, ms_between(start, done)};
+    metrics_frame(e->cfg.metrics, ms, late);
+    j->frames++;
+    j->late += (uint64_t)late;
+    return 1;
+}
+
+/* Gives j one unit of work; returns 1 when it did something. */
+static int job_step(engine *e, job *j) {
+    switch (j->state) {
+    case JOB_NEW: job_start(e, j); return 1;
+    case JOB_PREFILL: job_prefill(e, j); return 1;
+    case JOB_RUN: return job_frame(e, j);
+    case JOB_FAILED: return 0;
+    }
+    return 0;
+}
+
+static void job_free(engine *e, job *j) {
+    pp_uplink_stats up = conn_uplink_stats(j->c);
+    PP_INFO("engine",
+            "session %llu ended: %.1f s, %llu frames, %llu late, %llu bytes out, %llu dropped, "
+            "%llu uplink packets (%llu concealed), %d bad pages",
+            (unsigned long long)conn_id(j->c), ms_between(j->t_open, conn_now_ns()) / 1000.0,
+            (unsigned long long)j->frames, (unsigned long long)j->late, (unsigned long long)j->bytes_out,
+            (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
+            (unsigned long long)up.concealed, up.ogg.errors);
+    pp_session_destroy(j->session);
+    pp_downlink_close(j->down);
+    conn_destroy(j->c);
+    metrics_session_ended(e->cfg.metrics);
+    free(j);
+}
+
+/* Engine thread. */
+static void *engine_main(void *arg) {
+    engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        e->pending = 0;
+        while (e->incoming) { /* newest first is fine: each gets a turn this pass */
+            job *j = e->incoming;
+            e->incoming = j->next;
+            j->next = e->jobs;
+            e->jobs = j;
+        }
+        int worked = 0;
+        job **link = &e->jobs;
+        while (*link) {
+            job *j = *link;
+            pthread_mutex_unlock(&e->lock);
+            int gone = conn_is_gone(j->c);
+            if (!gone) worked |= job_step(e, j);
+            pthread_mutex_lock(&e->lock);
+            if (gone) {
+                *link = j->next;
+                e->count--;
+                pthread_mutex_unlock(&e->lock);
+                job_free(e, j);
+                pthread_mutex_lock(&e->lock);
+            } else {
+                link = &j->next;
+            }
+        }
+        if (!worked && !e->pending && !e->stop) pthread_cond_wait(&e->cond, &e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+int engine_create(const engine_config *cfg, engine **out, char *err) {
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return pp_fail(err, PP_ENOMEM, "engine: out of memory");
+    e->cfg = *cfg;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        pthread_cond_destroy(&e->cond);
+        pthread_mutex_destroy(&e->lock);
+        free(e);
+        return pp_fail(err, PP_ENOMEM, "engine: cannot start the engine thread");
+    }
+    *out = e;
+    return PP_OK;
+}
+
+void engine_destroy(engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop = 1;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    for (job **list = &e->jobs; list; list = list == &e->jobs ? &e->incoming : NULL)
+        while (*list) {
+            job *j = *list;
+            *list = j->next;
+            job_free(e, j);
+        }
+    pthread_cond_destroy(&e->cond);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return pp_fail(err, PP_ENOMEM, "out of memory for a new conversation");
+    j->c = c;
+    j->params = *params;
+    j->t_open = conn_now_ns();
+    pthread_mutex_lock(&e->lock);
+    if (e->count >= e->cfg.max_sessions) {
+        pthread_mutex_unlock(&e->lock);
+        free(j);
+        return pp_fail(err, PP_EFULL, "server full: %d conversations running, try again later", e->cfg.max_sessions);
+    }
+    j->next = e->incoming;
+    e->incoming = j;
+    e->count++;
+    e->pending = 1;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    metrics_session_started(e->cfg.metrics);
+    return PP_OK;
+}
+
+int engine_active(engine *e) {
+    pthread_mutex_lock(&e->lock);
+    int n = e->count;
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
+void engine_wake(engine *e) {
+    pthread_mutex_lock(&e->lock);
+    e->pending = 1;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,208 @@
+/* http: plain HTTP routes, lws service thread only.
+ *
+ *   GET /health      JSON: ready, model, backend, sessions {active, max}
+ *   GET /metrics     Prometheus text (metrics.c)
+ *   GET /api/voices  JSON: {"voices": [names], "default": name} from the voices directory
+ *   GET /...         the web UI's static files, index.html at "/"
+ *
+ * Static paths are checked here, not only by lws's URI clean-up: no segment may start with a
+ * dot (no "..", no hidden files), no backslash, and the resolved file must lie inside the
+ * static directory (symlinks included). Types come from a fixed table; the browser needs
+ * exact JavaScript and WebAssembly types (spec/protocol.md §2.5 item 1). */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "server/server.h"
+
+#include "base/log.h"
+#include "io/voice.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct http_pss {
+    char *body;  /* LWS_PRE + len bytes, malloc'd; sent on the next HTTP_WRITEABLE */
+    size_t len;
+} http_pss;
+
+size_t http_pss_size(void) { return sizeof(http_pss); }
+
+static const struct {
+    const char *ext, *type;
+} g_types[] = {
+    {".html", "text/html; charset=utf-8"},
+    {".js", "text/javascript; charset=utf-8"},
+    {".mjs", "text/javascript; charset=utf-8"},
+    {".wasm", "application/wasm"},
+    {".css", "text/css; charset=utf-8"},
+    {".svg", "image/svg+xml"},
+    {".json", "application/json"},
+    {".map", "application/json"},
+    {".png", "image/png"},
+    {".ico", "image/x-icon"},
+    {".txt", "text/plain; charset=utf-8"},
+    {".webmanifest", "application/manifest+json"},
+};
+
+static const char *mime_type(const char *path) {
+    const char *dot = strrchr(path, '.');
+    if (dot && !strchr(dot, '/'))
+        for (size_t i = 0; i < sizeof g_types / sizeof g_types[0]; i++)
+            if (strcmp(dot, g_types[i].ext) == 0) return g_types[i].type;
+    return "application/octet-stream";
+}
+
+/* Sends status + body (copied). The body goes out on HTTP_WRITEABLE. Returns the callback's
+ * return value. */
+static int respond(struct lws *wsi, http_pss *pss, unsigned status, const char *type, const char *body, size_t len) {
+    unsigned char head[LWS_PRE + 512], *start = head + LWS_PRE, *p = start, *end = head + sizeof head - 1;
+    free(pss->body);
+    pss->body = malloc(LWS_PRE + len + 1);
+    if (!pss->body) return -1;
+    memcpy(pss->body + LWS_PRE, body, len);
+    pss->len = len;
+    if (lws_add_http_common_headers(wsi, status, type, len, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* Appends s to b as a JSON string literal. */
+static void json_string(char *b, size_t cap, const char *s) {
+    size_t o = strlen(b);
+    if (o + 2 >= cap) return;
+    b[o++] = '"';
+    for (; *s && o + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') o += (size_t)snprintf(b + o, cap - o, "\\%c", c);
+        else if (c < 0x20) o += (size_t)snprintf(b + o, cap - o, "\\u%04x", c);
+        else b[o++] = (char)c;
+    }
+    b[o++] = '"';
+    b[o] = '\0';
+}
+
+static int route_health(server *s, struct lws *wsi, http_pss *pss) {
+    pp_model *model;
+    engine *e = server_engine(s, &model);
+    char body[1024];
+    pthread_mutex_lock(&s->lock);
+    int failed = s->failed;
+    pthread_mutex_unlock(&s->lock);
+    snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", e ? "ok" : failed ? "failed" : "loading",
+             e ? "true" : "false");
+    json_string(body, sizeof body, s->opt->demo ? "demo" : model ? pp_model_name(model) : "");
+    strncat(body, ",\"backend\":", sizeof body - strlen(body) - 1);
+    json_string(body, sizeof body, model ? pp_model_backend(model) : "");
+    size_t o = strlen(body);
+    snprintf(body + o, sizeof body - o, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION,
+             e ? engine_active(e) : 0, s->opt->max_sessions);
+    return respond(wsi, pss, e ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
+                   strlen(body));
+}
+
+static int route_metrics(server *s, struct lws *wsi, http_pss *pss) {
+    static char body[32768]; /* service thread only */
+    size_t len = metrics_render(s->metrics, body, sizeof body, s->opt->max_sessions);
+    return respond(wsi, pss, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", body, len);
+}
+
+static int route_voices(server *s, struct lws *wsi, http_pss *pss) {
+    pp_model *model;
+    server_engine(s, &model);
+    const char *dir = model ? pp_model_voices_dir(model) : s->opt->voices_dir;
+    char **names = NULL, err[PP_ERR_LEN];
+    size_t count = 0;
+    if (dir && pp_voice_list(dir, &names, &count, err) != PP_OK) PP_WARN("http", "/api/voices: %s", err);
+    size_t cap = 64 + count * (PP_VOICE_NAME_MAX + 4) + PP_VOICE_NAME_MAX;
+    char *body = malloc(cap);
+    if (!body) {
+        free(names);
+        return -1;
+    }
+    strcpy(body, "{\"voices\":[");
+    for (size_t i = 0; i < count; i++) {
+        if (i) strcat(body, ",");
+        json_string(body, cap, names[i]);
+    }
+    strcat(body, "],\"default\":");
+    json_string(body, cap, s->opt->voice);
+    strcat(body, "}\n");
+    int rc = respond(wsi, pss, HTTP_STATUS_OK, "application/json", body, strlen(body));
+    free(body);
+    free(names);
+    return rc;
+}
+
+/* Maps a request path to a file under the static directory; 0 and the path, or -1. */
+static int static_path(const server *s, const char *uri, char *out, size_t cap) {
+    if (!s->static_dir[0] || uri[0] != '/' || strchr(uri, '\\')) return -1;
+    for (const char *p = uri; (p = strchr(p, '/')); p++)
+        if (p[1] == '.') return -1;
+    const char *tail = uri[strlen(uri) - 1] == '/' ? "index.html" : "";
+    if ((size_t)snprintf(out, cap, "%s%s%s", s->static_dir, uri, tail) >= cap) return -1;
+    char real[PATH_MAX];
+    size_t n = strlen(s->static_dir);
+    if (!realpath(out, real) || strncmp(real, s->static_dir, n) != 0 || real[n] != '/') return -1;
+    struct stat st;
+    return stat(real, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
+}
+
+static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
+    char path[PATH_MAX + 64];
+    if (static_path(s, uri, path, sizeof path) != 0) {
+        static const char nf[] = "not found\n";
+        return respond(wsi, pss, HTTP_STATUS_NOT_FOUND, "text/plain; charset=utf-8", nf, sizeof nf - 1);
+    }
+    int n = lws_serve_http_file(wsi, path, mime_type(path), NULL, 0);
+    if (n < 0) return -1;
+    if (n > 0 && lws_http_transaction_completed(wsi)) return -1;
+    return 0;
+}
+
+static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
+    if (!lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI)) {
+        static const char na[] = "method not allowed\n";
+        metrics_bad_input(s->metrics);
+        return respond(wsi, pss, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", na, sizeof na - 1);
+    }
+    if (strcmp(uri, "/health") == 0) return route_health(s, wsi, pss);
+    if (strcmp(uri, "/metrics") == 0) return route_metrics(s, wsi, pss);
+    if (strcmp(uri, "/api/voices") == 0) return route_voices(s, wsi, pss);
+    if (strcmp(uri, "/api/chat") == 0) {
+        static const char up[] = "this endpoint is a WebSocket (GET with Upgrade: websocket)\n";
+        return respond(wsi, pss, HTTP_STATUS_BAD_REQUEST, "text/plain; charset=utf-8", up, sizeof up - 1);
+    }
+    return route_static(s, wsi, pss, uri);
+}
+
+static int on_writeable(struct lws *wsi, http_pss *pss) {
+    if (!pss->body) return 0;
+    int n = lws_write(wsi, (unsigned char *)pss->body + LWS_PRE, pss->len, LWS_WRITE_HTTP_FINAL);
+    free(pss->body);
+    pss->body = NULL;
+    if (n < (int)pss->len) return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    http_pss *pss = user;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP:
+        return on_http(lws_context_user(lws_get_context(wsi)), wsi, pss, in);
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        return on_writeable(wsi, pss);
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (pss) {
+            free(pss->body);
+            pss->body = NULL;
+        }
+        return 0;
+    default:
+        return lws_callback_http_dummy(wsi, reason, user, in, len);
+    }
+}

@@ -1,0 +1,329 @@
+/* personaplex-server: start-up, the lws service loop, and an orderly shutdown.
+ *
+ * Threads: the main thread runs lws (every socket lives there); the loader thread opens the
+ * backend and the model, then starts the engine thread (engine.c); a signal thread turns
+ * SIGINT/SIGTERM into a stop request. /health answers while the model loads. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "server/server.h"
+
+#include "backend/backend.h"
+#include "base/log.h"
+#include "server/cert.h"
+#include "session/demo.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef PP_WEB_DIR
+#define PP_WEB_DIR ""
+#endif
+
+#define TOKENIZER_FILE "tokenizer_spm_32k_3.model"
+#define MIMI_FILE "tokenizer-e351c8d8-checkpoint125.safetensors"
+
+static atomic_int g_stop; /* set by the signal and loader threads */
+
+/* Everything main owns besides `server`. */
+typedef struct app {
+    server srv;
+    server_options opt;
+    pp_backend *backend;
+    char state_dir[4096];
+    char paths[4][4096]; /* weights, mimi, tokenizer, voices dir as resolved */
+    pp_demo_files demo;
+} app;
+
+engine *server_engine(server *s, pp_model **model) {
+    pthread_mutex_lock(&s->lock);
+    engine *e = s->engine;
+    *model = s->model;
+    pthread_mutex_unlock(&s->lock);
+    return e;
+}
+
+/* Engine thread: output is queued for some socket. */
+static void wake_service(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->lock);
+    if (s->ctx_alive) lws_cancel_service(s->ctx);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void print_version(void) {
+    printf("personaplex-server %s\n", PP_VERSION);
+#ifdef PP_HAVE_CUDA
+    printf("backends: cpu cuda\n");
+#else
+    printf("backends: cpu\n");
+#endif
+    printf("CUDA architectures: %s\n", PP_CUDA_ARCHS_STR);
+}
+
+static int is_dir_with_index(const char *dir) {
+    char p[PATH_MAX + 128];
+    if ((size_t)snprintf(p, sizeof p, "%s/index.html", dir) >= sizeof p) return 0;
+    return access(p, R_OK) == 0;
+}
+
+/* --static-dir, else web/ installed beside the executable, else the source tree's web/. */
+static void find_static_dir(const server_options *o, char *out, size_t cap) {
+    char exe[PATH_MAX], cand[5][PATH_MAX + 64];
+    int n = 0;
+    if (o->static_dir) {
+        snprintf(cand[n++], sizeof cand[0], "%s", o->static_dir);
+    } else {
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (len > 0) {
+            exe[len] = '\0';
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = '\0';
+            snprintf(cand[n++], sizeof cand[0], "%s/../share/personaplex/web", exe);
+            snprintf(cand[n++], sizeof cand[0], "%s/web", exe);
+            snprintf(cand[n++], sizeof cand[0], "%s/../web", exe);
+        }
+        if (PP_WEB_DIR[0]) snprintf(cand[n++], sizeof cand[0], "%s", PP_WEB_DIR);
+    }
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char real[PATH_MAX];
+        if (is_dir_with_index(cand[i]) && realpath(cand[i], real)) {
+            snprintf(out, cap, "%s", real);
+            return;
+        }
+    }
+    PP_WARN("server", "no web UI found%s%s; only the API is served", o->static_dir ? " in " : "",
+            o->static_dir ? o->static_dir : "");
+}
+
+static void find_state_dir(const server_options *o, char *out, size_t cap) {
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (o->state_dir) snprintf(out, cap, "%s", o->state_dir);
+    else if (xdg && *xdg) snprintf(out, cap, "%s/personaplex", xdg);
+    else snprintf(out, cap, "%s/.local/state/personaplex", home && *home ? home : ".");
+}
+
+/* Fills a->paths from the options: the released file names beside --weights by default. */
+static int resolve_model_paths(app *a, char *err) {
+    const server_options *o = &a->opt;
+    if (!o->weights) return pp_fail(err, PP_EINVAL, "--weights FILE is required (or --demo for the built-in model)");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->weights);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else strcpy(dir, ".");
+    snprintf(a->paths[0], sizeof a->paths[0], "%s", o->weights);
+    snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", dir, MIMI_FILE);
+    snprintf(a->paths[2], sizeof a->paths[2], "%s/%s", dir, TOKENIZER_FILE);
+    snprintf(a->paths[3], sizeof a->paths[3], "%s/voices", dir);
+    if (o->mimi) snprintf(a->paths[1], sizeof a->paths[1], "%s", o->mimi);
+    if (o->tokenizer) snprintf(a->paths[2], sizeof a->paths[2], "%s", o->tokenizer);
+    if (o->voices_dir) snprintf(a->paths[3], sizeof a->paths[3], "%s", o->voices_dir);
+    return PP_OK;
+}
+
+/* Loader thread: backend, (demo files,) model, engine; publishes the result. */
+static void *load_main(void *arg) {
+    app *a = arg;
+    server *s = &a->srv;
+    char err[PP_ERR_LEN];
+    pp_model *model = NULL;
+    engine *e = NULL;
+    pp_model_paths mp = {a->paths[0], a->paths[1], a->paths[2], a->paths[3], NULL};
+    int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
+    if (!rc && a->opt.demo) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
+        rc = pp_demo_write(dir, &a->demo, err);
+        mp = (pp_model_paths){a->demo.weights, a->demo.mimi, a->demo.tokenizer, a->demo.voices_dir, "demo"};
+        if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
+    }
+    if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
+    if (!rc) {
+        engine_config cfg = {model, s->metrics, a->opt.max_sessions, a->opt.max_prompt_tokens, wake_service, s};
+        rc = engine_create(&cfg, &e, err);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (rc) {
+        s->failed = 1;
+        snprintf(s->load_error, sizeof s->load_error, "%s", err);
+    }
+    s->model = model;
+    s->engine = e;
+    pthread_mutex_unlock(&s->lock);
+    if (rc) {
+        PP_ERROR("server", "cannot load the model: %s", err);
+        g_stop = 1;
+        wake_service(s);
+    } else {
+        PP_INFO("server", "ready: model %s on %s, up to %d conversations", pp_model_name(model),
+                pp_model_backend(model), a->opt.max_sessions);
+    }
+    return NULL;
+}
+
+/* Signal thread: SIGINT/SIGTERM (blocked everywhere else) become a stop request. */
+static void *signal_main(void *arg) {
+    server *s = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig;
+    if (sigwait(&set, &sig) == 0) {
+        PP_INFO("server", "signal %d: shutting down", sig);
+        g_stop = 1;
+        wake_service(s);
+    }
+    return NULL;
+}
+
+static const struct lws_protocol_vhost_options g_ws_default = {NULL, NULL, "default", ""};
+static const struct lws_protocol_vhost_options g_pvo = {NULL, &g_ws_default, "personaplex-chat", ""};
+
+static struct lws_context *create_context(app *a, struct lws_protocols *protocols, char *err) {
+    static char cert[4200], key[4200];
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = a->opt.port;
+    info.iface = a->opt.host;
+    info.protocols = protocols;
+    info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
+    info.user = &a->srv;
+    info.max_http_header_data = SERVER_MAX_HEADER;
+    info.max_http_header_pool = 32;
+    info.alpn = "http/1.1"; /* WebSockets over HTTP/2 would only add framing */
+    info.timeout_secs = 20;
+    if (!a->opt.no_tls) {
+        if (a->opt.cert || a->opt.key) {
+            if (!a->opt.cert || !a->opt.key) {
+                pp_fail(err, PP_EINVAL, "--cert and --key go together");
+                return NULL;
+            }
+            snprintf(cert, sizeof cert, "%s", a->opt.cert);
+            snprintf(key, sizeof key, "%s", a->opt.key);
+        } else if (cert_ensure(a->state_dir, cert, key, sizeof cert, err)) {
+            return NULL;
+        }
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = cert;
+        info.ssl_private_key_filepath = key;
+    }
+    struct lws_context *ctx = lws_create_context(&info);
+    if (!ctx) pp_fail(err, PP_EIO, "cannot listen on %s:%d (address in use, bad --host or bad certificate?)",
+                      a->opt.host, a->opt.port);
+    return ctx;
+}
+
+static void lws_log_bridge(int level, const char *line) {
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') n--;
+    if (level & LLL_ERR) PP_ERROR("lws", "%.*s", (int)n, line);
+    else PP_WARN("lws", "%.*s", (int)n, line);
+}
+
+static int run(app *a) {
+    char err[PP_ERR_LEN];
+    server *s = &a->srv;
+    const server_options *o = &a->opt;
+    find_state_dir(o, a->state_dir, sizeof a->state_dir);
+    find_static_dir(o, s->static_dir, sizeof s->static_dir);
+    if (!o->demo && resolve_model_paths(a, err)) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        return 2;
+    }
+    if (metrics_create(&s->metrics, err)) return 1;
+    s->opt = o;
+    pthread_mutex_init(&s->lock, NULL);
+
+    struct lws_protocols protocols[] = {
+        {"http", http_callback, http_pss_size(), 0, 0, NULL, 0},
+        {"personaplex-chat", ws_callback, ws_pss_size(), 4096, 0, NULL, 0},
+        {NULL, NULL, 0, 0, 0, NULL, 0},
+    };
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_bridge);
+    s->ctx = create_context(a, protocols, err);
+    if (!s->ctx) {
+        PP_ERROR("server", "%s", err);
+        metrics_destroy(s->metrics);
+        return 1;
+    }
+    s->ctx_alive = 1;
+    int port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));
+    PP_INFO("server", "listening on %s://%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", o->host, port,
+            s->static_dir[0] ? s->static_dir : "none");
+
+    pthread_t loader, sigthread;
+    int have_loader = pthread_create(&loader, NULL, load_main, a) == 0;
+    int have_sig = pthread_create(&sigthread, NULL, signal_main, s) == 0;
+    if (!have_loader) {
+        PP_ERROR("server", "cannot start the loader thread");
+        g_stop = 1;
+    }
+    while (!g_stop)
+        if (lws_service(s->ctx, 0) < 0) break;
+
+    /* Closing the context closes every socket (conns become gone) before the engine stops. */
+    pthread_mutex_lock(&s->lock);
+    s->ctx_alive = 0;
+    pthread_mutex_unlock(&s->lock);
+    lws_context_destroy(s->ctx);
+    if (have_loader) pthread_join(loader, NULL);
+    if (have_sig) {
+        pthread_kill(sigthread, SIGTERM);
+        pthread_join(sigthread, NULL);
+    }
+    engine_destroy(s->engine);
+    pp_model_close(s->model);
+    pp_backend_destroy(a->backend);
+    metrics_destroy(s->metrics);
+    int failed = s->failed;
+    pthread_mutex_destroy(&s->lock);
+    PP_INFO("server", "stopped");
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    static app a; /* large; zero-initialised */
+    char err[PP_ERR_LEN];
+    if (server_options_init(&a.opt, err) || server_options_parse(&a.opt, argc, argv, err)) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        server_options_free(&a.opt);
+        return 2;
+    }
+    if (a.opt.help || a.opt.version) {
+        if (a.opt.help) server_options_print_help(stdout, "personaplex-server");
+        else print_version();
+        server_options_free(&a.opt);
+        return 0;
+    }
+    int level = pp_log_parse_level(a.opt.log_level);
+    if (level < 0) {
+        fprintf(stderr, "personaplex-server: --log-level: '%s' is not debug, info, warn or error\n", a.opt.log_level);
+        server_options_free(&a.opt);
+        return 2;
+    }
+    pp_log_set_level((pp_log_level)level);
+    if (a.opt.log_file && pp_log_open(a.opt.log_file) != PP_OK) {
+        fprintf(stderr, "personaplex-server: cannot open --log-file %s\n", a.opt.log_file);
+        server_options_free(&a.opt);
+        return 2;
+    }
+    /* Block the stop signals in every thread; the signal thread waits for them. A peer that
+     * vanishes must not kill the process through SIGPIPE. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run(&a);
+    server_options_free(&a.opt);
+    pp_log_open(NULL);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* metrics: the server's counters and per-stage frame-time histograms, rendered as
+ * Prometheus text for GET /metrics.
+ *
+ * Written by the engine thread (frames, stages) and the service thread (sessions, bytes),
+ * read by the service thread; one mutex guards them, held only for a few additions. */
+#ifndef PP_SERVER_METRICS_H
+#define PP_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    METRICS_ENCODE, /* Mimi encode of the user's frame */
+    METRICS_LM,     /* LM step (temporal transformer + depformer) */
+    METRICS_DECODE, /* Mimi decode of the model's frame */
+    METRICS_FRAME,  /* the whole frame: ready input to queued output page */
+    METRICS_STAGES
+} metrics_stage;
+
+typedef struct metrics metrics;
+
+int metrics_create(metrics **out, char *err);
+void metrics_destroy(metrics *m);
+
+void metrics_session_started(metrics *m);
+void metrics_session_ended(metrics *m);
+void metrics_session_rejected(metrics *m);
+/* One conversation frame: stage times in ms; late when the frame took longer than its 80 ms. */
+void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late);
+void metrics_bytes(metrics *m, uint64_t in, uint64_t out);
+void metrics_bad_input(metrics *m);
+
+int metrics_active(metrics *m);
+
+/* Renders the Prometheus exposition into buf (cap bytes, NUL-terminated), with max_sessions
+ * as a gauge. Returns the length written, truncated to cap - 1. */
+size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions);
+
+#endif

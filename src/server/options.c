@@ -1,0 +1,255 @@
+/* options: the option table, its setter, the argv parser and the manual. */
+#include "server/options.h"
+
+#include "base/err.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TEXT_PROMPT                                                                       \
+    "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "    \
+    "engaging way."
+
+typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG } opt_kind;
+
+typedef struct opt_spec {
+    const char *name;    /* long name without "--"; also the config-file key */
+    const char *arg;     /* placeholder shown in the manual; NULL for flags */
+    opt_kind kind;
+    size_t offset;       /* of the field in server_options */
+    long long min, max;  /* OPT_INT / OPT_INT64 range */
+    const char *def;     /* default as text, applied through the setter; NULL: unset */
+    const char *group;   /* manual section heading, on the first option of a group */
+    const char *help;
+} opt_spec;
+
+#define F(field) offsetof(server_options, field)
+
+static const opt_spec g_opts[] = {
+    {"weights", "FILE", OPT_STRING, F(weights), 0, 0, NULL, "Model",
+     "LM checkpoint: model.safetensors as released (bf16) or converted to NF2, INT4 or NF4 by "
+     "personaplex-quantize. A config.json beside it, when present, gives the architecture. "
+     "Required unless --demo is given."},
+    {"mimi", "FILE", OPT_STRING, F(mimi), 0, 0, NULL, NULL,
+     "Mimi codec weights. Default: tokenizer-e351c8d8-checkpoint125.safetensors in the "
+     "directory of --weights."},
+    {"tokenizer", "FILE", OPT_STRING, F(tokenizer), 0, 0, NULL, NULL,
+     "SentencePiece text tokenizer. Default: tokenizer_spm_32k_3.model in the directory of "
+     "--weights."},
+    {"voices-dir", "DIR", OPT_STRING, F(voices_dir), 0, 0, NULL, NULL,
+     "Directory holding the voice prompts (NATF0.pt ... VARM4.pt, from voices.tgz). Default: "
+     "voices/ in the directory of --weights."},
+    {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
+     "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
+     "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},
+    {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
+     "Voice used when a client sends no voice_prompt (with or without the .pt suffix)."},
+    {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
+     "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
+     "tokenized like the reference server does."},
+    {"max-prompt-tokens", "N", OPT_INT, F(max_prompt_tokens), 1, 4096, "512", NULL,
+     "Longest accepted text prompt in tokens; a longer one gets an 0x05 error and a close."},
+    {"seed", "N", OPT_INT64, F(seed), -1, INT64_MAX, "42424242", NULL,
+     "Base sampling seed; a client's seed, text_seed or audio_seed query parameter overrides "
+     "it for its session. -1 draws a fresh seed per session."},
+    {"host", "ADDR", OPT_STRING, F(host), 0, 0, "127.0.0.1", "Network",
+     "Address to listen on. Use 0.0.0.0 to accept other machines (browsers then need TLS for "
+     "the microphone)."},
+    {"port", "N", OPT_INT, F(port), 0, 65535, "8998", NULL,
+     "TCP port for HTTP(S) and the WebSocket; 0 picks a free port (logged)."},
+    {"cert", "FILE", OPT_STRING, F(cert), 0, 0, NULL, NULL,
+     "TLS certificate chain (PEM). Without --cert/--key a self-signed certificate for "
+     "localhost and 127.0.0.1 is generated once and kept in --state-dir."},
+    {"key", "FILE", OPT_STRING, F(key), 0, 0, NULL, NULL, "TLS private key (PEM) for --cert."},
+    {"no-tls", NULL, OPT_FLAG, F(no_tls), 0, 1, NULL, NULL,
+     "Serve plain HTTP and ws://. Browsers allow the microphone on http://localhost only."},
+    {"max-sessions", "N", OPT_INT, F(max_sessions), 1, 256, "4", NULL,
+     "Conversations served at once. One more gets an 0x05 \"server full\" message and a close."},
+    {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
+     "Web UI to serve at /. Default: the web/ directory installed with the program (found "
+     "beside the executable, then in the source tree it was built from)."},
+    {"device", "NAME", OPT_STRING, F(device), 0, 0, "auto", "Runtime",
+     "Compute backend: cuda, cpu or auto (CUDA when a GPU is present)."},
+    {"threads", "N", OPT_INT, F(threads), 0, 1024, "0", NULL,
+     "CPU backend threads; 0 uses every online core."},
+    {"state-dir", "DIR", OPT_STRING, F(state_dir), 0, 0, NULL, NULL,
+     "Where the generated certificate, its key (mode 0600) and the demo model live. Default: "
+     "$XDG_STATE_HOME/personaplex, else ~/.local/state/personaplex."},
+    {"log-level", "LEVEL", OPT_STRING, F(log_level), 0, 0, "info", NULL,
+     "debug, info, warn or error."},
+    {"log-file", "FILE", OPT_STRING, F(log_file), 0, 0, NULL, NULL,
+     "Append log lines to FILE instead of standard error."},
+    {"help", NULL, OPT_FLAG, F(help), 0, 1, NULL, "Other", "Print this manual and exit."},
+    {"version", NULL, OPT_FLAG, F(version), 0, 1, NULL, NULL,
+     "Print the version, the compiled-in backends and CUDA architectures, and exit."},
+};
+
+#define N_OPTS (sizeof g_opts / sizeof g_opts[0])
+
+static const opt_spec *opt_find(const char *name, size_t len) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strlen(g_opts[i].name) == len && strncmp(g_opts[i].name, name, len) == 0) return &g_opts[i];
+    return NULL;
+}
+
+static int parse_integer(const opt_spec *s, const char *value, long long *out, char *err) {
+    if (!value || !*value) return pp_fail(err, PP_EINVAL, "--%s needs a number", s->name);
+    errno = 0;
+    char *end;
+    long long v = strtoll(value, &end, 10);
+    if (errno || *end) return pp_fail(err, PP_EINVAL, "--%s: '%s' is not an integer", s->name, value);
+    if (v < s->min || v > s->max)
+        return pp_fail(err, PP_EINVAL, "--%s: %lld is outside [%lld, %lld]", s->name, v, s->min, s->max);
+    *out = v;
+    return PP_OK;
+}
+
+static int opt_apply(server_options *o, const opt_spec *s, const char *value, char *err) {
+    char *field = (char *)o + s->offset;
+    long long v;
+    int rc;
+    switch (s->kind) {
+    case OPT_FLAG:
+        if (value && strcmp(value, "true") != 0 && strcmp(value, "1") != 0)
+            return pp_fail(err, PP_EINVAL, "--%s takes no value (got '%s')", s->name, value);
+        *(int *)field = 1;
+        return PP_OK;
+    case OPT_INT:
+        if ((rc = parse_integer(s, value, &v, err))) return rc;
+        *(int *)field = (int)v;
+        return PP_OK;
+    case OPT_INT64:
+        if ((rc = parse_integer(s, value, &v, err))) return rc;
+        *(int64_t *)field = v;
+        return PP_OK;
+    case OPT_STRING: {
+        if (!value) return pp_fail(err, PP_EINVAL, "--%s needs a value", s->name);
+        char *copy = strdup(value);
+        if (!copy) return pp_fail(err, PP_ENOMEM, "--%s: out of memory", s->name);
+        free(*(char **)field);
+        *(char **)field = copy;
+        return PP_OK;
+    }
+    }
+    return pp_fail(err, PP_EINVAL, "--%s: bad option kind", s->name);
+}
+
+int server_options_set(server_options *o, const char *name, const char *value, char *err) {
+    const opt_spec *s = opt_find(name, strlen(name));
+    if (!s) return pp_fail(err, PP_EINVAL, "unknown option '%s' (see --help)", name);
+    return opt_apply(o, s, value, err);
+}
+
+int server_options_init(server_options *o, char *err) {
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (!g_opts[i].def) continue;
+        int rc = opt_apply(o, &g_opts[i], g_opts[i].def, err);
+        if (rc) {
+            server_options_free(o);
+            return rc;
+        }
+    }
+    return PP_OK;
+}
+
+void server_options_free(server_options *o) {
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (g_opts[i].kind != OPT_STRING) continue;
+        char **field = (char **)((char *)o + g_opts[i].offset);
+        free(*field);
+        *field = NULL;
+    }
+}
+
+int server_options_parse(server_options *o, int argc, char **argv, char *err) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || !a[2])
+            return pp_fail(err, PP_EINVAL, "unexpected argument '%s' (options start with --; see --help)", a);
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const opt_spec *s = opt_find(name, len);
+        if (!s) return pp_fail(err, PP_EINVAL, "unknown option '%s' (see --help)", a);
+        const char *value = eq ? eq + 1 : NULL;
+        if (!eq && s->kind != OPT_FLAG) {
+            if (i + 1 >= argc) return pp_fail(err, PP_EINVAL, "--%s needs a value", s->name);
+            value = argv[++i];
+        }
+        int rc = opt_apply(o, s, value, err);
+        if (rc) return rc;
+    }
+    return PP_OK;
+}
+
+/* Prints text word-wrapped to width 80 with every line indented by `indent` spaces. */
+static void print_wrapped(FILE *out, const char *text, int indent) {
+    const int width = 80;
+    int col = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (!w) break;
+        if (col && col + 1 + (int)w > width) {
+            fputc('\n', out);
+            col = 0;
+        }
+        if (!col) col = fprintf(out, "%*s", indent, "");
+        else col += fprintf(out, " ");
+        col += fprintf(out, "%.*s", (int)w, p);
+        p += w;
+    }
+    fputc('\n', out);
+}
+
+void server_options_print_help(FILE *out, const char *argv0) {
+    fprintf(out, "NAME\n    personaplex-server - real-time speech-to-speech server for PersonaPlex-7B\n\n");
+    fprintf(out, "SYNOPSIS\n    %s --weights FILE [OPTION]...\n    %s --demo [OPTION]...\n\n", argv0, argv0);
+    fprintf(out, "DESCRIPTION\n");
+    print_wrapped(out,
+                  "Serves the PersonaPlex web UI and its WebSocket at /api/chat, wire-compatible "
+                  "with the official PersonaPlex client and Kyutai's Moshi clients: Ogg Opus at "
+                  "24 kHz both ways, one output page per 80 ms frame, text pieces as they are "
+                  "sampled. Each conversation first runs its voice prompt and <system>-wrapped "
+                  "text prompt through the model, then sends the 0x00 handshake. Several "
+                  "conversations run at once, each with its own codec state and KV cache.",
+                  4);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const opt_spec *s = &g_opts[i];
+        if (s->group) fprintf(out, "%s  %s\n", i == 0 ? "\nOPTIONS\n" : "\n", s->group);
+        fprintf(out, "    --%s%s%s\n", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
+        print_wrapped(out, s->help, 12);
+        if (s->def && s->kind != OPT_FLAG) {
+            char line[256];
+            snprintf(line, sizeof line, "Default: %s", s->def);
+            print_wrapped(out, line, 12);
+        }
+    }
+    fprintf(out, "\nENDPOINTS\n");
+    print_wrapped(out,
+                  "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
+                  "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
+                  "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
+                  "GET /api/voices (JSON list of voices); GET /health (JSON readiness); GET "
+                  "/metrics (Prometheus text format).",
+                  4);
+    fprintf(out, "\nFILES\n");
+    print_wrapped(out,
+                  "STATE_DIR/cert.pem, STATE_DIR/key.pem: the generated self-signed certificate "
+                  "and key. STATE_DIR/demo/: the generated demo model.",
+                  4);
+    fprintf(out, "\nENVIRONMENT\n");
+    print_wrapped(out, "XDG_STATE_HOME, HOME: locate the default state directory.", 4);
+    fprintf(out, "\nEXAMPLES\n");
+    fprintf(out, "    %s --demo\n", argv0);
+    fprintf(out, "    %s --weights model-nf2.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
+    fprintf(out, "\nEXIT STATUS\n");
+    print_wrapped(out,
+                  "0 after a clean shutdown (SIGINT or SIGTERM), 1 when start-up fails, 2 on a "
+                  "command-line error.",
+                  4);
+}

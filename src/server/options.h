@@ -1,0 +1,55 @@
+/* options: the server's settings, one table row per option.
+ *
+ * Every option has a long name, a kind, a default and a help paragraph in one static table
+ * (options.c). The command line and, later, a config file go through the same setter
+ * (server_options_set), so a config key is just the long name without its dashes. --help is
+ * printed from the same table, so the manual can never drift from the parser. */
+#ifndef PP_SERVER_OPTIONS_H
+#define PP_SERVER_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Strings are heap copies owned by the struct (server_options_free releases them); NULL means
+ * "not given" where the help text describes a derived default. */
+typedef struct server_options {
+    char *weights;      /* LM checkpoint (any supported format) */
+    char *mimi;         /* Mimi codec weights */
+    char *tokenizer;    /* SentencePiece model */
+    char *voices_dir;   /* directory of the voice prompt files */
+    char *voice;        /* default voice name */
+    char *text_prompt;  /* default text prompt */
+    char *host;         /* address to bind */
+    int port;
+    char *cert, *key;   /* PEM files; NULL: self-signed pair in state_dir */
+    char *state_dir;
+    int no_tls;
+    char *device;       /* "auto", "cpu", "cuda" */
+    int threads;        /* CPU backend threads (0: all cores) */
+    int max_sessions;
+    int max_prompt_tokens;
+    char *static_dir;
+    int64_t seed;
+    char *log_level;
+    char *log_file;
+    int demo;
+    int help;
+    int version;
+} server_options;
+
+/* Fills every option with its table default. 0 or PP_ENOMEM. */
+int server_options_init(server_options *o, char *err);
+void server_options_free(server_options *o);
+
+/* Sets option `name` (long name without dashes, e.g. "max-sessions") from text; value is
+ * NULL for a flag. Checks kind and range; err names the option and the bad value. */
+int server_options_set(server_options *o, const char *name, const char *value, char *err);
+
+/* Parses argv (--name VALUE, --name=VALUE, --flag). Fills err on an unknown option, a missing
+ * value or a bad value. */
+int server_options_parse(server_options *o, int argc, char **argv, char *err);
+
+/* The manual page (--help), generated from the table. */
+void server_options_print_help(FILE *out, const char *argv0);
+
+#endif

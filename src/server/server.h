@@ -1,0 +1,54 @@
+/* server: the state the lws callbacks share, and the two lws protocols.
+ *
+ * One `server` lives in main for the whole run and is the lws context's user pointer. The
+ * model, the engine and the readiness flag are published by the loader thread once the
+ * weights are in (so /health can answer "not ready" while a large model loads); everything
+ * else belongs to the lws service thread. */
+#ifndef PP_SERVER_SERVER_H
+#define PP_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <libwebsockets.h>
+
+#include "base/err.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/options.h"
+
+/* Request headers lws may hold: the web client's text_prompt (1000 characters) percent-encoded
+ * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (spec/protocol.md §2.5 item 2). */
+#define SERVER_MAX_HEADER 32768
+
+typedef struct ws_pss ws_pss;
+
+typedef struct server {
+    const server_options *opt;
+    char static_dir[4096];   /* "" when no web UI was found */
+    metrics *metrics;
+    struct lws_context *ctx;
+
+    pthread_mutex_t lock;    /* guards the fields up to the next comment */
+    engine *engine;          /* NULL until the model is loaded */
+    pp_model *model;
+    int failed;              /* the model could not be loaded (load_error says why) */
+    char load_error[PP_ERR_LEN];
+    int ctx_alive;           /* ctx may be woken with lws_cancel_service */
+
+    /* lws service thread only */
+    uint64_t next_id;
+    ws_pss *live;            /* open /api/chat sockets */
+    char scratch[SERVER_MAX_HEADER]; /* one decoded query fragment at a time */
+} server;
+
+/* The published engine and model, or NULLs while loading (any thread). */
+engine *server_engine(server *s, pp_model **model);
+
+/* lws protocol callbacks (service thread). */
+int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+size_t http_pss_size(void);
+size_t ws_pss_size(void);
+
+#endif

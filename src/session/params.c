@@ -1,0 +1,212 @@
+/* params: defaults, query decoding and bounds for one conversation's settings. */
+#include "session/params.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REFERENCE_SEED 42424242u
+
+void pp_params_defaults(pp_session_params *p) {
+    memset(p, 0, sizeof *p);
+    strcpy(p->voice, "NATF2");
+    p->text_temperature = 0.7f;
+    p->text_topk = 25;
+    p->audio_temperature = 0.8f;
+    p->audio_topk = 250;
+    p->text_seed = p->audio_seed = REFERENCE_SEED;
+}
+
+int pp_utf8_valid(const char *str, size_t len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int n;
+        unsigned cp, min;
+        if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (i + (size_t)n >= len) return 0; /* truncated sequence */
+        for (int k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        i += (size_t)n + 1;
+    }
+    return 1;
+}
+
+int pp_params_set_voice(pp_session_params *p, const char *name, char *err) {
+    size_t len = strlen(name);
+    /* The name itself is checked where it is resolved (pp_voice_resolve refuses paths). */
+    if (!len || len >= sizeof p->voice)
+        return pp_fail(err, PP_EINVAL, "voice_prompt: the name must be 1 to %d bytes", (int)sizeof p->voice - 1);
+    memcpy(p->voice, name, len + 1);
+    return PP_OK;
+}
+
+/* Parses a float; returns 0 and logs when value is not a finite number. */
+static int parse_float(const char *key, const char *value, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (!*value || *end || errno || !isfinite(v)) {
+        PP_WARN("params", "%s: '%.32s' is not a number; keeping the default", key, value);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_int(const char *key, const char *value, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno) {
+        PP_WARN("params", "%s: '%.32s' is not an integer; keeping the default", key, value);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static void set_float(float *dst, const char *key, const char *value, double lo, double hi) {
+    double v;
+    if (!parse_float(key, value, &v)) return;
+    if (v < lo || v > hi) {
+        double c = v < lo ? lo : hi;
+        PP_WARN("params", "%s=%g is outside [%g, %g]; using %g", key, v, lo, hi, c);
+        v = c;
+    }
+    *dst = (float)v;
+}
+
+static void set_int(int *dst, const char *key, const char *value, long long lo, long long hi) {
+    long long v;
+    if (!parse_int(key, value, &v)) return;
+    if (v < lo || v > hi) {
+        long long c = v < lo ? lo : hi;
+        PP_WARN("params", "%s=%lld is outside [%lld, %lld]; using %lld", key, v, lo, hi, c);
+        v = c;
+    }
+    *dst = (int)v;
+}
+
+static void set_seed(uint64_t *a, uint64_t *b, const char *key, const char *value) {
+    long long v;
+    if (!parse_int(key, value, &v)) return;
+    if (v < 0) return; /* -1 is "do not reseed" in the reference: keep the server's seed */
+    *a = (uint64_t)v;
+    if (b) *b = (uint64_t)v;
+}
+
+/* Keys clients send that this model does not use (spec/protocol.md §1.4). */
+static const char *const g_ignored[] = {"pad_mult", "repetition_penalty", "repetition_penalty_context",
+                                        "worker_auth_id", "email"};
+
+int pp_params_set(pp_session_params *p, const char *key, const char *value, char *err) {
+    size_t vlen = strlen(value);
+    if (strcmp(key, "text_prompt") == 0) {
+        if (vlen > PP_PARAMS_MAX_PROMPT)
+            return pp_fail(err, PP_EFULL, "text_prompt is %zu bytes; the limit is %d", vlen, PP_PARAMS_MAX_PROMPT);
+        if (!pp_utf8_valid(value, vlen)) return pp_fail(err, PP_EINVAL, "text_prompt is not valid UTF-8");
+        memcpy(p->text_prompt, value, vlen + 1);
+    } else if (strcmp(key, "voice_prompt") == 0) {
+        return pp_params_set_voice(p, value, err);
+    } else if (strcmp(key, "text_temperature") == 0) {
+        set_float(&p->text_temperature, key, value, 0.0, 2.0);
+    } else if (strcmp(key, "audio_temperature") == 0) {
+        set_float(&p->audio_temperature, key, value, 0.0, 2.0);
+    } else if (strcmp(key, "text_topk") == 0) {
+        set_int(&p->text_topk, key, value, 1, 32000);
+    } else if (strcmp(key, "audio_topk") == 0) {
+        set_int(&p->audio_topk, key, value, 1, 2048);
+    } else if (strcmp(key, "seed") == 0) {
+        set_seed(&p->text_seed, &p->audio_seed, key, value);
+    } else if (strcmp(key, "text_seed") == 0) {
+        set_seed(&p->text_seed, NULL, key, value);
+    } else if (strcmp(key, "audio_seed") == 0) {
+        set_seed(&p->audio_seed, NULL, key, value);
+    } else {
+        for (size_t i = 0; i < sizeof g_ignored / sizeof g_ignored[0]; i++)
+            if (strcmp(key, g_ignored[i]) == 0) {
+                PP_DEBUG("params", "%s is not used by this model; ignored", key);
+                return PP_OK;
+            }
+        PP_WARN("params", "unknown query parameter '%.32s' ignored", key);
+    }
+    return PP_OK;
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Form-decodes src[0..n) into dst (NUL-terminated, at most n + 1 bytes). Returns 0, or -1 on
+ * a bad %XX escape or an escaped NUL. */
+static int form_decode(const char *src, size_t n, char *dst) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = src[i];
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%') {
+            if (i + 2 >= n) return -1;
+            int hi = hex_value(src[i + 1]), lo = hex_value(src[i + 2]);
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '\0') {
+            return -1;
+        }
+        dst[o++] = c;
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+int pp_params_parse_query(pp_session_params *p, const char *query, size_t len, char *err) {
+    char *buf = malloc(len + 2);
+    if (!buf) return pp_fail(err, PP_ENOMEM, "query string: out of memory");
+    int rc = PP_OK;
+    size_t start = 0;
+    while (start <= len && !rc) {
+        size_t end = start;
+        while (end < len && query[end] != '&') end++;
+        const char *eq = memchr(query + start, '=', end - start);
+        size_t klen = eq ? (size_t)(eq - (query + start)) : end - start;
+        if (end > start) {
+            /* Key and value are decoded into one buffer: key at 0, value after its NUL. */
+            char *key = buf, *value = buf + klen + 1;
+            value[0] = '\0';
+            if (form_decode(query + start, klen, key) != 0) {
+                PP_WARN("params", "query key with a malformed %%-escape skipped");
+            } else if (eq && form_decode(eq + 1, end - start - klen - 1, value) != 0) {
+                if (strcmp(key, "text_prompt") == 0 || strcmp(key, "voice_prompt") == 0)
+                    rc = pp_fail(err, PP_EINVAL, "%s: malformed %%-escape", key);
+                else
+                    PP_WARN("params", "%.32s: malformed %%-escape; keeping the default", key);
+            } else {
+                rc = pp_params_set(p, key, value, err);
+            }
+        }
+        start = end + 1;
+    }
+    free(buf);
+    return rc;
+}

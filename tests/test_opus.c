@@ -1,0 +1,329 @@
+/* test_opus: the uplink on the real browser capture (checked against Debian's opusdec), the
+ * downlink's header pages and audio pages (decoded by opusdec and by our own uplink), loss
+ * concealment, and the bounded frame buffer. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "audio/ogg.h"
+#include "audio/opus.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "test.h"
+
+#define CAPTURE PP_TEST_DATA "/captures/official-client-uplink.opus"
+#define CAPTURE_PAGES 157
+
+typedef struct {
+    uint8_t *data;
+    size_t len;
+} blob;
+
+static blob read_file(const char *path) {
+    blob b = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return b;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b.data = malloc(n > 0 ? (size_t)n : 1);
+    if (b.data && n > 0 && fread(b.data, 1, (size_t)n, f) == (size_t)n) b.len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
+static size_t page_len(const uint8_t *p) {
+    size_t n = 27 + p[26];
+    for (int i = 0; i < p[26]; i++) n += p[27 + i];
+    return n;
+}
+
+/* Growable float buffer for decoded audio. */
+typedef struct {
+    float *x;
+    size_t n, cap;
+} pcm_buf;
+
+static void pcm_add(pcm_buf *b, const float *x, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->x = realloc(b->x, b->cap * sizeof *b->x);
+    }
+    memcpy(b->x + b->n, x, n * sizeof *x);
+    b->n += n;
+}
+
+static void drain(pp_uplink *u, pcm_buf *out) {
+    float frame[PP_AUDIO_FRAME];
+    while (pp_uplink_frame(u, frame)) pcm_add(out, frame, PP_AUDIO_FRAME);
+}
+
+/* Feeds a stream to a fresh uplink one page per push (as the browser sends it), draining
+ * frames after each push. skip_page >= 0 leaves that page out. */
+static int uplink_pages(const uint8_t *d, size_t len, int skip_page, pcm_buf *out,
+                        pp_uplink_stats *st) {
+    char err[PP_ERR_LEN];
+    pp_uplink *u;
+    int rc = pp_uplink_open(&u, 0, err);
+    if (rc < 0) return rc;
+    int k = 0;
+    for (size_t at = 0; at < len && rc == 0; k++) {
+        size_t n = page_len(d + at);
+        if (k != skip_page) rc = pp_uplink_push(u, d + at, n, err);
+        drain(u, out);
+        at += n;
+    }
+    *st = pp_uplink_get_stats(u);
+    pp_uplink_close(u);
+    return rc;
+}
+
+static double rms(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return n ? sqrt(s / (double)n) : 0;
+}
+
+/* RMS of a-b over RMS of b: opusdec's output is not bit-identical to a direct
+ * opus_decode_float at 24 kHz (observed peak differences of 4e-3 on speech peaking at 1.0),
+ * so the tests compare energies; a misalignment by even one sample gives a ratio near 0.5. */
+static double rms_diff_ratio(const float *a, const float *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return s > 0 ? sqrt(e / s) : 1;
+}
+
+static int have_opusdec(void) { return system("opusdec --version >/dev/null 2>&1") == 0; }
+
+/* Decodes an Ogg Opus file with opusdec at 24 kHz into float samples. */
+static blob opusdec(const char *in, const char *raw) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "opusdec --quiet --rate 24000 --float '%s' '%s'", in, raw);
+    blob b = {0};
+    if (system(cmd) == 0) b = read_file(raw);
+    remove(raw);
+    return b;
+}
+
+static void test_capture(void) {
+    blob cap = read_file(CAPTURE);
+    TEST_COND("capture readable", cap.len > 0);
+    if (!cap.len) return;
+    pcm_buf pcm = {0};
+    pp_uplink_stats st;
+    TEST_COND("capture decodes", uplink_pages(cap.data, cap.len, -1, &pcm, &st) == 0);
+    /* 155 audio pages of two 20 ms packets (480 samples at 24 kHz) minus the pre-skip of
+     * 3840 at 48 kHz (1920 at 24 kHz): 146880 samples = 6.12 s. */
+    size_t expect = (CAPTURE_PAGES - 2) * 2 * 480 - 1920;
+    TEST_COND("capture sample count", st.samples == expect && st.packets == (CAPTURE_PAGES - 2) * 2);
+    TEST_COND("capture: no concealment, no drops", st.concealed == 0 && st.dropped == 0);
+    TEST_COND("capture: whole frames out", pcm.n == expect / PP_AUDIO_FRAME * PP_AUDIO_FRAME);
+    TEST_COND("capture: about 6 s", pcm.n >= 5 * PP_AUDIO_RATE && pcm.n <= 7 * PP_AUDIO_RATE);
+    double r = rms(pcm.x, pcm.n);
+    TEST_COND("capture: speech, not silence", r > 0.01 && r < 0.5);
+
+    if (have_opusdec()) {
+        blob ref = opusdec(CAPTURE, "test_opus_capture.raw");
+        size_t nref = ref.len / sizeof(float);
+        TEST_COND("opusdec decodes the capture to the same length", nref == expect);
+        if (nref >= pcm.n && pcm.n) {
+            double e = rms_diff_ratio(pcm.x, (const float *)ref.data, pcm.n);
+            printf("uplink vs opusdec: rms(diff)/rms = %.3g over %zu samples\n", e, pcm.n);
+            TEST_COND("uplink PCM = opusdec PCM", e < 0.01);
+        }
+        free(ref.data);
+    }
+
+    /* A lost page: decoding goes on, one concealment fills in for it. */
+    pcm_buf lost = {0};
+    int rc = uplink_pages(cap.data, cap.len, 40, &lost, &st);
+    TEST_COND("lost page: stream goes on", rc == 0 && st.ogg.errors == 1);
+    TEST_COND("lost page: concealed", st.concealed == 1 && st.samples == expect - 960 + 480);
+    free(lost.x);
+
+    /* A tiny buffer that nobody drains keeps the newest samples and counts the rest. */
+    char err[PP_ERR_LEN];
+    pp_uplink *u;
+    TEST_COND("small buffer opens", pp_uplink_open(&u, 4000, err) == 0);
+    TEST_COND("buffer below a frame refused", pp_uplink_open(&(pp_uplink *){0}, 100, err) == PP_EINVAL);
+    pp_uplink_push(u, cap.data, cap.len, err);
+    st = pp_uplink_get_stats(u);
+    TEST_COND("full buffer drops oldest", pp_uplink_buffered(u) == 4000 && st.dropped == expect - 4000);
+    float frame[PP_AUDIO_FRAME];
+    TEST_COND("newest samples kept", pp_uplink_frame(u, frame) &&
+                                         memcmp(frame, pcm.x + (expect - 4000), sizeof frame) == 0);
+    pp_uplink_close(u);
+
+    /* Odd-sized pushes give the same frames. */
+    pcm_buf odd = {0};
+    pp_uplink_open(&u, 0, err);
+    for (size_t at = 0, n = 1; at < cap.len; at += n, n = n * 3 % 1001 + 1) {
+        if (n > cap.len - at) n = cap.len - at;
+        pp_uplink_push(u, cap.data + at, n, err);
+        drain(u, &odd);
+    }
+    pp_uplink_close(u);
+    TEST_COND("odd pushes: same frames", odd.n == pcm.n && memcmp(odd.x, pcm.x, pcm.n * sizeof(float)) == 0);
+    free(odd.x);
+    free(pcm.x);
+    free(cap.data);
+}
+
+/* An Ogg stream with a valid OpusHead and an invalid Opus packet: concealed, not fatal; a
+ * stream whose first packet is not OpusHead: fatal. */
+static void test_bad_packets(void) {
+    char err[PP_ERR_LEN];
+    uint8_t page[PP_OGG_MAX_PAGE], head[19] = "OpusHead";
+    head[8] = 1, head[9] = 1;
+    uint8_t bad[3] = {0xff, 0xff, 0xff}; /* code 3 with an impossible frame count */
+    pp_ogg_writer w;
+    pp_ogg_writer_init(&w, 5);
+    pp_uplink *u;
+    pp_uplink_open(&u, 0, err);
+    size_t len;
+    pp_ogg_writer_page(&w, head, sizeof head, 0, 0, page, sizeof page, &len, err);
+    int rc = pp_uplink_push(u, page, len, err);
+    pp_ogg_writer_page(&w, bad, sizeof bad, 960, 0, page, sizeof page, &len, err);
+    rc |= pp_uplink_push(u, page, len, err);
+    pp_ogg_writer_page(&w, bad, 0, 1920, 0, page, sizeof page, &len, err);
+    rc |= pp_uplink_push(u, page, len, err);
+    pp_uplink_stats st = pp_uplink_get_stats(u);
+    TEST_COND("bad Opus packets concealed", rc == 0 && st.concealed == 2 && st.samples == 960);
+    pp_uplink_close(u);
+
+    pp_ogg_writer_init(&w, 6);
+    pp_uplink_open(&u, 0, err);
+    pp_ogg_writer_page(&w, bad, sizeof bad, 0, 0, page, sizeof page, &len, err);
+    err[0] = 0;
+    rc = pp_uplink_push(u, page, len, err);
+    TEST_COND("non-Opus stream refused", rc == PP_EFORMAT && strstr(err, "OpusHead") != NULL);
+    pp_uplink_close(u);
+}
+
+static void sine(float *x, int n, int offset, double hz, double amp) {
+    for (int i = 0; i < n; i++)
+        x[i] = (float)(amp * sin(2 * 3.14159265358979323846 * hz * (double)(offset + i) / PP_AUDIO_RATE));
+}
+
+/* Zero crossings per second / 2 = the frequency of a clean tone. */
+static double tone_hz(const float *x, size_t n) {
+    size_t z = 0;
+    for (size_t i = 1; i < n; i++) z += (x[i - 1] < 0) != (x[i] < 0);
+    return (double)z / 2 / ((double)n / PP_AUDIO_RATE);
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void test_downlink(void) {
+    enum { FRAMES = 25 };
+    char err[PP_ERR_LEN];
+    pp_downlink *d;
+    TEST_COND("downlink opens", pp_downlink_open(&d, 0, err) == 0);
+    TEST_COND("bad bitrate refused", pp_downlink_open(&(pp_downlink *){0}, 100, err) == PP_EINVAL);
+    uint8_t *stream = malloc((FRAMES + 2) * PP_DOWNLINK_MAX_PAGE);
+    size_t slen = 0, len;
+
+    TEST_COND("OpusHead page", pp_downlink_header(d, 0, stream, PP_DOWNLINK_MAX_PAGE, &len, err) == 0);
+    const uint8_t *h = stream;
+    TEST_COND("OpusHead: 47 bytes, BOS, one lacing value of 19", len == 27 + 1 + 19 && h[5] == 2 &&
+                                                                     h[26] == 1 && h[27] == 19);
+    TEST_COND("OpusHead: serial 42, sequence 0, granule 0",
+              le32(h + 14) == 42 && le32(h + 18) == 0 && le32(h + 6) == 0 && le32(h + 10) == 0);
+    TEST_COND("OpusHead: fields", memcmp(h + 28, "OpusHead", 8) == 0 && h[36] == 1 && h[37] == 1 &&
+                                      (h[38] | h[39] << 8) == 3840 && le32(h + 40) == 24000 &&
+                                      h[44] == 0 && h[45] == 0 && h[46] == 0);
+    slen += len;
+    TEST_COND("small header buffer", pp_downlink_header(d, 1, stream + slen, 10, &len, err) == PP_EFULL);
+    TEST_COND("OpusTags page", pp_downlink_header(d, 1, stream + slen, PP_DOWNLINK_MAX_PAGE, &len, err) == 0);
+    const uint8_t *t = stream + slen;
+    TEST_COND("OpusTags: sequence 1, vendor, no comments",
+              t[5] == 0 && le32(t + 18) == 1 && memcmp(t + 28, "OpusTags", 8) == 0 &&
+                  le32(t + 36) == 18 && memcmp(t + 40, "personaplex-server", 18) == 0 &&
+                  le32(t + 58) == 0 && len == 27 + 1 + 8 + 4 + 18 + 4);
+    slen += len;
+
+    float frame[PP_AUDIO_FRAME];
+    int ok = 1;
+    size_t max_page = 0;
+    for (int f = 0; f < FRAMES; f++) {
+        sine(frame, PP_AUDIO_FRAME, f * PP_AUDIO_FRAME, 440, 0.5);
+        if (f == 3) frame[7] = NAN; /* a broken model sample must not break the stream */
+        int rc = pp_downlink_encode(d, frame, stream + slen, PP_DOWNLINK_MAX_PAGE, &len, err);
+        const uint8_t *p = stream + slen;
+        ok &= rc == 0 && p[5] == 0 && le32(p + 18) == (uint32_t)f + 2 && le32(p + 14) == 42 &&
+              le32(p + 6) == (uint32_t)(f + 1) * 3840 && le32(p + 10) == 0;
+        if (len > max_page) max_page = len;
+        slen += len;
+    }
+    TEST_COND("audio pages: sequence 2.., granule 3840 per frame (48 kHz)", ok);
+    printf("downlink: %d pages, largest %zu bytes, %.1f kbit/s\n", FRAMES, max_page,
+           (double)(slen * 8) / (FRAMES * 0.08) / 1000);
+    pp_downlink_close(d);
+
+    /* Our own reader decodes it: pre-skip 3840 (1920 at 24 kHz) leaves FRAMES-1 frames. */
+    pcm_buf pcm = {0};
+    pp_uplink_stats st;
+    TEST_COND("uplink reads the downlink", uplink_pages(stream, slen, -1, &pcm, &st) == 0 &&
+                                               st.ogg.errors == 0 && st.concealed == 0);
+    TEST_COND("downlink decodes to FRAMES-1 frames", pcm.n == (FRAMES - 1) * PP_AUDIO_FRAME);
+    if (pcm.n > PP_AUDIO_RATE) {
+        /* After the first frames settle: a clean 440 Hz tone near amplitude 0.5 (RMS 0.354).
+         * Opus at ~25 kbit/s keeps level within ~15% and pitch within a few Hz. */
+        const float *steady = pcm.x + 8 * PP_AUDIO_FRAME;
+        size_t n = pcm.n - 8 * PP_AUDIO_FRAME;
+        double r = rms(steady, n), hz = tone_hz(steady, n);
+        printf("downlink tone: rms %.3f, %.1f Hz\n", r, hz);
+        TEST_COND("tone level", fabs(r - 0.3536) < 0.05);
+        TEST_COND("tone pitch", fabs(hz - 440) < 5);
+    }
+
+    FILE *f = fopen("test_opus_downlink.opus", "wb");
+    TEST_COND("write downlink file", f && fwrite(stream, 1, slen, f) == slen);
+    if (f) fclose(f);
+    if (have_opusdec()) {
+        blob ref = opusdec("test_opus_downlink.opus", "test_opus_downlink.raw");
+        size_t n = ref.len / sizeof(float);
+        printf("opusdec: %zu samples\n", n);
+        /* opusdec honours the pre-skip and the last granule: (25*3840 - 3840) / 2. */
+        TEST_COND("opusdec decodes the downlink at the right length",
+                  n == (size_t)(FRAMES - 1) * PP_AUDIO_FRAME);
+        if (n == pcm.n) {
+            double e = rms_diff_ratio(pcm.x, (const float *)ref.data, n);
+            printf("downlink, ours vs opusdec: rms(diff)/rms = %.3g\n", e);
+            TEST_COND("opusdec and our uplink agree", e < 0.01);
+        }
+        free(ref.data);
+    } else {
+        printf("opusdec not installed: downlink not cross-checked\n");
+    }
+    remove("test_opus_downlink.opus");
+
+    /* A fixed bitrate is honoured: 64 kbit/s pages are larger than the automatic ones. */
+    pp_downlink_open(&d, 64000, err);
+    size_t total = 0;
+    for (int i = 0; i < FRAMES; i++) {
+        sine(frame, PP_AUDIO_FRAME, i * PP_AUDIO_FRAME, 440, 0.5);
+        pp_downlink_encode(d, frame, stream, PP_DOWNLINK_MAX_PAGE, &len, err);
+        total += len;
+    }
+    pp_downlink_close(d);
+    TEST_COND("64 kbit/s uses more bytes", total > slen);
+    free(pcm.x);
+    free(stream);
+}
+
+int main(void) {
+    pp_log_set_level(PP_LOG_ERROR);
+    test_capture();
+    test_bad_packets();
+    test_downlink();
+    int rc = test_report();
+    if (rc == 0 && !have_opusdec()) TEST_SKIP("opusdec (Debian opus-tools) missing: cross-checks not run");
+    return rc;
+}

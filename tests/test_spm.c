@@ -1,0 +1,136 @@
+/* test_spm: the demo tokenizer trains to the same bytes twice, loads from memory and from a
+ * file, round-trips text through ids and pieces, wraps prompts as lm.md §6.3 says and
+ * enforces the prompt length bound. */
+#include <stdint.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "test.h"
+#include "text/spm.h"
+
+#define VOCAB 200
+
+/* Joins the pieces of ids (with "▁" already turned into spaces by pp_spm_piece). */
+static void detok(const pp_spm *s, const int32_t *ids, size_t n, char *out, size_t cap) {
+    char err[PP_ERR_LEN], piece[256];
+    out[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pp_spm_piece(s, ids[i], piece, sizeof piece, err) == 0 &&
+            strlen(out) + strlen(piece) < cap)
+            strcat(out, piece);
+}
+
+static void test_wrap(void) {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"You are kind.", "<system> You are kind. <system>"},
+        {"  \t You are kind.\n", "<system> You are kind. <system>"},
+        {"<system> Already wrapped <system>", "<system> Already wrapped <system>"},
+        {" <system>x<system> ", "<system>x<system>"},
+        {"<system> only at the start", "<system> <system> only at the start <system>"},
+        {"only at the end <system>", "<system> only at the end <system> <system>"},
+        {"<system>", "<system>"},
+        {"", ""},
+        {" \n\t\r ", ""},
+    };
+    char err[PP_ERR_LEN];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *w = NULL;
+        int rc = pp_spm_wrap_prompt(cases[i].in, &w, err);
+        TEST_COND(cases[i].in, rc == 0 && w && strcmp(w, cases[i].out) == 0);
+        if (w && strcmp(w, cases[i].out) != 0) fprintf(stderr, "  got \"%s\"\n", w);
+        free(w);
+    }
+}
+
+static void test_model(void) {
+    char err[PP_ERR_LEN];
+    void *m1 = NULL, *m2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    TEST_COND("demo trains", pp_spm_make_demo(VOCAB, &m1, &n1, err) == 0 && n1 > 1000);
+    TEST_COND("demo trains again", pp_spm_make_demo(VOCAB, &m2, &n2, err) == 0);
+    TEST_COND("demo model is deterministic", n1 == n2 && m1 && m2 && memcmp(m1, m2, n1) == 0);
+    free(m2);
+    m2 = NULL;
+    TEST_COND("bad demo size refused", pp_spm_make_demo(5, &m2, &n2, err) == PP_EINVAL && !m2);
+    if (!m1) return;
+
+    pp_spm *s = NULL;
+    TEST_COND("loads from memory", pp_spm_load_memory(&s, m1, n1, err) == 0);
+    if (!s) {
+        free(m1);
+        return;
+    }
+    TEST_COND("vocab size", pp_spm_vocab_size(s) == VOCAB);
+    char piece[64];
+    TEST_COND("id 3 is <pad>", pp_spm_piece(s, 3, piece, sizeof piece, err) == 0 &&
+                                   strcmp(piece, "<pad>") == 0);
+    TEST_COND("id 0 is <unk>", pp_spm_piece(s, 0, piece, sizeof piece, err) == 0 &&
+                                   strcmp(piece, "<unk>") == 0);
+    TEST_COND("id out of range", pp_spm_piece(s, VOCAB, piece, sizeof piece, err) == PP_EINVAL &&
+                                     pp_spm_piece(s, -1, piece, sizeof piece, err) == PP_EINVAL);
+
+    /* Round trip: pieces joined give back the text with one leading space (from "▁"). */
+    const char *text = "Hello there, how is the weather this morning?";
+    int32_t ids[256];
+    size_t n = 0;
+    TEST_COND("encode", pp_spm_encode(s, text, ids, 256, &n, err) == 0 && n > 3 && n < strlen(text));
+    int in_range = 1, no_special = 1;
+    for (size_t i = 0; i < n; i++) {
+        in_range &= ids[i] >= 0 && ids[i] < VOCAB;
+        no_special &= ids[i] != 1 && ids[i] != 2; /* no BOS/EOS added */
+    }
+    TEST_COND("ids in range, no BOS/EOS", in_range && no_special);
+    char back[1024];
+    detok(s, ids, n, back, sizeof back);
+    TEST_COND("round trip", back[0] == ' ' && strcmp(back + 1, text) == 0);
+    int has_space = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pp_spm_piece(s, ids[i], piece, sizeof piece, err) == 0 && piece[0] == ' ') has_space = 1;
+    TEST_COND("pieces carry their leading space", has_space);
+    TEST_COND("small piece buffer", pp_spm_piece(s, ids[0], piece, 1, err) == PP_EFULL);
+    size_t m;
+    TEST_COND("encode bound", pp_spm_encode(s, text, ids, n - 1, &m, err) == PP_EFULL && m == 0);
+
+    /* The prompt: wrapped, "<system>" is one piece in the demo model, bounded length. */
+    size_t np = 0;
+    TEST_COND("prompt encodes", pp_spm_encode_prompt(s, "  Be kind.  ", ids, 256, &np, err) == 0);
+    detok(s, ids, np, back, sizeof back);
+    TEST_COND("prompt decodes to the wrapped text", strcmp(back, " <system> Be kind. <system>") == 0);
+    if (strcmp(back, " <system> Be kind. <system>") != 0) fprintf(stderr, "  got \"%s\"\n", back);
+    int32_t direct[256];
+    size_t nd = 0;
+    pp_spm_encode(s, "<system> Be kind. <system>", direct, 256, &nd, err);
+    TEST_COND("prompt = encode(wrap(prompt))", nd == np && memcmp(direct, ids, np * sizeof *ids) == 0);
+    TEST_COND("empty prompt: zero tokens", pp_spm_encode_prompt(s, " \n ", ids, 256, &np, err) == 0 && np == 0);
+    err[0] = 0;
+    TEST_COND("prompt over the limit", pp_spm_encode_prompt(s, "You are a wise and friendly teacher.",
+                                                            ids, 4, &np, err) == PP_EFULL &&
+                                           np == 0 && strstr(err, "limit of 4") != NULL);
+
+    /* Same model through a file. */
+    FILE *f = fopen("test_spm_demo.model", "wb");
+    if (f) {
+        fwrite(m1, 1, n1, f);
+        fclose(f);
+    }
+    pp_spm *s2 = NULL;
+    TEST_COND("loads from file", pp_spm_load_file(&s2, "test_spm_demo.model", err) == 0 && s2 &&
+                                     pp_spm_vocab_size(s2) == VOCAB);
+    remove("test_spm_demo.model");
+    pp_spm_free(s2);
+    err[0] = 0;
+    TEST_COND("missing file", pp_spm_load_file(&s2, "/nonexistent/x.model", err) < 0 && !s2 &&
+                                  strstr(err, "/nonexistent/x.model") != NULL);
+    TEST_COND("garbage model", pp_spm_load_memory(&s2, "not a model", 11, err) < 0 && !s2);
+
+    pp_spm_free(s);
+    free(m1);
+}
+
+int main(void) {
+    test_wrap();
+    test_model();
+    return test_report();
+}

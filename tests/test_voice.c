@@ -1,0 +1,288 @@
+/* test_voice: voice .pt reading against the golden cases, the writer's round trip, the
+ * raw .bin + .json pair, voice names, and refusal of malformed archives and pickles. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "io/voice.h"
+#include "io/zip.h"
+#include "test.h"
+
+static const char *cases[] = {"lm-bf16", "lm-int4", "lm-nf2", "lm-nf4"};
+static char tmpdir[] = "/tmp/test_voice.XXXXXX";
+
+static void tmp_path(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmpdir, name); }
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+/* Golden voice of a case: embeddings rounded to BF16 (what a .pt stores) and the cache. */
+static int golden_voice(const char *cas, pp_voice *v) {
+    char path[512], err[PP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/golden/%s/golden.safetensors", PP_TEST_DATA, cas);
+    st_file *f;
+    if (st_open(path, &f, err)) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    const st_tensor *e = st_find(f, "voice_embeddings"), *c = st_find(f, "voice_cache");
+    int rc = !e || !c || e->ndim != 2 || c->numel != PP_VOICE_STREAMS * PP_VOICE_RING;
+    if (!rc) {
+        v->frames = e->shape[0];
+        v->dim = e->shape[1];
+        v->embeddings = malloc((size_t)e->numel * sizeof(float));
+        rc = st_load_f32(f, e, 0, e->numel, v->embeddings, err) || st_load_i64(f, c, 0, c->numel, &v->cache[0][0], err);
+        for (int64_t i = 0; !rc && i < e->numel; i++) v->embeddings[i] = pp_bf16_to_f32(pp_f32_to_bf16(v->embeddings[i]));
+    }
+    st_close(f);
+    return rc ? -1 : 0;
+}
+
+static int same_voice(const pp_voice *a, const pp_voice *b) {
+    return a->frames == b->frames && a->dim == b->dim &&
+           memcmp(a->embeddings, b->embeddings, (size_t)(a->frames * a->dim) * sizeof(float)) == 0 &&
+           memcmp(a->cache, b->cache, sizeof a->cache) == 0;
+}
+
+static void test_golden(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512], err[PP_ERR_LEN], out[600];
+        pp_voice want = {0}, got = {0};
+        snprintf(path, sizeof path, "%s/golden/%s/voice.pt", PP_TEST_DATA, cases[i]);
+        TEST_COND("golden tensors load", golden_voice(cases[i], &want) == 0);
+        int rc = pp_voice_load(path, want.dim, &got, err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        TEST_COND("golden voice.pt loads", rc == 0);
+        TEST_COND("voice.pt equals bf16(golden voice_embeddings) and voice_cache exactly", rc == 0 && same_voice(&got, &want));
+        pp_voice_free(&got);
+        TEST_COND("wrong model dim is refused", pp_voice_load(path, want.dim + 1, &got, err) == PP_EINVAL && strstr(err, "dim"));
+
+        /* Round trip through our writer. */
+        tmp_path(out, sizeof out, "roundtrip.pt");
+        TEST_COND("save_pt", pp_voice_save_pt(out, &want, err) == 0);
+        rc = pp_voice_load(out, 0, &got, err);
+        TEST_COND("written .pt reads back identical", rc == 0 && same_voice(&got, &want));
+        pp_voice_free(&got);
+        pp_voice_free(&want);
+    }
+    char path[512], err[PP_ERR_LEN];
+    pp_voice want = {0}, got = {0};
+    snprintf(path, sizeof path, "%s/voice/lm-bf16-deflate.pt", PP_TEST_DATA);
+    golden_voice("lm-bf16", &want);
+    TEST_COND("DEFLATE-compressed archive loads equal", pp_voice_load(path, 0, &got, err) == 0 && same_voice(&got, &want));
+    pp_voice_free(&got);
+    pp_voice_free(&want);
+}
+
+/* ---- malformed archives: variations of lm-bf16/voice.pt ---- */
+
+static unsigned char *golden_bytes;
+static size_t golden_len;
+
+/* Loads buf as a .pt; expects refusal with code `code` (any error when 0) and `needle` in the message. */
+static void expect_refused(const char *what, const void *buf, size_t len, int code, const char *needle) {
+    char err[PP_ERR_LEN] = "";
+    pp_voice v = {0};
+    int rc = pp_voice_load_pt_memory(buf, len, "case", 0, &v, err);
+    int ok = rc < 0 && (code == 0 || rc == code) && strstr(err, needle) != NULL && v.embeddings == NULL;
+    if (!ok) fprintf(stderr, "%s: rc %d, message '%s' (wanted '%s')\n", what, rc, err, needle);
+    TEST_COND(what, ok);
+}
+
+/* Rebuilds the golden archive with data.pkl bytes `from` replaced by `to` (first match),
+ * and data/0 cut to data0_len bytes when >= 0; returns the new file's bytes. */
+static unsigned char *variant(const char *from, size_t from_len, const char *to, size_t to_len, long data0_len, size_t *len) {
+    char err[PP_ERR_LEN], path[600];
+    zip_archive *z;
+    if (zip_open_memory(golden_bytes, golden_len, "golden", &z, err)) return NULL;
+    const zip_entry *pkl = zip_find(z, "voice/data.pkl"), *d0 = zip_find(z, "voice/data/0"), *d1 = zip_find(z, "voice/data/1");
+    unsigned char *p = malloc(pkl->size + to_len + 1);
+    size_t n = pkl->size;
+    int found = from == NULL;
+    memcpy(p, pkl->data, n);
+    for (size_t i = 0; !found && i + from_len <= n; i++) {
+        if (memcmp(p + i, from, from_len) != 0) continue;
+        memmove(p + i + to_len, p + i + from_len, n - i - from_len);
+        memcpy(p + i, to, to_len);
+        n = n - from_len + to_len;
+        found = 1;
+    }
+    tmp_path(path, sizeof path, "variant.pt");
+    zip_writer *w;
+    int rc = zip_writer_create(path, &w, err);
+    rc = rc || zip_writer_add(w, "voice/data.pkl", p, n, err);
+    rc = rc || zip_writer_add(w, "voice/data/0", d0->data, data0_len >= 0 ? (size_t)data0_len : d0->size, err);
+    rc = rc || zip_writer_add(w, "voice/data/1", d1->data, d1->size, err);
+    rc = rc || zip_writer_finish(w, err);
+    free(p);
+    zip_close(z);
+    unsigned char *out = NULL;
+    if (!found) fprintf(stderr, "variant: pattern not in data.pkl\n");
+    if (rc || !found || pp_file_read_all(path, 1 << 20, &out, len, err)) return NULL;
+    return out;
+}
+
+#define LIT(s) s, sizeof(s) - 1
+
+static void refuse_variant(const char *what, const char *from, size_t from_len, const char *to, size_t to_len,
+                           long data0_len, int code, const char *needle) {
+    size_t len;
+    unsigned char *b = variant(from, from_len, to, to_len, data0_len, &len);
+    TEST_COND("variant built", b != NULL);
+    if (b) expect_refused(what, b, len, code, needle);
+    free(b);
+}
+
+static void test_malformed(void) {
+    char path[512], err[PP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/golden/lm-bf16/voice.pt", PP_TEST_DATA);
+    if (pp_file_read_all(path, 1 << 20, &golden_bytes, &golden_len, err)) TEST_SKIP(err);
+    unsigned char *b = malloc(golden_len);
+
+    /* Sanity: an unmodified variant loads, so refusals below are due to the change. */
+    size_t len;
+    unsigned char *same = variant(NULL, 0, NULL, 0, -1, &len);
+    pp_voice v = {0};
+    TEST_COND("rebuilt golden archive loads", same && pp_voice_load_pt_memory(same, len, "same", 0, &v, err) == 0);
+    pp_voice_free(&v);
+    free(same);
+
+    size_t cuts[] = {0, 10, 21, golden_len / 2, golden_len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        expect_refused("truncated file", golden_bytes, cuts[i], PP_EFORMAT, "case:");
+
+    /* Central directory: first entry's signature. */
+    memcpy(b, golden_bytes, golden_len);
+    unsigned char *cd = NULL;
+    for (size_t i = 0; i + 4 <= golden_len; i++)
+        if (memcmp(b + i, "PK\1\2", 4) == 0) {
+            cd = b + i;
+            break;
+        }
+    cd[3] = 9;
+    expect_refused("bad central directory signature", b, golden_len, PP_EFORMAT, "central directory");
+    cd[3] = 2;
+    cd[42] ^= 0x40; /* local header offset */
+    expect_refused("central directory points at no local header", b, golden_len, PP_EFORMAT, "local header");
+    memcpy(b, golden_bytes, golden_len);
+    b[0x1c0] ^= 1; /* a byte of data/0 */
+    expect_refused("corrupt data fails CRC", b, golden_len, PP_EFORMAT, "CRC");
+
+    refuse_variant("unknown global", LIT("torch._utils\n_rebuild_tensor_v2"), LIT("posix\nsystem"), -1, PP_EUNSUPPORTED,
+                   "'posix.system'");
+    refuse_variant("storage class name not whitelisted", LIT("BFloat16Storage"), LIT("ComplexFloatStorage"), -1,
+                   PP_EUNSUPPORTED, "ComplexFloatStorage");
+    refuse_variant("disallowed opcode (INST)", LIT("\x80\x02}"), LIT("\x80\x02i"), -1, PP_EUNSUPPORTED, "opcode 0x69");
+    refuse_variant("pickle protocol 4", LIT("\x80\x02"), LIT("\x80\x04"), -1, PP_EFORMAT, "protocol 2");
+    refuse_variant("trailing bytes after STOP", LIT("u."), LIT("u.."), -1, PP_EFORMAT, "after STOP");
+    refuse_variant("missing STOP", LIT("u."), LIT("u"), -1, PP_EFORMAT, "without STOP");
+    refuse_variant("wrong cache shape", LIT("K\x01K\x11K\x04\x87"), LIT("K\x01K\x10K\x04\x87"), -1, PP_EFORMAT, "'cache'");
+    refuse_variant("wrong embeddings rank", LIT("(K\x03K\x01K\x01K@t"), LIT("(K\x03K\x01K@t"), -1, PP_EFORMAT,
+                   "stride");
+    refuse_variant("embeddings not contiguous", LIT("(K@K@K@K\x01t"), LIT("(K@K@K@K\x02t"), -1, PP_EUNSUPPORTED,
+                   "not contiguous");
+    refuse_variant("tensor beyond its storage", LIT("Q\x4b\x00(K\x03"), LIT("Q\x4b\x05(K\x03"), -1, PP_EFORMAT,
+                   "exceed its storage");
+    refuse_variant("storage entry too small", NULL, 0, NULL, 0, 100, PP_EFORMAT, "storage");
+    refuse_variant("unexpected dict key", LIT("embeddings"), LIT("embedding_"), -1, PP_EFORMAT, "embedding_");
+    refuse_variant("embeddings as I64", LIT("BFloat16Storage"), LIT("LongStorage"), -1, PP_EFORMAT, "storage");
+    refuse_variant("BINGET of unset memo", LIT("h\x0a)R"), LIT("h\x7f)R"), -1, PP_EFORMAT, "memo");
+    refuse_variant("storage key with a path", LIT("X\x01\x00\x00\x00" "0"), LIT("X\x04\x00\x00\x00../0"), -1,
+                   PP_EFORMAT, "storage key");
+    expect_refused("not a zip", "hello world, this is not a zip archive at all", 46, PP_EFORMAT, "end-of-central");
+    free(b);
+    free(golden_bytes);
+}
+
+/* ---- raw pair, names ---- */
+
+static void test_pair_and_names(void) {
+    char err[PP_ERR_LEN], p[600], q[600];
+    pp_voice want = {0}, got = {0};
+    golden_voice("lm-bf16", &want);
+    tmp_path(p, sizeof p, "Pair.embeddings.bin");
+    write_file(p, want.embeddings, (size_t)(want.frames * want.dim) * sizeof(float));
+    char json[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(json + n, sizeof json - n, "[[");
+    for (int k = 0; k < PP_VOICE_STREAMS; k++) {
+        n += (size_t)snprintf(json + n, sizeof json - n, "%s[", k ? "," : "");
+        for (int c = 0; c < PP_VOICE_RING; c++) n += (size_t)snprintf(json + n, sizeof json - n, "%s%lld", c ? "," : "", (long long)want.cache[k][c]);
+        n += (size_t)snprintf(json + n, sizeof json - n, "]");
+    }
+    n += (size_t)snprintf(json + n, sizeof json - n, "]]");
+    tmp_path(q, sizeof q, "Pair.cache.json");
+    write_file(q, json, n);
+    TEST_COND("bin+json pair ([1,17,4] nesting) loads equal", pp_voice_load(p, want.dim, &got, err) == 0 && same_voice(&got, &want));
+    pp_voice_free(&got);
+    TEST_COND("[17,4] nesting loads equal",
+              pp_voice_load_pair_memory(want.embeddings, (size_t)(want.frames * want.dim) * 4, json + 1, n - 2, "m", want.dim, &got, err) == 0 &&
+                  same_voice(&got, &want));
+    pp_voice_free(&got);
+    TEST_COND("pair without dim refused", pp_voice_load(p, 0, &got, err) == PP_EINVAL);
+    TEST_COND("pair with a partial row refused",
+              pp_voice_load_pair_memory(want.embeddings, 4 * (size_t)want.dim + 4, json, n, "m", want.dim, &got, err) == PP_EFORMAT);
+    TEST_COND("cache JSON with 16 rows refused",
+              pp_voice_load_pair_memory(want.embeddings, 4 * (size_t)want.dim, "[[1,2,3,4]]", 11, "m", want.dim, &got, err) == PP_EFORMAT);
+    TEST_COND("cache JSON with a float refused",
+              pp_voice_load_pair_memory(want.embeddings, 4 * (size_t)want.dim, "[[1.5,2,3,4]]", 13, "m", want.dim, &got, err) == PP_EFORMAT);
+    float nan_row[4] = {0, NAN, 0, 0};
+    TEST_COND("non-finite embedding refused",
+              pp_voice_load_pair_memory(nan_row, sizeof nan_row, json, n, "m", 4, &got, err) == PP_EFORMAT && strstr(err, "finite"));
+    TEST_COND("unknown extension refused", pp_voice_load("x.wav", 0, &got, err) == PP_EINVAL);
+
+    /* A directory: Pair (complete), NATF2.pt, Orphan.embeddings.bin without JSON, .hidden.pt, "bad name.pt". */
+    tmp_path(p, sizeof p, "NATF2.pt");
+    TEST_COND("save NATF2", pp_voice_save_pt(p, &want, err) == 0);
+    tmp_path(p, sizeof p, "Orphan.embeddings.bin");
+    write_file(p, "0000", 4);
+    tmp_path(p, sizeof p, ".hidden.pt");
+    write_file(p, "x", 1);
+    tmp_path(p, sizeof p, "bad name.pt");
+    write_file(p, "x", 1);
+    char **names;
+    size_t count;
+    TEST_COND("list", pp_voice_list(tmpdir, &names, &count, err) == 0);
+    TEST_COND("list holds exactly NATF2, Pair (sorted; roundtrip/variant too)",
+              count == 4 && strcmp(names[0], "NATF2") == 0 && strcmp(names[1], "Pair") == 0 &&
+                  strcmp(names[2], "roundtrip") == 0 && strcmp(names[3], "variant") == 0);
+    free(names);
+
+    TEST_COND("resolve NATF2", pp_voice_resolve(tmpdir, "NATF2", p, sizeof p, err) == 0 && strstr(p, "/NATF2.pt"));
+    TEST_COND("resolve NATF2.pt", pp_voice_resolve(tmpdir, "NATF2.pt", p, sizeof p, err) == 0 && strstr(p, "/NATF2.pt"));
+    TEST_COND("resolve a pair", pp_voice_resolve(tmpdir, "Pair", p, sizeof p, err) == 0 && strstr(p, "/Pair.embeddings.bin"));
+    TEST_COND("resolve missing", pp_voice_resolve(tmpdir, "NATM9", p, sizeof p, err) == PP_ENOTFOUND && strstr(err, "NATM9"));
+    TEST_COND("orphan .bin not found", pp_voice_resolve(tmpdir, "Orphan", p, sizeof p, err) == PP_ENOTFOUND);
+    const char *bad[] = {"", "../x", "a/b", "/etc/passwd", "..", ".pt", ".hidden", "x y", "a\\b", "NATF2;rm",
+                         "x..y", "0123456789012345678901234567890123456789012345678901234567890123456789"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = pp_voice_resolve(tmpdir, bad[i], p, sizeof p, err);
+        if (rc != PP_EINVAL) fprintf(stderr, "name '%s' gave %d\n", bad[i], rc);
+        TEST_COND("bad voice name refused", rc == PP_EINVAL && strstr(err, "bad voice name"));
+    }
+    TEST_COND("NULL name refused", pp_voice_resolve(tmpdir, NULL, p, sizeof p, err) == PP_EINVAL);
+    TEST_COND("missing dir", pp_voice_list("/nonexistent-voices-dir", &names, &count, err) == PP_ENOTFOUND);
+    pp_voice_free(&want);
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir)) TEST_SKIP("cannot create a temporary directory");
+    test_golden();
+    test_malformed();
+    test_pair_and_names();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return test_report();
+}

@@ -1,0 +1,225 @@
+/* test_weight: loading every layout of the golden LM checkpoints, and the CPU matrix products
+ * and embedding lookups of every format against a naive double-precision product of the
+ * reference decode (pp_weight_decode_rows; the decode itself is checked against independent
+ * fixtures in test_weight_decode.c). */
+#include "backend/backend.h"
+#include "base/err.h"
+#include "io/safetensors.h"
+#include "io/weight.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pp_backend *be;
+static st_file *int4; /* lm-int4, whose shape keys give the dims of lm-nf4's tensors */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1), xorshift64 */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* matmul for n inputs against sum_k decoded[r][k] * x[i][k] in double. f32 accumulation over
+ * a few thousand terms in another order differs by ~1e-6 relative; 1e-4 leaves margin and
+ * still catches any decode or indexing mistake (those give errors of order 1). */
+static void check_matmul(const pp_weight *w, int n, const char *what) {
+    int64_t R = w->rows, C = w->cols;
+    float *dec = malloc(sizeof(float) * R * C), *x = malloc(sizeof(float) * n * C);
+    float *y = malloc(sizeof(float) * n * R), *ref = malloc(sizeof(float) * n * R);
+    char err[PP_ERR_LEN];
+    TEST_COND(what, pp_weight_decode_rows(w, 0, R, dec, err) == PP_OK);
+    for (int64_t i = 0; i < n * C; i++) x[i] = frand();
+    for (int i = 0; i < n; i++)
+        for (int64_t r = 0; r < R; r++) {
+            double s = 0;
+            for (int64_t k = 0; k < C; k++) s += (double)dec[r * C + k] * x[i * C + k];
+            ref[i * R + r] = (float)s;
+        }
+    be->ops->matmul(be, w, x, n, y);
+    double e = test_rel_err(y, ref, (size_t)(n * R));
+    if (e > 1e-4) fprintf(stderr, "%s n=%d: rel err %g\n", what, n, e);
+    TEST_COND(what, e <= 1e-4);
+    free(dec);
+    free(x);
+    free(y);
+    free(ref);
+}
+
+/* Embedding rows (overwrite and accumulate) equal the reference decode of the same rows. */
+static void check_embed(const pp_weight *w, const char *what) {
+    int32_t ids[4] = {0, (int32_t)(w->rows - 1), (int32_t)(w->rows / 2), -1};
+    int64_t C = w->cols;
+    float *y = malloc(sizeof(float) * 4 * C), *ref = calloc(4 * C, sizeof(float));
+    char err[PP_ERR_LEN];
+    for (int i = 0; i < 3; i++) pp_weight_decode_rows(w, ids[i], 1, ref + i * C, err);
+    be->ops->embed(be, w, ids, 4, y, 0);
+    TEST_COND(what, memcmp(y, ref, sizeof(float) * 4 * C) == 0);
+    be->ops->embed(be, w, ids, 4, y, 1);
+    int ok = 1;
+    for (int64_t k = 0; k < 4 * C; k++) ok &= y[k] == 2 * ref[k];
+    TEST_COND(what, ok);
+    free(y);
+    free(ref);
+}
+
+static void test_dense_golden(void) {
+    char err[PP_ERR_LEN];
+    st_file *f;
+    if (st_open(PP_TEST_DATA "/golden/lm-bf16/model.safetensors", &f, err)) {
+        fprintf(stderr, "%s\n", err);
+        TEST_COND("open lm-bf16", 0);
+        return;
+    }
+    pp_weight w, a;
+    const char *n = "transformer.layers.0.self_attn.in_proj_weight";
+    TEST_COND("load bf16", pp_weight_load(f, n, 192, 64, &w, err) == PP_OK);
+    TEST_COND("bf16 format", w.fmt == PP_WF_BF16);
+    /* The module-key spelling finds the raw parameter. */
+    TEST_COND("alias", pp_weight_load(f, "transformer.layers.0.self_attn.in_proj.weight", 192, 64, &a, err) == 0 &&
+                           a.data == w.data);
+    TEST_COND("exists alias", pp_weight_exists(f, "transformer.layers.0.self_attn.in_proj.weight"));
+    TEST_COND("not exists", !pp_weight_exists(f, "transformer.layers.0.nothing.weight"));
+    TEST_COND("shape mismatch", pp_weight_load(f, n, 64, 192, &a, err) == PP_EFORMAT && strstr(err, n));
+    TEST_COND("missing", pp_weight_load(f, "nope.weight", 4, 4, &a, err) == PP_ENOTFOUND && strstr(err, "nope"));
+    /* decode = the container's own conversion */
+    float *d = malloc(sizeof(float) * 192 * 64), *s = malloc(sizeof(float) * 192 * 64);
+    pp_weight_decode_rows(&w, 0, 192, d, err);
+    st_load_f32(f, st_find(f, n), 0, 192 * 64, s, err);
+    TEST_COND("bf16 decode", memcmp(d, s, sizeof(float) * 192 * 64) == 0);
+    TEST_COND("decode range", pp_weight_decode_rows(&w, 190, 3, d, err) == PP_EINVAL);
+    /* A view's rows are the stored rows */
+    pp_weight v = pp_weight_rows(&w, 64, 64);
+    pp_weight_decode_rows(&v, 0, 64, d, err);
+    TEST_COND("row view", memcmp(d, s + 64 * 64, sizeof(float) * 64 * 64) == 0);
+    TEST_COND("bytes", pp_weight_bytes(&w) == 192 * 64 * 2 && pp_weight_bytes(&v) == 64 * 64 * 2);
+    for (int nb = 1; nb <= 5; nb += 2) check_matmul(&w, nb, "bf16 matmul");
+    check_matmul(&v, 2, "bf16 view matmul");
+    TEST_COND("load emb", pp_weight_load(f, "emb.3.weight", 2049, 64, &w, err) == PP_OK);
+    check_embed(&w, "bf16 embed");
+    free(d);
+    free(s);
+    st_close(f);
+}
+
+/* F32 and F16 tensors with a row length that is not a multiple of the kernels' chunk. */
+static void test_dense_synthetic(void) {
+    char err[PP_ERR_LEN], path[] = "/tmp/pp_test_weight_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    enum { R = 37, C = 301 };
+    static float v[R * C];
+    static uint16_t h[R * C];
+    for (int i = 0; i < R * C; i++) {
+        v[i] = frand() * 3;
+        h[i] = pp_f32_to_f16(v[i]);
+    }
+    st_writer *wr;
+    int64_t shape[2] = {R, C};
+    int rc = st_writer_create(path, &wr, err);
+    if (!rc) rc = st_writer_declare(wr, "a.weight", ST_F32, 2, shape, err);
+    if (!rc) rc = st_writer_declare(wr, "b.weight", ST_F16, 2, shape, err);
+    if (!rc) rc = st_writer_begin(wr, err);
+    if (!rc) rc = st_writer_write(wr, v, sizeof v, err);
+    if (!rc) rc = st_writer_write(wr, h, sizeof h, err);
+    if (!rc) rc = st_writer_finish(wr, err);
+    TEST_COND("write synthetic", rc == PP_OK);
+    st_file *f;
+    if (rc || st_open(path, &f, err)) {
+        unlink(path);
+        return;
+    }
+    pp_weight a, b;
+    TEST_COND("load f32", pp_weight_load(f, "a.weight", R, C, &a, err) == 0 && a.fmt == PP_WF_F32);
+    TEST_COND("load f16", pp_weight_load(f, "b.weight", R, C, &b, err) == 0 && b.fmt == PP_WF_F16);
+    float *d = malloc(sizeof v);
+    pp_weight_decode_rows(&a, 0, R, d, err);
+    TEST_COND("f32 decode", memcmp(d, v, sizeof v) == 0);
+    pp_weight_decode_rows(&b, 0, R, d, err);
+    int ok = 1;
+    for (int i = 0; i < R * C; i++) ok &= d[i] == pp_f16_to_f32(h[i]);
+    TEST_COND("f16 decode", ok);
+    for (int nb = 1; nb <= 4; nb++) {
+        check_matmul(&a, nb, "f32 matmul");
+        check_matmul(&b, nb, "f16 matmul");
+    }
+    check_embed(&b, "f16 embed");
+    free(d);
+    st_close(f);
+    unlink(path);
+}
+
+/* Every quantized tensor of a golden quantized checkpoint loads with the dims its own keys
+ * give, and the products agree with the decode. */
+static void test_quant_golden(const char *dir, const char *marker, pp_wformat fmt) {
+    char err[PP_ERR_LEN], path[512];
+    snprintf(path, sizeof path, "%s/golden/%s/model.safetensors", PP_TEST_DATA, dir);
+    st_file *f;
+    if (st_open(path, &f, err)) {
+        fprintf(stderr, "%s\n", err);
+        TEST_COND("open quant golden", 0);
+        return;
+    }
+    int loaded = 0, bad = 0;
+    size_t ml = strlen(marker);
+    for (size_t i = 0; i < st_count(f); i++) {
+        const st_tensor *t = st_at(f, i);
+        size_t nl = strlen(t->name);
+        if (nl <= ml || strcmp(t->name + nl - ml, marker) != 0) continue;
+        char base[256];
+        snprintf(base, sizeof base, "%.*s", (int)(nl - ml), t->name);
+        /* dims from the INT4 file of the same config (bnb keeps them in a JSON blob) */
+        int64_t dims[4] = {0, 0, 0, 0};
+        char key[300];
+        snprintf(key, sizeof key, fmt == PP_WF_NF2 ? "%s.shape" : "%s.__shape__", base);
+        const st_tensor *sh = st_find(fmt == PP_WF_NF4 ? int4 : f, key);
+        if (!sh || st_load_i64(fmt == PP_WF_NF4 ? int4 : f, sh, 0, 2, dims, err)) {
+            bad++;
+            continue;
+        }
+        pp_weight w;
+        if (pp_weight_load(f, base, dims[0], dims[1], &w, err)) {
+            fprintf(stderr, "%s\n", err);
+            bad++;
+            continue;
+        }
+        bad += w.fmt != fmt;
+        if (loaded++ % 8 == 0) {
+            check_matmul(&w, 1, base);
+            check_matmul(&w, 3, base);
+            if (w.rows > 8) {
+                pp_weight v = pp_weight_rows(&w, w.rows / 2, w.rows / 4);
+                check_matmul(&v, 2, base);
+            }
+            check_embed(&w, base);
+        }
+    }
+    printf("%s: %d tensors loaded\n", dir, loaded);
+    TEST_COND(dir, loaded > 50 && bad == 0);
+    st_close(f);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN];
+    if (pp_backend_cpu_create(2, &be, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    test_dense_golden();
+    test_dense_synthetic();
+    if (st_open(PP_TEST_DATA "/golden/lm-int4/model.safetensors", &int4, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    test_quant_golden("lm-nf2", ".packed", PP_WF_NF2);
+    test_quant_golden("lm-int4", ".__scales__", PP_WF_INT4);
+    test_quant_golden("lm-nf4", ".quant_state.bitsandbytes__nf4", PP_WF_NF4);
+    st_close(int4);
+    pp_backend_destroy(be);
+    return test_report();
+}

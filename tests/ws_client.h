@@ -1,0 +1,84 @@
+/* ws_client: a scripted WebSocket and HTTP client on libwebsockets' client API, for the
+ * server's end-to-end tests.
+ *
+ * A wc_conn is a script plus what came back: connect to `path`, optionally wait for the 0x00
+ * handshake, send the `extra` messages, then the `audio` messages one per `interval_ms` (the
+ * pace a browser or Kyutai's clients keep), then linger for the reply and close. Everything
+ * the server sends is recorded with arrival times. wc_http fetches one URL. wc_run drives any
+ * number of both on one lws context until all are done or a deadline passes. */
+#ifndef PP_TESTS_WS_CLIENT_H
+#define PP_TESTS_WS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libwebsockets.h>
+
+typedef struct wc_msg {
+    uint8_t *data; /* kind byte + payload (or the text for a text frame) */
+    size_t len;
+    int text;      /* send as a text frame */
+} wc_msg;
+
+typedef struct wc_conn {
+    /* ---- script ---- */
+    char *path;              /* "/api/chat?..." (malloc'd or static) */
+    int wait_handshake;      /* hold extra and audio until 0x00 arrives (the web client) */
+    const wc_msg *extra;     /* sent first, back to back */
+    int n_extra;
+    const wc_msg *audio;     /* then one per interval_ms */
+    int n_audio;
+    double interval_ms;
+    double linger_ms;        /* after the last message, wait this long for output, then close */
+    int expect_pages;        /* close early once this many 0x01 messages arrived (0: linger) */
+    int close_at_once;       /* disconnect right after the upgrade (mid-prompt) */
+
+    /* ---- results ---- */
+    int established, failed, closed;
+    int close_code;          /* from the server's close frame, 0 if none */
+    char fail_reason[256];
+    int64_t t_established, t_handshake, t_last_send; /* ns, CLOCK_MONOTONIC */
+    int handshake_len;       /* payload bytes of the 0x00 message */
+    int handshakes;
+    int audio_before_handshake;
+    uint8_t *out;            /* every 0x01 payload, concatenated */
+    size_t out_len, out_cap;
+    int n_out;               /* 0x01 messages */
+    int64_t *out_times;      /* [n_out] arrival times */
+    int out_before_last_send; /* 0x01 messages that arrived before the last audio was sent */
+    int bad_pages;           /* 0x01 messages that were not exactly one Ogg page */
+    int texts, bad_texts;    /* 0x02 messages; ones that were not valid UTF-8 */
+    char transcript[8192];
+    int errors;              /* 0x05 messages */
+    char first_error[256], last_error[256];
+    int other_kinds;         /* any other kind */
+
+    /* ---- internal ---- */
+    struct lws *wsi;
+    lws_sorted_usec_list_t sul;
+    int started, next_extra, next_audio, closing;
+    int64_t t_next, t_deadline;
+    uint8_t *rx;             /* message being reassembled */
+    size_t rx_len, rx_cap;
+} wc_conn;
+
+typedef struct wc_http {
+    const char *path;
+    int status;
+    char type[128];
+    char *body;              /* NUL-terminated */
+    size_t len, cap;
+    int done, failed;
+    struct lws *wsi;
+} wc_http;
+
+/* One client context for the process. tls: wss/https, accepting the self-signed certificate. */
+int wc_init(int tls, int port);
+void wc_shutdown(void);
+/* Runs until every conn and request is done or timeout_ms passes (then the rest fail). */
+void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double timeout_ms);
+void wc_conn_free(wc_conn *c);
+void wc_http_free(wc_http *h);
+int64_t wc_now_ns(void);
+
+#endif

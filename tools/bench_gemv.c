@@ -1,0 +1,230 @@
+/* personaplex-bench gemv: times the CPU backend's matmul for each weight format on the
+ * PersonaPlex shapes, with synthetic Gaussian-like weights quantized in memory by the same
+ * quantizers the file converter uses. Prints ms per product and the GB/s of weight bytes it
+ * reads, against the machine's memcpy bandwidth.
+ *   personaplex-bench gemv [--threads N] [--batch N] [--seconds S] [--formats f32,bf16,...] [--small] */
+#include "bench.h"
+
+#include "backend/backend.h"
+#include "base/err.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "io/weight.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t rows, cols;
+    const char *what;
+} shape;
+
+static const shape shapes[] = {
+    {12288, 4096, "temporal in_proj"},
+    {22528, 4096, "temporal gating linear_in"},
+    {4096, 11264, "temporal gating linear_out"},
+    {5632, 1024, "depformer gating linear_in"},
+};
+/* --small: the same kinds of shape at 1/16 the size, for a quick run or a small machine */
+static const shape small_shapes[] = {
+    {3072, 1024, "in_proj / 4x4"},
+    {1024, 2816, "linear_out / 4x4"},
+};
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float gauss(void) { /* sum of 4 uniforms: Gaussian enough for code histograms */
+    float s = 0;
+    for (int i = 0; i < 4; i++) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        s += (float)(rng >> 40) * (1.0f / 16777216.0f) - 0.5f;
+    }
+    return s * 0.035f;
+}
+
+/* memcpy bandwidth over buffers far larger than any cache, counting bytes read + written. */
+static double memcpy_gbps(void) {
+    size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t = bench_now();
+        memcpy(rep & 1 ? a : b, rep & 1 ? b : a, n);
+        t = bench_now() - t;
+        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
+    }
+    free(a);
+    free(b);
+    return best / 1e9;
+}
+
+/* Owns the buffers behind one in-memory weight. */
+typedef struct {
+    pp_weight w;
+    void *data, *scales, *nested, *map;
+} held;
+
+static void held_free(held *h) {
+    free(h->data);
+    free(h->scales);
+    free(h->nested);
+    free(h->map);
+    memset(h, 0, sizeof *h);
+}
+
+static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t cols, held *h) {
+    size_t n = (size_t)(rows * cols);
+    memset(h, 0, sizeof *h);
+    h->w = (pp_weight){.fmt = fmt, .rows = rows, .cols = cols, .name = pp_wformat_name(fmt)};
+    switch (fmt) {
+    case PP_WF_F32:
+        if (!(h->data = malloc(n * 4))) return -1;
+        memcpy(h->data, src, n * 4);
+        break;
+    case PP_WF_F16:
+    case PP_WF_BF16: {
+        uint16_t *d = h->data = malloc(n * 2);
+        if (!d) return -1;
+        for (size_t i = 0; i < n; i++) d[i] = fmt == PP_WF_F16 ? pp_f32_to_f16(src[i]) : pp_f32_to_bf16(src[i]);
+        break;
+    }
+    case PP_WF_NF2:
+    case PP_WF_INT4: {
+        int gs = fmt == PP_WF_NF2 ? 128 : 64;
+        h->data = malloc(fmt == PP_WF_NF2 ? n / 4 : n / 2);
+        h->scales = malloc(n / (size_t)gs * 2);
+        if (!h->data || !h->scales) return -1;
+        if (fmt == PP_WF_NF2)
+            quant_nf2_quantize(src, (int64_t)n / gs, gs, gs, h->data, h->scales);
+        else
+            quant_int4_quantize(src, (int64_t)n / gs, gs, h->data, h->scales);
+        h->w.group = gs;
+        h->w.np2 = gs;
+        break;
+    }
+    case PP_WF_NF4: {
+        int64_t blocks = (int64_t)n / 64, nb = (blocks + 255) / 256;
+        float *absmax = malloc(sizeof(float) * (size_t)blocks);
+        h->data = malloc(n / 2);
+        h->scales = malloc((size_t)blocks);
+        h->nested = malloc(sizeof(float) * (size_t)nb);
+        h->map = malloc(sizeof(float) * 256);
+        if (!absmax || !h->data || !h->scales || !h->nested || !h->map) {
+            free(absmax);
+            return -1;
+        }
+        quant_nf4_quantize(src, blocks, 64, h->data, absmax);
+        quant_nf4_dynamic_map(h->map);
+        h->w.nested_offset = quant_nf4_nest(absmax, blocks, 256, h->map, h->scales, h->nested);
+        free(absmax);
+        h->w.group = 64;
+        h->w.quant_map = quant_nf4_table;
+        h->w.nested_absmax = h->nested;
+        h->w.nested_map = h->map;
+        h->w.nested_block = 256;
+        break;
+    }
+    case PP_WF_COUNT: return -1;
+    }
+    h->w.data = h->data;
+    h->w.scales = h->scales;
+    return 0;
+}
+
+/* Runs the product until `seconds` have passed (at least 3 runs) and returns ms per run. */
+static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, int batch, float *y, double seconds) {
+    be->ops->matmul(be, w, x, batch, y); /* warm: pages in, scratch grown */
+    int runs = 0;
+    double t0 = bench_now(), t;
+    do {
+        be->ops->matmul(be, w, x, batch, y);
+        runs++;
+        t = bench_now() - t0;
+    } while (t < seconds || runs < 3);
+    return 1e3 * t / runs;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
+                    "[--formats f32,f16,bf16,nf2,int4,nf4] [--small]\n");
+    return 2;
+}
+
+int bench_gemv(int argc, char **argv) {
+    int threads = 0, batch = 1, small = 0;
+    double seconds = 1.0;
+    const char *formats = "f32,bf16,nf2,int4,nf4";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+            batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--formats") == 0 && i + 1 < argc)
+            formats = argv[++i];
+        else if (strcmp(argv[i], "--small") == 0)
+            small = 1;
+        else
+            return usage();
+    }
+    if (batch < 1 || threads < 0) return usage();
+    char err[PP_ERR_LEN];
+    pp_backend *be;
+    if (pp_backend_cpu_create(threads, &be, err)) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+        return 1;
+    }
+    double bw = memcpy_gbps();
+    printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
+    printf("%-28s %-6s %10s %10s %9s %8s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% memcpy");
+    const shape *list = small ? small_shapes : shapes;
+    size_t count = small ? sizeof small_shapes / sizeof *small_shapes : sizeof shapes / sizeof *shapes;
+    int rc = 0;
+    for (size_t s = 0; s < count && !rc; s++) {
+        int64_t R = list[s].rows, C = list[s].cols;
+        float *src = malloc(sizeof(float) * (size_t)(R * C)), *x = malloc(sizeof(float) * (size_t)(C * batch));
+        float *y = malloc(sizeof(float) * (size_t)(R * batch));
+        if (!src || !x || !y) {
+            fprintf(stderr, "personaplex-bench: out of memory for %lld x %lld\n", (long long)R, (long long)C);
+            rc = 1;
+        }
+        for (int64_t i = 0; !rc && i < R * C; i++) src[i] = gauss();
+        for (int64_t i = 0; !rc && i < C * batch; i++) x[i] = gauss();
+        for (int f = 0; f < PP_WF_COUNT && !rc; f++) {
+            const char *name = pp_wformat_name((pp_wformat)f), *hit = strstr(formats, name);
+            size_t l = strlen(name);
+            if (!hit || (hit != formats && hit[-1] != ',') || (hit[l] && hit[l] != ',')) continue;
+            held h;
+            if (make_weight((pp_wformat)f, src, R, C, &h)) {
+                fprintf(stderr, "personaplex-bench: out of memory for %s\n", name);
+                held_free(&h);
+                rc = 1;
+                break;
+            }
+            double ms = time_matmul(be, &h.w, x, batch, y, seconds);
+            double mb = (double)pp_weight_bytes(&h.w) / 1e6;
+            char label[64];
+            snprintf(label, sizeof label, "%lld x %lld", (long long)R, (long long)C);
+            printf("%-28s %-6s %10.1f %10.3f %9.2f %7.0f%%   %s\n", label, name, mb, ms, mb / ms,
+                   bw > 0 ? 100.0 * (mb / ms) / bw : 0.0, list[s].what);
+            fflush(stdout);
+            held_free(&h);
+        }
+        free(src);
+        free(x);
+        free(y);
+    }
+    pp_backend_destroy(be);
+    return rc;
+}

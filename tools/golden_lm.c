@@ -1,0 +1,189 @@
+/* golden_lm: an lm-* golden case. Runs every prompt phase from golden.safetensors (voice
+ * embeddings + ring, silence, text prompt, silence) greedily, checks the generator's counter and
+ * token ring against the reference's, then feeds the user codes step by step and compares
+ * the emitted tokens (exactly), the text logits, the agent depformer logits (steps 0-7; steps
+ * 8-15 predict user codes that are always given, and are skipped) and every temporal layer's
+ * output. */
+#include "golden.h"
+
+#include "io/voice.h"
+#include "model/lmgen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Relative error bound for fp32 compute against the reference's eager fp32 run: both use the
+ * same bf16-representable weights, so the only differences are summation orders and libm
+ * ulps (observed ~1e-6); 1e-3 leaves room for the quantized cases' dequantisation in another
+ * order while staying far below what a wrong formula produces (> 1e-2). */
+#define LM_TOL 1e-3
+
+typedef struct lm_golden {
+    float *voice_emb, *text_logits, *dep_logits, *layers;
+    int64_t *voice_cache, *silence, *text, *offset, *cache, *user, *tokens;
+    int64_t n_voice, n_text, n_steps;
+} lm_golden;
+
+static void golden_free(lm_golden *g) {
+    void *p[] = {g->voice_emb, g->text_logits, g->dep_logits, g->layers, g->voice_cache, g->silence,
+                 g->text,      g->offset,      g->cache,      g->user,   g->tokens};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+}
+
+static int golden_read(const st_file *f, const pp_lm_config *c, lm_golden *g, char *err) {
+    int64_t n;
+    int rc;
+    if ((rc = golden_load_f32(f, "voice_embeddings", -1, &g->voice_emb, &n, err))) return rc;
+    g->n_voice = n / c->dim;
+    if (n % c->dim) return pp_fail(err, PP_EFORMAT, "voice_embeddings: %lld values is not a multiple of dim", (long long)n);
+    if ((rc = golden_load_i64(f, "voice_cache", PP_LM_STREAMS * 4, &g->voice_cache, NULL, err))) return rc;
+    if ((rc = golden_load_i64(f, "silence_frames", 1, &g->silence, NULL, err))) return rc;
+    if ((rc = golden_load_i64(f, "text_prompt", -1, &g->text, &g->n_text, err))) return rc;
+    if ((rc = golden_load_i64(f, "prompt_offset", 1, &g->offset, NULL, err))) return rc;
+    if ((rc = golden_load_i64(f, "prompt_cache", PP_LM_STREAMS * 4, &g->cache, NULL, err))) return rc;
+    if ((rc = golden_load_i64(f, "user_tokens", -1, &g->user, &n, err))) return rc;
+    g->n_steps = n / PP_LM_AUDIO_CODEBOOKS;
+    int64_t T = g->n_steps;
+    if ((rc = golden_load_i64(f, "out_tokens", T * PP_LM_STREAMS, &g->tokens, NULL, err))) return rc;
+    if ((rc = golden_load_f32(f, "text_logits", T * c->text_card, &g->text_logits, NULL, err))) return rc;
+    if ((rc = golden_load_f32(f, "dep_logits", T * c->dep_q * c->card, &g->dep_logits, NULL, err))) return rc;
+    return golden_load_f32(f, "layer_outputs", T * c->num_layers * c->dim, &g->layers, NULL, err);
+}
+
+/* The prompt phases as the reference's step_system_prompts runs them; the voice prompt comes
+ * from golden.safetensors, or from a voices/ .pt file when voice is not NULL. */
+static int run_prompts(pp_lmgen *gen, const lm_golden *g, const pp_voice *voice, char *err) {
+    int rc = voice ? pp_lmgen_prompt_voice(gen, voice->embeddings, (int)voice->frames, &voice->cache[0][0], err)
+                   : pp_lmgen_prompt_voice(gen, g->voice_emb, (int)g->n_voice, g->voice_cache, err);
+    if (!rc) rc = pp_lmgen_prompt_silence(gen, (int)g->silence[0], err);
+    if (!rc && g->n_text) {
+        int32_t *ids = malloc((size_t)g->n_text * sizeof *ids);
+        if (!ids) return pp_fail(err, PP_ENOMEM, "out of memory");
+        for (int64_t i = 0; i < g->n_text; i++) ids[i] = (int32_t)g->text[i];
+        rc = pp_lmgen_prompt_text(gen, ids, (int)g->n_text, err);
+        free(ids);
+    }
+    if (!rc) rc = pp_lmgen_prompt_silence(gen, (int)g->silence[0], err);
+    return rc;
+}
+
+typedef struct lm_result {
+    int prompt_ok, tokens_ok, steps_emitted;
+    double text_err, dep_err, layer_err;
+} lm_result;
+
+static int check_prompt(pp_lmgen *gen, const lm_golden *g, const char *name) {
+    int64_t ring[PP_LM_STREAMS * 8];
+    int ok = pp_lmgen_offset(gen) == g->offset[0];
+    if (!ok)
+        fprintf(stderr, "%s: prompt offset %lld, reference %lld\n", name, (long long)pp_lmgen_offset(gen),
+                (long long)g->offset[0]);
+    if (pp_lmgen_ring_width(gen) != 4) return 0;
+    pp_lmgen_token_ring(gen, ring);
+    for (int i = 0; i < PP_LM_STREAMS * 4; i++)
+        if (ring[i] != g->cache[i]) {
+            fprintf(stderr, "%s: prompt ring [%d][%d] = %lld, reference %lld\n", name, i / 4, i % 4,
+                    (long long)ring[i], (long long)g->cache[i]);
+            ok = 0;
+        }
+    return ok;
+}
+
+static double max_d(double a, double b) { return a > b ? a : b; }
+
+/* The conversation: one step per user frame, comparing everything the reference recorded. */
+static int run_steps(pp_lmgen *gen, const pp_lm_config *c, const lm_golden *g, const char *name, lm_result *r,
+                     char *err) {
+    size_t nl = (size_t)c->num_layers * c->dim;
+    pp_lmgen_trace tr = {0};
+    tr.text_logits = malloc((size_t)c->text_card * sizeof(float));
+    tr.dep_logits = malloc((size_t)PP_LM_AUDIO_CODEBOOKS * c->card * sizeof(float));
+    tr.layer_outputs = malloc(nl * sizeof(float));
+    if (!tr.text_logits || !tr.dep_logits || !tr.layer_outputs) {
+        free(tr.text_logits);
+        free(tr.dep_logits);
+        free(tr.layer_outputs);
+        return pp_fail(err, PP_ENOMEM, "out of memory");
+    }
+    pp_lmgen_set_trace(gen, &tr);
+    int rc = PP_OK;
+    r->tokens_ok = 1;
+    for (int64_t t = 0; t < g->n_steps && !rc; t++) {
+        int32_t user[PP_LM_AUDIO_CODEBOOKS];
+        for (int i = 0; i < PP_LM_AUDIO_CODEBOOKS; i++) user[i] = (int32_t)g->user[t * PP_LM_AUDIO_CODEBOOKS + i];
+        pp_lmgen_out out;
+        int computed = pp_lmgen_step_forced(gen, -1, NULL, user, &out, NULL, err);
+        if (computed < 0) {
+            rc = computed;
+            break;
+        }
+        const int64_t *want = g->tokens + t * PP_LM_STREAMS;
+        int32_t got[PP_LM_STREAMS] = {out.text};
+        memcpy(got + 1, out.agent, sizeof out.agent);
+        memcpy(got + 1 + PP_LM_AUDIO_CODEBOOKS, out.user, sizeof out.user);
+        int same = 1;
+        for (int k = 0; k < PP_LM_STREAMS; k++) same &= out.ready ? got[k] == want[k] : want[k] == -1;
+        if (!same) {
+            fprintf(stderr, "%s: step %lld tokens differ (ready %d): text %d vs %lld, agent0 %d vs %lld\n", name,
+                    (long long)t, out.ready, got[0], (long long)want[0], got[1], (long long)want[1]);
+            r->tokens_ok = 0;
+        }
+        if (computed)
+            r->layer_err = max_d(r->layer_err, golden_rel_err(tr.layer_outputs, g->layers + t * nl,
+                                                              (size_t)c->num_layers, (size_t)c->dim));
+        if (!out.ready) continue;
+        r->steps_emitted++;
+        r->text_err = max_d(r->text_err, golden_rel_err(tr.text_logits, g->text_logits + t * c->text_card, 1,
+                                                        (size_t)c->text_card));
+        r->dep_err = max_d(r->dep_err, golden_rel_err(tr.dep_logits, g->dep_logits + (size_t)t * c->dep_q * c->card,
+                                                      PP_LM_AUDIO_CODEBOOKS, (size_t)c->card));
+    }
+    pp_lmgen_set_trace(gen, NULL);
+    free(tr.text_logits);
+    free(tr.dep_logits);
+    free(tr.layer_outputs);
+    return rc;
+}
+
+int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
+    char wpath[4096], cpath[4096];
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    pp_backend *be = NULL;
+    pp_lm *lm = NULL;
+    pp_lmgen *gen = NULL;
+    st_file *gf = NULL;
+    lm_golden g = {0};
+    lm_result r = {0};
+    pp_voice voice = {0};
+    int rc = golden_backend(o, &be, err);
+    if (!rc) rc = pp_lm_open(be, wpath, cpath, &lm, err);
+    if (!rc && o->voice) rc = pp_voice_load(o->voice, pp_lm_get_config(lm)->dim, &voice, err);
+    if (!rc) rc = golden_open(dir, "golden.safetensors", &gf, err);
+    if (!rc) rc = golden_read(gf, pp_lm_get_config(lm), &g, err);
+    pp_lmgen_params p;
+    pp_lmgen_params_default(&p);
+    p.greedy = 1; /* the golden cases decode by argmax */
+    if (!rc) rc = pp_lmgen_create(lm, &p, &gen, err);
+    if (!rc) rc = run_prompts(gen, &g, o->voice ? &voice : NULL, err);
+    if (!rc) {
+        r.prompt_ok = check_prompt(gen, &g, dir);
+        rc = run_steps(gen, pp_lm_get_config(lm), &g, dir, &r, err);
+    }
+    int pass = 0;
+    if (!rc) {
+        pass = r.prompt_ok && r.tokens_ok && r.text_err <= LM_TOL && r.dep_err <= LM_TOL && r.layer_err <= LM_TOL;
+        printf("%s%s%s: prompt %s, tokens %s (%d steps emitted of %lld), text_logits %.2e, dep_logits %.2e, "
+               "layers %.2e (tol %.0e): %s\n",
+               dir, o->voice ? " --voice " : "", o->voice ? o->voice : "", r.prompt_ok ? "ok" : "DIFF", r.tokens_ok ? "exact" : "DIFF", r.steps_emitted,
+               (long long)g.n_steps, r.text_err, r.dep_err, r.layer_err, LM_TOL, pass ? "PASS" : "FAIL");
+    }
+    golden_free(&g);
+    pp_voice_free(&voice);
+    st_close(gf);
+    pp_lmgen_destroy(gen);
+    pp_lm_close(lm);
+    pp_backend_destroy(be);
+    return rc ? rc : !pass;
+}

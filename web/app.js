@@ -1,0 +1,280 @@
+// The page: the setup form before a call, the call view during and after it. The audio and network
+// work is in call.js; this file only renders what a Call reports and keeps the user's settings.
+
+import { Call } from './call.js';
+import { DEFAULT_SAMPLING } from './protocol.js';
+import { PROMPT_PRESETS, FALLBACK_VOICES, voiceLabel } from './presets.js';
+
+const $ = (id) => document.getElementById(id);
+const STORE_KEY = 'personaplex.settings';
+const SAMPLING_KEYS = [...Object.keys(DEFAULT_SAMPLING), 'seed'];
+
+const ui = {
+  form: $('setup-form'), setup: $('setup'), call: $('call'), voice: $('voice'), voiceHint: $('voice-hint'),
+  prompt: $('prompt'), promptCount: $('prompt-count'), presets: $('presets'), start: $('start'),
+  status: $('status'), statusText: $('status-text'), detail: $('call-detail'), transcript: $('transcript'),
+  micLevel: $('mic-level'), modelLevel: $('model-level'), hangup: $('hangup'), again: $('again'),
+  download: $('download'), alert: $('alert'), alertTitle: $('alert-title'), alertText: $('alert-text'),
+};
+
+let call = null;
+let lastStats = null;
+let transcriptText = '';
+const levels = { mic: 0, model: 0 };
+
+// ---- settings ---------------------------------------------------------------------------------
+
+function loadStored() {
+  try { return JSON.parse(localStorage.getItem(STORE_KEY)) || {}; } catch { return {}; }
+}
+
+function saveStored(settings) {
+  try { localStorage.setItem(STORE_KEY, JSON.stringify(settings)); } catch { /* private mode: not kept */ }
+}
+
+function fillSampling(values) {
+  for (const key of SAMPLING_KEYS) {
+    const input = ui.form.elements[key];
+    input.value = values[key] ?? DEFAULT_SAMPLING[key] ?? '';
+  }
+}
+
+function readSettings() {
+  const s = { voice: ui.voice.value, prompt: ui.prompt.value.trim() };
+  for (const key of SAMPLING_KEYS) {
+    const raw = ui.form.elements[key].value.trim();
+    const num = Number(raw);
+    s[key] = raw === '' || !Number.isFinite(num) ? (DEFAULT_SAMPLING[key] ?? null) : num;
+  }
+  return s;
+}
+
+function renderPresets() {
+  for (const preset of PROMPT_PRESETS) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'chip';
+    b.textContent = preset.label;
+    b.addEventListener('click', () => { ui.prompt.value = preset.text; onPromptInput(); });
+    ui.presets.append(b);
+  }
+}
+
+function onPromptInput() {
+  ui.promptCount.textContent = `${ui.prompt.value.length} / 1000`;
+  const chips = ui.presets.querySelectorAll('.chip');
+  PROMPT_PRESETS.forEach((p, i) => chips[i].setAttribute('aria-pressed', String(p.text === ui.prompt.value.trim())));
+}
+
+// /api/voices answers { voices: [names], default: name }; a plain array is accepted too.
+async function loadVoices(stored) {
+  let voices = FALLBACK_VOICES;
+  let preferred = 'NATF2';
+  try {
+    const res = await fetch('/api/voices');
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    const body = await res.json();
+    const list = Array.isArray(body) ? body : body.voices;
+    if (!Array.isArray(list) || !list.length) throw new Error('empty list');
+    voices = list.map((v) => (typeof v === 'string' ? v : v.name));
+    preferred = body.default ?? voices[0];
+  } catch (e) {
+    ui.voiceHint.hidden = false;
+    ui.voiceHint.textContent = `The server did not list its voices (${e.message}); showing the standard presets.`;
+  }
+  ui.voice.replaceChildren(...voices.map((v) => new Option(`${voiceLabel(v)} (${v})`, v)));
+  ui.voice.value = voices.includes(stored.voice) ? stored.voice : voices.includes(preferred) ? preferred : voices[0];
+}
+
+async function loadHealth() {
+  try {
+    const res = await fetch('/health');
+    const body = await res.json();
+    $('demo-banner').hidden = body.model !== 'demo';
+  } catch { /* an older server without /health: nothing to say */ }
+}
+
+// ---- call -------------------------------------------------------------------------------------
+
+const STATE_TEXT = { idle: 'Ready', starting: 'Opening microphone…', waiting: 'Preparing the persona…',
+  live: 'Live', ended: 'Call ended', failed: 'Failed' };
+
+function setStatus(state) {
+  ui.status.dataset.state = state;
+  ui.statusText.textContent = STATE_TEXT[state];
+}
+
+function showAlert(title, text) {
+  ui.alertTitle.textContent = title;
+  ui.alertText.textContent = text;
+  ui.alert.hidden = false;
+}
+
+const ERROR_TITLES = { insecure: 'Not a secure page', codec: 'Browser not supported', 'mic-denied': 'No microphone access',
+  'no-mic': 'No microphone', server: 'The server refused the call', disconnected: 'Disconnected',
+  timeout: 'Connection lost', internal: 'Something went wrong' };
+
+function startCall(event) {
+  event.preventDefault();
+  const settings = readSettings();
+  saveStored(settings);
+  ui.alert.hidden = true;
+  ui.setup.hidden = true;
+  ui.call.hidden = false;
+  ui.hangup.hidden = false;
+  ui.again.hidden = true;
+  ui.download.disabled = true;
+  ui.transcript.replaceChildren(placeholder('Waiting for the model…'));
+  transcriptText = '';
+  lastStats = null;
+  ui.detail.textContent = `${voiceLabel(settings.voice)}`;
+  let failed = false;
+  const started = performance.now();
+  const waitTimer = setInterval(() => {
+    if (call?.state === 'waiting') ui.statusText.textContent = `Preparing the persona… ${Math.round((performance.now() - started) / 1000)} s`;
+  }, 500);
+  call = new Call(settings, {
+    state: (name, detail) => {
+      setStatus(failed && name === 'ended' ? 'failed' : name);
+      if (name === 'live') {
+        clearInterval(waitTimer);
+        ui.transcript.replaceChildren(placeholder('Say hello. The model’s words appear here.'));
+      }
+      if (name === 'ended') {
+        clearInterval(waitTimer);
+        ui.detail.textContent = detail ?? '';
+        ui.hangup.hidden = true;
+        ui.again.hidden = false;
+        ui.download.disabled = !(call.recording.frames > 0);
+        levels.mic = 0;
+        levels.model = 0;
+        ui.again.focus();
+      }
+    },
+    text: appendText,
+    levels: (l) => { levels.mic = Math.max(levels.mic, l.mic); levels.model = Math.max(levels.model, l.model); },
+    stats: renderStats,
+    error: (e) => { failed = true; showAlert(ERROR_TITLES[e.code] ?? 'Error', e.message); },
+  });
+  call.start();
+  ui.hangup.focus();
+}
+
+function placeholder(text) {
+  const p = document.createElement('p');
+  p.className = 'placeholder';
+  p.textContent = text;
+  return p;
+}
+
+function appendText(piece) {
+  const box = ui.transcript;
+  box.querySelector('.placeholder')?.remove();
+  box.querySelector('.latest')?.classList.remove('latest');
+  const span = document.createElement('span');
+  span.className = 'latest';
+  span.textContent = transcriptText ? piece : piece.trimStart(); // pieces carry their leading space
+  box.append(span);
+  transcriptText += piece;
+  // Follow the text unless the reader scrolled up to read earlier lines.
+  if (box.scrollHeight - box.scrollTop - box.clientHeight < 80) box.scrollTop = box.scrollHeight;
+}
+
+const fmtMs = (ms) => (ms === null || !Number.isFinite(ms) ? '–' : `${Math.round(ms)} ms`);
+function fmtTime(ms) {
+  const s = ms / 1000;
+  return `${Math.floor(s / 60)}:${(s % 60).toFixed(1).padStart(4, '0')}`;
+}
+
+function renderStats(s) {
+  lastStats = s;
+  $('st-rtt').textContent = fmtMs(s.roundTripMs);
+  $('st-buffer').textContent = `${fmtMs(s.bufferMs)} / ${Math.round(s.targetMs)}`;
+  $('st-underruns').textContent = String(s.underruns);
+  $('st-played').textContent = fmtTime(s.playedMs);
+  if (call?.state === 'live' && s.recordedMs > 0) ui.download.disabled = false;
+}
+
+// Meters: dBFS from -60 to 0 as 0-100 %, with a short decay so speech does not flicker.
+function drawMeters() {
+  for (const side of ['mic', 'model']) {
+    const el = side === 'mic' ? ui.micLevel : ui.modelLevel;
+    const db = 20 * Math.log10(levels[side] + 1e-9);
+    const pct = Math.max(0, Math.min(100, ((db + 60) / 60) * 100));
+    el.style.width = `${pct}%`;
+    el.parentElement.setAttribute('aria-valuenow', String(Math.round(pct)));
+    levels[side] *= 0.8;
+  }
+  requestAnimationFrame(drawMeters);
+}
+
+function downloadWav() {
+  if (!call) return;
+  const blob = new Blob([call.recording.toWav()], { type: 'audio/wav' });
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = `personaplex-${new Date().toISOString().replace(/[:.]/g, '-')}.wav`;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+function backToSetup() {
+  call?.hangUp();
+  call = null;
+  ui.call.hidden = true;
+  ui.setup.hidden = false;
+  ui.alert.hidden = true;
+  setStatus('idle');
+  ui.start.focus();
+}
+
+// ---- test hook --------------------------------------------------------------------------------
+// tests/browser reads these to check a call end to end (state, transcript, what was played).
+
+function recordingSummary() {
+  const rec = call?.recording;
+  if (!rec) return { frames: 0 };
+  let model = 0;
+  let mic = 0;
+  let peak = 0;
+  for (const c of rec.chunks) {
+    for (let i = 0; i < c.length; i += 2) {
+      model += c[i] * c[i];
+      mic += c[i + 1] * c[i + 1];
+      peak = Math.max(peak, Math.abs(c[i]));
+    }
+  }
+  const n = Math.max(1, rec.frames);
+  return { frames: rec.frames, rate: rec.rate, modelRms: Math.sqrt(model / n) / 32767,
+    micRms: Math.sqrt(mic / n) / 32767, modelPeak: peak / 32767 };
+}
+
+window.personaplexTest = {
+  state: () => call?.state ?? 'idle',
+  stats: () => lastStats,
+  transcript: () => transcriptText,
+  textPieces: () => call?.textPieces ?? 0,
+  recording: recordingSummary,
+  hangUp: () => call?.hangUp(),
+};
+
+// ---- start-up ---------------------------------------------------------------------------------
+
+async function init() {
+  const stored = loadStored();
+  renderPresets();
+  ui.prompt.value = stored.prompt ?? PROMPT_PRESETS[0].text;
+  onPromptInput();
+  fillSampling(stored);
+  ui.prompt.addEventListener('input', onPromptInput);
+  $('reset-sampling').addEventListener('click', () => fillSampling({}));
+  ui.form.addEventListener('submit', startCall);
+  ui.hangup.addEventListener('click', () => call?.hangUp());
+  ui.again.addEventListener('click', backToSetup);
+  $('alert-retry').addEventListener('click', backToSetup);
+  ui.download.addEventListener('click', downloadWav);
+  requestAnimationFrame(drawMeters);
+  await Promise.all([loadVoices(stored), loadHealth()]);
+}
+
+init();

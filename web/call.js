@@ -1,0 +1,218 @@
+// One conversation: microphone -> Opus/Ogg -> WebSocket -> Opus -> jitter buffer -> speakers, plus
+// the two-track recording. The page (app.js) drives it and renders what it reports through `events`:
+//   state(name, detail)   'starting' | 'waiting' (socket open, server preparing) | 'live' | 'ended'
+//   text(piece)           a transcript piece from the model
+//   levels({ mic, model }) RMS of the latest 20 ms of each side
+//   stats({...})          delay and buffer figures, about every 100 ms
+//   error({ code, message }) a failure; the call ends right after with state 'ended'
+
+import { opusSupport, UplinkEncoder, DownlinkDecoder, RATE } from './codec.js';
+import { KIND, audioMessage, decodeMessage, chatUrl } from './protocol.js';
+import { Resampler } from './resample.js';
+import { TwoTrackRecorder } from './wav.js';
+
+const SILENCE_TIMEOUT_MS = 10000; // what the official client allows once the call is live
+
+export class CallError extends Error {
+  constructor(code, message) { super(message); this.code = code; }
+}
+
+export class Call {
+  constructor(settings, events) {
+    this.settings = settings;
+    this.events = events;
+    this.state = 'idle';
+    this.recording = new TwoTrackRecorder(RATE);
+    this.sentSamples = 0; // microphone samples sent, at 24 kHz
+    this.receivedSamples = 0; // model samples decoded, at 24 kHz
+    this.textPieces = 0;
+    this.serverError = null; // the last 0x05 message
+    this.lastMessageAt = 0;
+  }
+
+  // Must be called from a user gesture (it creates the AudioContext). Failures are reported through
+  // events.error, never thrown.
+  async start() {
+    try {
+      this.setState('starting');
+      await this.openAudio();
+      this.openSocket();
+    } catch (e) {
+      this.fail(e instanceof CallError ? e : new CallError('internal', e.message || String(e)));
+    }
+  }
+
+  async openAudio() {
+    if (!window.isSecureContext) {
+      throw new CallError('insecure', 'The microphone only works on a secure page: open this over https:// ' +
+        '(or on http://localhost, e.g. through an SSH tunnel).');
+    }
+    const support = await opusSupport();
+    if (!support.ok) throw new CallError('codec', support.reason);
+    this.encoderConfig = support.encoderConfig;
+    const ctx = new AudioContext({ latencyHint: 'interactive' });
+    this.ctx = ctx;
+    await Promise.all([ctx.audioWorklet.addModule(new URL('./worklets/capture.js', import.meta.url)),
+      ctx.audioWorklet.addModule(new URL('./worklets/playback.js', import.meta.url))]);
+    this.stream = await getMicrophone();
+    if (this.state === 'ended') { // hung up while the permission prompt was open
+      this.stream.getTracks().forEach((t) => t.stop());
+      return;
+    }
+    await ctx.resume();
+    this.playback = new AudioWorkletNode(ctx, 'pp-playback', { outputChannelCount: [1] });
+    this.capture = new AudioWorkletNode(ctx, 'pp-capture', { numberOfInputs: 2, outputChannelCount: [1] });
+    ctx.createMediaStreamSource(this.stream).connect(this.capture, 0, 0);
+    this.playback.connect(ctx.destination);
+    this.playback.connect(this.capture, 0, 1);
+    this.capture.connect(ctx.destination); // silent; keeps the node pulled by the graph
+    this.capture.port.onmessage = (e) => this.onCaptured(e.data);
+    this.playback.port.onmessage = (e) => this.onPlaybackStats(e.data.stats);
+    this.upsampleFrom = 0; // the decoder's output rate, known at its first output
+  }
+
+  openSocket() {
+    if (this.state === 'ended') return;
+    const ws = new WebSocket(chatUrl(location.href, this.settings));
+    ws.binaryType = 'arraybuffer';
+    this.ws = ws;
+    ws.onopen = () => this.setState('waiting');
+    ws.onmessage = (e) => this.onMessage(e.data);
+    ws.onclose = (e) => this.onClose(e);
+  }
+
+  onMessage(data) {
+    if (this.state === 'ended') return;
+    this.lastMessageAt = performance.now();
+    if (typeof data === 'string') return; // the protocol is binary only
+    const msg = decodeMessage(data);
+    switch (msg.kind) {
+      case KIND.HANDSHAKE: return this.goLive();
+      case KIND.AUDIO: return this.decoder?.push(msg.bytes);
+      case KIND.TEXT:
+        this.textPieces++;
+        return this.events.text?.(msg.text);
+      case KIND.ERROR:
+        this.serverError = msg.text;
+        return this.fail(new CallError('server', msg.text));
+      default: return undefined; // metadata, ping and unknown kinds carry nothing the page needs
+    }
+  }
+
+  goLive() {
+    if (this.state === 'live') return;
+    const onCodecError = (e) => this.fail(new CallError('codec', `Opus codec error: ${e.message}`));
+    this.encoder = new UplinkEncoder(this.encoderConfig, (page) => this.send(page), onCodecError);
+    this.decoder = new DownlinkDecoder((pcm, rate) => this.onDecoded(pcm, rate), onCodecError);
+    this.liveAt = performance.now();
+    this.watchdog = setInterval(() => {
+      if (performance.now() - this.lastMessageAt > SILENCE_TIMEOUT_MS) {
+        this.fail(new CallError('timeout', 'The server stopped responding (nothing received for 10 s).'));
+      }
+    }, 1000);
+    this.setState('live');
+  }
+
+  send(page) {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(audioMessage(page));
+  }
+
+  // A 20 ms block from the capture worklet: both sides at 24 kHz, sample-aligned.
+  onCaptured({ mic, model }) {
+    this.events.levels?.({ mic: rms(mic), model: rms(model) });
+    if (this.state !== 'live') return; // like the official client: nothing is sent before the handshake
+    this.encoder.encode(mic);
+    this.sentSamples += mic.length;
+    this.recording.append(model, mic);
+  }
+
+  onDecoded(pcm, rate) {
+    if (!this.ctx || this.state !== 'live') return;
+    this.receivedSamples += Math.round((pcm.length * RATE) / rate);
+    if (this.upsampleFrom !== rate) {
+      this.upsampler = new Resampler(rate, this.ctx.sampleRate);
+      this.upsampleFrom = rate;
+    }
+    const out = rate === this.ctx.sampleRate ? pcm : this.upsampler.process(pcm);
+    this.playback.port.postMessage({ samples: out }, [out.buffer]);
+  }
+
+  onPlaybackStats(s) {
+    const ms = (n, rate) => (1000 * n) / rate;
+    this.events.stats?.({
+      // Mic audio sent minus model audio received: the server's steps plus the network, both ways.
+      roundTripMs: this.state === 'live' ? ms(this.sentSamples - this.receivedSamples, RATE) : null,
+      bufferMs: ms(s.fill, s.rate), targetMs: ms(s.target, s.rate),
+      minBufferMs: ms(s.minFill, s.rate), maxBufferMs: ms(s.maxFill, s.rate),
+      playedMs: ms(s.played, s.rate), missedMs: ms(s.missed, s.rate), droppedMs: ms(s.dropped, s.rate),
+      underruns: s.underruns, sentMs: ms(this.sentSamples, RATE), receivedMs: ms(this.receivedSamples, RATE),
+      playbackRms: s.rms, recordedMs: ms(this.recording.frames, RATE), crcErrors: this.decoder?.crcErrors ?? 0,
+    });
+  }
+
+  onClose(e) {
+    if (this.state === 'ended') return;
+    if (this.state === 'live') {
+      this.finish(e.wasClean ? 'The server ended the call.' : `Disconnected (code ${e.code}).`);
+    } else {
+      this.fail(new CallError('disconnected', this.state === 'waiting'
+        ? `The server closed the connection before the call started (code ${e.code}${e.reason ? `: ${e.reason}` : ''}).`
+        : `Could not connect to the server (code ${e.code}).`));
+    }
+  }
+
+  fail(err) {
+    if (this.state === 'ended') return;
+    this.events.error?.({ code: err.code, message: err.message });
+    this.finish(err.message);
+  }
+
+  // Hang up (the user) or tear down after a failure; safe to call more than once.
+  hangUp() { this.finish('You ended the call.'); }
+
+  finish(reason) {
+    if (this.state === 'ended') return;
+    this.setState('ended', reason);
+    clearInterval(this.watchdog);
+    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000);
+    this.encoder?.close();
+    this.decoder?.close();
+    this.stream?.getTracks().forEach((t) => t.stop());
+    this.ctx?.close();
+  }
+
+  setState(name, detail) {
+    this.state = name;
+    this.events.state?.(name, detail);
+  }
+}
+
+async function getMicrophone() {
+  if (!navigator.mediaDevices?.getUserMedia) {
+    throw new CallError('no-mic', 'This browser gives no access to a microphone here.');
+  }
+  try {
+    return await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
+      video: false,
+    });
+  } catch (e) {
+    if (e.name === 'NotAllowedError' || e.name === 'SecurityError') {
+      throw new CallError('mic-denied', 'Microphone permission was refused. Allow the microphone for this site ' +
+        '(the icon in the address bar) and start again.');
+    }
+    if (e.name === 'NotFoundError' || e.name === 'OverconstrainedError') {
+      throw new CallError('no-mic', 'No microphone was found. Connect one and start again.');
+    }
+    if (e.name === 'NotReadableError') {
+      throw new CallError('no-mic', 'The microphone is in use by another program or could not be opened.');
+    }
+    throw new CallError('no-mic', `The microphone could not be opened: ${e.message}`);
+  }
+}
+
+function rms(x) {
+  let s = 0;
+  for (let i = 0; i < x.length; i++) s += x[i] * x[i];
+  return x.length ? Math.sqrt(s / x.length) : 0;
+}

@@ -1,0 +1,61 @@
+// The conversation recording: two 16-bit channels at 24 kHz, left = the model as it was played,
+// right = the microphone as it was sent, sample-aligned because both come from the same capture
+// worklet block (see worklets/capture.js). Pure code, tested under node.
+
+export class TwoTrackRecorder {
+  constructor(rate) {
+    this.rate = rate;
+    this.chunks = []; // interleaved Int16Array blocks (L, R, L, R, ...)
+    this.frames = 0;
+  }
+
+  // left and right have the same length (one capture block each).
+  append(left, right) {
+    const n = Math.min(left.length, right.length);
+    const block = new Int16Array(2 * n);
+    for (let i = 0; i < n; i++) {
+      block[2 * i] = toInt16(left[i]);
+      block[2 * i + 1] = toInt16(right[i]);
+    }
+    this.chunks.push(block);
+    this.frames += n;
+  }
+
+  get seconds() { return this.frames / this.rate; }
+
+  // The whole recording as a RIFF/WAVE file (PCM, little-endian).
+  toWav() {
+    return encodeWav(this.chunks, this.frames, 2, this.rate);
+  }
+}
+
+function toInt16(x) {
+  const c = x > 1 ? 1 : x < -1 ? -1 : x;
+  return Math.round(c * 32767);
+}
+
+// chunks: Int16Array blocks of interleaved samples totalling `frames` frames.
+export function encodeWav(chunks, frames, channels, rate) {
+  const dataBytes = frames * channels * 2;
+  const out = new Uint8Array(44 + dataBytes);
+  const v = new DataView(out.buffer);
+  const tag = (off, s) => { for (let i = 0; i < 4; i++) out[off + i] = s.charCodeAt(i); };
+  tag(0, 'RIFF');
+  v.setUint32(4, 36 + dataBytes, true);
+  tag(8, 'WAVE');
+  tag(12, 'fmt ');
+  v.setUint32(16, 16, true);
+  v.setUint16(20, 1, true); // PCM
+  v.setUint16(22, channels, true);
+  v.setUint32(24, rate, true);
+  v.setUint32(28, rate * channels * 2, true);
+  v.setUint16(32, channels * 2, true);
+  v.setUint16(34, 16, true);
+  tag(36, 'data');
+  v.setUint32(40, dataBytes, true);
+  let off = 44;
+  for (const c of chunks) {
+    for (let i = 0; i < c.length; i++, off += 2) v.setInt16(off, c[i], true);
+  }
+  return out;
+}
