@@ -169,6 +169,26 @@ static void test_capture(void) {
     pp_uplink_close(u);
     TEST_COND("odd pushes: same frames", odd.n == pcm.n && memcmp(odd.x, pcm.x, pcm.n * sizeof(float)) == 0);
     free(odd.x);
+
+    /* A second stream (new serial, new OpusHead) after the first: both decode, the decoder
+     * and the pre-skip restart. The opusenc capture holds 20 ms packets too. */
+    blob enc = read_file(PP_TEST_DATA "/captures/opusenc-40ms-pages.opus");
+    pcm_buf both = {0};
+    pp_uplink_open(&u, 0, err);
+    int rc2 = pp_uplink_push(u, cap.data, cap.len, err);
+    drain(u, &both);
+    rc2 |= enc.len > 47 ? pp_uplink_push(u, enc.data, enc.len, err) : -1;
+    drain(u, &both);
+    st = pp_uplink_get_stats(u);
+    /* Every packet of both streams is 20 ms (480 samples); each stream loses its own
+     * pre-skip, read here from its OpusHead (page offset 38, 48 kHz units). */
+    size_t preskip2 = enc.len > 47 ? (size_t)(enc.data[38] | enc.data[39] << 8) / 2 : 0;
+    TEST_COND("chained streams decode", rc2 == 0 && st.ogg.errors == 0 && st.dropped == 0 &&
+                                            st.samples == st.packets * 480 - 1920 - preskip2 &&
+                                            st.samples > expect + 4 * PP_AUDIO_RATE);
+    free(both.x);
+    pp_uplink_close(u);
+    free(enc.data);
     free(pcm.x);
     free(cap.data);
 }

@@ -90,6 +90,13 @@ static void test_model(void) {
         if (pp_spm_piece(s, ids[i], piece, sizeof piece, err) == 0 && piece[0] == ' ') has_space = 1;
     TEST_COND("pieces carry their leading space", has_space);
     TEST_COND("small piece buffer", pp_spm_piece(s, ids[0], piece, 1, err) == PP_EFULL);
+    const char *ascii = "Quick! ~`@#$%^&*()_+-={}[]|\\:;\"'<>,.?/ 0123456789 XYZ";
+    TEST_COND("printable ASCII encodes", pp_spm_encode(s, ascii, ids, 256, &n, err) == 0);
+    int unk = 0;
+    for (size_t i = 0; i < n; i++) unk |= ids[i] == 0;
+    detok(s, ids, n, back, sizeof back);
+    TEST_COND("printable ASCII never maps to <unk>", !unk && strcmp(back + 1, ascii) == 0);
+    pp_spm_encode(s, text, ids, 256, &n, err);
     size_t m;
     TEST_COND("encode bound", pp_spm_encode(s, text, ids, n - 1, &m, err) == PP_EFULL && m == 0);
 
@@ -129,8 +136,30 @@ static void test_model(void) {
     free(m1);
 }
 
+/* Both ends of the supported demo range give exactly the requested size. */
+static void test_demo_range(void) {
+    char err[PP_ERR_LEN];
+    int sizes[] = {PP_SPM_DEMO_MIN_VOCAB, PP_SPM_DEMO_MAX_VOCAB};
+    for (int i = 0; i < 2; i++) {
+        void *m = NULL;
+        size_t n = 0;
+        pp_spm *s = NULL;
+        int rc = pp_spm_make_demo(sizes[i], &m, &n, err);
+        if (rc == 0) rc = pp_spm_load_memory(&s, m, n, err);
+        TEST_COND("demo range end", rc == 0 && pp_spm_vocab_size(s) == sizes[i]);
+        if (rc) fprintf(stderr, "  %s\n", err);
+        pp_spm_free(s);
+        free(m);
+    }
+    void *m = NULL;
+    size_t n;
+    TEST_COND("past the range refused",
+              pp_spm_make_demo(PP_SPM_DEMO_MAX_VOCAB + 1, &m, &n, err) == PP_EINVAL && !m);
+}
+
 int main(void) {
     test_wrap();
+    test_demo_range();
     test_model();
     return test_report();
 }

@@ -124,9 +124,14 @@ static void test_dense_synthetic(void) {
     int rc = st_writer_create(path, &wr, err);
     if (!rc) rc = st_writer_declare(wr, "a.weight", ST_F32, 2, shape, err);
     if (!rc) rc = st_writer_declare(wr, "b.weight", ST_F16, 2, shape, err);
+    /* the product's own half conversion on specials: inf, -inf, NaN, subnormals, largest */
+    static const uint16_t special[6] = {0x7c00, 0xfc00, 0x7e00, 0x0001, 0x83ff, 0x7bff};
+    int64_t sshape[2] = {6, 1};
+    if (!rc) rc = st_writer_declare(wr, "c.weight", ST_F16, 2, sshape, err);
     if (!rc) rc = st_writer_begin(wr, err);
     if (!rc) rc = st_writer_write(wr, v, sizeof v, err);
     if (!rc) rc = st_writer_write(wr, h, sizeof h, err);
+    if (!rc) rc = st_writer_write(wr, special, sizeof special, err);
     if (!rc) rc = st_writer_finish(wr, err);
     TEST_COND("write synthetic", rc == PP_OK);
     st_file *f;
@@ -149,6 +154,16 @@ static void test_dense_synthetic(void) {
         check_matmul(&b, nb, "f16 matmul");
     }
     check_embed(&b, "f16 embed");
+    pp_weight c;
+    float one = 1, y[6];
+    TEST_COND("load f16 specials", pp_weight_load(f, "c.weight", 6, 1, &c, err) == 0);
+    be->ops->matmul(be, &c, &one, 1, y);
+    ok = 1;
+    for (int i = 0; i < 6; i++) {
+        float want = pp_f16_to_f32(special[i]);
+        ok &= isnan(want) ? isnan(y[i]) : y[i] == want;
+    }
+    TEST_COND("f16 specials in matmul", ok);
     free(d);
     st_close(f);
     unlink(path);
@@ -204,6 +219,34 @@ static void test_quant_golden(const char *dir, const char *marker, pp_wformat fm
     st_close(f);
 }
 
+/* The NumPy fixtures add the odd layouts: NF2 with np2 > gs (96 in 128), INT4 groups of 32,
+ * NF4 with several nested blocks and with f32 absmax. */
+static void test_fixtures(void) {
+    static const struct {
+        const char *name;
+        int64_t rows, cols;
+    } cases[] = {{"nf2a.weight", 6, 256}, {"nf2b.weight", 4, 192}, {"int4.weight", 8, 128},
+                 {"blk.self_attn.in_proj_weight", 8, 256}, {"nf4f.weight", 4, 128}};
+    char err[PP_ERR_LEN];
+    st_file *f;
+    if (st_open(PP_TEST_DATA "/quant/fixtures.safetensors", &f, err)) {
+        fprintf(stderr, "%s\n", err);
+        TEST_COND("open fixtures", 0);
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pp_weight w;
+        int rc = pp_weight_load(f, cases[i].name, cases[i].rows, cases[i].cols, &w, err);
+        TEST_COND(cases[i].name, rc == PP_OK);
+        if (rc) continue;
+        for (int n = 1; n <= 3; n++) check_matmul(&w, n, cases[i].name);
+        pp_weight v = pp_weight_rows(&w, 1, 2);
+        check_matmul(&v, 2, cases[i].name);
+        check_embed(&w, cases[i].name);
+    }
+    st_close(f);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     if (pp_backend_cpu_create(2, &be, err)) {
@@ -212,6 +255,7 @@ int main(void) {
     }
     test_dense_golden();
     test_dense_synthetic();
+    test_fixtures();
     if (st_open(PP_TEST_DATA "/golden/lm-int4/model.safetensors", &int4, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;

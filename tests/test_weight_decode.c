@@ -3,6 +3,7 @@
  * spec/formats.md (tests/data/quant/make_fixtures.py); and the loader's refusal of malformed
  * quantized tensors, each with a message naming the tensor. */
 #include "base/err.h"
+#include "base/log.h"
 #include "io/quant.h"
 #include "io/safetensors.h"
 #include "io/weight.h"
@@ -104,92 +105,176 @@ static void check_quantizers(const st_file *f) {
     free(src);
 }
 
-/* ---- malformed files: one NF2 tensor [2, 128] with one thing wrong at a time ---- */
+/* ---- malformed files: one tensor [2, 128] per file, with one thing wrong at a time ---- */
 
 typedef struct {
-    int64_t gs, np2, numel, packed_len, scales_len;
-    float scale;
-    int drop_scales;
-} nf2_case;
+    const char *suffix;
+    st_dtype dt;
+    int64_t len; /* 1-D length; < 0 leaves the key out */
+    const void *data;
+} key_spec;
 
-static int write_nf2(const char *path, const nf2_case *c, char *err) {
+static int write_keys(const char *path, const char *base, const key_spec *k, int n, char *err) {
     st_writer *w;
-    int64_t one = 1, four = 4, shape_v[4] = {2, 128, 0, 0};
-    int64_t gs = c->gs, np2 = c->np2, numel = c->numel;
-    uint8_t packed[256];
-    uint16_t scales[16];
-    memset(packed, 0x1b, sizeof packed); /* codes 3,2,1,0: a plausible spread */
-    for (int i = 0; i < 16; i++) scales[i] = pp_f32_to_f16(c->scale);
+    char name[128];
     int rc = st_writer_create(path, &w, err);
-    if (rc) return rc;
-    if ((rc = st_writer_declare(w, "m.weight.shape", ST_I64, 1, &four, err)) ||
-        (rc = st_writer_declare(w, "m.weight.gs", ST_I64, 1, &one, err)) ||
-        (rc = st_writer_declare(w, "m.weight.np2", ST_I64, 1, &one, err)) ||
-        (rc = st_writer_declare(w, "m.weight.numel", ST_I64, 1, &one, err)) ||
-        (!c->drop_scales && (rc = st_writer_declare(w, "m.weight.scales", ST_F16, 1, &c->scales_len, err))) ||
-        (rc = st_writer_declare(w, "m.weight.packed", ST_U8, 1, &c->packed_len, err)) ||
-        (rc = st_writer_begin(w, err)) || (rc = st_writer_write(w, shape_v, sizeof shape_v, err)) ||
-        (rc = st_writer_write(w, &gs, 8, err)) || (rc = st_writer_write(w, &np2, 8, err)) ||
-        (rc = st_writer_write(w, &numel, 8, err)) ||
-        (!c->drop_scales && (rc = st_writer_write(w, scales, (size_t)c->scales_len * 2, err))) ||
-        (rc = st_writer_write(w, packed, (size_t)c->packed_len, err))) {
+    for (int i = 0; i < n && !rc; i++) {
+        if (k[i].len < 0) continue;
+        snprintf(name, sizeof name, "%s%s", base, k[i].suffix);
+        rc = st_writer_declare(w, name, k[i].dt, 1, &k[i].len, err);
+    }
+    if (!rc) rc = st_writer_begin(w, err);
+    for (int i = 0; i < n && !rc; i++)
+        if (k[i].len >= 0) rc = st_writer_write(w, k[i].data, (size_t)(k[i].len * st_dtype_bits(k[i].dt) / 8), err);
+    if (rc) {
         st_writer_abort(w);
         return rc;
     }
     return st_writer_finish(w, err);
 }
 
-/* Expects pp_weight_load to fail with a message containing `needle`. */
-static void expect_refused(const char *path, const nf2_case *c, const char *needle, const char *what) {
+/* Expects pp_weight_load(base, [2, 128]) to fail with a message naming base and containing needle. */
+static void expect_refused(const char *path, const char *base, const key_spec *k, int n, const char *needle,
+                           const char *what) {
     char err[PP_ERR_LEN] = "";
     st_file *f;
-    if (write_nf2(path, c, err) || st_open(path, &f, err)) {
+    if (write_keys(path, base, k, n, err) || st_open(path, &f, err)) {
         fprintf(stderr, "%s: cannot build case: %s\n", what, err);
         TEST_COND(what, 0);
         return;
     }
     pp_weight w;
     err[0] = 0;
-    int rc = pp_weight_load(f, "m.weight", 2, 128, &w, err);
-    printf("%-22s -> %s\n", what, rc ? err : "(accepted)");
-    TEST_COND(what, rc != PP_OK && strstr(err, needle) && strstr(err, "m.weight"));
+    int rc = pp_weight_load(f, base, 2, 128, &w, err);
+    printf("%-24s -> %s\n", what, rc ? err : "(accepted)");
+    TEST_COND(what, rc != PP_OK && strstr(err, needle) && strstr(err, base));
     st_close(f);
 }
 
+typedef struct {
+    int64_t gs, np2, numel, packed_len, scales_len;
+    float scale;
+} nf2_case;
+
+static void nf2_refused(const char *path, nf2_case c, const char *needle, const char *what) {
+    static uint8_t packed[256];
+    uint16_t scales[16];
+    int64_t shape[4] = {2, 128, 0, 0};
+    memset(packed, 0x1b, sizeof packed); /* codes 3,2,1,0: a plausible spread */
+    for (int i = 0; i < 16; i++) scales[i] = pp_f32_to_f16(c.scale);
+    key_spec k[] = {{".shape", ST_I64, 4, shape},          {".gs", ST_I64, 1, &c.gs},
+                    {".np2", ST_I64, 1, &c.np2},           {".numel", ST_I64, 1, &c.numel},
+                    {".scales", ST_F16, c.scales_len, scales}, {".packed", ST_U8, c.packed_len, packed}};
+    expect_refused(path, "m.weight", k, 6, needle, what);
+}
+
 static void check_malformed(void) {
-    char path[] = "/tmp/pp_test_wdecode_XXXXXX", err[PP_ERR_LEN];
+    char path[] = "/tmp/pp_test_wdecode_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return;
     close(fd);
-    const nf2_case good = {128, 128, 256, 64, 2, 0.01f, 0};
+    const nf2_case good = {128, 128, 256, 64, 2, 0.01f};
     nf2_case c = good;
+    nf2_refused(path, (c.scales_len = -1, c), ".scales", "nf2 missing .scales");
+    c = good, nf2_refused(path, (c.numel = 255, c), "numel", "nf2 wrong .numel");
+    c = good, nf2_refused(path, (c.np2 = 96, c), "np2", "nf2 np2 not a power of 2");
+    c = good, nf2_refused(path, (c.np2 = 64, c), "np2", "nf2 np2 below group");
+    c = good, nf2_refused(path, (c.packed_len = 63, c), "truncated", "nf2 truncated packed");
+    c = good, c.gs = 96, nf2_refused(path, (c.np2 = 128, c), "does not divide", "nf2 group vs row");
+    c = good, nf2_refused(path, (c.scale = -1.0f, c), "scales", "nf2 negative scale");
+    c = good, nf2_refused(path, (c.scale = NAN, c), "scales", "nf2 NaN scale");
+    /* the good case loads, and a shape mismatch names both shapes */
+    char err[PP_ERR_LEN];
+    c = good;
+    int64_t shape[4] = {2, 128, 0, 0};
+    uint8_t packed[64];
+    uint16_t scales[2] = {pp_f32_to_f16(0.01f), pp_f32_to_f16(0.01f)};
+    memset(packed, 0x1b, sizeof packed);
+    key_spec k[] = {{".shape", ST_I64, 4, shape}, {".gs", ST_I64, 1, &c.gs},         {".np2", ST_I64, 1, &c.np2},
+                    {".numel", ST_I64, 1, &c.numel}, {".scales", ST_F16, 2, scales}, {".packed", ST_U8, 64, packed}};
     st_file *f;
     pp_weight w;
-    TEST_COND("good case loads", write_nf2(path, &c, err) == 0 && st_open(path, &f, err) == 0 &&
-                                     pp_weight_load(f, "m.weight", 2, 128, &w, err) == 0);
-    st_close(f);
-    c = good, c.drop_scales = 1;
-    expect_refused(path, &c, ".scales", "missing .scales");
-    c = good, c.numel = 255;
-    expect_refused(path, &c, "numel", "wrong .numel");
-    c = good, c.np2 = 96;
-    expect_refused(path, &c, "np2", "np2 not a power of 2");
-    c = good, c.np2 = 64;
-    expect_refused(path, &c, "np2", "np2 below group");
-    c = good, c.packed_len = 63;
-    expect_refused(path, &c, "truncated", "truncated packed");
-    c = good, c.gs = 96, c.np2 = 128;
-    expect_refused(path, &c, "does not divide", "group vs row length");
-    c = good, c.scale = -1.0f;
-    expect_refused(path, &c, "scales", "negative scale");
-    c = good, c.scale = NAN;
-    expect_refused(path, &c, "scales", "NaN scale");
-    c = good;
-    if (write_nf2(path, &c, err) == 0 && st_open(path, &f, err) == 0) {
+    if (write_keys(path, "m.weight", k, 6, err) == 0 && st_open(path, &f, err) == 0) {
+        TEST_COND("good case loads", pp_weight_load(f, "m.weight", 2, 128, &w, err) == 0);
         TEST_COND("shape mismatch", pp_weight_load(f, "m.weight", 128, 2, &w, err) == PP_EFORMAT &&
                                         strstr(err, "m.weight") && strstr(err, "[2, 128]"));
         st_close(f);
     }
+    /* INT4: 256 elements in groups of 64 need 128 bytes and 4 scales */
+    int64_t dims[2] = {2, 128}, numel = 256;
+    uint16_t s4[4] = {0x2000, 0x2000, 0x2000, 0x2000};
+    uint8_t p4[128];
+    memset(p4, 0x99, sizeof p4);
+    key_spec i4[] = {{"", ST_U8, 127, p4}, {".__scales__", ST_F16, 4, s4}, {".__shape__", ST_I64, 2, dims},
+                     {".__numel__", ST_I64, 1, &numel}};
+    expect_refused(path, "q.weight", i4, 4, "truncated", "int4 truncated");
+    i4[0].len = 128, i4[3].len = -1;
+    expect_refused(path, "q.weight", i4, 4, ".__numel__", "int4 missing .__numel__");
+    i4[3].len = 1, i4[1].len = 3;
+    expect_refused(path, "q.weight", i4, 4, "do not divide", "int4 scale count");
+    /* bitsandbytes: the state blob decides the layout */
+    static const char fp4[] = "{\"quant_type\": \"fp4\", \"blocksize\": 64, \"shape\": [2, 128]}";
+    static const char nf4[] = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"shape\": [2, 128]}";
+    float absmax[4] = {1, 1, 1, 1};
+    key_spec b4[] = {{"", ST_U8, 128, p4}, {".absmax", ST_F32, 4, absmax}, {".quant_map", ST_F32, 16, quant_nf4_table},
+                     {".quant_state.bitsandbytes__nf4", ST_U8, (int64_t)strlen(fp4), fp4}};
+    expect_refused(path, "b.weight", b4, 4, "fp4", "nf4 quant_type fp4");
+    b4[3].data = nf4, b4[3].len = (int64_t)strlen(nf4), b4[1].len = -1;
+    expect_refused(path, "b.weight", b4, 4, ".absmax", "nf4 missing .absmax");
+    b4[1].len = 4, absmax[2] = INFINITY;
+    expect_refused(path, "b.weight", b4, 4, "finite", "nf4 infinite absmax");
+    unlink(path);
+}
+
+/* Loads BASE (a valid tensor that looks wrong) with the log sent to a file; the load succeeds
+ * and the log gets a warning naming the tensor and containing needle. */
+static void expect_warning(const char *path, const char *base, const key_spec *k, int n, int64_t rows, int64_t cols,
+                           const char *needle, const char *what) {
+    char err[PP_ERR_LEN], logpath[] = "/tmp/pp_test_wlog_XXXXXX", line[1024];
+    int fd = mkstemp(logpath);
+    if (fd < 0) return;
+    close(fd);
+    st_file *f;
+    pp_weight w;
+    int loaded = 0, warned = 0;
+    if (write_keys(path, base, k, n, err) == 0 && st_open(path, &f, err) == 0) {
+        pp_log_open(logpath);
+        loaded = pp_weight_load(f, base, rows, cols, &w, err) == PP_OK;
+        pp_log_open(NULL);
+        st_close(f);
+    }
+    FILE *lf = fopen(logpath, "r");
+    while (lf && fgets(line, sizeof line, lf))
+        if (strstr(line, needle) && strstr(line, base)) {
+            printf("%-24s -> %s", what, line);
+            warned = 1;
+        }
+    if (lf) fclose(lf);
+    unlink(logpath);
+    TEST_COND(what, loaded && warned);
+}
+
+static void check_warnings(void) {
+    char path[] = "/tmp/pp_test_wwarn_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    /* NF2 [8, 512] whose codes are all 0: 4096 codes, none of them 1, 2 or 3 */
+    static uint8_t packed[1024];
+    uint16_t scales[32];
+    int64_t shape[4] = {8, 512, 0, 0}, gs = 128, numel = 4096;
+    for (int i = 0; i < 32; i++) scales[i] = pp_f32_to_f16(0.01f);
+    key_spec k[] = {{".shape", ST_I64, 4, shape}, {".gs", ST_I64, 1, &gs},        {".np2", ST_I64, 1, &gs},
+                    {".numel", ST_I64, 1, &numel}, {".scales", ST_F16, 32, scales}, {".packed", ST_U8, 1024, packed}};
+    expect_warning(path, "h.weight", k, 6, 8, 512, "histogram", "nf2 skewed histogram");
+    /* INT4 holding nibble 0, which its writer never emits */
+    int64_t dims[2] = {2, 128}, n4 = 256;
+    uint16_t s4[4] = {0x2000, 0x2000, 0x2000, 0x2000};
+    uint8_t p4[128];
+    memset(p4, 0x90, sizeof p4);
+    key_spec i4[] = {{"", ST_U8, 128, p4}, {".__scales__", ST_F16, 4, s4}, {".__shape__", ST_I64, 2, dims},
+                     {".__numel__", ST_I64, 1, &n4}};
+    expect_warning(path, "z.weight", i4, 4, 2, 128, "nibble 0", "int4 nibble 0");
     unlink(path);
 }
 
@@ -208,5 +293,6 @@ int main(void) {
     check_quantizers(f);
     st_close(f);
     check_malformed();
+    check_warnings();
     return test_report();
 }

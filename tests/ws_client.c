@@ -208,6 +208,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     case LWS_CALLBACK_RECEIVE_CLIENT_HTTP_READ:
         return append((uint8_t **)&h->body, &h->len, &h->cap, in, len) ? -1 : 0;
     case LWS_CALLBACK_COMPLETED_CLIENT_HTTP:
+        h->done = 1;
+        return -1; /* no keep-alive: h must not outlive its request */
     case LWS_CALLBACK_CLOSED_CLIENT_HTTP:
         h->done = 1;
         h->wsi = NULL;
@@ -235,9 +237,10 @@ int wc_init(int tls, int port) {
     info.port = CONTEXT_PORT_NO_LISTEN;
     info.protocols = g_protocols;
     info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-    info.pt_serv_buf_size = 65536; /* room for the long request lines the tests send */
+    info.pt_serv_buf_size = 65536;      /* room for the long request lines the tests send */
+    info.max_http_header_data2 = 65536; /* the client keeps its request path there too */
     info.fd_limit_per_thread = 64;
-    lws_set_log_level(LLL_ERR, NULL);
+    lws_set_log_level(getenv("WC_LOG") ? atoi(getenv("WC_LOG")) : LLL_ERR, NULL);
     g_ctx = lws_create_context(&info);
     g_tls = tls;
     g_port = port;
@@ -265,7 +268,7 @@ static int all_done(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs) {
     for (int i = 0; i < n_conns; i++)
         if (!conns[i]->closed && !conns[i]->failed) return 0;
     for (int i = 0; i < n_reqs; i++)
-        if (!reqs[i]->done && !reqs[i]->failed) return 0;
+        if ((!reqs[i]->done && !reqs[i]->failed) || reqs[i]->wsi) return 0;
     return 1;
 }
 

@@ -19,6 +19,14 @@ int golden_backend(const golden_opts *o, pp_backend **out, char *err) {
     return pp_backend_create(o->device ? o->device : "cpu", o->threads, out, err);
 }
 
+int golden_exists(const char *dir, const char *name) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 0;
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
 int golden_open(const char *dir, const char *name, st_file **out, char *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)

@@ -31,6 +31,8 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err);
 
 /* Creates the backend o->device names. */
 int golden_backend(const golden_opts *o, pp_backend **out, char *err);
+/* True when dir/name exists. */
+int golden_exists(const char *dir, const char *name);
 /* Opens dir/name (e.g. "golden.safetensors"). */
 int golden_open(const char *dir, const char *name, st_file **out, char *err);
 /* Reads a whole F32/F16/BF16 tensor into a new malloc'd float array; *numel gets its size.

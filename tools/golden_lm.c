@@ -9,6 +9,7 @@
 #include "io/voice.h"
 #include "model/lmgen.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,7 @@ static int golden_read(const st_file *f, const pp_lm_config *c, lm_golden *g, ch
 }
 
 /* The prompt phases as the reference's step_system_prompts runs them; the voice prompt comes
- * from golden.safetensors, or from a voices/ .pt file when voice is not NULL. */
+ * from golden.safetensors, or from a voices/NAME.pt file when voice is not NULL. */
 static int run_prompts(pp_lmgen *gen, const lm_golden *g, const pp_voice *voice, char *err) {
     int rc = voice ? pp_lmgen_prompt_voice(gen, voice->embeddings, (int)voice->frames, &voice->cache[0][0], err)
                    : pp_lmgen_prompt_voice(gen, g->voice_emb, (int)g->n_voice, g->voice_cache, err);
@@ -146,6 +147,48 @@ static int run_steps(pp_lmgen *gen, const pp_lm_config *c, const lm_golden *g, c
     return rc;
 }
 
+/* clone.safetensors (when present): the voice-cloning path after the codec. Each frame's codes
+ * go in as the agent's stream (text PAD, user sine) from a fresh conversation; the input
+ * embeddings of the computing calls and the final ring are what a voices/NAME.pt stores. */
+static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *ring_ok, char *err) {
+    const pp_lm_config *c = pp_lm_get_config(lm);
+    st_file *f = NULL;
+    int64_t *codes = NULL, *cache = NULL, n = 0;
+    float *want = NULL, *got = NULL;
+    pp_lmgen *gen = NULL;
+    int rc = golden_open(dir, "clone.safetensors", &f, err);
+    if (!rc) rc = golden_load_i64(f, "voice_codes", -1, &codes, &n, err);
+    n /= PP_LM_AUDIO_CODEBOOKS;
+    if (!rc && n < 1) rc = pp_fail(err, PP_EFORMAT, "clone.safetensors: no voice_codes");
+    if (!rc) rc = golden_load_f32(f, "embeddings", (n - 1) * c->dim, &want, NULL, err);
+    if (!rc) rc = golden_load_i64(f, "cache", PP_LM_STREAMS * 4, &cache, NULL, err);
+    if (!rc && !(got = malloc((size_t)n * c->dim * sizeof *got))) rc = pp_fail(err, PP_ENOMEM, "out of memory");
+    if (!rc) rc = pp_lmgen_create(lm, NULL, &gen, err);
+    int64_t saved = 0;
+    for (int64_t j = 0; j < n && !rc; j++) {
+        int32_t agent[PP_LM_AUDIO_CODEBOOKS];
+        for (int i = 0; i < PP_LM_AUDIO_CODEBOOKS; i++) agent[i] = (int32_t)codes[j * PP_LM_AUDIO_CODEBOOKS + i];
+        pp_lmgen_out out;
+        int r = pp_lmgen_step_forced(gen, PP_LMGEN_TEXT_PAD, agent, pp_lmgen_sine_codes, &out,
+                                     got + saved * c->dim, err);
+        if (r < 0) rc = r;
+        else saved += r;
+    }
+    if (!rc) {
+        int64_t ring[PP_LM_STREAMS * 4];
+        pp_lmgen_token_ring(gen, ring);
+        *ring_ok = saved == n - 1 && memcmp(ring, cache, sizeof ring) == 0;
+        *emb_err = saved == n - 1 ? golden_rel_err(got, want, (size_t)saved, (size_t)c->dim) : INFINITY;
+    }
+    pp_lmgen_destroy(gen);
+    free(codes);
+    free(cache);
+    free(want);
+    free(got);
+    st_close(f);
+    return rc;
+}
+
 int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
     char wpath[4096], cpath[4096];
     snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
@@ -171,13 +214,23 @@ int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
         r.prompt_ok = check_prompt(gen, &g, dir);
         rc = run_steps(gen, pp_lm_get_config(lm), &g, dir, &r, err);
     }
+    char clone_note[96] = "";
+    int clone_ok = 1;
+    if (!rc && golden_exists(dir, "clone.safetensors")) {
+        double emb_err = 0;
+        int ring_ok = 0;
+        rc = run_clone(lm, dir, &emb_err, &ring_ok, err);
+        clone_ok = ring_ok && emb_err <= LM_TOL;
+        snprintf(clone_note, sizeof clone_note, ", clone ring %s embeddings %.2e", ring_ok ? "ok" : "DIFF", emb_err);
+    }
     int pass = 0;
     if (!rc) {
-        pass = r.prompt_ok && r.tokens_ok && r.text_err <= LM_TOL && r.dep_err <= LM_TOL && r.layer_err <= LM_TOL;
+        pass = clone_ok && r.prompt_ok && r.tokens_ok && r.text_err <= LM_TOL && r.dep_err <= LM_TOL &&
+               r.layer_err <= LM_TOL;
         printf("%s%s%s: prompt %s, tokens %s (%d steps emitted of %lld), text_logits %.2e, dep_logits %.2e, "
-               "layers %.2e (tol %.0e): %s\n",
+               "layers %.2e%s (tol %.0e): %s\n",
                dir, o->voice ? " --voice " : "", o->voice ? o->voice : "", r.prompt_ok ? "ok" : "DIFF", r.tokens_ok ? "exact" : "DIFF", r.steps_emitted,
-               (long long)g.n_steps, r.text_err, r.dep_err, r.layer_err, LM_TOL, pass ? "PASS" : "FAIL");
+               (long long)g.n_steps, r.text_err, r.dep_err, r.layer_err, clone_note, LM_TOL, pass ? "PASS" : "FAIL");
     }
     golden_free(&g);
     pp_voice_free(&voice);

@@ -16,6 +16,7 @@ CORE_PACKAGES=(
     libsentencepiece-dev                        # text tokenizer
     libopus-dev libogg-dev opus-tools           # audio codec, Ogg pages, test fixtures
     libsystemd-dev                              # sd_notify readiness for the systemd unit
+    zlib1g-dev                                  # voice .pt archives: CRC-32, DEFLATE entries
 )
 PROXY_PACKAGES=(
     nginx                                       # reverse-proxy test

@@ -66,22 +66,28 @@ function onPromptInput() {
   PROMPT_PRESETS.forEach((p, i) => chips[i].setAttribute('aria-pressed', String(p.text === ui.prompt.value.trim())));
 }
 
-// /api/voices answers { voices: [names], default: name }; a plain array is accepted too.
+// /api/voices answers { voices: [names], default: name }; a plain array is accepted too. A server
+// with no voice files (the demo model) lists none and names only its default.
 async function loadVoices(stored) {
   let voices = FALLBACK_VOICES;
   let preferred = 'NATF2';
+  let hint = '';
   try {
     const res = await fetch('/api/voices');
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     const body = await res.json();
-    const list = Array.isArray(body) ? body : body.voices;
-    if (!Array.isArray(list) || !list.length) throw new Error('empty list');
-    voices = list.map((v) => (typeof v === 'string' ? v : v.name));
-    preferred = body.default ?? voices[0];
+    const list = (Array.isArray(body) ? body : body.voices ?? []).map((v) => (typeof v === 'string' ? v : v.name));
+    preferred = body.default ?? list[0];
+    if (list.length) voices = list;
+    else if (preferred) {
+      voices = [preferred];
+      hint = 'This server has no voice files; it uses its default voice.';
+    } else throw new Error('no voices');
   } catch (e) {
-    ui.voiceHint.hidden = false;
-    ui.voiceHint.textContent = `The server did not list its voices (${e.message}); showing the standard presets.`;
+    hint = `The server did not list its voices (${e.message}); showing the standard presets.`;
   }
+  ui.voiceHint.hidden = !hint;
+  ui.voiceHint.textContent = hint;
   ui.voice.replaceChildren(...voices.map((v) => new Option(`${voiceLabel(v)} (${v})`, v)));
   ui.voice.value = voices.includes(stored.voice) ? stored.voice : voices.includes(preferred) ? preferred : voices[0];
 }
@@ -111,6 +117,7 @@ function showAlert(title, text) {
 }
 
 const ERROR_TITLES = { insecure: 'Not a secure page', codec: 'Browser not supported', 'mic-denied': 'No microphone access',
+  audio: 'No sound output',
   'no-mic': 'No microphone', server: 'The server refused the call', disconnected: 'Disconnected',
   timeout: 'Connection lost', internal: 'Something went wrong' };
 
@@ -129,6 +136,7 @@ function startCall(event) {
   lastStats = null;
   ui.detail.textContent = `${voiceLabel(settings.voice)}`;
   let failed = false;
+  let wasLive = false;
   const started = performance.now();
   const waitTimer = setInterval(() => {
     if (call?.state === 'waiting') ui.statusText.textContent = `Preparing the persona… ${Math.round((performance.now() - started) / 1000)} s`;
@@ -137,17 +145,25 @@ function startCall(event) {
     state: (name, detail) => {
       setStatus(failed && name === 'ended' ? 'failed' : name);
       if (name === 'live') {
+        wasLive = true;
         clearInterval(waitTimer);
         ui.transcript.replaceChildren(placeholder('Say hello. The model’s words appear here.'));
       }
       if (name === 'ended') {
         clearInterval(waitTimer);
-        ui.detail.textContent = detail ?? '';
+        levels.mic = 0;
+        levels.model = 0;
+        if (!wasLive) {
+          // Nothing happened yet: back to the form, with the alert's "Try again" one key away.
+          ui.call.hidden = true;
+          ui.setup.hidden = false;
+          (failed ? $('alert-retry') : ui.start).focus();
+          return;
+        }
+        ui.detail.textContent = failed ? '' : detail ?? '';
         ui.hangup.hidden = true;
         ui.again.hidden = false;
         ui.download.disabled = !(call.recording.frames > 0);
-        levels.mic = 0;
-        levels.model = 0;
         ui.again.focus();
       }
     },
@@ -228,6 +244,13 @@ function backToSetup() {
   ui.start.focus();
 }
 
+// After a failure before the call went live the form is showing: start again at once. After a
+// failure during a call, go back to the form and keep the settings.
+function retry() {
+  if (ui.call.hidden) ui.form.requestSubmit();
+  else backToSetup();
+}
+
 // ---- test hook --------------------------------------------------------------------------------
 // tests/browser reads these to check a call end to end (state, transcript, what was played).
 
@@ -271,7 +294,7 @@ async function init() {
   ui.form.addEventListener('submit', startCall);
   ui.hangup.addEventListener('click', () => call?.hangUp());
   ui.again.addEventListener('click', backToSetup);
-  $('alert-retry').addEventListener('click', backToSetup);
+  $('alert-retry').addEventListener('click', retry);
   ui.download.addEventListener('click', downloadWav);
   requestAnimationFrame(drawMeters);
   await Promise.all([loadVoices(stored), loadHealth()]);

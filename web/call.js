@@ -12,6 +12,8 @@ import { Resampler } from './resample.js';
 import { TwoTrackRecorder } from './wav.js';
 
 const SILENCE_TIMEOUT_MS = 10000; // what the official client allows once the call is live
+// AudioContext.resume() never settles on a machine without a sound device (seen in Firefox).
+const AUDIO_START_MS = 5000;
 
 export class CallError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -59,7 +61,8 @@ export class Call {
       this.stream.getTracks().forEach((t) => t.stop());
       return;
     }
-    await ctx.resume();
+    await withTimeout(ctx.resume(), AUDIO_START_MS, new CallError('audio',
+      'The audio output did not start. Check that a speaker or headphones are available and try again.'));
     this.playback = new AudioWorkletNode(ctx, 'pp-playback', { outputChannelCount: [1] });
     this.capture = new AudioWorkletNode(ctx, 'pp-capture', { numberOfInputs: 2, outputChannelCount: [1] });
     ctx.createMediaStreamSource(this.stream).connect(this.capture, 0, 0);
@@ -209,6 +212,12 @@ async function getMicrophone() {
     }
     throw new CallError('no-mic', `The microphone could not be opened: ${e.message}`);
   }
+}
+
+function withTimeout(promise, ms, error) {
+  let timer;
+  const expired = new Promise((_, reject) => { timer = setTimeout(() => reject(error), ms); });
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }
 
 function rms(x) {

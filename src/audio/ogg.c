@@ -233,8 +233,7 @@ static int read_page(pp_ogg_reader *r, const uint8_t *page, pp_ogg_packet_fn fn,
         body += lacing[i];
         r->pkt_open = 1;
         if (lacing[i] == 255) continue;
-        int keep = !r->pkt_too_long;
-        if (keep) {
+        if (!r->pkt_too_long) {
             int last = i == last_end;
             rc = deliver(r, last ? granule : PP_OGG_NO_GRANULE,
                          last && (flags & PP_OGG_FLAG_EOS), fn, user, err);

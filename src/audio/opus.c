@@ -24,6 +24,7 @@ struct pp_uplink {
     float scratch[MAX_DECODE];
     int have_head;   /* an OpusHead was seen on the current stream */
     int preskip;     /* 24 kHz samples still to discard */
+    int overflowing; /* dropping since the last frame was taken: warn once per episode */
     int last_frames; /* duration of the latest packet, used to size concealment */
     pp_uplink_stats st;
 };
@@ -40,7 +41,9 @@ static void fifo_push(pp_uplink *u, const float *x, size_t n) {
         u->head = (u->head + drop) % u->cap;
         u->count -= drop;
         u->st.dropped += drop;
-        PP_WARN("opus", "uplink buffer full: dropped %zu oldest samples", drop);
+        if (!u->overflowing)
+            PP_WARN("opus", "uplink buffer full (%zu samples): dropping the oldest", u->cap);
+        u->overflowing = 1;
     }
     size_t tail = (u->head + u->count) % u->cap, first = u->cap - tail;
     if (first > n) first = n;
@@ -143,6 +146,7 @@ int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err) {
 
 int pp_uplink_frame(pp_uplink *u, float pcm[PP_AUDIO_FRAME]) {
     if (u->count < PP_AUDIO_FRAME) return 0;
+    u->overflowing = 0;
     size_t first = u->cap - u->head;
     if (first > PP_AUDIO_FRAME) first = PP_AUDIO_FRAME;
     memcpy(pcm, u->fifo + u->head, first * sizeof *pcm);

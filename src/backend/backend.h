@@ -113,6 +113,31 @@ typedef struct pp_backend_ops {
                        int subtract, int32_t *code);
     /* y [dim] += cb row `code` (host index, 0 <= code < rows). */
     void (*vq_add_row)(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
+
+    /* ---- sampling (text and audio tokens; logits never leave the backend) ---- */
+    /* *token (backend int32) = a token from logits [n]. temp <= 0: greedy, the largest logit,
+     * lowest index on ties, NaN never wins. Else the top_k largest (top_k <= 0 or > n: all n;
+     * boundary ties keep the lowest indices) race: argmax of l/temp − log(−log(U_i)) with U_i =
+     * pp_sk_uniform(seed, counter, i) (backend/sample_key.h), so every backend draws the same
+     * token for the same (seed, counter); the caller uses a new counter for every draw. */
+    void (*sample)(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed,
+                   uint64_t counter, int32_t *token);
+
+    /* ---- device hooks: NULL on the CPU backend ---- */
+    /* First device error since creation (0 if none), its message (file, line, statement) in
+     * err. Operations return nothing, so a device backend keeps the first failure here. */
+    int (*last_error)(pp_backend *be, char *err);
+    /* CUDA graphs: graph_begin starts recording the operations that follow into graph `slot`
+     * (0 <= slot < 8) instead of running them; graph_end stops, instantiates and runs it;
+     * graph_replay runs it again. Recorded operations keep their arguments, so the model
+     * must keep positions in backend memory (as it does) and not download inside. */
+    int (*graph_begin)(pp_backend *be, int slot, char *err);
+    int (*graph_end)(pp_backend *be, int slot, char *err);
+    int (*graph_replay)(pp_backend *be, int slot, char *err);
+    /* Device memory in bytes: weights uploaded, buffers from alloc (activations, KV caches),
+     * the backend's own workspace, and the device's free and total memory. */
+    void (*mem_info)(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
+                     size_t *dev_total);
 } pp_backend_ops;
 
 struct pp_backend {

@@ -79,6 +79,7 @@ static const pp_backend_ops cpu_ops = {
     .scale_add = cpu_scale_add,
     .vq_nearest = cpu_vq_nearest,
     .vq_add_row = cpu_vq_add_row,
+    .sample = cpu_sample,
 };
 
 int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {

@@ -45,4 +45,8 @@ void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bin
                     int32_t *code);
 void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 
+/* cpu_sample.c */
+void cpu_sample(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed, uint64_t counter,
+                int32_t *token);
+
 #endif

@@ -9,21 +9,26 @@
 #include "backend/cpu.h"
 
 #include <math.h>
-#include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
+/* The same vector at any float alignment, allowed to alias float data. Loads and stores go
+ * through it directly (no helper returning a vector: that changes the ABI without AVX). */
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+#define LD8(p) (*(const v8f_u *)(p))
+#define ST8(p, v) (*(v8f_u *)(p) = (v))
 
-static inline v8f ld8(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v); /* unaligned load */
-    return v;
+static inline float hsum8(const v8f *v) {
+    return (((*v)[0] + (*v)[4]) + ((*v)[1] + (*v)[5])) + (((*v)[2] + (*v)[6]) + ((*v)[3] + (*v)[7]));
 }
 
-static inline void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-
-static inline float hsum8(v8f v) {
-    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+/* The hot loops get an AVX2 twin picked at load time (ifunc) on x86-64, where the portable
+ * build only assumes SSE2; the same C source, so both compute the same sums in the same
+ * order (no FMA contraction: C11 mode compiles with -ffp-contract=off). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
 
 /* Work below this many multiply-adds per task is not worth waking the pool for. */
 #define MIN_TASK_MACS (1 << 16)
@@ -44,16 +49,16 @@ static void dot_4x2(const float *const w[4], const float *const x[2], int len, f
     v8f acc[4][2] = {{{0}}};
     int l = 0;
     for (; l + 8 <= len; l += 8) {
-        v8f x0 = ld8(x[0] + l), x1 = ld8(x[1] + l);
+        v8f x0 = LD8(x[0] + l), x1 = LD8(x[1] + l);
         for (int r = 0; r < 4; r++) {
-            v8f wr = ld8(w[r] + l);
+            v8f wr = LD8(w[r] + l);
             acc[r][0] += wr * x0;
             acc[r][1] += wr * x1;
         }
     }
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < 2; c++) {
-            float s = hsum8(acc[r][c]);
+            float s = hsum8(&acc[r][c]);
             for (int i = l; i < len; i++) s += w[r][i] * x[c][i];
             out[r][c] = s;
         }
@@ -68,7 +73,7 @@ typedef struct conv_job {
     int rows_per_tile;
 } conv_job;
 
-static void conv_task(void *ctx, int task) {
+HOT static void conv_task(void *ctx, int task) {
     const conv_job *j = ctx;
     const pp_conv *c = j->c;
     int r_begin = (task % j->row_tiles) * j->rows_per_tile;
@@ -140,43 +145,60 @@ typedef struct convtr_job {
     const float *w; /* [cin][n] */
     float *z;       /* [t][n]: z[j][o·k + q] = Σ_i x[i][j]·w[i][o·k + q] */
     int cin, t, n;
+    int width; /* columns of z per task */
 } convtr_job;
 
-/* Columns [32·task, 32·task + 32) of z for every input column, two columns at a time:
- * each weight vector loaded feeds both. */
-static void convtr_task(void *ctx, int task) {
-    const convtr_job *j = ctx;
-    int c0 = task * 32, width = j->n - c0 < 32 ? j->n - c0 : 32;
+/* Long inputs: columns [c0, c0 + 32) of z for two input columns at a time, accumulated in
+ * registers over all input channels; each weight vector loaded feeds both columns. */
+HOT static void convtr_block(const convtr_job *j, int c0) {
     for (int t = 0; t < j->t; t += 2) {
         int t1 = t + 1 < j->t ? t + 1 : t;
-        if (width == 32) {
-            v8f acc[2][4] = {{{0}}};
-            for (int i = 0; i < j->cin; i++) {
-                const float *wi = j->w + (size_t)i * j->n + c0;
-                float x0 = j->x[(size_t)i * j->t + t], x1 = j->x[(size_t)i * j->t + t1];
-                for (int v = 0; v < 4; v++) {
-                    v8f wv = ld8(wi + 8 * v);
-                    acc[0][v] += x0 * wv;
-                    acc[1][v] += x1 * wv;
-                }
-            }
+        v8f acc[2][4] = {{{0}}};
+        for (int i = 0; i < j->cin; i++) {
+            const float *wi = j->w + (size_t)i * j->n + c0;
+            float x0 = j->x[(size_t)i * j->t + t], x1 = j->x[(size_t)i * j->t + t1];
             for (int v = 0; v < 4; v++) {
-                st8(j->z + (size_t)t * j->n + c0 + 8 * v, acc[0][v]);
-                if (t1 != t) st8(j->z + (size_t)t1 * j->n + c0 + 8 * v, acc[1][v]);
-            }
-        } else {
-            for (int q = 0; q < width; q++) {
-                float s0 = 0, s1 = 0;
-                for (int i = 0; i < j->cin; i++) {
-                    float wv = j->w[(size_t)i * j->n + c0 + q];
-                    s0 += j->x[(size_t)i * j->t + t] * wv;
-                    s1 += j->x[(size_t)i * j->t + t1] * wv;
-                }
-                j->z[(size_t)t * j->n + c0 + q] = s0;
-                if (t1 != t) j->z[(size_t)t1 * j->n + c0 + q] = s1;
+                v8f wv = LD8(wi + 8 * v);
+                acc[0][v] += x0 * wv;
+                acc[1][v] += x1 * wv;
             }
         }
+        for (int v = 0; v < 4; v++) {
+            ST8(j->z + (size_t)t * j->n + c0 + 8 * v, acc[0][v]);
+            if (t1 != t) ST8(j->z + (size_t)t1 * j->n + c0 + 8 * v, acc[1][v]);
+        }
     }
+}
+
+/* Short inputs (a few columns, wide weights): stream each weight row's span once and add it,
+ * scaled, into the few z rows, which stay in L1. Walking a 32-column block down all input
+ * channels instead would jump a whole weight row per step and miss the TLB every time. */
+HOT static void convtr_rows(const convtr_job *j, int c0, int width) {
+    for (int t = 0; t < j->t; t++)
+        for (int c = 0; c < width; c++) j->z[(size_t)t * j->n + c0 + c] = 0.0f;
+    for (int i = 0; i < j->cin; i++) {
+        const float *wi = j->w + (size_t)i * j->n + c0;
+        for (int t = 0; t < j->t; t++) {
+            float xv = j->x[(size_t)i * j->t + t], *zt = j->z + (size_t)t * j->n + c0;
+            int c = 0;
+            for (; c + 8 <= width; c += 8) ST8(zt + c, LD8(zt + c) + xv * LD8(wi + c));
+            for (; c < width; c++) zt[c] += xv * wi[c];
+        }
+    }
+}
+
+#define CONVTR_SHORT 4 /* inputs of at most this many columns take convtr_rows */
+
+static void convtr_task(void *ctx, int task) {
+    const convtr_job *j = ctx;
+    int c0 = task * j->width, width = j->n - c0 < j->width ? j->n - c0 : j->width;
+    if (j->t <= CONVTR_SHORT) {
+        convtr_rows(j, c0, width);
+        return;
+    }
+    int c = 0;
+    for (; c + 32 <= width; c += 32) convtr_block(j, c0 + c);
+    if (c < width) convtr_rows(j, c0 + c, width - c);
 }
 
 void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
@@ -186,7 +208,8 @@ void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
     float *z = scratch, *full = depthwise ? scratch : scratch + (size_t)t * c->cout * k;
     if (!depthwise) {
         convtr_job job = {.x = x, .w = c->w, .z = z, .cin = c->cin, .t = t, .n = c->cout * k};
-        int n_tasks = (job.n + 31) / 32;
+        job.width = t <= CONVTR_SHORT ? 1024 : 32;
+        int n_tasks = (job.n + job.width - 1) / job.width;
         if (task_count(be, (double)c->cin * t * job.n, n_tasks) == 1) {
             for (int i = 0; i < n_tasks; i++) convtr_task(&job, i);
         } else {
@@ -251,8 +274,8 @@ void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale,
 static float dot(const float *a, const float *b, int n) {
     v8f acc = {0};
     int i = 0;
-    for (; i + 8 <= n; i += 8) acc += ld8(a + i) * ld8(b + i);
-    float s = hsum8(acc);
+    for (; i + 8 <= n; i += 8) acc += LD8(a + i) * LD8(b + i);
+    float s = hsum8(&acc);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
@@ -267,7 +290,7 @@ typedef struct vq_job {
     int32_t arg[VQ_MAX_TASKS];
 } vq_job;
 
-static void vq_task(void *ctx, int task) {
+HOT static void vq_task(void *ctx, int task) {
     vq_job *j = ctx;
     int b0 = task * j->per_task, b1 = b0 + j->per_task < j->bins ? b0 + j->per_task : j->bins;
     float best = INFINITY;

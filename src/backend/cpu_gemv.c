@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DENSE_CHUNK 256
+#define DENSE_CHUNK 1024
 
 struct cpu_gemv {
     pthread_mutex_t lock; /* the scratch serves one product at a time */
@@ -132,16 +132,17 @@ static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
     int gs = w->group, nf2 = w->fmt == PP_WF_NF2;
     int64_t bytes_per_group = nf2 ? gs / 4 : gs / 2;
     int64_t chunk = gs >= QUANT_CHUNK ? gs : QUANT_CHUNK / gs * gs;
-    float buf[QUANT_MAX_NP2 > QUANT_CHUNK ? QUANT_MAX_NP2 : QUANT_CHUNK];
+    float buf[QUANT_MAX_NP2 > QUANT_CHUNK ? QUANT_MAX_NP2 : QUANT_CHUNK], scales[QUANT_CHUNK / 2];
     for (int64_t r = r0; r < r1; r++) {
         int64_t g0 = (w->elem0 + r * w->cols) / gs;
         for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] = 0;
         for (int64_t c = 0; c < w->cols; c += chunk) {
             int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+            pp_weight_group_scales(w, g0 + c / gs, len / gs, scales);
             for (int64_t k = 0; k < len; k += gs) {
                 int64_t g = g0 + (c + k) / gs;
                 const uint8_t *p = d + g * bytes_per_group;
-                float *o = buf + k, s = pp_weight_group_scale(w, g);
+                float *o = buf + k, s = scales[k / gs];
                 /* fixed-size copies: the compiler emits one vector move each */
                 if (nf2)
                     for (int64_t b = 0; b < bytes_per_group; b++) memcpy(o + 4 * b, j->lut + 4 * p[b], 16);

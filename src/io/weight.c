@@ -154,14 +154,17 @@ size_t pp_weight_bytes(const pp_weight *w) {
     return 0;
 }
 
-float pp_weight_group_scale(const pp_weight *w, int64_t g) {
-    if (w->fmt == PP_WF_NF4) {
-        if (!w->nested_absmax) return quant_ldf32(w->scales, (size_t)g);
-        uint8_t code = ((const uint8_t *)w->scales)[g];
-        return quant_ldf32(w->nested_map, code) * quant_ldf32(w->nested_absmax, (size_t)(g / w->nested_block)) +
-               w->nested_offset;
+void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out) {
+    if (w->fmt != PP_WF_NF4) {
+        for (int64_t i = 0; i < n; i++) out[i] = pp_f16_to_f32(quant_ld16(w->scales, (size_t)(g0 + i)));
+    } else if (!w->nested_absmax) {
+        for (int64_t i = 0; i < n; i++) out[i] = quant_ldf32(w->scales, (size_t)(g0 + i));
+    } else {
+        const uint8_t *codes = w->scales;
+        for (int64_t i = 0, g = g0; i < n; i++, g++)
+            out[i] = quant_ldf32(w->nested_map, codes[g]) * quant_ldf32(w->nested_absmax, (size_t)(g / w->nested_block)) +
+                     w->nested_offset;
     }
-    return pp_f16_to_f32(quant_ld16(w->scales, (size_t)g));
 }
 
 void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t len, float *dst) {
@@ -187,7 +190,8 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
     int gs = w->group;
     for (int64_t k = 0; k < len; k += gs) {
         int64_t g = (e + k) / gs;
-        float s = pp_weight_group_scale(w, g);
+        float s;
+        pp_weight_group_scales(w, g, 1, &s);
         if (w->fmt == PP_WF_NF2) {
             quant_nf2_decode_group(d + g * (gs / 4), s, gs, w->np2, tmp, dst + k);
         } else if (w->fmt == PP_WF_INT4) {

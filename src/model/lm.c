@@ -41,7 +41,7 @@ pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
 
 /* A file with more layers or steps than the config would otherwise load silently truncated. */
 static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int value, char *err) {
-    if (!pp_weight_exists(lm->file, name) && !st_find(lm->file, name)) return PP_OK;
+    if (!pp_weight_exists(lm->file, name)) return PP_OK;
     return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", st_path(lm->file), key,
                    value, name);
 }

@@ -37,7 +37,7 @@ void pp_lm_ctx_destroy(pp_lm_ctx *c);
 void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_ctx *c, const int32_t col[17]);
 /* x = emb (host [dim]): a voice-prompt frame replacing the embedding sum. */
 void pp_lm_set_embedding(const pp_lm *lm, pp_lm_ctx *c, const float *emb);
-/* Copies the current input x to host [dim] (what a voices/ *.pt file stores). */
+/* Copies the current input x to host [dim] (what a voices/NAME.pt file stores). */
 void pp_lm_get_embedding(const pp_lm *lm, pp_lm_ctx *c, float *emb);
 /* Runs the temporal transformer on x at position pos, leaving h = out_norm(output). When
  * layer_out (host [num_layers][dim]) is not NULL it receives each layer's output. */

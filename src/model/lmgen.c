@@ -1,6 +1,6 @@
 /* lmgen: see lmgen.h. Mirrors the reference's LMGen.prepare_step_input and
  * process_transformer_output (spec/lm.md §5.1) on the same ring, so the ring can be compared
- * with the reference's and restored from a voices/ *.pt cache. */
+ * with the reference's and restored from a voices/NAME.pt cache. */
 #include "model/lmgen.h"
 
 #include "base/err.h"
@@ -237,6 +237,8 @@ int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *
 }
 
 int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err) {
+    if (n_frames < 0 || (n_frames > 0 && !embeddings) || !cache)
+        return pp_fail(err, PP_EINVAL, "lmgen: voice prompt needs embeddings for %d frames and a token cache", n_frames);
     if (g->width != 4)
         return pp_fail(err, PP_EUNSUPPORTED, "lmgen: a voice prompt's [17][4] ring needs max delay 1, not %d",
                        g->max_delay);
@@ -277,10 +279,12 @@ static int forced_frames(pp_lmgen *g, const int32_t *texts, int n, int32_t text,
 }
 
 int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err) {
+    if (frames < 0) return pp_fail(err, PP_EINVAL, "lmgen: %d silence frames", frames);
     return forced_frames(g, NULL, frames, PP_LMGEN_TEXT_PAD, err);
 }
 
 int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
+    if (n < 0 || (n > 0 && !ids)) return pp_fail(err, PP_EINVAL, "lmgen: text prompt of %d ids", n);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] > g->cfg->text_card)
             return pp_fail(err, PP_EINVAL, "lmgen: text prompt token %d = %d is outside [0, %d]", i, ids[i],

@@ -61,7 +61,7 @@ void pp_lmgen_destroy(pp_lmgen *g);
  * keys stay but are never read again, as in the reference. */
 int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err);
 
-/* Voice prompt of a voices/ *.pt file: n_frames stored input embeddings (host [n][dim]) run
+/* Voice prompt of a voices/NAME.pt file: n_frames stored input embeddings (host [n][dim]) run
  * at positions 0..n-1, then the token ring becomes cache ([17][4], row-major). */
 int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err);
 /* frames forced frames of text PAD, agent silence and user sine. */
@@ -73,7 +73,7 @@ int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err);
 int pp_lmgen_step(pp_lmgen *g, const int32_t user[PP_LM_AUDIO_CODEBOOKS], pp_lmgen_out *out, char *err);
 /* The general call: text < 0, agent NULL or user NULL leave that stream to the model. When
  * embedding is not NULL it receives the frame's input embedding (host [dim]) if the call
- * computed (returns 1 then, 0 for the compute-free first call) — what a voices/ *.pt stores. */
+ * computed (returns 1 then, 0 for the compute-free first call) — what a voices/NAME.pt stores. */
 int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user, pp_lmgen_out *out,
                          float *embedding, char *err);
 

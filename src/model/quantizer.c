@@ -61,9 +61,6 @@ static int load_rvq(codec_arena *a, const st_file *f, const char *rvq, int n_lev
 }
 
 int quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err) {
-    if (cfg->num_codebooks < 1 || cfg->num_codebooks > cfg->n_q || cfg->num_codebooks > QUANTIZER_MAX_CODES)
-        return pp_fail(err, PP_EINVAL, "mimi config: num_codebooks %d: expected 1..n_q (%d), at most %d",
-                       cfg->num_codebooks, cfg->n_q, QUANTIZER_MAX_CODES);
     q->cfg = *cfg;
     int rc = load_rvq(a, f, "rvq_first", 1, cfg, &q->first, err);
     return rc ? rc : load_rvq(a, f, "rvq_rest", cfg->num_codebooks - 1, cfg, &q->rest, err);

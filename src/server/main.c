@@ -224,7 +224,8 @@ static void lws_log_bridge(int level, const char *line) {
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') n--;
     if (level & LLL_ERR) PP_ERROR("lws", "%.*s", (int)n, line);
-    else PP_WARN("lws", "%.*s", (int)n, line);
+    else if (level & LLL_WARN) PP_WARN("lws", "%.*s", (int)n, line);
+    else PP_DEBUG("lws", "%.*s", (int)n, line);
 }
 
 static int run(app *a) {
@@ -246,7 +247,7 @@ static int run(app *a) {
         {"personaplex-chat", ws_callback, ws_pss_size(), 4096, 0, NULL, 0},
         {NULL, NULL, 0, 0, 0, NULL, 0},
     };
-    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_bridge);
+    lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE | LLL_INFO : 0), lws_log_bridge);
     s->ctx = create_context(a, protocols, err);
     if (!s->ctx) {
         PP_ERROR("server", "%s", err);

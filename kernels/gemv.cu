@@ -1,0 +1,174 @@
+/* gemv: y = x·wᵀ for every weight format (the launcher picks the kernel).
+ *   n <= PK_GEMV_MAX_BATCH, aligned shapes: the chunked template of gemv.cuh;
+ *   n <= PK_GEMV_MAX_BATCH, other shapes:   one warp per row, one element at a time;
+ *   larger n: tiles of rows dequantized to f32, multiplied by cuBLAS (dense f32: directly).
+ * NF2 first rotates every group slice of x (the WHT, in shared memory) into the workspace. */
+#include <cublas_v2.h>
+
+#include "gemv.cuh"
+
+/* ---- NF2 activation rotation: one block per (input row, group) slice ---- */
+
+__global__ void pk_rotate_kernel(const float *__restrict__ x, int gs, int np2, float *__restrict__ xr) {
+    extern __shared__ float v[];
+    const float *src = x + (int64_t)blockIdx.x * gs;
+    for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] = i < gs ? src[i] : 0.0f;
+    __syncthreads();
+    /* The same butterflies in the same order as quant_fwht, so the result matches the CPU's
+     * bit for bit (additions only; no contraction possible). */
+    for (int h = 1; h < np2; h *= 2) {
+        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
+            int i = (p / h) * 2 * h + p % h;
+            float a = v[i], b = v[i + h];
+            v[i] = a + b;
+            v[i + h] = a - b;
+        }
+        __syncthreads();
+    }
+    float norm = 1.0f / sqrtf((float)np2);
+    for (int i = threadIdx.x; i < gs; i += blockDim.x) xr[(int64_t)blockIdx.x * gs + i] = v[i] * norm;
+}
+
+/* ---- any shape: one warp per row ---- */
+
+__global__ void __launch_bounds__(128) pk_gemv_scalar_kernel(pk_weight w, const float *__restrict__ x, int n,
+                                                             float *__restrict__ y) {
+    __shared__ float lut[16];
+    pk_load_lut(w, lut);
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    float acc[PK_GEMV_MAX_BATCH];
+#pragma unroll
+    for (int i = 0; i < PK_GEMV_MAX_BATCH; i++) acc[i] = 0.0f;
+    for (int64_t c = lane; c < w.cols; c += PK_WARP) {
+        float v = pk_weight_elem(w, w.elem0 + r * w.cols + c, lut);
+#pragma unroll
+        for (int i = 0; i < PK_GEMV_MAX_BATCH; i++)
+            if (i < n) acc[i] += v * x[(int64_t)i * w.cols + c];
+    }
+#pragma unroll
+    for (int i = 0; i < PK_GEMV_MAX_BATCH; i++) {
+        float s = pk_warp_sum(acc[i]);
+        if (lane == 0 && i < n) y[(int64_t)i * w.rows + r] = s;
+    }
+}
+
+/* ---- large batches: rows [r0, r0 + nr) as f32 ---- */
+
+__global__ void pk_dequant_kernel(pk_weight w, int64_t r0, int64_t nr, float *__restrict__ out) {
+    __shared__ float lut[16];
+    pk_load_lut(w, lut);
+    int64_t total = nr * w.cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = pk_weight_elem(w, w.elem0 + r0 * w.cols + i, lut);
+}
+
+/* ---- launcher ---- */
+
+static const int gemv_threads = 128;
+
+static int values_per_chunk(int fmt) {
+    switch (fmt) {
+    case PK_F32: return pk_fmt<PK_F32>::V;
+    case PK_F16: return pk_fmt<PK_F16>::V;
+    case PK_BF16: return pk_fmt<PK_BF16>::V;
+    case PK_NF2: return pk_fmt<PK_NF2>::V;
+    case PK_INT4: return pk_fmt<PK_INT4>::V;
+    default: return pk_fmt<PK_NF4>::V;
+    }
+}
+
+/* The chunked kernel needs every row to start on a chunk (16 bytes) and chunks inside groups. */
+static int chunkable(const pk_weight *w, const float *x) {
+    int v = values_per_chunk(w->fmt);
+    if (w->cols % v || w->elem0 % v || ((uintptr_t)x & 15) || ((uintptr_t)w->data & 15)) return 0;
+    return w->fmt <= PK_BF16 || w->group % v == 0;
+}
+
+template <int FMT>
+static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
+    int64_t rows_per_block = (gemv_threads / PK_WARP) * pk_fmt<FMT>::RPW;
+    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
+    if (n == 1)
+        pk_gemv_kernel<FMT, 1><<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+    else
+        pk_gemv_kernel<FMT, PK_GEMV_MAX_BATCH><<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+}
+
+static int64_t tile_rows(const pk_weight *w) {
+    int64_t r = ((int64_t)8 << 20) / w->cols; /* 32 MB of f32 per tile */
+    if (r < 64) r = 64;
+    return r < w->rows ? r : w->rows;
+}
+
+extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n) {
+    size_t f = w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0;
+    if (n > PK_GEMV_MAX_BATCH && w->fmt != PK_F32) f += (size_t)tile_rows(w) * (size_t)w->cols;
+    return f;
+}
+
+extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
+    size_t numel = (size_t)w->rows * (size_t)w->cols;
+    switch (w->fmt) {
+    case PK_F32: return numel * 4;
+    case PK_F16:
+    case PK_BF16: return numel * 2;
+    case PK_NF2: return numel / 4 + numel / (size_t)w->group * 2;
+    case PK_INT4: return numel / 2 + numel / (size_t)w->group * 2;
+    default: return numel / 2 + numel / (size_t)w->group * (w->nested_absmax ? 1 : 4);
+    }
+}
+
+static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float *tile, void *cublas,
+                      cudaStream_t stream) {
+    cublasHandle_t h = (cublasHandle_t)cublas;
+    const float one = 1.0f, zero = 0.0f;
+    if (!h) return (int)cudaErrorInvalidValue;
+    if (w->fmt == PK_F32) {
+        const float *a = (const float *)w->data + w->elem0;
+        int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, a, (int)w->cols, x,
+                             (int)w->cols, &zero, y, (int)w->rows);
+        return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+    }
+    int64_t tr = tile_rows(w);
+    for (int64_t r0 = 0; r0 < w->rows; r0 += tr) {
+        int64_t nr = w->rows - r0 < tr ? w->rows - r0 : tr;
+        unsigned blocks = pk_blocks((size_t)(nr * w->cols), 256);
+        if (blocks > 4096) blocks = 4096;
+        pk_dequant_kernel<<<blocks, 256, 0, stream>>>(*w, r0, nr, tile);
+        int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, tile, (int)w->cols, x,
+                             (int)w->cols, &zero, y + r0, (int)w->rows);
+        if (st != CUBLAS_STATUS_SUCCESS) return (int)cudaErrorUnknown;
+    }
+    return pk_launched();
+}
+
+extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, size_t ws_floats,
+                         void *cublas, cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return 0;
+    if (pk_matmul_workspace(w, n) > ws_floats) return (int)cudaErrorInvalidValue;
+    if (w->fmt == PK_NF2) {
+        unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
+        int threads = w->np2 / 2 < 256 ? (w->np2 / 2 < 32 ? 32 : w->np2 / 2) : 256;
+        pk_rotate_kernel<<<slices, threads, (size_t)w->np2 * sizeof(float), stream>>>(x, w->group, w->np2, ws);
+        x = ws;
+        ws += (size_t)n * w->cols;
+    }
+    if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, y, ws, cublas, stream);
+    if (!chunkable(w, x)) {
+        unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
+        pk_gemv_scalar_kernel<<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+        return pk_launched();
+    }
+    switch (w->fmt) {
+    case PK_F32: launch_chunked<PK_F32>(w, x, n, y, stream); break;
+    case PK_F16: launch_chunked<PK_F16>(w, x, n, y, stream); break;
+    case PK_BF16: launch_chunked<PK_BF16>(w, x, n, y, stream); break;
+    case PK_NF2: launch_chunked<PK_NF2>(w, x, n, y, stream); break;
+    case PK_INT4: launch_chunked<PK_INT4>(w, x, n, y, stream); break;
+    case PK_NF4: launch_chunked<PK_NF4>(w, x, n, y, stream); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return pk_launched();
+}

@@ -1,0 +1,129 @@
+/* gemv: the batch-1..8 matrix-vector product template, instantiated once per weight format
+ * in gemv.cu.
+ *
+ * A warp owns RPW consecutive rows; each lane walks its rows in 16-byte chunks (one uint4 load
+ * per row per step, all RPW loads issued before the first use so several are in flight),
+ * decodes the chunk in registers and multiplies it with the matching activations of all n
+ * inputs, so each weight byte is read once per call whatever n is. A chunk never straddles a
+ * quantization group (the launcher checks group % values-per-chunk == 0), so the group scale
+ * multiplies the chunk's partial sum once. Lanes' sums meet in a warp shuffle reduction. */
+#ifndef PP_KERNELS_GEMV_CUH
+#define PP_KERNELS_GEMV_CUH
+
+#include "common.cuh"
+#include "decode_dense.cuh"
+#include "decode_int4.cuh"
+#include "decode_nf2.cuh"
+#include "decode_nf4.cuh"
+
+/* Per format: values per 16-byte chunk, stored bits per value, rows per warp (more for the
+ * dense formats' long rows would cut parallelism; the packed ones want loads in flight). */
+template <int FMT> struct pk_fmt;
+template <> struct pk_fmt<PK_F32> { enum { V = 4, BITS = 32, RPW = 2, QUANT = 0 }; };
+template <> struct pk_fmt<PK_F16> { enum { V = 8, BITS = 16, RPW = 2, QUANT = 0 }; };
+template <> struct pk_fmt<PK_BF16> { enum { V = 8, BITS = 16, RPW = 2, QUANT = 0 }; };
+template <> struct pk_fmt<PK_NF2> { enum { V = 64, BITS = 2, RPW = 4, QUANT = 1 }; };
+template <> struct pk_fmt<PK_INT4> { enum { V = 32, BITS = 4, RPW = 4, QUANT = 1 }; };
+template <> struct pk_fmt<PK_NF4> { enum { V = 32, BITS = 4, RPW = 4, QUANT = 1 }; };
+
+template <int FMT>
+__device__ __forceinline__ float pk_decode(const uint4 &r, int e, const float *lut) {
+    if (FMT == PK_F32) return pk_dec_f32(r, e);
+    if (FMT == PK_F16) return pk_dec_f16(r, e);
+    if (FMT == PK_BF16) return pk_dec_bf16(r, e);
+    if (FMT == PK_NF2) return pk_dec_nf2(r, e);
+    if (FMT == PK_INT4) return pk_dec_int4(r, e);
+    return pk_dec_nf4(r, e, lut);
+}
+
+/* f32 scale of group (block) g. */
+__device__ __forceinline__ float pk_group_scale(const pk_weight &w, int64_t g) {
+    if (w.fmt == PK_NF4) return pk_nf4_absmax(w, g);
+    return pk_f16(__ldg((const unsigned short *)w.scales + g));
+}
+
+/* Element e of the stored tensor, scaled; NF2 in the rotated domain (see decode_nf2.cuh).
+ * The slow path for shapes the chunked kernel does not take, and the tile dequantizer. */
+__device__ __forceinline__ float pk_weight_elem(const pk_weight &w, int64_t e, const float *lut) {
+    const uint8_t *d = (const uint8_t *)w.data;
+    switch (w.fmt) {
+    case PK_F32: return ((const float *)d)[e];
+    case PK_F16: return pk_f16(((const uint16_t *)d)[e]);
+    case PK_BF16: return pk_bf16(((const uint16_t *)d)[e]);
+    case PK_NF2: return pk_nf2_code_at(d, e) * pk_group_scale(w, e / w.group);
+    case PK_INT4: return pk_int4_code_at(d, e) * pk_group_scale(w, e / w.group);
+    default: return pk_nf4_code_at(d, e, lut) * pk_group_scale(w, e / w.group);
+    }
+}
+
+/* Loads the NF4 table into shared memory (a no-op for other formats); all threads call it. */
+__device__ __forceinline__ void pk_load_lut(const pk_weight &w, float *lut) {
+    if (w.fmt == PK_NF4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = w.quant_map[threadIdx.x];
+        __syncthreads();
+    }
+}
+
+template <int FMT, int NB>
+__global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n,
+                                                      float *__restrict__ y) {
+    typedef pk_fmt<FMT> F;
+    __shared__ float lut[16];
+    pk_load_lut(w, lut);
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * F::RPW;
+    if (r0 >= w.rows) return;
+    const int64_t chunks = w.cols / F::V;
+    const uint8_t *base = (const uint8_t *)w.data;
+    int64_t e0[F::RPW]; /* first element of each row; rows past the end repeat the last */
+#pragma unroll
+    for (int r = 0; r < F::RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
+    float acc[NB][F::RPW];
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+#pragma unroll
+        for (int r = 0; r < F::RPW; r++) acc[i][r] = 0.0f;
+
+    for (int64_t c = lane; c < chunks; c += PK_WARP) {
+        uint4 raw[F::RPW];
+#pragma unroll
+        for (int r = 0; r < F::RPW; r++)
+            raw[r] = __ldg((const uint4 *)(base + (e0[r] + c * F::V) * F::BITS / 8));
+        float part[NB][F::RPW];
+#pragma unroll
+        for (int i = 0; i < NB; i++)
+#pragma unroll
+            for (int r = 0; r < F::RPW; r++) part[i][r] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < F::V / 4; q++) {
+            float4 xv[NB];
+#pragma unroll
+            for (int i = 0; i < NB; i++)
+                xv[i] = i < n ? __ldg((const float4 *)(x + (int64_t)i * w.cols + c * F::V) + q)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int r = 0; r < F::RPW; r++) {
+                float v0 = pk_decode<FMT>(raw[r], 4 * q, lut), v1 = pk_decode<FMT>(raw[r], 4 * q + 1, lut);
+                float v2 = pk_decode<FMT>(raw[r], 4 * q + 2, lut), v3 = pk_decode<FMT>(raw[r], 4 * q + 3, lut);
+#pragma unroll
+                for (int i = 0; i < NB; i++)
+                    part[i][r] += v0 * xv[i].x + v1 * xv[i].y + v2 * xv[i].z + v3 * xv[i].w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < F::RPW; r++) {
+            float s = F::QUANT ? pk_group_scale(w, (e0[r] + c * F::V) / w.group) : 1.0f;
+#pragma unroll
+            for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * part[i][r] : part[i][r];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+#pragma unroll
+        for (int r = 0; r < F::RPW; r++) {
+            float v = pk_warp_sum(acc[i][r]);
+            if (lane == 0 && i < n && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
+        }
+}
+
+#endif

@@ -1,0 +1,90 @@
+/* kernels: the CUDA kernels' launchers, the only kernel header host C code includes.
+ *
+ * Every launcher enqueues its work on `stream` and returns the launch's cudaError_t as an int
+ * (0 = cudaSuccess), so the host side (src/backend/cuda.c) can turn it into PP_EDEVICE with
+ * the statement that failed. Pointers are device memory unless marked "host". Semantics are
+ * those of the matching operation in src/backend/backend.h; the CPU backend is the reference.
+ * Kernels live one family per .cu file: kernel first, launcher second. */
+#ifndef PP_KERNELS_KERNELS_H
+#define PP_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A packed weight as the kernels see it: the same fields as io/weight.h's pp_weight, with
+ * device pointers. Format numbers equal pp_wformat (cuda.c checks this at compile time). */
+enum { PK_F32, PK_F16, PK_BF16, PK_NF2, PK_INT4, PK_NF4 };
+
+typedef struct pk_weight {
+    int fmt, group, np2, nested_block;
+    int64_t rows, cols, elem0;
+    const void *data;           /* values or packed codes of the whole stored tensor */
+    const void *scales;         /* f16 per group (NF2, INT4); u8 codes or f32 per block (NF4) */
+    const float *quant_map;     /* NF4 [16] */
+    const float *nested_absmax; /* NF4 nested only */
+    const float *nested_map;    /* NF4 nested only, [256] */
+    float nested_offset;
+} pk_weight;
+
+/* ---- gemv.cu: y[n][rows] = x[n][cols]·wᵀ ---- */
+/* Floats of workspace pk_matmul needs: the rotated activations (NF2) and, for n above
+ * PK_GEMV_MAX_BATCH, a dequantized tile of rows. */
+#define PK_GEMV_MAX_BATCH 8
+size_t pk_matmul_workspace(const pk_weight *w, int n);
+/* cublas: a cublasHandle_t already bound to stream (used only for n > PK_GEMV_MAX_BATCH). */
+int pk_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, size_t ws_floats, void *cublas,
+              cudaStream_t stream);
+/* Bytes of w read per product (the packed bytes of its rows), for bandwidth figures. */
+size_t pk_weight_read_bytes(const pk_weight *w);
+
+/* ---- embed.cu: y[i][:] (+)= row ids[i] of the table (ids host, up to PK_EMBED_MAX per call) ---- */
+#define PK_EMBED_MAX 32
+int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate, cudaStream_t stream);
+
+/* ---- lm_ops.cu ---- */
+int pk_add(float *y, const float *x, size_t count, cudaStream_t stream);
+int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
+int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
+            cudaStream_t stream);
+int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream);
+
+/* ---- attn.cu: KV append + one query over the ring, split across the context ---- */
+/* Floats of workspace pk_attn_step needs for capacity slots (the split partial results). */
+size_t pk_attn_workspace(int n_heads, int head_dim, int capacity);
+int pk_attn_step(const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache, int capacity, int window,
+                 const int32_t *pos, float *out, float *ws, cudaStream_t stream);
+
+/* ---- codec.cu ---- */
+typedef struct pk_conv {
+    const float *w, *b;
+    int cin, cout, k, stride, groups;
+} pk_conv;
+int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, float *y, float *scratch, int accumulate,
+              int replicate, cudaStream_t stream);
+int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail, float *y, cudaStream_t stream);
+int pk_elu(const float *x, float *y, size_t n, cudaStream_t stream);
+int pk_gelu(float *x, size_t n, cudaStream_t stream);
+int pk_layer_norm(const float *x, const float *w, const float *b, int n, int d, float eps, float *y,
+                  cudaStream_t stream);
+int pk_transpose(const float *x, int rows, int cols, float *y, cudaStream_t stream);
+int pk_scale_add(float *y, const float *x, const float *scale, int n, int d, cudaStream_t stream);
+/* code: device int32 that receives the index. */
+int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract, int32_t *code,
+                  cudaStream_t stream);
+int pk_vq_add_row(const float *cb, int dim, int32_t code, float *y, cudaStream_t stream);
+
+/* ---- sample.cu: token (device int32) from n logits, see backend.h's sample ---- */
+int pk_sample(const float *logits, int n, float temp, int top_k, uint64_t seed, uint64_t counter, int32_t *token,
+              cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,353 @@
+/* test_mimi: the codec's streaming primitives and per-session state.
+ *
+ * - Conv1d / ConvTranspose1d backend ops: a random input run whole matches a direct (double)
+ *   evaluation of the definition, and running it in chunks of 1, 2 and 3 strides gives the
+ *   same output as the whole run.
+ * - Mimi (the mimi-synth golden model): two interleaved sessions equal two separate runs;
+ *   reset is bit-identical to a fresh state; bad codes are refused without touching state.
+ * - The catalog of tensors the released configuration reads matches spec/mimi.md §2's
+ *   parameter count; unsupported config keys are refused. */
+#include "test.h"
+
+#include "backend/backend.h"
+#include "base/err.h"
+#include "model/mimi.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Chunked and whole runs must agree to f32 rounding of reordered sums (style.md item 5). */
+#define CHUNK_TOL 1e-5
+/* The direct evaluation sums in double; f32 sums of up to ~100 products stay well inside. */
+#define DIRECT_TOL 1e-5
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) { /* xorshift64*, uniform in [-1, 1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 0x2545f4914f6cdd1dull >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+}
+
+static float *rand_buf(size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+/* ==== streaming conv primitives ==================================================== */
+
+/* Direct Conv1d of x [cin][t] with k−s zeros (or copies of column 0) on the left. */
+static void conv_direct(const pp_conv *c, const float *x, int t, int replicate, float *y) {
+    int p = c->k - c->stride;
+    for (int o = 0; o < c->cout; o++)
+        for (int j = 0; j < t / c->stride; j++) {
+            double s = c->b ? c->b[o] : 0;
+            for (int i = 0; i < c->cin; i++)
+                for (int q = 0; q < c->k; q++) {
+                    int pos = j * c->stride + q - p;
+                    float v = pos >= 0 ? x[i * t + pos] : replicate ? x[i * t] : 0.0f;
+                    s += (double)c->w[(o * c->cin + i) * c->k + q] * v;
+                }
+            y[o * (t / c->stride) + j] = (float)s;
+        }
+}
+
+/* Direct ConvTranspose1d, keeping the first t·s outputs (the causal stream). */
+static void convtr_direct(const pp_conv *c, const float *x, int t, float *y) {
+    int s = c->stride, n = t * s, cpg = c->groups == 1 ? c->cout : 1;
+    double *acc = calloc((size_t)c->cout * n, sizeof(double));
+    for (int i = 0; i < c->cin; i++)
+        for (int oo = 0; oo < cpg; oo++) {
+            int o = c->groups == 1 ? oo : i;
+            for (int j = 0; j < t; j++)
+                for (int q = 0; q < c->k; q++)
+                    if (j * s + q < n) acc[o * n + j * s + q] += (double)x[i * t + j] * c->w[(i * cpg + oo) * c->k + q];
+        }
+    for (int o = 0; o < c->cout; o++)
+        for (int u = 0; u < n; u++) y[o * n + u] = (float)(acc[o * n + u] + (c->b ? c->b[o] : 0));
+    free(acc);
+}
+
+/* Runs the op over x [cin][t] in chunks of `chunk` input columns; y is [cout][t_out]. */
+static void run_chunked(pp_backend *be, const pp_conv *c, int transposed, const float *x, int t, int chunk,
+                        int flags, float *y) {
+    int p = c->k - c->stride;
+    int t_out = transposed ? t * c->stride : t / c->stride;
+    int c_out = transposed ? chunk * c->stride : chunk / c->stride;
+    float *state = calloc((size_t)(transposed ? c->cout : c->cin) * p + 1, sizeof(float));
+    float *xin = malloc((size_t)c->cin * chunk * sizeof(float));
+    float *yout = malloc((size_t)c->cout * c_out * sizeof(float));
+    float *scratch = malloc(pp_conv_scratch(c, chunk, transposed) * sizeof(float) + 4);
+    for (int at = 0; at < t; at += chunk) {
+        for (int i = 0; i < c->cin; i++) memcpy(xin + i * chunk, x + i * t + at, (size_t)chunk * sizeof(float));
+        if (transposed)
+            be->ops->conv_tr1d(be, c, xin, chunk, state, yout, scratch);
+        else
+            be->ops->conv1d(be, c, xin, chunk, state, yout, scratch, at == 0 ? flags : 0);
+        int o_at = transposed ? at * c->stride : at / c->stride;
+        for (int o = 0; o < c->cout; o++)
+            memcpy(y + o * t_out + o_at, yout + o * c_out, (size_t)c_out * sizeof(float));
+    }
+    free(state);
+    free(xin);
+    free(yout);
+    free(scratch);
+}
+
+static void check_conv(pp_backend *be, int cin, int cout, int k, int s, int groups, int transposed, int flags) {
+    int wsize = transposed ? cin * (cout / groups) * k : cout * cin * k;
+    float *w = rand_buf((size_t)wsize), *b = rand_buf((size_t)cout);
+    pp_conv c = {.w = w, .b = flags & PP_CONV_REPLICATE ? NULL : b, .cin = cin, .cout = cout, .k = k,
+                 .stride = s, .groups = groups};
+    int t = 6 * s * 7; /* divisible by every chunk of 1, 2 and 3 strides */
+    int t_out = transposed ? t * s : t / s;
+    float *x = rand_buf((size_t)cin * t);
+    float *ref = malloc((size_t)cout * t_out * sizeof(float)), *whole = malloc((size_t)cout * t_out * sizeof(float));
+    float *part = malloc((size_t)cout * t_out * sizeof(float));
+    if (transposed)
+        convtr_direct(&c, x, t, ref);
+    else
+        conv_direct(&c, x, t, flags & PP_CONV_REPLICATE, ref);
+    run_chunked(be, &c, transposed, x, t, t, flags, whole);
+    char what[160];
+    snprintf(what, sizeof what, "%s cin %d cout %d k %d s %d groups %d flags %d", transposed ? "convtr" : "conv",
+             cin, cout, k, s, groups, flags);
+    double e = max_abs_diff(whole, ref, (size_t)cout * t_out);
+    if (e > DIRECT_TOL) fprintf(stderr, "%s: whole vs direct %.3g\n", what, e);
+    TEST_COND(what, e <= DIRECT_TOL);
+    for (int n = 1; n <= 3; n++) {
+        run_chunked(be, &c, transposed, x, t, n * s, flags, part);
+        e = max_abs_diff(part, whole, (size_t)cout * t_out);
+        if (e > CHUNK_TOL) fprintf(stderr, "%s: chunks of %d strides vs whole %.3g\n", what, n, e);
+        TEST_COND(what, e <= CHUNK_TOL);
+    }
+    free(w);
+    free(b);
+    free(x);
+    free(ref);
+    free(whole);
+    free(part);
+}
+
+static void test_conv_primitives(pp_backend *be) {
+    check_conv(be, 1, 5, 7, 1, 1, 0, 0);                 /* SEANet first conv */
+    check_conv(be, 6, 3, 3, 1, 1, 0, 0);                 /* residual conv */
+    check_conv(be, 4, 7, 1, 1, 1, 0, 0);                 /* k = 1: no carry */
+    check_conv(be, 5, 9, 8, 4, 1, 0, 0);                 /* downsampling */
+    check_conv(be, 12, 10, 4, 2, 1, 0, PP_CONV_REPLICATE); /* learnt downsample */
+    check_conv(be, 9, 4, 10, 5, 1, 1, 0);                /* decoder ConvTranspose */
+    check_conv(be, 40, 34, 16, 8, 1, 1, 0);              /* wide enough for the vector path */
+    check_conv(be, 7, 7, 4, 2, 7, 1, 0);                 /* depthwise upsample */
+}
+
+/* conv1d with PP_CONV_ACCUMULATE adds to y instead of overwriting it. */
+static void test_conv_accumulate(pp_backend *be) {
+    float *w = rand_buf(3 * 2 * 3), *x = rand_buf(2 * 8), *y0 = rand_buf(3 * 8);
+    float y[24], plain[24], hist[2 * 2] = {0}, hist2[2 * 2] = {0}, scratch[64];
+    pp_conv c = {.w = w, .b = NULL, .cin = 2, .cout = 3, .k = 3, .stride = 1, .groups = 1};
+    memcpy(y, y0, sizeof y);
+    be->ops->conv1d(be, &c, x, 8, hist, y, scratch, PP_CONV_ACCUMULATE);
+    be->ops->conv1d(be, &c, x, 8, hist2, plain, scratch, 0);
+    int ok = 1;
+    for (int i = 0; i < 24; i++) ok &= fabsf(y[i] - (y0[i] + plain[i])) <= 1e-6f;
+    TEST_COND("conv1d accumulate adds to y", ok);
+    free(w);
+    free(x);
+    free(y0);
+}
+
+/* ==== mimi sessions ================================================================ */
+
+#define FRAMES 9
+
+typedef struct run_out {
+    int32_t codes[FRAMES][QUANTIZER_MAX_CODES];
+    float *pcm; /* [FRAMES][frame_size] */
+} run_out;
+
+/* Encodes FRAMES frames of in on s, then decodes the codes on the same state's decoder. */
+static void encode_decode_frame(mimi_state *s, const float *in, int fr, int frame, run_out *out) {
+    char err[PP_ERR_LEN];
+    int rc = mimi_encode_frame(s, in + fr * frame, out->codes[fr], NULL, err);
+    if (!rc) rc = mimi_decode_frame(s, out->codes[fr], out->pcm + fr * frame, err);
+    if (rc) fprintf(stderr, "mimi frame %d: %s\n", fr, err);
+    TEST_COND("mimi frame runs", rc == 0);
+}
+
+static int same_run(const run_out *a, const run_out *b, int frame) {
+    return memcmp(a->codes, b->codes, sizeof a->codes) == 0 &&
+           memcmp(a->pcm, b->pcm, (size_t)FRAMES * frame * sizeof(float)) == 0;
+}
+
+static void test_sessions(pp_backend *be) {
+    char err[PP_ERR_LEN];
+    mimi_model *m;
+    const char *dir = PP_TEST_DATA "/golden/mimi-synth";
+    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
+    if (rc) fprintf(stderr, "%s: %s\n", dir, err);
+    TEST_COND("mimi_open on mimi-synth (config.json beside the weights)", rc == 0);
+    if (rc) return;
+    const int frame = mimi_get_config(m)->frame_size;
+    /* Two different signals: a chirp with noise, and louder noise. */
+    float *sig[2];
+    for (int k = 0; k < 2; k++) {
+        sig[k] = malloc((size_t)FRAMES * frame * sizeof(float));
+        for (int i = 0; i < FRAMES * frame; i++)
+            sig[k][i] = k == 0 ? 0.3f * sinf(0.0005f * i * (1 + 0.0002f * i)) + 0.05f * frand() : 0.4f * frand();
+    }
+    run_out sep[2], inter[2], again;
+    /* Codes past num_codebooks stay zero, so whole arrays compare. */
+    memset(sep, 0, sizeof sep);
+    memset(inter, 0, sizeof inter);
+    memset(&again, 0, sizeof again);
+    for (int k = 0; k < 2; k++) {
+        sep[k].pcm = malloc((size_t)FRAMES * frame * sizeof(float));
+        inter[k].pcm = malloc((size_t)FRAMES * frame * sizeof(float));
+    }
+    again.pcm = malloc((size_t)FRAMES * frame * sizeof(float));
+
+    mimi_state *a, *b;
+    TEST_COND("state a", mimi_state_create(m, &a, err) == 0);
+    TEST_COND("state b", mimi_state_create(m, &b, err) == 0);
+    /* Separate runs, each on a fresh state (b is reset in between: also a reset check). */
+    for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(a, sig[0], fr, frame, &sep[0]);
+    for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(b, sig[1], fr, frame, &sep[1]);
+    mimi_state_reset(a);
+    mimi_state_reset(b);
+    for (int fr = 0; fr < FRAMES; fr++) {
+        encode_decode_frame(a, sig[0], fr, frame, &inter[0]);
+        encode_decode_frame(b, sig[1], fr, frame, &inter[1]);
+    }
+    TEST_COND("interleaved session 0 equals its separate run", same_run(&inter[0], &sep[0], frame));
+    TEST_COND("interleaved session 1 equals its separate run", same_run(&inter[1], &sep[1], frame));
+    TEST_COND("the two signals give different codes", memcmp(sep[0].codes, sep[1].codes, sizeof sep[0].codes) != 0);
+
+    /* Reset after a dirty state is bit-identical to a fresh state. */
+    mimi_state *fresh;
+    TEST_COND("fresh state", mimi_state_create(m, &fresh, err) == 0);
+    for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(fresh, sig[0], fr, frame, &again);
+    TEST_COND("fresh state equals a reset one", same_run(&again, &sep[0], frame));
+
+    /* A bad code fails and leaves the decoder as it was. */
+    mimi_state_reset(a);
+    int32_t bad[QUANTIZER_MAX_CODES];
+    memcpy(bad, sep[0].codes[0], sizeof bad);
+    bad[3] = mimi_get_config(m)->quantizer.bins;
+    float *junk = malloc((size_t)frame * sizeof(float));
+    TEST_COND("out-of-range code refused", mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
+    bad[3] = -1;
+    TEST_COND("negative code refused", mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
+    for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(a, sig[0], fr, frame, &again);
+    TEST_COND("refused codes leave the state untouched", same_run(&again, &sep[0], frame));
+
+    free(junk);
+    mimi_state_destroy(fresh);
+    mimi_state_destroy(a);
+    mimi_state_destroy(b);
+    for (int k = 0; k < 2; k++) {
+        free(sig[k]);
+        free(sep[k].pcm);
+        free(inter[k].pcm);
+    }
+    free(again.pcm);
+    mimi_close(m);
+}
+
+/* ==== configuration ================================================================ */
+
+typedef struct catalog_count {
+    int tensors;
+    int64_t values;
+} catalog_count;
+
+static void count_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    catalog_count *c = ctx;
+    (void)name;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    c->tensors++;
+    c->values += n;
+}
+
+static void test_catalog(void) {
+    mimi_config cfg;
+    mimi_config_default(&cfg);
+    catalog_count c = {0, 0};
+    char err[PP_ERR_LEN];
+    TEST_COND("catalog of the released config", mimi_catalog(&cfg, count_tensor, &c, err) == 0);
+    /* spec/mimi.md §2: 318 tensors, 96,151,393 values. Not read: the 32 `_initialized` flags
+     * and the 24 unused acoustic levels' embedding_sum [2048,256] and cluster_usage [2048]. */
+    TEST_COND("catalog tensor count", c.tensors == 318 - 32 - 24 * 2);
+    TEST_COND("catalog value count", c.values == 96151393LL - 32 - 24LL * (2048 * 256 + 2048));
+}
+
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static void test_bad_configs(pp_backend *be) {
+    static const struct {
+        const char *json;
+        int code;
+    } cases[] = {
+        {"{\"seanet\": {\"n_residual_layers\": 2}}", PP_EUNSUPPORTED},
+        {"{\"seanet\": {\"pad_mode\": \"reflect\"}}", PP_EUNSUPPORTED},
+        {"{\"transformer\": {\"gating\": \"silu\"}}", PP_EUNSUPPORTED},
+        {"{\"transformer\": {\"context\": 2}}", PP_EUNSUPPORTED},
+        {"{\"transformer\": {\"d_model\": 256}}", PP_EINVAL},
+        {"{\"num_codebooks\": 40}", PP_EINVAL},
+        {"{\"seanet\": {\"ratios\": []}}", PP_EINVAL},
+        {"[1, 2]", PP_EFORMAT},
+    };
+    char path[] = "/tmp/pp_test_mimi_config_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[PP_ERR_LEN] = "";
+        mimi_model *m = NULL;
+        write_text(path, cases[i].json);
+        int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
+        if (rc != cases[i].code) fprintf(stderr, "config %s: rc %d (%s)\n", cases[i].json, rc, err);
+        TEST_COND("bad config refused with its code", rc == cases[i].code && m == NULL && err[0]);
+        mimi_close(m);
+    }
+    /* The golden config against the real default shapes' file mismatch: a tensor shape error. */
+    char err[PP_ERR_LEN];
+    mimi_model *m = NULL;
+    write_text(path, "{}"); /* released Mimi's sizes against the tiny model's file */
+    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
+    TEST_COND("shape mismatch refused", rc == PP_EFORMAT && m == NULL && strstr(err, "encoder.model.0"));
+    unlink(path);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN];
+    pp_backend *be;
+    if (pp_backend_cpu_create(2, &be, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    test_conv_primitives(be);
+    test_conv_accumulate(be);
+    test_catalog();
+    test_bad_configs(be);
+    test_sessions(be);
+    pp_backend_destroy(be);
+    return test_report();
+}

@@ -1,0 +1,75 @@
+/* test_params: session parameters from /api/chat query strings as real clients send them. */
+#include "test.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "session/params.h"
+
+#include <string.h>
+
+static int parse(pp_session_params *p, const char *q, char *err) {
+    pp_params_defaults(p);
+    return pp_params_parse_query(p, q, strlen(q), err);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN];
+    pp_session_params p;
+    pp_log_set_level(PP_LOG_ERROR); /* the clamping warnings are expected here */
+
+    pp_params_defaults(&p);
+    TEST_COND("default voice", strcmp(p.voice, "NATF2") == 0);
+    TEST_COND("default sampling is the reference's", p.text_temperature == 0.7f && p.text_topk == 25 &&
+                                                         p.audio_temperature == 0.8f && p.audio_topk == 250);
+    TEST_COND("default seed", p.text_seed == 42424242u && p.audio_seed == 42424242u);
+
+    /* What the official web client's URLSearchParams produces. */
+    const char *web = "text_temperature=0.6&text_topk=30&audio_temperature=0.9&audio_topk=200&pad_mult=0"
+                      "&text_seed=123&audio_seed=456&repetition_penalty_context=64&repetition_penalty=1"
+                      "&text_prompt=You+are+a+wise+%26+friendly+teacher%2E+Caf%C3%A9%21&voice_prompt=NATM1.pt";
+    TEST_COND("web client query parses", parse(&p, web, err) == PP_OK);
+    TEST_COND("prompt decoded (+, %26, UTF-8)", strcmp(p.text_prompt, "You are a wise & friendly teacher. Café!") == 0);
+    TEST_COND("voice kept as sent", strcmp(p.voice, "NATM1.pt") == 0);
+    TEST_COND("sampling honoured", p.text_temperature == 0.6f && p.text_topk == 30 && p.audio_temperature == 0.9f &&
+                                       p.audio_topk == 200);
+    TEST_COND("seeds honoured", p.text_seed == 123 && p.audio_seed == 456);
+
+    TEST_COND("out-of-range values are clamped",
+              parse(&p, "text_temperature=5&audio_temperature=-1&text_topk=0&audio_topk=99999", err) == PP_OK &&
+                  p.text_temperature == 2.0f && p.audio_temperature == 0.0f && p.text_topk == 1 && p.audio_topk == 2048);
+    TEST_COND("junk numbers keep the defaults",
+              parse(&p, "text_temperature=abc&text_topk=1e9x&audio_temperature=nan&audio_topk=", err) == PP_OK &&
+                  p.text_temperature == 0.7f && p.text_topk == 25 && p.audio_temperature == 0.8f && p.audio_topk == 250);
+    TEST_COND("seed sets both; -1 keeps the server's",
+              parse(&p, "seed=7", err) == PP_OK && p.text_seed == 7 && p.audio_seed == 7 &&
+                  parse(&p, "seed=-1", err) == PP_OK && p.text_seed == 42424242u);
+    TEST_COND("empty pairs, bare keys and unknown keys are ignored",
+              parse(&p, "&&=&x&=y&foo=bar&text_prompt", err) == PP_OK && p.text_prompt[0] == '\0');
+    TEST_COND("empty query", parse(&p, "", err) == PP_OK);
+    TEST_COND("a bad escape elsewhere is skipped", parse(&p, "text_topk=%zz&audio_topk=%4", err) == PP_OK &&
+                                                       p.text_topk == 25 && p.audio_topk == 250);
+
+    TEST_COND("bad escape in the prompt is an error", parse(&p, "text_prompt=ab%4", err) == PP_EINVAL);
+    TEST_COND("escaped NUL in the prompt is an error", parse(&p, "text_prompt=a%00b", err) == PP_EINVAL);
+    TEST_COND("non-UTF-8 prompt is an error", parse(&p, "text_prompt=%FF%FE", err) == PP_EINVAL);
+    TEST_COND("empty voice is an error", parse(&p, "voice_prompt=", err) == PP_EINVAL);
+    static char big[PP_PARAMS_MAX_PROMPT + 64];
+    strcpy(big, "text_prompt=");
+    memset(big + 12, 'a', PP_PARAMS_MAX_PROMPT + 1);
+    TEST_COND("prompt over the byte limit is PP_EFULL", parse(&p, big, err) == PP_EFULL && strstr(err, "limit"));
+    big[12 + PP_PARAMS_MAX_PROMPT] = '\0';
+    TEST_COND("prompt at the byte limit is accepted", parse(&p, big, err) == PP_OK &&
+                                                          strlen(p.text_prompt) == PP_PARAMS_MAX_PROMPT);
+    TEST_COND("pp_params_set takes decoded pairs", pp_params_set(&p, "text_prompt", "a+b %41", err) == PP_OK &&
+                                                       strcmp(p.text_prompt, "a+b %41") == 0);
+
+    /* UTF-8 validation: the rules of RFC 3629. */
+    TEST_COND("ascii", pp_utf8_valid("hello", 5));
+    TEST_COND("2, 3 and 4-byte sequences", pp_utf8_valid("\xc3\xa9\xe2\x80\x94\xf0\x9f\x98\x80", 9));
+    TEST_COND("truncated", !pp_utf8_valid("\xe2\x80", 2));
+    TEST_COND("overlong", !pp_utf8_valid("\xc0\xaf", 2) && !pp_utf8_valid("\xe0\x80\xaf", 3));
+    TEST_COND("surrogate", !pp_utf8_valid("\xed\xa0\x80", 3));
+    TEST_COND("beyond U+10FFFF", !pp_utf8_valid("\xf4\x90\x80\x80", 4));
+    TEST_COND("stray continuation", !pp_utf8_valid("\x80", 1));
+    return test_report();
+}

@@ -1,0 +1,582 @@
+/* test_server_e2e: personaplex-server --demo on loopback, driven as real clients drive it.
+ *
+ * usage: test_server_e2e SERVER_BINARY plain|tls
+ *
+ * Starts the server (plain ws:// or wss:// with its generated self-signed certificate) on a
+ * free port with --max-sessions 2, then:
+ *   1. replays the official web client's captured uplink page by page every 40 ms after the
+ *      handshake, with the client's full query, and checks the reply stream: the handshake
+ *      first, one Ogg page per 0x01 message, OpusHead/OpusTags then one 1920-sample packet
+ *      per page, serial and sequence numbers, CRCs (libogg), as many frames out as went in,
+ *      output arriving while input still flows, UTF-8 text; opusdec decodes it to the length
+ *      sent (when opus-tools is installed);
+ *   2. sends speech-24k.wav as Ogg Opus (80 ms pages) the way Kyutai's clients do: no query,
+ *      audio from the first moment, before the handshake (it must be kept, not dropped);
+ *   3. sends garbage (non-Ogg bytes, a page with a bad CRC, unknown kinds, a text frame) and
+ *      then a valid stream: 0x05 answers, and the valid frames still come back; then an
+ *      oversized message closes that socket;
+ *   4. a 20 KB request line with a long prompt is served; a prompt over the token limit
+ *      and a query over the header limit are refused; the server keeps serving;
+ *   5. with two conversations open a third gets 0x05 "server full" and a close;
+ *   6. a client that leaves during the prompts frees its session (/health shows 0 active);
+ *   7. /health, /metrics, /api/voices, static files with their types, no path traversal;
+ * and finally stops the server with SIGTERM and requires a clean exit (status 0: under the
+ * sanitizers that includes no leaks). Measured cadence is printed, not asserted. */
+#define _DEFAULT_SOURCE
+#include "test.h"
+#include "ws_client.h"
+
+#include "audio/wav.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <ogg/ogg.h>
+#include <opus/opus.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FRAME 1920
+#define MAX_MSGS 4096
+
+static const char *g_server_bin;
+static int g_tls, g_port;
+static pid_t g_pid;
+static char g_dir[256];
+
+/* ---- inputs -------------------------------------------------------------------------------- */
+
+typedef struct msgs {
+    wc_msg m[MAX_MSGS];
+    int n;
+} msgs;
+
+static void msgs_add(msgs *l, int kind, const void *a, size_t alen, const void *b, size_t blen) {
+    if (l->n == MAX_MSGS) return;
+    wc_msg *m = &l->m[l->n++];
+    m->len = (kind >= 0) + alen + blen;
+    m->data = malloc(m->len);
+    size_t o = 0;
+    if (kind >= 0) m->data[o++] = (uint8_t)kind;
+    memcpy(m->data + o, a, alen);
+    memcpy(m->data + o + alen, b, blen);
+    m->text = 0;
+}
+
+static void msgs_free(msgs *l) {
+    for (int i = 0; i < l->n; i++) free(l->m[i].data);
+    l->n = 0;
+}
+
+static uint8_t *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* Splits an Ogg Opus stream into pages (one 0x01 message each) with libogg and counts its
+ * decodable samples at 24 kHz after the pre-skip. */
+static int64_t load_ogg(const uint8_t *data, size_t len, msgs *out) {
+    ogg_sync_state sy;
+    ogg_stream_state st;
+    ogg_sync_init(&sy);
+    memcpy(ogg_sync_buffer(&sy, (long)len), data, len);
+    ogg_sync_wrote(&sy, (long)len);
+    ogg_page pg;
+    ogg_packet pk;
+    int64_t samples = 0, preskip = 0;
+    int have_stream = 0;
+    while (ogg_sync_pageout(&sy, &pg) == 1) {
+        if (out) msgs_add(out, 0x01, pg.header, (size_t)pg.header_len, pg.body, (size_t)pg.body_len);
+        if (!have_stream) ogg_stream_init(&st, ogg_page_serialno(&pg)), have_stream = 1;
+        ogg_stream_pagein(&st, &pg);
+        while (ogg_stream_packetout(&st, &pk) == 1) {
+            if (pk.bytes >= 19 && memcmp(pk.packet, "OpusHead", 8) == 0) preskip = pk.packet[10] | pk.packet[11] << 8;
+            else if (pk.bytes >= 8 && memcmp(pk.packet, "OpusTags", 8) == 0) continue;
+            else samples += opus_packet_get_nb_samples(pk.packet, (opus_int32)pk.bytes, 24000);
+        }
+    }
+    if (have_stream) ogg_stream_clear(&st);
+    ogg_sync_clear(&sy);
+    return samples - preskip / 2; /* pre-skip counts 48 kHz samples */
+}
+
+/* Encodes the whole frames of a WAV as Ogg Opus, one 80 ms packet per page (Kyutai's
+ * clients' shape), with libopus and libogg directly. Returns the frames encoded. */
+static int encode_wav(const char *path, msgs *out) {
+    pp_wav w;
+    char err[512];
+    if (pp_wav_read(path, PP_WAV_CHANNEL0, &w, err) || w.rate != 24000) return -1;
+    int e;
+    OpusEncoder *enc = opus_encoder_create(24000, 1, OPUS_APPLICATION_VOIP, &e);
+    ogg_stream_state st;
+    ogg_stream_init(&st, 1234);
+    static const uint8_t head[19] = {'O', 'p', 'u', 's', 'H', 'e', 'a', 'd', 1, 1, 0, 0, 0xc0, 0x5d, 0, 0, 0, 0, 0};
+    static const uint8_t tags[16] = {'O', 'p', 'u', 's', 'T', 'a', 'g', 's', 0, 0, 0, 0, 0, 0, 0, 0};
+    ogg_packet pk = {(unsigned char *)head, 19, 1, 0, 0, 0};
+    ogg_page pg;
+    ogg_stream_packetin(&st, &pk);
+    while (ogg_stream_flush(&st, &pg)) msgs_add(out, 0x01, pg.header, (size_t)pg.header_len, pg.body, (size_t)pg.body_len);
+    pk = (ogg_packet){(unsigned char *)tags, 16, 0, 0, 0, 1};
+    ogg_stream_packetin(&st, &pk);
+    while (ogg_stream_flush(&st, &pg)) msgs_add(out, 0x01, pg.header, (size_t)pg.header_len, pg.body, (size_t)pg.body_len);
+    int frames = (int)(w.frames / FRAME);
+    for (int f = 0; f < frames; f++) {
+        unsigned char pkt[4000];
+        int n = opus_encode_float(enc, w.pcm + (size_t)f * FRAME, FRAME, pkt, sizeof pkt);
+        pk = (ogg_packet){pkt, n, 0, 0, (ogg_int64_t)(f + 1) * FRAME * 2, f + 2};
+        ogg_stream_packetin(&st, &pk);
+        while (ogg_stream_flush(&st, &pg)) msgs_add(out, 0x01, pg.header, (size_t)pg.header_len, pg.body, (size_t)pg.body_len);
+    }
+    ogg_stream_clear(&st);
+    opus_encoder_destroy(enc);
+    pp_wav_free(&w);
+    return frames;
+}
+
+/* ---- the server process ----------------------------------------------------------------------- */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void start_server(void) {
+    char port[16], log[300];
+    snprintf(port, sizeof port, "%d", g_port);
+    snprintf(log, sizeof log, "%s/server.log", g_dir);
+    g_pid = fork();
+    if (g_pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        const char *argv[16] = {g_server_bin, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", g_dir,
+                                "--max-sessions", "2", "--log-level", "debug"};
+        if (!g_tls) argv[12] = "--no-tls";
+        execv(g_server_bin, (char *const *)argv);
+        _exit(127);
+    }
+}
+
+static int get(const char *path, wc_http *h, double timeout_ms) {
+    memset(h, 0, sizeof *h);
+    h->path = path;
+    wc_run(NULL, 0, &h, 1, timeout_ms);
+    return h->done ? h->status : -1;
+}
+
+static int wait_ready(void) {
+    for (int i = 0; i < 600; i++) {
+        wc_http h;
+        int status = get("/health", &h, 2000);
+        int ok = status == 200 && h.body && strstr(h.body, "\"ready\":true");
+        wc_http_free(&h);
+        if (ok) return 1;
+        if (waitpid(g_pid, NULL, WNOHANG) == g_pid) return 0;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static int stop_server(void) {
+    kill(g_pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 300 && waitpid(g_pid, &status, WNOHANG) == 0; i++) usleep(100000);
+    if (waitpid(g_pid, &status, WNOHANG) == 0) {
+        kill(g_pid, SIGKILL);
+        waitpid(g_pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- checks on what came back ----------------------------------------------------------------- */
+
+/* Parses the reply stream with libogg. Returns the number of audio pages that each hold one
+ * 1920-sample packet, or -1 when the headers, serial, sequence or a CRC are wrong. */
+static int check_stream(const wc_conn *c) {
+    ogg_sync_state sy;
+    ogg_sync_init(&sy);
+    memcpy(ogg_sync_buffer(&sy, (long)c->out_len), c->out, c->out_len);
+    ogg_sync_wrote(&sy, (long)c->out_len);
+    ogg_page pg;
+    int pages = 0, audio = 0, bad = 0, r;
+    long serial = -1;
+    while ((r = ogg_sync_pageout(&sy, &pg)) != 0) {
+        if (r < 0) { /* lost sync: a bad CRC or bytes between pages */
+            bad++;
+            continue;
+        }
+        if (serial < 0) serial = ogg_page_serialno(&pg);
+        if (ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages) bad++;
+        if (pages == 0) {
+            /* The browser reads the channel count at page offset 37: one lacing value. */
+            if (!ogg_page_bos(&pg) || pg.header_len != 28 || pg.body_len != 19 || memcmp(pg.body, "OpusHead", 8) ||
+                pg.body[9] != 1)
+                bad++;
+        } else if (pages == 1) {
+            if (ogg_page_bos(&pg) || pg.body_len < 8 || memcmp(pg.body, "OpusTags", 8)) bad++;
+        } else {
+            if (ogg_page_packets(&pg) != 1 || opus_packet_get_nb_samples(pg.body, pg.body_len, 24000) != FRAME) bad++;
+            else audio++;
+        }
+        pages++;
+    }
+    ogg_sync_clear(&sy);
+    if (bad) fprintf(stderr, "reply stream: %d bad pages of %d\n", bad, pages);
+    return bad ? -1 : audio;
+}
+
+/* Decodes the reply with opusdec (opus-tools): -1 when it fails, -2 when it is missing, else
+ * the decoded length in 24 kHz samples. */
+static int64_t opusdec_length(const wc_conn *c, const char *name) {
+    if (system("command -v opusdec > /dev/null 2>&1") != 0) return -2;
+    char opus[300], wav[300], cmd[800];
+    snprintf(opus, sizeof opus, "%s/%s.opus", g_dir, name);
+    snprintf(wav, sizeof wav, "%s/%s.wav", g_dir, name);
+    FILE *f = fopen(opus, "wb");
+    fwrite(c->out, 1, c->out_len, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "opusdec --quiet --rate 24000 '%s' '%s' 2>/dev/null", opus, wav);
+    if (system(cmd) != 0) return -1;
+    pp_wav w;
+    char err[512];
+    if (pp_wav_read(wav, PP_WAV_CHANNEL0, &w, err)) return -1;
+    int64_t n = w.frames;
+    pp_wav_free(&w);
+    return n;
+}
+
+static void print_cadence(const char *name, const wc_conn *c) {
+    if (c->n_out < 4) return;
+    double sum = 0, max = 0;
+    int n = 0;
+    for (int i = 3; i < c->n_out; i++) { /* audio pages follow the two header pages */
+        double d = (double)(c->out_times[i] - c->out_times[i - 1]) / 1e6;
+        sum += d;
+        if (d > max) max = d;
+        n++;
+    }
+    printf("%s: %d audio pages, interval mean %.1f ms, max %.1f ms; handshake %.0f ms after the upgrade\n", name,
+           c->n_out - 2, sum / n, max, (double)(c->t_handshake - c->t_established) / 1e6);
+}
+
+/* Common checks of a conversation that streamed `frames` frames in. */
+static void check_conversation(const char *name, wc_conn *c, int frames) {
+    print_cadence(name, c);
+    TEST_COND("handshake received once, 1 byte", c->handshakes == 1 && c->handshake_len == 0);
+    TEST_COND("no audio before the handshake", c->audio_before_handshake == 0);
+    TEST_COND("each 0x01 message is one whole Ogg page", c->n_out > 0 && c->bad_pages == 0);
+    int audio = check_stream(c);
+    TEST_COND("reply is a valid Ogg Opus stream (headers, serial, sequence, CRC)", audio >= 0);
+    if (audio != frames) fprintf(stderr, "%s: %d frames in, %d pages out\n", name, frames, audio);
+    TEST_COND("one output page per input frame", audio == frames);
+    TEST_COND("output streams while input flows", c->out_before_last_send > frames / 2);
+    TEST_COND("every text message is valid UTF-8", c->bad_texts == 0);
+    TEST_COND("no unknown kinds from the server", c->other_kinds == 0);
+    int64_t decoded = opusdec_length(c, name);
+    if (decoded == -2) printf("%s: opusdec not installed; decode check skipped\n", name);
+    /* opusdec drops the OpusHead pre-skip (3840 at 48 kHz = one frame at 24 kHz). */
+    else TEST_COND("opusdec decodes the reply to the length sent", decoded == (int64_t)frames * FRAME - FRAME);
+}
+
+/* ---- scenarios --------------------------------------------------------------------------------- */
+
+static void scenario_browser(void) {
+    size_t len;
+    uint8_t *cap = read_file(PP_TEST_DATA "/captures/official-client-uplink.opus", &len);
+    TEST_COND("capture readable", cap != NULL);
+    if (!cap) return;
+    static msgs pages;
+    int frames = (int)(load_ogg(cap, len, &pages) / FRAME);
+    free(cap);
+    wc_conn c = {0};
+    c.path = "/api/chat?text_temperature=0.7&text_topk=25&audio_temperature=0.8&audio_topk=250&pad_mult=0"
+             "&text_seed=123456&audio_seed=654321&repetition_penalty_context=64&repetition_penalty=1"
+             "&text_prompt=You+enjoy+having+a+good+conversation.&voice_prompt=NATF2.pt";
+    c.wait_handshake = 1;
+    c.audio = pages.m;
+    c.n_audio = pages.n;
+    c.interval_ms = 40;
+    c.linger_ms = 3000;
+    c.expect_pages = frames + 2;
+    wc_conn *list[] = {&c};
+    wc_run(list, 1, NULL, 0, 60000);
+    TEST_COND("browser: connected and closed cleanly", c.established && !c.failed);
+    check_conversation("browser", &c, frames);
+    printf("browser transcript: %.120s\n", c.transcript);
+    wc_conn_free(&c);
+    msgs_free(&pages);
+}
+
+static void scenario_kyutai(void) {
+    static msgs pages;
+    int frames = encode_wav(PP_TEST_DATA "/golden/speech-24k.wav", &pages);
+    TEST_COND("speech-24k.wav encodes", frames > 0);
+    wc_conn c = {0};
+    c.path = "/api/chat";
+    c.audio = pages.m;
+    c.n_audio = pages.n;
+    c.interval_ms = 80;
+    c.linger_ms = 3000;
+    c.expect_pages = frames + 2;
+    wc_conn *list[] = {&c};
+    wc_run(list, 1, NULL, 0, 60000);
+    TEST_COND("kyutai: connected", c.established && !c.failed);
+    check_conversation("kyutai", &c, frames);
+    wc_conn_free(&c);
+    msgs_free(&pages);
+}
+
+static void scenario_garbage(void) {
+    static msgs extra, audio;
+    TEST_COND("garbage: input encodes", encode_wav(PP_TEST_DATA "/golden/speech-24k.wav", &audio) > 10);
+    for (int i = 2 + 10; i < audio.n; i++) free(audio.m[i].data);
+    audio.n = 2 + 10; /* headers and 10 frames are enough here */
+    msgs_add(&extra, 0x01, "this is not an Ogg stream at all", 32, NULL, 0);
+    uint8_t bad[256];
+    size_t blen = audio.m[2].len - 1 < sizeof bad ? audio.m[2].len - 1 : sizeof bad;
+    memcpy(bad, audio.m[2].data + 1, blen);
+    bad[blen - 1] ^= 0x55; /* body byte changed: the CRC no longer matches */
+    msgs_add(&extra, 0x01, bad, blen, NULL, 0);
+    msgs_add(&extra, 0x09, "?", 1, NULL, 0);
+    msgs_add(&extra, 0x03, "\x00", 1, NULL, 0); /* control: accepted and ignored */
+    msgs_add(&extra, 0x06, NULL, 0, NULL, 0);   /* ping: accepted and ignored */
+    msgs_add(&extra, -1, "hello", 5, NULL, 0);
+    extra.m[extra.n - 1].text = 1;
+    wc_conn c = {0};
+    c.path = "/api/chat";
+    c.wait_handshake = 1;
+    c.extra = extra.m;
+    c.n_extra = extra.n;
+    c.audio = audio.m;
+    c.n_audio = audio.n;
+    c.interval_ms = 80;
+    c.linger_ms = 3000;
+    c.expect_pages = 2 + 10;
+    wc_conn *list[] = {&c};
+    wc_run(list, 1, NULL, 0, 30000);
+    printf("garbage: %d errors (first: %s)\n", c.errors, c.first_error);
+    TEST_COND("garbage: answered with 0x05 errors", c.errors >= 3);
+    TEST_COND("garbage: the valid frames after it still come back", check_stream(&c) == 10);
+    wc_conn_free(&c);
+
+    /* A message over the size limit ends that conversation with 1009. */
+    static msgs big;
+    static uint8_t blob[300 * 1024];
+    msgs_add(&big, 0x01, blob, sizeof blob, NULL, 0);
+    wc_conn d = {0};
+    d.path = "/api/chat";
+    d.wait_handshake = 1;
+    d.extra = big.m;
+    d.n_extra = 1;
+    d.linger_ms = 5000;
+    wc_conn *list2[] = {&d};
+    wc_run(list2, 1, NULL, 0, 30000);
+    TEST_COND("oversized message: 0x05 then close 1009", d.errors >= 1 && d.close_code == 1009);
+    wc_conn_free(&d);
+    msgs_free(&extra);
+    msgs_free(&audio);
+    msgs_free(&big);
+}
+
+/* Percent-encodes s like URLSearchParams (space as '+'). */
+static void form_encode(char *dst, size_t cap, const char *s) {
+    size_t o = strlen(dst);
+    for (; *s && o + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("*-._", ch))
+            dst[o++] = (char)ch;
+        else if (ch == ' ')
+            dst[o++] = '+';
+        else
+            o += (size_t)snprintf(dst + o, cap - o, "%%%02X", ch);
+    }
+    dst[o] = '\0';
+}
+
+static void scenario_queries(void) {
+    static char path[60000], text[40000];
+    /* A realistic persona, percent-encoded, plus an unknown 12 KB parameter: a ~20 KB line. */
+    strcpy(path, "/api/chat?voice_prompt=NATF2&text_prompt=");
+    form_encode(path, sizeof path,
+                "You enjoy having a good conversation. Have a technical discussion about fixing a reactor core "
+                "on a spaceship to Mars. You are an astronaut on a Mars mission. Your name is Alex. \xc3\xa9t\xc3\xa9 "
+                "\xe2\x80\x94 caf\xc3\xa9.");
+    strcat(path, "&padding=");
+    size_t o = strlen(path);
+    for (int i = 0; i < 6000; i++) o += (size_t)sprintf(path + o, "%%2B");
+    wc_conn a = {0};
+    a.path = path;
+    a.wait_handshake = 1;
+    a.linger_ms = 200;
+    wc_conn *l1[] = {&a};
+    wc_run(l1, 1, NULL, 0, 30000);
+    printf("long request line: %zu bytes%s%s\n", strlen(path), a.failed ? ", failed: " : "", a.fail_reason);
+    TEST_COND("a 20 KB request line is served (handshake)", a.handshakes == 1 && a.errors == 0);
+    wc_conn_free(&a);
+
+    /* A prompt longer than --max-prompt-tokens: a clear 0x05 and a close. */
+    strcpy(path, "/api/chat?text_prompt=");
+    text[0] = '\0';
+    for (int i = 0; i < 600; i++) strcat(text, "lorem ipsum ");
+    form_encode(path, sizeof path, text);
+    wc_conn b = {0};
+    b.path = path;
+    b.linger_ms = 5000;
+    wc_conn *l2[] = {&b};
+    wc_run(l2, 1, NULL, 0, 30000);
+    printf("long prompt: %s (close %d)%s\n", b.first_error, b.close_code, b.fail_reason);
+    TEST_COND("prompt over the limit: 0x05, no handshake, close", b.errors == 1 && b.handshakes == 0 && b.closed);
+    wc_conn_free(&b);
+
+    /* A query beyond the 32 KB header limit: refused at the HTTP level, nothing else. */
+    strcpy(path, "/api/chat?text_prompt=");
+    o = strlen(path);
+    while (o < 50000) path[o++] = 'x';
+    path[o] = '\0';
+    wc_conn d = {0};
+    d.path = path;
+    d.linger_ms = 200;
+    wc_conn *l3[] = {&d};
+    wc_run(l3, 1, NULL, 0, 30000);
+    TEST_COND("oversized query refused", !d.handshakes);
+    wc_conn_free(&d);
+
+    /* A voice name that tries to leave the voices directory. */
+    wc_conn v = {0};
+    v.path = "/api/chat?voice_prompt=..%2F..%2Fetc%2Fpasswd";
+    v.linger_ms = 5000;
+    wc_conn *l4[] = {&v};
+    wc_run(l4, 1, NULL, 0, 30000);
+    TEST_COND("path-like voice refused with 0x05", v.errors == 1 && v.handshakes == 0);
+    wc_conn_free(&v);
+}
+
+static void scenario_full(void) {
+    /* Three at once with room for two: whichever arrives last is refused. */
+    wc_conn c[3] = {{0}};
+    wc_conn *l[] = {&c[0], &c[1], &c[2]};
+    for (int i = 0; i < 3; i++) {
+        c[i].path = "/api/chat";
+        c[i].wait_handshake = 1;
+        c[i].linger_ms = 1500;
+    }
+    wc_run(l, 3, NULL, 0, 20000);
+    int served = 0, refused = 0;
+    for (int i = 0; i < 3; i++) {
+        served += c[i].handshakes == 1 && c[i].errors == 0;
+        if (c[i].errors == 1 && strstr(c[i].first_error, "server full") && c[i].close_code == 1013 && !c[i].handshakes) {
+            refused++;
+            printf("refused conversation: \"%s\" (close %d)\n", c[i].first_error, c[i].close_code);
+        }
+        wc_conn_free(&c[i]);
+    }
+    TEST_COND("two of three conversations served", served == 2);
+    if (refused != 1)
+        for (int i = 0; i < 3; i++)
+            fprintf(stderr, "conversation %d: %d handshakes, %d errors (%s), close %d, %s\n", i, c[i].handshakes,
+                    c[i].errors, c[i].first_error, c[i].close_code, c[i].fail_reason);
+    TEST_COND("the third gets 0x05 server full and close 1013", refused == 1);
+}
+
+static int health_active(void) {
+    wc_http h;
+    int active = -1;
+    if (get("/health", &h, 5000) == 200 && h.body) {
+        const char *p = strstr(h.body, "\"active\":");
+        if (p) active = atoi(p + 9);
+    }
+    wc_http_free(&h);
+    return active;
+}
+
+static void scenario_leave_early(void) {
+    wc_conn c = {0};
+    c.path = "/api/chat?text_prompt=a+long+enough+prompt+to+still+be+running";
+    c.close_at_once = 1;
+    wc_conn *l[] = {&c};
+    wc_run(l, 1, NULL, 0, 10000);
+    TEST_COND("mid-prompt client connected and left", c.established && c.closed && !c.handshakes);
+    int active = -1;
+    for (int i = 0; i < 50 && (active = health_active()) != 0; i++) usleep(100000);
+    TEST_COND("its session is freed", active == 0);
+}
+
+static void scenario_http(int after_calls) {
+    wc_http h;
+    TEST_COND("/health 200", get("/health", &h, 5000) == 200);
+    TEST_COND("/health says model demo", h.body && strstr(h.body, "\"model\":\"demo\"") != NULL);
+    TEST_COND("/health is JSON", strstr(h.type, "application/json") != NULL);
+    wc_http_free(&h);
+    TEST_COND("/metrics 200", get("/metrics", &h, 5000) == 200);
+    if (after_calls)
+        TEST_COND("/metrics counts frames", h.body && strstr(h.body, "personaplex_frames_total ") &&
+                                                !strstr(h.body, "personaplex_frames_total 0\n"));
+    TEST_COND("/metrics has stage histograms",
+              h.body && strstr(h.body, "personaplex_frame_stage_seconds_bucket{stage=\"lm\",le=\"+Inf\"}"));
+    wc_http_free(&h);
+    TEST_COND("/api/voices 200", get("/api/voices", &h, 5000) == 200);
+    TEST_COND("/api/voices lists NATF2", h.body && strstr(h.body, "\"NATF2\"") != NULL);
+    wc_http_free(&h);
+    TEST_COND("/ is index.html", get("/", &h, 5000) == 200 && strstr(h.type, "text/html") != NULL);
+    wc_http_free(&h);
+    TEST_COND("/app.js is JavaScript", get("/app.js", &h, 5000) == 200 && strstr(h.type, "text/javascript"));
+    wc_http_free(&h);
+    TEST_COND("traversal is refused", get("/../CMakeLists.txt", &h, 5000) == 404);
+    wc_http_free(&h);
+    TEST_COND("encoded traversal is refused", get("/%2e%2e/CMakeLists.txt", &h, 5000) == 404);
+    wc_http_free(&h);
+    TEST_COND("missing file is 404", get("/no-such-file.js", &h, 5000) == 404);
+    wc_http_free(&h);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s SERVER_BINARY plain|tls\n", argv[0]);
+        return 2;
+    }
+    g_server_bin = argv[1];
+    g_tls = strcmp(argv[2], "tls") == 0;
+    snprintf(g_dir, sizeof g_dir, "/tmp/pp-e2e-%s-XXXXXX", argv[2]);
+    if (!mkdtemp(g_dir)) TEST_SKIP("cannot make a temporary directory");
+    g_port = free_port();
+    start_server();
+    if (wc_init(g_tls, g_port)) TEST_SKIP("cannot create an lws client context");
+    int ready = wait_ready();
+    TEST_COND("server becomes ready", ready);
+    if (ready) {
+        scenario_http(0);
+        scenario_browser();
+        scenario_kyutai();
+        scenario_garbage();
+        scenario_queries();
+        scenario_full();
+        scenario_leave_early();
+        scenario_http(1);
+    }
+    wc_shutdown();
+    int status = stop_server();
+    TEST_COND("server exits cleanly on SIGTERM (status 0)", status == 0);
+    if (status != 0 || test_failed) fprintf(stderr, "server log: %s/server.log (status %d)\n", g_dir, status);
+    return test_report();
+}
