@@ -25,6 +25,7 @@
 #define _DEFAULT_SOURCE
 #include "test.h"
 #include "ws_client.h"
+#include "ws_raw.h"
 
 #include "audio/wav.h"
 
@@ -416,7 +417,9 @@ static void form_encode(char *dst, size_t cap, const char *s) {
 
 static void scenario_queries(void) {
     static char path[60000], text[40000];
-    /* A realistic persona, percent-encoded, plus an unknown 12 KB parameter: a ~20 KB line. */
+    ws_raw_result r;
+    /* A realistic persona, percent-encoded, plus an unknown 12 KB parameter: a ~20 KB line
+     * (sent raw: libwebsockets' client cuts request lines at 2048 bytes). */
     strcpy(path, "/api/chat?voice_prompt=NATF2&text_prompt=");
     form_encode(path, sizeof path,
                 "You enjoy having a good conversation. Have a technical discussion about fixing a reactor core "
@@ -425,42 +428,27 @@ static void scenario_queries(void) {
     strcat(path, "&padding=");
     size_t o = strlen(path);
     for (int i = 0; i < 6000; i++) o += (size_t)sprintf(path + o, "%%2B");
-    wc_conn a = {0};
-    a.path = path;
-    a.wait_handshake = 1;
-    a.linger_ms = 200;
-    wc_conn *l1[] = {&a};
-    wc_run(l1, 1, NULL, 0, 30000);
-    printf("long request line: %zu bytes%s%s\n", strlen(path), a.failed ? ", failed: " : "", a.fail_reason);
-    TEST_COND("a 20 KB request line is served (handshake)", a.handshakes == 1 && a.errors == 0);
-    wc_conn_free(&a);
+    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    printf("long request line: %zu bytes -> HTTP %d, handshake %d\n", strlen(path), r.status, r.handshake);
+    TEST_COND("a 20 KB request line is served (handshake)", r.status == 101 && r.handshake && !r.error);
 
     /* A prompt longer than --max-prompt-tokens: a clear 0x05 and a close. */
     strcpy(path, "/api/chat?text_prompt=");
     text[0] = '\0';
     for (int i = 0; i < 600; i++) strcat(text, "lorem ipsum ");
     form_encode(path, sizeof path, text);
-    wc_conn b = {0};
-    b.path = path;
-    b.linger_ms = 5000;
-    wc_conn *l2[] = {&b};
-    wc_run(l2, 1, NULL, 0, 30000);
-    printf("long prompt: %s (close %d)%s\n", b.first_error, b.close_code, b.fail_reason);
-    TEST_COND("prompt over the limit: 0x05, no handshake, close", b.errors == 1 && b.handshakes == 0 && b.closed);
-    wc_conn_free(&b);
+    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    printf("long prompt: \"%s\" (close %d)\n", r.error_text, r.close_code);
+    TEST_COND("prompt over the limit: 0x05, no handshake, close", r.error && !r.handshake && r.close_code == 1008);
 
     /* A query beyond the 32 KB header limit: refused at the HTTP level, nothing else. */
     strcpy(path, "/api/chat?text_prompt=");
     o = strlen(path);
     while (o < 50000) path[o++] = 'x';
     path[o] = '\0';
-    wc_conn d = {0};
-    d.path = path;
-    d.linger_ms = 200;
-    wc_conn *l3[] = {&d};
-    wc_run(l3, 1, NULL, 0, 30000);
-    TEST_COND("oversized query refused", !d.handshakes);
-    wc_conn_free(&d);
+    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    printf("oversized query: HTTP %d\n", r.status);
+    TEST_COND("oversized query refused", r.status != 101 && !r.handshake);
 
     /* A voice name that tries to leave the voices directory. */
     wc_conn v = {0};
@@ -485,7 +473,10 @@ static void scenario_full(void) {
     int served = 0, refused = 0;
     for (int i = 0; i < 3; i++) {
         served += c[i].handshakes == 1 && c[i].errors == 0;
-        if (c[i].errors == 1 && strstr(c[i].first_error, "server full") && c[i].close_code == 1013 && !c[i].handshakes) {
+        /* The server closes with 1013 (try again later); libwebsockets 4.1.6's client reports the
+         * codes 1012-1014 as 1002, so both stand for it here. */
+        int code_ok = c[i].close_code == 1013 || c[i].close_code == 1002;
+        if (c[i].errors == 1 && strstr(c[i].first_error, "server full") && code_ok && !c[i].handshakes) {
             refused++;
             printf("refused conversation: \"%s\" (close %d)\n", c[i].first_error, c[i].close_code);
         }

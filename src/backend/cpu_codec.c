@@ -45,7 +45,7 @@ static int task_count(pp_backend *be, double macs, int max_tasks) {
 
 /* out[r][c] = dot(w[r], x[c]) over len values, for a 4-row × 2-column tile: each loaded x
  * vector feeds four products and each w vector two. */
-static void dot_4x2(const float *const w[4], const float *const x[2], int len, float out[4][2]) {
+static inline __attribute__((always_inline)) void dot_4x2(const float *const w[4], const float *const x[2], int len, float out[4][2]) {
     v8f acc[4][2] = {{{0}}};
     int l = 0;
     for (; l + 8 <= len; l += 8) {
@@ -271,7 +271,7 @@ void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale,
 
 /* ==== vector quantization ======================================================= */
 
-static float dot(const float *a, const float *b, int n) {
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int n) {
     v8f acc = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8) acc += LD8(a + i) * LD8(b + i);

@@ -99,6 +99,24 @@ static int load_weights(pp_lm *lm, char *err) {
     return refuse_extra(lm, name, "dep_q", c->dep_q, err);
 }
 
+/* The start-up log says per format how many tensors and bytes the model holds. */
+static void log_weight_stats(const pp_lm *lm) {
+    const pp_lm_config *c = &lm->cfg;
+    pp_weight_stats stats = {{0}, {0}};
+    for (int i = 0; i < c->n_q; i++) pp_weight_stats_add(&stats, &lm->emb[i]);
+    pp_weight_stats_add(&stats, &lm->text_emb);
+    pp_weight_stats_add(&stats, &lm->text_linear);
+    pp_weight_stats_add(&stats, &lm->dep_text_emb);
+    for (int k = 0; k < c->dep_q; k++) {
+        pp_weight_stats_add(&stats, &lm->dep_in[k]);
+        pp_weight_stats_add(&stats, &lm->linears[k]);
+        if (k > 0) pp_weight_stats_add(&stats, &lm->dep_emb[k - 1]);
+    }
+    pp_tf_weight_stats(&lm->temporal, &stats);
+    pp_tf_weight_stats(&lm->depformer, &stats);
+    pp_weight_stats_log(&stats, "lm", st_path(lm->file));
+}
+
 static void release_weight(pp_backend *be, pp_weight *w) {
     if (w->data) be->ops->weight_release(be, w);
 }
@@ -141,6 +159,7 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
         return rc;
     }
     const pp_lm_config *c = &lm->cfg;
+    log_weight_stats(lm);
     PP_INFO("lm", "%s: %d layers dim %d, depformer %d layers dim %d x %d steps, context %d, on %s", weights_path,
             c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, c->dep_q, c->context, be->ops->name);
     *out = lm;

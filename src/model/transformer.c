@@ -186,3 +186,15 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_state *st, float *x, c
         if (layer_out) op->copy(be, layer_out + (size_t)l * d, x, (size_t)d * sizeof(float));
     }
 }
+
+void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats) {
+    for (int l = 0; l < tf->shape.num_layers; l++) {
+        const pp_tf_layer *L = &tf->layers[l];
+        pp_weight_stats_add(stats, &L->in_proj);
+        pp_weight_stats_add(stats, &L->out_proj);
+        for (int st = 0; st < tf->shape.n_steps; st++) {
+            pp_weight_stats_add(stats, &L->ffn_in[st]);
+            pp_weight_stats_add(stats, &L->ffn_out[st]);
+        }
+    }
+}

@@ -49,6 +49,8 @@ typedef struct pp_tf_state {
 /* Loads every layer's tensors from f and uploads them to be. On failure tf is left empty. */
 int pp_tf_load(pp_backend *be, const st_file *f, const pp_tf_shape *shape, pp_tf *tf, char *err);
 void pp_tf_free(pp_backend *be, pp_tf *tf);
+/* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */
+void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats);
 
 int pp_tf_state_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_tf_state *st, char *err);
 void pp_tf_state_free(pp_backend *be, const pp_tf *tf, pp_tf_state *st);

@@ -247,7 +247,7 @@ static int run(app *a) {
         {"personaplex-chat", ws_callback, ws_pss_size(), 4096, 0, NULL, 0},
         {NULL, NULL, 0, 0, 0, NULL, 0},
     };
-    lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE | LLL_INFO : 0), lws_log_bridge);
+    lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE : 0), lws_log_bridge);
     s->ctx = create_context(a, protocols, err);
     if (!s->ctx) {
         PP_ERROR("server", "%s", err);

@@ -1,0 +1,81 @@
+/* embed: rows of a (possibly packed) embedding table into activations. NF2 rows are decoded
+ * for real here (centroids, the inverse WHT in shared memory, the scale): an embedding is a
+ * value, not a dot product, so the rotated-domain trick of the GEMV does not apply. */
+#include "gemv.cuh"
+
+typedef struct {
+    int32_t v[PK_EMBED_MAX];
+} pk_ids;
+
+/* As the CPU backend: id −1 and ids past the table give zeros, other negative ids read row 0. */
+__device__ __forceinline__ int64_t pk_embed_row(int32_t id, int64_t rows) {
+    if (id == -1 || id >= rows) return -1;
+    return id < -1 ? 0 : id;
+}
+
+__device__ __forceinline__ void pk_embed_store(float *dst, float v, int accumulate) {
+    if (accumulate)
+        *dst += v;
+    else
+        *dst = v;
+}
+
+/* One block per (group of the row, input i). */
+__global__ void pk_embed_nf2_kernel(pk_weight w, pk_ids ids, float *__restrict__ y, int accumulate) {
+    extern __shared__ float v[];
+    const int i = blockIdx.y, gs = w.group, np2 = w.np2;
+    const int64_t row = pk_embed_row(ids.v[i], w.rows);
+    float *dst = y + (int64_t)i * w.cols + (int64_t)blockIdx.x * gs;
+    if (row < 0) {
+        for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, 0.0f, accumulate);
+        return;
+    }
+    const int64_t e0 = w.elem0 + row * w.cols + (int64_t)blockIdx.x * gs;
+    const uint8_t *d = (const uint8_t *)w.data;
+    for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
+    __syncthreads();
+    for (int h = 1; h < np2; h *= 2) {
+        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
+            int a = (p / h) * 2 * h + p % h;
+            float va = v[a], vb = v[a + h];
+            v[a] = va + vb;
+            v[a + h] = va - vb;
+        }
+        __syncthreads();
+    }
+    const float norm = 1.0f / sqrtf((float)np2), s = pk_group_scale(w, e0 / gs);
+    for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * norm * s, accumulate);
+}
+
+__global__ void pk_embed_kernel(pk_weight w, pk_ids ids, float *__restrict__ y, int accumulate) {
+    __shared__ float lut[16];
+    pk_load_lut(w, lut);
+    const int i = blockIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= w.cols) return;
+    const int64_t row = pk_embed_row(ids.v[i], w.rows);
+    float v = row < 0 ? 0.0f : pk_weight_elem(w, w.elem0 + row * w.cols + c, lut);
+    pk_embed_store(y + (int64_t)i * w.cols + c, v, accumulate);
+}
+
+extern "C" int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate,
+                        cudaStream_t stream) {
+    for (int i0 = 0; i0 < n; i0 += PK_EMBED_MAX) {
+        int m = n - i0 < PK_EMBED_MAX ? n - i0 : PK_EMBED_MAX;
+        pk_ids v;
+        for (int i = 0; i < m; i++) v.v[i] = ids[i0 + i];
+        float *dst = y + (int64_t)i0 * table->cols;
+        if (table->fmt == PK_NF2) {
+            int threads = table->np2 / 2 < 32 ? 32 : (table->np2 / 2 > 256 ? 256 : table->np2 / 2);
+            dim3 grid((unsigned)(table->cols / table->group), (unsigned)m);
+            pk_embed_nf2_kernel<<<grid, threads, (size_t)table->np2 * sizeof(float), stream>>>(*table, v, dst,
+                                                                                               accumulate);
+        } else {
+            dim3 grid(pk_blocks((size_t)table->cols, 256), (unsigned)m);
+            pk_embed_kernel<<<grid, 256, 0, stream>>>(*table, v, dst, accumulate);
+        }
+        int rc = pk_launched();
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* lm_ops: the LM's small per-token operations (residual add, RMSNorm, interleaved RoPE, SiLU
+ * gating). Memory-bound and tiny at batch 1: one pass each, statistics in fp32 with a block
+ * reduction (the CPU accumulates in double; the difference is within the parity limits). */
+#include "common.cuh"
+
+__global__ void pk_add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[i] += x[i];
+}
+
+extern "C" int pk_add(float *y, const float *x, size_t count, cudaStream_t stream) {
+    if (!count) return 0;
+    pk_add_kernel<<<pk_blocks(count, 256), 256, 0, stream>>>(y, x, count);
+    return pk_launched();
+}
+
+/* One block per row; y may equal x (every thread reads its values before the reduction's
+ * barriers and writes only after). */
+__global__ void pk_rmsnorm_kernel(const float *x, const float *__restrict__ alpha, int d, float eps, float *y) {
+    __shared__ float red[32];
+    const float *xi = x + (size_t)blockIdx.x * d;
+    float *yi = y + (size_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
+    ss = pk_block_sum(ss, red);
+    float inv = rsqrtf(eps + ss / (float)d);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) yi[j] = xi[j] * (alpha[j] * inv);
+}
+
+extern "C" int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    pk_rmsnorm_kernel<<<n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream>>>(x, alpha, d, eps, y);
+    return pk_launched();
+}
+
+/* Thread per (row, pair j, head): the angle depends on (row, j) only. The frequency is formed
+ * as the CPU does (exp of j·c in fp32, times the position); the full-precision sincosf keeps
+ * large angles (position × frequency up to thousands of radians) accurate. */
+__global__ void pk_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *__restrict__ pos,
+                               float c) {
+    int half = head_dim / 2;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t total = (int64_t)n * n_heads * half;
+    if (idx >= total) return;
+    int j = (int)(idx % half), h = (int)((idx / half) % n_heads), i = (int)(idx / ((int64_t)half * n_heads));
+    float freq = expf((float)j * c), angle = freq * (float)pos[i];
+    float co, si;
+    sincosf(angle, &si, &co);
+    float *p = x + (size_t)i * stride + (size_t)h * head_dim + 2 * j;
+    float a = p[0], b = p[1];
+    p[0] = a * co - b * si;
+    p[1] = a * si + b * co;
+}
+
+extern "C" int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
+                       cudaStream_t stream) {
+    size_t total = (size_t)n * n_heads * (head_dim / 2);
+    if (!total) return 0;
+    float c = (float)(-log((double)max_period) * 2.0 / head_dim);
+    pk_rope_kernel<<<pk_blocks(total, 256), 256, 0, stream>>>(x, n, stride, n_heads, head_dim, pos, c);
+    return pk_launched();
+}
+
+__global__ void pk_silu_mul_kernel(const float *__restrict__ u, int n, int hidden, float *__restrict__ y) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * hidden) return;
+    int64_t i = idx / hidden, j = idx % hidden;
+    float g = u[i * 2 * hidden + j], v = u[i * 2 * hidden + hidden + j];
+    y[idx] = g / (1.0f + expf(-g)) * v;
+}
+
+extern "C" int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream) {
+    size_t total = (size_t)n * hidden;
+    if (!total) return 0;
+    pk_silu_mul_kernel<<<pk_blocks(total, 256), 256, 0, stream>>>(u, n, hidden, y);
+    return pk_launched();
+}
