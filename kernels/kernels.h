@@ -65,9 +65,10 @@ typedef struct pk_conv {
     const float *w, *b;
     int cin, cout, k, stride, groups;
 } pk_conv;
-int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, float *y, float *scratch, int accumulate,
-              int replicate, cudaStream_t stream);
-int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail, float *y, cudaStream_t stream);
+int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, float *y, int accumulate, int replicate,
+              cudaStream_t stream);
+/* scratch: cout·(k − stride) floats for the new tail. */
+int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail, float *y, float *scratch, cudaStream_t stream);
 int pk_elu(const float *x, float *y, size_t n, cudaStream_t stream);
 int pk_gelu(float *x, size_t n, cudaStream_t stream);
 int pk_layer_norm(const float *x, const float *w, const float *b, int n, int d, float eps, float *y,

@@ -393,6 +393,8 @@ static void scenario_garbage(void) {
     d.linger_ms = 5000;
     wc_conn *list2[] = {&d};
     wc_run(list2, 1, NULL, 0, 30000);
+    printf("oversized message: %d errors (%s), close %d%s%s\n", d.errors, d.last_error, d.close_code,
+           d.failed ? ", failed: " : "", d.fail_reason);
     TEST_COND("oversized message: 0x05 then close 1009", d.errors >= 1 && d.close_code == 1009);
     wc_conn_free(&d);
     msgs_free(&extra);

@@ -73,7 +73,7 @@ run_ctest() {
 
 start=$SECONDS
 if [ "${SKIP_DEPS:-0}" != 1 ]; then
-    tools/install-deps.sh || note_fail "install-deps"
+    tools/install-deps.sh --browser || note_fail "install-deps"
 fi
 
 if build_tree "$root/build" -DPP_CUDA="${PP_CUDA:-AUTO}"; then

@@ -83,11 +83,20 @@ async function startServer(bin, out, { tls, name }) {
     if (await healthy(url)) break;
     await sleep(300);
   }
+  // Stops the server; returns the problems its exit showed (a bad status, a sanitizer report).
   const stop = async () => {
-    if (exited) return;
-    proc.kill('SIGTERM');
-    for (let i = 0; i < 50 && !exited; i++) await sleep(100);
-    if (!exited) proc.kill('SIGKILL');
+    if (!exited) {
+      proc.kill('SIGTERM');
+      for (let i = 0; i < 100 && !exited; i++) await sleep(100);
+      if (!exited) { proc.kill('SIGKILL'); return [`server ${name} ignored SIGTERM for 10 s`]; }
+    }
+    await new Promise((r) => sink.end(r));
+    const found = [];
+    if (exited !== 'exit 0') found.push(`server ${name} ended with ${exited}; see ${logFile}`);
+    if (/AddressSanitizer|LeakSanitizer|runtime error:/.test(readFileSync(logFile, 'utf8'))) {
+      found.push(`sanitizer report in ${logFile}`);
+    }
+    return found;
   };
   return { url, stop };
 }
@@ -232,14 +241,14 @@ async function main() {
     problems.push(...await checkCall(browser, base, args.out, 'http'));
     problems.push(...await checkServerFull(browser, base, args.out));
     if (args.server && args.tls) {
-      await servers.pop().stop();
+      problems.push(...await servers.pop().stop());
       const s = await startServer(args.server, args.out, { tls: true, name: 'https' });
       servers.push(s);
       problems.push(...await checkCall(browser, s.url, args.out, 'https'));
     }
   } finally {
     await browser?.close();
-    for (const s of servers) await s.stop();
+    for (const s of servers) problems.push(...await s.stop());
   }
   if (problems.length) {
     for (const p of problems) console.log('FAIL:', p);
