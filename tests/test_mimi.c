@@ -143,7 +143,9 @@ static void check_conv(pp_backend *be, int cin, int cout, int k, int s, int grou
 
 static void test_conv_primitives(pp_backend *be) {
     check_conv(be, 1, 5, 7, 1, 1, 0, 0);                 /* SEANet first conv */
-    check_conv(be, 6, 3, 3, 1, 1, 0, 0);                 /* residual conv */
+    check_conv(be, 6, 3, 3, 1, 1, 0, 0);                 /* residual conv, short windows */
+    check_conv(be, 40, 6, 3, 1, 1, 0, 0);                /* residual conv, matrix-product path */
+    check_conv(be, 24, 1, 3, 1, 1, 0, 0);                /* last conv: one output channel */
     check_conv(be, 4, 7, 1, 1, 1, 0, 0);                 /* k = 1: no carry */
     check_conv(be, 5, 9, 8, 4, 1, 0, 0);                 /* downsampling */
     check_conv(be, 12, 10, 4, 2, 1, 0, PP_CONV_REPLICATE); /* learnt downsample */

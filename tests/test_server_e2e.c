@@ -63,8 +63,8 @@ static void msgs_add(msgs *l, int kind, const void *a, size_t alen, const void *
     m->data = malloc(m->len);
     size_t o = 0;
     if (kind >= 0) m->data[o++] = (uint8_t)kind;
-    memcpy(m->data + o, a, alen);
-    memcpy(m->data + o + alen, b, blen);
+    if (alen) memcpy(m->data + o, a, alen);
+    if (blen) memcpy(m->data + o + alen, b, blen);
     m->text = 0;
 }
 
@@ -437,11 +437,18 @@ static void scenario_queries(void) {
     /* A prompt longer than --max-prompt-tokens: a clear 0x05 and a close. */
     strcpy(path, "/api/chat?text_prompt=");
     text[0] = '\0';
-    for (int i = 0; i < 600; i++) strcat(text, "lorem ipsum ");
+    for (int i = 0; i < 300; i++) strcat(text, "lorem ipsum ");
     form_encode(path, sizeof path, text);
     ws_raw_chat(g_port, g_tls, path, 20000, &r);
     printf("long prompt: \"%s\" (close %d)\n", r.error_text, r.close_code);
-    TEST_COND("prompt over the limit: 0x05, no handshake, close", r.error && !r.handshake && r.close_code == 1008);
+    TEST_COND("prompt over the token limit: 0x05, no handshake, close",
+              r.error && strstr(r.error_text, "tokens") && !r.handshake && r.close_code == 1008);
+    for (int i = 0; i < 300; i++) strcat(text, "lorem ipsum ");
+    strcpy(path, "/api/chat?text_prompt=");
+    form_encode(path, sizeof path, text);
+    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    TEST_COND("prompt over the byte limit: 0x05, no handshake, close",
+              r.error && strstr(r.error_text, "bytes") && !r.handshake && r.close_code == 1008);
 
     /* A query beyond the 32 KB header limit: refused at the HTTP level, nothing else. */
     strcpy(path, "/api/chat?text_prompt=");

@@ -60,15 +60,24 @@ static int ends_with(const char *s, const char *suffix) {
 static void fill(const tensor_spec *t, int64_t numel, float *v) {
     int ones = ends_with(t->name, "cluster_usage") || ends_with(t->name, "norm1.weight") ||
                ends_with(t->name, "norm2.weight");
-    float base = ones ? 1.0f : ends_with(t->name, ".scale") ? 0.01f : 0.0f;
-    float amp = base != 0.0f ? 0.0f : ends_with(t->name, ".bias") ? 0.01f : sqrtf(3.0f * (float)t->shape[0] / (float)numel);
+    float base = 0.0f, amp = sqrtf(3.0f * (float)t->shape[0] / (float)numel); /* uniform, variance 1/fan-in */
+    if (ones) {
+        base = 1.0f;
+        amp = 0.0f;
+    } else if (ends_with(t->name, ".scale")) {
+        base = 0.01f;
+        amp = 0.0f;
+    } else if (ends_with(t->name, ".bias")) {
+        amp = 0.01f;
+    }
     for (int64_t i = 0; i < numel; i++) v[i] = base + amp * uniform();
 }
 
 static int write_random(const char *path, const catalog *c, char *err) {
     st_writer *w;
     int rc = st_writer_create(path, &w, err);
-    for (int i = 0; i < c->n && !rc; i++) rc = st_writer_declare(w, c->t[i].name, ST_F32, c->t[i].ndim, c->t[i].shape, err);
+    for (int i = 0; i < c->n && !rc; i++)
+        rc = st_writer_declare(w, c->t[i].name, ST_F32, c->t[i].ndim, c->t[i].shape, err);
     if (!rc) rc = st_writer_begin(w, err);
     for (int i = 0; i < c->n && !rc; i++) {
         int64_t numel = 1;

@@ -19,6 +19,23 @@
 
 typedef struct pp_backend pp_backend;
 
+/* Storage format of a KV ring (attn_step_kv). F32 is the reference; BF16 halves it; INT8 quarters
+ * it with one scale per slot and head. */
+typedef enum pp_kv_format { PP_KV_F32 = 0, PP_KV_BF16 = 1, PP_KV_INT8 = 2 } pp_kv_format;
+
+/* One layer's KV ring in backend memory, described on the host. k and v hold
+ * [capacity][n_heads·head_dim] elements of fmt (float, bf16 bits as uint16, int8). For INT8,
+ * kscale and vscale [capacity][n_heads] hold each stored head's scale: value = q · scale with
+ * scale = max|x|/127 over the head's head_dim values (0 for an all-zero head) and
+ * q = round(x · (127/max|x|)) (half away from zero, fp32); unused (NULL) for the other formats.
+ * BF16 rounds to nearest even. */
+typedef struct pp_kv_ring {
+    pp_kv_format fmt;
+    int capacity, window;
+    void *k, *v;
+    float *kscale, *vscale;
+} pp_kv_ring;
+
 /* A codec convolution (codec operations below): weights in backend memory and the shape.
  * Conv1d: w [cout][cin][k], groups 1. ConvTranspose1d: w [cin][cout/groups][k], groups 1 or
  * groups = cin = cout (depthwise). b [cout] or NULL. No dilation: Mimi has none. */
@@ -82,6 +99,11 @@ typedef struct pp_backend_ops {
      * max(0, pos−window+1) .. pos (window ≤ capacity; *pos is one int32). */
     void (*attn_step)(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
                       int capacity, int window, const int32_t *pos, float *out);
+    /* attn_step on a ring of any pp_kv_format (*ring is host memory, its buffers backend memory):
+     * the new k and v are converted to the ring's format and stored first, so the query also
+     * sees its own key as stored. NULL on a backend that only keeps F32 rings (use attn_step). */
+    void (*attn_step_kv)(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                         const int32_t *pos, float *out);
     /* y[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden] (gated FFN). */
     void (*silu_mul)(pp_backend *be, const float *u, int n, int hidden, float *y);
 

@@ -69,6 +69,7 @@ static const pp_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attn_step = cpu_attn_step,
+    .attn_step_kv = cpu_attn_step_kv,
     .silu_mul = cpu_silu_mul,
     .conv1d = cpu_conv1d,
     .conv_tr1d = cpu_conv_tr1d,

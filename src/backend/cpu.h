@@ -28,6 +28,8 @@ void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head
               float max_period);
 void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
                    int capacity, int window, const int32_t *pos, float *out);
+void cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const int32_t *pos, float *out);
 void cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 
 /* cpu_codec.c */

@@ -41,22 +41,33 @@ static int task_count(pp_backend *be, double macs, int max_tasks) {
     return n < 1 ? 1 : n;
 }
 
+/* Runs fn over n_tasks fixed pieces of work: inline when small, else across the pool. */
+static void run_tasks(pp_backend *be, double macs, int n_tasks, pp_pool_fn fn, void *job) {
+    if (task_count(be, macs, n_tasks) == 1) {
+        for (int i = 0; i < n_tasks; i++) fn(job, i);
+    } else {
+        pp_pool_run(cpu_pool(be), n_tasks, fn, job);
+    }
+}
+
 /* ==== Conv1d =================================================================== */
 
-/* out[r][c] = dot(w[r], x[c]) over len values, for a 4-row × 2-column tile: each loaded x
- * vector feeds four products and each w vector two. */
-static inline __attribute__((always_inline)) void dot_4x2(const float *const w[4], const float *const x[2], int len, float out[4][2]) {
+/* out[r][c] = dot(w[r], x[c]) over len values for an nr-row × 2-column tile (nr <= 4, a
+ * constant at each call): each loaded x vector feeds nr products and each w vector two. Every
+ * output's sum runs in the same order whatever the tile, so results never depend on tiling. */
+static inline __attribute__((always_inline)) void dot_tile(const float *const w[4], int nr, const float *const x[2],
+                                                           int len, float out[4][2]) {
     v8f acc[4][2] = {{{0}}};
     int l = 0;
     for (; l + 8 <= len; l += 8) {
         v8f x0 = LD8(x[0] + l), x1 = LD8(x[1] + l);
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < nr; r++) {
             v8f wr = LD8(w[r] + l);
             acc[r][0] += wr * x0;
             acc[r][1] += wr * x1;
         }
     }
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < nr; r++)
         for (int c = 0; c < 2; c++) {
             float s = hsum8(&acc[r][c]);
             for (int i = l; i < len; i++) s += w[r][i] * x[c][i];
@@ -81,20 +92,80 @@ HOT static void conv_task(void *ctx, int task) {
     int c_begin = (task / j->row_tiles) * j->col_tile;
     int c_end = c_begin + j->col_tile < j->tout ? c_begin + j->col_tile : j->tout;
     for (int r = r_begin; r < r_end; r += 4) {
-        /* Rows past the end repeat the last row; their results are dropped. */
+        const int nr = r_end - r < 4 ? r_end - r : 4;
         const float *w[4];
-        for (int i = 0; i < 4; i++) w[i] = c->w + (size_t)(r + i < r_end ? r + i : r_end - 1) * j->len;
+        for (int i = 0; i < 4; i++) w[i] = c->w + (size_t)(r + (i < nr ? i : 0)) * j->len;
         for (int t = c_begin; t < c_end; t += 2) {
+            /* An odd last column repeats the previous one; its result is dropped. */
             const float *x[2] = {j->col + (size_t)t * j->len,
                                  j->col + (size_t)(t + 1 < c_end ? t + 1 : t) * j->len};
             float out[4][2];
-            dot_4x2(w, x, j->len, out);
-            for (int i = 0; i < 4 && r + i < r_end; i++)
+            if (nr == 4) {
+                dot_tile(w, 4, x, j->len, out);
+            } else {
+                for (int i = 0; i < nr; i++) dot_tile(w + i, 1, x, j->len, out + i);
+            }
+            for (int i = 0; i < nr; i++)
                 for (int k = 0; k < 2 && t + k < c_end; k++) {
                     float v = (c->b ? c->b[r + i] : 0.0f) + out[i][k];
                     float *dst = j->y + (size_t)(r + i) * j->tout + t + k;
                     *dst = j->accumulate ? *dst + v : v;
                 }
+        }
+    }
+}
+
+/* Stride-1 convs whose window holds fewer than 8 values (the first conv: 1 channel, k 7)
+ * never reach dot_tile's vector loop; this runs the same per-output sum (0, then each
+ * product in window order, then the bias: bit-identical) with time in the vector lanes.
+ * xin is [cin][t + k − 1], the history followed by the input. */
+typedef struct short_job {
+    const pp_conv *c;
+    const float *xin;
+    float *y;
+    int tout, accumulate;
+} short_job;
+
+HOT static void short_task(void *ctx, int o) {
+    const short_job *j = ctx;
+    const pp_conv *c = j->c;
+    const int k = c->k, span = j->tout + k - 1;
+    const float *w = c->w + (size_t)o * c->cin * k;
+    const float b = c->b ? c->b[o] : 0.0f;
+    float *y = j->y + (size_t)o * j->tout;
+    int t = 0;
+    for (; t + 32 <= j->tout; t += 32) {
+        v8f acc[4] = {{0}};
+        for (int i = 0; i < c->cin; i++)
+            for (int q = 0; q < k; q++)
+                for (int v = 0; v < 4; v++) acc[v] += w[i * k + q] * LD8(j->xin + (size_t)i * span + t + q + 8 * v);
+        for (int v = 0; v < 4; v++)
+            for (int l = 0; l < 8; l++) {
+                float *dst = y + t + 8 * v + l;
+                *dst = j->accumulate ? *dst + (b + acc[v][l]) : b + acc[v][l];
+            }
+    }
+    for (; t < j->tout; t++) {
+        float acc = 0.0f;
+        for (int i = 0; i < c->cin; i++)
+            for (int q = 0; q < k; q++) acc += w[i * k + q] * j->xin[(size_t)i * span + t + q];
+        y[t] = j->accumulate ? y[t] + (b + acc) : b + acc;
+    }
+}
+
+static int is_short(const pp_conv *c) { return c->stride == 1 && c->cin * c->k < 8; }
+
+/* row o of col [tout][cin·k] = the input window of output o, from [hist, x]. */
+static void im2col(const pp_conv *c, const float *x, int t, const float *hist, float *col) {
+    int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
+    for (int o = 0; o < tout; o++) {
+        float *row = col + (size_t)o * len;
+        for (int i = 0; i < c->cin; i++) {
+            const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
+            for (int q = 0; q < k; q++) {
+                int pos = o * s + q;
+                row[i * k + q] = pos < p ? hi[pos] : xi[pos - p];
+            }
         }
     }
 }
@@ -105,16 +176,12 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
     if (flags & PP_CONV_REPLICATE)
         for (int i = 0; i < c->cin; i++)
             for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
-    /* im2col over the virtual input [hist, x] of p + t columns. */
-    for (int o = 0; o < tout; o++) {
-        float *row = scratch + (size_t)o * len;
-        for (int i = 0; i < c->cin; i++) {
-            const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
-            for (int q = 0; q < k; q++) {
-                int pos = o * s + q;
-                row[i * k + q] = pos < p ? hi[pos] : xi[pos - p];
-            }
-        }
+    if (is_short(c)) { /* [hist, x] per channel; fits: (k − 1 + t)·cin <= t·cin·k */
+        for (int i = 0; i < c->cin; i++)
+            for (int q = 0; q < p + t; q++)
+                scratch[(size_t)i * (p + t) + q] = q < p ? hist[(size_t)i * p + q] : x[(size_t)i * t + q - p];
+    } else {
+        im2col(c, x, t, hist, scratch);
     }
     /* The new history is the last p columns of [hist, x]; reading ahead of the write
      * position keeps the in-place shift safe when t < p. */
@@ -123,19 +190,19 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
         const float *xi = x + (size_t)i * t;
         for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
     }
+    double macs = (double)c->cout * tout * len;
+    if (is_short(c)) {
+        short_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE};
+        run_tasks(be, macs, c->cout, short_task, &job);
+        return;
+    }
     int rows_per_tile = 16, col_tile = 64;
     int row_tiles = (c->cout + rows_per_tile - 1) / rows_per_tile;
     int col_tiles = (tout + col_tile - 1) / col_tile;
     conv_job job = {.c = c, .col = scratch, .y = y, .tout = tout, .len = len,
                     .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
                     .rows_per_tile = rows_per_tile};
-    int n_tasks = row_tiles * col_tiles;
-    double macs = (double)c->cout * tout * len;
-    if (task_count(be, macs, n_tasks) == 1) {
-        for (int i = 0; i < n_tasks; i++) conv_task(&job, i);
-    } else {
-        pp_pool_run(cpu_pool(be), n_tasks, conv_task, &job);
-    }
+    run_tasks(be, macs, row_tiles * col_tiles, conv_task, &job);
 }
 
 /* ==== ConvTranspose1d ============================================================ */
@@ -209,12 +276,7 @@ void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
     if (!depthwise) {
         convtr_job job = {.x = x, .w = c->w, .z = z, .cin = c->cin, .t = t, .n = c->cout * k};
         job.width = t <= CONVTR_SHORT ? 1024 : 32;
-        int n_tasks = (job.n + job.width - 1) / job.width;
-        if (task_count(be, (double)c->cin * t * job.n, n_tasks) == 1) {
-            for (int i = 0; i < n_tasks; i++) convtr_task(&job, i);
-        } else {
-            pp_pool_run(cpu_pool(be), n_tasks, convtr_task, &job);
-        }
+        run_tasks(be, (double)c->cin * t * job.n, (job.n + job.width - 1) / job.width, convtr_task, &job);
     }
     for (int o = 0; o < c->cout; o++) {
         float *f = full + (size_t)o * span;
@@ -231,9 +293,23 @@ void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
 
 /* ==== elementwise and normalisation ============================================ */
 
+typedef struct elu_job {
+    const float *x;
+    float *y;
+    size_t n, per_task;
+} elu_job;
+
+static void elu_task(void *ctx, int task) {
+    const elu_job *j = ctx;
+    size_t i0 = (size_t)task * j->per_task, i1 = i0 + j->per_task < j->n ? i0 + j->per_task : j->n;
+    for (size_t i = i0; i < i1; i++) j->y[i] = j->x[i] > 0.0f ? j->x[i] : expm1f(j->x[i]);
+}
+
 void cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+    /* expm1f costs about as much as 16 multiply-adds: split large tensors across the pool. */
+    int n_tasks = task_count(be, 16.0 * (double)n, 64);
+    elu_job job = {.x = x, .y = y, .n = n, .per_task = (n + (size_t)n_tasks - 1) / (size_t)n_tasks};
+    pp_pool_run(cpu_pool(be), n_tasks, elu_task, &job);
 }
 
 void cpu_gelu(pp_backend *be, float *x, size_t n) {

@@ -1,9 +1,11 @@
 /* cpu_lm: the CPU backend's LM operations (RMSNorm, interleaved RoPE, ring-cache attention,
- * SiLU gating). fp32 throughout; reductions accumulate in double so the results do not depend
- * on the summation order the way a tree reduction would. */
+ * SiLU gating). fp32 arithmetic throughout, whatever format a KV ring stores; reductions
+ * accumulate in double so the results do not depend on the summation order the way a tree
+ * reduction would. */
 #include "backend/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
     (void)be;
@@ -43,11 +45,87 @@ void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head
 
 typedef struct attn_job {
     const float *q;
-    const float *kcache, *vcache;
+    const pp_kv_ring *ring;
     float *out;
-    int head_dim, dim, capacity;
+    int head_dim, n_heads;
     int64_t first, last; /* positions of the visible keys, inclusive */
 } attn_job;
+
+static float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* Element offset of head h of slot `slot`. */
+static size_t head_off(const attn_job *j, size_t slot, int h) {
+    return slot * (size_t)j->n_heads * j->head_dim + (size_t)h * j->head_dim;
+}
+
+/* q · (stored key of head h at slot), the key converted from the ring's format. */
+static double key_dot(const attn_job *j, size_t slot, int h, const float *q) {
+    const pp_kv_ring *r = j->ring;
+    size_t off = head_off(j, slot, h);
+    double s = 0;
+    if (r->fmt == PP_KV_BF16) {
+        const uint16_t *k = (const uint16_t *)r->k + off;
+        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * bf16_to_float(k[d]);
+    } else if (r->fmt == PP_KV_INT8) {
+        const int8_t *k = (const int8_t *)r->k + off;
+        float sc = r->kscale[slot * j->n_heads + h];
+        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * ((float)k[d] * sc);
+    } else {
+        const float *k = (const float *)r->k + off;
+        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * k[d];
+    }
+    return s;
+}
+
+/* o += w · (stored value of head h at slot). */
+static void value_axpy(const attn_job *j, size_t slot, int h, float w, float *o) {
+    const pp_kv_ring *r = j->ring;
+    size_t off = head_off(j, slot, h);
+    if (r->fmt == PP_KV_BF16) {
+        const uint16_t *v = (const uint16_t *)r->v + off;
+        for (int d = 0; d < j->head_dim; d++) o[d] += w * bf16_to_float(v[d]);
+    } else if (r->fmt == PP_KV_INT8) {
+        const int8_t *v = (const int8_t *)r->v + off;
+        float sc = r->vscale[slot * j->n_heads + h];
+        for (int d = 0; d < j->head_dim; d++) o[d] += w * ((float)v[d] * sc);
+    } else {
+        const float *v = (const float *)r->v + off;
+        for (int d = 0; d < j->head_dim; d++) o[d] += w * v[d];
+    }
+}
+
+/* Stores one head of src into slot `slot` of a ring buffer in the ring's format. */
+static void ring_store(const pp_kv_ring *r, void *base, float *scales, size_t slot, int h, int n_heads,
+                       int head_dim, const float *src) {
+    size_t off = slot * (size_t)n_heads * head_dim + (size_t)h * head_dim;
+    if (r->fmt == PP_KV_BF16) {
+        for (int d = 0; d < head_dim; d++) ((uint16_t *)base)[off + d] = float_to_bf16(src[d]);
+    } else if (r->fmt == PP_KV_INT8) {
+        float mx = 0;
+        for (int d = 0; d < head_dim; d++) mx = fmaxf(mx, fabsf(src[d]));
+        float scale = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0;
+        scales[slot * n_heads + h] = scale;
+        for (int d = 0; d < head_dim; d++) {
+            float q = roundf(src[d] * inv);
+            if (!(q == q)) q = 0; /* NaN or an infinite head: the cast below would be undefined */
+            ((int8_t *)base)[off + d] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+    } else {
+        memcpy((float *)base + off, src, (size_t)head_dim * sizeof *src);
+    }
+}
 
 static void attn_head(void *ctx, int h) {
     const attn_job *j = ctx;
@@ -58,11 +136,8 @@ static void attn_head(void *ctx, int h) {
     double mx = -INFINITY, sum = 0;
     for (int d = 0; d < j->head_dim; d++) o[d] = 0;
     for (int64_t p = j->first; p <= j->last; p++) {
-        size_t off = (size_t)(p % j->capacity) * j->dim + (size_t)h * j->head_dim;
-        const float *k = j->kcache + off, *v = j->vcache + off;
-        double s = 0;
-        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * k[d];
-        s *= scale;
+        size_t slot = (size_t)(p % j->ring->capacity);
+        double s = key_dot(j, slot, h, q) * scale;
         if (s > mx) {
             float r = (float)exp(mx - s);
             for (int d = 0; d < j->head_dim; d++) o[d] *= r;
@@ -71,26 +146,32 @@ static void attn_head(void *ctx, int h) {
         }
         float w = (float)exp(s - mx);
         sum += w;
-        for (int d = 0; d < j->head_dim; d++) o[d] += w * v[d];
+        value_axpy(j, slot, h, w, o);
     }
     float inv = (float)(1.0 / sum);
     for (int d = 0; d < j->head_dim; d++) o[d] *= inv;
 }
 
-void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                   int capacity, int window, const int32_t *pos, float *out) {
+void cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const int32_t *pos, float *out) {
     int dim = n_heads * head_dim;
     int64_t s = pos[0];
-    size_t slot = (size_t)(s % capacity) * dim;
-    for (int i = 0; i < dim; i++) {
-        kcache[slot + i] = qkv[dim + i];
-        vcache[slot + i] = qkv[2 * dim + i];
+    size_t slot = (size_t)(s % ring->capacity);
+    for (int h = 0; h < n_heads; h++) {
+        ring_store(ring, ring->k, ring->kscale, slot, h, n_heads, head_dim, qkv + dim + (size_t)h * head_dim);
+        ring_store(ring, ring->v, ring->vscale, slot, h, n_heads, head_dim, qkv + 2 * dim + (size_t)h * head_dim);
     }
     attn_job job = {
-        .q = qkv, .kcache = kcache, .vcache = vcache, .out = out, .head_dim = head_dim, .dim = dim,
-        .capacity = capacity, .first = s - window + 1 > 0 ? s - window + 1 : 0, .last = s,
+        .q = qkv, .ring = ring, .out = out, .head_dim = head_dim, .n_heads = n_heads,
+        .first = s - ring->window + 1 > 0 ? s - ring->window + 1 : 0, .last = s,
     };
     pp_pool_run(cpu_pool(be), n_heads, attn_head, &job);
+}
+
+void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+                   int capacity, int window, const int32_t *pos, float *out) {
+    pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
+    cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
 }
 
 void cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {

@@ -477,6 +477,9 @@ static int load_archive(pt_file *f, const char *label, char *err) {
 
 int pt_open_memory(const void *buf, size_t len, const char *label, pt_file **out, char *err) {
     *out = NULL;
+    /* Before torch 1.6, torch.save wrote bare pickles (magic number first), not zips. */
+    if (len >= 2 && ((const uint8_t *)buf)[0] == 0x80 && ((const uint8_t *)buf)[1] == 0x02)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: legacy (pre-1.6) torch.save format; re-save it with a current torch", label);
     pt_file *f = calloc(1, sizeof *f);
     if (!f) return pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
     int rc = zip_open_memory(buf, len, label, &f->zip, err);

@@ -252,12 +252,13 @@ static int pair_exists(const char *dir, const char *stem, size_t n) {
 }
 
 int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t path_cap, char *err) {
-    size_t n = name ? strlen(name) : 0;
-    if (has_suffix(name ? name : "", SUFFIX_PT)) n -= strlen(SUFFIX_PT);
-    else if (has_suffix(name ? name : "", SUFFIX_BIN)) n -= strlen(SUFFIX_BIN);
-    if (!name || !valid_stem(name, n))
+    if (!name) name = "";
+    size_t n = strlen(name);
+    if (has_suffix(name, SUFFIX_PT)) n -= strlen(SUFFIX_PT);
+    else if (has_suffix(name, SUFFIX_BIN)) n -= strlen(SUFFIX_BIN);
+    if (!valid_stem(name, n))
         return pp_fail(err, PP_EINVAL, "bad voice name '%.80s' (letters, digits, '_', '-', '.'; at most %d; no paths)",
-                       name ? name : "", PP_VOICE_NAME_MAX);
+                       name, PP_VOICE_NAME_MAX);
     if (!join(path_out, path_cap, dir, name, n, SUFFIX_PT)) return pp_fail(err, PP_EINVAL, "%s: voice path too long", dir);
     if (is_file(path_out)) return 0;
     if (pair_exists(dir, name, n)) {

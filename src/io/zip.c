@@ -208,7 +208,7 @@ static int cmp_name(const void *a, const void *b) {
 /* Fills entry i from r: name, data (inflated if needed), CRC check. */
 static int load_entry(zip_archive *z, size_t i, const uint8_t *b, uint64_t cd_off, const cd_rec *r, char **name_cursor,
                       const char *label, char *err) {
-    uint64_t data_off;
+    uint64_t data_off = 0;
     int rc = locate_data(b, cd_off, r, &data_off, label, err);
     if (rc) return rc;
     zip_entry *e = &z->entries[i];
@@ -233,7 +233,7 @@ static int load_entry(zip_archive *z, size_t i, const uint8_t *b, uint64_t cd_of
 
 int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive **out, char *err) {
     const uint8_t *b = buf;
-    uint64_t cd_off, cd_size, count, cd_limit;
+    uint64_t cd_off = 0, cd_size = 0, count = 0, cd_limit = 0;
     *out = NULL;
     int rc = find_directory(b, len, label, &cd_off, &cd_size, &count, &cd_limit, err);
     if (rc) return rc;
@@ -251,7 +251,7 @@ int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive 
     char *cursor = z->names;
     uint64_t p = cd_off;
     for (size_t i = 0; i < z->count && rc == 0; i++) {
-        cd_rec r;
+        cd_rec r = {0};
         rc = read_central(b, &p, cd_limit, &r, label, err);
         if (rc == 0) rc = load_entry(z, i, b, cd_off, &r, &cursor, label, err);
         z->sorted[i] = &z->entries[i];

@@ -30,10 +30,20 @@ struct pp_lm {
 
 struct pp_lm_ctx {
     const pp_lm *lm;
-    pp_tf_state temporal, depformer;
-    float *x, *h, *dx, *logits, *layer_out; /* backend */
-    int32_t *pos;                           /* backend [1]: the temporal position */
-    int32_t *dep_pos;                       /* backend [dep_q]: 0, 1, ... (the depformer step) */
+    pp_tf_cache temporal;
+};
+
+struct pp_lm_work {
+    const pp_lm *lm;
+    int rows;
+    pp_tf_scratch temporal, depformer;
+    pp_tf_cache *dep;                    /* [rows]: each row's depformer rings (restart every frame) */
+    pp_tf_cache **dep_rows, **tmp_rows;  /* host [rows]: ring pointers handed to pp_tf_forward */
+    float *x, *h, *dx, *logits, *layer_out; /* backend [rows][...] */
+    int32_t *pos;                        /* backend [rows]: the temporal positions */
+    int32_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
+    int32_t *ids;                        /* host [rows] */
+    int32_t *host_pos;                   /* host [rows] */
 };
 
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm) { return &lm->cfg; }
@@ -44,6 +54,22 @@ static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int 
     if (!pp_weight_exists(lm->file, name)) return PP_OK;
     return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", st_path(lm->file), key,
                    value, name);
+}
+
+static pp_tf_shape temporal_shape(const pp_lm_config *c) {
+    return (pp_tf_shape){
+        .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
+        .num_layers = c->num_layers, .n_steps = 1, .rope = 1, .max_period = (float)c->max_period,
+        .eps = c->norm_eps, .cfg_keys = KEYS_TEMPORAL,
+    };
+}
+
+static pp_tf_shape depformer_shape(const pp_lm_config *c) {
+    return (pp_tf_shape){
+        .prefix = "depformer", .dim = c->dep_dim, .num_heads = c->dep_num_heads, .hidden = c->dep_ffn_hidden,
+        .num_layers = c->dep_num_layers, .n_steps = c->dep_q, .rope = 0, .max_period = 0, .eps = c->norm_eps,
+        .cfg_keys = KEYS_DEPFORMER,
+    };
 }
 
 static int load_weights(pp_lm *lm, char *err) {
@@ -63,17 +89,8 @@ static int load_weights(pp_lm *lm, char *err) {
                                 "text_card, existing_text_padding_id, dim", &lm->text_linear, err)))
         return rc;
     if ((rc = pp_tf_load_alpha(be, f, "out_norm.alpha", c->dim, "dim", &lm->out_norm, err))) return rc;
-    pp_tf_shape ts = {
-        .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
-        .num_layers = c->num_layers, .n_steps = 1, .rope = 1, .max_period = (float)c->max_period,
-        .eps = c->norm_eps, .cfg_keys = KEYS_TEMPORAL,
-    };
+    pp_tf_shape ts = temporal_shape(c), ds = depformer_shape(c);
     if ((rc = pp_tf_load(be, f, &ts, &lm->temporal, err))) return rc;
-    pp_tf_shape ds = {
-        .prefix = "depformer", .dim = c->dep_dim, .num_heads = c->dep_num_heads, .hidden = c->dep_ffn_hidden,
-        .num_layers = c->dep_num_layers, .n_steps = c->dep_q, .rope = 0, .max_period = 0, .eps = c->norm_eps,
-        .cfg_keys = KEYS_DEPFORMER,
-    };
     if ((rc = pp_tf_load(be, f, &ds, &lm->depformer, err))) return rc;
     for (int k = 0; k < c->dep_q; k++) {
         snprintf(name, sizeof name, "depformer_in.%d.weight", k);
@@ -168,83 +185,147 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
 
 void pp_lm_ctx_destroy(pp_lm_ctx *c) {
     if (!c) return;
-    pp_backend *be = c->lm->be;
-    pp_tf_state_free(be, &c->lm->temporal, &c->temporal);
-    pp_tf_state_free(be, &c->lm->depformer, &c->depformer);
-    void *bufs[] = {c->x, c->h, c->dx, c->logits, c->layer_out, c->pos, c->dep_pos};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->ops->release(be, bufs[i]);
+    pp_tf_cache_free(c->lm->be, &c->temporal);
     free(c);
 }
 
-int pp_lm_ctx_create(const pp_lm *lm, pp_lm_ctx **out, char *err) {
+size_t pp_lm_ctx_bytes(const pp_lm_config *c, pp_kv_format kv) {
+    pp_tf_shape ts = temporal_shape(c);
+    return pp_tf_cache_bytes(&ts, c->context, kv);
+}
+
+int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *err) {
     *out = NULL;
-    const pp_lm_config *cfg = &lm->cfg;
-    pp_backend *be = lm->be;
     pp_lm_ctx *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     c->lm = lm;
-    /* The reference's ring quirk: a query sees capacity − 1 keys (spec §3.4, §4.3). */
-    int rc = pp_tf_state_init(be, &lm->temporal, cfg->context, cfg->context - 1, &c->temporal, err);
-    if (!rc) rc = pp_tf_state_init(be, &lm->depformer, cfg->dep_q, cfg->dep_q - 1, &c->depformer, err);
-    if (!rc) {
-        size_t nlog = (size_t)(cfg->text_card > cfg->card ? cfg->text_card : cfg->card);
-        c->x = be->ops->alloc(be, (size_t)cfg->dim * sizeof(float));
-        c->h = be->ops->alloc(be, (size_t)cfg->dim * sizeof(float));
-        c->dx = be->ops->alloc(be, (size_t)cfg->dep_dim * sizeof(float));
-        c->logits = be->ops->alloc(be, nlog * sizeof(float));
-        c->layer_out = be->ops->alloc(be, (size_t)cfg->num_layers * cfg->dim * sizeof(float));
-        c->pos = be->ops->alloc(be, sizeof(int32_t));
-        c->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * sizeof(int32_t));
-        if (!c->x || !c->h || !c->dx || !c->logits || !c->layer_out || !c->pos || !c->dep_pos)
-            rc = pp_fail(err, PP_ENOMEM, "lm: out of memory for the conversation state");
-    }
+    /* The reference's ring quirk: a query sees capacity − 1 keys (spec §3.4). */
+    int rc = pp_tf_cache_init(lm->be, &lm->temporal, lm->cfg.context, lm->cfg.context - 1, kv, &c->temporal, err);
     if (rc) {
         pp_lm_ctx_destroy(c);
         return rc;
     }
-    int32_t steps[PP_LM_MAX_DEP_Q];
-    for (int k = 0; k < cfg->dep_q; k++) steps[k] = k;
-    be->ops->upload(be, c->dep_pos, steps, (size_t)cfg->dep_q * sizeof(int32_t));
     *out = c;
     return PP_OK;
 }
 
-void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_ctx *c, const int32_t col[17]) {
+void pp_lm_work_destroy(pp_lm_work *w) {
+    if (!w) return;
+    pp_backend *be = w->lm->be;
+    pp_tf_scratch_free(be, &w->temporal);
+    pp_tf_scratch_free(be, &w->depformer);
+    for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
+    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->pos, w->dep_pos};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->release(be, bufs[i]);
+    free(w->dep);
+    free(w->dep_rows);
+    free(w->tmp_rows);
+    free(w->ids);
+    free(w->host_pos);
+    free(w);
+}
+
+static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
+    const pp_lm_config *cfg = &lm->cfg;
     pp_backend *be = lm->be;
-    for (int k = 1; k <= lm->cfg.n_q; k++) be->ops->embed(be, &lm->emb[k - 1], &col[k], 1, c->x, k > 1);
-    be->ops->embed(be, &lm->text_emb, &col[0], 1, c->x, 1);
+    size_t n = (size_t)w->rows;
+    size_t nlog = (size_t)(cfg->text_card > cfg->card ? cfg->text_card : cfg->card);
+    w->dep = calloc(n, sizeof *w->dep);
+    w->dep_rows = calloc(n, sizeof *w->dep_rows);
+    w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
+    w->ids = calloc(n, sizeof *w->ids);
+    w->host_pos = calloc(n, sizeof *w->host_pos);
+    w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
+    w->h = be->ops->alloc(be, n * cfg->dim * sizeof(float));
+    w->dx = be->ops->alloc(be, n * cfg->dep_dim * sizeof(float));
+    w->logits = be->ops->alloc(be, n * nlog * sizeof(float));
+    w->layer_out = be->ops->alloc(be, n * cfg->num_layers * cfg->dim * sizeof(float));
+    w->pos = be->ops->alloc(be, n * sizeof(int32_t));
+    w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int32_t));
+    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->ids || !w->host_pos || !w->x || !w->h || !w->dx ||
+        !w->logits || !w->layer_out || !w->pos || !w->dep_pos)
+        return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
+    int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
+    if (!rc) rc = pp_tf_scratch_init(be, &lm->depformer, w->rows, &w->depformer, err);
+    for (int i = 0; !rc && i < w->rows; i++) {
+        /* The same off-by-one as the temporal ring: step 15 does not see step 0 (spec §4.3). */
+        rc = pp_tf_cache_init(be, &lm->depformer, cfg->dep_q, cfg->dep_q - 1, PP_KV_F32, &w->dep[i], err);
+        w->dep_rows[i] = &w->dep[i];
+    }
+    return rc;
 }
 
-void pp_lm_set_embedding(const pp_lm *lm, pp_lm_ctx *c, const float *emb) {
-    lm->be->ops->upload(lm->be, c->x, emb, (size_t)lm->cfg.dim * sizeof(float));
+int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
+    *out = NULL;
+    if (rows < 1) return pp_fail(err, PP_EINVAL, "lm: scratch for %d conversations", rows);
+    pp_lm_work *w = calloc(1, sizeof *w);
+    if (!w) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
+    w->lm = lm;
+    w->rows = rows;
+    int rc = work_buffers(lm, w, err);
+    if (rc) {
+        pp_lm_work_destroy(w);
+        return rc;
+    }
+    int dep_q = lm->cfg.dep_q;
+    for (int k = 0; k < dep_q; k++) {
+        for (int i = 0; i < rows; i++) w->ids[i] = k;
+        lm->be->ops->upload(lm->be, w->dep_pos + (size_t)k * rows, w->ids, (size_t)rows * sizeof(int32_t));
+    }
+    *out = w;
+    return PP_OK;
 }
 
-void pp_lm_get_embedding(const pp_lm *lm, pp_lm_ctx *c, float *emb) {
-    lm->be->ops->download(lm->be, emb, c->x, (size_t)lm->cfg.dim * sizeof(float));
-}
+int pp_lm_work_rows(const pp_lm_work *w) { return w->rows; }
 
-void pp_lm_temporal(const pp_lm *lm, pp_lm_ctx *c, int64_t pos, float *layer_out) {
+void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*cols)[PP_LM_STREAMS]) {
     pp_backend *be = lm->be;
-    int32_t p = (int32_t)pos;
-    be->ops->upload(be, c->pos, &p, sizeof p);
-    pp_tf_forward(be, &lm->temporal, &c->temporal, c->x, c->pos, 0, layer_out ? c->layer_out : NULL);
-    be->ops->rmsnorm(be, c->x, lm->out_norm, 1, lm->cfg.dim, lm->cfg.norm_eps, c->h);
-    if (layer_out)
-        be->ops->download(be, layer_out, c->layer_out, (size_t)lm->cfg.num_layers * lm->cfg.dim * sizeof(float));
+    for (int k = 1; k <= lm->cfg.n_q + 1; k++) {
+        int s = k <= lm->cfg.n_q ? k : 0; /* text last */
+        for (int i = 0; i < n; i++) w->ids[i] = cols[i][s];
+        be->ops->embed(be, s ? &lm->emb[s - 1] : &lm->text_emb, w->ids, n, w->x, k > 1);
+    }
 }
 
-void pp_lm_text_logits(const pp_lm *lm, pp_lm_ctx *c, float *logits) {
-    pp_backend *be = lm->be;
-    be->ops->matmul(be, &lm->text_linear, c->h, 1, c->logits);
-    be->ops->download(be, logits, c->logits, (size_t)lm->cfg.text_card * sizeof(float));
+void pp_lm_set_embedding(const pp_lm *lm, pp_lm_work *w, int row, const float *emb) {
+    size_t d = (size_t)lm->cfg.dim;
+    lm->be->ops->upload(lm->be, w->x + (size_t)row * d, emb, d * sizeof(float));
 }
 
-void pp_lm_depformer(const pp_lm *lm, pp_lm_ctx *c, int k, int32_t prev, float *logits) {
+void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb) {
+    size_t d = (size_t)lm->cfg.dim;
+    lm->be->ops->download(lm->be, emb, w->x + (size_t)row * d, d * sizeof(float));
+}
+
+void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos,
+                    float *const *layer_out) {
     pp_backend *be = lm->be;
-    be->ops->matmul(be, &lm->dep_in[k], c->h, 1, c->dx);
-    be->ops->embed(be, k == 0 ? &lm->dep_text_emb : &lm->dep_emb[k - 1], &prev, 1, c->dx, 1);
-    pp_tf_forward(be, &lm->depformer, &c->depformer, c->dx, c->dep_pos + k, k, NULL);
-    be->ops->matmul(be, &lm->linears[k], c->dx, 1, c->logits);
-    be->ops->download(be, logits, c->logits, (size_t)lm->cfg.card * sizeof(float));
+    const pp_lm_config *c = &lm->cfg;
+    for (int i = 0; i < n; i++) {
+        w->host_pos[i] = (int32_t)pos[i];
+        w->tmp_rows[i] = &ctxs[i]->temporal;
+    }
+    be->ops->upload(be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
+    pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, n, w->x, w->pos, 0, layer_out ? w->layer_out : NULL);
+    be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
+    size_t per = (size_t)c->num_layers * c->dim;
+    for (int i = 0; layer_out && i < n; i++)
+        if (layer_out[i]) be->ops->download(be, layer_out[i], w->layer_out + i * per, per * sizeof(float));
+}
+
+void pp_lm_text_logits(const pp_lm *lm, pp_lm_work *w, int n, float *logits) {
+    pp_backend *be = lm->be;
+    be->ops->matmul(be, &lm->text_linear, w->h, n, w->logits);
+    be->ops->download(be, logits, w->logits, (size_t)n * lm->cfg.text_card * sizeof(float));
+}
+
+void pp_lm_depformer(const pp_lm *lm, pp_lm_work *w, int n, int k, const int32_t *prev, float *logits) {
+    pp_backend *be = lm->be;
+    be->ops->matmul(be, &lm->dep_in[k], w->h, n, w->dx);
+    be->ops->embed(be, k == 0 ? &lm->dep_text_emb : &lm->dep_emb[k - 1], prev, n, w->dx, 1);
+    pp_tf_forward(be, &lm->depformer, &w->depformer, w->dep_rows, n, w->dx, w->dep_pos + (size_t)k * w->rows, k,
+                  NULL);
+    be->ops->matmul(be, &lm->linears[k], w->dx, n, w->logits);
+    be->ops->download(be, logits, w->logits, (size_t)n * lm->cfg.card * sizeof(float));
 }

@@ -17,10 +17,28 @@
 const int32_t pp_lmgen_silence_codes[NA] = {948, 243, 1178, 546, 1736, 1030, 1978, 2008};
 const int32_t pp_lmgen_sine_codes[NA] = {430, 1268, 381, 1611, 1095, 1495, 56, 472};
 
+/* The scratch of one tick: the LM work rows and the host logits of up to cap conversations. */
+struct pp_lmbatch {
+    const pp_lm *lm;
+    const pp_lm_config *cfg;
+    int cap;
+    pp_lm_work *work;
+    float *text_logits, *dep_logits; /* host [cap][text_card], [cap][card] */
+    int32_t (*cols)[NS];             /* [cap]: input columns */
+    int64_t *pos;                    /* [cap]: temporal positions */
+    pp_lm_ctx **ctxs;                /* [cap] */
+    float **layer_out;               /* [cap]: trace buffers */
+    int32_t *prev;                   /* [cap]: depformer inputs */
+    int *last;                       /* [cap]: depformer steps a row needs; -1: no heads */
+    int *slot;                       /* [cap]: the caller's index of row r */
+    pp_lmgen **rows;                 /* [cap]: the conversations that compute this tick */
+};
+
 struct pp_lmgen {
     const pp_lm *lm;
     const pp_lm_config *cfg;
     pp_lm_ctx *ctx;
+    pp_lmbatch *solo;               /* a one-row batch for calls on this conversation alone */
     pp_lmgen_params params;
     pp_rng rng;
     pp_sampler sampler;
@@ -29,7 +47,6 @@ struct pp_lmgen {
     int64_t ring[NS][RING_MAX];
     uint8_t provided[NS][RING_MAX];
     int32_t init[NS];               /* initial tokens: text_card, then card */
-    float *text_logits, *dep_logits; /* host scratch */
     pp_lmgen_trace *trace;
 };
 
@@ -40,6 +57,7 @@ void pp_lmgen_params_default(pp_lmgen_params *p) {
     p->audio_top_k = 250;
     p->greedy = 0;
     p->seed = 42424242;
+    p->kv_cache = PP_KV_F32;
 }
 
 static int topk_cap(int k, int n) { return k <= 0 || k > n ? n : k; }
@@ -52,6 +70,13 @@ static int set_params(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
         pp_sampler_free(&g->sampler);
         int rc = pp_sampler_init(&g->sampler, cap, err);
         if (rc) return rc;
+    }
+    if (!g->ctx || p->kv_cache != g->params.kv_cache) {
+        pp_lm_ctx *ctx = NULL;
+        int rc = pp_lm_ctx_create(g->lm, p->kv_cache, &ctx, err);
+        if (rc) return rc;
+        pp_lm_ctx_destroy(g->ctx);
+        g->ctx = ctx;
     }
     g->params = *p;
     return PP_OK;
@@ -71,9 +96,8 @@ int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
 void pp_lmgen_destroy(pp_lmgen *g) {
     if (!g) return;
     pp_lm_ctx_destroy(g->ctx);
+    pp_lmbatch_destroy(g->solo);
     pp_sampler_free(&g->sampler);
-    free(g->text_logits);
-    free(g->dep_logits);
     free(g);
 }
 
@@ -91,10 +115,7 @@ int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, c
     }
     pp_lmgen_params defaults;
     pp_lmgen_params_default(&defaults);
-    g->text_logits = malloc((size_t)g->cfg->text_card * sizeof(float));
-    g->dep_logits = malloc((size_t)g->cfg->card * sizeof(float));
-    int rc = g->text_logits && g->dep_logits ? PP_OK : pp_fail(err, PP_ENOMEM, "lmgen: out of memory");
-    if (!rc) rc = pp_lm_ctx_create(lm, &g->ctx, err);
+    int rc = pp_lmbatch_create(lm, 1, &g->solo, err);
     if (!rc) rc = pp_lmgen_reset(g, p ? p : &defaults, err);
     if (rc) {
         pp_lmgen_destroy(g);
@@ -156,55 +177,90 @@ static int prepare(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_
     return 1;
 }
 
-/* The text head and depformer of one frame: fills the unforced entries of column tgt. The
- * depformer runs the 8 agent steps, plus later steps only while their stream is unforced
- * (steps 8.. predict user codes, which are always given). */
-static void run_heads(pp_lmgen *g, int tgt) {
+/* Depformer steps a frame needs: the 8 agent steps, plus later steps only while their stream
+ * is unforced (steps 8.. predict user codes, which are always given); -1 when every stream of
+ * column tgt is forced, so the text head and depformer are skipped. */
+static int heads_needed(const pp_lmgen *g, int tgt) {
     const pp_lm_config *c = g->cfg;
-    const pp_lmgen_params *p = &g->params;
-    float ttemp = p->greedy ? 0 : p->text_temp, atemp = p->greedy ? 0 : p->audio_temp;
-    float *tl = g->trace && g->trace->text_logits ? g->trace->text_logits : g->text_logits;
-    pp_lm_text_logits(g->lm, g->ctx, tl);
-    int32_t text = pp_sample(&g->sampler, &g->rng, tl, c->text_card, ttemp, p->text_top_k);
-    if (!g->provided[0][tgt]) g->ring[0][tgt] = text;
+    int need = !g->provided[0][tgt];
+    for (int k = 1; k <= c->dep_q; k++) need |= !g->provided[k][tgt];
+    if (!need) return -1;
     int last = NA < c->dep_q ? NA : c->dep_q;
     for (int k = last + 1; k <= c->dep_q; k++)
         if (!g->provided[k][tgt]) last = k;
-    int32_t prev = (int32_t)g->ring[0][tgt];
-    for (int s = 0; s < last; s++) {
-        float *dl = g->trace && g->trace->dep_logits && s < NA ? g->trace->dep_logits + (size_t)s * c->card
-                                                                 : g->dep_logits;
-        pp_lm_depformer(g->lm, g->ctx, s, prev, dl);
-        int32_t tok = pp_sample(&g->sampler, &g->rng, dl, c->card, atemp, p->audio_top_k);
-        if (!g->provided[s + 1][tgt]) g->ring[s + 1][tgt] = tok;
-        prev = (int32_t)g->ring[s + 1][tgt];
+    return last;
+}
+
+/* Samples stream k of column tgt from logits (n values) with g's own RNG, keeps it unless the
+ * entry is forced, and returns the entry: the next depformer step's input. */
+static int32_t choose(pp_lmgen *g, int k, int tgt, const float *logits, int n) {
+    const pp_lmgen_params *p = &g->params;
+    float temp = p->greedy ? 0 : k == 0 ? p->text_temp : p->audio_temp;
+    int32_t tok = pp_sample(&g->sampler, &g->rng, logits, n, temp, k == 0 ? p->text_top_k : p->audio_top_k);
+    if (!g->provided[k][tgt]) g->ring[k][tgt] = tok;
+    return (int32_t)g->ring[k][tgt];
+}
+
+/* The text head and depformer of the tick's rows: fills the unforced entries of each row's
+ * column n. All rows run every step any row needs (a row's results do not depend on the
+ * others); each row samples only the steps it needs, so its RNG advances as when alone. */
+static void run_heads(pp_lmbatch *b, int n) {
+    const pp_lm_config *c = b->cfg;
+    int steps = -1;
+    for (int r = 0; r < n; r++) {
+        pp_lmgen *g = b->rows[r];
+        b->last[r] = heads_needed(g, col(g, g->n));
+        if (g->trace) g->trace->heads_ran = b->last[r] >= 0;
+        if (b->last[r] > steps) steps = b->last[r];
+    }
+    if (steps < 0) return;
+    pp_lm_text_logits(b->lm, b->work, n, b->text_logits);
+    for (int r = 0; r < n; r++) {
+        pp_lmgen *g = b->rows[r];
+        int tgt = col(g, g->n);
+        const float *tl = b->text_logits + (size_t)r * c->text_card;
+        if (g->trace && g->trace->text_logits && b->last[r] >= 0)
+            memcpy(g->trace->text_logits, tl, (size_t)c->text_card * sizeof *tl);
+        b->prev[r] = b->last[r] >= 0 ? choose(g, 0, tgt, tl, c->text_card) : (int32_t)g->ring[0][tgt];
+    }
+    for (int s = 0; s < steps; s++) {
+        pp_lm_depformer(b->lm, b->work, n, s, b->prev, b->dep_logits);
+        for (int r = 0; r < n; r++) {
+            pp_lmgen *g = b->rows[r];
+            int tgt = col(g, g->n);
+            const float *dl = b->dep_logits + (size_t)r * c->card;
+            if (s >= b->last[r]) {
+                b->prev[r] = (int32_t)g->ring[s + 1][tgt]; /* forced: never sampled */
+                continue;
+            }
+            if (g->trace && g->trace->dep_logits && s < NA)
+                memcpy(g->trace->dep_logits + (size_t)s * c->card, dl, (size_t)c->card * sizeof *dl);
+            b->prev[r] = choose(g, s + 1, tgt, dl, c->card);
+        }
     }
 }
 
-/* The computing part of a call: input column n−1 (or a stored embedding) at position n−1. */
-static int compute(pp_lmgen *g, const float *emb_in, float *emb_out, pp_lmgen_out *out, char *err) {
-    const pp_lm_config *c = g->cfg;
-    int in = col(g, g->n - 1), tgt = col(g, g->n);
-    if (emb_in) {
-        pp_lm_set_embedding(g->lm, g->ctx, emb_in);
-    } else {
-        int32_t ids[NS];
+/* Input column n−1 of each row's conversation (spec §5.1 step 4) into the LM's input rows. */
+static int embed_inputs(pp_lmbatch *b, int n, char *err) {
+    for (int r = 0; r < n; r++) {
+        const pp_lmgen *g = b->rows[r];
+        int in = col(g, g->n - 1);
         for (int k = 0; k < NS; k++) {
             int64_t v = g->ring[k][in];
             if (v < 0 || v > g->init[k])
                 return pp_fail(err, PP_EINVAL, "lmgen: stream %d holds token %lld at position %lld (outside [0, %d])",
                                k, (long long)v, (long long)(g->n - 1), g->init[k]);
-            ids[k] = (int32_t)v;
+            b->cols[r][k] = (int32_t)v;
         }
-        pp_lm_embed_tokens(g->lm, g->ctx, ids);
     }
-    if (emb_out) pp_lm_get_embedding(g->lm, g->ctx, emb_out);
-    pp_lm_temporal(g->lm, g->ctx, g->n - 1, g->trace ? g->trace->layer_outputs : NULL);
-    int need = !g->provided[0][tgt];
-    for (int k = 1; k <= c->dep_q; k++) need |= !g->provided[k][tgt];
-    if (need) run_heads(g, tgt);
-    if (g->trace) g->trace->heads_ran = need;
-    for (int k = 0; k < NS; k++) g->provided[k][in] = 0;
+    pp_lm_embed_tokens(b->lm, b->work, n, (const int32_t(*)[NS])b->cols);
+    return PP_OK;
+}
+
+/* The end of a computing call: clears the input column's flags and emits the aligned column. */
+static void finish(pp_lmgen *g, pp_lmgen_out *out) {
+    const pp_lm_config *c = g->cfg;
+    for (int k = 0; k < NS; k++) g->provided[k][col(g, g->n - 1)] = 0;
     out->ready = g->n > g->max_delay;
     if (out->ready) {
         int32_t v[NS];
@@ -214,7 +270,38 @@ static int compute(pp_lmgen *g, const float *emb_in, float *emb_out, pp_lmgen_ou
         memcpy(out->user, v + 1 + NA, sizeof out->user);
     }
     g->n++;
+}
+
+/* The computing part of a call for the prepared conversations b->rows[0..n): input column
+ * n−1 of each (or emb_in, host [dim], for a lone row) at its position n−1, then the heads.
+ * Row r's output goes to outs[b->slot[r]]. emb_out (lone row) receives the input embedding. */
+static int tick(pp_lmbatch *b, int n, const float *emb_in, float *emb_out, pp_lmgen_out *outs, char *err) {
+    if (emb_in) {
+        pp_lm_set_embedding(b->lm, b->work, 0, emb_in);
+    } else {
+        int rc = embed_inputs(b, n, err);
+        if (rc) return rc;
+    }
+    if (emb_out) pp_lm_get_embedding(b->lm, b->work, 0, emb_out);
+    int traced = 0;
+    for (int r = 0; r < n; r++) {
+        pp_lmgen *g = b->rows[r];
+        b->pos[r] = g->n - 1;
+        b->ctxs[r] = g->ctx;
+        b->layer_out[r] = g->trace ? g->trace->layer_outputs : NULL;
+        traced |= b->layer_out[r] != NULL;
+    }
+    pp_lm_temporal(b->lm, b->work, b->ctxs, n, b->pos, traced ? b->layer_out : NULL);
+    run_heads(b, n);
+    for (int r = 0; r < n; r++) finish(b->rows[r], &outs[b->slot[r]]);
     return PP_OK;
+}
+
+/* A call on g alone: the n = 1 case of a tick, on g's own one-row scratch. */
+static int solo_tick(pp_lmgen *g, const float *emb_in, float *emb_out, pp_lmgen_out *out, char *err) {
+    g->solo->rows[0] = g;
+    g->solo->slot[0] = 0;
+    return tick(g->solo, 1, emb_in, emb_out, out, err);
 }
 
 int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user, pp_lmgen_out *out,
@@ -227,7 +314,7 @@ int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const 
     if (agent && (rc = check_codes(agent, NA, c->card, "agent", err))) return rc;
     if (user && (rc = check_codes(user, NA, c->card, "user", err))) return rc;
     if (!prepare(g, text, agent, user)) return 0;
-    rc = compute(g, NULL, embedding, out, err);
+    rc = solo_tick(g, NULL, embedding, out, err);
     return rc ? rc : 1;
 }
 
@@ -256,7 +343,7 @@ int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, co
     for (int j = 0; j < n_frames; j++) {
         if (!prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy)) prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy);
         pp_lmgen_out out;
-        int rc = compute(g, embeddings + (size_t)j * g->cfg->dim, NULL, &out, err);
+        int rc = solo_tick(g, embeddings + (size_t)j * g->cfg->dim, NULL, &out, err);
         if (rc) return rc;
     }
     for (int k = 0; k < NS; k++)
@@ -290,4 +377,77 @@ int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
             return pp_fail(err, PP_EINVAL, "lmgen: text prompt token %d = %d is outside [0, %d]", i, ids[i],
                            g->cfg->text_card);
     return forced_frames(g, ids, n, 0, err);
+}
+
+void pp_lmbatch_destroy(pp_lmbatch *b) {
+    if (!b) return;
+    pp_lm_work_destroy(b->work);
+    void *bufs[] = {b->text_logits, b->dep_logits, b->cols, b->pos, b->ctxs, b->layer_out,
+                    b->prev, b->last, b->slot, b->rows};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(b);
+}
+
+int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err) {
+    *out = NULL;
+    if (capacity < 1) return pp_fail(err, PP_EINVAL, "lmbatch: capacity %d (at least 1 conversation)", capacity);
+    pp_lmbatch *b = calloc(1, sizeof *b);
+    if (!b) return pp_fail(err, PP_ENOMEM, "lmbatch: out of memory");
+    b->lm = lm;
+    b->cfg = pp_lm_get_config(lm);
+    b->cap = capacity;
+    size_t n = (size_t)capacity;
+    b->text_logits = malloc(n * b->cfg->text_card * sizeof(float));
+    b->dep_logits = malloc(n * b->cfg->card * sizeof(float));
+    b->cols = calloc(n, sizeof *b->cols);
+    b->pos = calloc(n, sizeof *b->pos);
+    b->ctxs = calloc(n, sizeof *b->ctxs);
+    b->layer_out = calloc(n, sizeof *b->layer_out);
+    b->prev = calloc(n, sizeof *b->prev);
+    b->last = calloc(n, sizeof *b->last);
+    b->slot = calloc(n, sizeof *b->slot);
+    b->rows = calloc(n, sizeof *b->rows);
+    int rc = b->text_logits && b->dep_logits && b->cols && b->pos && b->ctxs && b->layer_out && b->prev &&
+                     b->last && b->slot && b->rows
+                 ? PP_OK
+                 : pp_fail(err, PP_ENOMEM, "lmbatch: out of memory for %d conversations", capacity);
+    if (!rc) rc = pp_lm_work_create(lm, capacity, &b->work, err);
+    if (rc) {
+        pp_lmbatch_destroy(b);
+        return rc;
+    }
+    *out = b;
+    return PP_OK;
+}
+
+int pp_lmbatch_capacity(const pp_lmbatch *b) { return b->cap; }
+
+/* Checks a tick's arguments before any state changes: distinct conversations of b's model,
+ * in-range user codes. */
+static int check_tick(const pp_lmbatch *b, pp_lmgen *const *gens, int n, const int32_t (*user)[NA], char *err) {
+    if (n < 0 || n > b->cap)
+        return pp_fail(err, PP_EINVAL, "lmbatch: %d conversations in a batch of capacity %d", n, b->cap);
+    for (int i = 0; i < n; i++) {
+        if (!gens[i] || gens[i]->lm != b->lm)
+            return pp_fail(err, PP_EINVAL, "lmbatch: conversation %d does not run on this batch's model", i);
+        for (int j = 0; j < i; j++)
+            if (gens[j] == gens[i]) return pp_fail(err, PP_EINVAL, "lmbatch: conversation %d is also entry %d", i, j);
+        int rc = check_codes(user[i], NA, b->cfg->card, "user", err);
+        if (rc) return rc;
+    }
+    return PP_OK;
+}
+
+int pp_lmbatch_step(pp_lmbatch *b, pp_lmgen *const *gens, int n, const int32_t (*user)[NA], pp_lmgen_out *outs,
+                    char *err) {
+    int rc = check_tick(b, gens, n, user, err);
+    if (rc) return rc;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        if (!prepare(gens[i], -1, NULL, user[i])) continue; /* a conversation's compute-free first call */
+        b->rows[m] = gens[i];
+        b->slot[m++] = i;
+    }
+    return m ? tick(b, m, NULL, NULL, outs, err) : PP_OK;
 }

@@ -10,7 +10,12 @@
  *
  * Prompt phases (all streams forced; the text head and depformer are skipped since their
  * output would be discarded): voice embeddings + token-ring restore, silence frames, text
- * prompt tokens, silence frames. Then one pp_lmgen_step per 80 ms frame of user codes. */
+ * prompt tokens, silence frames. Then one pp_lmgen_step per 80 ms frame of user codes.
+ *
+ * pp_lmbatch advances many conversations of one model by a conversation frame together (one
+ * 80 ms tick of a server): every weight is read once for all of them, while each keeps its own
+ * position, KV rings, token ring and RNG, so the tokens are those of pp_lmgen_step on each in
+ * turn. Conversations may join or leave between ticks. A lone call is the one-row case. */
 #ifndef PP_MODEL_LMGEN_H
 #define PP_MODEL_LMGEN_H
 
@@ -32,9 +37,11 @@ typedef struct pp_lmgen_params {
     int audio_top_k;
     int greedy;      /* argmax for every stream regardless of the temperatures */
     uint64_t seed;
+    pp_kv_format kv_cache; /* storage of the temporal KV rings: f32 (reference), bf16 or int8 */
 } pp_lmgen_params;
 
-/* The reference's defaults: text 0.7 / top-25, audio 0.8 / top-250, sampling, seed 42424242. */
+/* The reference's defaults: text 0.7 / top-25, audio 0.8 / top-250, sampling, seed 42424242;
+ * f32 KV rings. */
 void pp_lmgen_params_default(pp_lmgen_params *p);
 
 typedef struct pp_lmgen_out {
@@ -57,8 +64,9 @@ typedef struct pp_lmgen pp_lmgen;
 /* A fresh conversation on lm (which must outlive it); p NULL uses the defaults. */
 int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, char *err);
 void pp_lmgen_destroy(pp_lmgen *g);
-/* Starts over (counter, flags, RNG from the seed; p NULL keeps the settings). Stale tokens and
- * keys stay but are never read again, as in the reference. */
+/* Starts over (counter, flags, RNG from the seed; p NULL keeps the settings; another kv_cache
+ * format replaces the KV rings). Stale tokens and keys stay but are never read again, as in
+ * the reference. */
 int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err);
 
 /* Voice prompt of a voices/NAME.pt file: n_frames stored input embeddings (host [n][dim]) run
@@ -84,5 +92,18 @@ int64_t pp_lmgen_offset(const pp_lmgen *g);
 /* Width W of the token ring (4 for PersonaPlex) and a copy of it into dst [17][W]. */
 int pp_lmgen_ring_width(const pp_lmgen *g);
 void pp_lmgen_token_ring(const pp_lmgen *g, int64_t *dst);
+
+/* ---- batches: many conversations, one tick ---- */
+typedef struct pp_lmbatch pp_lmbatch;
+
+/* Scratch for ticks of up to capacity conversations of lm. */
+int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err);
+void pp_lmbatch_destroy(pp_lmbatch *b);
+int pp_lmbatch_capacity(const pp_lmbatch *b);
+/* One conversation frame for each of gens[0..n) (distinct, created on b's model, n <= capacity):
+ * user[i] in, outs[i] out, exactly as pp_lmgen_step(gens[i], user[i], &outs[i]) for each i.
+ * Arguments are checked before any conversation changes. */
+int pp_lmbatch_step(pp_lmbatch *b, pp_lmgen *const *gens, int n, const int32_t (*user)[PP_LM_AUDIO_CODEBOOKS],
+                    pp_lmgen_out *outs, char *err);
 
 #endif

@@ -118,72 +118,119 @@ void pp_tf_free(pp_backend *be, pp_tf *tf) {
     memset(tf, 0, sizeof *tf);
 }
 
-int pp_tf_state_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_tf_state *st, char *err) {
+static size_t kv_elem_bytes(pp_kv_format fmt) { return fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1; }
+
+size_t pp_tf_cache_bytes(const pp_tf_shape *s, int capacity, pp_kv_format fmt) {
+    size_t per_layer = 2 * (size_t)capacity * s->dim * kv_elem_bytes(fmt);
+    if (fmt == PP_KV_INT8) per_layer += 2 * (size_t)capacity * s->num_heads * sizeof(float);
+    return per_layer * (size_t)s->num_layers;
+}
+
+int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_kv_format fmt, pp_tf_cache *c,
+                     char *err) {
     const pp_tf_shape *s = &tf->shape;
-    size_t d = (size_t)s->dim, hid = (size_t)s->hidden, nl = (size_t)s->num_layers;
-    memset(st, 0, sizeof *st);
-    st->capacity = capacity;
-    st->window = window;
-    st->k = calloc(nl, sizeof *st->k);
-    st->v = calloc(nl, sizeof *st->v);
-    int ok = st->k && st->v;
-    for (size_t l = 0; ok && l < nl; l++) {
-        st->k[l] = be->ops->alloc(be, (size_t)capacity * d * sizeof(float));
-        st->v[l] = be->ops->alloc(be, (size_t)capacity * d * sizeof(float));
-        ok = st->k[l] && st->v[l];
-    }
-    if (ok) {
-        st->h = be->ops->alloc(be, d * sizeof(float));
-        st->qkv = be->ops->alloc(be, 3 * d * sizeof(float));
-        st->att = be->ops->alloc(be, d * sizeof(float));
-        st->tmp = be->ops->alloc(be, d * sizeof(float));
-        st->u = be->ops->alloc(be, 2 * hid * sizeof(float));
-        st->m = be->ops->alloc(be, hid * sizeof(float));
-        ok = st->h && st->qkv && st->att && st->tmp && st->u && st->m;
+    memset(c, 0, sizeof *c);
+    if (fmt != PP_KV_F32 && !be->ops->attn_step_kv)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: the %s backend keeps only f32 KV caches", s->prefix, be->ops->name);
+    if (fmt != PP_KV_F32 && fmt != PP_KV_BF16 && fmt != PP_KV_INT8)
+        return pp_fail(err, PP_EINVAL, "%s: unknown KV cache format %d", s->prefix, (int)fmt);
+    c->rings = calloc((size_t)s->num_layers, sizeof *c->rings);
+    if (!c->rings) return pp_fail(err, PP_ENOMEM, "%s: out of memory", s->prefix);
+    c->num_layers = s->num_layers;
+    size_t bytes = (size_t)capacity * s->dim * kv_elem_bytes(fmt);
+    size_t sbytes = (size_t)capacity * s->num_heads * sizeof(float);
+    int ok = 1;
+    for (int l = 0; ok && l < s->num_layers; l++) {
+        pp_kv_ring *r = &c->rings[l];
+        *r = (pp_kv_ring){.fmt = fmt, .capacity = capacity, .window = window};
+        r->k = be->ops->alloc(be, bytes);
+        r->v = be->ops->alloc(be, bytes);
+        ok = r->k && r->v;
+        if (ok && fmt == PP_KV_INT8) {
+            r->kscale = be->ops->alloc(be, sbytes);
+            r->vscale = be->ops->alloc(be, sbytes);
+            ok = r->kscale && r->vscale;
+        }
     }
     if (!ok) {
-        pp_tf_state_free(be, tf, st);
+        pp_tf_cache_free(be, c);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory for the KV cache (%d slots)", s->prefix, capacity);
     }
     return PP_OK;
 }
 
-void pp_tf_state_free(pp_backend *be, const pp_tf *tf, pp_tf_state *st) {
-    for (int l = 0; l < tf->shape.num_layers; l++) {
-        if (st->k && st->k[l]) be->ops->release(be, st->k[l]);
-        if (st->v && st->v[l]) be->ops->release(be, st->v[l]);
+void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c) {
+    for (int l = 0; c->rings && l < c->num_layers; l++) {
+        void *bufs[] = {c->rings[l].k, c->rings[l].v, c->rings[l].kscale, c->rings[l].vscale};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) be->ops->release(be, bufs[i]);
     }
-    free(st->k);
-    free(st->v);
-    float *bufs[] = {st->h, st->qkv, st->att, st->tmp, st->u, st->m};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->ops->release(be, bufs[i]);
-    memset(st, 0, sizeof *st);
+    free(c->rings);
+    memset(c, 0, sizeof *c);
 }
 
-void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_state *st, float *x, const int32_t *pos, int step,
-                   float *layer_out) {
+int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err) {
+    const pp_tf_shape *s = &tf->shape;
+    size_t d = (size_t)s->dim, hid = (size_t)s->hidden, n = (size_t)rows;
+    memset(sc, 0, sizeof *sc);
+    sc->rows = rows;
+    sc->h = be->ops->alloc(be, n * d * sizeof(float));
+    sc->qkv = be->ops->alloc(be, n * 3 * d * sizeof(float));
+    sc->att = be->ops->alloc(be, n * d * sizeof(float));
+    sc->tmp = be->ops->alloc(be, n * d * sizeof(float));
+    sc->u = be->ops->alloc(be, n * 2 * hid * sizeof(float));
+    sc->m = be->ops->alloc(be, n * hid * sizeof(float));
+    if (!sc->h || !sc->qkv || !sc->att || !sc->tmp || !sc->u || !sc->m) {
+        pp_tf_scratch_free(be, sc);
+        return pp_fail(err, PP_ENOMEM, "%s: out of memory for the activations of %d rows", s->prefix, rows);
+    }
+    return PP_OK;
+}
+
+void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
+    float *bufs[] = {sc->h, sc->qkv, sc->att, sc->tmp, sc->u, sc->m};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->release(be, bufs[i]);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Attention of row i against its own conversation's ring: F32 rings go through attn_step, which
+ * every backend has; other formats need attn_step_kv (checked when the cache was made). */
+static void attend(pp_backend *be, const pp_tf_shape *s, const pp_kv_ring *r, const float *qkv, const int32_t *pos,
+                   float *out) {
+    int hd = s->dim / s->num_heads;
+    if (r->fmt == PP_KV_F32)
+        be->ops->attn_step(be, qkv, s->num_heads, hd, r->k, r->v, r->capacity, r->window, pos, out);
+    else
+        be->ops->attn_step_kv(be, qkv, s->num_heads, hd, r, pos, out);
+}
+
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches, int n, float *x,
+                   const int32_t *pos, int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
     int d = s->dim, hd = s->dim / s->num_heads;
+    size_t nd = (size_t)n * d;
     for (int l = 0; l < s->num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
-        op->rmsnorm(be, x, L->norm1, 1, d, s->eps, st->h);
-        op->matmul(be, &w->qkv, st->h, 1, st->qkv);
+        op->rmsnorm(be, x, L->norm1, n, d, s->eps, sc->h);
+        op->matmul(be, &w->qkv, sc->h, n, sc->qkv);
         if (s->rope) {
-            op->rope(be, st->qkv, 1, d, s->num_heads, hd, pos, s->max_period);     /* q */
-            op->rope(be, st->qkv + d, 1, d, s->num_heads, hd, pos, s->max_period); /* k */
+            op->rope(be, sc->qkv, n, 3 * d, s->num_heads, hd, pos, s->max_period);     /* q */
+            op->rope(be, sc->qkv + d, n, 3 * d, s->num_heads, hd, pos, s->max_period); /* k */
         }
-        op->attn_step(be, st->qkv, s->num_heads, hd, st->k[l], st->v[l], st->capacity, st->window, pos, st->att);
-        op->matmul(be, &w->out, st->att, 1, st->tmp);
-        op->add(be, x, st->tmp, (size_t)d);
-        op->rmsnorm(be, x, L->norm2, 1, d, s->eps, st->h);
-        op->matmul(be, &w->ffn_in, st->h, 1, st->u);
-        op->silu_mul(be, st->u, 1, s->hidden, st->m);
-        op->matmul(be, &w->ffn_out, st->m, 1, st->tmp);
-        op->add(be, x, st->tmp, (size_t)d);
-        if (layer_out) op->copy(be, layer_out + (size_t)l * d, x, (size_t)d * sizeof(float));
+        for (int i = 0; i < n; i++)
+            attend(be, s, &caches[i]->rings[l], sc->qkv + (size_t)i * 3 * d, pos + i, sc->att + (size_t)i * d);
+        op->matmul(be, &w->out, sc->att, n, sc->tmp);
+        op->add(be, x, sc->tmp, nd);
+        op->rmsnorm(be, x, L->norm2, n, d, s->eps, sc->h);
+        op->matmul(be, &w->ffn_in, sc->h, n, sc->u);
+        op->silu_mul(be, sc->u, n, s->hidden, sc->m);
+        op->matmul(be, &w->ffn_out, sc->m, n, sc->tmp);
+        op->add(be, x, sc->tmp, nd);
+        for (int i = 0; layer_out && i < n; i++)
+            op->copy(be, layer_out + ((size_t)i * s->num_layers + l) * d, x + (size_t)i * d, (size_t)d * sizeof(float));
     }
 }
 

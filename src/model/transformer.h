@@ -1,12 +1,14 @@
-/* transformer: a stack of pre-norm streaming transformer layers, one token per call.
+/* transformer: a stack of pre-norm streaming transformer layers, one token per row and call.
  *
  * Each layer does x += Wo·Attn(RoPE?(Wqkv·RMSNorm1(x))) and x += Wout·(silu(g)·v) with
  * [g; v] = Win·RMSNorm2(x) (spec/lm.md §3.3-3.5). Attention reads a ring KV cache of
  * `capacity` slots and sees `window` keys including the query's own (the reference's ring
  * quirk: window = capacity − 1). The same code runs the temporal transformer (RoPE, one weight
  * set) and the depformer (no positional embedding, one weight set per step, `multi_linear`).
- * Weights (pp_tf) are immutable and shared; the KV cache and scratch (pp_tf_state) are per
- * conversation. */
+ * Weights (pp_tf) are immutable and shared; the KV rings (pp_tf_cache) are per conversation;
+ * the activation scratch (pp_tf_scratch) serves n rows, one per conversation advancing in the
+ * same call, so a batch of conversations reads every weight once (a single conversation is
+ * the n = 1 case). */
 #ifndef PP_MODEL_TRANSFORMER_H
 #define PP_MODEL_TRANSFORMER_H
 
@@ -40,11 +42,17 @@ typedef struct pp_tf {
     pp_tf_layer *layers;
 } pp_tf;
 
-typedef struct pp_tf_state {
-    int capacity, window;
-    float **k, **v;                /* per layer: backend [capacity][dim] */
-    float *h, *qkv, *att, *tmp, *u, *m; /* backend scratch */
-} pp_tf_state;
+/* One conversation's KV rings, one per layer (per-conversation state). */
+typedef struct pp_tf_cache {
+    pp_kv_ring *rings; /* [num_layers] */
+    int num_layers;
+} pp_tf_cache;
+
+/* Activation scratch for up to `rows` rows advancing together (shared by a batch). */
+typedef struct pp_tf_scratch {
+    int rows;
+    float *h, *qkv, *att, *tmp, *u, *m; /* backend [rows][...] */
+} pp_tf_scratch;
 
 /* Loads every layer's tensors from f and uploads them to be. On failure tf is left empty. */
 int pp_tf_load(pp_backend *be, const st_file *f, const pp_tf_shape *shape, pp_tf *tf, char *err);
@@ -52,14 +60,23 @@ void pp_tf_free(pp_backend *be, pp_tf *tf);
 /* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats);
 
-int pp_tf_state_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_tf_state *st, char *err);
-void pp_tf_state_free(pp_backend *be, const pp_tf *tf, pp_tf_state *st);
+/* Bytes of one conversation's rings of `capacity` slots in format fmt. */
+size_t pp_tf_cache_bytes(const pp_tf_shape *s, int capacity, pp_kv_format fmt);
+/* A query sees `window` keys including its own (window <= capacity). PP_EUNSUPPORTED when fmt
+ * is not F32 and the backend lacks attn_step_kv. */
+int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_kv_format fmt, pp_tf_cache *c,
+                     char *err);
+void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c);
+int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err);
+void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 
-/* Runs all layers on x (backend [dim], updated in place) at position *pos (backend int32),
- * with the weight slice of `step`. When layer_out (backend [num_layers][dim]) is not NULL each
- * layer's output is copied there. */
-void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_state *st, float *x, const int32_t *pos, int step,
-                   float *layer_out);
+/* Runs all layers on n rows of x (backend [n][dim], updated in place; n <= sc->rows) with the
+ * weight slice of `step`: row i is one token of the conversation whose rings are caches[i] (host
+ * array), at position pos[i] (backend int32 [n]). Every weight is read once for all n rows;
+ * attention runs per row on its own rings. When layer_out (backend [n][num_layers][dim]) is not
+ * NULL each row's layer outputs are copied there. */
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches, int n, float *x,
+                   const int32_t *pos, int step, float *layer_out);
 
 /* Loads the 2-D weight `name` as [rows, cols] and uploads it; a shape mismatch is reported as a
  * contradiction between the config keys cfg_keys and the tensor. */

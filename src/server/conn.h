@@ -34,6 +34,7 @@ enum {
 /* WebSocket close codes used (RFC 6455 §7.4). */
 enum {
     CLOSE_NORMAL = 1000,
+    CLOSE_GOING_AWAY = 1001,
     CLOSE_BAD_DATA = 1007,
     CLOSE_POLICY = 1008,
     CLOSE_TOO_BIG = 1009,

@@ -1,6 +1,8 @@
 /* http: plain HTTP routes, lws service thread only.
  *
- *   GET /health      JSON: ready, model, backend, sessions {active, max}
+ *   GET /health      JSON: status, ready, model, backend, sessions {active, max}; 503 unless
+ *                    a conversation would be accepted now (loading, full, draining)
+ *   GET /health/live the same JSON; 503 only when the model failed to load
  *   GET /metrics     Prometheus text (metrics.c)
  *   GET /api/voices  JSON: {"voices": [names], "default": name} from the voices directory
  *   GET /...         the web UI's static files, index.html at "/"
@@ -14,6 +16,7 @@
 
 #include "base/log.h"
 #include "io/voice.h"
+#include "server/lifecycle.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -85,22 +88,30 @@ static void json_string(char *b, size_t cap, const char *s) {
     b[o] = '\0';
 }
 
-static int route_health(server *s, struct lws *wsi, http_pss *pss) {
+/* /health: 200 only when a new conversation would be accepted, so a load balancer or a
+ * readiness probe skips an instance that is loading, full or draining (503, same JSON).
+ * /health/live: 200 unless the model failed to load, for liveness probes: a full instance
+ * is busy, not broken. */
+static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pp_model *model;
     engine *e = server_engine(s, &model);
     char body[1024];
     pthread_mutex_lock(&s->lock);
     int failed = s->failed;
     pthread_mutex_unlock(&s->lock);
-    snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", e ? "ok" : failed ? "failed" : "loading",
-             e ? "true" : "false");
+    int active = e ? engine_active(e) : 0, draining = lifecycle_draining();
+    const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
+                         : active >= s->opt->max_sessions ? "full" : "ok";
+    int accepting = strcmp(status, "ok") == 0;
+    snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", status, e ? "true" : "false");
     json_string(body, sizeof body, s->opt->demo ? "demo" : model ? pp_model_name(model) : "");
     strncat(body, ",\"backend\":", sizeof body - strlen(body) - 1);
     json_string(body, sizeof body, model ? pp_model_backend(model) : "");
     size_t o = strlen(body);
     snprintf(body + o, sizeof body - o, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION,
-             e ? engine_active(e) : 0, s->opt->max_sessions);
-    return respond(wsi, pss, e ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
+             active, s->opt->max_sessions);
+    int ok = live ? !failed : accepting;
+    return respond(wsi, pss, ok ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
                    strlen(body));
 }
 
@@ -169,7 +180,8 @@ static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
         metrics_bad_input(s->metrics);
         return respond(wsi, pss, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", na, sizeof na - 1);
     }
-    if (strcmp(uri, "/health") == 0) return route_health(s, wsi, pss);
+    if (strcmp(uri, "/health") == 0) return route_health(s, wsi, pss, 0);
+    if (strcmp(uri, "/health/live") == 0) return route_health(s, wsi, pss, 1);
     if (strcmp(uri, "/metrics") == 0) return route_metrics(s, wsi, pss);
     if (strcmp(uri, "/api/voices") == 0) return route_voices(s, wsi, pss);
     if (strcmp(uri, "/api/chat") == 0) {

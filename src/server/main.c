@@ -1,14 +1,19 @@
 /* personaplex-server: start-up, the lws service loop, and an orderly shutdown.
  *
  * Threads: the main thread runs lws (every socket lives there); the loader thread opens the
- * backend and the model, then starts the engine thread (engine.c); a signal thread turns
- * SIGINT/SIGTERM into a stop request. /health answers while the model loads. */
+ * backend and the model, then starts the engine thread (engine.c); lifecycle.c's signal
+ * thread turns SIGINT/SIGTERM into a drain and SIGHUP into a log reopen. /health answers
+ * while the model loads. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 
 #include "backend/backend.h"
 #include "base/log.h"
+#include "server/capacity.h"
 #include "server/cert.h"
+#include "server/config_file.h"
+#include "server/lifecycle.h"
+#include "server/model_dir.h"
 #include "session/demo.h"
 
 #include <limits.h>
@@ -112,18 +117,17 @@ static void find_state_dir(const server_options *o, char *out, size_t cap) {
 static int resolve_model_paths(app *a, char *err) {
     const server_options *o = &a->opt;
     if (!o->weights) return pp_fail(err, PP_EINVAL, "--weights FILE is required (or --demo for the built-in model)");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", o->weights);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else strcpy(dir, ".");
-    snprintf(a->paths[0], sizeof a->paths[0], "%s", o->weights);
-    snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", dir, MIMI_FILE);
-    snprintf(a->paths[2], sizeof a->paths[2], "%s/%s", dir, TOKENIZER_FILE);
-    snprintf(a->paths[3], sizeof a->paths[3], "%s/voices", dir);
-    if (o->mimi) snprintf(a->paths[1], sizeof a->paths[1], "%s", o->mimi);
-    if (o->tokenizer) snprintf(a->paths[2], sizeof a->paths[2], "%s", o->tokenizer);
-    if (o->voices_dir) snprintf(a->paths[3], sizeof a->paths[3], "%s", o->voices_dir);
+    const char *slash = strrchr(o->weights, '/');
+    int dir = slash ? (int)(slash - o->weights) : 1;
+    const char *base = slash ? o->weights : ".";
+    const char *given[4] = {o->weights, o->mimi, o->tokenizer, o->voices_dir};
+    const char *beside[4] = {NULL, MIMI_FILE, TOKENIZER_FILE, "voices"};
+    for (int i = 0; i < 4; i++) {
+        size_t cap = sizeof a->paths[i];
+        int n = given[i] ? snprintf(a->paths[i], cap, "%s", given[i])
+                         : snprintf(a->paths[i], cap, "%.*s/%s", dir, base, beside[i]);
+        if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", o->weights);
+    }
     return PP_OK;
 }
 
@@ -136,6 +140,7 @@ static void *load_main(void *arg) {
     engine *e = NULL;
     pp_model_paths mp = {a->paths[0], a->paths[1], a->paths[2], a->paths[3], NULL};
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
+    if (!rc && a->opt.demo) rc = cert_mkdirs(a->state_dir, err);
     if (!rc && a->opt.demo) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
@@ -143,6 +148,8 @@ static void *load_main(void *arg) {
         mp = (pp_model_paths){a->demo.weights, a->demo.mimi, a->demo.tokenizer, a->demo.voices_dir, "demo"};
         if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
     }
+    if (!rc)
+        rc = capacity_check(a->backend, mp.weights, mp.mimi, a->opt.max_sessions, !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
     if (!rc) {
         engine_config cfg = {model, s->metrics, a->opt.max_sessions, a->opt.max_prompt_tokens, wake_service, s};
@@ -161,24 +168,11 @@ static void *load_main(void *arg) {
         g_stop = 1;
         wake_service(s);
     } else {
-        PP_INFO("server", "ready: model %s on %s, up to %d conversations", pp_model_name(model),
-                pp_model_backend(model), a->opt.max_sessions);
-    }
-    return NULL;
-}
-
-/* Signal thread: SIGINT/SIGTERM (blocked everywhere else) become a stop request. */
-static void *signal_main(void *arg) {
-    server *s = arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sig;
-    if (sigwait(&set, &sig) == 0) {
-        PP_INFO("server", "signal %d: shutting down", sig);
-        g_stop = 1;
-        wake_service(s);
+        char status[256];
+        snprintf(status, sizeof status, "ready: model %s on %s, up to %d conversations", pp_model_name(model),
+                 pp_model_backend(model), a->opt.max_sessions);
+        PP_INFO("server", "%s", status);
+        lifecycle_ready(status);
     }
     return NULL;
 }
@@ -259,15 +253,19 @@ static int run(app *a) {
     PP_INFO("server", "listening on %s://%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", o->host, port,
             s->static_dir[0] ? s->static_dir : "none");
 
-    pthread_t loader, sigthread;
-    int have_loader = pthread_create(&loader, NULL, load_main, a) == 0;
-    int have_sig = pthread_create(&sigthread, NULL, signal_main, s) == 0;
+    pthread_t loader;
+    if (lifecycle_start(s, wake_service, s, err)) {
+        PP_ERROR("server", "%s", err);
+        g_stop = 1;
+    }
+    int have_loader = !g_stop && pthread_create(&loader, NULL, load_main, a) == 0;
     if (!have_loader) {
         PP_ERROR("server", "cannot start the loader thread");
         g_stop = 1;
     }
-    while (!g_stop)
+    while (!g_stop && !lifecycle_poll(s))
         if (lws_service(s->ctx, 0) < 0) break;
+    lifecycle_stop();
 
     /* Closing the context closes every socket (conns become gone) before the engine stops. */
     pthread_mutex_lock(&s->lock);
@@ -275,10 +273,6 @@ static int run(app *a) {
     pthread_mutex_unlock(&s->lock);
     lws_context_destroy(s->ctx);
     if (have_loader) pthread_join(loader, NULL);
-    if (have_sig) {
-        pthread_kill(sigthread, SIGTERM);
-        pthread_join(sigthread, NULL);
-    }
     engine_destroy(s->engine);
     pp_model_close(s->model);
     pp_backend_destroy(a->backend);
@@ -292,7 +286,10 @@ static int run(app *a) {
 int main(int argc, char **argv) {
     static app a; /* large; zero-initialised */
     char err[PP_ERR_LEN];
-    if (server_options_init(&a.opt, err) || server_options_parse(&a.opt, argc, argv, err)) {
+    /* The configuration file first, so the command line overrides it. */
+    const char *config = config_file_find_arg(argc, argv);
+    if (server_options_init(&a.opt, err) || (config && config_file_load(&a.opt, config, err)) ||
+        server_options_parse(&a.opt, argc, argv, err)) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         server_options_free(&a.opt);
         return 2;
@@ -315,12 +312,13 @@ int main(int argc, char **argv) {
         server_options_free(&a.opt);
         return 2;
     }
-    /* Block the stop signals in every thread; the signal thread waits for them. A peer that
-     * vanishes must not kill the process through SIGPIPE. */
+    /* Block the stop signals and SIGHUP in every thread; the signal thread waits for them. A
+     * peer that vanishes must not kill the process through SIGPIPE. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = run(&a);

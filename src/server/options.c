@@ -32,7 +32,7 @@ static const opt_spec g_opts[] = {
     {"weights", "FILE", OPT_STRING, F(weights), 0, 0, NULL, "Model",
      "LM checkpoint: model.safetensors as released (bf16) or converted to NF2, INT4 or NF4 by "
      "personaplex-quantize. A config.json beside it, when present, gives the architecture. "
-     "Required unless --demo is given."},
+     "Default: the first checkpoint found in --models-dir."},
     {"mimi", "FILE", OPT_STRING, F(mimi), 0, 0, NULL, NULL,
      "Mimi codec weights. Default: tokenizer-e351c8d8-checkpoint125.safetensors in the "
      "directory of --weights."},
@@ -42,6 +42,15 @@ static const opt_spec g_opts[] = {
     {"voices-dir", "DIR", OPT_STRING, F(voices_dir), 0, 0, NULL, NULL,
      "Directory holding the voice prompts (NATF0.pt ... VARM4.pt, from voices.tgz). Default: "
      "voices/ in the directory of --weights."},
+    {"models-dir", "DIR", OPT_STRING, F(models_dir), 0, 0, NULL, NULL,
+     "Where the model files are looked for when --weights is not given: the first of "
+     "model-turbo2bit.safetensors, model-nf4.safetensors, model.safetensors found there "
+     "(tools/fetch-weights.sh downloads into the same place). Default: "
+     "$XDG_DATA_HOME/personaplex/models (else ~/.local/share/personaplex/models), then "
+     "/var/lib/personaplex/models."},
+    {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
+     "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
+     "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
     {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
      "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
      "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},
@@ -68,6 +77,10 @@ static const opt_spec g_opts[] = {
      "Serve plain HTTP and ws://. Browsers allow the microphone on http://localhost only."},
     {"max-sessions", "N", OPT_INT, F(max_sessions), 1, 256, "4", NULL,
      "Conversations served at once. One more gets an 0x05 \"server full\" message and a close."},
+    {"behind-proxy", NULL, OPT_FLAG, F(behind_proxy), 0, 1, NULL, NULL,
+     "The server sits behind a reverse proxy (nginx, a Kubernetes ingress): log the client "
+     "address from X-Real-IP or X-Forwarded-For instead of the proxy's. Only for logs; "
+     "never set it when clients can reach the server directly."},
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},
@@ -81,7 +94,16 @@ static const opt_spec g_opts[] = {
     {"log-level", "LEVEL", OPT_STRING, F(log_level), 0, 0, "info", NULL,
      "debug, info, warn or error."},
     {"log-file", "FILE", OPT_STRING, F(log_file), 0, 0, NULL, NULL,
-     "Append log lines to FILE instead of standard error."},
+     "Append log lines to FILE instead of standard error. SIGHUP reopens it (log rotation)."},
+    {"drain-seconds", "N", OPT_INT, F(drain_seconds), 0, 3600, "10", NULL,
+     "On SIGTERM or SIGINT new conversations are refused, each open one gets an 0x05 "
+     "\"server shutting down\" message and a close, and the server exits once they are gone "
+     "or after N seconds. A second signal exits at once."},
+    {"config", "FILE", OPT_STRING, F(config), 0, 0, NULL, NULL,
+     "Read settings from FILE first; the command line overrides them. One \"key = value\" per "
+     "line, the key being an option's long name without the dashes (port = 8998, no-tls = "
+     "true); # starts a comment; a value may be put in double quotes. An unknown key or a bad "
+     "value stops the server with the file and line named."},
     {"help", NULL, OPT_FLAG, F(help), 0, 1, NULL, "Other", "Print this manual and exit."},
     {"version", NULL, OPT_FLAG, F(version), 0, 1, NULL, NULL,
      "Print the version, the compiled-in backends and CUDA architectures, and exit."},
@@ -113,9 +135,10 @@ static int opt_apply(server_options *o, const opt_spec *s, const char *value, ch
     int rc;
     switch (s->kind) {
     case OPT_FLAG:
-        if (value && strcmp(value, "true") != 0 && strcmp(value, "1") != 0)
-            return pp_fail(err, PP_EINVAL, "--%s takes no value (got '%s')", s->name, value);
-        *(int *)field = 1;
+        /* "false" lets a command line switch off a flag that a config file set. */
+        if (!value || strcmp(value, "true") == 0 || strcmp(value, "1") == 0) *(int *)field = 1;
+        else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0) *(int *)field = 0;
+        else return pp_fail(err, PP_EINVAL, "--%s takes true or false (got '%s')", s->name, value);
         return PP_OK;
     case OPT_INT:
         if ((rc = parse_integer(s, value, &v, err))) return rc;
@@ -208,7 +231,8 @@ static void print_wrapped(FILE *out, const char *text, int indent) {
 
 void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "NAME\n    personaplex-server - real-time speech-to-speech server for PersonaPlex-7B\n\n");
-    fprintf(out, "SYNOPSIS\n    %s --weights FILE [OPTION]...\n    %s --demo [OPTION]...\n\n", argv0, argv0);
+    fprintf(out, "SYNOPSIS\n    %s [--config FILE] [--weights FILE] [OPTION]...\n    %s --demo [OPTION]...\n\n", argv0,
+            argv0);
     fprintf(out, "DESCRIPTION\n");
     print_wrapped(out,
                   "Serves the PersonaPlex web UI and its WebSocket at /api/chat, wire-compatible "
@@ -234,16 +258,32 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
                   "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
                   "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
-                  "GET /api/voices (JSON list of voices); GET /health (JSON readiness); GET "
-                  "/metrics (Prometheus text format).",
+                  "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
+                  "when a new conversation would be accepted, 503 while loading, full or "
+                  "draining, for load balancers and readiness probes); GET /health/live (200 "
+                  "while the process serves, for liveness probes); GET /metrics (Prometheus "
+                  "text format).",
                   4);
     fprintf(out, "\nFILES\n");
     print_wrapped(out,
                   "STATE_DIR/cert.pem, STATE_DIR/key.pem: the generated self-signed certificate "
-                  "and key. STATE_DIR/demo/: the generated demo model.",
+                  "and key. STATE_DIR/demo/: the generated demo model. "
+                  "/etc/personaplex/personaplex.conf: the configuration the systemd unit "
+                  "passes with --config. MODELS_DIR/*.safetensors, tokenizer_spm_32k_3.model, "
+                  "voices/: the model files tools/fetch-weights.sh downloads.",
+                  4);
+    fprintf(out, "\nSIGNALS\n");
+    print_wrapped(out,
+                  "SIGTERM, SIGINT: drain (see --drain-seconds), then exit; a second one exits "
+                  "at once. SIGHUP: reopen --log-file. Under systemd (Type=notify) the server "
+                  "reports READY=1 once the model is loaded, STOPPING=1 when draining, and "
+                  "pings the watchdog (WatchdogSec=) from its serving loop.",
                   4);
     fprintf(out, "\nENVIRONMENT\n");
-    print_wrapped(out, "XDG_STATE_HOME, HOME: locate the default state directory.", 4);
+    print_wrapped(out,
+                  "XDG_STATE_HOME, XDG_DATA_HOME, HOME: locate the default state and model "
+                  "directories. NOTIFY_SOCKET, WATCHDOG_USEC: set by systemd.",
+                  4);
     fprintf(out, "\nEXAMPLES\n");
     fprintf(out, "    %s --demo\n", argv0);
     fprintf(out, "    %s --weights model-nf2.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);

@@ -33,6 +33,11 @@ typedef struct server_options {
     char *log_level;
     char *log_file;
     int demo;
+    char *config;       /* configuration file read before the command line */
+    char *models_dir;   /* where --weights is looked for when not given */
+    int behind_proxy;   /* log X-Forwarded-For / X-Real-IP as the client address */
+    int drain_seconds;  /* SIGTERM: how long open conversations may take to close */
+    int skip_memory_check;
     int help;
     int version;
 } server_options;

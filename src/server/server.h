@@ -51,4 +51,8 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
 size_t http_pss_size(void);
 size_t ws_pss_size(void);
 
+/* Sends every open conversation an 0x05 message `why` and a close with close_code (the
+ * drain of lifecycle.c). Returns how many were open. Service thread. */
+int ws_close_all(server *s, int close_code, const char *why);
+
 #endif

@@ -12,6 +12,8 @@
 
 #include "base/log.h"
 #include "server/conn.h"
+#include "server/lifecycle.h"
+#include "server/peer.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -86,7 +88,7 @@ static void defaults_from_options(const server_options *o, pp_session_params *p)
 
 /* Sets up a new chat socket; returns nonzero to drop it. */
 static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
-    char err[PP_ERR_LEN], peer[64];
+    char err[PP_ERR_LEN], peer[160];
     memset(pss, 0, sizeof *pss);
     pss->wsi = wsi;
     if (conn_create(++s->next_id, &pss->c, err)) {
@@ -99,7 +101,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
      * every 80 ms page must leave at once (spec/protocol.md §2.5 item 6). */
     int one = 1;
     setsockopt(lws_get_socket_fd(wsi), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    lws_get_peer_simple(wsi, peer, sizeof peer);
+    peer_address(wsi, s->opt->behind_proxy, peer, sizeof peer);
     PP_INFO("ws", "session %llu: connected from %s", (unsigned long long)conn_id(pss->c), peer);
 
     pp_session_params params;
@@ -109,6 +111,9 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     int rc = read_query(s, wsi, &params, err);
     if (rc) {
         reject_input(s, pss, CLOSE_POLICY, err);
+    } else if (lifecycle_draining()) {
+        conn_fail(pss->c, CLOSE_GOING_AWAY, "server shutting down");
+        pss->closing = 1;
     } else if (!e) {
         conn_fail(pss->c, CLOSE_TRY_LATER, "the model is still loading; try again in a moment");
         pss->closing = 1;
@@ -229,4 +234,15 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     default:
         return 0;
     }
+}
+
+int ws_close_all(server *s, int close_code, const char *why) {
+    int n = 0;
+    for (ws_pss *p = s->live; p; p = p->next, n++) {
+        if (p->closing) continue;
+        conn_fail(p->c, close_code, "%s", why);
+        p->closing = 1;
+        lws_callback_on_writable(p->wsi);
+    }
+    return n;
 }

@@ -1,15 +1,320 @@
-/* demo: PROVISIONAL paths only until the Mimi codec lands. */
+/* demo: generation of the tiny built-in model (see demo.h).
+ *
+ * Every tensor gets values from its own stream (splitmix64 seeded by a hash of its name), so
+ * the files are the same bytes on every run and machine. Initialisation follows what the
+ * tensor is, by its name: biases 0; norm scales 1; Mimi's LayerScale 0.01 (its config);
+ * codebook usage counts 1 (so codebook rows are the stored sums); embeddings and codebooks
+ * N(0, 1); every other matrix N(0, gain / sqrt(fan_in)). The Mimi decoder's last convolution,
+ * whose output is the waveform, is then scaled once so that decoding random codes gives an
+ * RMS of DEMO_TARGET_RMS: audible, far from clipping. */
 #include "session/demo.h"
 
+#include "backend/backend.h"
 #include "base/err.h"
+#include "base/log.h"
+#include "io/safetensors.h"
+#include "io/voice.h"
+#include "model/lm_config.h"
+#include "model/mimi.h"
+#include "text/spm.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEMO_VOCAB 200          /* tokenizer pieces = the LM's text_card */
+#define DEMO_TARGET_RMS 0.08f
+#define DEMO_VOICE_FRAMES 8
+
+/* dim 64, 2 layers, a 1-layer depformer of width 32: about 3 M parameters. */
+static const char g_lm_config[] =
+    "{\"dim\": 64, \"text_card\": 200, \"existing_text_padding_id\": 3, \"n_q\": 16, \"dep_q\": 16,\n"
+    " \"card\": 2048, \"num_heads\": 4, \"num_layers\": 2, \"hidden_scale\": 4.5, \"causal\": true,\n"
+    " \"layer_scale\": null, \"context\": 3000, \"max_period\": 10000, \"gating\": \"silu\",\n"
+    " \"norm\": \"rms_norm_f32\", \"positional_embedding\": \"rope\", \"depformer_dim\": 32,\n"
+    " \"depformer_dim_feedforward\": 96, \"depformer_num_heads\": 2, \"depformer_num_layers\": 1,\n"
+    " \"depformer_causal\": true, \"depformer_layer_scale\": null, \"depformer_multi_linear\": true,\n"
+    " \"depformer_context\": 16, \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\",\n"
+    " \"depformer_pos_emb\": \"none\", \"depformer_weights_per_step\": true,\n"
+    " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n";
+
+/* The sizes of tests/data/golden/mimi-synth with the released codec's 250-frame context. */
+static const char g_mimi_config[] =
+    "{\"seanet\": {\"channels\": 1, \"dimension\": 32, \"causal\": true, \"n_filters\": 4,\n"
+    "  \"n_residual_layers\": 1, \"activation\": \"ELU\", \"compress\": 2, \"dilation_base\": 2,\n"
+    "  \"disable_norm_outer_blocks\": 0, \"kernel_size\": 7, \"residual_kernel_size\": 3,\n"
+    "  \"last_kernel_size\": 3, \"norm\": \"none\", \"pad_mode\": \"constant\", \"ratios\": [8, 6, 5, 4],\n"
+    "  \"true_skip\": true},\n"
+    " \"quantizer\": {\"dimension\": 16, \"n_q\": 16, \"bins\": 2048, \"input_dimension\": 32,\n"
+    "  \"output_dimension\": 32},\n"
+    " \"transformer\": {\"d_model\": 32, \"num_heads\": 2, \"num_layers\": 2, \"causal\": true,\n"
+    "  \"layer_scale\": 0.01, \"context\": 250, \"conv_layout\": true, \"max_period\": 10000,\n"
+    "  \"gating\": \"none\", \"norm\": \"layer_norm\", \"positional_embedding\": \"rope\",\n"
+    "  \"dim_feedforward\": 64, \"input_dimension\": 32, \"output_dimensions\": [32]},\n"
+    " \"num_codebooks\": 8, \"sample_rate\": 24000, \"frame_rate\": 12.5, \"frame_size\": 1920}\n";
+
+/* ---- tensor lists ----------------------------------------------------------------------------- */
+
+typedef struct tensor_spec {
+    char name[112];
+    int ndim;
+    int64_t shape[4];
+} tensor_spec;
+
+typedef struct tensor_list {
+    tensor_spec *t;
+    int n, cap;
+    int failed;
+} tensor_list;
+
+static void list_add(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    tensor_list *l = ctx;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        tensor_spec *t = realloc(l->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            l->failed = 1;
+            return;
+        }
+        l->t = t;
+        l->cap = cap;
+    }
+    tensor_spec *s = &l->t[l->n++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = ndim < 4 ? ndim : 4;
+    memcpy(s->shape, shape, (size_t)s->ndim * sizeof *shape);
+}
+
+static void add2(tensor_list *l, const char *name, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    list_add(l, name, 2, shape);
+}
+
+static void add_alpha(tensor_list *l, const char *name, int64_t d) {
+    int64_t shape[3] = {1, 1, d};
+    list_add(l, name, 3, shape);
+}
+
+/* The LM's tensors under c (spec/lm.md §2, the key names of the released checkpoint). */
+static void lm_tensors(const pp_lm_config *c, tensor_list *l) {
+    char n[112];
+    for (int i = 0; i < c->n_q; i++) snprintf(n, sizeof n, "emb.%d.weight", i), add2(l, n, c->card + 1, c->dim);
+    add2(l, "text_emb.weight", c->text_card + 1, c->dim);
+    add2(l, "text_linear.weight", c->text_card, c->dim);
+    add_alpha(l, "out_norm.alpha", c->dim);
+    for (int i = 0; i < c->num_layers; i++) {
+        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.in_proj_weight", i), add2(l, n, 3 * c->dim, c->dim);
+        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.out_proj.weight", i), add2(l, n, c->dim, c->dim);
+        snprintf(n, sizeof n, "transformer.layers.%d.norm1.alpha", i), add_alpha(l, n, c->dim);
+        snprintf(n, sizeof n, "transformer.layers.%d.norm2.alpha", i), add_alpha(l, n, c->dim);
+        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_in.weight", i), add2(l, n, 2 * c->ffn_hidden, c->dim);
+        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_out.weight", i), add2(l, n, c->dim, c->ffn_hidden);
+    }
+    int d = c->dep_dim;
+    for (int i = 0; i < c->dep_num_layers; i++) {
+        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.in_proj_weight", i), add2(l, n, (int64_t)c->dep_q * 3 * d, d);
+        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.out_proj.weight", i), add2(l, n, (int64_t)c->dep_q * d, d);
+        snprintf(n, sizeof n, "depformer.layers.%d.norm1.alpha", i), add_alpha(l, n, d);
+        snprintf(n, sizeof n, "depformer.layers.%d.norm2.alpha", i), add_alpha(l, n, d);
+        for (int s = 0; s < c->dep_q; s++) {
+            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_in.weight", i, s);
+            add2(l, n, 2 * c->dep_ffn_hidden, d);
+            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_out.weight", i, s);
+            add2(l, n, d, c->dep_ffn_hidden);
+        }
+    }
+    for (int k = 0; k < c->dep_q; k++) {
+        snprintf(n, sizeof n, "depformer_in.%d.weight", k), add2(l, n, d, c->dim);
+        snprintf(n, sizeof n, "linears.%d.weight", k), add2(l, n, c->card, d);
+        if (k) snprintf(n, sizeof n, "depformer_emb.%d.weight", k - 1), add2(l, n, c->card + 1, d);
+    }
+    add2(l, "depformer_text_emb.weight", c->text_card + 1, d);
+}
+
+/* ---- values ------------------------------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double gaussian(uint64_t *s) {
+    double u = ((double)(splitmix(s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+    double v = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static int has(const char *name, const char *part) { return strstr(name, part) != NULL; }
+
+static int ends_with(const char *name, const char *tail) {
+    size_t n = strlen(name), t = strlen(tail);
+    return n >= t && strcmp(name + n - t, tail) == 0;
+}
+
+/* How a tensor starts: a constant (sigma 0) or N(0, sigma^2). */
+static void init_rule(const tensor_spec *t, float *value, double *sigma) {
+    const char *n = t->name;
+    int64_t numel = 1;
+    for (int i = 0; i < t->ndim; i++) numel *= t->shape[i];
+    *value = 0.0f;
+    *sigma = 0.0;
+    if (ends_with(n, ".bias")) return;
+    if (ends_with(n, "alpha") || (has(n, "norm") && ends_with(n, ".weight")) || has(n, "_initialized") ||
+        has(n, "cluster_usage")) {
+        *value = 1.0f;
+    } else if (has(n, "layer_scale")) {
+        *value = 0.01f;
+    } else if (has(n, "embedding_sum") || has(n, "emb.") || has(n, "text_emb")) {
+        *sigma = 1.0;
+    } else {
+        /* The heads get a larger gain so sampling has peaked but varied logits. */
+        double gain = has(n, "linears.") || has(n, "text_linear") ? 2.0 : 1.0;
+        *sigma = gain / sqrt((double)(numel / t->shape[0]));
+    }
+}
+
+static int is_waveform_conv(const tensor_spec *t) {
+    return strncmp(t->name, "decoder.model.", 14) == 0 && t->ndim == 3 && t->shape[0] == 1;
+}
+
+/* Writes every tensor of l to path in dtype (F32 or BF16); the waveform conv is scaled by
+ * out_scale. */
+static int write_tensors(const char *path, const tensor_list *l, st_dtype dtype, float out_scale, char *err) {
+    st_writer *w;
+    int rc = st_writer_create(path, &w, err);
+    if (rc) return rc;
+    for (int i = 0; i < l->n && !rc; i++) rc = st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
+    if (!rc) rc = st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
+    if (!rc) rc = st_writer_begin(w, err);
+    float buf[1024];
+    uint16_t half[1024];
+    for (int i = 0; i < l->n && !rc; i++) {
+        const tensor_spec *t = &l->t[i];
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+        float value;
+        double sigma;
+        init_rule(t, &value, &sigma);
+        float scale = is_waveform_conv(t) ? out_scale : 1.0f;
+        uint64_t state = 0xcbf29ce484222325ull;
+        for (const char *c = t->name; *c; c++) state = (state ^ (uint8_t)*c) * 0x100000001b3ull;
+        for (int64_t o = 0; o < numel && !rc; o += 1024) {
+            int n = numel - o < 1024 ? (int)(numel - o) : 1024;
+            for (int k = 0; k < n; k++) buf[k] = scale * (sigma > 0 ? (float)(sigma * gaussian(&state)) : value);
+            if (dtype == ST_BF16) {
+                for (int k = 0; k < n; k++) half[k] = pp_f32_to_bf16(buf[k]);
+                rc = st_writer_write(w, half, (size_t)n * sizeof *half, err);
+            } else {
+                rc = st_writer_write(w, buf, (size_t)n * sizeof *buf, err);
+            }
+        }
+    }
+    if (rc) {
+        st_writer_abort(w);
+        return rc;
+    }
+    return st_writer_finish(w, err);
+}
+
+static int write_text(const char *path, const void *data, size_t len, char *err) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return pp_fail(err, PP_EIO, "cannot create %s", path);
+    int ok = fwrite(data, 1, len, f) == len;
+    if (fclose(f) != 0) ok = 0;
+    return ok ? PP_OK : pp_fail(err, PP_EIO, "cannot write %s", path);
+}
+
+static int make_dir(const char *path, char *err) {
+    if (mkdir(path, 0755) != 0 && access(path, W_OK) != 0) return pp_fail(err, PP_EIO, "cannot create %s", path);
+    return PP_OK;
+}
+
+/* RMS of the waveform decoded from random codes (after a few frames of start-up). */
+static int measure_rms(const char *mimi_path, float *rms, char *err) {
+    pp_backend *be = NULL;
+    mimi_model *m = NULL;
+    mimi_state *s = NULL;
+    int rc = pp_backend_cpu_create(1, &be, err);
+    if (!rc) rc = mimi_open(be, mimi_path, NULL, &m, err);
+    if (!rc) rc = mimi_state_create(m, &s, err);
+    double sum = 0;
+    int count = 0;
+    uint64_t state = 7;
+    float pcm[1920];
+    for (int f = 0; f < 12 && !rc; f++) {
+        int32_t codes[PP_LM_AUDIO_CODEBOOKS];
+        for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) codes[k] = (int32_t)(splitmix(&state) % 2048);
+        rc = mimi_decode_frame(s, codes, pcm, err);
+        for (int i = 0; f >= 4 && !rc && i < 1920; i++, count++) sum += (double)pcm[i] * pcm[i];
+    }
+    mimi_state_destroy(s);
+    mimi_close(m);
+    pp_backend_destroy(be);
+    *rms = count ? (float)sqrt(sum / count) : 0.0f;
+    return rc;
+}
+
+static int write_voice(const char *path, const pp_lm_config *c, uint64_t seed, char *err) {
+    pp_voice v = {.frames = DEMO_VOICE_FRAMES, .dim = c->dim};
+    v.embeddings = malloc((size_t)DEMO_VOICE_FRAMES * (size_t)c->dim * sizeof(float));
+    if (!v.embeddings) return pp_fail(err, PP_ENOMEM, "demo voice: out of memory");
+    for (int64_t i = 0; i < v.frames * v.dim; i++) v.embeddings[i] = (float)gaussian(&seed);
+    /* The ring after a voice phase: text PAD, audio codes of the clip (any valid code here). */
+    for (int k = 0; k < PP_VOICE_STREAMS; k++)
+        for (int j = 0; j < PP_VOICE_RING; j++) v.cache[k][j] = k == 0 ? 3 : (int64_t)(splitmix(&seed) % 2048);
+    int rc = pp_voice_save_pt(path, &v, err);
+    free(v.embeddings);
+    return rc;
+}
 
 int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
-    (void)err;
+    char path[PP_DEMO_PATH_MAX + 64];
+    tensor_list lm = {0}, codec = {0};
+    pp_lm_config lc;
+    mimi_config mc;
+    void *spm = NULL;
+    size_t spm_len = 0;
+    int rc = make_dir(dir, err);
     snprintf(out->weights, sizeof out->weights, "%s/lm.safetensors", dir);
     snprintf(out->mimi, sizeof out->mimi, "%s/mimi/mimi.safetensors", dir);
     snprintf(out->tokenizer, sizeof out->tokenizer, "%s/tokenizer.model", dir);
     snprintf(out->voices_dir, sizeof out->voices_dir, "%s/voices", dir);
-    return PP_OK;
+    /* The LM. */
+    if (!rc) rc = pp_lm_config_parse(g_lm_config, sizeof g_lm_config - 1, "demo LM config", &lc, err);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!rc) rc = write_text(path, g_lm_config, sizeof g_lm_config - 1, err);
+    if (!rc) lm_tensors(&lc, &lm);
+    if (!rc && lm.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
+    if (!rc) rc = write_tensors(out->weights, &lm, ST_BF16, 1.0f, err);
+    /* The codec, written twice: the second time with the waveform calibrated. */
+    snprintf(path, sizeof path, "%s/mimi", dir);
+    if (!rc) rc = make_dir(path, err);
+    snprintf(path, sizeof path, "%s/mimi/config.json", dir);
+    if (!rc) rc = write_text(path, g_mimi_config, sizeof g_mimi_config - 1, err);
+    if (!rc) rc = mimi_config_load(path, &mc, err);
+    if (!rc) rc = mimi_catalog(&mc, list_add, &codec, err);
+    if (!rc && codec.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
+    if (!rc) rc = write_tensors(out->mimi, &codec, ST_F32, 1.0f, err);
+    float rms = 0.0f;
+    if (!rc) rc = measure_rms(out->mimi, &rms, err);
+    if (!rc && rms > 0.0f) rc = write_tensors(out->mimi, &codec, ST_F32, DEMO_TARGET_RMS / rms, err);
+    /* Tokenizer and voices. */
+    if (!rc) rc = pp_spm_make_demo(DEMO_VOCAB, &spm, &spm_len, err);
+    if (!rc) rc = write_text(out->tokenizer, spm, spm_len, err);
+    if (!rc) rc = make_dir(out->voices_dir, err);
+    snprintf(path, sizeof path, "%s/NATF2.pt", out->voices_dir);
+    if (!rc) rc = write_voice(path, &lc, 1, err);
+    snprintf(path, sizeof path, "%s/NATM1.pt", out->voices_dir);
+    if (!rc) rc = write_voice(path, &lc, 2, err);
+    free(spm);
+    free(lm.t);
+    free(codec.t);
+    if (!rc) PP_INFO("demo", "demo model written to %s (%d + %d tensors; codec RMS %.3f calibrated to %.2f)", dir, lm.n,
+                     codec.n, rms, DEMO_TARGET_RMS);
+    return rc;
 }

@@ -1,0 +1,570 @@
+/* cuda: the CUDA backend's host side: device and stream, cuBLAS handle, memory with VRAM
+ * accounting, weight upload through bounded pinned staging, CUDA-graph capture, and the
+ * operation table, each entry a thin call into kernels/ (kernels.h) on the backend's stream.
+ *
+ * Operations return nothing, so a failing CUDA call is logged once and kept as the backend's
+ * sticky error (ops->last_error); functions that can return one do so through PP_CUDA_TRY,
+ * which names the file, line and statement. Nothing here aborts. */
+#ifdef PP_HAVE_CUDA
+
+#include "backend/backend.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
+                   (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4,
+               "kernels.h format numbers follow pp_wformat");
+
+#define STAGE_BYTES ((size_t)32 << 20) /* per pinned staging buffer; two alternate */
+#define WS_INITIAL ((size_t)4 << 20)   /* workspace floats at start (16 MB); grows on demand */
+#define GRAPH_SLOTS 8
+
+typedef struct alloc_rec {
+    void *ptr;
+    size_t bytes;
+} alloc_rec;
+
+typedef struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    float *ws; /* kernels' workspace: NF2 rotations, dequantized tiles, attention splits */
+    size_t ws_floats;
+    int32_t *code_dev, *code_host; /* vq_nearest's result on its way to the host */
+    void *stage[2];
+    cudaEvent_t stage_done[2];
+    cudaGraphExec_t graph[GRAPH_SLOTS];
+    int capturing;
+    size_t weight_bytes, buffer_bytes;
+    alloc_rec *allocs; /* live alloc() buffers, for the accounting on release */
+    size_t n_allocs, cap_allocs;
+    int error;
+    char error_msg[PP_ERR_LEN];
+} cuda_ctx;
+
+static cuda_ctx *ctx_of(pp_backend *be) { return be->impl; }
+
+/* Formats and returns a device error; the first one is also kept as the sticky error. */
+static int cuda_fail(cuda_ctx *c, char *err, int rc, const char *file, int line, const char *stmt) {
+    const char *what = rc == -1 ? "cuBLAS call failed" : cudaGetErrorString((cudaError_t)rc);
+    char msg[PP_ERR_LEN];
+    snprintf(msg, sizeof msg, "cuda: %s:%d: %s: %s", file, line, stmt, what);
+    if (c && !c->error) {
+        c->error = PP_EDEVICE;
+        snprintf(c->error_msg, sizeof c->error_msg, "%s", msg);
+        PP_ERROR("cuda", "%s", msg);
+    }
+    return pp_fail(err, PP_EDEVICE, "%s", msg);
+}
+
+/* In functions returning int: a failing call returns PP_EDEVICE with where and what. */
+#define PP_CUDA_TRY(c, err, stmt)                                                                                      \
+    do {                                                                                                               \
+        int rc_ = (int)(stmt);                                                                                         \
+        if (rc_) return cuda_fail((c), (err), rc_, __FILE__, __LINE__, #stmt);                                         \
+    } while (0)
+/* In operations (void): a failing call is recorded as the sticky error. */
+#define CUDA_NOTE(c, stmt)                                                                                             \
+    do {                                                                                                               \
+        int rc_ = (int)(stmt);                                                                                         \
+        if (rc_) cuda_fail((c), NULL, rc_, __FILE__, __LINE__, #stmt);                                                 \
+    } while (0)
+#define BLAS_RC(stmt) ((stmt) == CUBLAS_STATUS_SUCCESS ? 0 : -1)
+
+static pk_weight to_pk(const pp_weight *w) {
+    pk_weight k = {
+        .fmt = (int)w->fmt, .group = w->group, .np2 = w->np2, .nested_block = w->nested_block,
+        .rows = w->rows, .cols = w->cols, .elem0 = w->elem0, .data = w->data, .scales = w->scales,
+        .quant_map = w->quant_map, .nested_absmax = w->nested_absmax, .nested_map = w->nested_map,
+        .nested_offset = w->nested_offset,
+    };
+    return k;
+}
+
+/* Makes the workspace at least `floats` long. Not while recording a graph: a recorded kernel
+ * keeps the old pointer. */
+static int ws_reserve(cuda_ctx *c, size_t floats) {
+    if (floats <= c->ws_floats) return PP_OK;
+    if (c->capturing)
+        return cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__,
+                         "workspace growth while recording a graph (run the frame once before capturing it)");
+    size_t n = floats + floats / 4;
+    float *p = NULL;
+    PP_CUDA_TRY(c, NULL, cudaStreamSynchronize(c->stream));
+    PP_CUDA_TRY(c, NULL, cudaMalloc((void **)&p, n * sizeof(float)));
+    cudaFree(c->ws);
+    c->ws = p;
+    c->ws_floats = n;
+    PP_DEBUG("cuda", "workspace grown to %.1f MiB", (double)n * 4 / (1 << 20));
+    return PP_OK;
+}
+
+/* ---- memory ---- */
+
+static void *cuda_alloc(pp_backend *be, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    void *p = NULL;
+    if (c->capturing) {
+        cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__, "alloc while recording");
+        return NULL;
+    }
+    if (c->n_allocs == c->cap_allocs) {
+        size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        alloc_rec *r = realloc(c->allocs, cap * sizeof *r);
+        if (!r) return NULL;
+        c->allocs = r;
+        c->cap_allocs = cap;
+    }
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is reported by the NULL, not kept as sticky */
+        return NULL;
+    }
+    if (cudaMemsetAsync(p, 0, bytes, c->stream) != cudaSuccess || cudaStreamSynchronize(c->stream) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    c->allocs[c->n_allocs++] = (alloc_rec){p, bytes};
+    c->buffer_bytes += bytes;
+    return p;
+}
+
+static void cuda_release(pp_backend *be, void *ptr) {
+    cuda_ctx *c = ctx_of(be);
+    if (!ptr) return;
+    for (size_t i = 0; i < c->n_allocs; i++)
+        if (c->allocs[i].ptr == ptr) {
+            c->buffer_bytes -= c->allocs[i].bytes;
+            c->allocs[i] = c->allocs[--c->n_allocs];
+            break;
+        }
+    CUDA_NOTE(c, cudaFree(ptr));
+}
+
+static void cuda_upload(pp_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    if (bytes) CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+}
+
+static void cuda_sync(pp_backend *be) {
+    cuda_ctx *c = ctx_of(be);
+    if (c->capturing) {
+        cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__, "sync while recording");
+        return;
+    }
+    CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_download(pp_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    if (c->capturing) {
+        cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__, "download while recording");
+        return;
+    }
+    if (bytes) CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    cuda_sync(be);
+}
+
+static void cuda_copy(pp_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    if (bytes) CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+static void cuda_zero(pp_backend *be, void *dst, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    if (bytes) CUDA_NOTE(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
+}
+
+/* ---- weights ---- */
+
+/* Host bytes -> device through the two pinned buffers: the copy into one overlaps the DMA out
+ * of the other, and no host copy of the whole tensor is ever made. */
+static int staged_copy(cuda_ctx *c, uint8_t *dst, const void *src, size_t bytes, int *turn, char *err) {
+    const uint8_t *s = src;
+    for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+        size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        int b = (*turn)++ & 1;
+        PP_CUDA_TRY(c, err, cudaEventSynchronize(c->stage_done[b]));
+        memcpy(c->stage[b], s + off, n);
+        PP_CUDA_TRY(c, err, cudaMemcpyAsync(dst + off, c->stage[b], n, cudaMemcpyHostToDevice, c->stream));
+        PP_CUDA_TRY(c, err, cudaEventRecord(c->stage_done[b], c->stream));
+    }
+    return PP_OK;
+}
+
+typedef struct part {
+    const void *src;
+    size_t bytes, off;
+} part;
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The pieces of a stored weight: values or codes of elements [0, elem0 + rows·cols), then the
+ * scales and NF4's tables. */
+static void weight_parts(const pp_weight *h, part p[5]) {
+    size_t numel = (size_t)(h->elem0 + h->rows * h->cols), groups = 0;
+    static const int bits[PP_WF_COUNT] = {32, 16, 16, 2, 4, 4};
+    memset(p, 0, 5 * sizeof *p);
+    p[0].src = h->data;
+    p[0].bytes = (numel * (size_t)bits[h->fmt] + 7) / 8;
+    if (h->fmt >= PP_WF_NF2) {
+        groups = (numel + (size_t)h->group - 1) / (size_t)h->group;
+        p[1].src = h->scales;
+        p[1].bytes = groups * (h->fmt != PP_WF_NF4 ? 2 : h->nested_absmax ? 1 : 4);
+    }
+    if (h->fmt == PP_WF_NF4) {
+        p[2] = (part){h->quant_map, 16 * sizeof(float), 0};
+        if (h->nested_absmax) {
+            p[3] = (part){h->nested_absmax, (groups + (size_t)h->nested_block - 1) / (size_t)h->nested_block * 4, 0};
+            p[4] = (part){h->nested_map, 256 * sizeof(float), 0};
+        }
+    }
+    size_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        p[i].off = off;
+        off += align256(p[i].bytes);
+    }
+}
+
+static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *dev, char *err) {
+    cuda_ctx *c = ctx_of(be);
+    part p[5];
+    memset(dev, 0, sizeof *dev);
+    if ((unsigned)host->fmt >= PP_WF_COUNT)
+        return pp_fail(err, PP_EUNSUPPORTED, "cuda: weight '%s': unknown format", host->name ? host->name : "?");
+    weight_parts(host, p);
+    size_t total = p[4].off + align256(p[4].bytes);
+    uint8_t *base = NULL;
+    if (cudaMalloc((void **)&base, total) != cudaSuccess) {
+        cudaGetLastError();
+        return pp_fail(err, PP_ENOMEM, "cuda: weight '%s': out of device memory for %zu bytes",
+                       host->name ? host->name : "?", total);
+    }
+    int turn = 0, rc = PP_OK;
+    for (int i = 0; i < 5 && !rc; i++)
+        if (p[i].bytes) rc = staged_copy(c, base + p[i].off, p[i].src, p[i].bytes, &turn, err);
+    if (!rc) {
+        int e = (int)cudaStreamSynchronize(c->stream);
+        if (e) rc = cuda_fail(c, err, e, __FILE__, __LINE__, "cudaStreamSynchronize(c->stream) after a weight upload");
+    }
+    if (rc) {
+        cudaFree(base);
+        return rc;
+    }
+    *dev = *host;
+    dev->data = base + p[0].off;
+    dev->scales = p[1].bytes ? base + p[1].off : NULL;
+    dev->quant_map = p[2].bytes ? (const float *)(base + p[2].off) : NULL;
+    dev->nested_absmax = p[3].bytes ? (const float *)(base + p[3].off) : NULL;
+    dev->nested_map = p[4].bytes ? (const float *)(base + p[4].off) : NULL;
+    c->weight_bytes += total;
+    return PP_OK;
+}
+
+static void cuda_weight_release(pp_backend *be, pp_weight *dev) {
+    cuda_ctx *c = ctx_of(be);
+    part p[5];
+    if (!dev->data) return;
+    weight_parts(dev, p);
+    c->weight_bytes -= p[4].off + align256(p[4].bytes);
+    CUDA_NOTE(c, cudaFree((void *)dev->data));
+    memset(dev, 0, sizeof *dev);
+}
+
+/* ---- linear algebra and LM operations ---- */
+
+static void cuda_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+    cuda_ctx *c = ctx_of(be);
+    pk_weight k = to_pk(w);
+    if (ws_reserve(c, pk_matmul_workspace(&k, n))) return;
+    CUDA_NOTE(c, pk_matmul(&k, x, n, y, c->ws, c->ws_floats, c->blas, c->stream));
+}
+
+static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
+    cuda_ctx *c = ctx_of(be);
+    pk_weight k = to_pk(table);
+    CUDA_NOTE(c, pk_embed(&k, ids, n, y, accumulate, c->stream));
+}
+
+static void cuda_add(pp_backend *be, float *y, const float *x, size_t count) {
+    CUDA_NOTE(ctx_of(be), pk_add(y, x, count, ctx_of(be)->stream));
+}
+
+static void cuda_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, alpha, n, d, eps, y, ctx_of(be)->stream));
+}
+
+static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
+                      float max_period) {
+    CUDA_NOTE(ctx_of(be), pk_rope(x, n, stride, n_heads, head_dim, pos, max_period, ctx_of(be)->stream));
+}
+
+static void cuda_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+                           int capacity, int window, const int32_t *pos, float *out) {
+    cuda_ctx *c = ctx_of(be);
+    if (ws_reserve(c, pk_attn_workspace(n_heads, head_dim, capacity))) return;
+    CUDA_NOTE(c, pk_attn_step(qkv, n_heads, head_dim, kcache, vcache, capacity, window, pos, out, c->ws, c->stream));
+}
+
+static void cuda_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_silu_mul(u, n, hidden, y, ctx_of(be)->stream));
+}
+
+/* ---- codec operations ---- */
+
+static pk_conv to_pk_conv(const pp_conv *p) {
+    pk_conv k = {p->w, p->b, p->cin, p->cout, p->k, p->stride, p->groups};
+    return k;
+}
+
+static void cuda_conv1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *hist, float *y,
+                        float *scratch, int flags) {
+    (void)scratch; /* direct convolution: no im2col buffer */
+    pk_conv k = to_pk_conv(cv);
+    CUDA_NOTE(ctx_of(be), pk_conv1d(&k, x, t, hist, y, flags & PP_CONV_ACCUMULATE, flags & PP_CONV_REPLICATE,
+                                     ctx_of(be)->stream));
+}
+
+static void cuda_conv_tr1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *tail, float *y,
+                           float *scratch) {
+    pk_conv k = to_pk_conv(cv);
+    CUDA_NOTE(ctx_of(be), pk_conv_tr1d(&k, x, t, tail, y, scratch, ctx_of(be)->stream));
+}
+
+static void cuda_elu(pp_backend *be, const float *x, float *y, size_t n) {
+    CUDA_NOTE(ctx_of(be), pk_elu(x, y, n, ctx_of(be)->stream));
+}
+
+static void cuda_gelu(pp_backend *be, float *x, size_t n) { CUDA_NOTE(ctx_of(be), pk_gelu(x, n, ctx_of(be)->stream)); }
+
+static void cuda_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+                            float *y) {
+    CUDA_NOTE(ctx_of(be), pk_layer_norm(x, w, b, n, d, eps, y, ctx_of(be)->stream));
+}
+
+static void cuda_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_transpose(x, rows, cols, y, ctx_of(be)->stream));
+}
+
+static void cuda_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
+    CUDA_NOTE(ctx_of(be), pk_scale_add(y, x, scale, n, d, ctx_of(be)->stream));
+}
+
+static void cuda_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
+                            int subtract, int32_t *code) {
+    cuda_ctx *c = ctx_of(be);
+    *code = 0;
+    CUDA_NOTE(c, pk_vq_nearest(cb, cb_sq, bins, dim, x, subtract, c->code_dev, c->stream));
+    cuda_download(be, c->code_host, c->code_dev, sizeof(int32_t));
+    *code = *c->code_host;
+}
+
+static void cuda_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, dim, code, y, ctx_of(be)->stream));
+}
+
+static void cuda_sample(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed,
+                        uint64_t counter, int32_t *token) {
+    CUDA_NOTE(ctx_of(be), pk_sample(logits, n, temp, top_k, seed, counter, token, ctx_of(be)->stream));
+}
+
+/* ---- device hooks ---- */
+
+static int cuda_last_error(pp_backend *be, char *err) {
+    cuda_ctx *c = ctx_of(be);
+    return c->error ? pp_fail(err, c->error, "%s", c->error_msg) : PP_OK;
+}
+
+static int check_slot(int slot, char *err) {
+    return slot < 0 || slot >= GRAPH_SLOTS ? pp_fail(err, PP_EINVAL, "cuda: graph slot %d outside 0..%d", slot,
+                                                     GRAPH_SLOTS - 1)
+                                           : PP_OK;
+}
+
+static int cuda_graph_begin(pp_backend *be, int slot, char *err) {
+    cuda_ctx *c = ctx_of(be);
+    int rc = check_slot(slot, err);
+    if (rc) return rc;
+    if (c->capturing) return pp_fail(err, PP_EINVAL, "cuda: graph_begin while already recording");
+    PP_CUDA_TRY(c, err, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    return PP_OK;
+}
+
+static int cuda_graph_end(pp_backend *be, int slot, char *err) {
+    cuda_ctx *c = ctx_of(be);
+    cudaGraph_t g = NULL;
+    int rc = check_slot(slot, err);
+    if (rc) return rc;
+    if (!c->capturing) return pp_fail(err, PP_EINVAL, "cuda: graph_end without graph_begin");
+    c->capturing = 0;
+    PP_CUDA_TRY(c, err, cudaStreamEndCapture(c->stream, &g));
+    if (c->graph[slot]) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(c->graph[slot], g, &info) != cudaSuccess) {
+            cudaGetLastError(); /* topology changed: rebuild below */
+            cudaGraphExecDestroy(c->graph[slot]);
+            c->graph[slot] = NULL;
+        }
+    }
+    if (!c->graph[slot] && cudaGraphInstantiate(&c->graph[slot], g, 0) != cudaSuccess) {
+        c->graph[slot] = NULL;
+        cudaGraphDestroy(g);
+        return cuda_fail(c, err, (int)cudaGetLastError(), __FILE__, __LINE__, "cudaGraphInstantiate");
+    }
+    cudaGraphDestroy(g);
+    PP_CUDA_TRY(c, err, cudaGraphLaunch(c->graph[slot], c->stream));
+    return PP_OK;
+}
+
+static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
+    cuda_ctx *c = ctx_of(be);
+    int rc = check_slot(slot, err);
+    if (rc) return rc;
+    if (!c->graph[slot]) return pp_fail(err, PP_EINVAL, "cuda: graph slot %d was never recorded", slot);
+    PP_CUDA_TRY(c, err, cudaGraphLaunch(c->graph[slot], c->stream));
+    return PP_OK;
+}
+
+static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
+                          size_t *dev_total) {
+    cuda_ctx *c = ctx_of(be);
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) cudaGetLastError();
+    *weights = c->weight_bytes;
+    *buffers = c->buffer_bytes;
+    *workspace = c->ws_floats * sizeof(float);
+    *dev_free = f;
+    *dev_total = t;
+}
+
+static const pp_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .sync = cuda_sync,
+    .weight_upload = cuda_weight_upload,
+    .weight_release = cuda_weight_release,
+    .matmul = cuda_matmul,
+    .embed = cuda_embed,
+    .add = cuda_add,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .attn_step = cuda_attn_step,
+    .silu_mul = cuda_silu_mul,
+    .conv1d = cuda_conv1d,
+    .conv_tr1d = cuda_conv_tr1d,
+    .elu = cuda_elu,
+    .gelu = cuda_gelu,
+    .layer_norm = cuda_layer_norm,
+    .transpose = cuda_transpose,
+    .scale_add = cuda_scale_add,
+    .vq_nearest = cuda_vq_nearest,
+    .vq_add_row = cuda_vq_add_row,
+    .sample = cuda_sample,
+    .last_error = cuda_last_error,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_replay = cuda_graph_replay,
+    .mem_info = cuda_mem_info,
+};
+
+/* ---- lifetime ---- */
+
+static void ctx_free(cuda_ctx *c) {
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (c->graph[i]) cudaGraphExecDestroy(c->graph[i]);
+    for (int i = 0; i < 2; i++) {
+        if (c->stage[i]) cudaFreeHost(c->stage[i]);
+        if (c->stage_done[i]) cudaEventDestroy(c->stage_done[i]);
+    }
+    if (c->code_host) cudaFreeHost(c->code_host);
+    cudaFree(c->code_dev);
+    cudaFree(c->ws);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->allocs);
+    free(c);
+}
+
+static int ctx_init(cuda_ctx *c, int device, char *err) {
+    struct cudaDeviceProp prop;
+    PP_CUDA_TRY(c, err, cudaSetDevice(device));
+    PP_CUDA_TRY(c, err, cudaGetDeviceProperties(&prop, device));
+    PP_CUDA_TRY(c, err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    PP_CUDA_TRY(c, err, BLAS_RC(cublasCreate(&c->blas)));
+    PP_CUDA_TRY(c, err, BLAS_RC(cublasSetStream(c->blas, c->stream)));
+    PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->ws, WS_INITIAL * sizeof(float)));
+    c->ws_floats = WS_INITIAL;
+    PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->code_dev, sizeof(int32_t)));
+    PP_CUDA_TRY(c, err, cudaMallocHost((void **)&c->code_host, sizeof(int32_t)));
+    for (int i = 0; i < 2; i++) {
+        PP_CUDA_TRY(c, err, cudaMallocHost(&c->stage[i], STAGE_BYTES));
+        PP_CUDA_TRY(c, err, cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
+    }
+    /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
+    int rc = pk_add(c->ws, c->ws, 1, c->stream);
+    if (rc == (int)cudaErrorNoKernelImageForDevice)
+        return pp_fail(err, PP_EUNSUPPORTED, "cuda: %s is compute capability %d.%d; this build has kernels for %s",
+                       prop.name, prop.major, prop.minor, PP_CUDA_ARCHS_STR);
+    PP_CUDA_TRY(c, err, rc);
+    PP_CUDA_TRY(c, err, cudaStreamSynchronize(c->stream));
+    size_t f = 0, t = 0;
+    PP_CUDA_TRY(c, err, cudaMemGetInfo(&f, &t));
+    PP_INFO("cuda", "device %d: %s, compute %d.%d, %d SMs, %.1f GiB (%.1f GiB free); kernels for sm %s", device,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount, (double)t / (1 << 30),
+            (double)f / (1 << 30), PP_CUDA_ARCHS_STR);
+    return PP_OK;
+}
+
+int pp_backend_cuda_create(int device, pp_backend **out, char *err) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return pp_fail(err, PP_EUNSUPPORTED, "--device cuda: no CUDA device found (driver missing or no GPU)");
+    }
+    if (device < 0 || device >= count)
+        return pp_fail(err, PP_EINVAL, "--device cuda: device %d does not exist (%d present)", device, count);
+    pp_backend *be = calloc(1, sizeof *be);
+    cuda_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return pp_fail(err, PP_ENOMEM, "cuda backend: out of memory");
+    }
+    c->device = device;
+    int rc = ctx_init(c, device, err);
+    if (rc) {
+        ctx_free(c);
+        free(be);
+        return rc;
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    *out = be;
+    return PP_OK;
+}
+
+void pp_backend_cuda_destroy(pp_backend *be) {
+    if (!be) return;
+    cuda_ctx *c = be->impl;
+    if (c->n_allocs || c->weight_bytes)
+        PP_WARN("cuda", "destroyed with %zu buffers (%zu bytes) and %zu weight bytes still allocated", c->n_allocs,
+                c->buffer_bytes, c->weight_bytes);
+    ctx_free(c);
+    free(be);
+}
+
+#endif

@@ -1,0 +1,131 @@
+/* capacity: the start-up memory estimate and the device report. */
+#include "server/capacity.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "model/lm_config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef PP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define GIB(x) ((double)(x) / (double)(1ull << 30))
+
+typedef struct capacity_plan {
+    uint64_t weights;      /* bytes of the checkpoint and the Mimi file */
+    uint64_t per_session;  /* KV rings + CAPACITY_SESSION_EXTRA */
+    uint64_t available;    /* free device memory (or MemAvailable) */
+    int fit;               /* conversations that fit beside the weights (0: not even one) */
+} capacity_plan;
+
+int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session) {
+    uint64_t base = weights + CAPACITY_FIXED_EXTRA;
+    if (available <= base || !per_session) return 0;
+    uint64_t n = (available - base) / per_session;
+    return n > 100000 ? 100000 : (int)n;
+}
+
+int capacity_kv_bytes(const char *weights, uint64_t *out, char *err) {
+    pp_lm_config c;
+    pp_lm_config_default(&c);
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s", weights);
+    char *slash = strrchr(cfg, '/');
+    snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
+    if (access(cfg, R_OK) == 0) {
+        int rc = pp_lm_config_load(cfg, &c, err);
+        if (rc) return rc;
+    }
+    /* K and V, one ring per layer; the depformer's rings hold dep_q steps and are tiny. */
+    *out = 2ull * (uint64_t)c.num_layers * (uint64_t)c.context * (uint64_t)c.dim * sizeof(float);
+    return PP_OK;
+}
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    return path && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
+static int read_meminfo(uint64_t *total, uint64_t *avail) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    unsigned long long kb;
+    *total = *avail = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb * 1024;
+    }
+    fclose(f);
+    return *total ? 0 : -1;
+}
+
+/* Names the device and fills its total and free memory. */
+static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *total, uint64_t *avail) {
+    *total = *avail = 0;
+    if (strcmp(be->ops->name, "cpu") != 0) {
+        snprintf(name, cap, "%s device", be->ops->name);
+#ifdef PP_HAVE_CUDA
+        int dev = 0;
+        struct cudaDeviceProp p;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess)
+            snprintf(name, cap, "GPU %d: %s (sm_%d%d%s)", dev, p.name, p.major, p.minor,
+                     p.integrated ? ", integrated: memory shared with the CPU" : "");
+        size_t f = 0, t = 0;
+        if (cudaMemGetInfo(&f, &t) == cudaSuccess) *total = t, *avail = f;
+#endif
+        if (be->ops->mem_info) {
+            size_t w, b, ws, f = 0, t = 0;
+            be->ops->mem_info(be, &w, &b, &ws, &f, &t);
+            if (t) *total = t, *avail = f;
+        }
+        return;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(name, cap, "CPU, %ld cores", cores);
+    read_meminfo(total, avail);
+}
+
+int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err) {
+    char dev[256];
+    capacity_plan p = {0};
+    uint64_t total, kv;
+    describe_device(be, dev, sizeof dev, &total, &p.available);
+    int rc = capacity_kv_bytes(weights, &kv, err);
+    if (rc) return rc;
+    p.weights = file_size(weights) + file_size(mimi);
+    p.per_session = kv + CAPACITY_SESSION_EXTRA;
+    const char *what = strcmp(be->ops->name, "cpu") == 0 ? "RAM available" : "free";
+    if (!total) {
+        PP_WARN("capacity", "%s: memory size unknown; not checking that the model fits", dev);
+        return PP_OK;
+    }
+    PP_INFO("capacity", "%s: %.1f GiB total, %.1f GiB %s", dev, GIB(total), GIB(p.available), what);
+    p.fit = capacity_sessions_fit(p.available, p.weights, p.per_session);
+    uint64_t need = p.weights + CAPACITY_FIXED_EXTRA + (uint64_t)max_sessions * p.per_session;
+    PP_INFO("capacity",
+            "need about %.2f GiB: weights %.2f GiB + %d x %.2f GiB per conversation (KV cache %.2f GiB) + %.2f GiB "
+            "workspace; %s (%d conversation%s would fit)",
+            GIB(need), GIB(p.weights), max_sessions, GIB(p.per_session), GIB(kv), GIB(CAPACITY_FIXED_EXTRA),
+            p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
+    if (p.fit >= max_sessions) return PP_OK;
+    if (!enforce) {
+        PP_WARN("capacity", "starting anyway (--skip-memory-check)");
+        return PP_OK;
+    }
+    if (p.fit > 0)
+        return pp_fail(err, PP_EFULL,
+                       "%d conversations need about %.2f GiB but %s has %.2f GiB %s: use --max-sessions %d, a "
+                       "smaller weight format, or --skip-memory-check",
+                       max_sessions, GIB(need), dev, GIB(p.available), what, p.fit);
+    return pp_fail(err, PP_EFULL,
+                   "the model does not fit: weights %.2f GiB plus one conversation %.2f GiB, but %s has %.2f GiB "
+                   "%s; use a smaller weight format (model-turbo2bit is 2.07 GB) or --skip-memory-check",
+                   GIB(p.weights), GIB(p.per_session), dev, GIB(p.available), what);
+}

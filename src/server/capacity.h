@@ -1,0 +1,35 @@
+/* capacity: does the model, with one KV cache per conversation, fit the device?
+ *
+ * Run once at start-up, after the backend is created and before the weights load, so a
+ * machine that is too small is refused with numbers instead of failing mid-load (or, on
+ * the CPU, swapping in the middle of conversations). The estimate is the checkpoint and
+ * Mimi file sizes (weights stay in their stored format on every backend) plus, per
+ * conversation, the temporal transformer's K and V rings: 2 x layers x context x dim x 4
+ * bytes (fp32 state, src/model/transformer.c), and a fixed allowance for the codec state,
+ * activations and the backend's workspace. It is compared with the GPU's free memory
+ * (backend mem_info, or the CUDA runtime) or, on the CPU backend, MemAvailable. */
+#ifndef PP_SERVER_CAPACITY_H
+#define PP_SERVER_CAPACITY_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* Per-conversation allowance beyond the KV rings: Mimi streaming state, depformer caches,
+ * activations (each a few MB; 64 MiB covers them with room). */
+#define CAPACITY_SESSION_EXTRA (64ull << 20)
+/* One-off allowance: backend workspace, cuBLAS handles, the tokenizer. */
+#define CAPACITY_FIXED_EXTRA (512ull << 20)
+
+/* Conversations that fit: (available - weights - fixed) / per_session, clamped at 0. */
+int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session);
+
+/* Bytes of one conversation's KV rings for the LM whose checkpoint is `weights` (its
+ * config.json beside it, else the PersonaPlex-7B shape). */
+int capacity_kv_bytes(const char *weights, uint64_t *out, char *err);
+
+/* Logs the device, its memory and the plan. With enforce, PP_EFULL when max_sessions do
+ * not fit; err then gives the numbers and what would fit. */
+int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err);
+
+#endif

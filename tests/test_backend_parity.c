@@ -1,0 +1,488 @@
+/* test_backend_parity: every operation of the backend table, CPU (the reference) against CUDA,
+ * on the same fixed-seed random inputs; quantized weights are made by the project's own
+ * quantizers (io/quant.h). Each comparison is a normalised mean squared error,
+ * NMSE = Σ(gpu − cpu)² / Σ cpu², under a per-operation limit given with its reason below.
+ * Skips (exit 77) when the build has no CUDA backend or the machine has no GPU.
+ *
+ * Limits (both sides compute in fp32; the kernels sum in other orders than the CPU loops):
+ *   EXACT    0      data movement and single roundings (transpose, KV append, embedding rows
+ *                   of dense / INT4 / NF4 tables, add, vq_add_row): the same on both sides
+ *   ELEM     1e-12  elementwise libm (expf, expm1f, erff, sincosf) and fused multiply-adds
+ *                   (nvcc contracts a·b + c, the C build does not): a few ulp apart at most
+ *                   (relative 1e-7 => NMSE ~1e-14)
+ *   REDUCE   1e-10  reductions over up to a few thousand fp32 terms in another order
+ *                   (matmul, norms, attention, convolutions): relative error ~1e-6 per output
+ *                   at worst, NMSE ~1e-12 typically; a wrong index or scale gives > 1e-2
+ * Tokens (sample, vq_nearest codes) must be identical. */
+#include "backend/backend.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "io/weight.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define EXACT 0.0
+#define ELEM 1e-12
+#define REDUCE 1e-10
+
+static pp_backend *cpu, *gpu;
+
+/* ---- random inputs and helpers ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)(rng_state >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; v && i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+/* Backend copy of host floats. */
+static float *put(pp_backend *be, const float *h, size_t n) {
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    if (d) be->ops->upload(be, d, h, n * sizeof *d);
+    return d;
+}
+
+static float *get(pp_backend *be, const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    if (h) be->ops->download(be, h, d, n * sizeof *h);
+    return h;
+}
+
+static double nmse(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (num != num) return INFINITY;
+    return den > 0 ? num / den : num;
+}
+
+/* Downloads both results and checks their NMSE against limit. */
+static void compare(const char *what, const float *on_gpu, const float *on_cpu, size_t n, double limit) {
+    float *g = get(gpu, on_gpu, n), *c = get(cpu, on_cpu, n);
+    double e = g && c ? nmse(g, c, n) : INFINITY;
+    printf("  %-44s nmse %.2e (limit %.0e)\n", what, e, limit);
+    TEST_COND(what, e <= limit);
+    free(g);
+    free(c);
+}
+
+/* A host buffer on both backends. */
+typedef struct {
+    float *c, *g;
+    size_t n;
+} twin;
+
+static twin twin_of(const float *h, size_t n) { return (twin){put(cpu, h, n), put(gpu, h, n), n}; }
+
+static twin twin_rand(size_t n, float scale) {
+    float *h = rand_vec(n, scale);
+    twin t = twin_of(h, n);
+    free(h);
+    return t;
+}
+
+static void twin_free(twin *t) {
+    cpu->ops->release(cpu, t->c);
+    gpu->ops->release(gpu, t->g);
+}
+
+/* ---- weights ---- */
+
+typedef struct {
+    pp_weight host, c, g;
+    void *data, *scales, *nested;
+    float map[256];
+} held;
+
+/* A rows × cols weight in format fmt from Gaussian-like values, quantized by io/quant.h. */
+static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, int np2, int nested, held *h) {
+    size_t n = (size_t)(rows * cols), groups = group ? n / (size_t)group : 0;
+    float *src = rand_vec(n, 0.05f);
+    memset(h, 0, sizeof *h);
+    h->host = (pp_weight){.fmt = fmt, .rows = rows, .cols = cols, .group = group, .np2 = np2,
+                          .name = pp_wformat_name(fmt)};
+    if (fmt == PP_WF_F32) {
+        h->data = src;
+        src = NULL;
+    } else if (fmt <= PP_WF_BF16) {
+        uint16_t *d = h->data = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) d[i] = fmt == PP_WF_F16 ? pp_f32_to_f16(src[i]) : pp_f32_to_bf16(src[i]);
+    } else if (fmt == PP_WF_NF2 || fmt == PP_WF_INT4) {
+        h->data = malloc(fmt == PP_WF_NF2 ? n / 4 : n / 2);
+        h->scales = malloc(groups * 2);
+        if (fmt == PP_WF_NF2)
+            quant_nf2_quantize(src, (int64_t)groups, group, np2, h->data, h->scales);
+        else
+            quant_int4_quantize(src, (int64_t)groups, group, h->data, h->scales);
+    } else {
+        float *absmax = malloc(groups * sizeof *absmax);
+        h->data = malloc(n / 2);
+        quant_nf4_quantize(src, (int64_t)groups, group, h->data, absmax);
+        h->host.quant_map = quant_nf4_table;
+        if (nested) {
+            size_t nb = (groups + 255) / 256;
+            h->scales = malloc(groups);
+            h->nested = malloc(nb * sizeof(float));
+            quant_nf4_dynamic_map(h->map);
+            h->host.nested_offset = quant_nf4_nest(absmax, (int64_t)groups, 256, h->map, h->scales, h->nested);
+            h->host.nested_absmax = h->nested;
+            h->host.nested_map = h->map;
+            h->host.nested_block = 256;
+            free(absmax);
+        } else {
+            h->scales = absmax;
+        }
+    }
+    free(src);
+    h->host.data = h->data;
+    h->host.scales = h->scales;
+    char err[PP_ERR_LEN];
+    int rc = cpu->ops->weight_upload(cpu, &h->host, &h->c, err);
+    if (!rc) rc = gpu->ops->weight_upload(gpu, &h->host, &h->g, err);
+    if (rc) fprintf(stderr, "weight_upload: %s\n", err);
+    return rc;
+}
+
+static void held_free(held *h) {
+    cpu->ops->weight_release(cpu, &h->c);
+    gpu->ops->weight_release(gpu, &h->g);
+    free(h->data);
+    free(h->scales);
+    free(h->nested);
+}
+
+typedef struct {
+    pp_wformat fmt;
+    int group, np2, nested;
+    const char *what;
+} wcase;
+
+static const wcase wcases[] = {
+    {PP_WF_F32, 0, 0, 0, "f32"},
+    {PP_WF_F16, 0, 0, 0, "f16"},
+    {PP_WF_BF16, 0, 0, 0, "bf16"},
+    {PP_WF_NF2, 128, 128, 0, "nf2 g128"},
+    {PP_WF_NF2, 96, 128, 0, "nf2 g96/np2 128 (element path)"},
+    {PP_WF_INT4, 64, 0, 0, "int4 g64"},
+    {PP_WF_NF4, 64, 0, 0, "nf4 f32 absmax"},
+    {PP_WF_NF4, 64, 0, 1, "nf4 nested absmax"},
+};
+
+/* matmul at batch 1, 3 (the batched kernel), 12 (dequantized tiles + cuBLAS), on a row view
+ * (elem0 > 0) and on a misaligned input (the one-element-at-a-time kernel). */
+static void test_matmul(const wcase *wc) {
+    const int64_t rows = 200, cols = wc->group == 96 ? 768 : 512;
+    held h;
+    if (make_weight(wc->fmt, rows, cols, wc->group, wc->np2, wc->nested, &h)) {
+        TEST_COND("weight upload", 0);
+        return;
+    }
+    static const int batches[] = {1, 3, 12};
+    for (int b = 0; b < 3; b++) {
+        int n = batches[b];
+        twin x = twin_rand((size_t)n * cols + 1, 1.0f), y = twin_rand((size_t)n * rows, 0);
+        char what[96];
+        cpu->ops->matmul(cpu, &h.c, x.c, n, y.c);
+        gpu->ops->matmul(gpu, &h.g, x.g, n, y.g);
+        snprintf(what, sizeof what, "matmul %s n=%d", wc->what, n);
+        compare(what, y.g, y.c, (size_t)n * rows, REDUCE);
+        pp_weight vc = pp_weight_rows(&h.c, 64, 100), vg = pp_weight_rows(&h.g, 64, 100);
+        cpu->ops->matmul(cpu, &vc, x.c + 1, n, y.c);
+        gpu->ops->matmul(gpu, &vg, x.g + 1, n, y.g);
+        snprintf(what, sizeof what, "matmul %s n=%d rows 64.. x+1", wc->what, n);
+        compare(what, y.g, y.c, (size_t)n * 100, REDUCE);
+        twin_free(&x);
+        twin_free(&y);
+    }
+    /* Embedding rows: −1 and past-the-end ids give zeros, other negatives row 0. */
+    int32_t ids[5] = {3, -1, 199, 250, -7};
+    twin y = twin_rand(5 * (size_t)cols, 1.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        char what[96];
+        cpu->ops->embed(cpu, &h.c, ids, 5, y.c, acc);
+        gpu->ops->embed(gpu, &h.g, ids, 5, y.g, acc);
+        snprintf(what, sizeof what, "embed %s%s", wc->what, acc ? " accumulate" : "");
+        /* NF2 rows go through a 128-point transform on both sides in the same order. */
+        compare(what, y.g, y.c, 5 * (size_t)cols, wc->fmt == PP_WF_NF2 ? ELEM : EXACT);
+    }
+    twin_free(&y);
+    held_free(&h);
+}
+
+/* ---- LM operations ---- */
+
+static void test_lm_ops(void) {
+    const int d = 256, heads = 4, hd = 64;
+    twin x = twin_rand(3 * (size_t)d, 2.0f), a = twin_rand((size_t)d, 1.0f), y = twin_rand(3 * (size_t)d, 0);
+    cpu->ops->rmsnorm(cpu, x.c, a.c, 3, d, 1e-8f, y.c);
+    gpu->ops->rmsnorm(gpu, x.g, a.g, 3, d, 1e-8f, y.g);
+    compare("rmsnorm 3x256", y.g, y.c, 3 * (size_t)d, REDUCE);
+    cpu->ops->add(cpu, y.c, x.c, 3 * (size_t)d);
+    gpu->ops->add(gpu, y.g, x.g, 3 * (size_t)d);
+    compare("add", y.g, y.c, 3 * (size_t)d, EXACT);
+
+    int32_t pos_h[3] = {0, 17, 2999};
+    int32_t *pc = cpu->ops->alloc(cpu, sizeof pos_h), *pg = gpu->ops->alloc(gpu, sizeof pos_h);
+    cpu->ops->upload(cpu, pc, pos_h, sizeof pos_h);
+    gpu->ops->upload(gpu, pg, pos_h, sizeof pos_h);
+    twin r = twin_rand(3 * 2 * (size_t)d, 1.0f); /* 3 rows of stride 2d, rotate the first d */
+    cpu->ops->rope(cpu, r.c, 3, 2 * d, heads, hd, pc, 10000.0f);
+    gpu->ops->rope(gpu, r.g, 3, 2 * d, heads, hd, pg, 10000.0f);
+    compare("rope 3 rows stride 2d, pos up to 2999", r.g, r.c, r.n, ELEM);
+
+    twin u = twin_rand(2 * 2 * (size_t)d, 3.0f), m = twin_rand(2 * (size_t)d, 0);
+    cpu->ops->silu_mul(cpu, u.c, 2, d, m.c);
+    gpu->ops->silu_mul(gpu, u.g, 2, d, m.g);
+    compare("silu_mul", m.g, m.c, 2 * (size_t)d, ELEM);
+
+    twin_free(&x);
+    twin_free(&a);
+    twin_free(&y);
+    twin_free(&r);
+    twin_free(&u);
+    twin_free(&m);
+    cpu->ops->release(cpu, pc);
+    gpu->ops->release(gpu, pg);
+}
+
+/* Attention over a ring: `steps` queries at positions 0.. with the reference's window =
+ * capacity − 1, so the ring wraps; checks every output and the caches at the end. */
+static void test_attn(int capacity, int steps, int heads, int hd) {
+    int dim = heads * hd;
+    twin kc = twin_rand((size_t)capacity * dim, 0), vc = twin_rand((size_t)capacity * dim, 0);
+    twin out = twin_rand((size_t)dim, 0);
+    int32_t *pc = cpu->ops->alloc(cpu, 4), *pg = gpu->ops->alloc(gpu, 4);
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        twin qkv = twin_rand(3 * (size_t)dim, 1.0f);
+        cpu->ops->upload(cpu, pc, &s, 4);
+        gpu->ops->upload(gpu, pg, &s, 4);
+        cpu->ops->attn_step(cpu, qkv.c, heads, hd, kc.c, vc.c, capacity, capacity - 1, pc, out.c);
+        gpu->ops->attn_step(gpu, qkv.g, heads, hd, kc.g, vc.g, capacity, capacity - 1, pg, out.g);
+        float *g = get(gpu, out.g, (size_t)dim), *c = get(cpu, out.c, (size_t)dim);
+        double e = nmse(g, c, (size_t)dim);
+        if (!(e <= worst)) worst = e;
+        free(g);
+        free(c);
+        twin_free(&qkv);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attn_step cap %d, %d steps, worst", capacity, steps);
+    printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
+    TEST_COND(what, worst <= REDUCE);
+    compare("attn_step k cache", kc.g, kc.c, kc.n, EXACT);
+    compare("attn_step v cache", vc.g, vc.c, vc.n, EXACT);
+    twin_free(&kc);
+    twin_free(&vc);
+    twin_free(&out);
+    cpu->ops->release(cpu, pc);
+    gpu->ops->release(gpu, pg);
+}
+
+/* ---- codec operations ---- */
+
+/* Streaming conv (transposed or not): three calls of t columns each, flags on the first. */
+static void test_conv(int transposed, int cin, int cout, int k, int stride, int groups, int t, int flags) {
+    size_t wn = transposed ? (size_t)cin * (cout / groups) * k : (size_t)cout * cin * k;
+    twin w = twin_rand(wn, 0.2f), b = twin_rand((size_t)cout, 0.1f);
+    pp_conv cc = {w.c, b.c, cin, cout, k, stride, groups}, cg = {w.g, b.g, cin, cout, k, stride, groups};
+    int p = k - stride, tout = transposed ? t * stride : t / stride;
+    twin st = twin_rand((size_t)(transposed ? cout : cin) * p, 0), y = twin_rand((size_t)cout * tout, 1.0f);
+    size_t scr = pp_conv_scratch(&cc, t, transposed);
+    twin sc = twin_rand(scr ? scr : 1, 0);
+    for (int call = 0; call < 3; call++) {
+        twin x = twin_rand((size_t)cin * t, 1.0f);
+        int f = call == 0 ? flags : flags & PP_CONV_ACCUMULATE;
+        if (transposed) {
+            cpu->ops->conv_tr1d(cpu, &cc, x.c, t, st.c, y.c, sc.c);
+            gpu->ops->conv_tr1d(gpu, &cg, x.g, t, st.g, y.g, sc.g);
+        } else {
+            cpu->ops->conv1d(cpu, &cc, x.c, t, st.c, y.c, sc.c, f);
+            gpu->ops->conv1d(gpu, &cg, x.g, t, st.g, y.g, sc.g, f);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%s %d->%d k%d s%d g%d t%d flags %d call %d", transposed ? "conv_tr1d" : "conv1d",
+                 cin, cout, k, stride, groups, t, f, call);
+        compare(what, y.g, y.c, y.n, REDUCE);
+        twin_free(&x);
+    }
+    if (p > 0) compare(transposed ? "conv_tr1d tail" : "conv1d history", st.g, st.c, st.n, REDUCE);
+    twin_free(&w);
+    twin_free(&b);
+    twin_free(&st);
+    twin_free(&y);
+    twin_free(&sc);
+}
+
+static void test_codec_elementwise(void) {
+    const int n = 3, d = 200;
+    twin x = twin_rand((size_t)n * d, 3.0f), y = twin_rand((size_t)n * d, 0);
+    cpu->ops->elu(cpu, x.c, y.c, x.n);
+    gpu->ops->elu(gpu, x.g, y.g, x.n);
+    compare("elu", y.g, y.c, y.n, ELEM);
+    cpu->ops->gelu(cpu, y.c, y.n);
+    gpu->ops->gelu(gpu, y.g, y.n);
+    compare("gelu (after elu)", y.g, y.c, y.n, ELEM);
+    twin w = twin_rand((size_t)d, 1.0f), b = twin_rand((size_t)d, 1.0f);
+    cpu->ops->layer_norm(cpu, x.c, w.c, b.c, n, d, 1e-5f, y.c);
+    gpu->ops->layer_norm(gpu, x.g, w.g, b.g, n, d, 1e-5f, y.g);
+    compare("layer_norm 3x200", y.g, y.c, y.n, REDUCE);
+    cpu->ops->transpose(cpu, x.c, n * 4, d / 4, y.c);
+    gpu->ops->transpose(gpu, x.g, n * 4, d / 4, y.g);
+    compare("transpose 12x50", y.g, y.c, y.n, EXACT);
+    cpu->ops->scale_add(cpu, y.c, x.c, w.c, n, d);
+    gpu->ops->scale_add(gpu, y.g, x.g, w.g, n, d);
+    compare("scale_add", y.g, y.c, y.n, ELEM); /* the GPU may fuse the multiply-add */
+    twin_free(&x);
+    twin_free(&y);
+    twin_free(&w);
+    twin_free(&b);
+}
+
+static void test_vq(void) {
+    const int bins = 2048, dim = 256;
+    float *cb = rand_vec((size_t)bins * dim, 1.0f), sq[2048];
+    for (int i = 0; i < bins; i++) {
+        double s = 0;
+        for (int j = 0; j < dim; j++) s += (double)cb[(size_t)i * dim + j] * cb[(size_t)i * dim + j];
+        sq[i] = (float)s;
+    }
+    twin tcb = twin_of(cb, (size_t)bins * dim), tsq = twin_of(sq, (size_t)bins);
+    twin x = twin_of(cb + (size_t)77 * dim, (size_t)dim); /* starts on row 77: a known answer */
+    int same = 1;
+    for (int level = 0; level < 4; level++) {
+        int32_t c1 = -1, c2 = -2;
+        cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1);
+        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, &c2);
+        if (level == 0) TEST_COND("vq_nearest finds the row x was copied from", c1 == 77);
+        same &= c1 == c2;
+        cpu->ops->vq_add_row(cpu, tcb.c, dim, c1, x.c);
+        gpu->ops->vq_add_row(gpu, tcb.g, dim, c1, x.g);
+        cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1); /* subtract again: next level */
+        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, &c2);
+        same &= c1 == c2;
+    }
+    TEST_COND("vq_nearest codes identical over 8 levels", same);
+    compare("vq residual after 8 levels", x.g, x.c, x.n, REDUCE);
+    free(cb);
+    twin_free(&tcb);
+    twin_free(&tsq);
+    twin_free(&x);
+}
+
+/* ---- sampling and device hooks ---- */
+
+static void test_sample(void) {
+    static const int sizes[2] = {2048, 32000};
+    int32_t *tc = cpu->ops->alloc(cpu, 4), *tg = gpu->ops->alloc(gpu, 4);
+    for (int si = 0; si < 2; si++) {
+        int n = sizes[si], mism = 0, draws = 0;
+        float *l = rand_vec((size_t)n, 4.0f);
+        for (int i = 0; i < n; i += 97) l[i] = l[5]; /* ties, some at the top-k boundary */
+        twin tl = twin_of(l, (size_t)n);
+        static const int ks[] = {0, 1, 25, 250};
+        for (int ki = 0; ki < 4; ki++)
+            for (uint64_t counter = 0; counter < 16; counter++) {
+                float temp = counter == 0 ? 0.0f : 0.7f;
+                int32_t a, b;
+                cpu->ops->sample(cpu, tl.c, n, temp, ks[ki], 42, counter, tc);
+                gpu->ops->sample(gpu, tl.g, n, temp, ks[ki], 42, counter, tg);
+                cpu->ops->download(cpu, &a, tc, 4);
+                gpu->ops->download(gpu, &b, tg, 4);
+                mism += a != b;
+                draws++;
+            }
+        printf("  sample n=%d: %d of %d draws differ\n", n, mism, draws);
+        TEST_COND("sample: identical tokens on both backends", mism == 0);
+        free(l);
+        twin_free(&tl);
+    }
+    cpu->ops->release(cpu, tc);
+    gpu->ops->release(gpu, tg);
+}
+
+/* A recorded frame replays with new data: rmsnorm + matmul + add, recorded once, replayed
+ * on a changed input, equals the same operations run directly. */
+static void test_graph(void) {
+    char err[PP_ERR_LEN];
+    held h;
+    if (make_weight(PP_WF_NF2, 256, 256, 128, 128, 0, &h)) return;
+    twin x = twin_rand(256, 1.0f), a = twin_rand(256, 1.0f), t = twin_rand(256, 0), y = twin_rand(256, 0);
+    const pp_backend_ops *g = gpu->ops;
+    g->matmul(gpu, &h.g, x.g, 1, y.g); /* first run: the workspace takes its size outside the graph */
+    int rc = g->graph_begin(gpu, 0, err);
+    if (!rc) {
+        g->rmsnorm(gpu, x.g, a.g, 1, 256, 1e-6f, t.g);
+        g->matmul(gpu, &h.g, t.g, 1, y.g);
+        g->add(gpu, y.g, x.g, 256);
+        rc = g->graph_end(gpu, 0, err);
+    }
+    float *fresh = rand_vec(256, 1.0f);
+    g->upload(gpu, x.g, fresh, 256 * sizeof(float));
+    cpu->ops->upload(cpu, x.c, fresh, 256 * sizeof(float));
+    if (!rc) rc = g->graph_replay(gpu, 0, err);
+    if (rc) fprintf(stderr, "graph: %s\n", err);
+    TEST_COND("graph record and replay", rc == 0);
+    cpu->ops->rmsnorm(cpu, x.c, a.c, 1, 256, 1e-6f, t.c);
+    cpu->ops->matmul(cpu, &h.c, t.c, 1, y.c);
+    cpu->ops->add(cpu, y.c, x.c, 256);
+    compare("graph replay on new input", y.g, y.c, 256, REDUCE);
+    free(fresh);
+    twin_free(&x);
+    twin_free(&a);
+    twin_free(&t);
+    twin_free(&y);
+    held_free(&h);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN];
+    pp_log_set_level(PP_LOG_WARN);
+    int rc = pp_backend_create("cuda", 0, &gpu, err);
+    if (rc == PP_EUNSUPPORTED) TEST_SKIP(err);
+    if (rc) {
+        fprintf(stderr, "cuda backend: %s\n", err);
+        return 1;
+    }
+    if (pp_backend_create("cpu", 2, &cpu, err)) {
+        fprintf(stderr, "cpu backend: %s\n", err);
+        return 1;
+    }
+    printf("matmul and embed per format:\n");
+    for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
+    printf("LM operations:\n");
+    test_lm_ops();
+    test_attn(40, 100, 4, 64);       /* wraps the ring twice; one split */
+    test_attn(3000, 3100, 2, 128);   /* many splits, wrapped: the temporal transformer's case */
+    test_attn(16, 16, 16, 64);       /* the depformer's shape */
+    printf("codec operations:\n");
+    test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
+    test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */
+    test_conv(0, 16, 16, 3, 1, 1, 1, 0);                              /* t < history */
+    test_conv(1, 24, 16, 8, 4, 1, 5, 0);                              /* transposed, groups 1 */
+    test_conv(1, 16, 16, 4, 2, 16, 7, 0);                             /* transposed, depthwise */
+    test_codec_elementwise();
+    test_vq();
+    printf("sampling and graphs:\n");
+    test_sample();
+    test_graph();
+    TEST_COND("no sticky device error", gpu->ops->last_error(gpu, err) == 0);
+    pp_backend_destroy(gpu);
+    pp_backend_destroy(cpu);
+    return test_report();
+}

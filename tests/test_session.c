@@ -1,0 +1,205 @@
+/* test_session: one conversation on the built-in demo model.
+ *
+ * - pp_demo_write is deterministic (two runs, same bytes) and its model opens;
+ * - the prompt schedule runs voice + 6 + prompt tokens + 6 frames, one per call;
+ * - the session's frames equal a pipeline built by hand from the model modules with the
+ *   prompt phases run whole (pp_lmgen_prompt_voice over all frames at once, ...): running
+ *   them one frame at a time changes nothing, bit for bit;
+ * - sessions are independent: interleaving two gives each the output it has alone;
+ * - the decoded audio is audible and bounded; errors come back for unknown voices,
+ *   path-like voice names, over-long prompts and a step before the prompts. */
+#include "test.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "io/voice.h"
+#include "model/lmgen.h"
+#include "model/mimi.h"
+#include "session/demo.h"
+#include "session/session.h"
+#include "text/spm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FRAMES 12
+#define PROMPT "You are a wise and friendly teacher."
+
+static pp_demo_files g_files;
+
+/* Deterministic test input: a chirp with some noise. */
+static void input_frame(int f, float *pcm) {
+    uint32_t s = 12345u + (uint32_t)f;
+    for (int i = 0; i < PP_SESSION_FRAME; i++) {
+        double t = (f * PP_SESSION_FRAME + i) / 24000.0;
+        s = s * 1664525u + 1013904223u;
+        pcm[i] = (float)(0.3 * sin(6.2832 * (200 + 300 * t) * t) + 0.02 * ((s >> 8) / 16777216.0 - 0.5));
+    }
+}
+
+static int files_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
+static pp_session *start(pp_model *m, const pp_session_params *p) {
+    char err[PP_ERR_LEN];
+    pp_session *s = NULL;
+    if (pp_session_create(m, p, 512, &s, err)) {
+        fprintf(stderr, "session: %s\n", err);
+        return NULL;
+    }
+    int calls = 0, rc;
+    while ((rc = pp_session_prefill(s, err)) == 0) calls++;
+    TEST_COND("prefill ends with 1 after one call per prompt frame", rc == 1 && calls + 1 == pp_session_prompt_frames(s));
+    return s;
+}
+
+/* The reference: the same modules driven directly, prompt phases in one call each. */
+static void reference_run(pp_backend *be, const pp_session_params *p, float out[FRAMES][PP_SESSION_FRAME]) {
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32];
+    pp_lm *lm = NULL;
+    mimi_model *mm = NULL;
+    mimi_state *ms = NULL;
+    pp_spm *spm = NULL;
+    pp_lmgen *g = NULL;
+    pp_voice v = {0};
+    int32_t ids[512];
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s", g_files.weights);
+    strcpy(strrchr(path, '/') + 1, "config.json");
+    int rc = pp_lm_open(be, g_files.weights, path, &lm, err);
+    if (!rc) rc = mimi_open(be, g_files.mimi, NULL, &mm, err);
+    if (!rc) rc = mimi_state_create(mm, &ms, err);
+    if (!rc) rc = pp_spm_load_file(&spm, g_files.tokenizer, err);
+    if (!rc) rc = pp_spm_encode_prompt(spm, p->text_prompt, ids, 512, &n, err);
+    if (!rc) rc = pp_voice_resolve(g_files.voices_dir, p->voice, path, sizeof path, err);
+    if (!rc) rc = pp_voice_load(path, 0, &v, err);
+    pp_lmgen_params lp;
+    pp_lmgen_params_default(&lp);
+    lp.seed = p->text_seed;
+    if (!rc) rc = pp_lmgen_create(lm, &lp, &g, err);
+    if (!rc) rc = pp_lmgen_prompt_voice(g, v.embeddings, (int)v.frames, &v.cache[0][0], err);
+    if (!rc) rc = pp_lmgen_prompt_silence(g, PP_LMGEN_SILENCE_FRAMES, err);
+    if (!rc) rc = pp_lmgen_prompt_text(g, ids, (int)n, err);
+    if (!rc) rc = pp_lmgen_prompt_silence(g, PP_LMGEN_SILENCE_FRAMES, err);
+    for (int f = 0; f < FRAMES && !rc; f++) {
+        float pcm[PP_SESSION_FRAME];
+        int32_t codes[PP_LM_AUDIO_CODEBOOKS];
+        pp_lmgen_out o;
+        input_frame(f, pcm);
+        rc = mimi_encode_frame(ms, pcm, codes, NULL, err);
+        if (!rc) rc = pp_lmgen_step(g, codes, &o, err);
+        if (!rc) rc = mimi_decode_frame(ms, o.agent, out[f], err);
+    }
+    if (rc) fprintf(stderr, "reference: %s\n", err);
+    TEST_COND("reference pipeline runs", rc == PP_OK);
+    pp_lmgen_destroy(g);
+    pp_voice_free(&v);
+    pp_spm_free(spm);
+    mimi_state_destroy(ms);
+    mimi_close(mm);
+    pp_lm_close(lm);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN], dir_a[64] = "/tmp/pp-session-a-XXXXXX", dir_b[64] = "/tmp/pp-session-b-XXXXXX";
+    pp_log_set_level(PP_LOG_WARN);
+    if (!mkdtemp(dir_a) || !mkdtemp(dir_b)) TEST_SKIP("no temporary directory");
+    pp_demo_files other;
+    TEST_COND("demo model written", pp_demo_write(dir_a, &g_files, err) == PP_OK);
+    TEST_COND("demo model written again", pp_demo_write(dir_b, &other, err) == PP_OK);
+    TEST_COND("demo LM is deterministic", files_equal(g_files.weights, other.weights));
+    TEST_COND("demo codec is deterministic", files_equal(g_files.mimi, other.mimi));
+    TEST_COND("demo tokenizer is deterministic", files_equal(g_files.tokenizer, other.tokenizer));
+
+    pp_backend *be = NULL;
+    pp_model *m = NULL;
+    TEST_COND("cpu backend", pp_backend_cpu_create(1, &be, err) == PP_OK);
+    pp_model_paths paths = {g_files.weights, g_files.mimi, g_files.tokenizer, g_files.voices_dir, "demo"};
+    int rc = pp_model_open(be, &paths, &m, err);
+    if (rc) fprintf(stderr, "model: %s\n", err);
+    TEST_COND("demo model opens", rc == PP_OK);
+    if (rc) return test_report();
+    TEST_COND("model name", strcmp(pp_model_name(m), "demo") == 0 && strcmp(pp_model_backend(m), "cpu") == 0);
+
+    pp_session_params p;
+    pp_params_defaults(&p);
+    strcpy(p.text_prompt, PROMPT);
+    pp_session *a = start(m, &p), *b = NULL, *c = NULL;
+    TEST_COND("session starts", a != NULL);
+    if (!a) return test_report();
+
+    static float ref[FRAMES][PP_SESSION_FRAME], got[FRAMES][PP_SESSION_FRAME], got2[FRAMES][PP_SESSION_FRAME];
+    reference_run(be, &p, ref);
+    char piece[PP_SESSION_PIECE_MAX];
+    double sum = 0, peak = 0;
+    int ok = 1, texts = 0;
+    for (int f = 0; f < FRAMES; f++) {
+        float in[PP_SESSION_FRAME];
+        pp_step_times t;
+        input_frame(f, in);
+        ok &= pp_session_step(a, in, got[f], piece, &t, err) == PP_OK;
+        texts += piece[0] != '\0';
+        for (int i = 0; i < PP_SESSION_FRAME; i++) {
+            sum += (double)got[f][i] * got[f][i];
+            if (fabs(got[f][i]) > peak) peak = fabs(got[f][i]);
+        }
+    }
+    TEST_COND("frames step", ok);
+    TEST_COND("frame-by-frame prompts equal the whole-phase reference bit for bit",
+              memcmp(got, ref, sizeof got) == 0);
+    double rms = sqrt(sum / (FRAMES * PP_SESSION_FRAME));
+    printf("demo output: rms %.4f, peak %.3f, %d text pieces in %d frames\n", rms, peak, texts, FRAMES);
+    TEST_COND("demo audio is audible and bounded", rms > 0.005 && peak < 1.0);
+
+    /* Interleaving two sessions gives each the output it has alone. */
+    b = start(m, &p);
+    pp_session_params q = p;
+    strcpy(q.voice, "NATM1");
+    strcpy(q.text_prompt, "Be brief.");
+    c = start(m, &q);
+    ok = b && c;
+    for (int f = 0; f < FRAMES && ok; f++) {
+        float in[PP_SESSION_FRAME], junk[PP_SESSION_FRAME];
+        input_frame(f, in);
+        ok &= pp_session_step(b, in, got2[f], piece, NULL, err) == PP_OK;
+        input_frame(FRAMES - f, in);
+        ok &= pp_session_step(c, in, junk, piece, NULL, err) == PP_OK;
+    }
+    TEST_COND("interleaved sessions are independent", ok && memcmp(got2, ref, sizeof got2) == 0);
+
+    /* Errors. */
+    pp_session *s = NULL;
+    strcpy(q.voice, "NOSUCHVOICE");
+    TEST_COND("unknown voice", pp_session_create(m, &q, 512, &s, err) == PP_ENOTFOUND && !s);
+    strcpy(q.voice, "../voices/NATF2");
+    TEST_COND("path-like voice", pp_session_create(m, &q, 512, &s, err) == PP_EINVAL && !s);
+    strcpy(q.voice, "NATF2");
+    TEST_COND("prompt over the token limit", pp_session_create(m, &q, 3, &s, err) == PP_EFULL && !s &&
+                                                 strstr(err, "3 tokens"));
+    TEST_COND("a fresh session refuses to step", pp_session_create(m, &q, 512, &s, err) == PP_OK &&
+                                                     pp_session_step(s, got[0], got2[0], piece, NULL, err) == PP_EINVAL);
+    pp_session_destroy(s);
+    strcpy(q.text_prompt, "");
+    TEST_COND("an empty prompt is zero text frames",
+              pp_session_create(m, &q, 512, &s, err) == PP_OK && pp_session_prompt_frames(s) == 8 + 12);
+    pp_session_destroy(s);
+
+    pp_session_destroy(a);
+    pp_session_destroy(b);
+    pp_session_destroy(c);
+    pp_model_close(m);
+    pp_backend_destroy(be);
+    return test_report();
+}

@@ -1,0 +1,29 @@
+# Run by `cmake --install` (CMakeLists.txt, deployment section) with PP_SOURCE_DIR,
+# PP_BINARY_DIR and PP_SYSTEMD_UNITDIR set. It writes the systemd unit for the prefix actually
+# installed to (`cmake --install --prefix DIR` may differ from the configured one) and puts
+# the configuration in the prefix's etc/personaplex (/etc/personaplex for the /usr prefix).
+# An existing personaplex.conf is an operator's: it is kept, and the new one goes beside it as
+# personaplex.conf.example. file(INSTALL) adds $DESTDIR itself; the existence test must too.
+set(prefix "${CMAKE_INSTALL_PREFIX}")
+if(prefix STREQUAL "/usr")
+  set(PP_CONFDIR /etc/personaplex)
+else()
+  set(PP_CONFDIR "${prefix}/etc/personaplex")
+endif()
+set(PP_BINDIR "${prefix}/bin")
+
+configure_file("${PP_SOURCE_DIR}/tools/deploy/personaplex.service.in" "${PP_BINARY_DIR}/personaplex.service" @ONLY)
+if(IS_ABSOLUTE "${PP_SYSTEMD_UNITDIR}")
+  set(unitdir "${PP_SYSTEMD_UNITDIR}")
+else()
+  set(unitdir "${prefix}/${PP_SYSTEMD_UNITDIR}")
+endif()
+file(INSTALL "${PP_BINARY_DIR}/personaplex.service" DESTINATION "${unitdir}")
+
+set(conf "${PP_SOURCE_DIR}/tools/deploy/personaplex.conf")
+if(EXISTS "$ENV{DESTDIR}${PP_CONFDIR}/personaplex.conf")
+  message(STATUS "Keeping: $ENV{DESTDIR}${PP_CONFDIR}/personaplex.conf (new one: personaplex.conf.example)")
+  file(INSTALL "${conf}" DESTINATION "${PP_CONFDIR}" RENAME personaplex.conf.example)
+else()
+  file(INSTALL "${conf}" DESTINATION "${PP_CONFDIR}")
+endif()

@@ -1,0 +1,94 @@
+/* personaplex-voice: clones a voice from a speech clip into a voices/NAME.pt file (the layout
+ * of the released voices, so the server and the reference both load it) — spec/lm.md §6.1.
+ *   personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors
+ *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
+ *                     [--device cpu|cuda|auto] [--threads N]
+ * The clip's channel 0 is used (as the reference does), resampled to 24 kHz and normalised to
+ * -24 LUFS; 10-30 s of clean speech makes a good voice. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audio/wav.h"
+#include "backend/backend.h"
+#include "base/err.h"
+#include "io/voice.h"
+#include "model/lm.h"
+#include "model/mimi.h"
+#include "session/voice_clone.h"
+
+typedef struct opts {
+    const char *in, *out, *weights, *config, *mimi, *mimi_config, *device;
+    int threads;
+} opts;
+
+static void usage(void) {
+    fprintf(stderr, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
+                    "                         [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]\n"
+                    "                         [--device cpu|cuda|auto] [--threads N]\n");
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    *o = (opts){.device = "auto"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], **dst = NULL;
+        if (!strcmp(a, "--weights")) dst = &o->weights;
+        else if (!strcmp(a, "--config")) dst = &o->config;
+        else if (!strcmp(a, "--mimi")) dst = &o->mimi;
+        else if (!strcmp(a, "--mimi-config")) dst = &o->mimi_config;
+        else if (!strcmp(a, "--device")) dst = &o->device;
+        if (dst || !strcmp(a, "--threads")) {
+            if (++i >= argc) return -1;
+            if (dst) *dst = argv[i];
+            else if ((o->threads = atoi(argv[i])) < 0) return -1;
+        } else if (a[0] == '-' && a[1] == '-') {
+            return -1;
+        } else if (!o->in) {
+            o->in = a;
+        } else if (!o->out) {
+            o->out = a;
+        } else {
+            return -1;
+        }
+    }
+    return o->in && o->out && o->weights && o->mimi ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, &o)) {
+        usage();
+        return 2;
+    }
+    size_t n = strlen(o.out);
+    if (n < 3 || strcmp(o.out + n - 3, ".pt") != 0) {
+        fprintf(stderr, "personaplex-voice: the output name must end in .pt\n");
+        return 2;
+    }
+    char err[PP_ERR_LEN];
+    pp_backend *be = NULL;
+    pp_lm *lm = NULL;
+    mimi_model *mimi = NULL;
+    pp_wav w = {0};
+    pp_voice v = {0};
+    double gain = 0;
+    int64_t frames = 0;
+    int rc = pp_wav_read(o.in, PP_WAV_CHANNEL0, &w, err);
+    if (!rc && w.channels > 1) fprintf(stderr, "personaplex-voice: %s has %d channels; using channel 0\n", o.in, w.channels);
+    if (!rc) rc = pp_backend_create(o.device, o.threads, &be, err);
+    if (!rc) rc = pp_lm_open(be, o.weights, o.config, &lm, err);
+    if (!rc) rc = mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
+    if (!rc) rc = pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, w.rate, &v, &gain, &frames, err);
+    if (!rc) rc = pp_voice_save_pt(o.out, &v, err);
+    if (!rc)
+        printf("%s: %.2f s at %d Hz, gain %+.2f dB to -24 LUFS, %lld codec frames -> %s (%lld embeddings of %lld)\n", o.in,
+               (double)w.frames / w.rate, w.rate, gain, (long long)frames, o.out, (long long)v.frames, (long long)v.dim);
+    else
+        fprintf(stderr, "personaplex-voice: %s\n", err);
+    pp_voice_free(&v);
+    pp_wav_free(&w);
+    mimi_close(mimi);
+    pp_lm_close(lm);
+    pp_backend_destroy(be);
+    return rc ? 1 : 0;
+}
