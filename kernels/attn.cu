@@ -1,11 +1,14 @@
-/* attn: one query against a ring KV cache, flash-decoding style.
+/* attn: KV append + one query against a ring KV cache (f32, bf16 or int8), flash-decoding
+ * style.
  *
- * The visible keys (positions max(0, pos − window + 1) .. pos) are cut into splits of
- * PK_ATTN_SPLIT keys; block (head, split) runs an online softmax over its keys (one warp per
- * key at a time, lanes over head_dim) and leaves (max, sum, unnormalised output) in the
- * workspace; a second pass merges the splits of each head. The split count follows the
- * capacity, not the position (which lives in device memory), so the launch is the same every
- * frame and a captured graph replays it; splits past the window contribute nothing. */
+ * The new key and value are first converted to the ring's format and stored (a block per head,
+ * so an int8 head's max|x| is one reduction). The visible keys (positions max(0, pos − window
+ * + 1) .. pos) are cut into splits of PK_ATTN_SPLIT keys; block (head, split) runs an online
+ * softmax over its keys (one warp per key at a time, lanes over head_dim) and leaves (max,
+ * sum, unnormalised output) in the workspace; a second pass merges the splits of each head.
+ * The split count follows the capacity, not the position (which lives in device memory), so
+ * the launch is the same every frame and a captured graph replays it; splits past the window
+ * contribute nothing. */
 #include "common.cuh"
 
 #define PK_ATTN_SPLIT 64
@@ -14,25 +17,62 @@
 
 static int attn_splits(int capacity) { return (capacity + PK_ATTN_SPLIT - 1) / PK_ATTN_SPLIT; }
 
-__global__ void pk_kv_append_kernel(const float *__restrict__ qkv, int dim, float *kcache, float *vcache, int capacity,
-                                    const int32_t *__restrict__ pos) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= dim) return;
-    size_t slot = (size_t)(pos[0] % capacity) * dim;
-    kcache[slot + i] = qkv[dim + i];
-    vcache[slot + i] = qkv[2 * dim + i];
+/* bf16 bits of f, round to nearest even, NaN kept NaN (as cpu_lm.c). */
+__device__ __forceinline__ uint16_t pk_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
+/* Element e of head h at slot `slot`, decoded. */
+template <int FMT>
+__device__ __forceinline__ float pk_kv_load(const void *base, const float *scales, size_t off, size_t scale_idx) {
+    if (FMT == PK_KV_F32) return ((const float *)base)[off];
+    if (FMT == PK_KV_BF16) return pk_bf16(((const uint16_t *)base)[off]);
+    return (float)((const int8_t *)base)[off] * scales[scale_idx];
+}
+
+/* Block (head, 0 = key / 1 = value): stores the head in the ring's format. */
+template <int FMT>
+__global__ void pk_kv_store_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring r,
+                                   const int32_t *__restrict__ pos) {
+    __shared__ float red[32];
+    const int h = blockIdx.x, n_heads = gridDim.x, dim = n_heads * head_dim;
+    const float *src = qkv + (size_t)(1 + blockIdx.y) * dim + (size_t)h * head_dim;
+    const size_t slot = (size_t)(pos[0] % r.capacity), off = slot * dim + (size_t)h * head_dim;
+    void *base = blockIdx.y ? r.v : r.k;
+    if (FMT == PK_KV_F32) {
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) ((float *)base)[off + d] = src[d];
+    } else if (FMT == PK_KV_BF16) {
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) ((uint16_t *)base)[off + d] = pk_to_bf16(src[d]);
+    } else {
+        float mx = 0.0f;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) mx = fmaxf(mx, fabsf(src[d]));
+        mx = pk_warp_max(mx);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+        __syncthreads();
+        mx = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) mx = fmaxf(mx, red[w]);
+        const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+        if (threadIdx.x == 0) (blockIdx.y ? r.vscale : r.kscale)[slot * n_heads + h] = mx / 127.0f;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float q = roundf(src[d] * inv);
+            if (!(q == q)) q = 0.0f;
+            ((int8_t *)base)[off + d] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+        }
+    }
+}
+
+template <int FMT>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
-    pk_attn_split_kernel(const float *__restrict__ q, int head_dim, const float *__restrict__ kcache,
-                         const float *__restrict__ vcache, int capacity, int window, const int32_t *__restrict__ pos,
+    pk_attn_split_kernel(const float *__restrict__ q, int head_dim, pk_kv_ring r, const int32_t *__restrict__ pos,
                          float *__restrict__ part) {
     __shared__ float wm[PK_ATTN_THREADS / 32], wl[PK_ATTN_THREADS / 32];
     __shared__ float wo[PK_ATTN_THREADS / 32][PK_ATTN_MAX_DIM];
-    const int h = blockIdx.x, split = blockIdx.y, n_splits = gridDim.y;
+    const int h = blockIdx.x, n_heads = gridDim.x, split = blockIdx.y, n_splits = gridDim.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int dim = gridDim.x * head_dim;
-    const int64_t last = pos[0], first = last - window + 1 > 0 ? last - window + 1 : 0;
+    const int dim = n_heads * head_dim;
+    const int64_t last = pos[0], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
     const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
     const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
     const float scale = rsqrtf((float)head_dim);
@@ -45,20 +85,21 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     }
     float m = -INFINITY, l = 0.0f;
     for (int64_t p = k0 + warp; p <= k1; p += nw) {
-        size_t off = (size_t)(p % capacity) * dim + (size_t)h * head_dim;
+        const size_t slot = (size_t)(p % r.capacity), off = slot * dim + (size_t)h * head_dim;
+        const size_t si = slot * n_heads + h;
         float s = 0.0f;
 #pragma unroll
         for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
             int d = lane + 32 * t;
-            if (d < head_dim) s += qv[t] * kcache[off + d];
+            if (d < head_dim) s += qv[t] * pk_kv_load<FMT>(r.k, r.kscale, off + d, si);
         }
         s = pk_warp_sum(s);
-        float mn = fmaxf(m, s), r = expf(m - mn), e = expf(s - mn);
-        l = l * r + e;
+        float mn = fmaxf(m, s), f = expf(m - mn), e = expf(s - mn);
+        l = l * f + e;
 #pragma unroll
         for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
             int d = lane + 32 * t;
-            if (d < head_dim) o[t] = o[t] * r + e * vcache[off + d];
+            if (d < head_dim) o[t] = o[t] * f + e * pk_kv_load<FMT>(r.v, r.vscale, off + d, si);
         }
         m = mn;
     }
@@ -106,19 +147,29 @@ __global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_split
     }
 }
 
+template <int FMT>
+static void launch(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *r, const int32_t *pos, float *ws,
+                   int splits, cudaStream_t stream) {
+    pk_kv_store_kernel<FMT><<<dim3((unsigned)n_heads, 2), 64, 0, stream>>>(qkv, head_dim, *r, pos);
+    pk_attn_split_kernel<FMT><<<dim3((unsigned)n_heads, (unsigned)splits), PK_ATTN_THREADS, 0, stream>>>(
+        qkv, head_dim, *r, pos, ws);
+}
+
 extern "C" size_t pk_attn_workspace(int n_heads, int head_dim, int capacity) {
     return (size_t)n_heads * attn_splits(capacity) * (head_dim + 2);
 }
 
-extern "C" int pk_attn_step(const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache, int capacity,
-                            int window, const int32_t *pos, float *out, float *ws, cudaStream_t stream) {
-    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || capacity <= 0)
+extern "C" int pk_attn_step(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *ring, const int32_t *pos,
+                            float *out, float *ws, cudaStream_t stream) {
+    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0)
         return (int)cudaErrorInvalidValue;
-    int dim = n_heads * head_dim;
-    pk_kv_append_kernel<<<pk_blocks((size_t)dim, 256), 256, 0, stream>>>(qkv, dim, kcache, vcache, capacity, pos);
-    int splits = attn_splits(window < capacity ? window : capacity);
-    pk_attn_split_kernel<<<dim3((unsigned)n_heads, (unsigned)splits), PK_ATTN_THREADS, 0, stream>>>(
-        qkv, head_dim, kcache, vcache, capacity, window, pos, ws);
+    int splits = attn_splits(ring->window < ring->capacity ? ring->window : ring->capacity);
+    switch (ring->fmt) {
+    case PK_KV_F32: launch<PK_KV_F32>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
+    case PK_KV_BF16: launch<PK_KV_BF16>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
+    case PK_KV_INT8: launch<PK_KV_INT8>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
     pk_attn_merge_kernel<<<n_heads, head_dim < 128 ? 64 : 128, 0, stream>>>(ws, splits, head_dim, out);
     return pk_launched();
 }

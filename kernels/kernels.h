@@ -55,10 +55,18 @@ int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_
 int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream);
 
 /* ---- attn.cu: KV append + one query over the ring, split across the context ---- */
+/* A KV ring as backend.h's pp_kv_ring (format numbers equal pp_kv_format): k, v
+ * [capacity][n_heads·head_dim] of f32, bf16 bits or int8 with f32 scales [capacity][n_heads]. */
+enum { PK_KV_F32, PK_KV_BF16, PK_KV_INT8 };
+typedef struct pk_kv_ring {
+    int fmt, capacity, window;
+    void *k, *v;
+    float *kscale, *vscale;
+} pk_kv_ring;
 /* Floats of workspace pk_attn_step needs for capacity slots (the split partial results). */
 size_t pk_attn_workspace(int n_heads, int head_dim, int capacity);
-int pk_attn_step(const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache, int capacity, int window,
-                 const int32_t *pos, float *out, float *ws, cudaStream_t stream);
+int pk_attn_step(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *ring, const int32_t *pos, float *out,
+                 float *ws, cudaStream_t stream);
 
 /* ---- codec.cu ---- */
 typedef struct pk_conv {

@@ -260,11 +260,47 @@ static void test_lm_ops(void) {
     gpu->ops->release(gpu, pg);
 }
 
-/* Attention over a ring: `steps` queries at positions 0.. with the reference's window =
- * capacity − 1, so the ring wraps; checks every output and the caches at the end. */
-static void test_attn(int capacity, int steps, int heads, int hd) {
+/* Bytes of two backend buffers that differ. */
+static size_t bytes_differing(const void *on_gpu, const void *on_cpu, size_t bytes) {
+    unsigned char *g = malloc(bytes), *c = malloc(bytes);
+    size_t diff = bytes;
+    if (g && c) {
+        gpu->ops->download(gpu, g, on_gpu, bytes);
+        cpu->ops->download(cpu, c, on_cpu, bytes);
+        diff = 0;
+        for (size_t i = 0; i < bytes; i++) diff += g[i] != c[i];
+    }
+    free(g);
+    free(c);
+    return diff;
+}
+
+/* A ring of fmt on backend be (window = capacity − 1, the reference's ring quirk). */
+static pp_kv_ring ring_make(pp_backend *be, pp_kv_format fmt, int capacity, int dim, int heads) {
+    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1;
+    pp_kv_ring r = {.fmt = fmt, .capacity = capacity, .window = capacity - 1};
+    r.k = be->ops->alloc(be, (size_t)capacity * dim * elem);
+    r.v = be->ops->alloc(be, (size_t)capacity * dim * elem);
+    if (fmt == PP_KV_INT8) {
+        r.kscale = be->ops->alloc(be, (size_t)capacity * heads * sizeof(float));
+        r.vscale = be->ops->alloc(be, (size_t)capacity * heads * sizeof(float));
+    }
+    return r;
+}
+
+static void ring_free(pp_backend *be, pp_kv_ring *r) {
+    void *p[] = {r->k, r->v, r->kscale, r->vscale};
+    for (int i = 0; i < 4; i++)
+        if (p[i]) be->ops->release(be, p[i]);
+}
+
+/* Attention over a ring: `steps` queries at positions 0.. so the ring wraps; checks every
+ * output, then the stored caches byte for byte (both sides convert each value with the same
+ * single rounding). F32 goes through attn_step, the other formats through attn_step_kv. */
+static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format fmt) {
+    static const char *names[] = {"f32", "bf16", "int8"};
     int dim = heads * hd;
-    twin kc = twin_rand((size_t)capacity * dim, 0), vc = twin_rand((size_t)capacity * dim, 0);
+    pp_kv_ring rc = ring_make(cpu, fmt, capacity, dim, heads), rg = ring_make(gpu, fmt, capacity, dim, heads);
     twin out = twin_rand((size_t)dim, 0);
     int32_t *pc = cpu->ops->alloc(cpu, 4), *pg = gpu->ops->alloc(gpu, 4);
     double worst = 0;
@@ -272,8 +308,13 @@ static void test_attn(int capacity, int steps, int heads, int hd) {
         twin qkv = twin_rand(3 * (size_t)dim, 1.0f);
         cpu->ops->upload(cpu, pc, &s, 4);
         gpu->ops->upload(gpu, pg, &s, 4);
-        cpu->ops->attn_step(cpu, qkv.c, heads, hd, kc.c, vc.c, capacity, capacity - 1, pc, out.c);
-        gpu->ops->attn_step(gpu, qkv.g, heads, hd, kc.g, vc.g, capacity, capacity - 1, pg, out.g);
+        if (fmt == PP_KV_F32) {
+            cpu->ops->attn_step(cpu, qkv.c, heads, hd, rc.k, rc.v, capacity, capacity - 1, pc, out.c);
+            gpu->ops->attn_step(gpu, qkv.g, heads, hd, rg.k, rg.v, capacity, capacity - 1, pg, out.g);
+        } else {
+            cpu->ops->attn_step_kv(cpu, qkv.c, heads, hd, &rc, pc, out.c);
+            gpu->ops->attn_step_kv(gpu, qkv.g, heads, hd, &rg, pg, out.g);
+        }
         float *g = get(gpu, out.g, (size_t)dim), *c = get(cpu, out.c, (size_t)dim);
         double e = nmse(g, c, (size_t)dim);
         if (!(e <= worst)) worst = e;
@@ -282,13 +323,19 @@ static void test_attn(int capacity, int steps, int heads, int hd) {
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn_step cap %d, %d steps, worst", capacity, steps);
+    snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", names[fmt], capacity, steps);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
-    compare("attn_step k cache", kc.g, kc.c, kc.n, EXACT);
-    compare("attn_step v cache", vc.g, vc.c, vc.n, EXACT);
-    twin_free(&kc);
-    twin_free(&vc);
+    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1, bytes = (size_t)capacity * dim * elem;
+    size_t diff = bytes_differing(rg.k, rc.k, bytes) + bytes_differing(rg.v, rc.v, bytes);
+    if (fmt == PP_KV_INT8) {
+        diff += bytes_differing(rg.kscale, rc.kscale, (size_t)capacity * heads * 4);
+        diff += bytes_differing(rg.vscale, rc.vscale, (size_t)capacity * heads * 4);
+    }
+    printf("  %-44s %zu bytes differ\n", "  stored caches", diff);
+    TEST_COND("attention: stored KV caches identical", diff == 0);
+    ring_free(cpu, &rc);
+    ring_free(gpu, &rg);
     twin_free(&out);
     cpu->ops->release(cpu, pc);
     gpu->ops->release(gpu, pg);
@@ -467,9 +514,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
     printf("LM operations:\n");
     test_lm_ops();
-    test_attn(40, 100, 4, 64);       /* wraps the ring twice; one split */
-    test_attn(3000, 3100, 2, 128);   /* many splits, wrapped: the temporal transformer's case */
-    test_attn(16, 16, 16, 64);       /* the depformer's shape */
+    for (int f = PP_KV_F32; f <= PP_KV_INT8; f++) {
+        test_attn(40, 100, 4, 64, (pp_kv_format)f);     /* wraps the ring twice; one split */
+        test_attn(3000, 3100, 2, 128, (pp_kv_format)f); /* many splits, wrapped: the temporal case */
+    }
+    test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */

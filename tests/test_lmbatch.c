@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "base/log.h"
 #include "lm_case.h"
 
 #include <string.h>
@@ -155,6 +156,7 @@ static void test_refusals(const lm_case *c) {
 }
 
 int main(void) {
+    pp_log_set_level(PP_LOG_WARN);
     char dirs[LM_CASE_MAX][512];
     int n = lm_case_list(dirs);
     if (n == 0) TEST_SKIP("no golden LM cases under " PP_TEST_DATA "/golden");

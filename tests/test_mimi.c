@@ -6,11 +6,12 @@
  * - Mimi (the mimi-synth golden model): two interleaved sessions equal two separate runs;
  *   reset is bit-identical to a fresh state; bad codes are refused without touching state.
  * - The catalog of tensors the released configuration reads matches spec/mimi.md §2's
- *   parameter count; unsupported config keys are refused. */
+ *   parameter count; unsupported config keys are refused; BF16 weights are converted. */
 #include "test.h"
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "io/safetensors.h"
 #include "model/mimi.h"
 
 #include <stdint.h>
@@ -314,6 +315,8 @@ static void test_bad_configs(pp_backend *be) {
         {"{\"transformer\": {\"d_model\": 256}}", PP_EINVAL},
         {"{\"num_codebooks\": 40}", PP_EINVAL},
         {"{\"seanet\": {\"ratios\": []}}", PP_EINVAL},
+        {"{\"seanet\": {\"n_filters\": 1000000000}}", PP_EINVAL},
+        {"{\"seanet\": {\"ratios\": [8, 6, 5, 100000]}}", PP_EINVAL},
         {"[1, 2]", PP_EFORMAT},
     };
     char path[] = "/tmp/pp_test_mimi_config_XXXXXX";
@@ -338,6 +341,122 @@ static void test_bad_configs(pp_backend *be) {
     unlink(path);
 }
 
+/* A BF16 copy of mimi-synth's weights (spec/mimi.md §2: convert if ever found) loads and
+ * encodes close to the F32 model: BF16 keeps 8 bits of mantissa (0.4% relative error per
+ * weight); the latent moved by 0.42% of its range when measured, so 3% catches a wrong
+ * conversion (wrong byte order or scale gives errors of order 1) without flaking. */
+#define BF16_LATENT_TOL 0.03
+
+static int write_bf16_copy(const char *src, const char *dst) {
+    char err[PP_ERR_LEN];
+    st_file *f;
+    st_writer *w;
+    if (st_open(src, &f, err)) return -1;
+    int rc = st_writer_create(dst, &w, err);
+    for (size_t i = 0; i < st_count(f) && !rc; i++) {
+        const st_tensor *t = st_at(f, i);
+        rc = st_writer_declare(w, t->name, ST_BF16, t->ndim, t->shape, err);
+    }
+    if (!rc) rc = st_writer_begin(w, err);
+    for (size_t i = 0; i < st_count(f) && !rc; i++) {
+        const st_tensor *t = st_at(f, i);
+        float *v = malloc((size_t)t->numel * sizeof(float) + 4);
+        uint16_t *h = malloc((size_t)t->numel * sizeof(uint16_t) + 2);
+        rc = st_load_f32(f, t, 0, t->numel, v, err);
+        for (int64_t k = 0; k < t->numel && !rc; k++) h[k] = pp_f32_to_bf16(v[k]);
+        if (!rc) rc = st_writer_write(w, h, (size_t)t->numel * sizeof(uint16_t), err);
+        free(v);
+        free(h);
+    }
+    if (rc)
+        st_writer_abort(w);
+    else
+        rc = st_writer_finish(w, err);
+    st_close(f);
+    return rc;
+}
+
+static void test_bf16_weights(pp_backend *be) {
+    char dir[] = "/tmp/pp_test_mimi_bf16_XXXXXX", path[96], cfg[96], err[PP_ERR_LEN];
+    if (!mkdtemp(dir)) return;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s", PP_TEST_DATA "/golden/mimi-synth/config.json");
+    int rc = write_bf16_copy(PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path);
+    TEST_COND("bf16 copy written", rc == 0);
+    mimi_model *m16 = NULL, *m32 = NULL;
+    if (!rc) rc = mimi_open(be, path, cfg, &m16, err);
+    if (!rc) rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", cfg, &m32, err);
+    if (rc) fprintf(stderr, "bf16: %s\n", err);
+    TEST_COND("bf16 weights load", rc == 0);
+    if (!rc) {
+        const mimi_config *c = mimi_get_config(m32);
+        mimi_state *s16, *s32;
+        float *pcm = malloc((size_t)c->frame_size * sizeof(float));
+        float l16[512], l32[512];
+        int32_t codes[QUANTIZER_MAX_CODES];
+        double worst = 0;
+        mimi_state_create(m16, &s16, err);
+        mimi_state_create(m32, &s32, err);
+        for (int fr = 0; fr < 3 && c->seanet.dimension <= 512; fr++) {
+            for (int i = 0; i < c->frame_size; i++) pcm[i] = 0.3f * sinf(0.01f * (float)(fr * c->frame_size + i));
+            mimi_encode_frame(s16, pcm, codes, l16, err);
+            mimi_encode_frame(s32, pcm, codes, l32, err);
+            double e = test_rel_err(l16, l32, (size_t)c->seanet.dimension);
+            if (e > worst) worst = e;
+        }
+        if (worst > BF16_LATENT_TOL) fprintf(stderr, "bf16 latent rel err %.3g\n", worst);
+        TEST_COND("bf16 latent close to f32", worst <= BF16_LATENT_TOL && worst > 0);
+        free(pcm);
+        mimi_state_destroy(s16);
+        mimi_state_destroy(s32);
+    }
+    mimi_close(m16);
+    mimi_close(m32);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* mimi_code_gaps on the reference's own latents and codes: every code is the nearest or a
+ * near tie; a code swapped for another row is far from nearest, and so are the acoustic
+ * codes after it (they follow the residual the swapped code leaves). */
+static void test_code_gaps(pp_backend *be) {
+    const char *dir = PP_TEST_DATA "/golden/mimi-synth";
+    char err[PP_ERR_LEN];
+    mimi_model *m = NULL;
+    st_file *g = NULL;
+    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
+    if (!rc) rc = st_open(PP_TEST_DATA "/golden/mimi-synth/golden.safetensors", &g, err);
+    if (rc) fprintf(stderr, "%s: %s\n", dir, err);
+    TEST_COND("open mimi-synth and its golden tensors", rc == 0);
+    if (!rc) {
+        const mimi_config *c = mimi_get_config(m);
+        const int nq = c->quantizer.num_codebooks, dim = c->seanet.dimension;
+        const st_tensor *lt = st_find(g, "latent"), *ct = st_find(g, "codes");
+        float *lat = malloc((size_t)lt->numel * sizeof(float));
+        int64_t *codes = malloc((size_t)ct->numel * sizeof(int64_t));
+        st_load_f32(g, lt, 0, lt->numel, lat, err);
+        st_load_i64(g, ct, 0, ct->numel, codes, err);
+        double worst = 0, gaps[QUANTIZER_MAX_CODES];
+        int32_t c32[QUANTIZER_MAX_CODES];
+        for (int64_t fr = 0; fr < ct->shape[0]; fr++) {
+            for (int i = 0; i < nq; i++) c32[i] = (int32_t)codes[fr * nq + i];
+            rc |= mimi_code_gaps(m, lat + fr * dim, c32, gaps, err);
+            for (int i = 0; i < nq; i++) worst = gaps[i] > worst ? gaps[i] : worst;
+        }
+        TEST_COND("reference codes are nearest or near ties on the reference latent", rc == 0 && worst <= 1e-3);
+        for (int i = 0; i < nq; i++) c32[i] = (int32_t)codes[i];
+        c32[2] = (c32[2] + 1) % c->quantizer.bins;
+        rc = mimi_code_gaps(m, lat, c32, gaps, err);
+        TEST_COND("a swapped code is far from nearest", rc == 0 && gaps[2] > 1e-2 && gaps[0] == 0 && gaps[1] == 0);
+        c32[2] = -1;
+        TEST_COND("code gaps refuse out-of-range codes", mimi_code_gaps(m, lat, c32, gaps, err) == PP_EINVAL);
+        free(lat);
+        free(codes);
+    }
+    st_close(g);
+    mimi_close(m);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     pp_backend *be;
@@ -350,6 +469,8 @@ int main(void) {
     test_catalog();
     test_bad_configs(be);
     test_sessions(be);
+    test_bf16_weights(be);
+    test_code_gaps(be);
     pp_backend_destroy(be);
     return test_report();
 }

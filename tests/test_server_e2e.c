@@ -534,6 +534,15 @@ static void scenario_http(int after_calls) {
                                                 !strstr(h.body, "personaplex_frames_total 0\n"));
     TEST_COND("/metrics has stage histograms",
               h.body && strstr(h.body, "personaplex_frame_stage_seconds_bucket{stage=\"lm\",le=\"+Inf\"}"));
+    /* The measured per-stage cost, for the log (not asserted: speed belongs to the bench tool). */
+    static const char *const shown[] = {"personaplex_frames_total", "personaplex_late_frames_total",
+                                        "personaplex_frame_stage_seconds_sum", "personaplex_frame_stage_seconds_count"};
+    for (const char *line = h.body; after_calls && line && *line;) {
+        size_t len = strcspn(line, "\n");
+        for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++)
+            if (strncmp(line, shown[i], strlen(shown[i])) == 0) printf("metrics: %.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
     wc_http_free(&h);
     TEST_COND("/api/voices 200", get("/api/voices", &h, 5000) == 200);
     TEST_COND("/api/voices lists NATF2", h.body && strstr(h.body, "\"NATF2\"") != NULL);

@@ -240,6 +240,7 @@ int wc_init(int tls, int port) {
     info.pt_serv_buf_size = 65536;      /* room for the long request lines the tests send */
     info.max_http_header_data2 = 65536; /* the client keeps its request path there too */
     info.fd_limit_per_thread = 64;
+    /* WC_LOG=<lws log bitmask> shows the client library's own log when a test needs debugging. */
     lws_set_log_level(getenv("WC_LOG") ? atoi(getenv("WC_LOG")) : LLL_ERR, NULL);
     g_ctx = lws_create_context(&info);
     g_tls = tls;

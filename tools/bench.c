@@ -29,6 +29,12 @@ static const bench_mode modes[] = {
 #ifdef PP_BENCH_LM
     {"lm", "LM step times", bench_lm},
 #endif
+#ifdef PP_BENCH_BATCH
+    {"batch", "LM tick times of n conversations advancing together", bench_batch},
+#endif
+#ifdef PP_BENCH_FRAME
+    {"frame", "whole-frame times (LM + codec) on a backend, synthetic 7B-shaped weights", bench_frame},
+#endif
 };
 
 int main(int argc, char **argv) {

@@ -2,14 +2,16 @@
  *
  * Each mode is a main-like function in its own file, tools/bench_<mode>.c, that parses its own
  * options (argv[0] is the mode name) and prints its figures on stdout; 0 on success. The
- * build adds tools/bench_codec.c and tools/bench_lm.c when they exist and defines
- * PP_BENCH_CODEC / PP_BENCH_LM so the driver lists them. */
+ * build adds tools/bench_codec.c, tools/bench_lm.c, tools/bench_frame.c and tools/bench_batch.c
+ * when they exist and defines PP_BENCH_<MODE> so the driver lists them. */
 #ifndef PP_TOOLS_BENCH_H
 #define PP_TOOLS_BENCH_H
 
 int bench_gemv(int argc, char **argv);  /* tools/bench_gemv.c: CPU GEMV per weight format */
 int bench_codec(int argc, char **argv); /* tools/bench_codec.c */
 int bench_lm(int argc, char **argv);    /* tools/bench_lm.c */
+int bench_batch(int argc, char **argv); /* tools/bench_batch.c: sessions advancing together */
+int bench_frame(int argc, char **argv); /* tools/bench_frame.c: a whole frame on a backend */
 
 /* Monotonic seconds. */
 double bench_now(void);

@@ -190,9 +190,11 @@ int bench_codec(int argc, char **argv) {
     }
     if (!rc) {
         double frame_ms = 1e3 * fs / c->sample_rate;
-        printf("mimi on %s, %d threads: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB weights, "
+        char th[16] = "one per CPU";
+        if (threads > 0) snprintf(th, sizeof th, "%d", threads);
+        printf("mimi on %s, threads %s: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB weights, "
                "%zu MB state; %d frames after %d warm-up\n",
-               be->ops->name, threads, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers,
+               be->ops->name, th, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers,
                nq, mimi_weight_bytes(m) >> 20, mimi_state_bytes(s) >> 20, frames, warmup);
         report("encode", enc_ms, frames, frame_ms);
         report("decode", dec_ms, frames, frame_ms);

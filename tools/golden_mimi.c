@@ -1,8 +1,9 @@
 /* golden_mimi: the golden runner's codec cases (mimi-* dirs, see tools/golden.h).
  *
  * Replays golden.safetensors the way the reference produced it: pcm_in is encoded one
- * 1920-sample frame per call on a fresh state (codes must be equal, the latent close), then
- * the golden codes are decoded one frame per call on another fresh state (pcm close). */
+ * 1920-sample frame per call on a fresh state (codes must be equal, but for near ties; the
+ * latent close), then the golden codes are decoded one frame per call on another fresh
+ * state (pcm close). */
 #include "golden.h"
 
 #include "model/mimi.h"
@@ -17,6 +18,13 @@
  * independent implementation, so 1e-4 leaves two orders of margin while any wrong layer,
  * window or padding rule gives errors of 1e-2 and more. */
 #define MIMI_REL_TOL 1e-4
+/* Codes must be equal, except at a near tie (spec/mimi.md §10): where the reference's code,
+ * followed through the RVQ levels on our latent, lies within 0.1% of the nearest distance.
+ * The latent agrees to ~1e-6 of its range, but the deepest acoustic residuals are ~1% of the
+ * latent, so their distances are only known to ~1e-4 relative: below that, which row wins is
+ * float32 rounding in the reference, not a property of the codec. A real defect moves the
+ * latent by far more than MIMI_REL_TOL and fails that check. */
+#define MIMI_NEAR_TIE_GAP 1e-3
 
 typedef struct mimi_golden {
     float *pcm_in, *latent, *pcm_out;
@@ -47,25 +55,50 @@ static int load_golden(const char *dir, const mimi_config *c, mimi_golden *g, ch
     return rc;
 }
 
-/* Streaming encode of every frame; counts code mismatches and fills latent. */
-static int run_encode(const mimi_model *m, const mimi_golden *g, float *latent, int *mismatches, char *err) {
+typedef struct code_stats {
+    int mismatched;   /* codes that differ from the reference */
+    int unexplained;  /* frames with a difference that is not a near tie */
+    double worst_gap; /* largest gap of a reference code in a frame with a difference */
+} code_stats;
+
+/* A frame whose codes differ: every reference code must be a near tie on our latent. */
+static int check_frame(const mimi_model *m, int64_t fr, const float *latent, const int64_t *want,
+                       const int32_t *got, code_stats *st, char *err) {
+    const int nq = mimi_get_config(m)->quantizer.num_codebooks;
+    int32_t ref[QUANTIZER_MAX_CODES];
+    double gaps[QUANTIZER_MAX_CODES];
+    int bad = 0;
+    for (int i = 0; i < nq; i++) {
+        ref[i] = want[i] < 0 || want[i] > INT32_MAX ? -1 : (int32_t)want[i];
+        if (got[i] != want[i]) st->mismatched++;
+    }
+    int rc = mimi_code_gaps(m, latent, ref, gaps, err);
+    for (int i = 0; i < nq && !rc; i++) {
+        if (gaps[i] > st->worst_gap) st->worst_gap = gaps[i];
+        bad |= !(gaps[i] <= MIMI_NEAR_TIE_GAP);
+        if (got[i] != want[i])
+            fprintf(stderr, "mimi: frame %lld code %d: got %d, expected %lld (its distance is %.3g above the nearest)\n",
+                    (long long)fr, i, (int)got[i], (long long)want[i], gaps[i]);
+    }
+    st->unexplained += bad;
+    return rc;
+}
+
+/* Streaming encode of every frame: checks the codes and fills latent. */
+static int run_encode(const mimi_model *m, const mimi_golden *g, float *latent, code_stats *st, char *err) {
     const mimi_config *c = mimi_get_config(m);
     const int nq = c->quantizer.num_codebooks;
     mimi_state *s;
     int rc = mimi_state_create(m, &s, err);
-    *mismatches = 0;
+    memset(st, 0, sizeof *st);
     for (int64_t fr = 0; fr < g->frames && !rc; fr++) {
         int32_t codes[QUANTIZER_MAX_CODES];
-        rc = mimi_encode_frame(s, g->pcm_in + fr * c->frame_size, codes, latent + fr * c->seanet.dimension, err);
-        for (int i = 0; i < nq && !rc; i++) {
-            int64_t want = g->codes[fr * nq + i];
-            if (codes[i] != want) {
-                if (*mismatches < 8)
-                    fprintf(stderr, "mimi: frame %lld code %d: got %d, expected %lld\n", (long long)fr, i,
-                            (int)codes[i], (long long)want);
-                (*mismatches)++;
-            }
-        }
+        float *lat = latent + fr * c->seanet.dimension;
+        const int64_t *want = g->codes + fr * nq;
+        rc = mimi_encode_frame(s, g->pcm_in + fr * c->frame_size, codes, lat, err);
+        int differs = 0;
+        for (int i = 0; i < nq; i++) differs |= codes[i] != want[i];
+        if (!rc && differs) rc = check_frame(m, fr, lat, want, codes, st, err);
     }
     mimi_state_destroy(s);
     return rc;
@@ -99,7 +132,7 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err) {
     mimi_golden g;
     memset(&g, 0, sizeof g);
     float *latent = NULL, *pcm = NULL;
-    int mismatches = 0;
+    code_stats st;
     int rc = golden_backend(o, &be, err);
     if (!rc) rc = mimi_open(be, weights, config, &m, err);
     if (!rc) rc = load_golden(dir, mimi_get_config(m), &g, err);
@@ -109,16 +142,20 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err) {
         pcm = malloc((size_t)g.frames * c->frame_size * sizeof(float));
         if (!latent || !pcm) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
     }
-    if (!rc) rc = run_encode(m, &g, latent, &mismatches, err);
+    if (!rc) rc = run_encode(m, &g, latent, &st, err);
     if (!rc) rc = run_decode(m, &g, pcm, err);
     if (!rc) {
         const mimi_config *c = mimi_get_config(m);
         double lat_err = golden_rel_err(latent, g.latent, (size_t)g.frames, (size_t)c->seanet.dimension);
         double pcm_err = golden_rel_err(pcm, g.pcm_out, (size_t)g.frames, (size_t)c->frame_size);
-        int pass = mismatches == 0 && lat_err <= MIMI_REL_TOL && pcm_err <= MIMI_REL_TOL;
-        printf("%s: %lld frames, codes %d/%lld mismatched, latent rel err %.3g, pcm rel err %.3g (tol %.0e) %s\n",
-               name, (long long)g.frames, mismatches, (long long)(g.frames * c->quantizer.num_codebooks), lat_err,
-               pcm_err, MIMI_REL_TOL, pass ? "PASS" : "FAIL");
+        int pass = st.unexplained == 0 && lat_err <= MIMI_REL_TOL && pcm_err <= MIMI_REL_TOL;
+        char ties[96] = "";
+        if (st.mismatched)
+            snprintf(ties, sizeof ties, " (%s: largest gap %.2g, near-tie limit %.0e)",
+                     st.unexplained ? "NOT near ties" : "near ties", st.worst_gap, MIMI_NEAR_TIE_GAP);
+        printf("%s: %lld frames, codes %d/%lld mismatched%s, latent rel err %.3g, pcm rel err %.3g (tol %.0e) %s\n",
+               name, (long long)g.frames, st.mismatched, (long long)(g.frames * c->quantizer.num_codebooks), ties,
+               lat_err, pcm_err, MIMI_REL_TOL, pass ? "PASS" : "FAIL");
         rc = pass ? 0 : 1;
     }
     free(latent);

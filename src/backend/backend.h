@@ -151,8 +151,9 @@ typedef struct pp_backend_ops {
     int (*last_error)(pp_backend *be, char *err);
     /* CUDA graphs: graph_begin starts recording the operations that follow into graph `slot`
      * (0 <= slot < 8) instead of running them; graph_end stops, instantiates and runs it;
-     * graph_replay runs it again. Recorded operations keep their arguments, so the model
-     * must keep positions in backend memory (as it does) and not download inside. */
+     * graph_replay runs it again. Recorded operations keep their arguments (embed's host ids
+     * and vq_add_row's code too), so positions must come from backend memory (as they do),
+     * uploads happen before graph_begin, and nothing inside downloads, syncs or allocates. */
     int (*graph_begin)(pp_backend *be, int slot, char *err);
     int (*graph_end)(pp_backend *be, int slot, char *err);
     int (*graph_replay)(pp_backend *be, int slot, char *err);

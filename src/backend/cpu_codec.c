@@ -9,6 +9,7 @@
 #include "backend/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
 /* The same vector at any float alignment, allowed to alias float data. Loads and stores go
@@ -162,10 +163,13 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
         float *row = col + (size_t)o * len;
         for (int i = 0; i < c->cin; i++) {
             const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
-            for (int q = 0; q < k; q++) {
-                int pos = o * s + q;
-                row[i * k + q] = pos < p ? hi[pos] : xi[pos - p];
+            float *dst = row + (size_t)i * k;
+            int start = o * s;
+            if (start >= p) { /* the whole window is in x: a plain copy */
+                memcpy(dst, xi + (start - p), (size_t)k * sizeof(float));
+                continue;
             }
+            for (int q = 0; q < k; q++) dst[q] = start + q < p ? hi[start + q] : xi[start + q - p];
         }
     }
 }

@@ -22,6 +22,9 @@
 _Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
                    (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4,
                "kernels.h format numbers follow pp_wformat");
+_Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV_BF16 &&
+                   (int)PK_KV_INT8 == (int)PP_KV_INT8,
+               "kernels.h KV formats follow pp_kv_format");
 
 #define STAGE_BYTES ((size_t)32 << 20) /* per pinned staging buffer; two alternate */
 #define WS_INITIAL ((size_t)4 << 20)   /* workspace floats at start (16 MB); grows on demand */
@@ -306,11 +309,18 @@ static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, 
     CUDA_NOTE(ctx_of(be), pk_rope(x, n, stride, n_heads, head_dim, pos, max_period, ctx_of(be)->stream));
 }
 
+static void cuda_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                              const int32_t *pos, float *out) {
+    cuda_ctx *c = ctx_of(be);
+    pk_kv_ring r = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale};
+    if (ws_reserve(c, pk_attn_workspace(n_heads, head_dim, ring->capacity))) return;
+    CUDA_NOTE(c, pk_attn_step(qkv, n_heads, head_dim, &r, pos, out, c->ws, c->stream));
+}
+
 static void cuda_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
                            int capacity, int window, const int32_t *pos, float *out) {
-    cuda_ctx *c = ctx_of(be);
-    if (ws_reserve(c, pk_attn_workspace(n_heads, head_dim, capacity))) return;
-    CUDA_NOTE(c, pk_attn_step(qkv, n_heads, head_dim, kcache, vcache, capacity, window, pos, out, c->ws, c->stream));
+    pp_kv_ring r = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
+    cuda_attn_step_kv(be, qkv, n_heads, head_dim, &r, pos, out);
 }
 
 static void cuda_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
@@ -462,6 +472,7 @@ static const pp_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .attn_step = cuda_attn_step,
+    .attn_step_kv = cuda_attn_step_kv,
     .silu_mul = cuda_silu_mul,
     .conv1d = cuda_conv1d,
     .conv_tr1d = cuda_conv_tr1d,

@@ -116,6 +116,59 @@ static int load_weights(pp_lm *lm, char *err) {
     return refuse_extra(lm, name, "dep_q", c->dep_q, err);
 }
 
+static void tensor2(void (*fn)(void *, const char *, int, const int64_t *), void *ctx, const char *name,
+                    int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    fn(ctx, name, 2, shape);
+}
+
+static void alpha(void (*fn)(void *, const char *, int, const int64_t *), void *ctx, const char *prefix, int l,
+                  int which, int64_t d) {
+    char name[128];
+    int64_t shape[3] = {1, 1, d};
+    snprintf(name, sizeof name, "%s.layers.%d.norm%d.alpha", prefix, l, which);
+    fn(ctx, name, 3, shape);
+}
+
+void pp_lm_tensors(const pp_lm_config *c, void (*fn)(void *ctx, const char *name, int ndim, const int64_t *shape),
+                   void *ctx) {
+    char n[128];
+    int64_t d = c->dim, dd = c->dep_dim, q = c->dep_q;
+    for (int i = 0; i < c->n_q; i++) snprintf(n, sizeof n, "emb.%d.weight", i), tensor2(fn, ctx, n, c->card + 1, d);
+    tensor2(fn, ctx, "text_emb.weight", c->text_card + 1, d);
+    tensor2(fn, ctx, "text_linear.weight", c->text_card, d);
+    int64_t od[3] = {1, 1, d};
+    fn(ctx, "out_norm.alpha", 3, od);
+    for (int l = 0; l < c->num_layers; l++) {
+        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.in_proj_weight", l), tensor2(fn, ctx, n, 3 * d, d);
+        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.out_proj.weight", l), tensor2(fn, ctx, n, d, d);
+        alpha(fn, ctx, "transformer", l, 1, d);
+        alpha(fn, ctx, "transformer", l, 2, d);
+        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_in.weight", l);
+        tensor2(fn, ctx, n, 2 * (int64_t)c->ffn_hidden, d);
+        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_out.weight", l);
+        tensor2(fn, ctx, n, d, c->ffn_hidden);
+    }
+    for (int l = 0; l < c->dep_num_layers; l++) {
+        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.in_proj_weight", l), tensor2(fn, ctx, n, q * 3 * dd, dd);
+        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.out_proj.weight", l), tensor2(fn, ctx, n, q * dd, dd);
+        alpha(fn, ctx, "depformer", l, 1, dd);
+        alpha(fn, ctx, "depformer", l, 2, dd);
+        for (int s = 0; s < q; s++) {
+            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_in.weight", l, s);
+            tensor2(fn, ctx, n, 2 * (int64_t)c->dep_ffn_hidden, dd);
+            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_out.weight", l, s);
+            tensor2(fn, ctx, n, dd, c->dep_ffn_hidden);
+        }
+    }
+    for (int k = 0; k < q; k++) {
+        snprintf(n, sizeof n, "depformer_in.%d.weight", k), tensor2(fn, ctx, n, dd, d);
+        snprintf(n, sizeof n, "linears.%d.weight", k), tensor2(fn, ctx, n, c->card, dd);
+        if (k) snprintf(n, sizeof n, "depformer_emb.%d.weight", k - 1), tensor2(fn, ctx, n, c->card + 1, dd);
+    }
+    tensor2(fn, ctx, "depformer_text_emb.weight", c->text_card + 1, dd);
+}
+
 /* The start-up log says per format how many tensors and bytes the model holds. */
 static void log_weight_stats(const pp_lm *lm) {
     const pp_lm_config *c = &lm->cfg;

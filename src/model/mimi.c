@@ -169,11 +169,19 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     const seanet_config *s = &c->seanet;
     const mtr_config *t = &c->transformer;
     const quantizer_config *q = &c->quantizer;
+    /* Bounds far above any real codec that keep every size product inside an int. */
+    int big = s->n_filters > (1 << 16) || s->n_ratios > SEANET_MAX_RATIOS || s->dimension > (1 << 16) ||
+              s->kernel_size > 1024 || s->residual_kernel_size > 1024 || s->last_kernel_size > 1024 ||
+              t->num_heads > (1 << 12) || t->dim_feedforward > (1 << 18) || t->context > (1 << 20) ||
+              q->dimension > (1 << 16) || q->bins > (1 << 20) || q->n_q > (1 << 12) || c->frame_size > (1 << 22);
+    for (int i = 0; i < s->n_ratios && !big; i++) big = s->ratios[i] > 64;
+    if (!big && (int64_t)s->n_filters << s->n_ratios > (1 << 16)) big = 1;
+    if (big) return pp_fail(err, PP_EINVAL, "%s: a size in the codec configuration is out of range", label);
     int hop = seanet_hop(s);
     if (s->channels != 1)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: seanet.channels %d: only mono is supported", label, s->channels);
     if (s->n_filters < 1 || s->compress < 1 || s->dimension < 1 || s->kernel_size < 1 ||
-        s->residual_kernel_size < 1 || s->last_kernel_size < 1 || (s->n_filters << s->n_ratios) % 2)
+        s->residual_kernel_size < 1 || s->last_kernel_size < 1 || s->n_ratios < 1)
         return pp_fail(err, PP_EINVAL, "%s: seanet sizes must be positive", label);
     if (t->d_model != s->dimension || q->input_dimension != s->dimension || q->output_dimension != s->dimension)
         return pp_fail(err, PP_EINVAL,
@@ -213,26 +221,25 @@ int mimi_config_load(const char *path, mimi_config *cfg, char *err) {
     return rc;
 }
 
-/* config.json beside the weights when it describes a codec (has `seanet`), else defaults. */
+/* config.json beside the weights when it describes a codec (has `seanet`), else defaults;
+ * checked either way. */
 static int config_beside(const char *weights_path, mimi_config *cfg, char *err) {
     mimi_config_default(cfg);
     char path[4096];
     const char *slash = strrchr(weights_path, '/');
-    int dir_len = slash ? (int)(slash - weights_path) + 1 : 0;
-    if (snprintf(path, sizeof path, "%.*sconfig.json", dir_len, weights_path) >= (int)sizeof path)
-        return PP_OK;
+    int dir_len = slash ? (int)(slash - weights_path) + 1 : 0, rc = PP_OK;
     unsigned char *text = NULL;
     size_t len = 0;
     pp_json_doc *doc = NULL;
-    if (pp_file_read_all(path, 1 << 20, &text, &len, NULL) != PP_OK) return PP_OK;
-    int rc = PP_OK;
-    if (pp_json_parse((const char *)text, len, &doc, NULL) == PP_OK && pp_json_get(pp_json_root(doc), "seanet")) {
+    if (snprintf(path, sizeof path, "%.*sconfig.json", dir_len, weights_path) < (int)sizeof path &&
+        pp_file_read_all(path, 1 << 20, &text, &len, NULL) == PP_OK &&
+        pp_json_parse((const char *)text, len, &doc, NULL) == PP_OK && pp_json_get(pp_json_root(doc), "seanet")) {
         PP_INFO("mimi", "configuration from %s", path);
         rc = parse_config(pp_json_root(doc), path, cfg, err);
     }
     pp_json_free(doc);
     free(text);
-    return rc;
+    return rc ? rc : check_config(cfg, weights_path, err);
 }
 
 /* ==== weights ====================================================================== */
@@ -282,7 +289,6 @@ int mimi_open(pp_backend *be, const char *weights_path, const char *config_path,
     mimi_config cfg;
     mimi_config_default(&cfg);
     int rc = config_path ? mimi_config_load(config_path, &cfg, err) : config_beside(weights_path, &cfg, err);
-    if (!rc) rc = check_config(&cfg, config_path ? config_path : weights_path, err);
     if (rc) return rc;
     mimi_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "mimi: out of memory");
@@ -421,4 +427,13 @@ int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err
     seanet_step(be, &m->decoder, &s->dec, x, s->pcm_out);
     be->ops->download(be, pcm, s->pcm_out, (size_t)m->cfg.frame_size * sizeof(float));
     return PP_OK;
+}
+
+int mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err) {
+    const quantizer_config *q = &m->cfg.quantizer;
+    for (int i = 0; i < q->num_codebooks; i++)
+        if (codes[i] < 0 || codes[i] >= q->bins)
+            return pp_fail(err, PP_EINVAL, "mimi code gaps: code %d is %d, expected 0..%d", i, (int)codes[i],
+                           q->bins - 1);
+    return quantizer_code_gaps(m->be, &m->quant, latent, codes, gaps, err);
 }

@@ -63,4 +63,10 @@ int mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *la
  * Out-of-range codes fail with PP_EINVAL and leave the state untouched. */
 int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err);
 
+/* Golden-check diagnostic (allocates; not for the frame loop): for a latent from
+ * mimi_encode_frame and another implementation's codes for it, how much farther each code's
+ * row is than the nearest one, following those codes through the RVQ levels (see
+ * quantizer_code_gaps). Codes must be in [0, bins). */
+int mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err);
+
 #endif

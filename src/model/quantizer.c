@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -93,4 +94,47 @@ void quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, 
         be->ops->vq_add_row(be, q->rest.codebook[l], c->dimension, codes[1 + l], sr);
     conv_step(be, &q->first.output_proj, NULL, sf, 1, z, conv, 0);
     conv_step(be, &q->rest.output_proj, NULL, sr, 1, z, conv, PP_CONV_ACCUMULATE);
+}
+
+/* One RVQ's part of quantizer_code_gaps: w is [dimension][input_dimension], cb [bins][dimension]. */
+static void rvq_gaps(pp_backend *be, const quantizer_rvq *rvq, const quantizer_config *c, const float *z,
+                     const int32_t *codes, double *gaps, float *w, float *cb, double *r) {
+    be->ops->download(be, w, rvq->input_proj.c.w, (size_t)c->dimension * c->input_dimension * sizeof(float));
+    for (int o = 0; o < c->dimension; o++) {
+        r[o] = 0;
+        for (int i = 0; i < c->input_dimension; i++) r[o] += (double)w[(size_t)o * c->input_dimension + i] * z[i];
+    }
+    for (int l = 0; l < rvq->n_levels; l++) {
+        be->ops->download(be, cb, rvq->codebook[l], (size_t)c->bins * c->dimension * sizeof(float));
+        double nearest = INFINITY, chosen = 0;
+        for (int b = 0; b < c->bins; b++) {
+            double d = 0;
+            for (int i = 0; i < c->dimension; i++) {
+                double e = r[i] - cb[(size_t)b * c->dimension + i];
+                d += e * e;
+            }
+            d = sqrt(d);
+            if (d < nearest) nearest = d;
+            if (b == codes[l]) chosen = d;
+        }
+        gaps[l] = nearest > 0 ? (chosen - nearest) / nearest : chosen > 0 ? INFINITY : 0;
+        for (int i = 0; i < c->dimension; i++) r[i] -= cb[(size_t)codes[l] * c->dimension + i];
+    }
+}
+
+int quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
+                        char *err) {
+    const quantizer_config *c = &q->cfg;
+    float *w = malloc((size_t)c->dimension * c->input_dimension * sizeof(float));
+    float *cb = malloc((size_t)c->bins * c->dimension * sizeof(float));
+    double *r = malloc((size_t)c->dimension * sizeof(double));
+    int rc = w && cb && r ? PP_OK : pp_fail(err, PP_ENOMEM, "quantizer code gaps: out of memory");
+    if (!rc) {
+        rvq_gaps(be, &q->first, c, z, codes, gaps, w, cb, r);
+        rvq_gaps(be, &q->rest, c, z, codes + 1, gaps + 1, w, cb, r);
+    }
+    free(w);
+    free(cb);
+    free(r);
+    return rc;
 }

@@ -115,9 +115,26 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
                    strlen(body));
 }
 
+/* Appends the device memory gauges when the backend reports them (the CUDA backend). */
+static size_t render_memory(server *s, char *buf, size_t cap) {
+    pp_model *model;
+    server_engine(s, &model);
+    pp_backend *be = model ? pp_model_get_backend(model) : NULL;
+    if (!be || !be->ops->mem_info || !cap) return 0;
+    size_t v[5];
+    be->ops->mem_info(be, &v[0], &v[1], &v[2], &v[3], &v[4]);
+    static const char *const kinds[5] = {"weights", "buffers", "workspace", "free", "total"};
+    size_t len = (size_t)snprintf(buf, cap, "# HELP personaplex_gpu_memory_bytes Device memory by use.\n"
+                                            "# TYPE personaplex_gpu_memory_bytes gauge\n");
+    for (int i = 0; i < 5 && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "personaplex_gpu_memory_bytes{kind=\"%s\"} %zu\n", kinds[i], v[i]);
+    return len < cap ? len : cap - 1;
+}
+
 static int route_metrics(server *s, struct lws *wsi, http_pss *pss) {
     static char body[32768]; /* service thread only */
     size_t len = metrics_render(s->metrics, body, sizeof body, s->opt->max_sessions);
+    len += render_memory(s, body + len, sizeof body - len);
     return respond(wsi, pss, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }
 

@@ -204,6 +204,19 @@ static void on_receive(server *s, struct lws *wsi, ws_pss *pss, const uint8_t *i
     }
 }
 
+/* Behind a proxy, a conversation that cannot start now (loading, full, draining) is refused
+ * before the upgrade with HTTP 503, so the proxy tries another instance (nginx:
+ * proxy_next_upstream http_503); a direct client gets the 0x05 message of on_established. */
+static int refuse_upgrade_if_busy(server *s, struct lws *wsi) {
+    pp_model *model;
+    engine *e = server_engine(s, &model);
+    if (e && !lifecycle_draining() && engine_active(e) < s->opt->max_sessions) return 0;
+    PP_INFO("ws", "upgrade refused with 503: %s", !e ? "loading" : lifecycle_draining() ? "draining" : "full");
+    if (e && !lifecycle_draining()) metrics_session_rejected(s->metrics);
+    lws_return_http_status(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, NULL);
+    return 1;
+}
+
 int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     server *s = server_of(wsi);
     ws_pss *pss = user;
@@ -215,7 +228,7 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
             metrics_bad_input(s->metrics);
             return 1;
         }
-        return 0;
+        return s->opt->behind_proxy ? refuse_upgrade_if_busy(s, wsi) : 0;
     case LWS_CALLBACK_ESTABLISHED:
         return on_established(s, wsi, pss);
     case LWS_CALLBACK_CLOSED:

@@ -92,6 +92,7 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
 
 const char *pp_model_name(const pp_model *m) { return m->name; }
 const char *pp_model_backend(const pp_model *m) { return m->be->ops->name; }
+pp_backend *pp_model_get_backend(const pp_model *m) { return m->be; }
 const char *pp_model_voices_dir(const pp_model *m) { return m->voices_dir[0] ? m->voices_dir : NULL; }
 
 /* ---- session -------------------------------------------------------------------------------- */

@@ -36,6 +36,7 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
 void pp_model_close(pp_model *m);
 const char *pp_model_name(const pp_model *m);
 const char *pp_model_backend(const pp_model *m);
+pp_backend *pp_model_get_backend(const pp_model *m);
 const char *pp_model_voices_dir(const pp_model *m);
 
 /* Wall time of the three stages of the last step, in milliseconds. */

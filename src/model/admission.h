@@ -1,0 +1,70 @@
+/* admission: how many conversations this machine can hold in real time.
+ *
+ * Every 80 ms tick advances all conversations together (pp_lmbatch_step), so the limit is the
+ * largest batch n whose tick, plus the per-conversation work outside the batch (codec), fits in
+ * the frame with some headroom, and whose state fits in the free memory. pp_admission_calibrate
+ * measures the tick at a few batch sizes with throwaway conversations (a second or two at
+ * start-up); pp_admission_capacity predicts the tick at any n from those points (piecewise
+ * linear, extrapolated with the last segment's slope) and applies both limits.
+ *
+ * Use (e.g. the server at start-up, with its LM and backend):
+ *     pp_admission_calib cal;
+ *     static const int sizes[] = {1, 2, 4, 8};
+ *     pp_admission_calibrate(lm, sizes, 4, 3, PP_KV_INT8, &cal, err);
+ *     pp_admission_limits lim;
+ *     pp_admission_limits_default(&lim);
+ *     lim.per_session_ms = measured codec ms per frame;
+ *     lim.mem_free = pp_admission_free_memory(be);
+ *     lim.per_session_bytes = pp_lm_ctx_bytes(cfg, PP_KV_INT8) + codec state bytes;
+ *     pp_admission_report rep;
+ *     int max_sessions = pp_admission_capacity(&cal, &lim, &rep);   (rep.why says which limit)
+ */
+#ifndef PP_MODEL_ADMISSION_H
+#define PP_MODEL_ADMISSION_H
+
+#include <stddef.h>
+
+#include "model/lmgen.h"
+
+#define PP_ADMISSION_POINTS 8
+
+/* Measured LM tick times: tick_ms[i] for batch[i] conversations, batch ascending. */
+typedef struct pp_admission_calib {
+    int n;
+    int batch[PP_ADMISSION_POINTS];
+    double tick_ms[PP_ADMISSION_POINTS];
+} pp_admission_calib;
+
+typedef struct pp_admission_limits {
+    double frame_ms;          /* 80: one Mimi frame */
+    double headroom;          /* fraction of the frame the work may take (0.8: 20 % for jitter) */
+    double per_session_ms;    /* per conversation and frame outside the batch (Mimi encode + decode) */
+    size_t mem_free;          /* bytes available for new conversations (0: memory not limiting) */
+    size_t per_session_bytes; /* one conversation's state (pp_lm_ctx_bytes + codec state) */
+    int hard_max;             /* a configured ceiling (0: none) */
+} pp_admission_limits;
+
+typedef struct pp_admission_report {
+    int by_time, by_memory;   /* each limit alone (by_memory -1: not limiting) */
+    double tick_ms;           /* predicted frame work at the chosen n */
+    char why[128];            /* which limit binds, in words */
+} pp_admission_report;
+
+/* frame 80 ms, headroom 0.8, nothing else limiting. */
+void pp_admission_limits_default(pp_admission_limits *l);
+
+/* Times `ticks` ticks (after one warm-up tick) of sizes[i] fresh greedy conversations with KV
+ * format kv, for each of the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes. */
+int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv,
+                           pp_admission_calib *out, char *err);
+
+/* Predicted frame work of n conversations: tick(n) + n · per_session_ms (ms). */
+double pp_admission_predict(const pp_admission_calib *c, const pp_admission_limits *l, int n);
+
+/* The most conversations this machine holds in real time (0 when not even one; rep may be NULL). */
+int pp_admission_capacity(const pp_admission_calib *c, const pp_admission_limits *l, pp_admission_report *rep);
+
+/* Free memory where conversation state lives: the device's (mem_info) or the host's. */
+size_t pp_admission_free_memory(pp_backend *be);
+
+#endif

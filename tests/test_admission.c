@@ -1,0 +1,65 @@
+/* test_admission: the capacity rule on hand-worked tick times, and a calibration on the
+ * lm-bf16 golden model (only that it measures every size; speed is never asserted). */
+#include "test.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "model/admission.h"
+
+static void test_rule(void) {
+    /* 20 ms for 1 conversation, 24 for 2, 40 for 8; 2 ms of codec each; 64 ms of an 80 ms frame.
+     * n = 9: 40 + 16/6 + 18 = 60.7 fits; n = 10: 40 + 32/6 + 20 = 65.3 does not. */
+    pp_admission_calib c = {.n = 3, .batch = {1, 2, 8}, .tick_ms = {20, 24, 40}};
+    pp_admission_limits l;
+    pp_admission_limits_default(&l);
+    l.per_session_ms = 2;
+    pp_admission_report rep;
+    TEST_COND("between points: linear", fabs(pp_admission_predict(&c, &l, 5) - (24 + 8 + 10)) < 1e-9);
+    TEST_COND("below the first point: the first point", fabs(pp_admission_predict(&c, &l, 0) - 20) < 1e-9);
+    TEST_COND("frame time limit: 9", pp_admission_capacity(&c, &l, &rep) == 9 && rep.by_time == 9);
+    TEST_COND("memory not limiting", rep.by_memory == -1);
+    l.mem_free = 5 * 1000 + 999;
+    l.per_session_bytes = 1000;
+    TEST_COND("memory limit: 5", pp_admission_capacity(&c, &l, &rep) == 5 && rep.by_memory == 5);
+    l.hard_max = 3;
+    TEST_COND("configured maximum: 3", pp_admission_capacity(&c, &l, &rep) == 3);
+    l.hard_max = 0;
+    l.mem_free = 0;
+    l.per_session_ms = 50;
+    TEST_COND("too slow for one: 0", pp_admission_capacity(&c, &l, &rep) == 0);
+    pp_admission_calib falling = {.n = 2, .batch = {1, 4}, .tick_ms = {30, 20}};
+    l.per_session_ms = 0;
+    TEST_COND("a falling measurement never makes a tick cheaper",
+              fabs(pp_admission_predict(&falling, &l, 4) - 30) < 1e-9 &&
+                  fabs(pp_admission_predict(&falling, &l, 100) - 30) < 1e-9);
+}
+
+static void test_calibrate(void) {
+    char err[PP_ERR_LEN] = "";
+    pp_backend *be = NULL;
+    pp_lm *lm = NULL;
+    int rc = pp_backend_cpu_create(1, &be, err);
+    if (!rc)
+        rc = pp_lm_open(be, PP_TEST_DATA "/golden/lm-bf16/model.safetensors",
+                        PP_TEST_DATA "/golden/lm-bf16/config.json", &lm, err);
+    TEST_COND("open lm-bf16", rc == 0);
+    if (!rc) {
+        static const int sizes[] = {1, 2, 3};
+        pp_admission_calib c;
+        rc = pp_admission_calibrate(lm, sizes, 3, 2, PP_KV_INT8, &c, err);
+        TEST_COND("calibrate", rc == 0 && c.n == 3 && c.batch[2] == 3);
+        TEST_COND("times measured", c.tick_ms[0] > 0 && c.tick_ms[1] > 0 && c.tick_ms[2] > 0);
+        static const int bad[] = {2, 2};
+        TEST_COND("sizes must ascend", pp_admission_calibrate(lm, bad, 2, 1, PP_KV_F32, &c, err) == PP_EINVAL);
+        TEST_COND("free memory is known", pp_admission_free_memory(be) > 0);
+    }
+    pp_lm_close(lm);
+    if (be) pp_backend_destroy(be);
+}
+
+int main(void) {
+    pp_log_set_level(PP_LOG_WARN);
+    test_rule();
+    test_calibrate();
+    return test_report();
+}

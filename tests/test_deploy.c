@@ -1,0 +1,359 @@
+/* test_deploy: personaplex-server the way an operator runs it: stopped by SIGTERM, and several
+ * instances behind nginx.
+ *
+ * usage: test_deploy drain SERVER [ARG...]
+ *        test_deploy proxy SERVER SOURCE_DIR
+ *
+ * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
+ *   install test passes the installed binary and --config FILE as ARGs). Two conversations
+ *   are open, one from a client that stopped reading. After SIGTERM the other client gets,
+ *   after its handshake, 0x05 "server shutting down" and close 1001; both sessions are
+ *   drained and the server exits with status 0. (The drain closes conversations at once, so
+ *   the window in which /health says "draining" and new conversations are refused is too
+ *   short to hit from a test.)
+ * proxy: instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
+ *   --behind-proxy, behind Debian's nginx run as an ordinary process (its own prefix, config
+ *   and temp paths, an ephemeral loopback port) with the proxy directives of
+ *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake. With A
+ *   held full by a direct client, three conversations through nginx: two get handshakes (both
+ *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
+ *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
+ * Skips (77) when nginx is not installed. */
+#define _DEFAULT_SOURCE
+#include "test.h"
+#include "ws_client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ARGS 32
+
+static char g_dir[256];
+
+/* ---- processes and plain sockets -------------------------------------------------------------- */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Runs argv with stdout and stderr in log. */
+static pid_t spawn(const char *const *argv, const char *log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM, then the exit status (-1 when it had to be killed). */
+static int stop(pid_t pid) {
+    int status = 0;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; i++) usleep(100000);
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int connect_local(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* GET path over a plain socket (usable from any process, unlike the lws client). Returns the
+ * status (or -1) and the body in body. */
+static int raw_get(int port, const char *path, char *body, size_t cap) {
+    int fd = connect_local(port);
+    if (fd < 0) return -1;
+    char req[256], buf[4096];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    size_t got = 0;
+    ssize_t r = write(fd, req, (size_t)n);
+    while (r > 0 && got + 1 < sizeof buf && (r = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    close(fd);
+    buf[got] = '\0';
+    int status = -1;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) return -1;
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(body, cap, "%s", b ? b + 4 : "");
+    return status;
+}
+
+static int wait_health(int port, const char *needle, pid_t pid) {
+    char body[2048];
+    for (int i = 0; i < 600; i++) {
+        raw_get(port, "/health", body, sizeof body);
+        if (strstr(body, needle)) return 1;
+        if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) return 0;
+        usleep(100000);
+    }
+    return 0;
+}
+
+/* A child that opens a chat WebSocket on port, reads the 101, then never reads again (so it
+ * also never answers a close) until it is killed. */
+static pid_t silent_client(int port) {
+    pid_t pid = fork();
+    if (pid) return pid;
+    int fd = connect_local(port);
+    const char req[] = "GET /api/chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    char buf[256];
+    if (fd < 0 || write(fd, req, sizeof req - 1) < 0 || read(fd, buf, sizeof buf) <= 0) _exit(1);
+    for (;;) pause();
+}
+
+static int file_contains(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+static long metric(int port, const char *name) {
+    char body[16384];
+    if (raw_get(port, "/metrics", body, sizeof body) != 200) return -1;
+    for (const char *p = body; (p = strstr(p, name)); p++)
+        if (p == body || p[-1] == '\n') return atol(p + strlen(name));
+    return -1;
+}
+
+/* ---- drain --------------------------------------------------------------------------------------- */
+
+static void run_drain(const char *server, int n_extra, char **extra) {
+    int port = free_port();
+    char port_s[16], log[300];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    snprintf(log, sizeof log, "%s/server.log", g_dir);
+    const char *argv[MAX_ARGS + 16] = {server};
+    int n = 1;
+    for (int i = 0; i < n_extra && i < MAX_ARGS; i++) argv[n++] = extra[i];
+    const char *tail[] = {"--demo", "--no-tls", "--host", "127.0.0.1", "--port", port_s, "--state-dir", g_dir, NULL};
+    memcpy(argv + n, tail, sizeof tail);
+    pid_t pid = spawn(argv, log);
+    TEST_COND("server ready", wait_health(port, "\"status\":\"ok\"", pid));
+
+    pid_t silent = silent_client(port);
+    TEST_COND("the silent client holds a session", wait_health(port, "\"active\":1", pid));
+    TEST_COND("no bad input yet", metric(port, "personaplex_bad_input_total ") == 0);
+    /* The talking client sends one message of an unknown kind after its handshake; the
+     * server counts it as bad input, which tells a helper process that the handshake is
+     * done: it then sends SIGTERM. */
+    pid_t killer = fork();
+    if (killer == 0) {
+        int ok = 0;
+        for (int i = 0; i < 600 && !(ok = metric(port, "personaplex_bad_input_total ") >= 1); i++) usleep(50000);
+        if (ok) kill(pid, SIGTERM);
+        _exit(ok ? 0 : 1);
+    }
+    wc_init(0, port);
+    static uint8_t unknown_kind[] = {0x07};
+    wc_msg marker = {unknown_kind, 1, 0};
+    wc_conn c = {0};
+    c.path = "/api/chat";
+    c.wait_handshake = 1;
+    c.extra = &marker;
+    c.n_extra = 1;
+    c.linger_ms = 30000; /* the server's close ends it */
+    wc_conn *l[] = {&c};
+    wc_run(l, 1, NULL, 0, 40000);
+    int killer_status = -1;
+    waitpid(killer, &killer_status, 0);
+    TEST_COND("SIGTERM sent with two sessions open", WIFEXITED(killer_status) && WEXITSTATUS(killer_status) == 0);
+    TEST_COND("the client had its handshake", c.handshakes == 1);
+    TEST_COND("then 0x05 server shutting down", c.errors >= 1 && strstr(c.last_error, "server shutting down"));
+    TEST_COND("then close 1001", c.close_code == 1001);
+    printf("drained client: %d errors, last \"%s\", close %d\n", c.errors, c.last_error, c.close_code);
+    wc_conn_free(&c);
+
+    wc_shutdown();
+
+    kill(silent, SIGKILL);
+    waitpid(silent, NULL, 0);
+    int st = 0, exited = 0;
+    for (int i = 0; i < 300 && !(exited = waitpid(pid, &st, WNOHANG) == pid); i++) usleep(100000);
+    int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : stop(pid);
+    TEST_COND("the server exits 0 after the drain", rc == 0);
+    TEST_COND("the log tells the drain", file_contains(log, "draining 2 conversations"));
+}
+
+/* ---- proxy --------------------------------------------------------------------------------------- */
+
+static const char *find_nginx(void) {
+    static const char *const paths[] = {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (access(paths[i], X_OK) == 0) return paths[i];
+    return NULL;
+}
+
+static pid_t start_instance(const char *server, const char *name, int port, const char *max) {
+    char dir[300], log[320], port_s[16];
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
+    mkdir(dir, 0755);
+    snprintf(log, sizeof log, "%s/server.log", dir);
+    snprintf(port_s, sizeof port_s, "%d", port);
+    const char *argv[] = {server, "--demo", "--no-tls", "--behind-proxy", "--host", "127.0.0.1", "--port", port_s,
+                          "--max-sessions", max, "--state-dir", dir, NULL};
+    return spawn(argv, log);
+}
+
+/* The proxy part of tools/deploy/nginx.conf, minus TLS, on a private prefix. */
+static int write_nginx_conf(const char *path, int listen, int a, int b) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "daemon off;\nmaster_process off;\npid %s/nginx.pid;\nerror_log %s/nginx-error.log info;\n"
+            "events { worker_connections 64; }\n"
+            "http {\n  access_log %s/nginx-access.log;\n"
+            "  client_body_temp_path %s/t1; proxy_temp_path %s/t2; fastcgi_temp_path %s/t3;\n"
+            "  uwsgi_temp_path %s/t4; scgi_temp_path %s/t5;\n"
+            "  upstream personaplex {\n    least_conn;\n"
+            "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n"
+            "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n  }\n"
+            "  map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n"
+            "  server {\n    listen 127.0.0.1:%d;\n    large_client_header_buffers 4 32k;\n"
+            "    proxy_http_version 1.1;\n    proxy_set_header Host $host;\n"
+            "    proxy_set_header X-Real-IP $remote_addr;\n"
+            "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+            "    proxy_next_upstream error timeout http_503;\n"
+            "    location = /api/chat {\n      proxy_pass http://personaplex;\n"
+            "      proxy_set_header Host $host;\n      proxy_set_header X-Real-IP $remote_addr;\n"
+            "      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+            "      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n"
+            "      proxy_read_timeout 1h;\n    }\n"
+            "    location / { proxy_pass http://personaplex; }\n  }\n}\n",
+            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, a, b, listen);
+    return fclose(f);
+}
+
+/* nginx -t on the shipped example, its certificate paths pointed at a throwaway pair. */
+static int shipped_conf_valid(const char *nginx, const char *source) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 1 -subj /CN=t "
+             ">/dev/null 2>&1 && sed -e 's|/etc/letsencrypt/live/personaplex.example.com/fullchain.pem|%s/cert.pem|' "
+             "-e 's|/etc/letsencrypt/live/personaplex.example.com/privkey.pem|%s/key.pem|' "
+             "-e 's/listen 80;/listen 127.0.0.1:%d;/' -e 's/listen 443 ssl;/listen 127.0.0.1:%d ssl;/' "
+             "'%s/tools/deploy/nginx.conf' > site.conf && printf 'pid %s/t.pid;\\nevents {}\\nhttp {\\n"
+             "client_body_temp_path %s/t1; proxy_temp_path %s/t2;\\ninclude %s/site.conf;\\n}\\n' > example.conf && "
+             "'%s' -t -q -e '%s/nginx-t.log' -p '%s' -c '%s/example.conf' >>'%s/nginx-t.log' 2>&1",
+             g_dir, g_dir, g_dir, free_port(), free_port(), source, g_dir, g_dir, g_dir, g_dir, nginx, g_dir, g_dir,
+             g_dir, g_dir);
+    return system(cmd) == 0;
+}
+
+static void run_proxy(const char *server, const char *source) {
+    const char *nginx = find_nginx();
+    if (!nginx) TEST_SKIP("nginx is not installed (apt-get install nginx)");
+    TEST_COND("the shipped tools/deploy/nginx.conf passes nginx -t", shipped_conf_valid(nginx, source));
+
+    int pa = free_port(), pb = free_port(), pn = free_port();
+    pid_t a = start_instance(server, "a", pa, "1"), b = start_instance(server, "b", pb, "2");
+    TEST_COND("instance A ready", wait_health(pa, "\"status\":\"ok\"", a));
+    TEST_COND("instance B ready", wait_health(pb, "\"status\":\"ok\"", b));
+    char conf[300], log[300];
+    snprintf(conf, sizeof conf, "%s/nginx.conf", g_dir);
+    snprintf(log, sizeof log, "%s/nginx.out", g_dir);
+    write_nginx_conf(conf, pn, pa, pb);
+    const char *argv[] = {nginx, "-e", "stderr", "-p", g_dir, "-c", conf, NULL};
+    pid_t ng = spawn(argv, log);
+    TEST_COND("nginx up", wait_health(pn, "\"ready\":true", ng));
+
+    wc_init(0, pn);
+    wc_conn one = {0};
+    one.path = "/api/chat?text_prompt=Hello+there";
+    one.wait_handshake = 1;
+    one.linger_ms = 300;
+    wc_conn *l1[] = {&one};
+    wc_run(l1, 1, NULL, 0, 20000);
+    TEST_COND("a conversation through nginx gets the 0x00 handshake", one.handshakes == 1 && !one.errors);
+    wc_conn_free(&one);
+    TEST_COND("its session ends", wait_health(pa, "\"active\":0", a) && wait_health(pb, "\"active\":0", b));
+
+    pid_t holder = silent_client(pa);
+    TEST_COND("A is full", wait_health(pa, "\"status\":\"full\"", a));
+    long rejected_before = metric(pa, "personaplex_sessions_rejected_total ");
+    wc_conn c[3];
+    wc_conn *l[3];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < 3; i++) {
+        c[i].path = "/api/chat";
+        c[i].wait_handshake = 1;
+        c[i].linger_ms = 1500;
+        l[i] = &c[i];
+    }
+    wc_run(l, 3, NULL, 0, 20000);
+    int handshakes = 0, refused = 0;
+    for (int i = 0; i < 3; i++) {
+        handshakes += c[i].handshakes == 1 && !c[i].errors;
+        refused += !c[i].handshakes;
+        printf("proxied %d: handshake %d, errors %d (%s), close %d, fail \"%s\"\n", i, c[i].handshakes, c[i].errors,
+               c[i].first_error, c[i].close_code, c[i].fail_reason);
+        wc_conn_free(&c[i]);
+    }
+    wc_shutdown();
+    long rejected = metric(pa, "personaplex_sessions_rejected_total ");
+    printf("A refused %ld upgrade(s) while full\n", rejected - rejected_before);
+    TEST_COND("two conversations through nginx get handshakes although A is full", handshakes == 2);
+    TEST_COND("the third, with every instance full, gets none", refused == 1);
+    TEST_COND("nginx tried full A and moved on (A refused with 503)", rejected_before >= 0 && rejected > rejected_before);
+    char blog[300];
+    snprintf(blog, sizeof blog, "%s/b/server.log", g_dir);
+    TEST_COND("B logs the client address nginx passed on (--behind-proxy)", file_contains(blog, "connected from 127.0.0.1 via "));
+
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    stop(ng);
+    TEST_COND("A exits 0 on SIGTERM", stop(a) == 0);
+    TEST_COND("B exits 0 on SIGTERM", stop(b) == 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3 || (strcmp(argv[1], "drain") != 0 && strcmp(argv[1], "proxy") != 0)) {
+        fprintf(stderr, "usage: test_deploy drain SERVER [ARG...] | proxy SERVER SOURCE_DIR\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(g_dir, sizeof g_dir, "/tmp/pp-deploy-XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    if (strcmp(argv[1], "drain") == 0) run_drain(argv[2], argc - 3, argv + 3);
+    else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
+    int rc = test_report();
+    if (!rc) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    } else {
+        printf("logs kept in %s\n", g_dir);
+    }
+    return rc;
+}

@@ -1,0 +1,261 @@
+/* personaplex-bench batch: the LM tick of n conversations advancing together (pp_lmbatch_step)
+ * against one: per-tick time and per-conversation cost at each batch size.
+ *   personaplex-bench batch [--weights model.safetensors [--config config.json]]
+ *                           [--layers L] [--dep-layers D] [--format bf16|nf2|int4|nf4]
+ *                           [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] [--threads N]
+ *                           [--device cpu|cuda]
+ * Without --weights it writes a synthetic model with the PersonaPlex-7B shapes but only L
+ * temporal and D depformer layers (default 1 and 1, so a CPU finishes in seconds) to a
+ * temporary directory, quantized to --format, and removes it afterwards. The conversations
+ * are greedy and start at position 0; the first two ticks (a compute-free first call and a
+ * warm-up) are not timed. */
+#include "bench.h"
+
+#include "backend/backend.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "io/quant_file.h"
+#include "io/safetensors.h"
+#include "model/lmgen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_BATCHES 8
+
+typedef struct {
+    const char *weights, *config, *device, *format, *kv;
+    int layers, dep_layers, ticks, threads;
+    int batches[MAX_BATCHES], n_batches;
+} batch_opts;
+
+static int parse_list(const char *v, int *out, int max) {
+    int n = 0;
+    for (const char *p = v; *p && n < max;) {
+        int x = atoi(p);
+        if (x < 1) return -1;
+        out[n++] = x;
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    return n;
+}
+
+static int parse(int argc, char **argv, batch_opts *o) {
+    *o = (batch_opts){.device = "cpu", .format = "bf16", .kv = "f32", .layers = 1, .dep_layers = 1, .ticks = 3,
+                      .batches = {1, 2, 8}, .n_batches = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return -1;
+        i++;
+        if (strcmp(a, "--weights") == 0) o->weights = v;
+        else if (strcmp(a, "--config") == 0) o->config = v;
+        else if (strcmp(a, "--device") == 0) o->device = v;
+        else if (strcmp(a, "--format") == 0) o->format = v;
+        else if (strcmp(a, "--kv") == 0) o->kv = v;
+        else if (strcmp(a, "--layers") == 0) o->layers = atoi(v);
+        else if (strcmp(a, "--dep-layers") == 0) o->dep_layers = atoi(v);
+        else if (strcmp(a, "--ticks") == 0) o->ticks = atoi(v);
+        else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
+        else if (strcmp(a, "--batches") == 0) {
+            if ((o->n_batches = parse_list(v, o->batches, MAX_BATCHES)) < 1) return -1;
+        } else return -1;
+    }
+    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 ? 0 : -1;
+}
+
+static int kv_format(const char *s, pp_kv_format *out) {
+    if (strcmp(s, "f32") == 0) *out = PP_KV_F32;
+    else if (strcmp(s, "bf16") == 0) *out = PP_KV_BF16;
+    else if (strcmp(s, "int8") == 0) *out = PP_KV_INT8;
+    else return -1;
+    return 0;
+}
+
+/* ---- the synthetic model ---- */
+
+typedef struct {
+    st_writer *w;
+    int writing; /* 0: declaring, 1: writing values */
+    int rc;
+    char *err;
+    uint64_t rng;
+} synth;
+
+static float uniform(uint64_t *s) { /* xorshift64: uniform in [-1, 1) */
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)(*s >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* Weights uniform with variance 1/cols (activations keep their scale through the layers),
+ * norms 1, embeddings of unit variance. */
+static void synth_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    synth *s = ctx;
+    if (s->rc) return;
+    if (!s->writing) {
+        s->rc = st_writer_declare(s->w, name, ST_BF16, ndim, shape, s->err);
+        return;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= shape[i];
+    int is_norm = strstr(name, "alpha") != NULL, is_emb = strstr(name, "emb") != NULL;
+    float amp = is_emb ? 1.7320508f : 1.7320508f / sqrtf((float)shape[ndim - 1]);
+    uint16_t buf[4096];
+    for (int64_t o = 0; o < numel && !s->rc; o += 4096) {
+        int n = numel - o < 4096 ? (int)(numel - o) : 4096;
+        for (int k = 0; k < n; k++) buf[k] = pp_f32_to_bf16(is_norm ? 1.0f : amp * uniform(&s->rng));
+        s->rc = st_writer_write(s->w, buf, (size_t)n * sizeof *buf, s->err);
+    }
+}
+
+static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, char *cpath, char *err) {
+    pp_lm_config c;
+    pp_lm_config_default(&c);
+    c.num_layers = o->layers;
+    c.dep_num_layers = o->dep_layers;
+    int rc = pp_lm_config_validate(&c, "synthetic", err);
+    char dense[600];
+    snprintf(dense, sizeof dense, "%s/dense.safetensors", dir);
+    snprintf(cpath, 600, "%s/config.json", dir);
+    FILE *f = rc ? NULL : fopen(cpath, "w");
+    if (!rc && !f) rc = pp_fail(err, PP_EIO, "cannot create %s", cpath);
+    if (f) {
+        fprintf(f, "{\"num_layers\": %d, \"depformer_num_layers\": %d}\n", o->layers, o->dep_layers);
+        fclose(f);
+    }
+    synth s = {.err = err, .rng = 0x9e3779b97f4a7c15ull};
+    if (!rc) rc = st_writer_create(dense, &s.w, err);
+    if (rc) return rc;
+    pp_lm_tensors(&c, synth_tensor, &s);
+    if (!s.rc) s.rc = st_writer_begin(s.w, err);
+    s.writing = 1;
+    pp_lm_tensors(&c, synth_tensor, &s);
+    if (s.rc) {
+        st_writer_abort(s.w);
+        return s.rc;
+    }
+    if ((rc = st_writer_finish(s.w, err))) return rc;
+    if (strcmp(o->format, "bf16") == 0) {
+        snprintf(wpath, 600, "%s", dense);
+        return PP_OK;
+    }
+    pp_quantize_opts q = {0};
+    if (strcmp(o->format, "nf2") == 0) q.fmt = PP_WF_NF2;
+    else if (strcmp(o->format, "int4") == 0) q.fmt = PP_WF_INT4;
+    else if (strcmp(o->format, "nf4") == 0) q.fmt = PP_WF_NF4;
+    else return pp_fail(err, PP_EINVAL, "--format %s: bf16, nf2, int4 or nf4", o->format);
+    snprintf(wpath, 600, "%s/%s.safetensors", dir, o->format);
+    rc = pp_quantize_file(dense, wpath, &q, err);
+    remove(dense);
+    return rc;
+}
+
+/* ---- the measurement ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median tick time of n conversations (ms). */
+static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *median, char *err) {
+    const pp_lm_config *c = pp_lm_get_config(lm);
+    pp_lmbatch *b = NULL;
+    pp_lmgen **g = calloc((size_t)n, sizeof *g);
+    int32_t (*user)[PP_LM_AUDIO_CODEBOOKS] = calloc((size_t)n, sizeof *user);
+    pp_lmgen_out *outs = calloc((size_t)n, sizeof *outs);
+    double *ms = calloc((size_t)ticks, sizeof *ms);
+    int rc = g && user && outs && ms ? PP_OK : pp_fail(err, PP_ENOMEM, "out of memory");
+    pp_lmgen_params p;
+    pp_lmgen_params_default(&p);
+    p.greedy = 1;
+    p.kv_cache = kv;
+    if (!rc) rc = pp_lmbatch_create(lm, n, &b, err);
+    for (int i = 0; !rc && i < n; i++) rc = pp_lmgen_create(lm, &p, &g[i], err);
+    for (int t = 0; !rc && t < ticks + 2; t++) {
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (t * 37 + i * 101 + k * 13) % c->card;
+        double t0 = bench_now();
+        rc = pp_lmbatch_step(b, g, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
+        if (t >= 2) ms[t - 2] = 1e3 * (bench_now() - t0);
+    }
+    if (!rc) {
+        qsort(ms, (size_t)ticks, sizeof *ms, cmp_double);
+        *median = ms[ticks / 2];
+    }
+    for (int i = 0; g && i < n; i++) pp_lmgen_destroy(g[i]);
+    pp_lmbatch_destroy(b);
+    free(g);
+    free(user);
+    free(outs);
+    free(ms);
+    return rc;
+}
+
+static int run(const batch_opts *o, const char *wpath, const char *cpath, char *err) {
+    pp_kv_format kv;
+    if (kv_format(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
+    pp_backend *be = NULL;
+    pp_lm *lm = NULL;
+    int rc = pp_backend_create(o->device, o->threads, &be, err);
+    if (!rc) rc = pp_lm_open(be, wpath, cpath, &lm, err);
+    if (!rc) {
+        const pp_lm_config *c = pp_lm_get_config(lm);
+        printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, on %s\n",
+               c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, be->ops->name);
+        printf("%6s %12s %18s %14s\n", "batch", "tick ms", "ms/conversation", "vs batch 1");
+    }
+    double one = 0;
+    for (int i = 0; !rc && i < o->n_batches; i++) {
+        double ms = 0;
+        rc = time_ticks(lm, o->batches[i], o->ticks, kv, &ms, err);
+        if (rc) break;
+        double per = ms / o->batches[i];
+        if (i == 0) one = per * (o->batches[0] == 1 ? 1 : 0);
+        printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
+        if (one > 0) printf(" %13.2fx\n", one / per);
+        else printf(" %14s\n", "-");
+        fflush(stdout);
+    }
+    pp_lm_close(lm);
+    if (be) pp_backend_destroy(be);
+    return rc;
+}
+
+int bench_batch(int argc, char **argv) {
+    batch_opts o;
+    if (parse(argc, argv, &o)) {
+        fprintf(stderr, "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
+                        "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
+                        "[--threads N] [--device cpu|cuda]\n");
+        return 2;
+    }
+    pp_log_set_level(PP_LOG_WARN);
+    char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-bench-batch-XXXXXX", wpath[600], cpath[600];
+    int rc = PP_OK, made = 0;
+    if (o.weights) {
+        snprintf(wpath, sizeof wpath, "%s", o.weights);
+        if (o.config) snprintf(cpath, sizeof cpath, "%s", o.config);
+    } else if (!mkdtemp(dir)) {
+        rc = pp_fail(err, PP_EIO, "cannot create a temporary directory");
+    } else {
+        made = 1;
+        double t0 = bench_now();
+        rc = write_synthetic(dir, &o, wpath, cpath, err);
+        if (!rc) printf("batch: synthetic %s model written in %.1f s\n", o.format, bench_now() - t0);
+    }
+    if (!rc) rc = run(&o, wpath, o.weights && !o.config ? NULL : cpath, err);
+    if (made) {
+        remove(wpath);
+        remove(cpath);
+        rmdir(dir);
+    }
+    if (rc) fprintf(stderr, "personaplex-bench batch: %s\n", err);
+    return rc ? 1 : 0;
+}

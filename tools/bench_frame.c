@@ -1,0 +1,489 @@
+/* personaplex-bench frame: one whole 80 ms frame on a backend, from synthetic weights of the
+ * real PersonaPlex-7B shapes generated in memory in each packed format (random codes and
+ * scales: no file, no quantizer run). Per frame it times the temporal step (17 embeddings, the
+ * transformer, the text head and its sampling), the depformer (16 steps, each sampled), Mimi
+ * encode and decode (bench_frame_mimi.c), and the whole frame; it prints the median and p99 of
+ * each, the LM weight bytes read per frame, the GB/s achieved against the backend's measured
+ * copy bandwidth, and device memory. Contexts are KV-cache fills: the frame at context C
+ * attends over min(C, 2999) past frames.
+ *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
+ *       [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
+ *       [--small] [--no-mimi] */
+#include "bench.h"
+#include "bench_frame.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "io/weight.h"
+#include "model/transformer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEP_Q 16
+#define CAPACITY 3000 /* the temporal KV ring: PersonaPlex's context */
+
+static const char *const kv_names[] = {"f32", "bf16", "int8"};
+
+typedef struct dims {
+    int dim, heads, hidden, layers, dep_dim, dep_heads, dep_hidden, dep_layers, card, text_card;
+} dims;
+
+/* PersonaPlex-7B (spec/lm.md); --small divides the widths by 8 for a quick CPU run. */
+static const dims full_dims = {4096, 32, 11264, 32, 1024, 16, 2816, 6, 2048, 32000};
+static const dims small_dims = {512, 4, 1408, 32, 128, 2, 352, 6, 2048, 4000};
+
+/* ---- random data ---- */
+
+static uint64_t next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+void bench_fill(uint64_t *state, float *v, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) v[i] = ((float)(next(state) >> 40) * (2.0f / 16777216.0f) - 1.0f) * scale;
+}
+
+float *bench_rand_buffer(pp_backend *be, uint64_t *state, size_t n, float scale) {
+    float *d = be->ops->alloc(be, n * sizeof *d), *h = scale != 0 ? malloc(n * sizeof *h) : NULL;
+    if (d && h) {
+        bench_fill(state, h, n, scale);
+        be->ops->upload(be, d, h, n * sizeof *h);
+    }
+    free(h);
+    return d;
+}
+
+/* ---- synthetic packed weights ---- */
+
+typedef struct synth {
+    pp_backend *be;
+    uint64_t rng;
+    int keep_host;  /* CPU backend: its weights ARE the host buffers */
+    void **held;    /* host buffers kept until the end */
+    size_t n_held, cap_held;
+    float nested_map[256];
+    uint64_t lm_bytes; /* packed bytes of the weights a frame multiplies by */
+} synth;
+
+static void *host_buffer(synth *s, size_t bytes) {
+    if (s->n_held == s->cap_held) {
+        size_t cap = s->cap_held ? 2 * s->cap_held : 256;
+        void **p = realloc(s->held, cap * sizeof *p);
+        if (!p) return NULL;
+        s->held = p;
+        s->cap_held = cap;
+    }
+    void *b = malloc(bytes ? bytes : 1);
+    if (b) s->held[s->n_held++] = b;
+    return b;
+}
+
+/* Random 16-bit words with the exponent field pinned (|value| in [2^-7, 2^-6)), so dense
+ * weights are finite and of a realistic size; or random bytes (codes). */
+static void fill_bits(synth *s, void *dst, size_t bytes, uint64_t keep, uint64_t set) {
+    uint8_t *d = dst;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t r = (next(&s->rng) & keep) | set;
+        memcpy(d + i, &r, 8);
+    }
+    for (; i < bytes; i++) d[i] = (uint8_t)next(&s->rng);
+}
+
+static int synth_weight(synth *s, pp_wformat fmt, int64_t rows, int64_t cols, pp_weight *dev, char *err) {
+    size_t n = (size_t)(rows * cols);
+    pp_weight w = {.fmt = fmt, .rows = rows, .cols = cols, .name = "synthetic"};
+    size_t first = s->n_held;
+    int gs = fmt == PP_WF_NF2 ? 128 : 64;
+    size_t groups = n / (size_t)gs;
+    void *data = NULL, *scales = NULL;
+    float *nested = NULL;
+    switch (fmt) {
+    case PP_WF_F32:
+        if ((data = host_buffer(s, n * 4))) bench_fill(&s->rng, data, n, 0.01f);
+        break;
+    case PP_WF_F16:
+        if ((data = host_buffer(s, n * 2))) fill_bits(s, data, n * 2, 0x83ff83ff83ff83ffull, 0x2000200020002000ull);
+        break;
+    case PP_WF_BF16:
+        if ((data = host_buffer(s, n * 2))) fill_bits(s, data, n * 2, 0x807f807f807f807full, 0x3c003c003c003c00ull);
+        break;
+    default:
+        data = host_buffer(s, fmt == PP_WF_NF2 ? n / 4 : n / 2);
+        scales = host_buffer(s, fmt == PP_WF_NF4 ? groups : groups * 2);
+        if (fmt == PP_WF_NF4) nested = host_buffer(s, (groups / 256 + 1) * sizeof(float));
+        if (!data || !scales || (fmt == PP_WF_NF4 && !nested)) break;
+        fill_bits(s, data, fmt == PP_WF_NF2 ? n / 4 : n / 2, ~0ull, 0);
+        w.group = gs;
+        w.np2 = fmt == PP_WF_NF2 ? gs : 0;
+        if (fmt == PP_WF_NF4) { /* nested absmax, as bitsandbytes saves it */
+            fill_bits(s, scales, groups, ~0ull, 0);
+            for (size_t g = 0; g <= groups / 256; g++) nested[g] = 0.05f;
+            w.quant_map = quant_nf4_table;
+            w.nested_absmax = nested;
+            w.nested_map = s->nested_map;
+            w.nested_block = 256;
+            w.nested_offset = 0.02f;
+        } else {
+            uint16_t *sc = scales;
+            for (size_t g = 0; g < groups; g++)
+                sc[g] = pp_f32_to_f16(0.01f + 0.02f * (float)(next(&s->rng) >> 40) / 16777216.0f);
+        }
+    }
+    if (!data) return pp_fail(err, PP_ENOMEM, "bench frame: out of host memory for a %lld x %lld %s weight",
+                              (long long)rows, (long long)cols, pp_wformat_name(fmt));
+    w.data = data;
+    w.scales = scales;
+    int rc = s->be->ops->weight_upload(s->be, &w, dev, err);
+    if (!s->keep_host) { /* uploaded: the host copy is not needed any more */
+        for (size_t i = first; i < s->n_held; i++) free(s->held[i]);
+        s->n_held = first;
+    }
+    return rc;
+}
+
+static void synth_free(synth *s) {
+    for (size_t i = 0; i < s->n_held; i++) free(s->held[i]);
+    free(s->held);
+}
+
+/* ---- the LM ---- */
+
+typedef struct lm {
+    pp_backend *be;
+    dims d;
+    pp_tf temporal, depformer;
+    pp_tf_cache tc, dc;
+    pp_tf_scratch tsc, dsc;
+    pp_weight emb[DEP_Q], text_emb, text_linear, dep_in[DEP_Q], linears[DEP_Q], dep_emb[DEP_Q - 1], dep_text_emb;
+    float *out_norm, *x, *h, *dx, *logits;
+    int32_t *pos, *dep_pos, *token;
+    uint64_t counter;
+} lm;
+
+static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, pp_tf *tf, char *err) {
+    memset(tf, 0, sizeof *tf);
+    tf->shape = *shape;
+    tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
+    if (!tf->layers) return pp_fail(err, PP_ENOMEM, "bench frame: out of memory");
+    int64_t d = shape->dim, hid = shape->hidden, ns = shape->n_steps;
+    for (int l = 0; l < shape->num_layers; l++) {
+        pp_tf_layer *L = &tf->layers[l];
+        L->norm1 = bench_rand_buffer(s->be, &s->rng, (size_t)d, 1.0f);
+        L->norm2 = bench_rand_buffer(s->be, &s->rng, (size_t)d, 1.0f);
+        L->ffn_in = calloc((size_t)ns, sizeof *L->ffn_in);
+        L->ffn_out = calloc((size_t)ns, sizeof *L->ffn_out);
+        L->steps = calloc((size_t)ns, sizeof *L->steps);
+        if (!L->norm1 || !L->norm2 || !L->ffn_in || !L->ffn_out || !L->steps)
+            return pp_fail(err, PP_ENOMEM, "bench frame: out of memory");
+        int rc = synth_weight(s, fmt, ns * 3 * d, d, &L->in_proj, err);
+        if (!rc) rc = synth_weight(s, fmt, ns * d, d, &L->out_proj, err);
+        for (int st = 0; st < ns && !rc; st++) {
+            rc = synth_weight(s, fmt, 2 * hid, d, &L->ffn_in[st], err);
+            if (!rc) rc = synth_weight(s, fmt, d, hid, &L->ffn_out[st], err);
+            L->steps[st] = (pp_tf_step){pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d),
+                                        pp_weight_rows(&L->out_proj, st * d, d), L->ffn_in[st], L->ffn_out[st]};
+            s->lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
+        }
+        if (rc) return rc;
+        s->lm_bytes += pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj);
+    }
+    return PP_OK;
+}
+
+static void lm_free(lm *m) {
+    pp_backend *be = m->be;
+    pp_tf_cache_free(be, &m->tc);
+    pp_tf_cache_free(be, &m->dc);
+    pp_tf_scratch_free(be, &m->tsc);
+    pp_tf_scratch_free(be, &m->dsc);
+    pp_tf_free(be, &m->temporal);
+    pp_tf_free(be, &m->depformer);
+    pp_weight *ws[] = {&m->text_emb, &m->text_linear, &m->dep_text_emb};
+    for (int i = 0; i < 3; i++)
+        if (ws[i]->data) be->ops->weight_release(be, ws[i]);
+    for (int k = 0; k < DEP_Q; k++) {
+        pp_weight *per[] = {&m->emb[k], &m->dep_in[k], &m->linears[k], k < DEP_Q - 1 ? &m->dep_emb[k] : NULL};
+        for (int i = 0; i < 4; i++)
+            if (per[i] && per[i]->data) be->ops->weight_release(be, per[i]);
+    }
+    void *bufs[] = {m->out_norm, m->x, m->h, m->dx, m->logits, m->pos, m->dep_pos, m->token};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be->ops->release(be, bufs[i]);
+    memset(m, 0, sizeof *m);
+}
+
+static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm *m, char *err) {
+    pp_backend *be = s->be;
+    memset(m, 0, sizeof *m);
+    m->be = be;
+    m->d = *d;
+    pp_tf_shape ts = {"transformer", d->dim, d->heads, d->hidden, d->layers, 1, 1, 10000.0f, 1e-8f, "bench"};
+    pp_tf_shape ds = {"depformer", d->dep_dim, d->dep_heads, d->dep_hidden, d->dep_layers, DEP_Q, 0, 0, 1e-8f, "bench"};
+    int rc = build_tf(s, fmt, &ts, &m->temporal, err);
+    if (!rc) rc = build_tf(s, fmt, &ds, &m->depformer, err);
+    if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dim, &m->text_emb, err);
+    if (!rc) rc = synth_weight(s, fmt, d->text_card, d->dim, &m->text_linear, err);
+    if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dep_dim, &m->dep_text_emb, err);
+    for (int k = 0; k < DEP_Q && !rc; k++) {
+        rc = synth_weight(s, fmt, d->card + 1, d->dim, &m->emb[k], err);
+        if (!rc) rc = synth_weight(s, fmt, d->dep_dim, d->dim, &m->dep_in[k], err);
+        if (!rc) rc = synth_weight(s, fmt, d->card, d->dep_dim, &m->linears[k], err);
+        if (!rc && k < DEP_Q - 1) rc = synth_weight(s, fmt, d->card + 1, d->dep_dim, &m->dep_emb[k], err);
+        if (!rc) s->lm_bytes += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
+    }
+    if (rc) return rc;
+    s->lm_bytes += pp_weight_bytes(&m->text_linear);
+    rc = pp_tf_cache_init(be, &m->temporal, CAPACITY, CAPACITY - 1, kv, &m->tc, err);
+    if (!rc) rc = pp_tf_cache_init(be, &m->depformer, DEP_Q, DEP_Q - 1, PP_KV_F32, &m->dc, err);
+    if (!rc) rc = pp_tf_scratch_init(be, &m->temporal, 1, &m->tsc, err);
+    if (!rc) rc = pp_tf_scratch_init(be, &m->depformer, 1, &m->dsc, err);
+    if (rc) return rc;
+    int nlog = d->text_card > d->card ? d->text_card : d->card;
+    m->out_norm = bench_rand_buffer(be, &s->rng, (size_t)d->dim, 1.0f);
+    m->x = bench_rand_buffer(be, &s->rng, (size_t)d->dim, 0);
+    m->h = bench_rand_buffer(be, &s->rng, (size_t)d->dim, 0);
+    m->dx = bench_rand_buffer(be, &s->rng, (size_t)d->dep_dim, 0);
+    m->logits = bench_rand_buffer(be, &s->rng, (size_t)nlog, 0);
+    m->pos = be->ops->alloc(be, sizeof(int32_t));
+    m->dep_pos = be->ops->alloc(be, DEP_Q * sizeof(int32_t));
+    m->token = be->ops->alloc(be, sizeof(int32_t));
+    if (!m->out_norm || !m->x || !m->h || !m->dx || !m->logits || !m->pos || !m->dep_pos || !m->token)
+        return pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for the LM state");
+    int32_t steps[DEP_Q];
+    for (int k = 0; k < DEP_Q; k++) steps[k] = k;
+    be->ops->upload(be, m->dep_pos, steps, sizeof steps);
+    return PP_OK;
+}
+
+/* Draws a token from the logits on the backend and brings it to the host (the generation
+ * loop needs it for the next embedding). */
+static int32_t draw(lm *m, int n, int top_k) {
+    int32_t t = 0;
+    m->be->ops->sample(m->be, m->logits, n, 0.7f, top_k, 1234, m->counter++, m->token);
+    m->be->ops->download(m->be, &t, m->token, sizeof t);
+    return t;
+}
+
+/* One frame of the LM as src/model/lm.c runs it; seconds of the temporal part and of the
+ * depformer part. */
+static void lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, double *t_dep) {
+    pp_backend *be = m->be;
+    const pp_backend_ops *op = be->ops;
+    const dims *d = &m->d;
+    double t0 = bench_now();
+    for (int k = 0; k < DEP_Q; k++) {
+        int32_t id = (int32_t)((pos * 31 + k * 7) % d->card);
+        op->embed(be, &m->emb[k], &id, 1, m->x, k > 0);
+    }
+    op->embed(be, &m->text_emb, &prev_text, 1, m->x, 1);
+    op->upload(be, m->pos, &pos, sizeof pos);
+    pp_tf_cache *tc = &m->tc, *dc = &m->dc;
+    pp_tf_forward(be, &m->temporal, &m->tsc, &tc, 1, m->x, m->pos, 0, NULL);
+    op->rmsnorm(be, m->x, m->out_norm, 1, d->dim, 1e-8f, m->h);
+    op->matmul(be, &m->text_linear, m->h, 1, m->logits);
+    int32_t prev = draw(m, d->text_card, 25);
+    double t1 = bench_now();
+    for (int k = 0; k < DEP_Q; k++) {
+        op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
+        op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], &prev, 1, m->dx, 1);
+        pp_tf_forward(be, &m->depformer, &m->dsc, &dc, 1, m->dx, m->dep_pos + k, k, NULL);
+        op->matmul(be, &m->linears[k], m->dx, 1, m->logits);
+        prev = draw(m, d->card, 250);
+    }
+    *t_temporal = t1 - t0;
+    *t_dep = bench_now() - t1;
+}
+
+/* ---- measurement ---- */
+
+/* Backend copy bandwidth, bytes read + written per second, best of 5 over 256 MB. */
+static double copy_gbps(pp_backend *be) {
+    size_t n = (size_t)256 << 20;
+    void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
+    double best = 0;
+    for (int rep = 0; a && b && rep < 5; rep++) {
+        be->ops->sync(be);
+        double t = bench_now();
+        be->ops->copy(be, rep & 1 ? a : b, rep & 1 ? b : a, n);
+        be->ops->sync(be);
+        t = bench_now() - t;
+        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
+    }
+    if (a) be->ops->release(be, a);
+    if (b) be->ops->release(be, b);
+    return best / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median and p99 (nearest rank) of n samples, in ms; sorts v. */
+static void stats(double *v, int n, double *p50, double *p99) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    *p50 = 1e3 * v[n / 2];
+    int r = (int)(0.99 * n + 0.999999) - 1;
+    *p99 = 1e3 * v[r < 0 ? 0 : r >= n ? n - 1 : r];
+}
+
+enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
+
+typedef struct run_opts {
+    int frames, mimi;
+    double copy_bw;
+} run_opts;
+
+static void run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o, uint64_t lm_bytes,
+                        uint64_t mimi_bytes, const char *fmt) {
+    double *t[T_COUNT], *all = calloc((size_t)o->frames * T_COUNT, sizeof(double));
+    if (!all) return;
+    for (int i = 0; i < T_COUNT; i++) t[i] = all + (size_t)i * o->frames;
+    int32_t codes[8] = {0};
+    for (int f = -2; f < o->frames; f++) { /* 2 warm-up frames */
+        double tt, td, te = 0, tdec = 0;
+        if (mimi) {
+            double a = bench_now();
+            bench_mimi_encode(mimi, codes);
+            te = bench_now() - a;
+        }
+        lm_frame(m, context + (f < 0 ? 0 : f), 3, &tt, &td);
+        if (mimi) {
+            double a = bench_now();
+            bench_mimi_decode(mimi, codes);
+            m->be->ops->sync(m->be);
+            tdec = bench_now() - a;
+        }
+        if (f < 0) continue;
+        t[T_TEMPORAL][f] = tt;
+        t[T_DEP][f] = td;
+        t[T_ENC][f] = te;
+        t[T_DEC][f] = tdec;
+        t[T_FRAME][f] = tt + td + te + tdec;
+    }
+    double p50[T_COUNT] = {0}, p99[T_COUNT] = {0};
+    for (int i = 0; i < T_COUNT; i++) stats(t[i], o->frames, &p50[i], &p99[i]);
+    double lm_s = (p50[T_TEMPORAL] + p50[T_DEP]) / 1e3, gbps = lm_s > 0 ? (double)lm_bytes / lm_s / 1e9 : 0;
+    printf("%-5s %5d | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %8.1f %6.1f %7.1f %5.0f%%\n",
+           fmt, context, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP], p50[T_ENC], p99[T_ENC], p50[T_DEC],
+           p99[T_DEC], p50[T_FRAME], p99[T_FRAME], (double)lm_bytes / 1e6, (double)mimi_bytes / 1e6, gbps,
+           o->copy_bw > 0 ? 100.0 * gbps / o->copy_bw : 0);
+    free(all);
+}
+
+static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
+    size_t bytes = pp_tf_cache_bytes(&m->temporal.shape, CAPACITY, kv) +
+                   pp_tf_cache_bytes(&m->depformer.shape, DEP_Q, PP_KV_F32);
+    printf("      KV caches (temporal %s): %.1f MiB\n", kv_names[kv], (double)bytes / (1 << 20));
+    if (!be->ops->mem_info) return;
+    size_t w, b, ws, fr, tot;
+    be->ops->mem_info(be, &w, &b, &ws, &fr, &tot);
+    printf("      device memory: weights %.1f MiB, buffers %.1f MiB (KV included), workspace %.1f MiB; "
+           "%.1f of %.1f GiB free\n",
+           (double)w / (1 << 20), (double)b / (1 << 20), (double)ws / (1 << 20), (double)fr / (1 << 30),
+           (double)tot / (1 << 30));
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
+                    "[--dep-layers N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
+                    "[--kv f32|bf16|int8] [--small] [--no-mimi]\n");
+    return 2;
+}
+
+static int parse_format(const char *s, size_t len, pp_wformat *out) {
+    for (int f = 0; f < PP_WF_COUNT; f++) {
+        const char *n = pp_wformat_name((pp_wformat)f);
+        if (strlen(n) == len && strncmp(n, s, len) == 0) {
+            *out = (pp_wformat)f;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int bench_frame(int argc, char **argv) {
+    const char *device = "auto", *formats = "nf2,int4,nf4,bf16", *contexts = "100,3000", *kv_name = "f32";
+    int threads = 0, layers = -1, dep_layers = -1, small = 0;
+    run_opts o = {.frames = 50, .mimi = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--small") == 0) small = 1;
+        else if (strcmp(a, "--no-mimi") == 0) o.mimi = 0;
+        else if (!v) return usage();
+        else if (strcmp(a, "--device") == 0) device = argv[++i];
+        else if (strcmp(a, "--threads") == 0) threads = atoi(argv[++i]);
+        else if (strcmp(a, "--layers") == 0) layers = atoi(argv[++i]);
+        else if (strcmp(a, "--dep-layers") == 0) dep_layers = atoi(argv[++i]);
+        else if (strcmp(a, "--formats") == 0) formats = argv[++i];
+        else if (strcmp(a, "--frames") == 0) o.frames = atoi(argv[++i]);
+        else if (strcmp(a, "--contexts") == 0) contexts = argv[++i];
+        else if (strcmp(a, "--kv") == 0) kv_name = argv[++i];
+        else return usage();
+    }
+    dims d = small ? small_dims : full_dims;
+    if (layers > 0) d.layers = layers;
+    if (dep_layers > 0) d.dep_layers = dep_layers;
+    pp_kv_format kv = PP_KV_F32;
+    while (kv <= PP_KV_INT8 && strcmp(kv_names[kv], kv_name)) kv++;
+    if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || kv > PP_KV_INT8) return usage();
+    char err[PP_ERR_LEN];
+    pp_backend *be;
+    pp_log_set_level(PP_LOG_WARN);
+    if (pp_backend_create(device, threads, &be, err)) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+        return 1;
+    }
+    o.copy_bw = copy_gbps(be);
+    printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
+           "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99)\n",
+           be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, DEP_Q,
+           o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
+    printf("%-5s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "temporal step",
+           "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec", "LM GB/s", "%copy");
+    int rc = 0;
+    bench_mimi *mimi = NULL;
+    if (o.mimi && (rc = bench_mimi_create(be, 99, &mimi, err))) fprintf(stderr, "personaplex-bench: %s\n", err);
+    for (const char *f = formats; !rc && *f;) {
+        size_t len = strcspn(f, ",");
+        pp_wformat fmt;
+        if (!parse_format(f, len, &fmt)) {
+            fprintf(stderr, "personaplex-bench: unknown format '%.*s'\n", (int)len, f);
+            rc = 2;
+            break;
+        }
+        synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
+        quant_nf4_dynamic_map(s.nested_map);
+        lm m;
+        rc = lm_build(&s, fmt, kv, &d, &m, err);
+        if (rc) {
+            fprintf(stderr, "personaplex-bench: %s\n", err);
+        } else {
+            for (const char *c = contexts; *c;) {
+                run_context(&m, mimi, atoi(c), &o, s.lm_bytes, mimi ? bench_mimi_weight_bytes(mimi) : 0,
+                            pp_wformat_name(fmt));
+                c += strcspn(c, ",");
+                c += *c == ',';
+            }
+            print_memory(be, &m, kv);
+        }
+        lm_free(&m);
+        synth_free(&s);
+        f += len;
+        f += *f == ',';
+    }
+    bench_mimi_destroy(mimi);
+    if (!rc && be->ops->last_error && be->ops->last_error(be, err)) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+        rc = 1;
+    }
+    pp_backend_destroy(be);
+    return rc;
+}

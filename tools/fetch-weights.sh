@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Downloads the published PersonaPlex model files into the directory personaplex-server looks
+# in by default, resuming interrupted downloads and checking each file's SHA-256 and size
+# against tools/weights.sha256 (installed as share/personaplex/weights.sha256).
+#
+#   tools/fetch-weights.sh [--format 2bit|nf4|bf16] [--dir DIR] [--no-voices]
+#                          [--trust-on-first-use] [--check]
+#
+#   --format F      which LM checkpoint: 2bit (model-turbo2bit, 2.07 GB, the default), nf4
+#                   (model-nf4, 4.14 GB) or bf16 (model.safetensors, 15.59 GB, gated)
+#   --dir DIR       where to put them. Default: $PERSONAPLEX_MODELS, else
+#                   /var/lib/personaplex/models as root, else
+#                   ${XDG_DATA_HOME:-~/.local/share}/personaplex/models
+#   --no-voices     skip voices.tgz (the 18 voice prompts; gated: needs HF_TOKEN)
+#   --trust-on-first-use
+#                   accept downloads that have no published hash in weights.sha256 and
+#                   record the hash computed now in DIR/weights.local.sha256; later runs
+#                   check the files against that record
+#   --check         download nothing; verify what is in DIR
+#
+# Gated repositories (nvidia/personaplex-7b-v1) need a Hugging Face token of an account that
+# accepted the licence: HF_TOKEN, or the file ~/.cache/huggingface/token. The token goes to
+# curl through a pipe, never on its command line. HF_ENDPOINT (default https://huggingface.co)
+# selects a mirror. Exit status: 0 all files verified, 1 an error or a mismatch, 2 usage,
+# 3 some files are downloaded but unverified (see --trust-on-first-use).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+manifest="${WEIGHTS_MANIFEST:-}"
+if [ -z "$manifest" ]; then
+    for m in "$here/weights.sha256" "$here/../share/personaplex/weights.sha256"; do
+        if [ -f "$m" ]; then manifest="$m"; break; fi
+    done
+fi
+endpoint="${HF_ENDPOINT:-https://huggingface.co}"
+format=2bit
+voices=1
+tofu=0
+check_only=0
+dir="${PERSONAPLEX_MODELS:-}"
+
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+die() { echo "fetch-weights: $*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --format) format="${2:-}"; shift 2 ;;
+    --format=*) format="${1#*=}"; shift ;;
+    --dir) dir="${2:-}"; shift 2 ;;
+    --dir=*) dir="${1#*=}"; shift ;;
+    --no-voices) voices=0; shift ;;
+    --trust-on-first-use) tofu=1; shift ;;
+    --check) check_only=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "fetch-weights: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+case "$format" in 2bit | nf4 | bf16) ;; *) echo "fetch-weights: --format is 2bit, nf4 or bf16" >&2; exit 2 ;; esac
+[ -n "$manifest" ] && [ -f "$manifest" ] || die "cannot find weights.sha256 (set WEIGHTS_MANIFEST)"
+if [ -z "$dir" ]; then
+    if [ "$(id -u)" = 0 ]; then dir=/var/lib/personaplex/models
+    else dir="${XDG_DATA_HOME:-$HOME/.local/share}/personaplex/models"; fi
+fi
+command -v sha256sum >/dev/null || die "sha256sum is missing (coreutils)"
+[ "$check_only" = 1 ] || command -v curl >/dev/null || die "curl is missing (apt-get install curl)"
+mkdir -p "$dir"
+local_db="$dir/weights.local.sha256"
+touch "$local_db"
+
+token="${HF_TOKEN:-}"
+if [ -z "$token" ] && [ -f "$HOME/.cache/huggingface/token" ]; then token="$(cat "$HOME/.cache/huggingface/token")"; fi
+
+# The published hash and size of a file, or "-"; then the locally recorded hash, or "-".
+published() { awk -v f="$1" '$1 !~ /^#/ && $2 == f && $6 != "-" { print $6, $5; exit }' "$manifest"; }
+recorded() { awk -v f="$1" '$1 == f { print $2; exit }' "$local_db"; }
+
+# Downloads repo/file into dir/file.part, resuming a partial one; gated repos get the token.
+download() {
+    local repo="$1" file="$2" gated="$3" url="$endpoint/$1/resolve/main/$2"
+    if [ "$gated" = yes ] && [ -z "$token" ]; then
+        echo "fetch-weights: $file comes from the gated repository $repo: accept its licence on" \
+            "huggingface.co and set HF_TOKEN (or skip it: --no-voices / another --format)" >&2
+        return 1
+    fi
+    echo "== $file <- $url"
+    local auth=()
+    if [ -n "$token" ]; then auth=(-K <(printf 'header = "Authorization: Bearer %s"\n' "$token")); fi
+    curl -fL --retry 5 --retry-delay 3 -C - "${auth[@]}" -o "$dir/$file.part" "$url"
+}
+
+# Verifies dir/name against the manifest or the local record. 0 verified, 3 no hash known,
+# 1 mismatch. With tofu, an unknown hash is recorded and counts as verified.
+verify() {
+    local path="$1" file="$2" want size got have
+    read -r want size <<<"$(published "$file")" || true
+    have="$(stat -c %s "$path")"
+    if [ -n "${size:-}" ] && [ "$size" != "-" ] && [ "$size" != "$have" ]; then
+        echo "fetch-weights: $file: $have bytes, weights.sha256 says $size" >&2
+        return 1
+    fi
+    echo "   hashing $file ($have bytes)"
+    got="$(sha256sum "$path" | cut -d' ' -f1)"
+    if [ -n "${want:-}" ]; then
+        [ "$got" = "$want" ] && { echo "   verified $file (published SHA-256)"; return 0; }
+        echo "fetch-weights: $file: SHA-256 $got does not match the published $want" >&2
+        return 1
+    fi
+    local rec
+    rec="$(recorded "$file")"
+    if [ -n "$rec" ]; then
+        [ "$got" = "$rec" ] && { echo "   verified $file (against the hash recorded on first use)"; return 0; }
+        echo "fetch-weights: $file: SHA-256 $got differs from the one recorded on first use ($rec)" >&2
+        return 1
+    fi
+    if [ "$tofu" = 1 ]; then
+        printf '%s %s %s %s\n' "$file" "$got" "$have" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$local_db"
+        echo "   recorded $file SHA-256 $got (trust on first use: NOT checked against a published hash)"
+        return 0
+    fi
+    echo "fetch-weights: $file: no published SHA-256 in $manifest, so it cannot be verified." >&2
+    echo "   Its SHA-256 is $got. Compare it with the file page on huggingface.co, then re-run with" >&2
+    echo "   --trust-on-first-use to accept it (it stays $file.unverified until then)." >&2
+    return 3
+}
+
+# Unpacks voices.tgz into dir/voices/, keeping only the voice files (.pt, .wav).
+unpack_voices() {
+    local tmp
+    tmp="$(mktemp -d "$dir/.voices.XXXXXX")"
+    tar -xzf "$dir/voices.tgz" -C "$tmp" --no-same-owner --no-same-permissions
+    mkdir -p "$dir/voices"
+    find "$tmp" -type f \( -name '*.pt' -o -name '*.wav' \) -exec mv -f {} "$dir/voices/" \;
+    rm -rf "$tmp"
+    echo "   $(find "$dir/voices" -type f | wc -l) voice files in $dir/voices"
+}
+
+status=0
+unverified=0
+while read -r set file repo gated _; do
+    case "$set" in "$format") ;; voices) [ "$voices" = 1 ] || continue ;; *) continue ;; esac
+    final="$dir/$file"
+    if [ ! -f "$final" ] && [ "$check_only" = 0 ]; then
+        if [ ! -f "$final.unverified" ]; then
+            download "$repo" "$file" "$gated" || { status=1; continue; }
+            mv -f "$final.part" "$final.unverified"
+        fi
+        rc=0
+        verify "$final.unverified" "$file" || rc=$?
+        case "$rc" in
+        0) mv -f "$final.unverified" "$final" ;;
+        3) unverified=$((unverified + 1)); continue ;;
+        *) status=1; echo "   left as $final.unverified: delete it to download again" >&2; continue ;;
+        esac
+    elif [ -f "$final" ]; then
+        rc=0
+        verify "$final" "$file" || rc=$?
+        case "$rc" in 0) ;; 3) unverified=$((unverified + 1)); continue ;; *) status=1; continue ;; esac
+    else
+        echo "fetch-weights: $file is missing from $dir" >&2
+        status=1
+        continue
+    fi
+    if [ "$file" = voices.tgz ]; then unpack_voices; fi
+done < <(grep -v '^#' "$manifest" | grep -v '^[[:space:]]*$')
+
+if [ "$status" = 0 ] && [ "$unverified" = 0 ]; then
+    echo "fetch-weights: $format files verified in $dir"
+    echo "   start: personaplex-server --models-dir $dir   (or leave it out: it is a default place)"
+fi
+[ "$status" = 0 ] || exit 1
+[ "$unverified" = 0 ] || exit 3
+exit 0

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# gpu-check: everything that needs an NVIDIA GPU, in one run, on any machine that has one.
+#   1. builds with CUDA in build-gpu/ (for this GPU's architecture only, unless PP_CUDA_ARCHS is set)
+#   2. test_backend_parity: every backend operation, CPU against CUDA
+#   3. every golden case (tests/data/golden, and heldout/) with --device cuda
+#   4. personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
+#      3000, then the int8 KV cache on NF2
+# Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
+#   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-gpu"
+logs="$build/gpu-check"
+frames="${FRAMES:-50}"
+rows=()
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L fails); nothing to check here" >&2
+    exit 77
+fi
+nvidia-smi -L
+if [ -z "${PP_CUDA_ARCHS:-}" ]; then
+    # compute capability "9.0" -> "90": one architecture compiles much faster than the list
+    PP_CUDA_ARCHS="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
+fi
+mkdir -p "$logs"
+
+# step NAME LOG COMMAND...: runs the command, records PASS / FAIL / SKIP and seconds.
+step() {
+    local name="$1" log="$2" t0 rc status
+    shift 2
+    t0=$(date +%s.%N)
+    "$@" >"$log" 2>&1
+    rc=$?
+    case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL ($rc)" ;; esac
+    rows+=("$(printf '%-44s %-10s %7.1f s   %s' "$name" "$status" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" \
+        "${log#"$root"/}")")
+    return $rc
+}
+
+if ! step "build (sm_$PP_CUDA_ARCHS)" "$logs/build.log" bash -c \
+    "cmake -S '$root' -B '$build' -DPP_CUDA=ON -DPP_CUDA_ARCHS='$PP_CUDA_ARCHS' && cmake --build '$build' -j$(nproc)"; then
+    printf '%s\n' "${rows[@]}"
+    echo "gpu-check: build failed, see $logs/build.log" >&2
+    exit 1
+fi
+step "test_backend_parity (CPU vs CUDA)" "$logs/parity.log" "$build/test_backend_parity"
+step "test_backend_sample" "$logs/sample.log" "$build/test_backend_sample"
+for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$root"/tests/data/golden/heldout/*/; do
+    [ -d "$dir" ] || continue
+    name="$(basename "$dir")"
+    step "golden $name --device cuda" "$logs/golden-$name.log" "$build/personaplex-golden" "$dir" --device cuda
+done
+step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
+    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
+step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
+    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+
+echo
+printf '%-44s %-10s %9s   %s\n' "check" "result" "time" "log"
+printf '%s\n' "${rows[@]}"
+echo
+echo "== parity: failures and totals =="
+grep -E "^FAIL|passed" "$logs/parity.log"
+echo "== frame benchmark =="
+cat "$logs/bench-frame.log" "$logs/bench-frame-int8kv.log"
+! printf '%s\n' "${rows[@]}" | grep -q FAIL
