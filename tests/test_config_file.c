@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE
 #include "test.h"
 
+#include "backend/backend.h"
 #include "base/err.h"
 #include "server/capacity.h"
 #include "server/config_file.h"
@@ -163,6 +164,20 @@ static void test_capacity(void) {
     snprintf(w, sizeof w, "%s/small/lm.safetensors", g_dir);
     TEST_COND("KV from config.json beside the weights",
               capacity_kv_bytes(w, &kv, err) == 0 && kv == 2ull * 3 * 100 * 256 * 4);
+
+    /* A model whose one conversation needs 2 x 32 x 2^20 x 8192 x 4 bytes = 4 TiB: no machine
+     * running this test has that much free, so the check must refuse, and saying so. */
+    write_file("small/config.json", "{\"dim\": 8192, \"num_heads\": 64, \"context\": 1048576}");
+    pp_backend *be = NULL;
+    TEST_COND("cpu backend", pp_backend_cpu_create(1, &be, err) == 0);
+    if (!be) return;
+    int rc = capacity_check(be, w, NULL, 1, 1, err);
+    TEST_COND("a model that cannot fit is refused", rc == PP_EFULL && strstr(err, "does not fit") &&
+                                                        strstr(err, "--skip-memory-check"));
+    TEST_COND("--skip-memory-check lets it start", capacity_check(be, w, NULL, 1, 0, err) == PP_OK);
+    write_file("small/config.json", "{\"dim\": 256, \"num_heads\": 4, \"num_layers\": 3, \"context\": 100}");
+    TEST_COND("a small model with 4 conversations fits", capacity_check(be, w, NULL, 4, 1, err) == PP_OK);
+    pp_backend_destroy(be);
 }
 
 int main(void) {

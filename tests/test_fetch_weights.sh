@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# test_fetch_weights: tools/fetch-weights.sh against a local file:// mirror laid out like
+# huggingface.co (<repo>/resolve/main/<file>) and a manifest written here, so every path runs
+# without network: a published hash that matches and one that does not, a file with no
+# published hash (kept unverified, then accepted with --trust-on-first-use and checked against
+# that record later), resuming a partial download, the gated repository without a token,
+# voices.tgz unpacked into voices/.
+#   test_fetch_weights.sh PATH/TO/fetch-weights.sh
+set -u
+fetch="$1"
+command -v curl >/dev/null || { echo "SKIPPED: curl is missing"; exit 77; }
+work="$(mktemp -d /tmp/pp-fetch-XXXXXX)"
+mirror="$work/mirror" models="$work/models" manifest="$work/weights.sha256"
+passed=0
+failed=0
+check() {
+    if eval "$2"; then passed=$((passed + 1)); else echo "FAIL: $1"; failed=$((failed + 1)); fi
+}
+# Runs the script with the mirror; prints its output into $work/out, returns its status.
+run() { HF_ENDPOINT="file://$mirror" WEIGHTS_MANIFEST="$manifest" bash "$fetch" --dir "$models" "$@" >"$work/out" 2>&1; }
+
+mkdir -p "$mirror/org/open/resolve/main" "$mirror/org/gated/resolve/main" "$work/v/voices"
+head -c 300000 /dev/urandom >"$mirror/org/open/resolve/main/model-turbo2bit.safetensors"
+head -c 5000 /dev/urandom >"$mirror/org/open/resolve/main/tokenizer_spm_32k_3.model"
+head -c 100 /dev/urandom >"$work/v/voices/NATF0.pt"
+head -c 100 /dev/urandom >"$work/v/voices/NATM1.pt"
+tar -czf "$mirror/org/gated/resolve/main/voices.tgz" -C "$work/v" voices
+model_sha="$(sha256sum "$mirror/org/open/resolve/main/model-turbo2bit.safetensors" | cut -d' ' -f1)"
+voices_sha="$(sha256sum "$mirror/org/gated/resolve/main/voices.tgz" | cut -d' ' -f1)"
+cat >"$manifest" <<EOF
+# test manifest
+2bit    model-turbo2bit.safetensors  org/open   no   300000  $model_sha
+2bit    tokenizer_spm_32k_3.model    org/open   no   -       -
+voices  voices.tgz                   org/gated  yes  -       $voices_sha
+nf4     model-nf4.safetensors        org/open   no   -       0000000000000000000000000000000000000000000000000000000000000000
+EOF
+
+run --format bogus
+check "a bad --format is a usage error (2)" "[ $? -eq 2 ]"
+
+run
+check "no token: the gated file fails (1)" "[ $? -eq 1 ] && grep -q HF_TOKEN '$work/out'"
+
+HF_TOKEN=test-token run
+rc=$?
+check "a file without a published hash leaves the run unverified (3)" "[ $rc -eq 3 ]"
+check "the published hash verifies the model" "grep -q 'verified model-turbo2bit.safetensors (published' '$work/out'"
+check "the model is in place" "cmp -s '$models/model-turbo2bit.safetensors' '$mirror/org/open/resolve/main/model-turbo2bit.safetensors'"
+check "the unhashed file is kept aside" "[ -f '$models/tokenizer_spm_32k_3.model.unverified' ] && [ ! -f '$models/tokenizer_spm_32k_3.model' ]"
+check "... with the advice to use --trust-on-first-use" "grep -q -- '--trust-on-first-use' '$work/out'"
+check "voices.tgz verified and unpacked" "[ -f '$models/voices/NATF0.pt' ] && [ -f '$models/voices/NATM1.pt' ]"
+
+HF_TOKEN=test-token run --trust-on-first-use
+check "--trust-on-first-use accepts it (0)" "[ $? -eq 0 ] && [ -f '$models/tokenizer_spm_32k_3.model' ]"
+check "and records its hash" "grep -q '^tokenizer_spm_32k_3.model [0-9a-f]\{64\} 5000 ' '$models/weights.local.sha256'"
+check "without downloading it again" "! grep -q '== tokenizer_spm_32k_3.model' '$work/out'"
+
+run --check --no-voices
+check "--check verifies against the record" "[ $? -eq 0 ] && grep -q 'recorded on first use' '$work/out'"
+printf 'x' >>"$models/tokenizer_spm_32k_3.model"
+run --check --no-voices
+check "a changed file fails the check (1)" "[ $? -eq 1 ] && grep -q 'differs from the one recorded' '$work/out'"
+
+# Resume: a partial download with the right first bytes completes and verifies; one with
+# wrong first bytes (so a fresh download would have succeeded) is caught by the hash.
+rm -f "$models/model-turbo2bit.safetensors"
+head -c 120000 "$mirror/org/open/resolve/main/model-turbo2bit.safetensors" >"$models/model-turbo2bit.safetensors.part"
+cp "$mirror/org/open/resolve/main/tokenizer_spm_32k_3.model" "$models/tokenizer_spm_32k_3.model"
+run --no-voices
+check "a partial download resumes and verifies" \
+    "[ $? -eq 0 ] && cmp -s '$models/model-turbo2bit.safetensors' '$mirror/org/open/resolve/main/model-turbo2bit.safetensors'"
+rm -f "$models/model-turbo2bit.safetensors"
+head -c 120000 /dev/zero >"$models/model-turbo2bit.safetensors.part"
+run --no-voices
+check "a resumed file with wrong bytes is caught (1)" "[ $? -eq 1 ] && grep -q 'does not match the published' '$work/out'"
+check "... and not put in place" "[ ! -f '$models/model-turbo2bit.safetensors' ] && [ -f '$models/model-turbo2bit.safetensors.unverified' ]"
+
+run --format nf4 --no-voices
+check "a wrong published hash fails (1)" "[ $? -eq 1 ] && [ ! -f '$models/model-nf4.safetensors' ]"
+
+echo "$passed passed, $failed failed"
+if [ "$failed" -eq 0 ]; then rm -rf "$work"; else echo "kept $work"; cat "$work/out"; fi
+[ "$failed" -eq 0 ]

@@ -1,0 +1,105 @@
+#!/bin/sh
+# test_install: `cmake --install` into a temporary prefix, as a packager or operator would.
+#   test_install.sh tree BUILD_DIR TEST_DEPLOY   the installed tree; the installed server started
+#                                                from the installed configuration (/health, the
+#                                                web UI from share/, the SIGTERM drain); a
+#                                                re-install keeps an edited configuration
+#   test_install.sh unit BUILD_DIR               `systemd-analyze verify` on the installed unit
+#                                                (skipped, 77, without systemd-analyze)
+# Ends with "N passed, N failed"; exit status 1 when a check failed.
+set -u
+mode="$1" build="$2" test_deploy="${3:-}"
+prefix="$(mktemp -d /tmp/pp-install-XXXXXX)"
+passed=0
+failed=0
+check() {
+    if eval "$2"; then passed=$((passed + 1)); else echo "FAIL: $1"; failed=$((failed + 1)); fi
+}
+finish() {
+    echo "$passed passed, $failed failed"
+    if [ "$failed" -eq 0 ]; then rm -rf "$prefix"; else echo "kept $prefix"; fi
+    [ "$failed" -eq 0 ]
+    exit $?
+}
+
+if ! cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1; then
+    cat "$prefix/install.log"
+    echo "FAIL: cmake --install"
+    exit 1
+fi
+unit="$prefix/lib/systemd/system/personaplex.service"
+conf="$prefix/etc/personaplex/personaplex.conf"
+
+if [ "$mode" = unit ]; then
+    if ! command -v systemd-analyze >/dev/null 2>&1; then
+        echo "SKIPPED: systemd-analyze is missing (Debian package systemd)"
+        rm -rf "$prefix"
+        exit 77
+    fi
+    # verify also loads the units the file names (modprobe@.service ...) from the system.
+    # MANPATH: verify also runs `man` for Documentation=, and the manual is in the prefix.
+    out="$(MANPATH="$prefix/share/man:" systemd-analyze verify "$unit" 2>&1)"
+    rc=$?
+    [ -n "$out" ] && echo "$out"
+    check "systemd-analyze verify passes" "[ $rc -eq 0 ]"
+    check "verify printed no complaint about the unit" "! echo \"\$out\" | grep -q personaplex.service"
+    check "Type=notify with a watchdog" "grep -q '^Type=notify' '$unit' && grep -q '^WatchdogSec=' '$unit'"
+    check "a dedicated user" "grep -q '^DynamicUser=yes' '$unit'"
+    check "hardening" "grep -q '^ProtectSystem=strict' '$unit' && grep -q '^NoNewPrivileges=yes' '$unit' && \
+        grep -q '^DevicePolicy=closed' '$unit' && grep -q '^DeviceAllow=char-nvidia' '$unit'"
+    finish
+fi
+
+for f in bin/personaplex-server bin/personaplex-inspect bin/personaplex-quantize bin/personaplex-fetch-weights; do
+    check "$f installed and executable" "[ -x '$prefix/$f' ]"
+done
+check "web UI in share/personaplex/web" "[ -f '$prefix/share/personaplex/web/index.html' ]"
+check "weights manifest in share/personaplex" "[ -f '$prefix/share/personaplex/weights.sha256' ]"
+check "the systemd unit" "[ -f '$unit' ]"
+check "the unit runs the installed server with the installed configuration" \
+    "grep -qx 'ExecStart=$prefix/bin/personaplex-server --config $prefix/etc/personaplex/personaplex.conf' '$unit'"
+check "the configuration in etc/personaplex" "[ -f '$conf' ]"
+check "the manual page" "[ -f '$prefix/share/man/man1/personaplex-server.1' ]"
+if command -v man >/dev/null 2>&1; then
+    check "the manual renders without warnings and documents --config" \
+        "[ -z \"\$(MANWIDTH=80 man --warnings -l '$prefix/share/man/man1/personaplex-server.1' 2>&1 >/dev/null)\" ] && \
+         MANWIDTH=80 man -l '$prefix/share/man/man1/personaplex-server.1' 2>/dev/null | grep -q -- '--config FILE'"
+fi
+check "nginx and Kubernetes examples" \
+    "[ -f '$prefix/share/doc/personaplex/examples/nginx.conf' ] && [ -f '$prefix/share/doc/personaplex/examples/k8s.yaml' ]"
+check "fetch-weights finds its installed manifest" \
+    "'$prefix/bin/personaplex-fetch-weights' --check --dir '$prefix/models' 2>&1 | grep -q 'missing from'"
+
+# The installed server, started from the installed configuration (the command line moves the
+# state directory and the port; the file's other settings stay).
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 28998)"
+"$prefix/bin/personaplex-server" --config "$conf" --demo --no-tls --port "$port" --state-dir "$prefix/state" \
+    >"$prefix/server.log" 2>&1 &
+pid=$!
+ok=0
+for _ in $(seq 1 300); do
+    if curl -fs "http://127.0.0.1:$port/health" >"$prefix/health.json" 2>/dev/null; then ok=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+check "the installed server answers /health with 200" "[ $ok -eq 1 ] && grep -q '\"status\":\"ok\"' '$prefix/health.json'"
+check "it serves the installed web UI" \
+    "grep -q 'web UI: $prefix/share/personaplex/web' '$prefix/server.log' && \
+     curl -fs 'http://127.0.0.1:$port/' | grep -qi '<html'"
+kill -TERM "$pid" 2>/dev/null
+wait "$pid"
+check "it exits 0 on SIGTERM" "[ $? -eq 0 ]"
+[ "$failed" -eq 0 ] || cat "$prefix/server.log"
+
+if [ -n "$test_deploy" ]; then
+    check "the installed server drains on SIGTERM (test_deploy drain)" \
+        "'$test_deploy' drain '$prefix/bin/personaplex-server' --config '$conf' >'$prefix/drain.log' 2>&1"
+    [ "$failed" -eq 0 ] || cat "$prefix/drain.log"
+fi
+
+# A re-install must not overwrite an operator's edits.
+echo "# edited by the operator" >>"$conf"
+cmake --install "$build" --prefix "$prefix" >"$prefix/install2.log" 2>&1
+check "a re-install keeps the edited configuration" "grep -q 'edited by the operator' '$conf'"
+check "and puts the new one beside it" "[ -f '$conf.example' ]"
+finish

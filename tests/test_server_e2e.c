@@ -36,6 +36,7 @@
 #include <opus/opus.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -167,6 +168,7 @@ static void start_server(void) {
     snprintf(log, sizeof log, "%s/server.log", g_dir);
     g_pid = fork();
     if (g_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a crashed or killed test takes its server along */
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
         dup2(fd, 1);
@@ -586,6 +588,12 @@ int main(int argc, char **argv) {
     wc_shutdown();
     int status = stop_server();
     TEST_COND("server exits cleanly on SIGTERM (status 0)", status == 0);
-    if (status != 0 || test_failed) fprintf(stderr, "server log: %s/server.log (status %d)\n", g_dir, status);
+    if (status != 0 || test_failed) {
+        fprintf(stderr, "server log: %s/server.log (status %d)\n", g_dir, status);
+    } else { /* kept on failure for the post-mortem; removed otherwise */
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    }
     return test_report();
 }

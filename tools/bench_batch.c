@@ -217,7 +217,7 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, char *
         rc = time_ticks(lm, o->batches[i], o->ticks, kv, &ms, err);
         if (rc) break;
         double per = ms / o->batches[i];
-        if (i == 0) one = per * (o->batches[0] == 1 ? 1 : 0);
+        if (o->batches[i] == 1) one = per;
         printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
         if (one > 0) printf(" %13.2fx\n", one / per);
         else printf(" %14s\n", "-");

@@ -34,7 +34,7 @@ typedef struct dims {
 
 /* PersonaPlex-7B (spec/lm.md); --small divides the widths by 8 for a quick CPU run. */
 static const dims full_dims = {4096, 32, 11264, 32, 1024, 16, 2816, 6, 2048, 32000};
-static const dims small_dims = {512, 4, 1408, 32, 128, 2, 352, 6, 2048, 4000};
+static const dims small_dims = {512, 4, 1408, 32, 128, 2, 384, 6, 2048, 4000}; /* widths: multiples of 128 */
 
 /* ---- random data ---- */
 
@@ -102,6 +102,9 @@ static int synth_weight(synth *s, pp_wformat fmt, int64_t rows, int64_t cols, pp
     size_t first = s->n_held;
     int gs = fmt == PP_WF_NF2 ? 128 : 64;
     size_t groups = n / (size_t)gs;
+    if (fmt >= PP_WF_NF2 && cols % gs)
+        return pp_fail(err, PP_EINVAL, "bench frame: %lld columns are not a multiple of the %s group %d",
+                       (long long)cols, pp_wformat_name(fmt), gs);
     void *data = NULL, *scales = NULL;
     float *nested = NULL;
     switch (fmt) {

@@ -83,9 +83,12 @@ download() {
         return 1
     fi
     echo "== $file <- $url"
-    local auth=()
-    if [ -n "$token" ]; then auth=(-K <(printf 'header = "Authorization: Bearer %s"\n' "$token")); fi
-    curl -fL --retry 5 --retry-delay 3 -C - "${auth[@]}" -o "$dir/$file.part" "$url"
+    local opts=(-fL --retry 5 --retry-delay 3 -C - -o "$dir/$file.part" "$url")
+    if [ -n "$token" ]; then
+        printf 'header = "Authorization: Bearer %s"\n' "$token" | curl -K - "${opts[@]}"
+    else
+        curl "${opts[@]}"
+    fi
 }
 
 # Verifies dir/name against the manifest or the local record. 0 verified, 3 no hash known,

@@ -8,6 +8,7 @@
 
 #include "io/voice.h"
 #include "model/lmgen.h"
+#include "session/voice_clone.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -150,41 +151,34 @@ static int run_steps(pp_lmgen *gen, const pp_lm_config *c, const lm_golden *g, c
 /* clone.safetensors (when present): the voice-cloning path after the codec. Each frame's codes
  * go in as the agent's stream (text PAD, user sine) from a fresh conversation; the input
  * embeddings of the computing calls and the final ring are what a voices/NAME.pt stores. */
+/* The voice-cloning path after the codec (spec/lm.md §6.1) through the library's own
+ * pp_voice_clone_codes: the saved embeddings and token ring must be the reference's. */
 static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *ring_ok, char *err) {
     const pp_lm_config *c = pp_lm_get_config(lm);
     st_file *f = NULL;
-    int64_t *codes = NULL, *cache = NULL, n = 0;
-    float *want = NULL, *got = NULL;
-    pp_lmgen *gen = NULL;
+    int64_t *codes64 = NULL, *cache = NULL, n = 0;
+    int32_t *codes = NULL;
+    float *want = NULL;
+    pp_voice voice = {0};
     int rc = golden_open(dir, "clone.safetensors", &f, err);
-    if (!rc) rc = golden_load_i64(f, "voice_codes", -1, &codes, &n, err);
+    if (!rc) rc = golden_load_i64(f, "voice_codes", -1, &codes64, &n, err);
     n /= PP_LM_AUDIO_CODEBOOKS;
-    if (!rc && n < 1) rc = pp_fail(err, PP_EFORMAT, "clone.safetensors: no voice_codes");
+    if (!rc && n < 2) rc = pp_fail(err, PP_EFORMAT, "%s/clone.safetensors: fewer than 2 voice_codes frames", dir);
     if (!rc) rc = golden_load_f32(f, "embeddings", (n - 1) * c->dim, &want, NULL, err);
     if (!rc) rc = golden_load_i64(f, "cache", PP_LM_STREAMS * 4, &cache, NULL, err);
-    if (!rc && !(got = malloc((size_t)n * c->dim * sizeof *got))) rc = pp_fail(err, PP_ENOMEM, "out of memory");
-    if (!rc) rc = pp_lmgen_create(lm, NULL, &gen, err);
-    int64_t saved = 0;
-    for (int64_t j = 0; j < n && !rc; j++) {
-        int32_t agent[PP_LM_AUDIO_CODEBOOKS];
-        for (int i = 0; i < PP_LM_AUDIO_CODEBOOKS; i++) agent[i] = (int32_t)codes[j * PP_LM_AUDIO_CODEBOOKS + i];
-        pp_lmgen_out out;
-        int r = pp_lmgen_step_forced(gen, PP_LMGEN_TEXT_PAD, agent, pp_lmgen_sine_codes, &out,
-                                     got + saved * c->dim, err);
-        if (r < 0) rc = r;
-        else saved += r;
-    }
+    if (!rc && !(codes = malloc((size_t)n * PP_LM_AUDIO_CODEBOOKS * sizeof *codes)))
+        rc = pp_fail(err, PP_ENOMEM, "out of memory");
+    for (int64_t i = 0; !rc && i < n * PP_LM_AUDIO_CODEBOOKS; i++) codes[i] = (int32_t)codes64[i];
+    if (!rc) rc = pp_voice_clone_codes(lm, codes, n, &voice, err);
     if (!rc) {
-        int64_t ring[PP_LM_STREAMS * 4];
-        pp_lmgen_token_ring(gen, ring);
-        *ring_ok = saved == n - 1 && memcmp(ring, cache, sizeof ring) == 0;
-        *emb_err = saved == n - 1 ? golden_rel_err(got, want, (size_t)saved, (size_t)c->dim) : INFINITY;
+        *ring_ok = memcmp(&voice.cache[0][0], cache, sizeof voice.cache) == 0;
+        *emb_err = golden_rel_err(voice.embeddings, want, (size_t)voice.frames, (size_t)c->dim);
     }
-    pp_lmgen_destroy(gen);
+    pp_voice_free(&voice);
+    free(codes64);
     free(codes);
     free(cache);
     free(want);
-    free(got);
     st_close(f);
     return rc;
 }

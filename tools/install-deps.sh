@@ -17,6 +17,8 @@ CORE_PACKAGES=(
     libopus-dev libogg-dev opus-tools           # audio codec, Ogg pages, test fixtures
     libsystemd-dev                              # sd_notify readiness for the systemd unit
     zlib1g-dev                                  # voice .pt archives: CRC-32, DEFLATE entries
+    gcc-aarch64-linux-gnu g++-aarch64-linux-gnu # tools/cross-check.sh (aarch64 engine build)
+    systemd curl file python3                   # unit verify, fetch-weights, deploy tests
 )
 PROXY_PACKAGES=(
     nginx                                       # reverse-proxy test

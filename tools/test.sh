@@ -3,7 +3,8 @@
 #   1. tools/install-deps.sh
 #   2. build/       normal build (CUDA when a toolkit is found, PP_CUDA to override) + ctest
 #   3. build-asan/  CPU build with ASan + UBSan + ctest
-#   4. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)
+#   4. tools/cross-check.sh: the engine library compiled and linked for aarch64 (one entry)
+#   5. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)
 # Ends with one line "N passed, N failed" (tests, plus one entry per fuzz target; a failed
 # build or configure counts as a failure). Exit status 0 only when nothing failed.
 #   SKIP_DEPS=1 SKIP_FUZZ=1 tools/test.sh       skip those stages
@@ -85,6 +86,15 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 if build_tree "$root/build-asan" -DPP_SANITIZE=ON -DPP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
     run_ctest "$root/build-asan"
 fi
+
+echo "== cross-check (aarch64)"
+tools/cross-check.sh "$root/build-cross-aarch64" >"$logs/cross-check.log" 2>&1
+case $? in
+0) passed=$((passed + 1)) ;;
+77) skipped=$((skipped + 1)) ;;
+*) note_fail "cross-check aarch64 (log: $logs/cross-check.log)" ;;
+esac
+tail -n 1 "$logs/cross-check.log"
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzers"

@@ -7,6 +7,12 @@
  * start-up); pp_admission_capacity predicts the tick at any n from those points (piecewise
  * linear, extrapolated with the last segment's slope) and applies both limits.
  *
+ * Memory, PersonaPlex-7B (32 layers × 2 (K, V) × 3000 slots × 4096 values per conversation):
+ * f32 3.15 GB, bf16 1.57 GB, int8 0.79 GB + 0.02 GB of scales (one f32 per slot and head) =
+ * 0.81 GB. 64 full-length conversations on an 80 GB card with NF2 weights (about 2.2 GB):
+ * int8 64 × 0.81 = 51.9 GB + 2.2 GB + Mimi and workspace (< 2 GB) ≈ 56 GB: fits, with room to
+ * spare; bf16 needs 64 × 1.57 = 100.7 GB and holds about 48; f32 about 24.
+ *
  * Use (e.g. the server at start-up, with its LM and backend):
  *     pp_admission_calib cal;
  *     static const int sizes[] = {1, 2, 4, 8};

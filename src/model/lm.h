@@ -11,7 +11,8 @@
  *      pp_lm_set_embedding (a stored voice-prompt frame);
  *   2. pp_lm_temporal, each row at its conversation's position: h = out_norm(transformer(x));
  *   3. optionally pp_lm_text_logits(h) and the depformer steps pp_lm_depformer(k, prev tokens).
- * Rows are computed independently: a row's results do not depend on the other rows. */
+ * Rows are computed independently: a row's results do not depend on the other rows (bit for
+ * bit on the CPU backend; a device GEMM may sum in another order at another batch size). */
 #ifndef PP_MODEL_LM_H
 #define PP_MODEL_LM_H
 

@@ -15,7 +15,8 @@
  * pp_lmbatch advances many conversations of one model by a conversation frame together (one
  * 80 ms tick of a server): every weight is read once for all of them, while each keeps its own
  * position, KV rings, token ring and RNG, so the tokens are those of pp_lmgen_step on each in
- * turn. Conversations may join or leave between ticks. A lone call is the one-row case. */
+ * turn (exactly on the CPU backend). Conversations may join or leave between ticks. A lone call
+ * is the one-row case. */
 #ifndef PP_MODEL_LMGEN_H
 #define PP_MODEL_LMGEN_H
 

@@ -12,13 +12,16 @@ else()
 endif()
 set(PP_BINDIR "${prefix}/bin")
 
-configure_file("${PP_SOURCE_DIR}/tools/deploy/personaplex.service.in" "${PP_BINARY_DIR}/personaplex.service" @ONLY)
+# One staging file per prefix: two installs may run at once (the tests do).
+string(MD5 tag "$ENV{DESTDIR}${prefix}")
+set(unit "${PP_BINARY_DIR}/units/${tag}/personaplex.service")
+configure_file("${PP_SOURCE_DIR}/tools/deploy/personaplex.service.in" "${unit}" @ONLY)
 if(IS_ABSOLUTE "${PP_SYSTEMD_UNITDIR}")
   set(unitdir "${PP_SYSTEMD_UNITDIR}")
 else()
   set(unitdir "${prefix}/${PP_SYSTEMD_UNITDIR}")
 endif()
-file(INSTALL "${PP_BINARY_DIR}/personaplex.service" DESTINATION "${unitdir}")
+file(INSTALL "${unit}" DESTINATION "${unitdir}")
 
 set(conf "${PP_SOURCE_DIR}/tools/deploy/personaplex.conf")
 if(EXISTS "$ENV{DESTDIR}${PP_CONFDIR}/personaplex.conf")

@@ -1,0 +1,341 @@
+/* personaplex-loadtest: N simulated clients on one personaplex-server over loopback WebSockets.
+ *
+ *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
+ *                        [--wav FILE] [--slack MS] [--query Q]
+ *
+ * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
+ * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
+ * downlink encoder's OpusHead and OpusTags pages, then one 80 ms page every 80 ms, as a browser
+ * does — and records every reply message with its arrival time (tests/ws_client.c's lws
+ * client, all clients on one lws context). Per client and over all clients it reports: the
+ * handshake time after the upgrade; inter-arrival of the reply's audio pages (p50/p90/p99,
+ * max) and late pages (a gap over 80 ms + slack); audio continuity: a valid Ogg stream (one
+ * page per message, OpusHead/OpusTags, one serial, page sequence without gaps, CRCs) with an
+ * audio page for every frame sent (less the one frame of Opus pre-skip the server drops). With --server it starts `BINARY --demo` on a free loopback
+ * port (--no-tls unless --tls) and stops it with SIGTERM afterwards.
+ *
+ * Exit status 0 when every client got its handshake and a continuous stream of every frame;
+ * timing is reported, never judged (slow machines are slow, not broken). */
+#define _DEFAULT_SOURCE
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "ws_client.h"
+
+#include "audio/opus.h"
+#include "audio/wav.h"
+#include "base/err.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <ogg/ogg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef PP_TEST_DATA
+#define PP_TEST_DATA "tests/data"
+#endif
+
+#define FRAME_MS 80.0
+#define MAX_CLIENTS 256
+
+typedef struct lt_opts {
+    const char *server, *wav, *query;
+    int port, tls, clients;
+    double seconds, slack_ms;
+} lt_opts;
+
+/* ---- the uplink: a WAV as Ogg Opus pages, one wc_msg each ---- */
+
+static int add_msg(wc_msg *m, const uint8_t *page, size_t len) {
+    m->data = malloc(len + 1);
+    if (!m->data) return -1;
+    m->data[0] = 0x01;
+    memcpy(m->data + 1, page, len);
+    m->len = len + 1;
+    m->text = 0;
+    return 0;
+}
+
+/* head[2]: OpusHead and OpusTags; audio[frames]: the WAV looped to `frames` 80 ms frames. */
+static int encode_uplink(const char *wav_path, int frames, wc_msg head[2], wc_msg *audio, char *err) {
+    pp_wav w;
+    pp_downlink *d = NULL;
+    int rc = pp_wav_read(wav_path, PP_WAV_MIX, &w, err);
+    if (rc) return rc;
+    if (w.rate != PP_AUDIO_RATE || w.frames < 1) {
+        pp_wav_free(&w);
+        return pp_fail(err, PP_EINVAL, "%s: %d Hz; the uplink needs 24000 Hz audio", wav_path, w.rate);
+    }
+    rc = pp_downlink_open(&d, 0, err);
+    uint8_t page[PP_DOWNLINK_MAX_PAGE];
+    size_t len;
+    for (int i = 0; !rc && i < 2; i++) {
+        rc = pp_downlink_header(d, i, page, sizeof page, &len, err);
+        if (!rc && add_msg(&head[i], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
+    }
+    float pcm[PP_AUDIO_FRAME];
+    int64_t at = 0;
+    for (int f = 0; !rc && f < frames; f++) {
+        for (int i = 0; i < PP_AUDIO_FRAME; i++, at = (at + 1) % w.frames) pcm[i] = w.pcm[at];
+        rc = pp_downlink_encode(d, pcm, page, sizeof page, &len, err);
+        if (!rc && add_msg(&audio[f], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
+    }
+    pp_downlink_close(d);
+    pp_wav_free(&w);
+    return rc;
+}
+
+/* ---- the server process (--server) ---- */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static pid_t start_server(const lt_opts *o, const char *dir) {
+    char port[16], max[16], log[600];
+    snprintf(port, sizeof port, "%d", o->port);
+    snprintf(max, sizeof max, "%d", o->clients);
+    snprintf(log, sizeof log, "%s/server.log", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        const char *argv[16] = {o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir,
+                                "--max-sessions", max, o->tls ? NULL : "--no-tls"};
+        execv(o->server, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Polls /health until the server says ready (or it exits, or 60 s pass). */
+static int wait_ready(pid_t pid) {
+    for (int i = 0; i < 600; i++) {
+        wc_http h = {.path = "/health"};
+        wc_run(NULL, 0, (wc_http *[]){&h}, 1, 2000);
+        int ok = h.done && h.status == 200 && h.body && strstr(h.body, "\"ready\":true");
+        wc_http_free(&h);
+        if (ok) return 1;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int stop_server(pid_t pid) {
+    kill(pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; i++) usleep(100000);
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- what came back ---- */
+
+typedef struct lt_result {
+    int audio_pages, bad_pages; /* pages after the two header pages; pages out of order or invalid */
+    int late;
+    double handshake_ms, p50, p90, p99, max;
+} lt_result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, int n, double p) { return n ? sorted[(int)(p * (n - 1) + 0.5)] : 0; }
+
+/* Ogg continuity of the reply (libogg checks each CRC): headers first, one serial, sequence
+ * numbers 0, 1, 2, ... without gaps. */
+static void continuity(const wc_conn *c, lt_result *r) {
+    ogg_sync_state sy;
+    ogg_sync_init(&sy);
+    if (c->out_len) {
+        memcpy(ogg_sync_buffer(&sy, (long)c->out_len), c->out, c->out_len);
+        ogg_sync_wrote(&sy, (long)c->out_len);
+    }
+    ogg_page pg;
+    long serial = -1, pages = 0;
+    int got;
+    while ((got = ogg_sync_pageout(&sy, &pg)) != 0) {
+        if (got < 0) { /* bytes between pages or a bad CRC */
+            r->bad_pages++;
+            continue;
+        }
+        if (serial < 0) serial = ogg_page_serialno(&pg);
+        int head_ok = pages == 0   ? ogg_page_bos(&pg) && pg.body_len >= 8 && !memcmp(pg.body, "OpusHead", 8)
+                      : pages == 1 ? pg.body_len >= 8 && !memcmp(pg.body, "OpusTags", 8)
+                                   : ogg_page_packets(&pg) == 1;
+        if (ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages || !head_ok) r->bad_pages++;
+        else if (pages >= 2) r->audio_pages++;
+        pages++;
+    }
+    ogg_sync_clear(&sy);
+    r->bad_pages += c->bad_pages;
+}
+
+static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, int *n_all) {
+    r->handshake_ms = c->handshakes ? (double)(c->t_handshake - c->t_established) / 1e6 : -1;
+    int n = 0;
+    double *gaps = malloc((size_t)(c->n_out > 0 ? c->n_out : 1) * sizeof *gaps);
+    if (!gaps) return -1;
+    for (int i = 3; i < c->n_out; i++) { /* between audio pages: the two header pages come first */
+        double d = (double)(c->out_times[i] - c->out_times[i - 1]) / 1e6;
+        gaps[n++] = d;
+        all[(*n_all)++] = d;
+        r->late += d > FRAME_MS + slack_ms;
+    }
+    qsort(gaps, (size_t)n, sizeof *gaps, cmp_double);
+    r->p50 = pct(gaps, n, 0.5);
+    r->p90 = pct(gaps, n, 0.9);
+    r->p99 = pct(gaps, n, 0.99);
+    r->max = n ? gaps[n - 1] : 0;
+    free(gaps);
+    return 0;
+}
+
+/* ---- the run ---- */
+
+static int parse(int argc, char **argv, lt_opts *o) {
+    *o = (lt_opts){.wav = PP_TEST_DATA "/golden/speech-24k.wav", .query = "", .clients = 3, .seconds = 10,
+                   .slack_ms = 40};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--tls") == 0) {
+            o->tls = 1;
+            continue;
+        }
+        if (!v) return -1;
+        i++;
+        if (strcmp(a, "--server") == 0) o->server = v;
+        else if (strcmp(a, "--port") == 0) o->port = atoi(v);
+        else if (strcmp(a, "--clients") == 0) o->clients = atoi(v);
+        else if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
+        else if (strcmp(a, "--wav") == 0) o->wav = v;
+        else if (strcmp(a, "--slack") == 0) o->slack_ms = atof(v);
+        else if (strcmp(a, "--query") == 0) o->query = v;
+        else return -1;
+    }
+    int where = (o->server != NULL) + (o->port > 0);
+    return where == 1 && o->clients >= 1 && o->clients <= MAX_CLIENTS && o->seconds > 0 ? 0 : -1;
+}
+
+/* Runs the clients against the server on o->port; prints the report; 0 when all continuous. */
+static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames) {
+    char path[1024];
+    snprintf(path, sizeof path, "/api/chat%s%s", *o->query ? "?" : "", o->query);
+    wc_conn *conns = calloc((size_t)o->clients, sizeof *conns);
+    wc_conn **list = calloc((size_t)o->clients, sizeof *list);
+    lt_result *res = calloc((size_t)o->clients, sizeof *res);
+    double *all = malloc(((size_t)frames + 8) * o->clients * sizeof *all);
+    if (!conns || !list || !res || !all) {
+        free(conns), free(list), free(res), free(all);
+        fprintf(stderr, "loadtest: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < o->clients; i++) {
+        conns[i] = (wc_conn){.path = path, .wait_handshake = 1, .extra = head, .n_extra = 2, .audio = audio,
+                             .n_audio = frames, .interval_ms = FRAME_MS, .linger_ms = 5000,
+                             .expect_pages = frames + 1}; /* 2 header pages, frames - 1 audio pages */
+        list[i] = &conns[i];
+    }
+    wc_run(list, o->clients, NULL, 0, 1e3 * (o->seconds + 120));
+    /* The server drops the uplink's pre-skip (3840 at 48 kHz: one 1920-sample frame at 24 kHz),
+     * so one frame fewer comes back than went in. */
+    int expect = frames - PP_DOWNLINK_PRESKIP / 2 / PP_AUDIO_FRAME;
+    int n_all = 0, ok_all = 1, late = 0;
+    printf("%-7s %10s %8s %8s %8s %8s %8s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max", "pages", "late",
+           "continuity");
+    for (int i = 0; i < o->clients; i++) {
+        wc_conn *c = &conns[i];
+        lt_result *r = &res[i];
+        continuity(c, r);
+        timing(c, o->slack_ms, r, all, &n_all);
+        int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && r->audio_pages == expect;
+        ok_all &= ok;
+        late += r->late;
+        printf("%-7d %8.0fms %6.1fms %6.1fms %6.1fms %6.1fms %4d/%-4d %5d  %s", i, r->handshake_ms, r->p50, r->p90,
+               r->p99, r->max, r->audio_pages, expect, r->late, ok ? "ok" : "BROKEN");
+        if (!ok)
+            printf(" (handshakes %d, %d bad pages%s%s%s%s)", c->handshakes, r->bad_pages, c->failed ? ", failed: " : "",
+                   c->failed ? c->fail_reason : "", c->errors ? ", server error: " : "",
+                   c->errors ? c->first_error : "");
+        printf("\n");
+    }
+    qsort(all, (size_t)n_all, sizeof *all, cmp_double);
+    printf("all %d clients, %d frames each: page gaps p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; "
+           "late (> %.0f ms) %d of %d; streams %s\n",
+           o->clients, frames, pct(all, n_all, 0.5), pct(all, n_all, 0.9), pct(all, n_all, 0.99),
+           n_all ? all[n_all - 1] : 0, FRAME_MS + o->slack_ms, late, n_all, ok_all ? "continuous" : "BROKEN");
+    for (int i = 0; i < o->clients; i++) {
+        conns[i].path = NULL; /* static: wc_conn_free must not free it */
+        wc_conn_free(&conns[i]);
+    }
+    free(conns), free(list), free(res), free(all);
+    return ok_all ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    lt_opts o;
+    if (parse(argc, argv, &o)) {
+        fprintf(stderr, "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
+                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q]\n",
+                MAX_CLIENTS);
+        return 2;
+    }
+    char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-loadtest-XXXXXX";
+    int frames = (int)(o.seconds * 1000 / FRAME_MS + 0.5);
+    wc_msg head[2] = {{0}};
+    wc_msg *audio = calloc((size_t)frames, sizeof *audio);
+    int rc = audio ? encode_uplink(o.wav, frames, head, audio, err) : pp_fail(err, PP_ENOMEM, "out of memory");
+    pid_t pid = -1;
+    if (!rc && o.server) {
+        o.port = free_port();
+        if (o.port < 0 || !mkdtemp(dir)) rc = pp_fail(err, PP_EIO, "no free loopback port or temporary directory");
+        else pid = start_server(&o, dir);
+    }
+    int status = 1;
+    if (!rc && wc_init(o.tls, o.port) != 0) rc = pp_fail(err, PP_EIO, "cannot create the lws client context");
+    if (!rc) {
+        if (pid > 0 && !wait_ready(pid)) {
+            fprintf(stderr, "loadtest: the server did not become ready (log: %s/server.log)\n", dir);
+        } else {
+            printf("loadtest: %d clients, %.0f s of %s each, %s://127.0.0.1:%d\n", o.clients, o.seconds, o.wav,
+                   o.tls ? "wss" : "ws", o.port);
+            status = drive(&o, head, audio, frames);
+        }
+        wc_shutdown();
+    }
+    if (pid > 0) {
+        int st = stop_server(pid);
+        if (st != 0) fprintf(stderr, "loadtest: the server exited with status %d (log: %s/server.log)\n", st, dir);
+        if (st == 0 && status == 0) nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); /* keep it to debug a failure */
+    }
+    if (rc) fprintf(stderr, "loadtest: %s\n", err);
+    for (int i = 0; i < 2; i++) free(head[i].data);
+    for (int i = 0; audio && i < frames; i++) free(audio[i].data);
+    free(audio);
+    return rc ? 2 : status;
+}
