@@ -165,7 +165,7 @@ static void test_capacity(void) {
     TEST_COND("KV from config.json beside the weights",
               capacity_kv_bytes(w, &kv, err) == 0 && kv == 2ull * 3 * 100 * 256 * 4);
 
-    /* A model whose one conversation needs 2 x 32 x 2^20 x 8192 x 4 bytes = 4 TiB: no machine
+    /* A model whose one conversation needs 2 x 32 x 2^20 x 8192 x 4 bytes = 2 TiB: no machine
      * running this test has that much free, so the check must refuse, and saying so. */
     write_file("small/config.json", "{\"dim\": 8192, \"num_heads\": 64, \"context\": 1048576}");
     pp_backend *be = NULL;

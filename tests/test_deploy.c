@@ -8,7 +8,9 @@
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
  *   are open, one from a client that stopped reading. After SIGTERM the other client gets,
  *   after its handshake, 0x05 "server shutting down" and close 1001; both sessions are
- *   drained and the server exits with status 0. (The drain closes conversations at once, so
+ *   drained and the server exits with status 0. The server runs with NOTIFY_SOCKET and
+ *   WATCHDOG_USEC pointing at a socket of the test, standing in for systemd: it must report
+ *   READY=1, ping WATCHDOG=1 and announce STOPPING=1 (when built with libsystemd). (The drain closes conversations at once, so
  *   the window in which /health says "draining" and new conversations are refused is too
  *   short to hit from a test.)
  * proxy: instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +150,30 @@ static long metric(int port, const char *name) {
     return -1;
 }
 
+/* A datagram socket standing in for systemd's notification socket; its path goes to the
+ * server through NOTIFY_SOCKET. */
+static int notify_socket(void) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/notify.sock", g_dir) >= sizeof a.sun_path) return -1;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0) return -1;
+    setenv("NOTIFY_SOCKET", a.sun_path, 1);
+    setenv("WATCHDOG_USEC", "400000", 1); /* pings every 0.2 s */
+    return fd;
+}
+
+/* Everything the server sent to the notification socket, datagrams joined by newlines. */
+static void notify_read(int fd, char *out, size_t cap) {
+    size_t o = 0;
+    ssize_t n;
+    out[0] = '\0';
+    while (o + 2 < cap && (n = recv(fd, out + o, cap - o - 2, 0)) > 0) {
+        o += (size_t)n;
+        out[o++] = '\n';
+        out[o] = '\0';
+    }
+}
+
 /* ---- drain --------------------------------------------------------------------------------------- */
 
 static void run_drain(const char *server, int n_extra, char **extra) {
@@ -159,6 +186,8 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     for (int i = 0; i < n_extra && i < MAX_ARGS; i++) argv[n++] = extra[i];
     const char *tail[] = {"--demo", "--no-tls", "--host", "127.0.0.1", "--port", port_s, "--state-dir", g_dir, NULL};
     memcpy(argv + n, tail, sizeof tail);
+    int nfd = notify_socket();
+    TEST_COND("notification socket", nfd >= 0);
     pid_t pid = spawn(argv, log);
     TEST_COND("server ready", wait_health(port, "\"status\":\"ok\"", pid));
 
@@ -204,6 +233,14 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : stop(pid);
     TEST_COND("the server exits 0 after the drain", rc == 0);
     TEST_COND("the log tells the drain", file_contains(log, "draining 2 conversations"));
+#ifdef PP_HAVE_SYSTEMD
+    static char notes[65536];
+    notify_read(nfd, notes, sizeof notes);
+    TEST_COND("systemd: READY=1 with the status line", strstr(notes, "READY=1\nSTATUS=ready: model demo"));
+    TEST_COND("systemd: watchdog pings", strstr(notes, "WATCHDOG=1"));
+    TEST_COND("systemd: STOPPING=1 when draining", strstr(notes, "STOPPING=1\nSTATUS=draining 2 conversations"));
+#endif
+    close(nfd);
 }
 
 /* ---- proxy --------------------------------------------------------------------------------------- */
