@@ -153,9 +153,10 @@ static void test_capacity(void) {
     TEST_COND("fit: weights alone too big", capacity_sessions_fit(G, 2 * G, 1) == 0);
 
     uint64_t kv = 0;
+    int context = 0;
     char err[PP_ERR_LEN];
-    TEST_COND("KV of the PersonaPlex-7B shape", capacity_kv_bytes("/nonexistent/model.safetensors", &kv, err) == 0 &&
-                                                    kv == 2ull * 32 * 3000 * 4096 * 4);
+    TEST_COND("KV of the PersonaPlex-7B shape", capacity_kv_bytes("/nonexistent/model.safetensors", &kv, &context, err) == 0 &&
+                                                    kv == 2ull * 32 * 3000 * 4096 * 4 && context == 3000);
     char small[128];
     snprintf(small, sizeof small, "%s/small", g_dir);
     mkdir(small, 0755);
@@ -163,7 +164,7 @@ static void test_capacity(void) {
     char w[160];
     snprintf(w, sizeof w, "%s/small/lm.safetensors", g_dir);
     TEST_COND("KV from config.json beside the weights",
-              capacity_kv_bytes(w, &kv, err) == 0 && kv == 2ull * 3 * 100 * 256 * 4);
+              capacity_kv_bytes(w, &kv, &context, err) == 0 && kv == 2ull * 3 * 100 * 256 * 4 && context == 100);
 
     /* A model whose one conversation needs 2 x 32 x 2^20 x 8192 x 4 bytes = 2 TiB: no machine
      * running this test has that much free, so the check must refuse, and saying so. */

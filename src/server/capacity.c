@@ -30,7 +30,7 @@ int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_ses
     return n > 100000 ? 100000 : (int)n;
 }
 
-int capacity_kv_bytes(const char *weights, uint64_t *out, char *err) {
+int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *err) {
     pp_lm_config c;
     pp_lm_config_default(&c);
     char cfg[4200];
@@ -43,6 +43,7 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, char *err) {
     }
     /* K and V, one ring per layer; the depformer's rings hold dep_q steps and are tiny. */
     *out = 2ull * (uint64_t)c.num_layers * (uint64_t)c.context * (uint64_t)c.dim * sizeof(float);
+    *context = c.context;
     return PP_OK;
 }
 
@@ -96,8 +97,9 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     char dev[256];
     capacity_plan p = {0};
     uint64_t total, kv;
+    int context;
     describe_device(be, dev, sizeof dev, &total, &p.available);
-    int rc = capacity_kv_bytes(weights, &kv, err);
+    int rc = capacity_kv_bytes(weights, &kv, &context, err);
     if (rc) return rc;
     p.weights = file_size(weights) + file_size(mimi);
     p.per_session = kv + CAPACITY_SESSION_EXTRA;
@@ -109,11 +111,12 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     PP_INFO("capacity", "%s: %.1f GiB total, %.1f GiB %s", dev, GIB(total), GIB(p.available), what);
     p.fit = capacity_sessions_fit(p.available, p.weights, p.per_session);
     uint64_t need = p.weights + CAPACITY_FIXED_EXTRA + (uint64_t)max_sessions * p.per_session;
+    const char *base = strrchr(weights, '/');
     PP_INFO("capacity",
-            "need about %.2f GiB: weights %.2f GiB + %d x %.2f GiB per conversation (KV cache %.2f GiB) + %.2f GiB "
-            "workspace; %s (%d conversation%s would fit)",
-            GIB(need), GIB(p.weights), max_sessions, GIB(p.per_session), GIB(kv), GIB(CAPACITY_FIXED_EXTRA),
-            p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
+            "need about %.2f GiB: %s and Mimi %.2f GiB + %d x %.2f GiB per conversation (KV cache of %d steps "
+            "%.2f GiB) + %.2f GiB workspace; %s (%d conversation%s would fit)",
+            GIB(need), base ? base + 1 : weights, GIB(p.weights), max_sessions, GIB(p.per_session), context, GIB(kv),
+            GIB(CAPACITY_FIXED_EXTRA), p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
     if (p.fit >= max_sessions) return PP_OK;
     if (!enforce) {
         PP_WARN("capacity", "starting anyway (--skip-memory-check)");

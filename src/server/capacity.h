@@ -25,8 +25,8 @@
 int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session);
 
 /* Bytes of one conversation's KV rings for the LM whose checkpoint is `weights` (its
- * config.json beside it, else the PersonaPlex-7B shape). */
-int capacity_kv_bytes(const char *weights, uint64_t *out, char *err);
+ * config.json beside it, else the PersonaPlex-7B shape); *context gets the ring length. */
+int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *err);
 
 /* Logs the device, its memory and the plan. With enforce, PP_EFULL when max_sessions do
  * not fit; err then gives the numbers and what would fit. */

@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <time.h>
 
 /* Process-wide like the signals they stand for. */
 static atomic_int g_stop_requests; /* SIGTERM/SIGINT received so far */
@@ -23,12 +22,6 @@ static struct lws_context *g_ctx;  /* service thread only from here on */
 static lws_sorted_usec_list_t g_watchdog_sul, g_deadline_sul;
 static uint64_t g_watchdog_usec;
 static int64_t g_deadline_ns;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void *signal_main(void *arg) {
     (void)arg;
@@ -93,12 +86,12 @@ int lifecycle_poll(server *s) {
         snprintf(status, sizeof status, "draining %d conversation%s", open, open == 1 ? "" : "s");
         notify_stopping(status);
         PP_INFO("server", "%s (at most %d s)", status, s->opt->drain_seconds);
-        g_deadline_ns = now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
+        g_deadline_ns = conn_now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
         lws_sul_schedule(g_ctx, 0, &g_deadline_sul, deadline_cb, (lws_usec_t)s->opt->drain_seconds * 1000000);
     }
     if (!g_draining) return 0;
     if (!s->live) return 1;
-    if (now_ns() >= g_deadline_ns) {
+    if (conn_now_ns() >= g_deadline_ns) {
         PP_WARN("server", "drain timed out after %d s; closing the remaining conversations", s->opt->drain_seconds);
         return 1;
     }
