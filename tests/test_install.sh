@@ -77,7 +77,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
     >"$prefix/server.log" 2>&1 &
 pid=$!
 ok=0
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
     if curl -fs "http://127.0.0.1:$port/health" >"$prefix/health.json" 2>/dev/null; then ok=1; break; fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1

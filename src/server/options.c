@@ -79,8 +79,10 @@ static const opt_spec g_opts[] = {
      "Conversations served at once. One more gets an 0x05 \"server full\" message and a close."},
     {"behind-proxy", NULL, OPT_FLAG, F(behind_proxy), 0, 1, NULL, NULL,
      "The server sits behind a reverse proxy (nginx, a Kubernetes ingress): log the client "
-     "address from X-Real-IP or X-Forwarded-For instead of the proxy's. Only for logs; "
-     "never set it when clients can reach the server directly."},
+     "address from X-Real-IP or X-Forwarded-For instead of the proxy's (for logs only), and "
+     "refuse a chat upgrade with HTTP 503 rather than an 0x05 message when no conversation can "
+     "start now (loading, full, draining), so the proxy retries another instance (nginx: "
+     "proxy_next_upstream http_503). Never set it when clients reach the server directly."},
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},
@@ -289,7 +291,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "    %s --weights model-nf2.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
     fprintf(out, "\nEXIT STATUS\n");
     print_wrapped(out,
-                  "0 after a clean shutdown (SIGINT or SIGTERM), 1 when start-up fails, 2 on a "
-                  "command-line error.",
+                  "0 after a clean shutdown (SIGINT or SIGTERM), 1 when start-up fails (the "
+                  "model cannot be loaded or does not fit), 2 on a command-line or "
+                  "configuration-file error.",
                   4);
 }
