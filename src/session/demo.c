@@ -307,10 +307,16 @@ int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
     if (!rc) rc = pp_spm_make_demo(DEMO_VOCAB, &spm, &spm_len, err);
     if (!rc) rc = write_text(out->tokenizer, spm, spm_len, err);
     if (!rc) rc = make_dir(out->voices_dir, err);
-    snprintf(path, sizeof path, "%s/NATF2.pt", out->voices_dir);
-    if (!rc) rc = write_voice(path, &lc, 1, err);
-    snprintf(path, sizeof path, "%s/NATM1.pt", out->voices_dir);
-    if (!rc) rc = write_voice(path, &lc, 2, err);
+    /* Every preset of the official client's voice menu (spec/protocol.md §3.5), so any choice
+     * there starts a conversation; NATF2 and NATM1 keep seeds 1 and 2 so their prompts stay
+     * as before. */
+    static const char *const voices[] = {"NATF2", "NATM1", "NATF0", "NATF1", "NATF3", "NATM0",
+                                         "NATM2", "NATM3", "VARF0", "VARF1", "VARF2", "VARF3",
+                                         "VARF4", "VARM0", "VARM1", "VARM2", "VARM3", "VARM4"};
+    for (size_t i = 0; !rc && i < sizeof voices / sizeof voices[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s.pt", out->voices_dir, voices[i]);
+        rc = write_voice(path, &lc, i + 1, err);
+    }
     free(spm);
     free(lm.t);
     free(codec.t);
