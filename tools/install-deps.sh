@@ -49,8 +49,14 @@ for g in "${groups[@]}"; do
     esac
 done
 
+# Node.js often comes from elsewhere than Debian (NodeSource's nodejs bundles npm and conflicts
+# with Debian's npm package): a working command is as good as the Debian package.
+declare -A PROVIDED_BY_COMMAND=([nodejs]=node [npm]=npm)
+
 missing=()
 for p in "${wanted[@]}"; do
+    cmd="${PROVIDED_BY_COMMAND[$p]:-}"
+    if [ -n "$cmd" ] && command -v "$cmd" >/dev/null; then continue; fi
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$p")
     fi
