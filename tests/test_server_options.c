@@ -17,7 +17,8 @@ int main(void) {
     server_options o;
     TEST_COND("init", server_options_init(&o, err) == PP_OK);
     TEST_COND("defaults", o.port == 8998 && strcmp(o.host, "127.0.0.1") == 0 && strcmp(o.voice, "NATF2") == 0 &&
-                              o.max_sessions == 4 && !o.demo && !o.no_tls && o.seed == 42424242 &&
+                              o.max_sessions == 0 /* auto */ && strcmp(o.kv_cache, "auto") == 0 &&
+                              o.prompt_cache_mb == 1024 && !o.demo && !o.no_tls && o.seed == 42424242 &&
                               strcmp(o.device, "auto") == 0 && o.weights == NULL);
     TEST_COND("default prompt is the reference's", strstr(o.text_prompt, "wise and friendly teacher") != NULL);
 
@@ -27,6 +28,11 @@ int main(void) {
     TEST_COND("values set", o.demo && o.port == 9000 && strcmp(o.host, "0.0.0.0") == 0 && o.no_tls &&
                                 strcmp(o.text_prompt, "Be brief.") == 0 && o.seed == -1 && o.max_sessions == 8);
 
+    const char *a8[] = {"x", "--max-sessions", "auto", "--kv-cache=int8", "--prompt-cache-mb", "0"};
+    TEST_COND("auto, KV format, prompt cache off", parse(&o, 6, a8, err) == PP_OK && o.max_sessions == 0 &&
+                                                         strcmp(o.kv_cache, "int8") == 0 && o.prompt_cache_mb == 0);
+    const char *a9[] = {"x", "--max-sessions", "automatic"};
+    TEST_COND("a count is a number or auto", parse(&o, 3, a9, err) == PP_EINVAL && strstr(err, "--max-sessions"));
     const char *a2[] = {"x", "--bogus"};
     TEST_COND("unknown option", parse(&o, 2, a2, err) == PP_EINVAL && strstr(err, "--bogus"));
     const char *a3[] = {"x", "--port", "70000"};
@@ -52,7 +58,8 @@ int main(void) {
     fclose(f);
     const char *must[] = {"--weights", "--mimi", "--tokenizer", "--voices-dir", "--voice", "--text-prompt", "--host",
                           "--port", "--cert", "--key", "--state-dir", "--no-tls", "--device", "--max-sessions",
-                          "--static-dir", "--seed", "--log-level", "--demo", "--help", "--version", "SYNOPSIS",
+                          "--static-dir", "--seed", "--log-level", "--demo", "--help", "--version", "--kv-cache",
+                          "--prompt-cache-mb", "SYNOPSIS",
                           "EXIT STATUS"};
     int all = 1;
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) all &= strstr(text, must[i]) != NULL;

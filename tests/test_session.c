@@ -1,10 +1,11 @@
 /* test_session: one conversation on the built-in demo model.
  *
  * - pp_demo_write is deterministic (two runs, same bytes) and its model opens;
- * - the prompt schedule runs voice + 6 + prompt tokens + 6 frames, one per call;
+ * - the prompt schedule runs voice + 6 + prompt tokens + 6 frames, PP_SESSION_PREFILL_ROWS per
+ *   call;
  * - the session's frames equal a pipeline built by hand from the model modules with the
- *   prompt phases run whole (pp_lmgen_prompt_voice over all frames at once, ...): running
- *   them one frame at a time changes nothing, bit for bit;
+ *   prompt phases run frame by frame (pp_lmgen_prompt_voice, ...): the session's batched
+ *   prefill changes nothing, bit for bit;
  * - sessions are independent: interleaving two gives each the output it has alone;
  * - the decoded audio is audible and bounded; errors come back for unknown voices,
  *   path-like voice names, over-long prompts and a step before the prompts. */
@@ -59,9 +60,11 @@ static pp_session *start(pp_model *m, const pp_session_params *p) {
         fprintf(stderr, "session: %s\n", err);
         return NULL;
     }
-    int calls = 0, rc;
+    int calls = 1, rc, frames = pp_session_prompt_frames(s);
     while ((rc = pp_session_prefill(s, err)) == 0) calls++;
-    TEST_COND("prefill ends with 1 after one call per prompt frame", rc == 1 && calls + 1 == pp_session_prompt_frames(s));
+    TEST_COND("prefill ends with 1 after one call per run of prompt frames",
+              rc == 1 && calls == (frames + PP_SESSION_PREFILL_ROWS - 1) / PP_SESSION_PREFILL_ROWS &&
+                  pp_session_prompt_done(s) == frames && !pp_session_prompt_cached(s));
     return s;
 }
 

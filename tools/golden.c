@@ -1,7 +1,7 @@
 /* personaplex-golden: replays the reference's golden cases on an engine backend and checks
  * every output against them.
  *
- *   personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N]
+ *   personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N] [--prompt-cache]
  *
  * A case directory named lm-* runs the language model (golden_lm.c), mimi-* the codec
  * (golden_mimi.c). One summary line per case; the exit status is 0 only when every case is
@@ -128,7 +128,8 @@ static int run_case(const char *dir, const golden_opts *o) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N]\n");
+    fprintf(stderr,
+            "usage: personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N] [--prompt-cache]\n");
 }
 
 int main(int argc, char **argv) {
@@ -143,6 +144,8 @@ int main(int argc, char **argv) {
             o.voice = argv[++i];
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             o.threads = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--prompt-cache") == 0) {
+            o.prompt_cache = 1;
         } else if (argv[i][0] == '-') {
             usage();
             free(cases);

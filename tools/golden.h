@@ -22,6 +22,7 @@ typedef struct golden_opts {
     const char *device; /* "cpu" (default) or "cuda" */
     const char *voice;  /* lm cases: a voices/NAME.pt file replacing golden's voice prompt, or NULL */
     int threads;        /* CPU threads, 0 = one per online CPU */
+    int prompt_cache;   /* lm cases: batched prefill, snapshot, conversation on a restored copy */
 } golden_opts;
 
 int golden_lm_run(const char *dir, const golden_opts *o, char *err);

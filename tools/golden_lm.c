@@ -3,7 +3,12 @@
  * token ring against the reference's, then feeds the user codes step by step and compares
  * the emitted tokens (exactly), the text logits, the agent depformer logits (steps 0-7; steps
  * 8-15 predict user codes that are always given, and are skipped) and every temporal layer's
- * output. */
+ * output.
+ *
+ * With --prompt-cache the prompts run as a server's prompt cache runs them: batched prefill
+ * (pp_lmgen_prefill, runs of PREFILL_ROWS frames) on a scratch conversation, a snapshot of its
+ * state, the scratch destroyed, the snapshot restored into a fresh conversation, which then
+ * replays the steps: the same comparisons prove the cached start gives the reference's outputs. */
 #include "golden.h"
 
 #include "io/voice.h"
@@ -20,6 +25,8 @@
  * ulps (observed ~1e-6); 1e-3 leaves room for the quantized cases' dequantisation in another
  * order while staying far below what a wrong formula produces (> 1e-2). */
 #define LM_TOL 1e-3
+/* Prefill run length in --prompt-cache mode: prime, so runs straddle the phase boundaries. */
+#define PREFILL_ROWS 7
 
 typedef struct lm_golden {
     float *voice_emb, *text_logits, *dep_logits, *layers;
@@ -53,20 +60,46 @@ static int golden_read(const st_file *f, const pp_lm_config *c, lm_golden *g, ch
     return golden_load_f32(f, "layer_outputs", T * c->num_layers * c->dim, &g->layers, NULL, err);
 }
 
+/* --prompt-cache: batched prefill on a scratch conversation, snapshot, restore into gen. */
+static int run_prompts_cached(pp_lmgen *gen, const pp_lm *lm, const pp_lmgen_prompt *p, size_t *bytes, char *err) {
+    pp_lmgen_params params;
+    pp_lmgen_params_default(&params);
+    params.greedy = 1;
+    pp_lmgen *scratch = NULL;
+    pp_lmbatch *b = NULL;
+    pp_lmgen_snapshot *snap = NULL;
+    int rc = pp_lmgen_create(lm, &params, &scratch, err);
+    if (!rc) rc = pp_lmbatch_create(lm, PREFILL_ROWS, &b, err);
+    if (!rc) rc = pp_lmgen_prefill(scratch, b, p, 0, pp_lmgen_prompt_length(p), err);
+    if (!rc) rc = pp_lmgen_snapshot_take(scratch, &snap, err);
+    pp_lmgen_destroy(scratch);
+    pp_lmbatch_destroy(b);
+    if (!rc) rc = pp_lmgen_snapshot_restore(gen, snap, err);
+    if (snap) *bytes = pp_lmgen_snapshot_bytes(snap);
+    pp_lmgen_snapshot_free(snap);
+    return rc;
+}
+
 /* The prompt phases as the reference's step_system_prompts runs them; the voice prompt comes
- * from golden.safetensors, or from a voices/NAME.pt file when voice is not NULL. */
-static int run_prompts(pp_lmgen *gen, const lm_golden *g, const pp_voice *voice, char *err) {
-    int rc = voice ? pp_lmgen_prompt_voice(gen, voice->embeddings, (int)voice->frames, &voice->cache[0][0], err)
-                   : pp_lmgen_prompt_voice(gen, g->voice_emb, (int)g->n_voice, g->voice_cache, err);
-    if (!rc) rc = pp_lmgen_prompt_silence(gen, (int)g->silence[0], err);
-    if (!rc && g->n_text) {
-        int32_t *ids = malloc((size_t)g->n_text * sizeof *ids);
-        if (!ids) return pp_fail(err, PP_ENOMEM, "out of memory");
-        for (int64_t i = 0; i < g->n_text; i++) ids[i] = (int32_t)g->text[i];
-        rc = pp_lmgen_prompt_text(gen, ids, (int)g->n_text, err);
-        free(ids);
+ * from golden.safetensors, or from a voices/NAME.pt file when voice is not NULL. *bytes gets the
+ * snapshot's size in --prompt-cache mode. */
+static int run_prompts(pp_lmgen *gen, const pp_lm *lm, const lm_golden *g, const pp_voice *voice, int cached,
+                       size_t *bytes, char *err) {
+    int32_t *ids = malloc((size_t)(g->n_text ? g->n_text : 1) * sizeof *ids);
+    if (!ids) return pp_fail(err, PP_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < g->n_text; i++) ids[i] = (int32_t)g->text[i];
+    pp_lmgen_prompt p = {voice ? voice->embeddings : g->voice_emb, voice ? &voice->cache[0][0] : g->voice_cache,
+                         (int)(voice ? voice->frames : g->n_voice), (int)g->silence[0], ids, (int)g->n_text};
+    int rc;
+    if (cached) {
+        rc = run_prompts_cached(gen, lm, &p, bytes, err);
+    } else {
+        rc = pp_lmgen_prompt_voice(gen, p.voice_emb, p.n_voice, p.voice_cache, err);
+        if (!rc) rc = pp_lmgen_prompt_silence(gen, p.silence, err);
+        if (!rc) rc = pp_lmgen_prompt_text(gen, ids, p.n_text, err);
+        if (!rc) rc = pp_lmgen_prompt_silence(gen, p.silence, err);
     }
-    if (!rc) rc = pp_lmgen_prompt_silence(gen, (int)g->silence[0], err);
+    free(ids);
     return rc;
 }
 
@@ -203,7 +236,8 @@ int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
     pp_lmgen_params_default(&p);
     p.greedy = 1; /* the golden cases decode by argmax */
     if (!rc) rc = pp_lmgen_create(lm, &p, &gen, err);
-    if (!rc) rc = run_prompts(gen, &g, o->voice ? &voice : NULL, err);
+    size_t snap_bytes = 0;
+    if (!rc) rc = run_prompts(gen, lm, &g, o->voice ? &voice : NULL, o->prompt_cache, &snap_bytes, err);
     if (!rc) {
         r.prompt_ok = check_prompt(gen, &g, dir);
         rc = run_steps(gen, pp_lm_get_config(lm), &g, dir, &r, err);
@@ -217,13 +251,17 @@ int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
         clone_ok = ring_ok && emb_err <= LM_TOL;
         snprintf(clone_note, sizeof clone_note, ", clone ring %s embeddings %.2e", ring_ok ? "ok" : "DIFF", emb_err);
     }
+    if (o->prompt_cache)
+        snprintf(clone_note + strlen(clone_note), sizeof clone_note - strlen(clone_note),
+                 ", from a %zu-byte prompt snapshot", snap_bytes);
     int pass = 0;
     if (!rc) {
         pass = clone_ok && r.prompt_ok && r.tokens_ok && r.text_err <= LM_TOL && r.dep_err <= LM_TOL &&
                r.layer_err <= LM_TOL;
-        printf("%s%s%s: prompt %s, tokens %s (%d steps emitted of %lld), text_logits %.2e, dep_logits %.2e, "
+        printf("%s%s%s%s: prompt %s, tokens %s (%d steps emitted of %lld), text_logits %.2e, dep_logits %.2e, "
                "layers %.2e%s (tol %.0e): %s\n",
-               dir, o->voice ? " --voice " : "", o->voice ? o->voice : "", r.prompt_ok ? "ok" : "DIFF", r.tokens_ok ? "exact" : "DIFF", r.steps_emitted,
+               dir, o->voice ? " --voice " : "", o->voice ? o->voice : "", o->prompt_cache ? " --prompt-cache" : "",
+               r.prompt_ok ? "ok" : "DIFF", r.tokens_ok ? "exact" : "DIFF", r.steps_emitted,
                (long long)g.n_steps, r.text_err, r.dep_err, r.layer_err, clone_note, LM_TOL, pass ? "PASS" : "FAIL");
     }
     golden_free(&g);

@@ -101,6 +101,7 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
         free(ctx);
         return rc;
     }
+    ctx->simd = cpu_simd_detect();
     be->ops = &cpu_ops;
     be->impl = ctx;
     *out = be;

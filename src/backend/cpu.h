@@ -5,6 +5,7 @@
 #define PP_BACKEND_CPU_H
 
 #include "backend/backend.h"
+#include "backend/cpu_simd.h"
 #include "base/pool.h"
 
 typedef struct cpu_gemv cpu_gemv; /* cpu_gemv.c's activation scratch */
@@ -12,15 +13,22 @@ typedef struct cpu_gemv cpu_gemv; /* cpu_gemv.c's activation scratch */
 typedef struct cpu_ctx {
     pp_pool *pool;
     cpu_gemv *gemv;
+    cpu_simd simd; /* which loop variants run (cpu_simd.h); tests may switch it */
 } cpu_ctx;
 
 static inline pp_pool *cpu_pool(pp_backend *be) { return ((cpu_ctx *)be->impl)->pool; }
+static inline cpu_simd cpu_simd_of(pp_backend *be) { return ((cpu_ctx *)be->impl)->simd; }
 
 /* cpu_gemv.c */
 int cpu_gemv_create(cpu_gemv **out, char *err);
 void cpu_gemv_destroy(cpu_gemv *g);
 void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
 void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
+
+/* cpu_gemv_avx2.c (x86-64): whether its loops take this weight (format and group size), and
+ * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
+int cpu_gemv_avx2_handles(const pp_weight *w);
+void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_lm.c */
 void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);

@@ -105,6 +105,7 @@ typedef struct {
     int n;
     int64_t rows_per_task;
     const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
+    int avx2;         /* cpu_gemv_avx2.c's loops take these rows */
 } gemv_job;
 
 static void dense_rows(const gemv_job *j, int64_t r0, int64_t r1) {
@@ -160,6 +161,12 @@ static void gemv_task(void *ctx, int task) {
     int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->w->rows) r1 = j->w->rows;
     if (r0 >= r1) return;
+#if CPU_HAVE_AVX2
+    if (j->avx2) {
+        cpu_gemv_rows_avx2(j->w, j->x, j->n, j->y, r0, r1);
+        return;
+    }
+#endif
     if (j->w->fmt <= PP_WF_BF16)
         dense_rows(j, r0, r1);
     else
@@ -186,7 +193,9 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, int n, 
     int64_t tasks = (int64_t)threads * 4;
     int64_t per = (w->rows + tasks - 1) / tasks;
     if (per < 8) per = 8;
-    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut};
+    per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
+    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut,
+                  .avx2 = cpu_simd_of(be) == CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w)};
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }
 

@@ -247,6 +247,22 @@ size_t pp_lm_ctx_bytes(const pp_lm_config *c, pp_kv_format kv) {
     return pp_tf_cache_bytes(&ts, c->context, kv);
 }
 
+pp_kv_format pp_lm_ctx_format(const pp_lm_ctx *c) { return c->temporal.rings[0].fmt; }
+int pp_lm_ctx_capacity(const pp_lm_ctx *c) { return c->temporal.rings[0].capacity; }
+
+size_t pp_lm_ctx_slots_bytes(const pp_lm_ctx *c, int slots) {
+    pp_tf_shape ts = temporal_shape(&c->lm->cfg);
+    return pp_tf_cache_bytes(&ts, slots, pp_lm_ctx_format(c));
+}
+
+void pp_lm_ctx_export(const pp_lm_ctx *c, int slots, void *host) {
+    pp_tf_cache_export(c->lm->be, &c->lm->temporal, &c->temporal, slots, host);
+}
+
+void pp_lm_ctx_import(pp_lm_ctx *c, int slots, const void *host) {
+    pp_tf_cache_import(c->lm->be, &c->lm->temporal, &c->temporal, slots, host);
+}
+
 int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *err) {
     *out = NULL;
     pp_lm_ctx *c = calloc(1, sizeof *c);

@@ -44,6 +44,13 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
 void pp_lm_ctx_destroy(pp_lm_ctx *c);
 /* Bytes of backend memory one conversation's rings take (a config's full context). */
 size_t pp_lm_ctx_bytes(const pp_lm_config *c, pp_kv_format kv);
+pp_kv_format pp_lm_ctx_format(const pp_lm_ctx *c);
+int pp_lm_ctx_capacity(const pp_lm_ctx *c);
+/* The first `slots` slots of every ring to host (pp_lm_ctx_slots_bytes bytes) and back: what a
+ * saved prompt state holds. slots <= pp_lm_ctx_capacity. */
+size_t pp_lm_ctx_slots_bytes(const pp_lm_ctx *c, int slots);
+void pp_lm_ctx_export(const pp_lm_ctx *c, int slots, void *host);
+void pp_lm_ctx_import(pp_lm_ctx *c, int slots, const void *host);
 
 /* Scratch for up to rows conversations per call. */
 int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err);

@@ -32,6 +32,7 @@ struct pp_lmbatch {
     int *last;                       /* [cap]: depformer steps a row needs; -1: no heads */
     int *slot;                       /* [cap]: the caller's index of row r */
     pp_lmgen **rows;                 /* [cap]: the conversations that compute this tick */
+    const float **emb;               /* [cap]: a prefill row's stored voice embedding, or NULL */
 };
 
 struct pp_lmgen {
@@ -44,6 +45,7 @@ struct pp_lmgen {
     pp_sampler sampler;
     int width, max_delay;
     int64_t n;                      /* call counter */
+    int sampled;                    /* the RNG has drawn since the reset (the heads ran) */
     int64_t ring[NS][RING_MAX];
     uint8_t provided[NS][RING_MAX];
     int32_t init[NS];               /* initial tokens: text_card, then card */
@@ -88,6 +90,7 @@ int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
         if (rc) return rc;
     }
     g->n = 0;
+    g->sampled = 0;
     memset(g->provided, 0, sizeof g->provided);
     pp_rng_seed(&g->rng, g->params.seed);
     return PP_OK;
@@ -196,6 +199,7 @@ static int heads_needed(const pp_lmgen *g, int tgt) {
 static int32_t choose(pp_lmgen *g, int k, int tgt, const float *logits, int n) {
     const pp_lmgen_params *p = &g->params;
     float temp = p->greedy ? 0 : k == 0 ? p->text_temp : p->audio_temp;
+    g->sampled = 1;
     int32_t tok = pp_sample(&g->sampler, &g->rng, logits, n, temp, k == 0 ? p->text_top_k : p->audio_top_k);
     if (!g->provided[k][tgt]) g->ring[k][tgt] = tok;
     return (int32_t)g->ring[k][tgt];
@@ -240,18 +244,24 @@ static void run_heads(pp_lmbatch *b, int n) {
     }
 }
 
-/* Input column n−1 of each row's conversation (spec §5.1 step 4) into the LM's input rows. */
+/* The input column n−1 of g (spec §5.1 step 4), checked against the embedding tables. */
+static int input_column(const pp_lmgen *g, int32_t cols[NS], char *err) {
+    int in = col(g, g->n - 1);
+    for (int k = 0; k < NS; k++) {
+        int64_t v = g->ring[k][in];
+        if (v < 0 || v > g->init[k])
+            return pp_fail(err, PP_EINVAL, "lmgen: stream %d holds token %lld at position %lld (outside [0, %d])", k,
+                           (long long)v, (long long)(g->n - 1), g->init[k]);
+        cols[k] = (int32_t)v;
+    }
+    return PP_OK;
+}
+
+/* Input column n−1 of each row's conversation into the LM's input rows. */
 static int embed_inputs(pp_lmbatch *b, int n, char *err) {
     for (int r = 0; r < n; r++) {
-        const pp_lmgen *g = b->rows[r];
-        int in = col(g, g->n - 1);
-        for (int k = 0; k < NS; k++) {
-            int64_t v = g->ring[k][in];
-            if (v < 0 || v > g->init[k])
-                return pp_fail(err, PP_EINVAL, "lmgen: stream %d holds token %lld at position %lld (outside [0, %d])",
-                               k, (long long)v, (long long)(g->n - 1), g->init[k]);
-            b->cols[r][k] = (int32_t)v;
-        }
+        int rc = input_column(b->rows[r], b->cols[r], err);
+        if (rc) return rc;
     }
     pp_lm_embed_tokens(b->lm, b->work, n, (const int32_t(*)[NS])b->cols);
     return PP_OK;
@@ -323,9 +333,8 @@ int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *
     return rc < 0 ? rc : PP_OK;
 }
 
-int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err) {
-    if (n_frames < 0 || (n_frames > 0 && !embeddings) || !cache)
-        return pp_fail(err, PP_EINVAL, "lmgen: voice prompt needs embeddings for %d frames and a token cache", n_frames);
+/* A voice's [17][4] token ring: only for max delay 1, every token in its table. */
+static int check_voice_cache(const pp_lmgen *g, const int64_t *cache, char *err) {
     if (g->width != 4)
         return pp_fail(err, PP_EUNSUPPORTED, "lmgen: a voice prompt's [17][4] ring needs max delay 1, not %d",
                        g->max_delay);
@@ -336,26 +345,57 @@ int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, co
                 return pp_fail(err, PP_EINVAL, "lmgen: voice cache [%d][%d] = %lld is outside [0, %d]", k, c,
                                (long long)v, g->init[k]);
         }
-    /* The reference replays each stored frame through a call whose tokens are dummies (text PAD,
-     * audio initial tokens), all forced, so nothing it would sample is kept. */
-    int32_t dummy[NA];
-    for (int i = 0; i < NA; i++) dummy[i] = g->cfg->card;
-    for (int j = 0; j < n_frames; j++) {
-        if (!prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy)) prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy);
-        pp_lmgen_out out;
-        int rc = solo_tick(g, embeddings + (size_t)j * g->cfg->dim, NULL, &out, err);
-        if (rc) return rc;
-    }
+    return PP_OK;
+}
+
+static void restore_ring(pp_lmgen *g, const int64_t *cache) {
     for (int k = 0; k < NS; k++)
         for (int c = 0; c < 4; c++) g->ring[k][c] = cache[k * 4 + c];
+}
+
+/* The reference replays each stored voice frame through a call whose tokens are dummies (text
+ * PAD, audio initial tokens), all forced, so nothing it would sample is kept. */
+static void prepare_voice_frame(pp_lmgen *g) {
+    int32_t dummy[NA];
+    for (int i = 0; i < NA; i++) dummy[i] = g->cfg->card;
+    if (!prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy)) prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy);
+}
+
+int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err) {
+    if (n_frames < 0 || (n_frames > 0 && !embeddings) || !cache)
+        return pp_fail(err, PP_EINVAL, "lmgen: voice prompt needs embeddings for %d frames and a token cache", n_frames);
+    int rc = check_voice_cache(g, cache, err);
+    if (rc) return rc;
+    for (int j = 0; j < n_frames; j++) {
+        prepare_voice_frame(g);
+        pp_lmgen_out out;
+        if ((rc = solo_tick(g, embeddings + (size_t)j * g->cfg->dim, NULL, &out, err))) return rc;
+    }
+    restore_ring(g, cache);
+    return PP_OK;
+}
+
+/* Silence and text-prompt frames force the agent's silence and the user's sine codes. */
+static int check_forced(const pp_lmgen *g, int n, char *err) {
+    if (n > 0 && g->cfg->card < 2048)
+        return pp_fail(err, PP_EUNSUPPORTED, "lmgen: silence and sine frames use Mimi codes that need card 2048, not %d",
+                       g->cfg->card);
+    return PP_OK;
+}
+
+static int check_text(const pp_lmgen *g, const int32_t *ids, int n, char *err) {
+    if (n < 0 || (n > 0 && !ids)) return pp_fail(err, PP_EINVAL, "lmgen: text prompt of %d ids", n);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] > g->cfg->text_card)
+            return pp_fail(err, PP_EINVAL, "lmgen: text prompt token %d = %d is outside [0, %d]", i, ids[i],
+                           g->cfg->text_card);
     return PP_OK;
 }
 
 /* Forced frames of (text, agent silence, user sine): the silence and text-prompt phases. */
 static int forced_frames(pp_lmgen *g, const int32_t *texts, int n, int32_t text, char *err) {
-    if (n > 0 && g->cfg->card < 2048)
-        return pp_fail(err, PP_EUNSUPPORTED, "lmgen: silence and sine frames use Mimi codes that need card 2048, not %d",
-                       g->cfg->card);
+    int rc = check_forced(g, n, err);
+    if (rc) return rc;
     for (int i = 0; i < n; i++) {
         pp_lmgen_out out;
         int rc = pp_lmgen_step_forced(g, texts ? texts[i] : text, pp_lmgen_silence_codes, pp_lmgen_sine_codes, &out,
@@ -371,19 +411,15 @@ int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err) {
 }
 
 int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
-    if (n < 0 || (n > 0 && !ids)) return pp_fail(err, PP_EINVAL, "lmgen: text prompt of %d ids", n);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] > g->cfg->text_card)
-            return pp_fail(err, PP_EINVAL, "lmgen: text prompt token %d = %d is outside [0, %d]", i, ids[i],
-                           g->cfg->text_card);
-    return forced_frames(g, ids, n, 0, err);
+    int rc = check_text(g, ids, n, err);
+    return rc ? rc : forced_frames(g, ids, n, 0, err);
 }
 
 void pp_lmbatch_destroy(pp_lmbatch *b) {
     if (!b) return;
     pp_lm_work_destroy(b->work);
     void *bufs[] = {b->text_logits, b->dep_logits, b->cols, b->pos, b->ctxs, b->layer_out,
-                    b->prev, b->last, b->slot, b->rows};
+                    b->prev, b->last, b->slot, b->rows, (void *)b->emb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(b);
 }
@@ -407,8 +443,9 @@ int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err
     b->last = calloc(n, sizeof *b->last);
     b->slot = calloc(n, sizeof *b->slot);
     b->rows = calloc(n, sizeof *b->rows);
+    b->emb = calloc(n, sizeof *b->emb);
     int rc = b->text_logits && b->dep_logits && b->cols && b->pos && b->ctxs && b->layer_out && b->prev &&
-                     b->last && b->slot && b->rows
+                     b->last && b->slot && b->rows && b->emb
                  ? PP_OK
                  : pp_fail(err, PP_ENOMEM, "lmbatch: out of memory for %d conversations", capacity);
     if (!rc) rc = pp_lm_work_create(lm, capacity, &b->work, err);
@@ -450,4 +487,127 @@ int pp_lmbatch_step(pp_lmbatch *b, pp_lmgen *const *gens, int n, const int32_t (
         b->slot[m++] = i;
     }
     return m ? tick(b, m, NULL, NULL, outs, err) : PP_OK;
+}
+
+/* ---- batched prefill ---- */
+
+int pp_lmgen_prompt_length(const pp_lmgen_prompt *p) { return p->n_voice + 2 * p->silence + p->n_text; }
+
+static int check_prompt(const pp_lmgen *g, const pp_lmgen_prompt *p, char *err) {
+    if (p->n_voice < 0 || p->silence < 0 || (p->n_voice > 0 && (!p->voice_emb || !p->voice_cache)))
+        return pp_fail(err, PP_EINVAL, "lmgen: prompt of %d voice frames (embeddings %s, cache %s), %d silence frames",
+                       p->n_voice, p->voice_emb ? "given" : "missing", p->voice_cache ? "given" : "missing",
+                       p->silence);
+    int rc = p->n_voice > 0 ? check_voice_cache(g, p->voice_cache, err) : PP_OK;
+    if (!rc) rc = check_forced(g, 2 * p->silence + p->n_text, err);
+    return rc ? rc : check_text(g, p->text, p->n_text, err);
+}
+
+/* Computes the m prefill rows gathered in b, all of conversation g at consecutive positions:
+ * one temporal pass, in which row r attends to the keys that rows 0..r-1 stored before it. */
+static void prefill_flush(pp_lmbatch *b, pp_lmgen *g, int m) {
+    if (m == 0) return;
+    pp_lm_embed_tokens(b->lm, b->work, m, (const int32_t(*)[NS])b->cols);
+    for (int r = 0; r < m; r++) {
+        if (b->emb[r]) pp_lm_set_embedding(b->lm, b->work, r, b->emb[r]);
+        b->ctxs[r] = g->ctx;
+    }
+    pp_lm_temporal(b->lm, b->work, b->ctxs, m, b->pos, NULL);
+}
+
+int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int from, int to, char *err) {
+    if (b->lm != g->lm) return pp_fail(err, PP_EINVAL, "lmgen: prefill scratch of another model");
+    if (from < 0 || from > to || to > pp_lmgen_prompt_length(p))
+        return pp_fail(err, PP_EINVAL, "lmgen: prompt frames [%d, %d) of %d", from, to, pp_lmgen_prompt_length(p));
+    int rc = check_prompt(g, p, err), m = 0;
+    if (rc) return rc;
+    /* Every input is forced, so a frame's input column is known as soon as it is prepared: the
+     * token bookkeeping runs ahead frame by frame and the compute follows in runs of rows. */
+    for (int i = from; i < to; i++) {
+        const float *emb = NULL;
+        if (i < p->n_voice) {
+            emb = p->voice_emb + (size_t)i * g->cfg->dim;
+            prepare_voice_frame(g);
+        } else {
+            int t = i - p->n_voice - p->silence;
+            int32_t text = t >= 0 && t < p->n_text ? p->text[t] : PP_LMGEN_TEXT_PAD;
+            if (!prepare(g, text, pp_lmgen_silence_codes, pp_lmgen_sine_codes)) continue; /* compute-free call 0 */
+        }
+        /* Every stream of a prompt frame is given or was given by the frame before (delays),
+         * so the heads never run and the RNG never draws. */
+        if (heads_needed(g, col(g, g->n)) >= 0)
+            return pp_fail(err, PP_EINVAL, "lmgen: prompt frame %d leaves a stream to the model", i);
+        if (emb) memset(b->cols[m], 0, sizeof b->cols[m]); /* valid ids; the embedding replaces them */
+        else if ((rc = input_column(g, b->cols[m], err))) return rc;
+        b->emb[m] = emb;
+        b->pos[m] = g->n - 1;
+        pp_lmgen_out out;
+        finish(g, &out);
+        if (++m == b->cap) {
+            prefill_flush(b, g, m);
+            m = 0;
+        }
+        if (i == p->n_voice - 1) restore_ring(g, p->voice_cache);
+    }
+    prefill_flush(b, g, m);
+    return PP_OK;
+}
+
+/* ---- snapshots ---- */
+
+struct pp_lmgen_snapshot {
+    const pp_lm *lm;
+    pp_kv_format fmt;
+    int64_t n;
+    int64_t ring[NS][RING_MAX];
+    uint8_t provided[NS][RING_MAX];
+    int slots;       /* KV slots held: positions 0 .. slots-1 */
+    size_t kv_bytes;
+    void *kv;        /* host: pp_lm_ctx_export of `slots` slots */
+};
+
+int pp_lmgen_snapshot_take(const pp_lmgen *g, pp_lmgen_snapshot **out, char *err) {
+    *out = NULL;
+    if (g->sampled)
+        return pp_fail(err, PP_EUNSUPPORTED, "lmgen: only a conversation that has not sampled yet can be saved");
+    pp_lmgen_snapshot *s = calloc(1, sizeof *s);
+    if (!s) return pp_fail(err, PP_ENOMEM, "lmgen: out of memory for a snapshot");
+    /* Call n has written positions 0 .. n-2; past the context the ring is full. */
+    int64_t written = g->n > 1 ? g->n - 1 : 0;
+    int cap = pp_lm_ctx_capacity(g->ctx);
+    *s = (pp_lmgen_snapshot){.lm = g->lm, .fmt = g->params.kv_cache, .n = g->n,
+                             .slots = written > cap ? cap : (int)written};
+    memcpy(s->ring, g->ring, sizeof s->ring);
+    memcpy(s->provided, g->provided, sizeof s->provided);
+    s->kv_bytes = pp_lm_ctx_slots_bytes(g->ctx, s->slots);
+    if (!(s->kv = malloc(s->kv_bytes ? s->kv_bytes : 1))) {
+        size_t bytes = s->kv_bytes;
+        free(s);
+        return pp_fail(err, PP_ENOMEM, "lmgen: out of memory for a snapshot of %zu bytes", bytes);
+    }
+    pp_lm_ctx_export(g->ctx, s->slots, s->kv);
+    *out = s;
+    return PP_OK;
+}
+
+int pp_lmgen_snapshot_restore(pp_lmgen *g, const pp_lmgen_snapshot *s, char *err) {
+    if (s->lm != g->lm) return pp_fail(err, PP_EINVAL, "lmgen: the snapshot was taken on another model");
+    if (s->fmt != g->params.kv_cache)
+        return pp_fail(err, PP_EINVAL, "lmgen: the snapshot holds KV format %d, the conversation uses %d", (int)s->fmt,
+                       (int)g->params.kv_cache);
+    int rc = pp_lmgen_reset(g, NULL, err);
+    if (rc) return rc;
+    g->n = s->n;
+    memcpy(g->ring, s->ring, sizeof g->ring);
+    memcpy(g->provided, s->provided, sizeof g->provided);
+    pp_lm_ctx_import(g->ctx, s->slots, s->kv);
+    return PP_OK;
+}
+
+size_t pp_lmgen_snapshot_bytes(const pp_lmgen_snapshot *s) { return sizeof *s + s->kv_bytes; }
+
+void pp_lmgen_snapshot_free(pp_lmgen_snapshot *s) {
+    if (!s) return;
+    free(s->kv);
+    free(s);
 }

@@ -61,6 +61,7 @@ typedef struct pp_lmgen_trace {
 } pp_lmgen_trace;
 
 typedef struct pp_lmgen pp_lmgen;
+typedef struct pp_lmbatch pp_lmbatch; /* scratch of a tick (below) */
 
 /* A fresh conversation on lm (which must outlive it); p NULL uses the defaults. */
 int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, char *err);
@@ -77,6 +78,44 @@ int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, co
 int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err);
 /* One forced frame per text id (agent silence, user sine). */
 int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err);
+
+/* The whole prompt schedule (spec/lm.md §6) as data, for pp_lmgen_prefill: n_voice stored voice
+ * embeddings (host [n_voice][dim]) then the ring restore from voice_cache ([17][4]; both unused
+ * when n_voice is 0), `silence` forced silence frames, one frame per text id, `silence` frames. */
+typedef struct pp_lmgen_prompt {
+    const float *voice_emb;
+    const int64_t *voice_cache;
+    int n_voice;
+    int silence;
+    const int32_t *text;
+    int n_text;
+} pp_lmgen_prompt;
+
+/* Frames in the schedule: n_voice + 2 · silence + n_text. */
+int pp_lmgen_prompt_length(const pp_lmgen_prompt *p);
+/* Runs frames [from, to) of prompt p on g, which has run frames [0, from) of it (from 0: g is
+ * fresh). The same state as pp_lmgen_prompt_voice/silence/text frame by frame, but every run of
+ * up to pp_lmbatch_capacity(b) consecutive frames is one pass of the temporal transformer over
+ * that many rows (each row attends to the keys of the rows before it), so each weight is read
+ * once per run instead of once per frame (bit for bit the same on the CPU backend). Every
+ * stream of every prompt frame is forced, so nothing is sampled. b must be created on g's
+ * model and must not be in use by another thread. On error g must be reset. */
+int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int from, int to, char *err);
+
+/* ---- snapshots: a conversation's state after its prompts, to start others from ---- */
+typedef struct pp_lmgen_snapshot pp_lmgen_snapshot;
+
+/* Copies g's state to host memory: counter, token ring and flags, and of the KV rings only the
+ * slots written so far (positions 0 .. n-2), not the whole context. PP_EUNSUPPORTED once g has
+ * sampled a token: its state then depends on its seed, which a snapshot does not carry. */
+int pp_lmgen_snapshot_take(const pp_lmgen *g, pp_lmgen_snapshot **out, char *err);
+/* Makes g (any state, same model and KV format) continue exactly as the conversation the
+ * snapshot was taken from, but with g's own sampling settings and seed (its RNG restarts from
+ * the seed, as the prompts draw nothing). */
+int pp_lmgen_snapshot_restore(pp_lmgen *g, const pp_lmgen_snapshot *s, char *err);
+/* Host bytes the snapshot holds (its KV slots and its bookkeeping). */
+size_t pp_lmgen_snapshot_bytes(const pp_lmgen_snapshot *s);
+void pp_lmgen_snapshot_free(pp_lmgen_snapshot *s);
 
 /* A conversation frame: the user's 8 codes in, the generated column out. */
 int pp_lmgen_step(pp_lmgen *g, const int32_t user[PP_LM_AUDIO_CODEBOOKS], pp_lmgen_out *out, char *err);
@@ -95,7 +134,6 @@ int pp_lmgen_ring_width(const pp_lmgen *g);
 void pp_lmgen_token_ring(const pp_lmgen *g, int64_t *dst);
 
 /* ---- batches: many conversations, one tick ---- */
-typedef struct pp_lmbatch pp_lmbatch;
 
 /* Scratch for ticks of up to capacity conversations of lm. */
 int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err);

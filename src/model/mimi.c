@@ -207,16 +207,21 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     return PP_OK;
 }
 
+int mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err) {
+    pp_json_doc *doc = NULL;
+    int rc = pp_json_parse(text, len, &doc, err);
+    if (!rc && pp_json_root(doc)->type != PP_JSON_OBJECT) rc = pp_fail(err, PP_EFORMAT, "%s: not a JSON object", label);
+    if (!rc) rc = parse_config(pp_json_root(doc), label, cfg, err);
+    if (!rc) rc = check_config(cfg, label, err);
+    pp_json_free(doc);
+    return rc;
+}
+
 int mimi_config_load(const char *path, mimi_config *cfg, char *err) {
     unsigned char *text = NULL;
     size_t len = 0;
-    pp_json_doc *doc = NULL;
     int rc = pp_file_read_all(path, 1 << 20, &text, &len, err);
-    if (!rc) rc = pp_json_parse((const char *)text, len, &doc, err);
-    if (!rc && pp_json_root(doc)->type != PP_JSON_OBJECT) rc = pp_fail(err, PP_EFORMAT, "%s: not a JSON object", path);
-    if (!rc) rc = parse_config(pp_json_root(doc), path, cfg, err);
-    if (!rc) rc = check_config(cfg, path, err);
-    pp_json_free(doc);
+    if (!rc) rc = mimi_config_parse((const char *)text, len, path, cfg, err);
     free(text);
     return rc;
 }

@@ -36,6 +36,8 @@ void mimi_config_default(mimi_config *cfg);
  * `num_codebooks`, `frame_size` / `frame_rate`, `sample_rate`); keys it lacks keep the
  * default. Refuses options this implementation does not cover, naming the key. */
 int mimi_config_load(const char *path, mimi_config *cfg, char *err);
+/* The same from config.json text in memory (label names it in messages). */
+int mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err);
 
 /* Opens the codec. config_path NULL: `config.json` beside the weights when it has a `seanet`
  * section, else the released Mimi's values. The weights file stays mapped until mimi_close. */

@@ -169,6 +169,31 @@ void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* Walks the first `slots` slots of each ring's buffers against consecutive host bytes. */
+static void cache_transfer(pp_backend *be, const pp_tf *tf, const pp_tf_cache *c, int slots, uint8_t *host,
+                           int to_host) {
+    const pp_tf_shape *s = &tf->shape;
+    for (int l = 0; l < c->num_layers; l++) {
+        const pp_kv_ring *r = &c->rings[l];
+        size_t kv = (size_t)slots * s->dim * kv_elem_bytes(r->fmt), sc = (size_t)slots * s->num_heads * sizeof(float);
+        void *bufs[] = {r->k, r->v, r->kscale, r->vscale};
+        size_t sizes[] = {kv, kv, sc, sc};
+        for (int i = 0; i < (r->fmt == PP_KV_INT8 ? 4 : 2); i++) {
+            if (to_host) be->ops->download(be, host, bufs[i], sizes[i]);
+            else be->ops->upload(be, bufs[i], host, sizes[i]);
+            host += sizes[i];
+        }
+    }
+}
+
+void pp_tf_cache_export(pp_backend *be, const pp_tf *tf, const pp_tf_cache *c, int slots, void *host) {
+    cache_transfer(be, tf, c, slots, host, 1);
+}
+
+void pp_tf_cache_import(pp_backend *be, const pp_tf *tf, pp_tf_cache *c, int slots, const void *host) {
+    cache_transfer(be, tf, c, slots, (uint8_t *)host, 0);
+}
+
 int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err) {
     const pp_tf_shape *s = &tf->shape;
     size_t d = (size_t)s->dim, hid = (size_t)s->hidden, n = (size_t)rows;

@@ -67,6 +67,11 @@ size_t pp_tf_cache_bytes(const pp_tf_shape *s, int capacity, pp_kv_format fmt);
 int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_kv_format fmt, pp_tf_cache *c,
                      char *err);
 void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c);
+/* Copies slots [0, slots) of every layer's rings (K, V, then for INT8 their scales) to host
+ * (pp_tf_cache_bytes(shape, slots, fmt) bytes), or back: a prompt's state without the empty
+ * rest of the ring. slots <= the rings' capacity. */
+void pp_tf_cache_export(pp_backend *be, const pp_tf *tf, const pp_tf_cache *c, int slots, void *host);
+void pp_tf_cache_import(pp_backend *be, const pp_tf *tf, pp_tf_cache *c, int slots, const void *host);
 int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err);
 void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 

@@ -13,7 +13,7 @@
 #include <time.h>
 
 /* 48 slots hold about 2 s of output (one page and at most one text piece per 80 ms frame):
- * beyond that the client is not reading and dropping is kinder than growing. */
+ * beyond that the client is not reading, and dropping its session is kinder than growing. */
 #define CONN_SLOTS 48
 /* Frame-ready stamps kept; the uplink holds at most 10 s (125 frames) by default. */
 #define READY_RING 256
@@ -31,6 +31,8 @@ struct conn {
     int head, count;
     int close_code;       /* close once drained; 0: keep open */
     int gone;             /* the socket has closed */
+    int stalled;          /* the ring overflowed: drop the socket */
+    int64_t last_input_ns;
     uint64_t dropped;
     uint64_t frames_marked, frames_taken;
     int64_t ready_ns[READY_RING];
@@ -46,6 +48,7 @@ int conn_create(uint64_t id, conn **out, char *err) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "connection %llu: out of memory", (unsigned long long)id);
     c->id = id;
+    c->last_input_ns = conn_now_ns();
     c->slots = malloc(CONN_SLOTS * sizeof *c->slots);
     int rc = c->slots ? pp_uplink_open(&c->uplink, 0, err) : pp_fail(err, PP_ENOMEM, "connection: out of memory");
     if (rc) {
@@ -69,8 +72,12 @@ void conn_destroy(conn *c) {
 uint64_t conn_id(const conn *c) { return c->id; }
 
 static int queue_locked(conn *c, int kind, const void *payload, size_t len) {
-    if (c->count == CONN_SLOTS || len + 1 > CONN_MSG_MAX) {
-        if (!c->dropped++) PP_WARN("conn", "session %llu: client is not reading; dropping output", (unsigned long long)c->id);
+    if (len + 1 > CONN_MSG_MAX) return PP_EFULL;
+    if (c->count == CONN_SLOTS) {
+        if (!c->dropped++)
+            PP_WARN("conn", "session %llu: client is not reading (%d messages queued); dropping the session",
+                    (unsigned long long)c->id, CONN_SLOTS);
+        c->stalled = 1;
         return PP_EFULL;
     }
     slot *s = &c->slots[(c->head + c->count) % CONN_SLOTS];
@@ -116,8 +123,23 @@ uint64_t conn_dropped(conn *c) {
     return d;
 }
 
+int conn_stalled(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int s = c->stalled;
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+int64_t conn_last_input_ns(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int64_t t = c->last_input_ns;
+    pthread_mutex_unlock(&c->lock);
+    return t;
+}
+
 int conn_push_audio(conn *c, const uint8_t *data, size_t len, int *page_errors, char *err) {
     pthread_mutex_lock(&c->lock);
+    c->last_input_ns = conn_now_ns();
     int before = pp_uplink_get_stats(c->uplink).ogg.errors;
     int rc = pp_uplink_push(c->uplink, data, len, err);
     *page_errors = pp_uplink_get_stats(c->uplink).ogg.errors - before;

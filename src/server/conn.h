@@ -55,7 +55,8 @@ uint64_t conn_id(const conn *c);
 /* ---- any thread ---- */
 
 /* Queues one message (kind + payload of len bytes, len < CONN_MSG_MAX). Returns 0, or PP_EFULL
- * when the ring is full (the message is dropped and counted: the client is not reading). */
+ * when the ring is full: the message is dropped and counted, and the conn is stalled (the
+ * client is not reading; the service thread then drops the socket). */
 int conn_queue(conn *c, int kind, const void *payload, size_t len);
 /* Queues an 0x05 error with the formatted text; with close_code != 0 the socket is closed
  * with that code once the queue has drained. */
@@ -68,6 +69,11 @@ void conn_fail(conn *c, int close_code, const char *fmt, ...)
 int conn_wants_write(conn *c);
 /* Messages dropped because the ring was full. */
 uint64_t conn_dropped(conn *c);
+/* The ring overflowed: the client stopped reading and the socket should be dropped now,
+ * without waiting for the queue to drain (it never would). */
+int conn_stalled(conn *c);
+/* When the client's audio last arrived (CLOCK_MONOTONIC ns; the conn's creation before any). */
+int64_t conn_last_input_ns(conn *c);
 
 /* ---- service thread ---- */
 

@@ -1,4 +1,4 @@
-/* engine: the model thread and its round-robin over sessions (see engine.h). */
+/* engine: the model thread, its round-robin over sessions and the batched tick (see engine.h). */
 #include "server/engine.h"
 
 #include "base/err.h"
@@ -21,6 +21,8 @@ typedef struct job {
     pp_session *session;
     pp_downlink *down;
     int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
+    int64_t t_frame;                     /* when the frame in this tick became complete */
+    double encode_ms;                    /* its encode */
     uint64_t frames, late, bytes_out;
     float pcm_in[PP_AUDIO_FRAME], pcm_out[PP_AUDIO_FRAME];
     uint8_t page[PP_DOWNLINK_MAX_PAGE];
@@ -36,6 +38,11 @@ struct engine {
     int count;            /* jobs + incoming */
     int pending;          /* a wake arrived since the pass began */
     int stop;
+    /* engine thread only: the tick being gathered */
+    pp_session_batch *batch;
+    pp_session **tick_sessions; /* [max_sessions] */
+    job **tick_jobs;            /* [max_sessions] */
+    int n_tick;
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -72,14 +79,35 @@ static void job_start(engine *e, job *j) {
     j->state = JOB_PREFILL;
 }
 
-static void job_prefill(engine *e, job *j) {
+/* True while another conversation runs the same prompts as j, which has not begun its own:
+ * j waits for that state to land in the prompt cache instead of computing it again (clients
+ * that connect together with the same voice and persona). Of several that have not begun,
+ * the first in the list leads, so someone always progresses. The list is this thread's. */
+static int prompt_in_flight(const engine *e, const job *j) {
+    if (pp_session_prompt_done(j->session) > 0) return 0;
+    int before = 1; /* k precedes j */
+    for (const job *k = e->jobs; k; k = k->next) {
+        if (k == j) {
+            before = 0;
+            continue;
+        }
+        if (k->state == JOB_PREFILL && (before || pp_session_prompt_done(k->session) > 0) &&
+            pp_session_shares_prompt(k->session, j->session))
+            return 1;
+    }
+    return 0;
+}
+
+/* Returns 1 when it did work. */
+static int job_prefill(engine *e, job *j) {
     char err[PP_ERR_LEN];
+    if (prompt_in_flight(e, j)) return 0;
     int rc = pp_session_prefill(j->session, err);
     if (rc < 0) {
         job_fail(e, j, CLOSE_INTERNAL, "prompt phase failed", err);
-        return;
+        return 1;
     }
-    if (rc == 0) return;
+    if (rc == 0) return 1;
     /* Prompts done: the handshake, then the stream's two header pages (spec §2.5 item 6). */
     job_send(e, j, MSG_HANDSHAKE, NULL, 0);
     for (int i = 0; i < 2; i++) {
@@ -90,43 +118,76 @@ static void job_prefill(engine *e, job *j) {
     j->t_ready = conn_now_ns();
     j->state = JOB_RUN;
     e->cfg.notify(e->cfg.notify_arg);
-    PP_INFO("engine", "session %llu: ready after %.0f ms of prompts", (unsigned long long)conn_id(j->c),
-            ms_between(j->t_open, j->t_ready));
+    int cached = pp_session_prompt_cached(j->session);
+    metrics_prompt(e->cfg.metrics, ms_between(j->t_open, j->t_ready), cached);
+    PP_INFO("engine", "session %llu: ready after %.0f ms of prompts%s", (unsigned long long)conn_id(j->c),
+            ms_between(j->t_open, j->t_ready), cached ? " (from the prompt cache)" : "");
+    return 1;
 }
 
-/* Returns 1 when a frame was processed. */
-static int job_frame(engine *e, job *j) {
-    int64_t ready;
-    if (!conn_take_frame(j->c, j->pcm_in, &ready)) return 0;
+/* Stage 1 of a frame: takes j's next uplink frame, encodes it and adds j to the tick.
+ * Returns 1 when a frame was taken. */
+static int job_encode(engine *e, job *j) {
+    if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return 0;
+    char err[PP_ERR_LEN];
+    int64_t t0 = conn_now_ns();
+    if (pp_session_encode(j->session, j->pcm_in, err)) {
+        job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
+        return 1;
+    }
+    j->encode_ms = ms_between(t0, conn_now_ns());
+    e->tick_sessions[e->n_tick] = j->session;
+    e->tick_jobs[e->n_tick++] = j;
+    return 1;
+}
+
+/* Stage 3 of a frame: decode, Opus page, text piece, metrics. */
+static void job_output(engine *e, job *j, double lm_ms) {
     char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
-    pp_step_times t = {0};
-    int rc = pp_session_step(j->session, j->pcm_in, j->pcm_out, piece, &t, err);
+    int64_t t0 = conn_now_ns();
     size_t len = 0;
+    int rc = pp_session_decode(j->session, j->pcm_out, piece, err);
+    double decode_ms = ms_between(t0, conn_now_ns());
     if (!rc) rc = pp_downlink_encode(j->down, j->pcm_out, j->page, sizeof j->page, &len, err);
     if (rc) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
-        return 1;
+        return;
     }
     /* Text first: the reference sends a frame's piece just before its audio page. */
     if (piece[0]) job_send(e, j, MSG_TEXT, piece, strlen(piece));
     job_send(e, j, MSG_AUDIO, j->page, len);
-    e->cfg.notify(e->cfg.notify_arg);
     /* Audio that arrived during the prompts waited for them; time it from the handshake. */
-    int64_t done = conn_now_ns(), start = ready > j->t_ready ? ready : j->t_ready;
+    int64_t done = conn_now_ns(), start = j->t_frame > j->t_ready ? j->t_frame : j->t_ready;
     int late = done - start > FRAME_NS;
-    double ms[METRICS_STAGES] = {t.encode_ms, t.lm_ms, t.decode_ms, ms_between(start, done)};
+    double ms[METRICS_STAGES] = {j->encode_ms, lm_ms, decode_ms, ms_between(start, done)};
     metrics_frame(e->cfg.metrics, ms, late);
     j->frames++;
     j->late += (uint64_t)late;
-    return 1;
+}
+
+/* The pass's tick: one LM step for every session encoded in it, then each one's output. */
+static void run_tick(engine *e) {
+    int n = e->n_tick;
+    e->n_tick = 0;
+    if (n == 0) return;
+    char err[PP_ERR_LEN];
+    int64_t t0 = conn_now_ns();
+    int rc = pp_session_batch_step(e->batch, e->tick_sessions, n, err);
+    double lm_ms = ms_between(t0, conn_now_ns());
+    metrics_tick(e->cfg.metrics, lm_ms, n);
+    for (int i = 0; i < n; i++) {
+        if (rc) job_fail(e, e->tick_jobs[i], CLOSE_INTERNAL, "frame failed", err);
+        else job_output(e, e->tick_jobs[i], lm_ms);
+    }
+    e->cfg.notify(e->cfg.notify_arg);
 }
 
 /* Gives j one unit of work; returns 1 when it did something. */
 static int job_step(engine *e, job *j) {
     switch (j->state) {
     case JOB_NEW: job_start(e, j); return 1;
-    case JOB_PREFILL: job_prefill(e, j); return 1;
-    case JOB_RUN: return job_frame(e, j);
+    case JOB_PREFILL: return job_prefill(e, j);
+    case JOB_RUN: return job_encode(e, j);
     case JOB_FAILED: return 0;
     }
     return 0;
@@ -178,10 +239,23 @@ static void *engine_main(void *arg) {
                 link = &j->next;
             }
         }
+        /* Jobs in the tick stay listed: only this thread unlinks and frees them. */
+        pthread_mutex_unlock(&e->lock);
+        run_tick(e);
+        pthread_mutex_lock(&e->lock);
         if (!worked && !e->pending && !e->stop) pthread_cond_wait(&e->cond, &e->lock);
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;
+}
+
+static void engine_free(engine *e) {
+    pp_session_batch_destroy(e->batch);
+    free(e->tick_sessions);
+    free(e->tick_jobs);
+    pthread_cond_destroy(&e->cond);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
 }
 
 int engine_create(const engine_config *cfg, engine **out, char *err) {
@@ -190,11 +264,16 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
     e->cfg = *cfg;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
-    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
-        pthread_cond_destroy(&e->cond);
-        pthread_mutex_destroy(&e->lock);
-        free(e);
-        return pp_fail(err, PP_ENOMEM, "engine: cannot start the engine thread");
+    size_t n = (size_t)(cfg->max_sessions > 0 ? cfg->max_sessions : 1);
+    e->tick_sessions = calloc(n, sizeof *e->tick_sessions);
+    e->tick_jobs = calloc(n, sizeof *e->tick_jobs);
+    int rc = e->tick_sessions && e->tick_jobs ? PP_OK : pp_fail(err, PP_ENOMEM, "engine: out of memory");
+    if (!rc) rc = pp_session_batch_create(cfg->model, (int)n, &e->batch, err);
+    if (!rc && pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        rc = pp_fail(err, PP_ENOMEM, "engine: cannot start the engine thread");
+    if (rc) {
+        engine_free(e);
+        return rc;
     }
     *out = e;
     return PP_OK;
@@ -213,9 +292,7 @@ void engine_destroy(engine *e) {
             *list = j->next;
             job_free(e, j);
         }
-    pthread_cond_destroy(&e->cond);
-    pthread_mutex_destroy(&e->lock);
-    free(e);
+    engine_free(e);
 }
 
 int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err) {
@@ -239,6 +316,8 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     metrics_session_started(e->cfg.metrics);
     return PP_OK;
 }
+
+int engine_capacity(const engine *e) { return e->cfg.max_sessions; }
 
 int engine_active(engine *e) {
     pthread_mutex_lock(&e->lock);

@@ -1,13 +1,19 @@
 /* engine: the one thread that runs every conversation's model work.
  *
  * The engine owns the pp_sessions. Each pass over its list gives every session at most one
- * unit of work: create the session, run one prompt frame, or turn one whole uplink frame into
- * a downlink page (and a text piece). A session's prompt therefore never stalls the others'
- * conversations, and all model calls come from one thread, which keeps the backend free of
- * locking and leaves room to batch the sessions' frames later. When a pass finds nothing to
- * do the thread sleeps until engine_wake (new connection, new audio, a closed socket).
- * Output is handed to the service thread through the conn's queue and the notify callback
- * (lws_cancel_service); the engine never calls lws itself. */
+ * unit of work: create the session, run one run of prompt frames (session.h: a batched pass,
+ * or the whole prompt from the prompt cache), or, for a conversation with a whole uplink frame
+ * waiting, encode it. The pass then ends with ONE tick over every conversation it encoded: a
+ * single batched LM step for all of them (pp_session_batch_step), then each one's decode and
+ * downlink page (and text piece). Sessions join the ticks once their prompts have run and
+ * leave between ticks. Ticks start as soon as a frame is waiting, so an idle server adds no
+ * latency; under load the frames that arrive during a tick wait for the next one, so the batch
+ * grows with the load and every weight is read once per tick for all of them. A session's
+ * prompt never stalls the others' conversations for more than one prompt run, and all model
+ * calls come from one thread, which keeps the backend free of locking. When a pass finds
+ * nothing to do the thread sleeps until engine_wake (new connection, new audio, a closed
+ * socket). Output is handed to the service thread through the conn's queue and the notify
+ * callback (lws_cancel_service); the engine never calls lws itself. */
 #ifndef PP_SERVER_ENGINE_H
 #define PP_SERVER_ENGINE_H
 
@@ -21,7 +27,7 @@ typedef struct engine engine;
 typedef struct engine_config {
     pp_model *model;
     metrics *metrics;
-    int max_sessions;
+    int max_sessions;          /* admission limit and batch capacity (session/plan.h) */
     int max_prompt_tokens;
     void (*notify)(void *arg); /* wakes the service thread: output is queued; any thread */
     void *notify_arg;
@@ -39,6 +45,8 @@ void engine_destroy(engine *e);
 int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err);
 /* Conversations held now (including ones whose socket just closed). */
 int engine_active(engine *e);
+/* Conversations admitted at most (the configured max_sessions). */
+int engine_capacity(const engine *e);
 /* Something changed for one of the sessions; any thread. */
 void engine_wake(engine *e);
 

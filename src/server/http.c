@@ -101,7 +101,7 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pthread_mutex_unlock(&s->lock);
     int active = e ? engine_active(e) : 0, draining = lifecycle_draining();
     const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
-                         : active >= s->opt->max_sessions ? "full" : "ok";
+                         : active >= engine_capacity(e) ? "full" : "ok";
     int accepting = strcmp(status, "ok") == 0;
     snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", status, e ? "true" : "false");
     json_string(body, sizeof body, s->opt->demo ? "demo" : model ? pp_model_name(model) : "");
@@ -109,7 +109,7 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     json_string(body, sizeof body, model ? pp_model_backend(model) : "");
     size_t o = strlen(body);
     snprintf(body + o, sizeof body - o, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION,
-             active, s->opt->max_sessions);
+             active, e ? engine_capacity(e) : 0);
     int ok = live ? !failed : accepting;
     return respond(wsi, pss, ok ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
                    strlen(body));
@@ -133,7 +133,9 @@ static size_t render_memory(server *s, char *buf, size_t cap) {
 
 static int route_metrics(server *s, struct lws *wsi, http_pss *pss) {
     static char body[32768]; /* service thread only */
-    size_t len = metrics_render(s->metrics, body, sizeof body, s->opt->max_sessions);
+    pp_model *model;
+    engine *e = server_engine(s, &model);
+    size_t len = metrics_render(s->metrics, body, sizeof body, e ? engine_capacity(e) : 0);
     len += render_memory(s, body + len, sizeof body - len);
     return respond(wsi, pss, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }

@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "server/conn.h"
 #include "server/notify.h"
+#include "server/tls.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 static atomic_int g_stop_requests; /* SIGTERM/SIGINT received so far */
 static atomic_int g_draining;
 static atomic_int g_exiting;       /* lifecycle_stop: the signal thread returns */
+static atomic_int g_reload_tls;    /* SIGHUP: reload the certificate on the service thread */
 static pthread_t g_thread;
 static int g_have_thread;
 static void (*g_wake)(void *);
@@ -38,6 +40,8 @@ static void *signal_main(void *arg) {
             if (g_log_file && pp_log_open(g_log_file) != 0)
                 fprintf(stderr, "personaplex-server: SIGHUP: cannot reopen %s\n", g_log_file);
             PP_INFO("server", "SIGHUP: log reopened");
+            g_reload_tls = 1;
+            g_wake(g_wake_arg);
             continue;
         }
         int n = ++g_stop_requests;
@@ -77,6 +81,9 @@ void lifecycle_ready(const char *status) { notify_ready(status); }
 int lifecycle_draining(void) { return g_draining; }
 
 int lifecycle_poll(server *s) {
+    char err[PP_ERR_LEN];
+    if (atomic_exchange(&g_reload_tls, 0) && s->cert_path && tls_reload(s->ctx, s->cert_path, s->key_path, err))
+        PP_ERROR("tls", "SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
     int requests = g_stop_requests;
     if (requests >= 2) return 1;
     if (requests == 1 && !g_draining) {

@@ -14,7 +14,9 @@
 #include "server/config_file.h"
 #include "server/lifecycle.h"
 #include "server/model_dir.h"
+#include "server/tls.h"
 #include "session/demo.h"
+#include "session/plan.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -131,6 +133,40 @@ static int resolve_model_paths(app *a, char *err) {
     return PP_OK;
 }
 
+/* --kv-cache: auto is f32 on the CPU (the reference's numerics; RAM is plentiful there and one
+ * conversation is the bound anyway) and int8 on a GPU, where memory bounds the conversations. */
+static int kv_format(const char *name, const char *backend, pp_kv_format *out, char *err) {
+    if (strcmp(name, "auto") == 0) *out = strcmp(backend, "cpu") == 0 ? PP_KV_F32 : PP_KV_INT8;
+    else if (strcmp(name, "f32") == 0) *out = PP_KV_F32;
+    else if (strcmp(name, "bf16") == 0) *out = PP_KV_BF16;
+    else if (strcmp(name, "int8") == 0) *out = PP_KV_INT8;
+    else return pp_fail(err, PP_EINVAL, "--kv-cache: '%s' is not auto, f32, bf16 or int8", name);
+    return PP_OK;
+}
+
+/* KV format, prompt cache, the measured capacity, and the engine sized for it. */
+static int start_engine(app *a, pp_model *model, engine **out, int *capacity, char *err) {
+    static const char *const kv_names[] = {"f32", "bf16", "int8"};
+    pp_kv_format kv = PP_KV_F32;
+    size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
+    int rc = kv_format(a->opt.kv_cache, pp_model_backend(model), &kv, err);
+    if (!rc) rc = pp_model_set_kv_cache(model, kv, err);
+    if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
+    pp_plan plan;
+    if (!rc) rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, &plan, err);
+    if (rc) return rc;
+    PP_INFO("server",
+            "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms per frame, %.1f MiB with a %s KV "
+            "cache; %.1f GiB free)",
+            plan.why, plan.tick1_ms, plan.codec_ms, (double)plan.per_session_bytes / (1 << 20), kv_names[kv],
+            (double)plan.mem_free / (1 << 30));
+    if (a->opt.prompt_cache_mb)
+        PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
+    *capacity = plan.sessions;
+    engine_config cfg = {model, a->srv.metrics, plan.sessions, a->opt.max_prompt_tokens, wake_service, &a->srv};
+    return engine_create(&cfg, out, err);
+}
+
 /* Loader thread: backend, (demo files,) model, engine; publishes the result. */
 static void *load_main(void *arg) {
     app *a = arg;
@@ -138,23 +174,22 @@ static void *load_main(void *arg) {
     char err[PP_ERR_LEN];
     pp_model *model = NULL;
     engine *e = NULL;
+    int capacity = 0;
     pp_model_paths mp = {a->paths[0], a->paths[1], a->paths[2], a->paths[3], NULL};
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
     if (!rc && a->opt.demo) rc = cert_mkdirs(a->state_dir, err);
     if (!rc && a->opt.demo) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
-        rc = pp_demo_write(dir, &a->demo, err);
+        rc = pp_demo_write_context(dir, a->opt.demo_context, &a->demo, err);
         mp = (pp_model_paths){a->demo.weights, a->demo.mimi, a->demo.tokenizer, a->demo.voices_dir, "demo"};
         if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
     }
-    if (!rc)
-        rc = capacity_check(a->backend, mp.weights, mp.mimi, a->opt.max_sessions, !a->opt.skip_memory_check, err);
+    /* Before the load: the weights and one f32 conversation must fit. How many conversations
+     * fit in the chosen KV format, and in real time, is measured once the model is in. */
+    if (!rc) rc = capacity_check(a->backend, mp.weights, mp.mimi, 1, !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
-    if (!rc) {
-        engine_config cfg = {model, s->metrics, a->opt.max_sessions, a->opt.max_prompt_tokens, wake_service, s};
-        rc = engine_create(&cfg, &e, err);
-    }
+    if (!rc) rc = start_engine(a, model, &e, &capacity, err);
     pthread_mutex_lock(&s->lock);
     if (rc) {
         s->failed = 1;
@@ -170,7 +205,7 @@ static void *load_main(void *arg) {
     } else {
         char status[256];
         snprintf(status, sizeof status, "ready: model %s on %s, up to %d conversations", pp_model_name(model),
-                 pp_model_backend(model), a->opt.max_sessions);
+                 pp_model_backend(model), capacity);
         PP_INFO("server", "%s", status);
         lifecycle_ready(status);
     }
@@ -192,7 +227,17 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.max_http_header_data = SERVER_MAX_HEADER;
     info.max_http_header_pool = 32;
     info.alpn = "http/1.1"; /* WebSockets over HTTP/2 would only add framing */
-    info.timeout_secs = 20;
+    /* Bounds every stage a client could stall: the TLS handshake and the HTTP request
+     * (timeout_secs), a silent WebSocket (pinged, then dropped without a pong) and a vanished
+     * peer (TCP keepalive), so none of them holds a socket and its memory for long. */
+    static lws_retry_bo_t idle_policy;
+    idle_policy.secs_since_valid_ping = (uint16_t)a->opt.io_timeout;
+    idle_policy.secs_since_valid_hangup = (uint16_t)(2 * a->opt.io_timeout);
+    info.retry_and_idle_policy = &idle_policy;
+    info.timeout_secs = (unsigned)a->opt.io_timeout;
+    info.ka_time = a->opt.io_timeout;
+    info.ka_interval = a->opt.io_timeout / 3 + 1;
+    info.ka_probes = 3;
     if (!a->opt.no_tls) {
         if (a->opt.cert || a->opt.key) {
             if (!a->opt.cert || !a->opt.key) {
@@ -204,9 +249,9 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
         } else if (cert_ensure(a->state_dir, cert, key, sizeof cert, err)) {
             return NULL;
         }
-        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-        info.ssl_cert_filepath = cert;
-        info.ssl_private_key_filepath = key;
+        tls_configure(&info, cert, key);
+        a->srv.cert_path = cert;
+        a->srv.key_path = key;
     }
     struct lws_context *ctx = lws_create_context(&info);
     if (!ctx) pp_fail(err, PP_EIO, "cannot listen on %s:%d (address in use, bad --host or bad certificate?)",

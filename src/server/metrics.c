@@ -13,18 +13,26 @@ static const double g_bounds[] = {1, 2, 5, 10, 20, 40, 60, 80, 120, 160, 320, 64
 #define N_BOUNDS (sizeof g_bounds / sizeof g_bounds[0])
 
 static const char *const g_stage_names[METRICS_STAGES] = {"encode", "lm", "decode", "frame"};
+/* Conversations per tick: powers of two up to the largest batch a server holds. */
+static const double g_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+/* Prompt phases in ms: from a cache hit (a few ms) to a long prompt on a slow machine. */
+static const double g_prompt_bounds[] = {5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 
 typedef struct histogram {
-    uint64_t buckets[N_BOUNDS + 1]; /* last one is +Inf */
+    uint64_t buckets[N_BOUNDS + 1]; /* last one is +Inf (sized for the longest bounds list) */
     uint64_t count;
     double sum;
 } histogram;
+
+#define N_OF(a) (sizeof a / sizeof a[0])
+_Static_assert(N_OF(g_batch_bounds) <= N_BOUNDS && N_OF(g_prompt_bounds) <= N_BOUNDS, "histogram too small");
 
 struct metrics {
     pthread_mutex_t lock;
     int active;
     uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input;
     histogram stage[METRICS_STAGES];
+    histogram tick, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
 };
 
 int metrics_create(metrics **out, char *err) {
@@ -60,18 +68,33 @@ void metrics_session_rejected(metrics *m) {
     pthread_mutex_unlock(&m->lock);
 }
 
+/* Adds v (in the bounds' unit) to h; sum_scale converts it to the exported sum's unit. */
+static void observe(histogram *h, const double *bounds, size_t n, double v, double sum_scale) {
+    size_t b = 0;
+    while (b < n && v > bounds[b]) b++;
+    h->buckets[b]++;
+    h->count++;
+    h->sum += v * sum_scale;
+}
+
 void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late) {
     pthread_mutex_lock(&m->lock);
     m->frames++;
     m->late_frames += late != 0;
-    for (int s = 0; s < METRICS_STAGES; s++) {
-        histogram *h = &m->stage[s];
-        size_t b = 0;
-        while (b < N_BOUNDS && ms[s] > g_bounds[b]) b++;
-        h->buckets[b]++;
-        h->count++;
-        h->sum += ms[s] / 1000.0;
-    }
+    for (int s = 0; s < METRICS_STAGES; s++) observe(&m->stage[s], g_bounds, N_BOUNDS, ms[s], 1e-3);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_tick(metrics *m, double ms, int batch) {
+    pthread_mutex_lock(&m->lock);
+    observe(&m->tick, g_bounds, N_BOUNDS, ms, 1e-3);
+    observe(&m->tick_batch, g_batch_bounds, N_OF(g_batch_bounds), batch, 1);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_prompt(metrics *m, double ms, int cached) {
+    pthread_mutex_lock(&m->lock);
+    observe(&m->prompt[cached != 0], g_prompt_bounds, N_OF(g_prompt_bounds), ms, 1e-3);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -119,6 +142,22 @@ static void put_counter(out_buf *o, const char *name, const char *type, const ch
     put(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
 }
 
+/* One histogram's series; label ("key=\"v\"") may be NULL; bounds times scale give le. */
+static void put_histogram(out_buf *o, const char *name, const char *label, const histogram *h, const double *bounds,
+                          size_t n, double scale) {
+    const char *sep = label ? "," : "";
+    label = label ? label : "";
+    uint64_t cum = 0;
+    for (size_t b = 0; b <= n; b++) {
+        cum += h->buckets[b];
+        if (b < n) put(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, label, sep, bounds[b] * scale, (unsigned long long)cum);
+        else put(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, label, sep, (unsigned long long)cum);
+    }
+    const char *open = *label ? "{" : "", *close = *label ? "}" : "";
+    put(o, "%s_sum%s%s%s %.6f\n", name, open, label, close, h->sum);
+    put(o, "%s_count%s%s%s %llu\n", name, open, label, close, (unsigned long long)h->count);
+}
+
 size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     out_buf o = {buf, cap, 0};
     if (cap) buf[0] = '\0';
@@ -139,21 +178,21 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     put(&o, "# HELP personaplex_frame_stage_seconds Time per conversation frame, by stage.\n"
             "# TYPE personaplex_frame_stage_seconds histogram\n");
     for (int s = 0; s < METRICS_STAGES; s++) {
-        const histogram *h = &m->stage[s];
-        uint64_t cum = 0;
-        for (size_t b = 0; b <= N_BOUNDS; b++) {
-            cum += h->buckets[b];
-            if (b < N_BOUNDS)
-                put(&o, "personaplex_frame_stage_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n", g_stage_names[s],
-                    g_bounds[b] / 1000.0, (unsigned long long)cum);
-            else
-                put(&o, "personaplex_frame_stage_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n", g_stage_names[s],
-                    (unsigned long long)cum);
-        }
-        put(&o, "personaplex_frame_stage_seconds_sum{stage=\"%s\"} %.6f\n", g_stage_names[s], h->sum);
-        put(&o, "personaplex_frame_stage_seconds_count{stage=\"%s\"} %llu\n", g_stage_names[s],
-            (unsigned long long)h->count);
+        char label[32];
+        snprintf(label, sizeof label, "stage=\"%s\"", g_stage_names[s]);
+        put_histogram(&o, "personaplex_frame_stage_seconds", label, &m->stage[s], g_bounds, N_BOUNDS, 1e-3);
     }
+    put(&o, "# HELP personaplex_tick_seconds Time of one batched LM step over every conversation with a frame.\n"
+            "# TYPE personaplex_tick_seconds histogram\n");
+    put_histogram(&o, "personaplex_tick_seconds", NULL, &m->tick, g_bounds, N_BOUNDS, 1e-3);
+    put(&o, "# HELP personaplex_tick_batch_size Conversations advanced by one tick.\n"
+            "# TYPE personaplex_tick_batch_size histogram\n");
+    put_histogram(&o, "personaplex_tick_batch_size", NULL, &m->tick_batch, g_batch_bounds, N_OF(g_batch_bounds), 1);
+    put(&o, "# HELP personaplex_prompt_seconds Admission to handshake: the prompt phases, run or from the prompt "
+            "cache.\n# TYPE personaplex_prompt_seconds histogram\n");
+    for (int c = 0; c < 2; c++)
+        put_histogram(&o, "personaplex_prompt_seconds", c ? "source=\"cache\"" : "source=\"model\"", &m->prompt[c],
+                      g_prompt_bounds, N_OF(g_prompt_bounds), 1e-3);
     pthread_mutex_unlock(&m->lock);
     return o.len;
 }

@@ -27,6 +27,10 @@ void metrics_session_ended(metrics *m);
 void metrics_session_rejected(metrics *m);
 /* One conversation frame: stage times in ms; late when the frame took longer than its 80 ms. */
 void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late);
+/* One engine tick: the batched LM step's time in ms and how many conversations it advanced. */
+void metrics_tick(metrics *m, double ms, int batch);
+/* A conversation's prompts done (admission to handshake, ms), from the prompt cache or not. */
+void metrics_prompt(metrics *m, double ms, int cached);
 void metrics_bytes(metrics *m, uint64_t in, uint64_t out);
 void metrics_bad_input(metrics *m);
 

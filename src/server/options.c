@@ -13,7 +13,7 @@
     "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "    \
     "engaging way."
 
-typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG } opt_kind;
+typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG, OPT_COUNT } opt_kind; /* COUNT: N or "auto" (0) */
 
 typedef struct opt_spec {
     const char *name;    /* long name without "--"; also the config-file key */
@@ -75,8 +75,22 @@ static const opt_spec g_opts[] = {
     {"key", "FILE", OPT_STRING, F(key), 0, 0, NULL, NULL, "TLS private key (PEM) for --cert."},
     {"no-tls", NULL, OPT_FLAG, F(no_tls), 0, 1, NULL, NULL,
      "Serve plain HTTP and ws://. Browsers allow the microphone on http://localhost only."},
-    {"max-sessions", "N", OPT_INT, F(max_sessions), 1, 256, "4", NULL,
-     "Conversations served at once. One more gets an 0x05 \"server full\" message and a close."},
+    {"max-sessions", "N|auto", OPT_COUNT, F(max_sessions), 1, 256, "auto", NULL,
+     "Conversations served at once. At start-up the server times the model's batched step at a "
+     "few batch sizes and the codec, reads the free memory for the KV caches, and logs how many "
+     "conversations it can hold in real time and in memory and which limit binds; auto admits "
+     "that many (at least 1, at most 256), N caps it further. One more gets an 0x05 \"server "
+     "full\" message and a close."},
+    {"kv-cache", "FORMAT", OPT_STRING, F(kv_cache), 0, 0, "auto", NULL,
+     "Storage of each conversation's KV cache: f32 (the reference's numerics), bf16 (half the "
+     "memory) or int8 (a quarter, one scale per slot and head; logits stay within 5e-3 of f32). "
+     "auto: f32 on the CPU backend, int8 on CUDA, where memory bounds the number of "
+     "conversations (PersonaPlex-7B: 3.15 GB per conversation in f32, 0.81 GB in int8)."},
+    {"prompt-cache-mb", "MB", OPT_INT, F(prompt_cache_mb), 0, 1048576, "1024", NULL,
+     "Host memory for the prompt cache: the model's state after a voice and text prompt is kept "
+     "and copied into the next conversation with the same voice and prompt, whose handshake then "
+     "comes in milliseconds instead of after the prompt phases. Least recently used states go "
+     "first; 0 disables it."},
     {"behind-proxy", NULL, OPT_FLAG, F(behind_proxy), 0, 1, NULL, NULL,
      "The server sits behind a reverse proxy (nginx, a Kubernetes ingress): log the client "
      "address from X-Real-IP or X-Forwarded-For instead of the proxy's (for logs only), and "
@@ -106,6 +120,19 @@ static const opt_spec g_opts[] = {
      "line, the key being an option's long name without the dashes (port = 8998, no-tls = "
      "true); # starts a comment; a value may be put in double quotes. An unknown key or a bad "
      "value stops the server with the file and line named."},
+    {"idle-timeout", "N", OPT_INT, F(idle_timeout), 0, 86400, "60", "Robustness",
+     "A client that sends no audio keeps its conversation alive: after a second without audio "
+     "the model hears silence, one frame every 80 ms, and keeps talking. After N seconds "
+     "without any audio the conversation ends with an 0x05 message and a close. 0: never."},
+    {"io-timeout", "N", OPT_INT, F(io_timeout), 1, 3600, "20", NULL,
+     "Seconds a connection may take to finish its TLS handshake or HTTP request, and a closing "
+     "conversation to drain its output. An idle WebSocket is pinged after N seconds and dropped "
+     "after 2N without a pong; TCP keepalive probes a silent peer likewise (half-open "
+     "connections). A client that stops reading is dropped once about 2 s of output wait for "
+     "it; one that sends audio more than 10 s faster than real time is closed."},
+    {"demo-context", "N", OPT_INT, F(demo_context), 0, 3000, "0", NULL,
+     "Advanced, for tests: the LM context (KV ring frames) of the --demo model; 0 keeps its "
+     "3000. A short context makes a conversation outgrow its attention window within seconds."},
     {"help", NULL, OPT_FLAG, F(help), 0, 1, NULL, "Other", "Print this manual and exit."},
     {"version", NULL, OPT_FLAG, F(version), 0, 1, NULL, NULL,
      "Print the version, the compiled-in backends and CUDA architectures, and exit."},
@@ -142,7 +169,12 @@ static int opt_apply(server_options *o, const opt_spec *s, const char *value, ch
         else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0) *(int *)field = 0;
         else return pp_fail(err, PP_EINVAL, "--%s takes true or false (got '%s')", s->name, value);
         return PP_OK;
+    case OPT_COUNT:
     case OPT_INT:
+        if (s->kind == OPT_COUNT && value && strcmp(value, "auto") == 0) {
+            *(int *)field = 0;
+            return PP_OK;
+        }
         if ((rc = parse_integer(s, value, &v, err))) return rc;
         *(int *)field = (int)v;
         return PP_OK;
@@ -277,7 +309,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "\nSIGNALS\n");
     print_wrapped(out,
                   "SIGTERM, SIGINT: drain (see --drain-seconds), then exit; a second one exits "
-                  "at once. SIGHUP: reopen --log-file. Under systemd (Type=notify) the server "
+                  "at once. SIGHUP: reopen --log-file and reload the TLS certificate and key from their "
+                  "files (a bad pair is logged and the old one kept). Under systemd (Type=notify) the server "
                   "reports READY=1 once the model is loaded, STOPPING=1 when draining, and "
                   "pings the watchdog (WatchdogSec=) from its serving loop.",
                   4);

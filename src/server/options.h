@@ -26,7 +26,9 @@ typedef struct server_options {
     int no_tls;
     char *device;       /* "auto", "cpu", "cuda" */
     int threads;        /* CPU backend threads (0: all cores) */
-    int max_sessions;
+    int max_sessions;   /* 0: "auto", the measured capacity (session/plan.h) */
+    char *kv_cache;     /* "auto", "f32", "bf16", "int8" */
+    int prompt_cache_mb; /* host memory for prompt states; 0 disables the prompt cache */
     int max_prompt_tokens;
     char *static_dir;
     int64_t seed;
@@ -37,6 +39,9 @@ typedef struct server_options {
     char *models_dir;   /* where --weights is looked for when not given */
     int behind_proxy;   /* log X-Forwarded-For / X-Real-IP as the client address */
     int drain_seconds;  /* SIGTERM: how long open conversations may take to close */
+    int idle_timeout;   /* seconds without client audio before a conversation ends (0: never) */
+    int io_timeout;     /* seconds for a TLS handshake, an HTTP request, a close to drain */
+    int demo_context;   /* LM context of the --demo model (0: its default) */
     int skip_memory_check;
     int help;
     int version;

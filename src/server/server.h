@@ -28,6 +28,7 @@ typedef struct server {
     char static_dir[4096];   /* "" when no web UI was found */
     metrics *metrics;
     struct lws_context *ctx;
+    const char *cert_path, *key_path; /* the TLS pair (reloaded on SIGHUP); NULL without TLS */
 
     pthread_mutex_t lock;    /* guards the fields up to the next comment */
     engine *engine;          /* NULL until the model is loaded */

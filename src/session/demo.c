@@ -28,12 +28,13 @@
 #define DEMO_VOCAB 200          /* tokenizer pieces = the LM's text_card */
 #define DEMO_TARGET_RMS 0.08f
 #define DEMO_VOICE_FRAMES 8
+#define DEMO_CONTEXT 3000       /* the released model's */
 
-/* dim 64, 2 layers, a 1-layer depformer of width 32: about 3 M parameters. */
+/* dim 64, 2 layers, a 1-layer depformer of width 32: about 3 M parameters. %d: the context. */
 static const char g_lm_config[] =
     "{\"dim\": 64, \"text_card\": 200, \"existing_text_padding_id\": 3, \"n_q\": 16, \"dep_q\": 16,\n"
     " \"card\": 2048, \"num_heads\": 4, \"num_layers\": 2, \"hidden_scale\": 4.5, \"causal\": true,\n"
-    " \"layer_scale\": null, \"context\": 3000, \"max_period\": 10000, \"gating\": \"silu\",\n"
+    " \"layer_scale\": null, \"context\": %d, \"max_period\": 10000, \"gating\": \"silu\",\n"
     " \"norm\": \"rms_norm_f32\", \"positional_embedding\": \"rope\", \"depformer_dim\": 32,\n"
     " \"depformer_dim_feedforward\": 96, \"depformer_num_heads\": 2, \"depformer_num_layers\": 1,\n"
     " \"depformer_causal\": true, \"depformer_layer_scale\": null, \"depformer_multi_linear\": true,\n"
@@ -272,8 +273,10 @@ static int write_voice(const char *path, const pp_lm_config *c, uint64_t seed, c
     return rc;
 }
 
-int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
-    char path[PP_DEMO_PATH_MAX + 64];
+int pp_demo_write(const char *dir, pp_demo_files *out, char *err) { return pp_demo_write_context(dir, 0, out, err); }
+
+int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err) {
+    char path[PP_DEMO_PATH_MAX + 64], config[sizeof g_lm_config + 16];
     tensor_list lm = {0}, codec = {0};
     pp_lm_config lc;
     mimi_config mc;
@@ -285,9 +288,10 @@ int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
     snprintf(out->tokenizer, sizeof out->tokenizer, "%s/tokenizer.model", dir);
     snprintf(out->voices_dir, sizeof out->voices_dir, "%s/voices", dir);
     /* The LM. */
-    if (!rc) rc = pp_lm_config_parse(g_lm_config, sizeof g_lm_config - 1, "demo LM config", &lc, err);
+    int config_len = snprintf(config, sizeof config, g_lm_config, lm_context ? lm_context : DEMO_CONTEXT);
+    if (!rc) rc = pp_lm_config_parse(config, (size_t)config_len, "demo LM config", &lc, err);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = write_text(path, g_lm_config, sizeof g_lm_config - 1, err);
+    if (!rc) rc = write_text(path, config, (size_t)config_len, err);
     if (!rc) lm_tensors(&lc, &lm);
     if (!rc && lm.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
     if (!rc) rc = write_tensors(out->weights, &lm, ST_BF16, 1.0f, err);

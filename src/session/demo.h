@@ -22,5 +22,8 @@ typedef struct pp_demo_files {
 /* Writes the demo model into dir (created if missing; existing files are replaced) and fills
  * out with the paths. */
 int pp_demo_write(const char *dir, pp_demo_files *out, char *err);
+/* The same with the LM's context (KV ring frames) set to lm_context (0: the default 3000), so
+ * that tests outgrow the attention window in seconds. */
+int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err);
 
 #endif

@@ -1,14 +1,11 @@
-/* session: the shared model and one conversation's prompt schedule and frame step.
+/* session: the shared model, one conversation's prompt schedule and its frame stages.
  *
  * One conversation frame (spec/protocol.md §1.5, spec/lm.md §5-6):
  *   user pcm [1920] --Mimi encode--> user codes [8] --LM step--> text token + agent codes [8]
  *   agent codes --Mimi decode--> model pcm [1920];  text token --SentencePiece--> piece
- * The prompt schedule runs the reference's phases one frame per call so the caller can
- * interleave sessions: voice embeddings (V frames), 6 silence frames, one frame per prompt
- * token, 6 silence frames. Running the voice phase one frame at a time is the same
- * computation as running it whole: each frame replaces the embedding sum and the token ring
- * is restored from the voice's cache after every frame, the last restore being the one that
- * counts. */
+ * The prompt schedule (voice embeddings, 6 silence frames, one frame per prompt token, 6
+ * silence frames) is handed to pp_lmgen_prefill in runs of PP_SESSION_PREFILL_ROWS frames on
+ * the model's prefill scratch, which sessions share under a lock (one pass at a time). */
 #include "session/session.h"
 
 #include "base/err.h"
@@ -16,13 +13,19 @@
 #include "io/voice.h"
 #include "model/lmgen.h"
 #include "model/mimi.h"
+#include "model/prompt_cache.h"
+#include "session/model_internal.h"
 #include "text/spm.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#define IDENTITY_MAX 4400 /* a path plus its size and modification time */
 
 struct pp_model {
     pp_backend *be;
@@ -31,21 +34,39 @@ struct pp_model {
     pp_spm *spm;
     char name[256];
     char voices_dir[4096]; /* "" when none */
+    char identity[IDENTITY_MAX]; /* the LM weights file: prompt cache entries are tied to it */
+    pp_kv_format kv;
+    pp_prompt_cache *cache;      /* NULL: no prompt cache */
+    pthread_mutex_t prefill_lock; /* guards prefill */
+    pp_lmbatch *prefill;         /* made by the first prefill */
 };
 
-typedef enum { PHASE_VOICE, PHASE_SILENCE1, PHASE_TEXT, PHASE_SILENCE2, PHASE_DONE } prompt_phase;
+/* Where a session is within a frame: the stages run in order. */
+typedef enum { STAGE_IDLE, STAGE_ENCODED, STAGE_STEPPED } frame_stage;
 
 struct pp_session {
-    const pp_model *m;
+    pp_model *m;
     pp_lmgen *gen;
     mimi_state *mimi;
     pp_voice voice;      /* frames == 0 when the model has no voices directory */
+    char voice_id[IDENTITY_MAX]; /* "" without a voice */
     int32_t *prompt;     /* [n_prompt] token ids of the <system>-wrapped text prompt */
     int n_prompt;
-    prompt_phase phase;
-    int pos;             /* frames done within the phase */
-    int done;            /* prompt frames done in total */
+    pp_lmgen_prompt schedule;
+    pp_kv_format kv;     /* the model's format when the session was made */
+    int done, ready, cached;
+    frame_stage stage;
     int32_t user[PP_LM_AUDIO_CODEBOOKS];
+    pp_lmgen_out out;
+};
+
+struct pp_session_batch {
+    pp_model *m;
+    pp_lmbatch *lm;
+    int cap;
+    pp_lmgen **gens;
+    int32_t (*user)[PP_LM_AUDIO_CODEBOOKS];
+    pp_lmgen_out *outs;
 };
 
 /* ---- model ---------------------------------------------------------------------------------- */
@@ -55,8 +76,22 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
+/* path|size|mtime: changes when the file is replaced or rewritten. */
+static void file_identity(const char *path, char *out, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(out, cap, "%s", path);
+        return;
+    }
+    snprintf(out, cap, "%s|%lld|%lld.%09ld", path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
+}
+
 void pp_model_close(pp_model *m) {
     if (!m) return;
+    pp_prompt_cache_destroy(m->cache);
+    pp_lmbatch_destroy(m->prefill);
+    pthread_mutex_destroy(&m->prefill_lock);
     pp_lm_close(m->lm);
     mimi_close(m->mimi);
     pp_spm_free(m->spm);
@@ -67,8 +102,10 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     pp_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "model: out of memory");
     m->be = be;
+    pthread_mutex_init(&m->prefill_lock, NULL);
     snprintf(m->name, sizeof m->name, "%s", paths->name ? paths->name : base_name(paths->weights));
     if (paths->voices_dir) snprintf(m->voices_dir, sizeof m->voices_dir, "%s", paths->voices_dir);
+    file_identity(paths->weights, m->identity, sizeof m->identity);
     /* The LM's architecture comes from a config.json beside its weights, if there is one. */
     char config[4200];
     const char *slash = strrchr(paths->weights, '/');
@@ -94,8 +131,39 @@ const char *pp_model_name(const pp_model *m) { return m->name; }
 const char *pp_model_backend(const pp_model *m) { return m->be->ops->name; }
 pp_backend *pp_model_get_backend(const pp_model *m) { return m->be; }
 const char *pp_model_voices_dir(const pp_model *m) { return m->voices_dir[0] ? m->voices_dir : NULL; }
+const pp_lm *pp_model_lm(const pp_model *m) { return m->lm; }
+const mimi_model *pp_model_mimi(const pp_model *m) { return m->mimi; }
+pp_kv_format pp_model_kv_cache(const pp_model *m) { return m->kv; }
 
-/* ---- session -------------------------------------------------------------------------------- */
+int pp_model_set_kv_cache(pp_model *m, pp_kv_format kv, char *err) {
+    if (kv != PP_KV_F32 && kv != PP_KV_BF16 && kv != PP_KV_INT8)
+        return pp_fail(err, PP_EINVAL, "model: unknown KV cache format %d", (int)kv);
+    if (kv != PP_KV_F32 && !m->be->ops->attn_step_kv)
+        return pp_fail(err, PP_EUNSUPPORTED, "model: the %s backend keeps only f32 KV caches", m->be->ops->name);
+    m->kv = kv;
+    return PP_OK;
+}
+
+int pp_model_set_prompt_cache(pp_model *m, size_t bytes, char *err) {
+    pp_prompt_cache *c = NULL;
+    if (bytes) {
+        int rc = pp_prompt_cache_create(bytes, &c, err);
+        if (rc) return rc;
+    }
+    pp_prompt_cache_destroy(m->cache);
+    m->cache = c;
+    return PP_OK;
+}
+
+void pp_model_prompt_cache_counts(const pp_model *m, pp_prompt_cache_counts *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->cache) return;
+    pp_prompt_cache_stats st;
+    pp_prompt_cache_stats_get(m->cache, &st);
+    *out = (pp_prompt_cache_counts){st.hits, st.misses, st.evictions, st.entries, st.bytes, st.budget};
+}
+
+/* ---- session: creation and prompts ---------------------------------------------------------- */
 
 void pp_session_destroy(pp_session *s) {
     if (!s) return;
@@ -106,14 +174,16 @@ void pp_session_destroy(pp_session *s) {
     free(s);
 }
 
-static int load_voice(const pp_model *m, const char *name, pp_voice *v, char *err) {
+static int load_voice(pp_session *s, const char *name, char *err) {
+    const pp_model *m = s->m;
     if (!m->voices_dir[0]) {
         PP_WARN("session", "no voices directory: voice '%s' ignored, no voice prompt", name);
         return PP_OK;
     }
     char path[4200];
     int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
-    if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, v, err);
+    if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
+    if (!rc) file_identity(path, s->voice_id, sizeof s->voice_id);
     return rc;
 }
 
@@ -122,7 +192,7 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     if (!s) return pp_fail(err, PP_ENOMEM, "session: out of memory");
     s->m = m;
     size_t n = 0;
-    int rc = load_voice(m, p->voice, &s->voice, err);
+    int rc = load_voice(s, p->voice, err);
     if (!rc && !(s->prompt = malloc((size_t)max_prompt_tokens * sizeof *s->prompt)))
         rc = pp_fail(err, PP_ENOMEM, "session: out of memory");
     if (!rc) {
@@ -137,6 +207,7 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     lp.text_top_k = p->text_topk;
     lp.audio_temp = p->audio_temperature;
     lp.audio_top_k = p->audio_topk;
+    lp.kv_cache = s->kv = m->kv;
     /* One RNG per conversation: the two client seeds are folded into it. */
     lp.seed = p->text_seed == p->audio_seed ? p->text_seed : p->text_seed * 0x9e3779b97f4a7c15ull ^ p->audio_seed;
     if (!rc) rc = pp_lmgen_create(m->lm, &lp, &s->gen, err);
@@ -145,54 +216,103 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
         pp_session_destroy(s);
         return rc;
     }
-    s->phase = s->voice.frames ? PHASE_VOICE : PHASE_SILENCE1;
+    s->schedule = (pp_lmgen_prompt){s->voice.embeddings, s->voice.frames ? &s->voice.cache[0][0] : NULL,
+                                    (int)s->voice.frames, PP_LMGEN_SILENCE_FRAMES, s->prompt, s->n_prompt};
     *out = s;
     return PP_OK;
 }
 
-int pp_session_prompt_frames(const pp_session *s) {
-    return (int)s->voice.frames + 2 * PP_LMGEN_SILENCE_FRAMES + s->n_prompt;
+int pp_session_prompt_frames(const pp_session *s) { return pp_lmgen_prompt_length(&s->schedule); }
+int pp_session_prompt_done(const pp_session *s) { return s->done; }
+int pp_session_prompt_cached(const pp_session *s) { return s->cached; }
+
+static pp_prompt_key cache_key(const pp_session *s) {
+    return (pp_prompt_key){s->m->identity, s->voice_id, s->kv, s->prompt, s->n_prompt};
 }
 
-int pp_session_prompt_done(const pp_session *s) { return s->done; }
+int pp_session_shares_prompt(const pp_session *a, const pp_session *b) {
+    pp_prompt_key ka = cache_key(a), kb = cache_key(b);
+    return a->m == b->m && a->m->cache && ka.kv == kb.kv && strcmp(ka.voice, kb.voice) == 0 &&
+           ka.n_text == kb.n_text && memcmp(ka.text, kb.text, (size_t)ka.n_text * sizeof *ka.text) == 0;
+}
 
-/* Frames in each phase, in order. */
-static int phase_length(const pp_session *s, prompt_phase ph) {
-    switch (ph) {
-    case PHASE_VOICE: return (int)s->voice.frames;
-    case PHASE_SILENCE1:
-    case PHASE_SILENCE2: return PP_LMGEN_SILENCE_FRAMES;
-    case PHASE_TEXT: return s->n_prompt;
-    case PHASE_DONE: return 0;
+/* Prompt frames [s->done, to) as one pass on the model's shared prefill scratch. */
+static int prefill_run(pp_session *s, int to, char *err) {
+    pp_model *m = s->m;
+    pthread_mutex_lock(&m->prefill_lock);
+    int rc = m->prefill ? PP_OK : pp_lmbatch_create(m->lm, PP_SESSION_PREFILL_ROWS, &m->prefill, err);
+    if (!rc) rc = pp_lmgen_prefill(s->gen, m->prefill, &s->schedule, s->done, to, err);
+    pthread_mutex_unlock(&m->prefill_lock);
+    return rc;
+}
+
+/* Offers the finished prompt state to the cache; a failure only costs the next session time. */
+static void cache_store(pp_session *s) {
+    char err[PP_ERR_LEN];
+    pp_lmgen_snapshot *snap = NULL;
+    int rc = pp_lmgen_snapshot_take(s->gen, &snap, err);
+    if (!rc) {
+        pp_prompt_key k = cache_key(s);
+        rc = pp_prompt_cache_put(s->m->cache, &k, snap);
+        if (rc == PP_ENOMEM) pp_fail(err, rc, "out of memory");
     }
-    return 0;
+    if (rc < 0) PP_WARN("session", "prompt state not cached: %s", err);
 }
 
 int pp_session_prefill(pp_session *s, char *err) {
-    while (s->phase != PHASE_DONE && s->pos >= phase_length(s, s->phase)) {
-        s->phase++;
-        s->pos = 0;
+    if (s->ready) return 1;
+    int total = pp_session_prompt_frames(s), rc;
+    if (s->done == 0 && s->m->cache) {
+        pp_prompt_key k = cache_key(s);
+        if ((rc = pp_prompt_cache_restore(s->m->cache, &k, s->gen, err)) < 0) return rc;
+        s->cached = rc == 1;
+        if (s->cached) s->done = total;
     }
-    if (s->phase == PHASE_DONE) return 1;
-    int rc = PP_OK;
-    switch (s->phase) {
-    case PHASE_VOICE:
-        rc = pp_lmgen_prompt_voice(s->gen, s->voice.embeddings + (size_t)s->pos * (size_t)s->voice.dim, 1,
-                                   &s->voice.cache[0][0], err);
-        break;
-    case PHASE_SILENCE1:
-    case PHASE_SILENCE2: rc = pp_lmgen_prompt_silence(s->gen, 1, err); break;
-    case PHASE_TEXT: rc = pp_lmgen_prompt_text(s->gen, s->prompt + s->pos, 1, err); break;
-    case PHASE_DONE: break;
+    if (s->done < total) {
+        int to = total - s->done > PP_SESSION_PREFILL_ROWS ? s->done + PP_SESSION_PREFILL_ROWS : total;
+        if ((rc = prefill_run(s, to, err))) return rc;
+        s->done = to;
+        if (s->done < total) return 0;
+        if (s->m->cache) cache_store(s);
     }
-    if (rc) return rc;
-    s->pos++;
-    s->done++;
-    if (s->done < pp_session_prompt_frames(s)) return 0;
     /* The reference resets the codec before the conversation (spec/lm.md §6.1). */
     mimi_state_reset(s->mimi);
-    s->phase = PHASE_DONE;
+    s->ready = 1;
     return 1;
+}
+
+/* ---- session: frames ------------------------------------------------------------------------ */
+
+int pp_session_encode(pp_session *s, const float *pcm_in, char *err) {
+    if (!s->ready) return pp_fail(err, PP_EINVAL, "session: step before the prompts have run");
+    int rc = mimi_encode_frame(s->mimi, pcm_in, s->user, NULL, err);
+    s->stage = rc ? STAGE_IDLE : STAGE_ENCODED;
+    return rc;
+}
+
+int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE_MAX], char *err) {
+    piece[0] = '\0';
+    if (s->stage != STAGE_STEPPED) return pp_fail(err, PP_EINVAL, "session: decode before the frame's LM tick");
+    s->stage = STAGE_IDLE;
+    const pp_lmgen_out *out = &s->out;
+    if (!out->ready) {
+        memset(pcm_out, 0, PP_SESSION_FRAME * sizeof *pcm_out);
+        return PP_OK;
+    }
+    int rc = mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
+    if (rc) return rc;
+    /* Padding ids (0 EPAD, 3 PAD) are not sent (spec/protocol.md §2.3). A piece that does not
+     * fit is dropped rather than cut, so every message stays valid UTF-8. */
+    if (out->text != 0 && out->text != PP_LMGEN_TEXT_PAD &&
+        pp_spm_piece(s->m->spm, out->text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
+        piece[0] = '\0';
+    return PP_OK;
+}
+
+static int check_encoded(const pp_session *s, int i, char *err) {
+    if (s->stage != STAGE_ENCODED)
+        return pp_fail(err, PP_EINVAL, "session: batch entry %d has no encoded frame waiting for its tick", i);
+    return PP_OK;
 }
 
 static double now_ms(void) {
@@ -204,24 +324,69 @@ static double now_ms(void) {
 int pp_session_step(pp_session *s, const float *pcm_in, float *pcm_out, char piece[PP_SESSION_PIECE_MAX],
                     pp_step_times *times, char *err) {
     piece[0] = '\0';
-    if (s->phase != PHASE_DONE) return pp_fail(err, PP_EINVAL, "session: step before the prompts have run");
     double t0 = now_ms();
-    int rc = mimi_encode_frame(s->mimi, pcm_in, s->user, NULL, err);
+    int rc = pp_session_encode(s, pcm_in, err);
     double t1 = now_ms();
-    pp_lmgen_out out;
-    if (!rc) rc = pp_lmgen_step(s->gen, s->user, &out, err);
+    /* The LM stage of a one-session batch: pp_lmgen_step is the one-row tick. */
+    if (!rc) rc = check_encoded(s, 0, err);
+    if (!rc) rc = pp_lmgen_step(s->gen, s->user, &s->out, err);
+    if (!rc) s->stage = STAGE_STEPPED;
     double t2 = now_ms();
+    if (!rc) rc = pp_session_decode(s, pcm_out, piece, err);
     if (rc) return rc;
-    if (out.ready) {
-        if ((rc = mimi_decode_frame(s->mimi, out.agent, pcm_out, err))) return rc;
-        /* Padding ids (0 EPAD, 3 PAD) are not sent (spec/protocol.md §2.3). A piece that does
-         * not fit is dropped rather than cut, so every message stays valid UTF-8. */
-        if (out.text != 0 && out.text != PP_LMGEN_TEXT_PAD &&
-            pp_spm_piece(s->m->spm, out.text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
-            piece[0] = '\0';
-    } else {
-        memset(pcm_out, 0, PP_SESSION_FRAME * sizeof *pcm_out);
-    }
     if (times) *times = (pp_step_times){t1 - t0, t2 - t1, now_ms() - t2};
+    return PP_OK;
+}
+
+/* ---- batches -------------------------------------------------------------------------------- */
+
+void pp_session_batch_destroy(pp_session_batch *b) {
+    if (!b) return;
+    pp_lmbatch_destroy(b->lm);
+    free(b->gens);
+    free(b->user);
+    free(b->outs);
+    free(b);
+}
+
+int pp_session_batch_create(pp_model *m, int capacity, pp_session_batch **out, char *err) {
+    *out = NULL;
+    pp_session_batch *b = calloc(1, sizeof *b);
+    if (!b) return pp_fail(err, PP_ENOMEM, "session batch: out of memory");
+    b->m = m;
+    b->cap = capacity;
+    int rc = pp_lmbatch_create(m->lm, capacity, &b->lm, err);
+    if (!rc) {
+        b->gens = calloc((size_t)capacity, sizeof *b->gens);
+        b->user = calloc((size_t)capacity, sizeof *b->user);
+        b->outs = calloc((size_t)capacity, sizeof *b->outs);
+        if (!b->gens || !b->user || !b->outs)
+            rc = pp_fail(err, PP_ENOMEM, "session batch: out of memory for %d sessions", capacity);
+    }
+    if (rc) {
+        pp_session_batch_destroy(b);
+        return rc;
+    }
+    *out = b;
+    return PP_OK;
+}
+
+int pp_session_batch_step(pp_session_batch *b, pp_session *const *ss, int n, char *err) {
+    if (n < 0 || n > b->cap)
+        return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != b->m) return pp_fail(err, PP_EINVAL, "session batch: entry %d is of another model", i);
+        int rc = check_encoded(ss[i], i, err);
+        if (rc) return rc;
+        b->gens[i] = ss[i]->gen;
+        memcpy(b->user[i], ss[i]->user, sizeof b->user[i]);
+    }
+    /* pp_lmbatch_step refuses a session listed twice before anything changes. */
+    int rc = pp_lmbatch_step(b->lm, b->gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])b->user, b->outs, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        ss[i]->out = b->outs[i];
+        ss[i]->stage = STAGE_STEPPED;
+    }
     return PP_OK;
 }

@@ -1,0 +1,232 @@
+/* cpu_gemv_avx2: the AVX2+FMA+F16C twin of cpu_gemv.c's row loops (x86-64 only; see cpu_simd.h).
+ *
+ * Weights are decoded straight into registers, eight at a time, and multiplied into
+ * accumulators: 4 rows × up to 2 inputs per pass, so every input vector loaded feeds four
+ * rows and every decoded weight vector feeds both inputs. Quantized formats look their codes
+ * up in a per-group table already multiplied by the group's scale (vpermps: 8 floats by 3-bit
+ * index), so the decoded weights equal the portable code's value·scale products bit for bit;
+ * only the order of the dot products' additions (and FMA's single rounding) differs.
+ *   NF2:  16 codes from one 32-bit word; code e sits at bits 2e; 4 centroids, repeated twice
+ *         so vpermps may ignore the index's third bit, which belongs to the next code.
+ *   INT4: 8 nibbles from one 32-bit word, low nibble first; (q − 8)·s as fma(q, s, −8s),
+ *         which is exact before its one rounding, like the portable product.
+ *   NF4:  8 nibbles, high nibble first; 16 entries as two vpermps tables and a blend on bit 3. */
+#include "backend/cpu.h"
+
+#if CPU_HAVE_AVX2
+
+#include "io/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define INLINE CPU_AVX2 static inline __attribute__((always_inline))
+#define ROWS 4     /* rows per pass */
+#define INPUTS 2   /* inputs per pass */
+#define CHUNK 1024 /* columns whose group scales are fetched at once */
+
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* acc[q] += w · x[q][col] for the pass's nb inputs. */
+INLINE void fma_inputs(__m256 *acc, __m256 w, const float *const *x, int nb, int64_t col) {
+    for (int q = 0; q < nb; q++) acc[q] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[q] + col), acc[q]);
+}
+
+/* Eight dense weights starting at element pointer p. */
+INLINE __m256 dense8(pp_wformat fmt, const uint8_t *p) {
+    if (fmt == PP_WF_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (fmt == PP_WF_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+typedef struct pass {
+    const pp_weight *w;
+    const float *x[INPUTS]; /* the pass's inputs, each [cols] */
+    float *y[INPUTS];       /* their outputs, each [rows] */
+    int64_t r;              /* first row */
+} pass;
+
+/* y = the accumulators' sums, plus the scalar tail's when there is one. */
+INLINE void store_sums(const pass *p, __m256 acc[ROWS][INPUTS], float (*tail)[INPUTS], int rb, int nb) {
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) p->y[q][p->r + k] = hsum(acc[k][q]) + (tail ? tail[k][q] : 0.0f);
+}
+
+/* Dense formats: rb rows × nb inputs over the whole row; a scalar loop takes cols % 8. */
+INLINE void dense_pass(const pass *p, pp_wformat fmt, int rb, int nb) {
+    const pp_weight *w = p->w;
+    int size = fmt == PP_WF_F32 ? 4 : 2;
+    const uint8_t *row[ROWS];
+    for (int k = 0; k < rb; k++) row[k] = (const uint8_t *)w->data + (size_t)(w->elem0 + (p->r + k) * w->cols) * size;
+    __m256 acc[ROWS][INPUTS];
+    float tail[ROWS][INPUTS] = {{0}};
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= w->cols; c += 8)
+        for (int k = 0; k < rb; k++) fma_inputs(acc[k], dense8(fmt, row[k] + c * size), p->x, nb, c);
+    for (; c < w->cols; c++)
+        for (int k = 0; k < rb; k++) {
+            float v;
+            pp_weight_decode_span(w, p->r + k, c, 1, &v);
+            for (int q = 0; q < nb; q++) tail[k][q] += v * p->x[q][c];
+        }
+    store_sums(p, acc, tail, rb, nb);
+}
+
+/* The decode state of one row within one group: the scaled table (NF2: t0; NF4: t0, t1) or
+ * INT4's scale and offset (t0 = s, t1 = −8s). */
+typedef struct group_tab {
+    __m256 t0, t1;
+} group_tab;
+
+INLINE group_tab make_tab(pp_wformat fmt, float s, const float *table) {
+    __m256 sv = _mm256_set1_ps(s);
+    group_tab t;
+    if (fmt == PP_WF_NF2) {
+        t.t0 = _mm256_mul_ps(_mm256_setr_ps(table[0], table[1], table[2], table[3], table[0], table[1], table[2],
+                                            table[3]),
+                             sv);
+        t.t1 = t.t0;
+    } else if (fmt == PP_WF_INT4) {
+        t.t0 = sv;
+        t.t1 = _mm256_set1_ps(-8.0f * s);
+    } else {
+        t.t0 = _mm256_mul_ps(_mm256_loadu_ps(table), sv);
+        t.t1 = _mm256_mul_ps(_mm256_loadu_ps(table + 8), sv);
+    }
+    return t;
+}
+
+/* Eight weights of a 4-bit format from the 32-bit word at p. */
+INLINE __m256 nibbles8(pp_wformat fmt, const uint8_t *p, const group_tab *t) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    __m256i v = _mm256_set1_epi32((int)u);
+    if (fmt == PP_WF_INT4) {
+        __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                     _mm256_set1_epi32(15));
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), t->t0, t->t1);
+    }
+    __m256i idx = _mm256_srlv_epi32(v, _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24));
+    __m256 lo = _mm256_permutevar8x32_ps(t->t0, idx), hi = _mm256_permutevar8x32_ps(t->t1, idx);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* Columns [c, c + gs) of one group for rb rows: NF2 16 weights per step, the others 8. */
+INLINE void group_span(const pass *p, pp_wformat fmt, int rb, int nb, const uint8_t *const *row,
+                       const group_tab *tab, int64_t c, int gs, __m256 acc[ROWS][INPUTS]) {
+    if (fmt == PP_WF_NF2) {
+        const __m256i lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        const __m256i hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+        for (int64_t k = c; k < c + gs; k += 16)
+            for (int j = 0; j < rb; j++) {
+                uint32_t u;
+                memcpy(&u, row[j] + k / 4, 4);
+                __m256i v = _mm256_set1_epi32((int)u);
+                fma_inputs(acc[j], _mm256_permutevar8x32_ps(tab[j].t0, _mm256_srlv_epi32(v, lo)), p->x, nb, k);
+                fma_inputs(acc[j], _mm256_permutevar8x32_ps(tab[j].t0, _mm256_srlv_epi32(v, hi)), p->x, nb, k + 8);
+            }
+        return;
+    }
+    for (int64_t k = c; k < c + gs; k += 8)
+        for (int j = 0; j < rb; j++) fma_inputs(acc[j], nibbles8(fmt, row[j] + k / 2, &tab[j]), p->x, nb, k);
+}
+
+/* Quantized formats: the whole row, CHUNK columns' group scales at a time. */
+INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
+    const pp_weight *w = p->w;
+    int gs = w->group;
+    int64_t chunk = gs >= CHUNK ? gs : CHUNK / gs * gs;
+    const uint8_t *row[ROWS];
+    int64_t g0[ROWS];
+    for (int k = 0; k < rb; k++) {
+        int64_t e = w->elem0 + (p->r + k) * w->cols;
+        row[k] = (const uint8_t *)w->data + e / (fmt == PP_WF_NF2 ? 4 : 2);
+        g0[k] = e / gs;
+    }
+    __m256 acc[ROWS][INPUTS];
+    float scales[ROWS][CHUNK / 8];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < w->cols; c += chunk) {
+        int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+        for (int k = 0; k < rb; k++) pp_weight_group_scales(w, g0[k] + c / gs, len / gs, scales[k]);
+        for (int64_t g = 0; g < len; g += gs) {
+            group_tab tab[ROWS];
+            for (int k = 0; k < rb; k++) tab[k] = make_tab(fmt, scales[k][g / gs], table);
+            group_span(p, fmt, rb, nb, row, tab, c + g, gs, acc);
+        }
+    }
+    store_sums(p, acc, NULL, rb, nb);
+}
+
+/* One pass, with the format, the row count and the input count made constants. */
+INLINE void pass_fmt(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
+    if (fmt <= PP_WF_BF16)
+        dense_pass(p, fmt, rb, nb);
+    else
+        quant_pass(p, fmt, rb, nb, table);
+}
+
+INLINE void pass_shape(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
+    if (rb == ROWS && nb == INPUTS)
+        pass_fmt(p, fmt, ROWS, INPUTS, table);
+    else if (rb == ROWS)
+        pass_fmt(p, fmt, ROWS, 1, table);
+    else if (nb == INPUTS)
+        pass_fmt(p, fmt, 1, INPUTS, table);
+    else
+        pass_fmt(p, fmt, 1, 1, table);
+}
+
+int cpu_gemv_avx2_handles(const pp_weight *w) {
+    switch (w->fmt) {
+    case PP_WF_F32:
+    case PP_WF_F16:
+    case PP_WF_BF16: return 1;
+    case PP_WF_NF2: return w->group % 16 == 0;
+    case PP_WF_INT4:
+    case PP_WF_NF4: return w->group % 8 == 0;
+    case PP_WF_COUNT: break;
+    }
+    return 0;
+}
+
+CPU_AVX2 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+    float table[16] = {0};
+    if (w->fmt == PP_WF_NF2)
+        memcpy(table, quant_nf2_codebook, sizeof quant_nf2_codebook);
+    else if (w->fmt == PP_WF_NF4)
+        for (int i = 0; i < 16; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
+    for (int64_t r = r0; r < r1;) {
+        int rb = r1 - r >= ROWS ? ROWS : 1;
+        for (int i = 0; i < n;) {
+            int nb = n - i >= INPUTS ? INPUTS : 1;
+            pass p = {.w = w, .r = r};
+            for (int q = 0; q < nb; q++) {
+                p.x[q] = x + (int64_t)(i + q) * w->cols;
+                p.y[q] = y + (int64_t)(i + q) * w->rows;
+            }
+            switch (w->fmt) {
+            case PP_WF_F32: pass_shape(&p, PP_WF_F32, rb, nb, table); break;
+            case PP_WF_F16: pass_shape(&p, PP_WF_F16, rb, nb, table); break;
+            case PP_WF_BF16: pass_shape(&p, PP_WF_BF16, rb, nb, table); break;
+            case PP_WF_NF2: pass_shape(&p, PP_WF_NF2, rb, nb, table); break;
+            case PP_WF_INT4: pass_shape(&p, PP_WF_INT4, rb, nb, table); break;
+            case PP_WF_NF4: pass_shape(&p, PP_WF_NF4, rb, nb, table); break;
+            case PP_WF_COUNT: return;
+            }
+            i += nb;
+        }
+        r += rb;
+    }
+}
+
+#endif

@@ -1,0 +1,26 @@
+/* cpu_simd: CPU feature detection for the backend's loop variants (see cpu_simd.h). */
+#include "backend/cpu_simd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if CPU_HAVE_AVX2
+#include <cpuid.h>
+#endif
+
+cpu_simd cpu_simd_detect(void) {
+    const char *force = getenv("PP_CPU_SIMD");
+    if (force && strcmp(force, "portable") == 0) return CPU_SIMD_PORTABLE;
+#if CPU_HAVE_AVX2
+    /* __builtin_cpu_supports checks that the OS saves the YMM registers too; clang's has no
+     * "f16c", which cpuid leaf 1 reports (ECX bit 29) on every AVX2 part anyway. */
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+        (c & bit_F16C))
+        return CPU_SIMD_AVX2;
+#endif
+    return CPU_SIMD_PORTABLE;
+}
+
+const char *cpu_simd_name(cpu_simd s) { return s == CPU_SIMD_AVX2 ? "avx2" : "portable"; }

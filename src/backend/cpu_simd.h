@@ -1,0 +1,52 @@
+/* cpu_simd: how the CPU backend picks between its portable loops and their x86-64 AVX2 twins.
+ *
+ * The build assumes only the baseline ISA (SSE2 on x86-64), so one binary runs everywhere.
+ * Hot loops are written once as an always-inline body and compiled twice: plainly, and under
+ * CPU_AVX2 (a function attribute, GCC and clang). The backend detects the CPU once at
+ * creation (cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
+ * can run both on the same data and compare. PP_CPU_SIMD=portable in the environment forces
+ * the portable loops (to compare speed or rule the SIMD code out when chasing a difference).
+ * Elsewhere (aarch64) only the portable variant exists; it is written with GCC vector types,
+ * which the compiler maps to NEON. */
+#ifndef PP_BACKEND_CPU_SIMD_H
+#define PP_BACKEND_CPU_SIMD_H
+
+typedef enum {
+    CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 */
+    CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
+} cpu_simd;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CPU_HAVE_AVX2 1
+#define CPU_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define CPU_HAVE_AVX2 0
+#endif
+
+/* The best variant this CPU runs, unless PP_CPU_SIMD=portable. */
+cpu_simd cpu_simd_detect(void);
+const char *cpu_simd_name(cpu_simd s);
+
+/* Eight floats as one GCC/clang vector, at any float alignment, allowed to alias float data.
+ * Loads and stores go through it directly (no helper returning a vector: that changes the
+ * ABI without AVX). */
+typedef float cpu_v8f __attribute__((vector_size(32)));
+typedef float cpu_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+#define CPU_LD8(p) (*(const cpu_v8f_u *)(p))
+#define CPU_ST8(p, v) (*(cpu_v8f_u *)(p) = (v))
+
+/* Declares NAME_portable and (on x86-64) NAME_avx2, two pool task functions with the body
+ * of the always-inline NAME_body(ctx, task): the same C source, so with C11's
+ * -ffp-contract=off both compute the same sums in the same order, bit for bit. */
+#if CPU_HAVE_AVX2
+#define CPU_TASK_VARIANTS(name)                                                   \
+    static void name##_portable(void *ctx, int task) { name##_body(ctx, task); } \
+    CPU_AVX2 static void name##_avx2(void *ctx, int task) { name##_body(ctx, task); }
+#define CPU_PICK(simd, name) ((simd) == CPU_SIMD_AVX2 ? name##_avx2 : name##_portable)
+#else
+#define CPU_TASK_VARIANTS(name) \
+    static void name##_portable(void *ctx, int task) { name##_body(ctx, task); }
+#define CPU_PICK(simd, name) ((void)(simd), name##_portable)
+#endif
+
+#endif

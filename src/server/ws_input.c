@@ -1,0 +1,81 @@
+/* ws_input: the client-message dispatch of a chat socket (see ws_input.h). */
+#include "server/ws_input.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void ws_input_init(ws_input *in, conn *c, metrics *m) {
+    memset(in, 0, sizeof *in);
+    in->c = c;
+    in->metrics = m;
+    in->t_open = conn_now_ns();
+}
+
+int ws_input_reject(ws_input *in, int close_code, const char *what) {
+    if (in->metrics) metrics_bad_input(in->metrics);
+    in->bad++;
+    unsigned long long id = (unsigned long long)conn_id(in->c);
+    if (close_code || in->bad > WS_INPUT_MAX_BAD) {
+        PP_WARN("ws", "session %llu: %s; closing", id, what);
+        conn_fail(in->c, close_code ? close_code : CLOSE_POLICY, "%s", what);
+        in->closing = 1;
+    } else {
+        PP_WARN("ws", "session %llu: %s", id, what);
+        conn_fail(in->c, 0, "%s", what);
+    }
+    return WS_INPUT_WRITE;
+}
+
+/* True when the client has sent more than WS_INPUT_MAX_AHEAD_S of audio beyond real time. */
+static int too_fast(const ws_input *in) {
+    double sent = (double)conn_uplink_stats(in->c).samples / PP_AUDIO_RATE;
+    double elapsed = (double)(conn_now_ns() - in->t_open) / 1e9;
+    return sent - elapsed > WS_INPUT_MAX_AHEAD_S;
+}
+
+static int on_audio(ws_input *in, const uint8_t *data, size_t len) {
+    char err[PP_ERR_LEN];
+    int page_errors = 0;
+    int frames = conn_push_audio(in->c, data, len, &page_errors, err);
+    if (frames < 0) return ws_input_reject(in, CLOSE_BAD_DATA, err);
+    if (too_fast(in)) {
+        char what[128];
+        snprintf(what, sizeof what, "audio arrives faster than real time (over %d s ahead)", WS_INPUT_MAX_AHEAD_S);
+        return ws_input_reject(in, CLOSE_POLICY, what);
+    }
+    int todo = frames > 0 ? WS_INPUT_WAKE : 0;
+    if (page_errors) todo |= ws_input_reject(in, 0, "malformed Ogg data skipped (bad page, CRC or stream order)");
+    return todo;
+}
+
+int ws_input_receive(ws_input *in, const uint8_t *data, size_t len, int binary, int final) {
+    if (in->closing) return 0;
+    if (in->metrics) metrics_bytes(in->metrics, len, 0);
+    int first = !in->in_message;
+    if (first) {
+        in->in_message = 1;
+        in->message_len = 0;
+        in->kind = !binary ? -2 : len ? data[0] : -1;
+        if (len) data++, len--;
+    }
+    in->message_len += len;
+    if (final) in->in_message = 0;
+    if (in->message_len > WS_INPUT_MAX_MESSAGE) {
+        in->in_message = 0;
+        return ws_input_reject(in, CLOSE_TOO_BIG, "message too large (the limit is 256 KiB)");
+    }
+    char what[96];
+    switch (in->kind) {
+    case MSG_AUDIO: return len ? on_audio(in, data, len) : 0;
+    case MSG_CONTROL:
+    case MSG_PING: return 0;
+    case -1: return final ? ws_input_reject(in, 0, "empty message (no kind byte)") : 0;
+    case -2: return first ? ws_input_reject(in, 0, "text frame ignored: the protocol uses binary messages only") : 0;
+    default:
+        snprintf(what, sizeof what, "unknown message kind 0x%02x ignored", in->kind);
+        return first ? ws_input_reject(in, 0, what) : 0;
+    }
+}

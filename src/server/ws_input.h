@@ -1,0 +1,59 @@
+/* ws_input: what a chat socket does with the client's messages (spec/protocol.md §2.1), kept
+ * apart from lws so that the dispatch can be driven without a socket (tests/fuzz/fuzz_ws.c).
+ *
+ * The lws callback hands every received piece (a whole message or one fragment of it) to
+ * ws_input_receive with the frame's binary and final flags. 0x01 payloads go to the conn's
+ * uplink as they arrive; 0x03 (control) and 0x06 (ping) are accepted and ignored. Anything
+ * else is malformed: an empty message, a text frame, an unknown kind, an Ogg page that does
+ * not check out. Each is logged, counted and answered with 0x05; past WS_INPUT_MAX_BAD of
+ * them the socket is closed (1008). An unusable Ogg stream closes at once (1007), and so
+ * does a message over WS_INPUT_MAX_MESSAGE (1009).
+ *
+ * A client may not send audio faster than real time for long: once more than
+ * WS_INPUT_MAX_AHEAD_S seconds of decoded audio have arrived beyond the wall time since the
+ * socket opened, the conversation is closed (1008) with a message saying why. (The uplink's
+ * own buffer cap bounds the memory in any case; this names the client at fault instead of
+ * silently dropping its audio.) */
+#ifndef PP_SERVER_WS_INPUT_H
+#define PP_SERVER_WS_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/conn.h"
+#include "server/metrics.h"
+
+/* An Ogg page is at most 64 KiB; nothing a client sends needs more in one message. */
+#define WS_INPUT_MAX_MESSAGE (256 * 1024)
+/* Malformed messages answered one by one; one more closes the socket. */
+#define WS_INPUT_MAX_BAD 32
+/* Seconds of audio a client may be ahead of real time (a browser's burst after a stall, a
+ * file streamed at 2x for a while) before it is closed. */
+#define WS_INPUT_MAX_AHEAD_S 10
+
+typedef struct ws_input {
+    conn *c;
+    metrics *metrics;     /* counts malformed input; may be NULL */
+    int64_t t_open;       /* CLOCK_MONOTONIC ns when the socket opened */
+    int in_message;       /* a message's first piece has been seen */
+    int kind;             /* of the message being received: -1 empty, -2 text frame */
+    size_t message_len;
+    int bad;              /* malformed inputs so far */
+    int closing;          /* a close is queued; further input is ignored */
+} ws_input;
+
+/* What the caller must do after a call (bit set). */
+enum {
+    WS_INPUT_WAKE = 1,  /* whole frames are buffered: wake the engine */
+    WS_INPUT_WRITE = 2, /* an answer or a close is queued: ask for WRITEABLE */
+};
+
+void ws_input_init(ws_input *in, conn *c, metrics *m);
+/* One received piece: data[len] of a binary (or text) frame, final when it ends the message.
+ * Returns WS_INPUT_* bits. */
+int ws_input_receive(ws_input *in, const uint8_t *data, size_t len, int binary, int final);
+/* Reports one malformed input `what` (log, count, 0x05) and closes with close_code, or past
+ * the limit when close_code is 0. Returns WS_INPUT_WRITE. */
+int ws_input_reject(ws_input *in, int close_code, const char *what);
+
+#endif

@@ -1,0 +1,172 @@
+/* test_cpu_simd: the CPU backend's SIMD loop variants (backend/cpu_simd.h) against its portable
+ * loops on the same random data: matrix products of every weight format and group layout for
+ * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views. Runs every variant this
+ * CPU supports; skipped where only the portable loops exist. */
+#include "backend/cpu.h"
+#include "base/err.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "io/weight.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pp_backend *be;
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static float frand(void) { /* uniform in [-1, 1), xorshift64 */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static void set_simd(cpu_simd s) { ((cpu_ctx *)be->impl)->simd = s; }
+
+/* A weight quantized in memory from random values; `bufs` own its bytes. */
+typedef struct {
+    pp_weight w;
+    void *bufs[6];
+} mem_weight;
+
+static void mem_free(mem_weight *m) {
+    for (int i = 0; i < 6; i++) free(m->bufs[i]);
+}
+
+static void *own(mem_weight *m, int slot, size_t bytes) { return m->bufs[slot] = calloc(1, bytes ? bytes : 1); }
+
+/* fmt at group size gs (np2 for NF2; NF4 nests its absmax when nest > 0). */
+static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int gs, int np2, int nest) {
+    size_t n = (size_t)(rows * cols);
+    memset(m, 0, sizeof *m);
+    float *src = own(m, 3, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) src[i] = frand() * 0.05f;
+    m->w = (pp_weight){.fmt = fmt, .rows = rows, .cols = cols, .group = gs, .np2 = np2, .name = "simd"};
+    int64_t groups = gs ? (int64_t)n / gs : 0;
+    if (fmt == PP_WF_F32) {
+        m->w.data = src;
+    } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
+        uint16_t *h = own(m, 0, n * 2);
+        for (size_t i = 0; i < n; i++) h[i] = fmt == PP_WF_F16 ? pp_f32_to_f16(src[i]) : pp_f32_to_bf16(src[i]);
+        m->w.data = h;
+    } else if (fmt == PP_WF_NF2 || fmt == PP_WF_INT4) {
+        uint8_t *packed = own(m, 0, fmt == PP_WF_NF2 ? n / 4 : n / 2);
+        uint16_t *scales = own(m, 1, (size_t)groups * 2);
+        if (fmt == PP_WF_NF2)
+            quant_nf2_quantize(src, groups, gs, np2, packed, scales);
+        else
+            quant_int4_quantize(src, groups, gs, packed, scales);
+        m->w.data = packed;
+        m->w.scales = scales;
+    } else {
+        uint8_t *packed = own(m, 0, n / 2);
+        float *absmax = own(m, 1, (size_t)groups * sizeof(float));
+        quant_nf4_quantize(src, groups, gs, packed, absmax);
+        m->w.data = packed;
+        m->w.scales = absmax;
+        m->w.quant_map = quant_nf4_table;
+        if (nest) {
+            int64_t blocks = (groups + nest - 1) / nest;
+            float *map = own(m, 2, 256 * sizeof(float)), *nested = own(m, 4, (size_t)blocks * sizeof(float));
+            uint8_t *codes = own(m, 5, (size_t)groups);
+            quant_nf4_dynamic_map(map);
+            m->w.nested_offset = quant_nf4_nest(absmax, groups, nest, map, codes, nested);
+            m->w.scales = codes;
+            m->w.nested_absmax = nested;
+            m->w.nested_map = map;
+            m->w.nested_block = nest;
+        }
+    }
+}
+
+/* Largest |simd − portable| over the row's Σ|w_k·x_k| (the scale of a dot product's rounding
+ * error, whatever cancellation leaves of the result). Two summation orders of ≤ 4096 f32
+ * products, one with FMA, differ by a few ulp of that scale: ~1e-7; 1e-6 leaves margin, and
+ * any decode or indexing mistake gives errors of order 1. */
+static double compare(const pp_weight *w, int n, cpu_simd simd) {
+    int64_t R = w->rows, C = w->cols;
+    float *dec = malloc(sizeof(float) * (size_t)(R * C)), *x = malloc(sizeof(float) * (size_t)(n * C));
+    float *ref = malloc(sizeof(float) * (size_t)(n * R)), *y = malloc(sizeof(float) * (size_t)(n * R));
+    char err[PP_ERR_LEN];
+    double worst = 0;
+    if (pp_weight_decode_rows(w, 0, R, dec, err)) worst = INFINITY;
+    for (int64_t i = 0; i < n * C; i++) x[i] = frand();
+    set_simd(CPU_SIMD_PORTABLE);
+    be->ops->matmul(be, w, x, n, ref);
+    set_simd(simd);
+    be->ops->matmul(be, w, x, n, y);
+    for (int i = 0; i < n; i++)
+        for (int64_t r = 0; r < R; r++) {
+            double scale = 0;
+            for (int64_t k = 0; k < C; k++) scale += fabs((double)dec[r * C + k] * x[i * C + k]);
+            double d = fabs((double)y[i * R + r] - ref[i * R + r]) / (scale > 0 ? scale : 1);
+            if (d > worst || d != d) worst = d != d ? INFINITY : d;
+        }
+    free(dec);
+    free(x);
+    free(ref);
+    free(y);
+    return worst;
+}
+
+static void check(const pp_weight *w, cpu_simd simd, const char *what) {
+    static const int ns[] = {1, 2, 3, 5, 8};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        double e = compare(w, ns[i], simd);
+        if (e > 1e-6) fprintf(stderr, "%s %s n=%d: rel err %g\n", cpu_simd_name(simd), what, ns[i], e);
+        TEST_COND(what, e <= 1e-6);
+    }
+}
+
+static void test_matmul(cpu_simd simd) {
+    static const struct {
+        pp_wformat fmt;
+        int64_t rows, cols;
+        int gs, np2, nest;
+        const char *what;
+    } cases[] = {
+        {PP_WF_F32, 37, 301, 0, 0, 0, "f32 odd"},
+        {PP_WF_F32, 64, 1024, 0, 0, 0, "f32"},
+        {PP_WF_F16, 37, 301, 0, 0, 0, "f16 odd"},
+        {PP_WF_F16, 21, 4096, 0, 0, 0, "f16 long"},
+        {PP_WF_BF16, 37, 301, 0, 0, 0, "bf16 odd"},
+        {PP_WF_BF16, 40, 520, 0, 0, 0, "bf16"},
+        {PP_WF_NF2, 37, 512, 128, 128, 0, "nf2 g128"},
+        {PP_WF_NF2, 13, 480, 48, 64, 0, "nf2 g48 in 64"},
+        {PP_WF_NF2, 9, 2048, 2048, 2048, 0, "nf2 g2048"},
+        {PP_WF_NF2, 7, 96, 12, 16, 0, "nf2 g12 (portable)"},
+        {PP_WF_INT4, 37, 512, 64, 0, 0, "int4 g64"},
+        {PP_WF_INT4, 11, 264, 8, 0, 0, "int4 g8"},
+        {PP_WF_INT4, 5, 60, 6, 0, 0, "int4 g6 (portable)"},
+        {PP_WF_NF4, 37, 512, 64, 0, 16, "nf4 nested"},
+        {PP_WF_NF4, 19, 384, 32, 0, 0, "nf4 f32 absmax"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        mem_weight m;
+        make(&m, cases[i].fmt, cases[i].rows, cases[i].cols, cases[i].gs, cases[i].np2, cases[i].nest);
+        check(&m.w, simd, cases[i].what);
+        /* a view from an odd row: group and block indices come from elem0 */
+        pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
+        check(&v, simd, cases[i].what);
+        mem_free(&m);
+    }
+}
+
+int main(void) {
+    char err[PP_ERR_LEN];
+    if (pp_backend_cpu_create(2, &be, err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    cpu_simd best = cpu_simd_of(be);
+    if (best == CPU_SIMD_PORTABLE) {
+        pp_backend_destroy(be);
+        TEST_SKIP("this CPU (or PP_CPU_SIMD) runs only the portable loops");
+    }
+    printf("comparing %s against portable\n", cpu_simd_name(best));
+    test_matmul(best);
+    pp_backend_destroy(be);
+    return test_report();
+}

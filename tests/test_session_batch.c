@@ -1,0 +1,257 @@
+/* test_session_batch: sessions ticked together, and sessions started from the prompt cache, on
+ * the built-in demo model (CPU backend).
+ *
+ * - Three sessions with different voices, prompts, seeds and sampling settings, each stepped
+ *   alone with pp_session_step, are the reference. The same sessions then run as a server runs
+ *   them: every tick encodes each active session, runs one pp_session_batch_step over all of
+ *   them and decodes each; they join (after their prompts) and leave at different ticks. Their
+ *   audio and text must equal the lone runs bit for bit (rows of a CPU tick are independent).
+ * - With a prompt cache, a second session with the same voice and prompt starts in one prefill
+ *   call and gives exactly the frames of the first, which ran its prompts; so does one with
+ *   another seed (against a lone uncached run with that seed). Another prompt, voice or KV
+ *   format misses the cache. The counters say so.
+ * - The stages refuse to run out of order; a batch refuses a session twice or too many. */
+#include "test.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "session/demo.h"
+#include "session/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FRAMES 10
+#define N_SESSIONS 3
+
+typedef struct run {
+    float pcm[FRAMES][PP_SESSION_FRAME];
+    char text[FRAMES][PP_SESSION_PIECE_MAX];
+} run;
+
+/* Deterministic input: a chirp with noise; `which` shifts it so every session hears another. */
+static void input_frame(int which, int f, float *pcm) {
+    uint32_t s = 777u * (uint32_t)which + (uint32_t)f;
+    for (int i = 0; i < PP_SESSION_FRAME; i++) {
+        double t = (f * PP_SESSION_FRAME + i) / 24000.0;
+        s = s * 1664525u + 1013904223u;
+        pcm[i] = (float)(0.3 * sin(6.2832 * (150 + 100 * which + 300 * t) * t) + 0.02 * ((s >> 8) / 16777216.0 - 0.5));
+    }
+}
+
+static void params_of(int which, pp_session_params *p) {
+    static const char *voices[N_SESSIONS] = {"NATF2", "NATM1", "VARF0"};
+    static const char *prompts[N_SESSIONS] = {"You are a wise and friendly teacher.", "Be brief.", ""};
+    pp_params_defaults(p);
+    strcpy(p->voice, voices[which]);
+    strcpy(p->text_prompt, prompts[which]);
+    p->text_seed = p->audio_seed = 1000u + (uint64_t)which;
+    if (which == 1) p->text_temperature = 0; /* greedy text beside sampled ones */
+}
+
+/* Creates a session and runs its prompts; *calls gets the prefill calls it took. */
+static pp_session *start(pp_model *m, const pp_session_params *p, int *calls) {
+    char err[PP_ERR_LEN];
+    pp_session *s = NULL;
+    int rc = pp_session_create(m, p, 512, &s, err);
+    *calls = 0;
+    while (!rc && ++*calls && (rc = pp_session_prefill(s, err)) == 0) {}
+    if (rc < 0) {
+        fprintf(stderr, "session: %s\n", err);
+        pp_session_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* A session alone: FRAMES frames of pp_session_step on input `which`. */
+static int run_alone(pp_session *s, int which, run *out) {
+    char err[PP_ERR_LEN];
+    for (int f = 0; f < FRAMES; f++) {
+        float in[PP_SESSION_FRAME];
+        input_frame(which, f, in);
+        if (pp_session_step(s, in, out->pcm[f], out->text[f], NULL, err)) {
+            fprintf(stderr, "step: %s\n", err);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int same_run(const run *a, const run *b) { return memcmp(a, b, sizeof *a) == 0; }
+
+/* The server's schedule: session i is active for ticks join[i] .. join[i] + FRAMES - 1. */
+static int run_batched(pp_model *m, pp_session *const *ss, const int *join, run *out) {
+    char err[PP_ERR_LEN];
+    pp_session_batch *b = NULL;
+    int ok = pp_session_batch_create(m, N_SESSIONS, &b, err) == PP_OK, max_batch = 0;
+    int last = 0;
+    for (int i = 0; i < N_SESSIONS; i++)
+        if (join[i] + FRAMES > last) last = join[i] + FRAMES;
+    for (int t = 0; ok && t < last; t++) {
+        pp_session *tick[N_SESSIONS];
+        int who[N_SESSIONS], n = 0;
+        for (int i = 0; ok && i < N_SESSIONS; i++) {
+            int f = t - join[i];
+            if (f < 0 || f >= FRAMES) continue;
+            float in[PP_SESSION_FRAME];
+            input_frame(i, f, in);
+            ok = pp_session_encode(ss[i], in, err) == PP_OK;
+            tick[n] = ss[i];
+            who[n++] = i;
+        }
+        if (n > max_batch) max_batch = n;
+        if (ok && n) ok = pp_session_batch_step(b, tick, n, err) == PP_OK;
+        for (int k = 0; ok && k < n; k++) {
+            int i = who[k], f = t - join[i];
+            ok = pp_session_decode(ss[i], out[i].pcm[f], out[i].text[f], err) == PP_OK;
+        }
+    }
+    if (!ok) fprintf(stderr, "batched run: %s\n", err);
+    TEST_COND("batches of up to 3 sessions formed", max_batch == N_SESSIONS);
+    pp_session_batch_destroy(b);
+    return ok;
+}
+
+static void test_batching(pp_model *m) {
+    static run alone[N_SESSIONS], together[N_SESSIONS];
+    pp_session *ss[N_SESSIONS] = {0};
+    int calls, ok = 1;
+    for (int i = 0; i < N_SESSIONS; i++) {
+        pp_session_params p;
+        params_of(i, &p);
+        pp_session *s = start(m, &p, &calls);
+        ok &= s && run_alone(s, i, &alone[i]);
+        pp_session_destroy(s);
+        ok &= (ss[i] = start(m, &p, &calls)) != NULL;
+    }
+    TEST_COND("lone runs", ok);
+    int texts = 0;
+    for (int i = 0; i < N_SESSIONS; i++)
+        for (int f = 0; f < FRAMES; f++) texts += alone[i].text[f][0] != '\0';
+    TEST_COND("the lone runs produce text", texts > 0);
+    TEST_COND("the three sessions differ", !same_run(&alone[0], &alone[1]) && !same_run(&alone[1], &alone[2]));
+    /* Session 1 joins at tick 3 and session 2 at tick 5; session 0 leaves at tick 10. */
+    static const int join[N_SESSIONS] = {0, 3, 5};
+    ok = ok && run_batched(m, ss, join, together);
+    TEST_COND("batched ticks run", ok);
+    for (int i = 0; i < N_SESSIONS; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "session %d ticked with the others equals session %d alone (audio and text)", i, i);
+        TEST_COND(what, ok && same_run(&together[i], &alone[i]));
+    }
+    for (int i = 0; i < N_SESSIONS; i++) pp_session_destroy(ss[i]);
+}
+
+static void test_stage_order(pp_model *m) {
+    char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
+    float in[PP_SESSION_FRAME], out[PP_SESSION_FRAME];
+    pp_session_params p;
+    params_of(0, &p);
+    int calls;
+    pp_session *a = start(m, &p, &calls), *b = start(m, &p, &calls);
+    pp_session_batch *batch = NULL;
+    TEST_COND("sessions and a batch of 1", a && b && pp_session_batch_create(m, 1, &batch, err) == PP_OK);
+    if (!a || !b || !batch) goto done;
+    input_frame(0, 0, in);
+    TEST_COND("decode before the tick is refused", pp_session_decode(a, out, piece, err) == PP_EINVAL);
+    TEST_COND("a tick before the encode is refused", pp_session_batch_step(batch, &a, 1, err) == PP_EINVAL);
+    pp_session *two[2] = {a, b};
+    TEST_COND("encodes run", pp_session_encode(a, in, err) == PP_OK && pp_session_encode(b, in, err) == PP_OK);
+    TEST_COND("more sessions than the capacity are refused", pp_session_batch_step(batch, two, 2, err) == PP_EINVAL);
+    pp_session_batch_destroy(batch);
+    batch = NULL;
+    pp_session *twice[2] = {a, a};
+    TEST_COND("a session listed twice is refused", pp_session_batch_create(m, 2, &batch, err) == PP_OK &&
+                                                       pp_session_batch_step(batch, twice, 2, err) == PP_EINVAL);
+    TEST_COND("the tick then runs", pp_session_batch_step(batch, two, 2, err) == PP_OK &&
+                                        pp_session_decode(a, out, piece, err) == PP_OK &&
+                                        pp_session_decode(b, out, piece, err) == PP_OK);
+    TEST_COND("a second decode is refused", pp_session_decode(a, out, piece, err) == PP_EINVAL);
+done:
+    pp_session_batch_destroy(batch);
+    pp_session_destroy(a);
+    pp_session_destroy(b);
+}
+
+/* Starts a session with p on m, checks how its prompts ran, runs it alone into out. */
+static void cached_run(pp_model *m, const pp_session_params *p, int want_cached, const char *what, run *out) {
+    int calls;
+    pp_session *s = start(m, p, &calls);
+    int cached = s && pp_session_prompt_cached(s);
+    char line[160];
+    snprintf(line, sizeof line, "%s: %s (%d prefill calls)", what, want_cached ? "cache hit" : "cache miss", calls);
+    TEST_COND(line, s && cached == want_cached && (!want_cached || calls == 1) &&
+                        pp_session_prompt_done(s) == pp_session_prompt_frames(s));
+    TEST_COND("it runs", s && run_alone(s, 0, out));
+    pp_session_destroy(s);
+}
+
+static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
+    char err[PP_ERR_LEN];
+    pp_model *m = NULL;
+    pp_model_paths paths = {files->weights, files->mimi, files->tokenizer, files->voices_dir, "demo"};
+    int rc = pp_model_open(be, &paths, &m, err);
+    if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
+    TEST_COND("model with a prompt cache", rc == PP_OK);
+    if (rc) return;
+    static run ref, ref_seed, first, hit, hit_seed, other;
+    pp_session_params p, q;
+    params_of(0, &p);
+    q = p;
+    q.text_seed = q.audio_seed = 99;
+    int calls;
+    pp_session *s = start(plain, &p, &calls);
+    TEST_COND("uncached reference", s && run_alone(s, 0, &ref));
+    pp_session_destroy(s);
+    s = start(plain, &q, &calls);
+    TEST_COND("uncached reference with another seed", s && run_alone(s, 0, &ref_seed));
+    pp_session_destroy(s);
+
+    cached_run(m, &p, 0, "first session", &first);
+    cached_run(m, &p, 1, "second session, same voice and prompt", &hit);
+    cached_run(m, &q, 1, "third session, another seed", &hit_seed);
+    TEST_COND("the session that ran its prompts equals the uncached model's", same_run(&first, &ref));
+    TEST_COND("the session from the cache equals the one that ran its prompts", same_run(&hit, &ref));
+    TEST_COND("the cached start keeps the session's own seed", same_run(&hit_seed, &ref_seed) &&
+                                                                 !same_run(&hit_seed, &ref));
+    q = p;
+    strcpy(q.text_prompt, "You are a wise and friendly teacher!");
+    cached_run(m, &q, 0, "another prompt", &other);
+    q = p;
+    strcpy(q.voice, "NATM1");
+    cached_run(m, &q, 0, "another voice", &other);
+    TEST_COND("int8 KV caches on the CPU", pp_model_set_kv_cache(m, PP_KV_INT8, err) == PP_OK);
+    cached_run(m, &p, 0, "another KV format", &other);
+    cached_run(m, &p, 1, "the same KV format again", &other);
+    pp_prompt_cache_counts c;
+    pp_model_prompt_cache_counts(m, &c);
+    printf("prompt cache: %llu hits, %llu misses, %d entries, %zu of %zu bytes\n", (unsigned long long)c.hits,
+           (unsigned long long)c.misses, c.entries, c.bytes, c.budget);
+    TEST_COND("counters: 3 hits, 4 misses, 4 entries", c.hits == 3 && c.misses == 4 && c.entries == 4 &&
+                                                          c.bytes > 0 && c.bytes <= c.budget);
+    pp_model_close(m);
+}
+
+int main(void) {
+    char err[PP_ERR_LEN], dir[64] = "/tmp/pp-session-batch-XXXXXX";
+    pp_log_set_level(PP_LOG_WARN);
+    if (!mkdtemp(dir)) TEST_SKIP("no temporary directory");
+    pp_demo_files files;
+    pp_backend *be = NULL;
+    pp_model *m = NULL;
+    TEST_COND("demo model written", pp_demo_write(dir, &files, err) == PP_OK);
+    TEST_COND("cpu backend", pp_backend_cpu_create(2, &be, err) == PP_OK);
+    pp_model_paths paths = {files.weights, files.mimi, files.tokenizer, files.voices_dir, "demo"};
+    int rc = pp_model_open(be, &paths, &m, err);
+    if (rc) fprintf(stderr, "model: %s\n", err);
+    TEST_COND("demo model opens", rc == PP_OK);
+    if (rc) return test_report();
+    test_batching(m);
+    test_stage_order(m);
+    test_prompt_cache(&files, be, m);
+    pp_model_close(m);
+    pp_backend_destroy(be);
+    return test_report();
+}
