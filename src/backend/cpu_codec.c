@@ -5,31 +5,24 @@
  * (im2col) so every output is a contiguous dot product with a weight row; a ConvTranspose1d
  * multiplies each input column by the weight's [cin][cout·k] rows and overlap-adds the
  * products. The inner loops use GCC/Clang vector types with explicit partial sums, so they
- * vectorise without -ffast-math (which would let the compiler reorder every float sum). */
+ * vectorise without -ffast-math (which would let the compiler reorder every float sum).
+ *
+ * The hot loops are pool tasks compiled twice from one body (cpu_simd.h): portable, and AVX2
+ * with FMA, picked by the backend's detected variant. */
 #include "backend/cpu.h"
 
 #include <math.h>
 #include <string.h>
 
-typedef float v8f __attribute__((vector_size(32)));
-/* The same vector at any float alignment, allowed to alias float data. Loads and stores go
- * through it directly (no helper returning a vector: that changes the ABI without AVX). */
-typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
-#define LD8(p) (*(const v8f_u *)(p))
-#define ST8(p, v) (*(v8f_u *)(p) = (v))
+typedef cpu_v8f v8f;
+#define LD8 CPU_LD8
+#define ST8 CPU_ST8
 
 static inline float hsum8(const v8f *v) {
     return (((*v)[0] + (*v)[4]) + ((*v)[1] + (*v)[5])) + (((*v)[2] + (*v)[6]) + ((*v)[3] + (*v)[7]));
 }
 
-/* The hot loops get an AVX2 twin picked at load time (ifunc) on x86-64, where the portable
- * build only assumes SSE2; the same C source, so both compute the same sums in the same
- * order (no FMA contraction: C11 mode compiles with -ffp-contract=off). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define HOT
-#endif
+#define INLINE static inline __attribute__((always_inline))
 
 /* Work below this many multiply-adds per task is not worth waking the pool for. */
 #define MIN_TASK_MACS (1 << 16)
@@ -56,8 +49,7 @@ static void run_tasks(pp_backend *be, double macs, int n_tasks, pp_pool_fn fn, v
 /* out[r][c] = dot(w[r], x[c]) over len values for an nr-row × 2-column tile (nr <= 4, a
  * constant at each call): each loaded x vector feeds nr products and each w vector two. Every
  * output's sum runs in the same order whatever the tile, so results never depend on tiling. */
-static inline __attribute__((always_inline)) void dot_tile(const float *const w[4], int nr, const float *const x[2],
-                                                           int len, float out[4][2]) {
+INLINE void dot_tile(const float *const w[4], int nr, const float *const x[2], int len, float out[4][2]) {
     v8f acc[4][2] = {{{0}}};
     int l = 0;
     for (; l + 8 <= len; l += 8) {
@@ -85,7 +77,7 @@ typedef struct conv_job {
     int rows_per_tile;
 } conv_job;
 
-HOT static void conv_task(void *ctx, int task) {
+INLINE void conv_task_body(void *ctx, int task) {
     const conv_job *j = ctx;
     const pp_conv *c = j->c;
     int r_begin = (task % j->row_tiles) * j->rows_per_tile;
@@ -115,6 +107,7 @@ HOT static void conv_task(void *ctx, int task) {
         }
     }
 }
+CPU_TASK_VARIANTS(conv_task)
 
 /* Stride-1 convs whose window holds fewer than 8 values (the first conv: 1 channel, k 7)
  * never reach dot_tile's vector loop; this runs the same per-output sum (0, then each
@@ -127,7 +120,7 @@ typedef struct short_job {
     int tout, accumulate;
 } short_job;
 
-HOT static void short_task(void *ctx, int o) {
+INLINE void short_task_body(void *ctx, int o) {
     const short_job *j = ctx;
     const pp_conv *c = j->c;
     const int k = c->k, span = j->tout + k - 1;
@@ -153,6 +146,7 @@ HOT static void short_task(void *ctx, int o) {
         y[t] = j->accumulate ? y[t] + (b + acc) : b + acc;
     }
 }
+CPU_TASK_VARIANTS(short_task)
 
 static int is_short(const pp_conv *c) { return c->stride == 1 && c->cin * c->k < 8; }
 
@@ -197,7 +191,7 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
     double macs = (double)c->cout * tout * len;
     if (is_short(c)) {
         short_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE};
-        run_tasks(be, macs, c->cout, short_task, &job);
+        run_tasks(be, macs, c->cout, CPU_PICK(cpu_simd_of(be), short_task), &job);
         return;
     }
     int rows_per_tile = 16, col_tile = 64;
@@ -206,7 +200,7 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
     conv_job job = {.c = c, .col = scratch, .y = y, .tout = tout, .len = len,
                     .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
                     .rows_per_tile = rows_per_tile};
-    run_tasks(be, macs, row_tiles * col_tiles, conv_task, &job);
+    run_tasks(be, macs, row_tiles * col_tiles, CPU_PICK(cpu_simd_of(be), conv_task), &job);
 }
 
 /* ==== ConvTranspose1d ============================================================ */
@@ -221,7 +215,7 @@ typedef struct convtr_job {
 
 /* Long inputs: columns [c0, c0 + 32) of z for two input columns at a time, accumulated in
  * registers over all input channels; each weight vector loaded feeds both columns. */
-HOT static void convtr_block(const convtr_job *j, int c0) {
+INLINE void convtr_block(const convtr_job *j, int c0) {
     for (int t = 0; t < j->t; t += 2) {
         int t1 = t + 1 < j->t ? t + 1 : t;
         v8f acc[2][4] = {{{0}}};
@@ -244,7 +238,7 @@ HOT static void convtr_block(const convtr_job *j, int c0) {
 /* Short inputs (a few columns, wide weights): stream each weight row's span once and add it,
  * scaled, into the few z rows, which stay in L1. Walking a 32-column block down all input
  * channels instead would jump a whole weight row per step and miss the TLB every time. */
-HOT static void convtr_rows(const convtr_job *j, int c0, int width) {
+INLINE void convtr_rows(const convtr_job *j, int c0, int width) {
     for (int t = 0; t < j->t; t++)
         for (int c = 0; c < width; c++) j->z[(size_t)t * j->n + c0 + c] = 0.0f;
     for (int i = 0; i < j->cin; i++) {
@@ -260,7 +254,7 @@ HOT static void convtr_rows(const convtr_job *j, int c0, int width) {
 
 #define CONVTR_SHORT 4 /* inputs of at most this many columns take convtr_rows */
 
-static void convtr_task(void *ctx, int task) {
+INLINE void convtr_task_body(void *ctx, int task) {
     const convtr_job *j = ctx;
     int c0 = task * j->width, width = j->n - c0 < j->width ? j->n - c0 : j->width;
     if (j->t <= CONVTR_SHORT) {
@@ -271,6 +265,7 @@ static void convtr_task(void *ctx, int task) {
     for (; c + 32 <= width; c += 32) convtr_block(j, c0 + c);
     if (c < width) convtr_rows(j, c0 + c, width - c);
 }
+CPU_TASK_VARIANTS(convtr_task)
 
 void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
                    float *scratch) {
@@ -280,7 +275,8 @@ void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
     if (!depthwise) {
         convtr_job job = {.x = x, .w = c->w, .z = z, .cin = c->cin, .t = t, .n = c->cout * k};
         job.width = t <= CONVTR_SHORT ? 1024 : 32;
-        run_tasks(be, (double)c->cin * t * job.n, (job.n + job.width - 1) / job.width, convtr_task, &job);
+        run_tasks(be, (double)c->cin * t * job.n, (job.n + job.width - 1) / job.width,
+                  CPU_PICK(cpu_simd_of(be), convtr_task), &job);
     }
     for (int o = 0; o < c->cout; o++) {
         float *f = full + (size_t)o * span;
@@ -351,7 +347,7 @@ void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale,
 
 /* ==== vector quantization ======================================================= */
 
-static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int n) {
+INLINE float dot(const float *a, const float *b, int n) {
     v8f acc = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8) acc += LD8(a + i) * LD8(b + i);
@@ -370,7 +366,7 @@ typedef struct vq_job {
     int32_t arg[VQ_MAX_TASKS];
 } vq_job;
 
-HOT static void vq_task(void *ctx, int task) {
+INLINE void vq_task_body(void *ctx, int task) {
     vq_job *j = ctx;
     int b0 = task * j->per_task, b1 = b0 + j->per_task < j->bins ? b0 + j->per_task : j->bins;
     float best = INFINITY;
@@ -387,6 +383,7 @@ HOT static void vq_task(void *ctx, int task) {
     j->best[task] = best;
     j->arg[task] = arg;
 }
+CPU_TASK_VARIANTS(vq_task)
 
 void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
                     int32_t *code) {
@@ -394,7 +391,7 @@ void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bin
     int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
     job.per_task = (bins + n_tasks - 1) / n_tasks;
     n_tasks = (bins + job.per_task - 1) / job.per_task;
-    pp_pool_run(cpu_pool(be), n_tasks, vq_task, &job);
+    pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), vq_task), &job);
     /* Strictly smaller wins, in task order: the first index among equal distances. */
     int best = 0;
     for (int i = 1; i < n_tasks; i++)

@@ -8,7 +8,10 @@
  * NF2 never applies the inverse Walsh-Hadamard transform to the weight: each group slice of
  * the input gets the (self-inverse) normalised transform once per call instead, since
  * w_g·x_g = s_g · C[q_g]·(H x_g) (spec/formats.md §3.4). The transformed copy lives in a
- * grow-only scratch owned by the backend. */
+ * grow-only scratch owned by the backend.
+ *
+ * These loops are the portable reference; on CPUs with AVX2 the row tasks run
+ * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs. */
 #include "backend/cpu.h"
 
 #include "base/err.h"
@@ -194,8 +197,10 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, int n, 
     int64_t per = (w->rows + tasks - 1) / tasks;
     if (per < 8) per = 8;
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
-    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut,
-                  .avx2 = cpu_simd_of(be) == CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w)};
+    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut};
+#if CPU_HAVE_AVX2
+    j.avx2 = cpu_simd_of(be) == CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w);
+#endif
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }
 

@@ -1,8 +1,8 @@
 /* cpu_gemv_avx2: the AVX2+FMA+F16C twin of cpu_gemv.c's row loops (x86-64 only; see cpu_simd.h).
  *
  * Weights are decoded straight into registers, eight at a time, and multiplied into
- * accumulators: 4 rows × up to 2 inputs per pass, so every input vector loaded feeds four
- * rows and every decoded weight vector feeds both inputs. Quantized formats look their codes
+ * accumulators: 4 rows × 1 or 2 inputs, or 2 rows × 4 inputs, per pass, so every input vector
+ * loaded feeds several rows and every decoded weight vector several inputs. Quantized formats look their codes
  * up in a per-group table already multiplied by the group's scale (vpermps: 8 floats by 3-bit
  * index), so the decoded weights equal the portable code's value·scale products bit for bit;
  * only the order of the dot products' additions (and FMA's single rounding) differs.
@@ -22,7 +22,7 @@
 
 #define INLINE CPU_AVX2 static inline __attribute__((always_inline))
 #define ROWS 4     /* rows per pass */
-#define INPUTS 2   /* inputs per pass */
+#define INPUTS 4   /* inputs per pass */
 #define CHUNK 1024 /* columns whose group scales are fetched at once */
 
 INLINE float hsum(__m256 v) {
@@ -86,22 +86,24 @@ typedef struct group_tab {
     __m256 t0, t1;
 } group_tab;
 
-INLINE group_tab make_tab(pp_wformat fmt, float s, const float *table) {
+/* The group's state from its scale and the format's unscaled tables. */
+INLINE group_tab make_tab(pp_wformat fmt, float s, const group_tab *base) {
     __m256 sv = _mm256_set1_ps(s);
-    group_tab t;
-    if (fmt == PP_WF_NF2) {
-        t.t0 = _mm256_mul_ps(_mm256_setr_ps(table[0], table[1], table[2], table[3], table[0], table[1], table[2],
-                                            table[3]),
-                             sv);
-        t.t1 = t.t0;
-    } else if (fmt == PP_WF_INT4) {
-        t.t0 = sv;
-        t.t1 = _mm256_set1_ps(-8.0f * s);
-    } else {
-        t.t0 = _mm256_mul_ps(_mm256_loadu_ps(table), sv);
-        t.t1 = _mm256_mul_ps(_mm256_loadu_ps(table + 8), sv);
+    if (fmt == PP_WF_INT4) return (group_tab){sv, _mm256_set1_ps(-8.0f * s)};
+    return (group_tab){_mm256_mul_ps(base->t0, sv), _mm256_mul_ps(base->t1, sv)};
+}
+
+/* Scales of groups [g, g + count): NF2 and INT4 store f16, converted here eight at a time;
+ * NF4's nested absmax goes through the reference. */
+INLINE void group_scales(const pp_weight *w, pp_wformat fmt, int64_t g, int64_t count, float *out) {
+    if (fmt == PP_WF_NF4) {
+        pp_weight_group_scales(w, g, count, out);
+        return;
     }
-    return t;
+    const uint16_t *h = (const uint16_t *)w->scales + g;
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < count; i++) out[i] = _cvtsh_ss(h[i]);
 }
 
 /* Eight weights of a 4-bit format from the 32-bit word at p. */
@@ -140,7 +142,7 @@ INLINE void group_span(const pass *p, pp_wformat fmt, int rb, int nb, const uint
 }
 
 /* Quantized formats: the whole row, CHUNK columns' group scales at a time. */
-INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
+INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const group_tab *base) {
     const pp_weight *w = p->w;
     int gs = w->group;
     int64_t chunk = gs >= CHUNK ? gs : CHUNK / gs * gs;
@@ -157,10 +159,10 @@ INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const floa
         for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
     for (int64_t c = 0; c < w->cols; c += chunk) {
         int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
-        for (int k = 0; k < rb; k++) pp_weight_group_scales(w, g0[k] + c / gs, len / gs, scales[k]);
+        for (int k = 0; k < rb; k++) group_scales(w, fmt, g0[k] + c / gs, len / gs, scales[k]);
         for (int64_t g = 0; g < len; g += gs) {
             group_tab tab[ROWS];
-            for (int k = 0; k < rb; k++) tab[k] = make_tab(fmt, scales[k][g / gs], table);
+            for (int k = 0; k < rb; k++) tab[k] = make_tab(fmt, scales[k][g / gs], base);
             group_span(p, fmt, rb, nb, row, tab, c + g, gs, acc);
         }
     }
@@ -168,22 +170,40 @@ INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const floa
 }
 
 /* One pass, with the format, the row count and the input count made constants. */
-INLINE void pass_fmt(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
+INLINE void pass_fmt(const pass *p, pp_wformat fmt, int rb, int nb, const group_tab *base) {
     if (fmt <= PP_WF_BF16)
         dense_pass(p, fmt, rb, nb);
     else
-        quant_pass(p, fmt, rb, nb, table);
+        quant_pass(p, fmt, rb, nb, base);
 }
 
-INLINE void pass_shape(const pass *p, pp_wformat fmt, int rb, int nb, const float *table) {
-    if (rb == ROWS && nb == INPUTS)
-        pass_fmt(p, fmt, ROWS, INPUTS, table);
-    else if (rb == ROWS)
-        pass_fmt(p, fmt, ROWS, 1, table);
-    else if (nb == INPUTS)
-        pass_fmt(p, fmt, 1, INPUTS, table);
+/* The pass shapes, at most 8 accumulators: 4 rows × 1 or 2 inputs, 2 rows × 4 inputs (a
+ * decoded vector then feeds four products), and single rows for a task's last rows. */
+INLINE void pass_shape(const pass *p, pp_wformat fmt, int rb, int nb, const group_tab *base) {
+    if (rb == 4 && nb == 1)
+        pass_fmt(p, fmt, 4, 1, base);
+    else if (rb == 4)
+        pass_fmt(p, fmt, 4, 2, base);
+    else if (rb == 2)
+        pass_fmt(p, fmt, 2, 4, base);
+    else if (nb == 4)
+        pass_fmt(p, fmt, 1, 4, base);
+    else if (nb == 2)
+        pass_fmt(p, fmt, 1, 2, base);
     else
-        pass_fmt(p, fmt, 1, 1, table);
+        pass_fmt(p, fmt, 1, 1, base);
+}
+
+CPU_AVX2 static void run_pass(const pass *p, int rb, int nb, const group_tab *base) {
+    switch (p->w->fmt) {
+    case PP_WF_F32: pass_shape(p, PP_WF_F32, rb, nb, base); break;
+    case PP_WF_F16: pass_shape(p, PP_WF_F16, rb, nb, base); break;
+    case PP_WF_BF16: pass_shape(p, PP_WF_BF16, rb, nb, base); break;
+    case PP_WF_NF2: pass_shape(p, PP_WF_NF2, rb, nb, base); break;
+    case PP_WF_INT4: pass_shape(p, PP_WF_INT4, rb, nb, base); break;
+    case PP_WF_NF4: pass_shape(p, PP_WF_NF4, rb, nb, base); break;
+    case PP_WF_COUNT: break;
+    }
 }
 
 int cpu_gemv_avx2_handles(const pp_weight *w) {
@@ -200,28 +220,26 @@ int cpu_gemv_avx2_handles(const pp_weight *w) {
 }
 
 CPU_AVX2 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+    /* the unscaled tables: NF2's 4 centroids twice; NF4's 16 entries in two halves */
     float table[16] = {0};
-    if (w->fmt == PP_WF_NF2)
-        memcpy(table, quant_nf2_codebook, sizeof quant_nf2_codebook);
-    else if (w->fmt == PP_WF_NF4)
-        for (int i = 0; i < 16; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
+    for (int i = 0; i < 16 && w->fmt == PP_WF_NF2; i++) table[i] = quant_nf2_codebook[i % 4];
+    for (int i = 0; i < 16 && w->fmt == PP_WF_NF4; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
+    const group_tab base = {_mm256_loadu_ps(table), _mm256_loadu_ps(table + 8)};
     for (int64_t r = r0; r < r1;) {
         int rb = r1 - r >= ROWS ? ROWS : 1;
         for (int i = 0; i < n;) {
-            int nb = n - i >= INPUTS ? INPUTS : 1;
+            int nb = n - i >= INPUTS ? INPUTS : n - i >= 2 ? 2 : 1;
             pass p = {.w = w, .r = r};
             for (int q = 0; q < nb; q++) {
                 p.x[q] = x + (int64_t)(i + q) * w->cols;
                 p.y[q] = y + (int64_t)(i + q) * w->rows;
             }
-            switch (w->fmt) {
-            case PP_WF_F32: pass_shape(&p, PP_WF_F32, rb, nb, table); break;
-            case PP_WF_F16: pass_shape(&p, PP_WF_F16, rb, nb, table); break;
-            case PP_WF_BF16: pass_shape(&p, PP_WF_BF16, rb, nb, table); break;
-            case PP_WF_NF2: pass_shape(&p, PP_WF_NF2, rb, nb, table); break;
-            case PP_WF_INT4: pass_shape(&p, PP_WF_INT4, rb, nb, table); break;
-            case PP_WF_NF4: pass_shape(&p, PP_WF_NF4, rb, nb, table); break;
-            case PP_WF_COUNT: return;
+            if (rb == ROWS && nb == INPUTS) { /* as two 2-row passes */
+                run_pass(&p, 2, nb, &base);
+                p.r += 2;
+                run_pass(&p, 2, nb, &base);
+            } else {
+                run_pass(&p, rb, nb, &base);
             }
             i += nb;
         }

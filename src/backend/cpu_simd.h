@@ -18,7 +18,13 @@ typedef enum {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CPU_HAVE_AVX2 1
+/* FMA contraction of a*b + c in the AVX2 variants: C11 mode otherwise compiles with
+ * -ffp-contract=off (clang contracts within an expression by default). */
+#if defined(__clang__)
 #define CPU_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define CPU_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=fast")))
+#endif
 #else
 #define CPU_HAVE_AVX2 0
 #endif
@@ -35,9 +41,9 @@ typedef float cpu_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 #define CPU_LD8(p) (*(const cpu_v8f_u *)(p))
 #define CPU_ST8(p, v) (*(cpu_v8f_u *)(p) = (v))
 
-/* Declares NAME_portable and (on x86-64) NAME_avx2, two pool task functions with the body
- * of the always-inline NAME_body(ctx, task): the same C source, so with C11's
- * -ffp-contract=off both compute the same sums in the same order, bit for bit. */
+/* Defines NAME_portable and (on x86-64) NAME_avx2, two pool task functions with the body of
+ * the always-inline NAME_body(ctx, task): the same C source and the same order of sums; the
+ * AVX2 one fuses multiply-adds, so results differ by float rounding only. */
 #if CPU_HAVE_AVX2
 #define CPU_TASK_VARIANTS(name)                                                   \
     static void name##_portable(void *ctx, int task) { name##_body(ctx, task); } \

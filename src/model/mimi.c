@@ -183,6 +183,10 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     if (s->n_filters < 1 || s->compress < 1 || s->dimension < 1 || s->kernel_size < 1 ||
         s->residual_kernel_size < 1 || s->last_kernel_size < 1 || s->n_ratios < 1)
         return pp_fail(err, PP_EINVAL, "%s: seanet sizes must be positive", label);
+    /* The residual blocks are dim / compress wide, dim = n_filters at the narrowest level. */
+    if (s->n_filters < s->compress)
+        return pp_fail(err, PP_EINVAL, "%s: seanet.n_filters %d must be at least seanet.compress %d", label,
+                       s->n_filters, s->compress);
     if (t->d_model != s->dimension || q->input_dimension != s->dimension || q->output_dimension != s->dimension)
         return pp_fail(err, PP_EINVAL,
                        "%s: transformer.d_model (%d), quantizer.input_dimension (%d) and output_dimension (%d) "

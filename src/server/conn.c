@@ -116,6 +116,13 @@ int conn_wants_write(conn *c) {
     return r;
 }
 
+int conn_closing(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int r = c->close_code != 0;
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
 uint64_t conn_dropped(conn *c) {
     pthread_mutex_lock(&c->lock);
     uint64_t d = c->dropped;

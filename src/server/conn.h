@@ -67,6 +67,8 @@ void conn_fail(conn *c, int close_code, const char *fmt, ...)
     ;
 /* True when messages are queued or a close is pending. */
 int conn_wants_write(conn *c);
+/* True when a close is pending (it happens once the queue has drained). */
+int conn_closing(conn *c);
 /* Messages dropped because the ring was full. */
 uint64_t conn_dropped(conn *c);
 /* The ring overflowed: the client stopped reading and the socket should be dropped now,

@@ -3,12 +3,16 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "server/pacing.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FRAME_NS 80000000LL /* one model frame: 1920 samples at 24 kHz */
+#define POLL_NS 20000000LL  /* while conversations run: how often silence frames are considered */
 
 typedef enum { JOB_NEW, JOB_PREFILL, JOB_RUN, JOB_FAILED } job_state;
 
@@ -23,6 +27,7 @@ typedef struct job {
     int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
     int64_t t_frame;                     /* when the frame in this tick became complete */
     double encode_ms;                    /* its encode */
+    pacing pace;                         /* silence frames and the idle timeout */
     uint64_t frames, late, bytes_out;
     float pcm_in[PP_AUDIO_FRAME], pcm_out[PP_AUDIO_FRAME];
     uint8_t page[PP_DOWNLINK_MAX_PAGE];
@@ -116,6 +121,7 @@ static int job_prefill(engine *e, job *j) {
             job_send(e, j, MSG_AUDIO, j->page, len);
     }
     j->t_ready = conn_now_ns();
+    pacing_start(&j->pace, j->t_ready);
     j->state = JOB_RUN;
     e->cfg.notify(e->cfg.notify_arg);
     int cached = pp_session_prompt_cached(j->session);
@@ -125,19 +131,43 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
-/* Stage 1 of a frame: takes j's next uplink frame, encodes it and adds j to the tick.
- * Returns 1 when a frame was taken. */
-static int job_encode(engine *e, job *j) {
-    if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return 0;
+/* Stage 1 of a frame: encodes j->pcm_in and adds j to the tick. */
+static void job_encode_frame(engine *e, job *j) {
     char err[PP_ERR_LEN];
     int64_t t0 = conn_now_ns();
     if (pp_session_encode(j->session, j->pcm_in, err)) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
-        return 1;
+        return;
     }
     j->encode_ms = ms_between(t0, conn_now_ns());
     e->tick_sessions[e->n_tick] = j->session;
     e->tick_jobs[e->n_tick++] = j;
+}
+
+/* No uplink frame waits: a frame of silence once the client has been quiet for a while, or the
+ * end of the conversation past the idle timeout (pacing.h). Returns 1 when it did work. */
+static int job_quiet(engine *e, job *j) {
+    int64_t now = conn_now_ns();
+    char why[96];
+    switch (pacing_check(&j->pace, now, conn_last_input_ns(j->c), e->cfg.idle_timeout)) {
+    case PACING_WAIT: return 0;
+    case PACING_IDLE:
+        snprintf(why, sizeof why, "no audio from the client for %d s", e->cfg.idle_timeout);
+        job_fail(e, j, CLOSE_NORMAL, "conversation ended", why);
+        return 1;
+    case PACING_SILENCE: break;
+    }
+    memset(j->pcm_in, 0, sizeof j->pcm_in);
+    j->t_frame = now;
+    job_encode_frame(e, j);
+    return 1;
+}
+
+/* Takes j's next uplink frame (or silence) into the tick. Returns 1 when it did work. */
+static int job_encode(engine *e, job *j) {
+    if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
+    pacing_frame(&j->pace, conn_now_ns());
+    job_encode_frame(e, j);
     return 1;
 }
 
@@ -196,10 +226,11 @@ static int job_step(engine *e, job *j) {
 static void job_free(engine *e, job *j) {
     pp_uplink_stats up = conn_uplink_stats(j->c);
     PP_INFO("engine",
-            "session %llu ended: %.1f s, %llu frames, %llu late, %llu bytes out, %llu dropped, "
+            "session %llu ended: %.1f s, %llu frames (%llu silent), %llu late, %llu bytes out, %llu dropped, "
             "%llu uplink packets (%llu concealed), %d bad pages",
             (unsigned long long)conn_id(j->c), ms_between(j->t_open, conn_now_ns()) / 1000.0,
-            (unsigned long long)j->frames, (unsigned long long)j->late, (unsigned long long)j->bytes_out,
+            (unsigned long long)j->frames, (unsigned long long)j->pace.silent_frames, (unsigned long long)j->late,
+            (unsigned long long)j->bytes_out,
             (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
             (unsigned long long)up.concealed, up.ogg.errors);
     pp_session_destroy(j->session);
@@ -221,13 +252,14 @@ static void *engine_main(void *arg) {
             j->next = e->jobs;
             e->jobs = j;
         }
-        int worked = 0;
+        int worked = 0, running = 0;
         job **link = &e->jobs;
         while (*link) {
             job *j = *link;
             pthread_mutex_unlock(&e->lock);
             int gone = conn_is_gone(j->c);
             if (!gone) worked |= job_step(e, j);
+            running |= j->state == JOB_RUN;
             pthread_mutex_lock(&e->lock);
             if (gone) {
                 *link = j->next;
@@ -243,7 +275,18 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->lock);
         run_tick(e);
         pthread_mutex_lock(&e->lock);
-        if (!worked && !e->pending && !e->stop) pthread_cond_wait(&e->cond, &e->lock);
+        if (!worked && !e->pending && !e->stop) {
+            if (running) { /* a quiet client's silence frames are due without any wake */
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += POLL_NS;
+                ts.tv_sec += ts.tv_nsec / 1000000000;
+                ts.tv_nsec %= 1000000000;
+                pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+            } else {
+                pthread_cond_wait(&e->cond, &e->lock);
+            }
+        }
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;
@@ -263,7 +306,11 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
     if (!e) return pp_fail(err, PP_ENOMEM, "engine: out of memory");
     e->cfg = *cfg;
     pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the timed wait's clock */
+    pthread_cond_init(&e->cond, &ca);
+    pthread_condattr_destroy(&ca);
     size_t n = (size_t)(cfg->max_sessions > 0 ? cfg->max_sessions : 1);
     e->tick_sessions = calloc(n, sizeof *e->tick_sessions);
     e->tick_jobs = calloc(n, sizeof *e->tick_jobs);

@@ -12,7 +12,8 @@
  * prompt never stalls the others' conversations for more than one prompt run, and all model
  * calls come from one thread, which keeps the backend free of locking. When a pass finds
  * nothing to do the thread sleeps until engine_wake (new connection, new audio, a closed
- * socket). Output is handed to the service thread through the conn's queue and the notify
+ * socket), or while conversations run, for at most 20 ms: a client that sends no audio gets
+ * silence frames and, past the idle timeout, a close (pacing.h). Output is handed to the service thread through the conn's queue and the notify
  * callback (lws_cancel_service); the engine never calls lws itself. */
 #ifndef PP_SERVER_ENGINE_H
 #define PP_SERVER_ENGINE_H
@@ -31,6 +32,7 @@ typedef struct engine_config {
     int max_prompt_tokens;
     void (*notify)(void *arg); /* wakes the service thread: output is queued; any thread */
     void *notify_arg;
+    int idle_timeout;          /* seconds without client audio before a conversation ends; 0: never */
 } engine_config;
 
 /* Starts the engine thread. */

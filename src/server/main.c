@@ -163,7 +163,8 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
-    engine_config cfg = {model, a->srv.metrics, plan.sessions, a->opt.max_prompt_tokens, wake_service, &a->srv};
+    engine_config cfg = {model,        a->srv.metrics, plan.sessions,         a->opt.max_prompt_tokens,
+                         wake_service, &a->srv,        a->opt.idle_timeout};
     return engine_create(&cfg, out, err);
 }
 

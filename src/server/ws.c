@@ -21,24 +21,45 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* The kernel's send buffer of a chat socket (Linux doubles it): a few seconds of output. More
+ * would only hide a client that stopped reading behind latency, and cost memory, before the
+ * conn's queue overflows and drops it. */
+#define SEND_BUFFER (8 * 1024)
+
 struct ws_pss {
     ws_pss *next;          /* in server.live */
     struct lws *wsi;
     conn *c;
     int admitted;          /* the engine owns c's model side; it frees c once gone */
     ws_input in;           /* message dispatch; in.closing: a close is queued */
+    int close_timer;       /* the pending close has its drain timeout */
 };
 
 size_t ws_pss_size(void) { return sizeof(ws_pss); }
 
 static server *server_of(struct lws *wsi) { return lws_context_user(lws_get_context(wsi)); }
 
+/* Asks for WRITEABLE when output or a close is queued. A client that stopped reading would
+ * hold its socket forever: a stalled one is dropped at once, and a pending close gets
+ * --io-timeout seconds to drain. */
+static void want_write(server *s, ws_pss *p) {
+    if (conn_stalled(p->c)) {
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return;
+    }
+    if (!p->close_timer && conn_closing(p->c)) {
+        p->close_timer = 1;
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_CLOSE_SEND, s->opt->io_timeout);
+    }
+    if (conn_wants_write(p->c)) lws_callback_on_writable(p->wsi);
+}
+
 /* Acts on ws_input's WS_INPUT_* bits. */
 static void after_input(server *s, ws_pss *pss, int todo) {
     pp_model *model;
     engine *e = todo & WS_INPUT_WAKE ? server_engine(s, &model) : NULL;
     if (e) engine_wake(e);
-    if (todo & WS_INPUT_WRITE) lws_callback_on_writable(pss->wsi);
+    if (todo & WS_INPUT_WRITE) want_write(s, pss);
 }
 
 /* Reads the query's key=value fragments (lws has already undone %XX and '+') into p. */
@@ -85,8 +106,9 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     s->live = pss;
     /* lws disables Nagle on accepted sockets already; this states the requirement here too:
      * every 80 ms page must leave at once (spec/protocol.md §2.5 item 6). */
-    int one = 1;
+    int one = 1, sndbuf = SEND_BUFFER;
     setsockopt(lws_get_socket_fd(wsi), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     peer_address(wsi, s->opt->behind_proxy, peer, sizeof peer);
     PP_INFO("ws", "session %llu: connected from %s", (unsigned long long)conn_id(pss->c), peer);
 
@@ -111,7 +133,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     } else {
         pss->admitted = 1;
     }
-    if (pss->in.closing) lws_callback_on_writable(wsi);
+    if (pss->in.closing) want_write(s, pss);
     return 0;
 }
 
@@ -172,11 +194,7 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return pss->c ? conn_write_next(pss->c, wsi) : 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         /* The engine queued output (or a close) for some sockets: ask lws to call us back. */
-        for (ws_pss *p = s ? s->live : NULL; p; p = p->next) {
-            /* A stalled client never drains its queue: drop it now. */
-            if (conn_stalled(p->c)) lws_set_timeout(p->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-            else if (conn_wants_write(p->c)) lws_callback_on_writable(p->wsi);
-        }
+        for (ws_pss *p = s ? s->live : NULL; p; p = p->next) want_write(s, p);
         return 0;
     default:
         return 0;
@@ -189,7 +207,7 @@ int ws_close_all(server *s, int close_code, const char *why) {
         if (p->in.closing) continue;
         conn_fail(p->c, close_code, "%s", why);
         p->in.closing = 1;
-        lws_callback_on_writable(p->wsi);
+        want_write(s, p);
     }
     return n;
 }

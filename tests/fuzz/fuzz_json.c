@@ -20,7 +20,8 @@ static void walk(const pp_json *v, int depth) {
         (void)pp_json_dup_key(v);
         for (size_t i = 0; i < v->count; i++)
             if (!pp_json_get(v, v->keys[i])) abort();
-        /* fall through: an object's items are walked like an array's */
+        /* An object's items are walked like an array's. */
+        /* fall through */
     case PP_JSON_ARRAY:
         for (size_t i = 0; i < v->count; i++) walk(v->items[i], depth + 1);
         break;

@@ -1,0 +1,47 @@
+/* fuzz_ws: the chat socket's client-message dispatch (server/ws_input.c) with its conn, no
+ * socket: the input is a list of WebSocket pieces, each a flags byte (bit 0 binary, bit 1
+ * final fragment), a 16-bit little-endian length and that many bytes, handed to
+ * ws_input_receive as lws would. Whenever whole frames are reported the engine side takes
+ * them as the engine does. Nothing may crash or leak; only whole frames of finite samples come
+ * out; a closed input stays closed. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "server/conn.h"
+#include "server/ws_input.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int quiet;
+    if (!quiet++) pp_log_set_level(PP_LOG_ERROR);
+    static metrics *m;
+    char err[PP_ERR_LEN];
+    if (!m && metrics_create(&m, err)) abort();
+    conn *c;
+    if (conn_create(1, &c, err)) abort();
+    ws_input in;
+    ws_input_init(&in, c, m);
+    static float pcm[PP_AUDIO_FRAME];
+    for (size_t at = 0; at + 3 <= size;) {
+        int flags = data[at];
+        size_t len = (size_t)data[at + 1] | (size_t)data[at + 2] << 8;
+        at += 3;
+        if (len > size - at) len = size - at;
+        int was_closing = in.closing;
+        int todo = ws_input_receive(&in, data + at, len, flags & 1, (flags & 2) != 0);
+        at += len;
+        if (was_closing && (todo || !in.closing)) abort();
+        int64_t ready;
+        if (todo & WS_INPUT_WAKE)
+            while (conn_take_frame(c, pcm, &ready))
+                for (int i = 0; i < PP_AUDIO_FRAME; i++)
+                    if (!isfinite(pcm[i])) abort();
+    }
+    conn_destroy(c);
+    return 0;
+}

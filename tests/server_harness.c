@@ -1,0 +1,228 @@
+/* server_harness: the demo server as a child process, and measurements on it (see the header). */
+#define _DEFAULT_SOURCE
+#include "server_harness.h"
+
+#include "audio/opus.h"
+#include "audio/wav.h"
+#include "base/err.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <ogg/ogg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static int get(const char *path, wc_http *h, double timeout_ms) {
+    memset(h, 0, sizeof *h);
+    h->path = path;
+    wc_run(NULL, 0, &h, 1, timeout_ms);
+    return h->done ? h->status : -1;
+}
+
+int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
+    memset(s, 0, sizeof *s);
+    s->tls = tls;
+    snprintf(s->dir, sizeof s->dir, "/tmp/pp-test-XXXXXX");
+    if (!mkdtemp(s->dir) || !(s->port = free_port())) return -1;
+    char port[16], log[300];
+    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(log, sizeof log, "%s/server.log", s->dir);
+    const char *argv[64] = {bin, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", s->dir, "--log-level",
+                            "debug"};
+    int n = 10;
+    if (!tls) argv[n++] = "--no-tls";
+    for (int i = 0; extra && extra[i] && n < 63; i++) argv[n++] = extra[i];
+    s->pid = fork();
+    if (s->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a crashed or killed test takes its server along */
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    if (s->pid < 0 || wc_init(tls, s->port)) return -1;
+    for (int i = 0; i < 600; i++) {
+        wc_http h;
+        int ok = get("/health", &h, 2000) == 200 && h.body && strstr(h.body, "\"ready\":true");
+        wc_http_free(&h);
+        if (ok) return 0;
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) return -1;
+        usleep(100000);
+    }
+    return -1;
+}
+
+int sh_stop(sh_server *s) {
+    int status = 0;
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 300 && waitpid(s->pid, &status, WNOHANG) == 0; i++) usleep(100000);
+    if (waitpid(s->pid, &status, WNOHANG) == 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void sh_cleanup(sh_server *s, int keep) {
+    if (keep) {
+        fprintf(stderr, "server log kept: %s/server.log\n", s->dir);
+        return;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
+}
+
+int sh_log_count(const sh_server *s, const char *text) {
+    char path[300], line[4096];
+    snprintf(path, sizeof path, "%s/server.log", s->dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, text) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+long sh_rss_kb(const sh_server *s) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)s->pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0) kb = atol(line + 6);
+    if (f) fclose(f);
+    return kb;
+}
+
+int sh_fd_count(const sh_server *s) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)s->pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+double sh_metric(const char *name) {
+    wc_http h;
+    double v = -1;
+    size_t len = strlen(name);
+    if (get("/metrics", &h, 5000) == 200 && h.body)
+        for (const char *line = h.body; *line;) {
+            if (strncmp(line, name, len) == 0 && line[len] == ' ') {
+                v = atof(line + len + 1);
+                break;
+            }
+            const char *nl = strchr(line, '\n');
+            if (!nl) break;
+            line = nl + 1;
+        }
+    wc_http_free(&h);
+    return v;
+}
+
+int sh_active(void) {
+    wc_http h;
+    int active = -1;
+    if (get("/health", &h, 5000) >= 0 && h.body) {
+        const char *p = strstr(h.body, "\"active\":");
+        if (p) active = atoi(p + 9);
+    }
+    wc_http_free(&h);
+    return active;
+}
+
+static int add_msg(sh_msgs *l, const uint8_t *page, size_t len) {
+    wc_msg *m = &l->m[l->n];
+    if (!(m->data = malloc(len + 1))) return -1;
+    m->data[0] = 0x01;
+    memcpy(m->data + 1, page, len);
+    m->len = len + 1;
+    m->text = 0;
+    l->n++;
+    return 0;
+}
+
+int sh_uplink_wav(const char *wav, int frames, sh_msgs *out) {
+    pp_wav w;
+    char err[PP_ERR_LEN];
+    memset(out, 0, sizeof *out);
+    if (pp_wav_read(wav, PP_WAV_MIX, &w, err)) return -1;
+    pp_downlink *d = NULL;
+    int rc = w.rate == PP_AUDIO_RATE && w.frames >= PP_AUDIO_FRAME ? pp_downlink_open(&d, 0, err) : -1;
+    if (!rc && !(out->m = calloc((size_t)frames + 2, sizeof *out->m))) rc = -1;
+    uint8_t page[PP_DOWNLINK_MAX_PAGE];
+    size_t len;
+    for (int i = 0; !rc && i < 2; i++)
+        rc = pp_downlink_header(d, i, page, sizeof page, &len, err) || add_msg(out, page, len);
+    int64_t whole = w.frames / PP_AUDIO_FRAME;
+    for (int f = 0; !rc && f < frames; f++)
+        rc = pp_downlink_encode(d, w.pcm + (size_t)(f % whole) * PP_AUDIO_FRAME, page, sizeof page, &len, err) ||
+             add_msg(out, page, len);
+    pp_downlink_close(d);
+    pp_wav_free(&w);
+    if (rc) sh_msgs_free(out);
+    return rc ? -1 : 0;
+}
+
+void sh_msgs_free(sh_msgs *l) {
+    for (int i = 0; i < l->n; i++) free(l->m[i].data);
+    free(l->m);
+    l->m = NULL;
+    l->n = 0;
+}
+
+int sh_reply_pages(const wc_conn *c) {
+    ogg_sync_state sy;
+    ogg_sync_init(&sy);
+    memcpy(ogg_sync_buffer(&sy, (long)c->out_len), c->out, c->out_len);
+    ogg_sync_wrote(&sy, (long)c->out_len);
+    ogg_page pg;
+    int pages = 0, bad = 0, r;
+    long serial = -1;
+    while ((r = ogg_sync_pageout(&sy, &pg)) != 0) {
+        if (r < 0) { /* lost sync: a bad CRC or bytes between pages */
+            bad++;
+            continue;
+        }
+        if (serial < 0) serial = ogg_page_serialno(&pg);
+        int head_ok = pages == 0   ? ogg_page_bos(&pg) && pg.body_len >= 8 && !memcmp(pg.body, "OpusHead", 8)
+                      : pages == 1 ? pg.body_len >= 8 && !memcmp(pg.body, "OpusTags", 8)
+                                   : ogg_page_packets(&pg) == 1;
+        bad += ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages || !head_ok;
+        pages++;
+    }
+    ogg_sync_clear(&sy);
+    return bad ? -1 : pages > 2 ? pages - 2 : 0;
+}
+
+double sh_max_gap_ms(const wc_conn *c) {
+    double max = 0;
+    for (int i = 3; i < c->n_out; i++) { /* audio pages follow the two header pages */
+        double d = (double)(c->out_times[i] - c->out_times[i - 1]) / 1e6;
+        if (d > max) max = d;
+    }
+    return max;
+}
