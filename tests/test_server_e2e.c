@@ -525,6 +525,7 @@ static void scenario_leave_early(void) {
     int active = -1;
     for (int i = 0; i < 50 && (active = health_active()) != 0; i++) usleep(100000);
     TEST_COND("its session is freed", active == 0);
+    wc_conn_free(&c);
 }
 
 static void scenario_http(int after_calls) {

@@ -240,7 +240,13 @@ static void run_bad_clients(void) {
         TEST_COND("fd count back to the baseline", fds == fds0);
     }
     /* Allocator arenas settle in the first round; a leak per bad client would show in the second. */
+    /* Under AddressSanitizer freed memory sits in its quarantine, so RSS is no leak signal
+     * there (LeakSanitizer checks the server's exit instead). */
+#if defined(__SANITIZE_ADDRESS__)
+    printf("RSS growth round 1 -> 2: %ld kB (not checked under AddressSanitizer)\n", rss[1] - rss[0]);
+#else
     TEST_COND("RSS flat from round 1 to round 2 (< 8 MB)", rss[1] - rss[0] < 8 * 1024);
+#endif
     sh_msgs_free(&speech);
     sh_msgs_free(&burst);
 }
