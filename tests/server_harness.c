@@ -84,11 +84,13 @@ int sh_stop(sh_server *s) {
 }
 
 void sh_cleanup(sh_server *s, int keep) {
-    if (keep) {
-        fprintf(stderr, "server log kept: %s/server.log\n", s->dir);
+    char cmd[400];
+    if (keep) { /* the tail shows a sanitizer report or the last errors in CI's output */
+        fprintf(stderr, "server log kept: %s/server.log; its last lines:\n", s->dir);
+        snprintf(cmd, sizeof cmd, "tail -n 40 '%s/server.log' >&2", s->dir);
+        if (system(cmd) != 0) fprintf(stderr, "(cannot read it)\n");
         return;
     }
-    char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
 }

@@ -30,7 +30,7 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra);
 /* SIGTERM, then waits (SIGKILL after 30 s). Returns the exit status (128 + signal when killed
  * by one, -1 when it had to be killed). */
 int sh_stop(sh_server *s);
-/* Removes the state directory, or keeps it (and says where) when keep. */
+/* Removes the state directory, or keeps it when keep, printing where and the log's tail. */
 void sh_cleanup(sh_server *s, int keep);
 
 /* How many lines of the server's log contain text. */

@@ -1,7 +1,9 @@
 /* test_cpu_simd: the CPU backend's SIMD loop variants (backend/cpu_simd.h) against its portable
  * loops on the same random data: matrix products of every weight format and group layout for
- * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views. Runs every variant this
- * CPU supports; skipped where only the portable loops exist. */
+ * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
+ * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
+ * libm's expm1f) and the RVQ search. Runs every variant this CPU supports; skipped where only
+ * the portable loops exist. */
 #include "backend/cpu.h"
 #include "base/err.h"
 #include "io/quant.h"
@@ -154,6 +156,105 @@ static void test_matmul(cpu_simd simd) {
     }
 }
 
+static float *randv(size_t n, float scale) {
+    float *v = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+/* Two streaming calls (the second reads the history the first left) of a conv in each variant
+ * from the same state. FMA and the summation order differ: ~1e-7 of the output's scale over
+ * these window lengths; 1e-6 leaves margin. */
+static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int t, int transposed) {
+    pp_conv c = {.cin = cin, .cout = cout, .k = k, .stride = stride, .groups = 1};
+    float *w = randv((size_t)cin * cout * k, 0.3f), *b = randv((size_t)cout, 0.1f);
+    c.w = w;
+    c.b = b;
+    size_t state = (size_t)(transposed ? cout : cin) * (k - stride);
+    size_t out = (size_t)cout * (transposed ? t * stride : t / stride);
+    float *x = randv((size_t)cin * t, 1.0f), *scratch = malloc(sizeof(float) * pp_conv_scratch(&c, t, transposed));
+    float *st[2], *y[2];
+    for (int v = 0; v < 2; v++) {
+        st[v] = calloc(state + 1, sizeof(float));
+        y[v] = calloc(out + 1, sizeof(float));
+        set_simd(v ? simd : CPU_SIMD_PORTABLE);
+        for (int call = 0; call < 2; call++) {
+            if (transposed)
+                be->ops->conv_tr1d(be, &c, x, t, st[v], y[v], scratch);
+            else
+                be->ops->conv1d(be, &c, x, t, st[v], y[v], scratch, call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s cin %d cout %d k %d stride %d t %d", transposed ? "conv_tr1d" : "conv1d", cin,
+             cout, k, stride, t);
+    double e = fmax(test_rel_err(y[1], y[0], out), test_rel_err(st[1], st[0], state));
+    if (e > 1e-6) fprintf(stderr, "%s: rel err %g\n", what, e);
+    TEST_COND(what, e <= 1e-6);
+    for (int v = 0; v < 2; v++) {
+        free(st[v]);
+        free(y[v]);
+    }
+    free(w);
+    free(b);
+    free(x);
+    free(scratch);
+}
+
+static void test_codec(cpu_simd simd) {
+    check_conv(simd, 1, 7, 7, 1, 40, 0);   /* a window of fewer than 8 values */
+    check_conv(simd, 5, 13, 3, 1, 37, 0);  /* direct: odd rows and times */
+    check_conv(simd, 16, 10, 1, 1, 20, 0); /* direct, k 1 */
+    check_conv(simd, 4, 7, 8, 4, 80, 0);   /* direct over phases: stride 4, 16 + 4 times */
+    check_conv(simd, 3, 5, 6, 2, 52, 0);   /* direct over phases: 16 + 8 + 2 times */
+    check_conv(simd, 6, 9, 4, 2, 24, 0);   /* strided, a few times: gathered windows */
+    check_conv(simd, 8, 11, 3, 1, 6, 0);   /* a few times: gathered windows */
+    check_conv(simd, 8, 6, 4, 2, 3, 1);    /* transposed, short input */
+    check_conv(simd, 8, 5, 6, 3, 13, 1);   /* transposed, long input, partial tiles */
+    check_conv(simd, 16, 8, 16, 8, 16, 1);
+
+    /* ELU: the variants agree to FMA rounding, and both stay within 2 ulp of expm1f */
+    size_t n = 4099;
+    float *x = randv(n, 12.0f), *y[2];
+    for (size_t i = 0; i < n; i++) x[i] -= 6.0f;
+    x[0] = NAN;
+    x[1] = -INFINITY;
+    x[2] = -1e-30f;
+    for (int v = 0; v < 2; v++) {
+        y[v] = malloc(sizeof(float) * n);
+        set_simd(v ? simd : CPU_SIMD_PORTABLE);
+        be->ops->elu(be, x, y[v], n);
+    }
+    double ulps = isnan(y[0][0]) && isnan(y[1][0]) ? 0 : INFINITY;
+    for (size_t i = 1; i < n; i++)
+        for (int v = 0; v < 2; v++) {
+            float want = x[i] > 0 ? x[i] : expm1f(x[i]), ulp = nextafterf(fabsf(want), INFINITY) - fabsf(want);
+            ulps = fmax(ulps, fabs((double)y[v][i] - want) / ulp);
+        }
+    if (ulps > 2) fprintf(stderr, "elu: %g ulp from expm1f\n", ulps);
+    TEST_COND("elu within 2 ulp of expm1f", ulps <= 2);
+    free(y[0]);
+    free(y[1]);
+    free(x);
+
+    /* RVQ nearest: the same code from both */
+    int bins = 300, dim = 24;
+    float *cb = randv((size_t)bins * dim, 1.0f), *cb_sq = malloc(sizeof(float) * bins), *q = randv((size_t)dim, 1.0f);
+    for (int i = 0; i < bins; i++) {
+        cb_sq[i] = 0;
+        for (int d = 0; d < dim; d++) cb_sq[i] += cb[i * dim + d] * cb[i * dim + d];
+    }
+    int32_t code[2];
+    for (int v = 0; v < 2; v++) {
+        set_simd(v ? simd : CPU_SIMD_PORTABLE);
+        be->ops->vq_nearest(be, cb, cb_sq, bins, dim, q, 0, &code[v]);
+    }
+    TEST_COND("vq nearest code", code[0] == code[1]);
+    free(cb);
+    free(cb_sq);
+    free(q);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     if (pp_backend_cpu_create(2, &be, err)) {
@@ -167,6 +268,7 @@ int main(void) {
     }
     printf("comparing %s against portable\n", cpu_simd_name(best));
     test_matmul(best);
+    test_codec(best);
     pp_backend_destroy(be);
     return test_report();
 }

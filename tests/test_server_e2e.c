@@ -23,32 +23,23 @@
  * and finally stops the server with SIGTERM and requires a clean exit (status 0: under the
  * sanitizers that includes no leaks). Measured cadence is printed, not asserted. */
 #define _DEFAULT_SOURCE
+#include "server_harness.h"
 #include "test.h"
 #include "ws_client.h"
 #include "ws_raw.h"
 
 #include "audio/wav.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <ogg/ogg.h>
 #include <opus/opus.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define FRAME 1920
 #define MAX_MSGS 4096
 
 static const char *g_server_bin;
-static int g_tls, g_port;
-static pid_t g_pid;
-static char g_dir[256];
+static sh_server g_srv;
 
 /* ---- inputs -------------------------------------------------------------------------------- */
 
@@ -152,64 +143,11 @@ static int encode_wav(const char *path, msgs *out) {
 
 /* ---- the server process ----------------------------------------------------------------------- */
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void start_server(void) {
-    char port[16], log[300];
-    snprintf(port, sizeof port, "%d", g_port);
-    snprintf(log, sizeof log, "%s/server.log", g_dir);
-    g_pid = fork();
-    if (g_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a crashed or killed test takes its server along */
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        const char *argv[16] = {g_server_bin, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", g_dir,
-                                "--max-sessions", "2", "--log-level", "debug"};
-        if (!g_tls) argv[12] = "--no-tls";
-        execv(g_server_bin, (char *const *)argv);
-        _exit(127);
-    }
-}
-
 static int get(const char *path, wc_http *h, double timeout_ms) {
     memset(h, 0, sizeof *h);
     h->path = path;
     wc_run(NULL, 0, &h, 1, timeout_ms);
     return h->done ? h->status : -1;
-}
-
-static int wait_ready(void) {
-    for (int i = 0; i < 600; i++) {
-        wc_http h;
-        int status = get("/health", &h, 2000);
-        int ok = status == 200 && h.body && strstr(h.body, "\"ready\":true");
-        wc_http_free(&h);
-        if (ok) return 1;
-        if (waitpid(g_pid, NULL, WNOHANG) == g_pid) return 0;
-        usleep(100000);
-    }
-    return 0;
-}
-
-static int stop_server(void) {
-    kill(g_pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 300 && waitpid(g_pid, &status, WNOHANG) == 0; i++) usleep(100000);
-    if (waitpid(g_pid, &status, WNOHANG) == 0) {
-        kill(g_pid, SIGKILL);
-        waitpid(g_pid, &status, 0);
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* ---- checks on what came back ----------------------------------------------------------------- */
@@ -254,8 +192,8 @@ static int check_stream(const wc_conn *c) {
 static int64_t opusdec_length(const wc_conn *c, const char *name) {
     if (system("command -v opusdec > /dev/null 2>&1") != 0) return -2;
     char opus[300], wav[300], cmd[800];
-    snprintf(opus, sizeof opus, "%s/%s.opus", g_dir, name);
-    snprintf(wav, sizeof wav, "%s/%s.wav", g_dir, name);
+    snprintf(opus, sizeof opus, "%s/%s.opus", g_srv.dir, name);
+    snprintf(wav, sizeof wav, "%s/%s.wav", g_srv.dir, name);
     FILE *f = fopen(opus, "wb");
     fwrite(c->out, 1, c->out_len, f);
     fclose(f);
@@ -384,11 +322,13 @@ static void scenario_garbage(void) {
     wc_conn_free(&c);
 
     /* A message over the size limit ends that conversation with 1009. It is a control message
-     * (0x03, otherwise ignored) so that only the size limit can end it: 300 KiB of non-Ogg
-     * audio bytes would race the Ogg reader's own garbage limit (tested above) depending on how
-     * TLS splits the fragments. */
+     * (0x03, otherwise ignored) so that only the size limit can end it: non-Ogg audio bytes
+     * would race the Ogg reader's own garbage limit (tested above) depending on how TLS splits
+     * the fragments. It is one byte over, so the server sees the excess in the last fragment:
+     * bytes still in flight when the server closes make its kernel answer with a reset, which
+     * may discard the 0x05 and the close frame before the client reads them. */
     static msgs big;
-    static uint8_t blob[300 * 1024];
+    static uint8_t blob[256 * 1024 + 1];
     msgs_add(&big, 0x03, blob, sizeof blob, NULL, 0);
     wc_conn d = {0};
     d.path = "/api/chat";
@@ -435,7 +375,7 @@ static void scenario_queries(void) {
     strcat(path, "&padding=");
     size_t o = strlen(path);
     for (int i = 0; i < 6000; i++) o += (size_t)sprintf(path + o, "%%2B");
-    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    ws_raw_chat(g_srv.port, g_srv.tls, path, 20000, &r);
     printf("long request line: %zu bytes -> HTTP %d, handshake %d\n", strlen(path), r.status, r.handshake);
     TEST_COND("a 20 KB request line is served (handshake)", r.status == 101 && r.handshake && !r.error);
 
@@ -444,14 +384,14 @@ static void scenario_queries(void) {
     text[0] = '\0';
     for (int i = 0; i < 300; i++) strcat(text, "lorem ipsum ");
     form_encode(path, sizeof path, text);
-    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    ws_raw_chat(g_srv.port, g_srv.tls, path, 20000, &r);
     printf("long prompt: \"%s\" (close %d)\n", r.error_text, r.close_code);
     TEST_COND("prompt over the token limit: 0x05, no handshake, close",
               r.error && strstr(r.error_text, "tokens") && !r.handshake && r.close_code == 1008);
     for (int i = 0; i < 300; i++) strcat(text, "lorem ipsum ");
     strcpy(path, "/api/chat?text_prompt=");
     form_encode(path, sizeof path, text);
-    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    ws_raw_chat(g_srv.port, g_srv.tls, path, 20000, &r);
     TEST_COND("prompt over the byte limit: 0x05, no handshake, close",
               r.error && strstr(r.error_text, "bytes") && !r.handshake && r.close_code == 1008);
 
@@ -460,7 +400,7 @@ static void scenario_queries(void) {
     o = strlen(path);
     while (o < 50000) path[o++] = 'x';
     path[o] = '\0';
-    ws_raw_chat(g_port, g_tls, path, 20000, &r);
+    ws_raw_chat(g_srv.port, g_srv.tls, path, 20000, &r);
     printf("oversized query: HTTP %d\n", r.status);
     TEST_COND("oversized query refused", r.status != 101 && !r.handshake);
 
@@ -474,7 +414,16 @@ static void scenario_queries(void) {
     wc_conn_free(&v);
 }
 
+/* The conversations of earlier scenarios are freed by the engine thread a moment after their
+ * sockets close; the capacity checks below count on an idle server. */
+static int wait_idle(void) {
+    int active = -1;
+    for (int i = 0; i < 100 && (active = sh_active()) != 0; i++) usleep(100000);
+    return active == 0;
+}
+
 static void scenario_full(void) {
+    TEST_COND("idle before the capacity check", wait_idle());
     /* Three at once with room for two: whichever arrives last is refused. */
     wc_conn c[3] = {{0}};
     wc_conn *l[] = {&c[0], &c[1], &c[2]};
@@ -502,29 +451,39 @@ static void scenario_full(void) {
             fprintf(stderr, "conversation %d: %d handshakes, %d errors (%s), close %d, %s\n", i, c[i].handshakes,
                     c[i].errors, c[i].first_error, c[i].close_code, c[i].fail_reason);
     TEST_COND("the third gets 0x05 server full and close 1013", refused == 1);
-}
 
-static int health_active(void) {
-    wc_http h;
-    int active = -1;
-    if (get("/health", &h, 5000) == 200 && h.body) {
-        const char *p = strstr(h.body, "\"active\":");
-        if (p) active = atoi(p + 9);
+    /* A place is free as soon as its socket closed, whether or not the engine thread has freed
+     * the session yet: two conversations right after those are both served (a reloaded page
+     * must not meet "server full"). */
+    wc_conn again[2] = {{0}};
+    wc_conn *la[] = {&again[0], &again[1]};
+    for (int i = 0; i < 2; i++) {
+        again[i].path = "/api/chat";
+        again[i].wait_handshake = 1;
+        again[i].linger_ms = 300;
     }
-    wc_http_free(&h);
-    return active;
+    wc_run(la, 2, NULL, 0, 20000);
+    served = 0;
+    for (int i = 0; i < 2; i++) {
+        served += again[i].handshakes == 1 && again[i].errors == 0;
+        if (again[i].errors) fprintf(stderr, "reconnect %d: %s\n", i, again[i].first_error);
+        wc_conn_free(&again[i]);
+    }
+    TEST_COND("reconnecting at once: both served", served == 2);
 }
 
 static void scenario_leave_early(void) {
+    TEST_COND("idle before the early leave", wait_idle());
     wc_conn c = {0};
     c.path = "/api/chat?text_prompt=a+long+enough+prompt+to+still+be+running";
     c.close_at_once = 1;
     wc_conn *l[] = {&c};
     wc_run(l, 1, NULL, 0, 10000);
-    TEST_COND("mid-prompt client connected and left", c.established && c.closed && !c.handshakes);
-    int active = -1;
-    for (int i = 0; i < 50 && (active = health_active()) != 0; i++) usleep(100000);
-    TEST_COND("its session is freed", active == 0);
+    /* The demo's prompts take milliseconds, so whether the close overtook them varies; either
+     * way the session must be freed. */
+    printf("early leaver: %s the handshake\n", c.handshakes ? "left after" : "left before");
+    TEST_COND("early client connected and left", c.established && c.closed);
+    TEST_COND("its session is freed", wait_idle());
     wc_conn_free(&c);
 }
 
@@ -571,13 +530,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_server_bin = argv[1];
-    g_tls = strcmp(argv[2], "tls") == 0;
-    snprintf(g_dir, sizeof g_dir, "/tmp/pp-e2e-%s-XXXXXX", argv[2]);
-    if (!mkdtemp(g_dir)) TEST_SKIP("cannot make a temporary directory");
-    g_port = free_port();
-    start_server();
-    if (wc_init(g_tls, g_port)) TEST_SKIP("cannot create an lws client context");
-    int ready = wait_ready();
+    static const char *const options[] = {"--max-sessions", "2", NULL};
+    int ready = sh_start(&g_srv, g_server_bin, strcmp(argv[2], "tls") == 0, options) == 0;
     TEST_COND("server becomes ready", ready);
     if (ready) {
         scenario_http(0);
@@ -590,14 +544,8 @@ int main(int argc, char **argv) {
         scenario_http(1);
     }
     wc_shutdown();
-    int status = stop_server();
+    int status = sh_stop(&g_srv);
     TEST_COND("server exits cleanly on SIGTERM (status 0)", status == 0);
-    if (status != 0 || test_failed) {
-        fprintf(stderr, "server log: %s/server.log (status %d)\n", g_dir, status);
-    } else { /* kept on failure for the post-mortem; removed otherwise */
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    }
+    sh_cleanup(&g_srv, status != 0 || test_failed); /* kept on failure for the post-mortem */
     return test_report();
 }

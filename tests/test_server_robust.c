@@ -239,9 +239,9 @@ static void run_bad_clients(void) {
         printf("after round %d: RSS %ld kB (warm-up %ld kB), %d fds (baseline %d)\n", r + 1, rss[r], rss0, fds, fds0);
         TEST_COND("fd count back to the baseline", fds == fds0);
     }
-    /* Allocator arenas settle in the first round; a leak per bad client would show in the second. */
-    /* Under AddressSanitizer freed memory sits in its quarantine, so RSS is no leak signal
-     * there (LeakSanitizer checks the server's exit instead). */
+    /* Allocator arenas settle in the first round; a leak per bad client would show in the second.
+     * Under AddressSanitizer freed memory sits in its quarantine, so RSS is no leak signal there
+     * (LeakSanitizer checks the server's exit instead). */
 #if defined(__SANITIZE_ADDRESS__)
     printf("RSS growth round 1 -> 2: %ld kB (not checked under AddressSanitizer)\n", rss[1] - rss[0]);
 #else

@@ -67,7 +67,14 @@ run_ctest() {
     passed=$((passed + total - nfail - nskip))
     skipped=$((skipped + nskip))
     failed=$((failed + nfail))
-    [ "$nfail" -gt 0 ] && problems+=("$nfail test(s) in $dir (log: $log)")
+    if [ "$nfail" -gt 0 ]; then
+        problems+=("$nfail test(s) in $dir (log: $log)")
+        # CI keeps only what is printed: each failed test's own output (ctest puts it after
+        # the test's status line), at most 120 lines per test.
+        awk '/\*\*\*(Failed|Timeout|Exception)/ { show = 1; n = 0; print; next }
+             show && /^ *[0-9]+\/[0-9]+ Test +#/ { show = 0 }
+             show && n++ < 120' "$log" >&2
+    fi
     if [ "$rc" -ne 0 ] && [ "$nfail" -eq 0 ]; then note_fail "ctest $dir exited $rc"; fi
     return 0
 }

@@ -109,46 +109,113 @@ INLINE void conv_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(conv_task)
 
-/* Stride-1 convs whose window holds fewer than 8 values (the first conv: 1 channel, k 7)
- * never reach dot_tile's vector loop; this runs the same per-output sum (0, then each
- * product in window order, then the bias: bit-identical) with time in the vector lanes.
- * xin is [cin][t + k − 1], the history followed by the input. */
-typedef struct short_job {
+/* The direct path reads windows straight from the input's phases, time in the vector lanes.
+ * Phase b of channel i holds every stride-th column of [hist, x] from column b (for stride 1,
+ * [hist, x] itself), so output o's tap q = stride·a + b is column o + a of that phase: a
+ * strided conv is a stride-1 conv over cin·stride phase rows and k/stride taps. A tile of up
+ * to 6 rows × 16 times of accumulators (a GEMM micro-kernel) sums each output over its window
+ * in (channel, phase, tap) order from 0 and adds the bias last, so every output's sum is the
+ * same whatever the tile. Each input vector loaded feeds every row of the tile, each weight
+ * broadcast both vectors. It also takes the windows of fewer than 8 values (the first conv:
+ * 1 channel, k 7) that dot_tile cannot vectorise. xin is [cin·stride][tout + k/stride − 1]. */
+typedef struct direct_job {
     const pp_conv *c;
     const float *xin;
     float *y;
-    int tout, accumulate;
-} short_job;
+    int tout, accumulate, row_tiles;
+} direct_job;
 
-INLINE void short_task_body(void *ctx, int o) {
-    const short_job *j = ctx;
+#define DIRECT_ROWS 6      /* rows per tile */
+#define DIRECT_ROW_TILE 24 /* rows per task */
+#define DIRECT_COL_TILE 64 /* times per task */
+
+static inline void direct_store(const direct_job *j, int r, int t, float acc) {
+    float v = (j->c->b ? j->c->b[r] : 0.0f) + acc, *dst = j->y + (size_t)r * j->tout + t;
+    *dst = j->accumulate ? *dst + v : v;
+}
+
+/* Rows [r, r + nr) × times [t, t + 8·nv); nr and nv are constants at each call. */
+INLINE void direct_tile(const direct_job *j, int r, int t, int nr, int nv) {
     const pp_conv *c = j->c;
-    const int k = c->k, span = j->tout + k - 1;
-    const float *w = c->w + (size_t)o * c->cin * k;
-    const float b = c->b ? c->b[o] : 0.0f;
-    float *y = j->y + (size_t)o * j->tout;
-    int t = 0;
-    for (; t + 32 <= j->tout; t += 32) {
-        v8f acc[4] = {{0}};
-        for (int i = 0; i < c->cin; i++)
-            for (int q = 0; q < k; q++)
-                for (int v = 0; v < 4; v++) acc[v] += w[i * k + q] * LD8(j->xin + (size_t)i * span + t + q + 8 * v);
-        for (int v = 0; v < 4; v++)
-            for (int l = 0; l < 8; l++) {
-                float *dst = y + t + 8 * v + l;
-                *dst = j->accumulate ? *dst + (b + acc[v][l]) : b + acc[v][l];
+    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
+    v8f acc[DIRECT_ROWS][2] = {{{0}}};
+    for (int i = 0; i < c->cin; i++)
+        for (int b = 0; b < s; b++)
+            for (int a = 0; a < taps; a++) {
+                const float *xs = j->xin + (size_t)(i * s + b) * span + t + a;
+                v8f x0 = LD8(xs), x1 = x0;
+                if (nv > 1) x1 = LD8(xs + 8);
+                for (int u = 0; u < nr; u++) {
+                    float wv = c->w[(size_t)(r + u) * len + i * k + s * a + b];
+                    acc[u][0] += wv * x0;
+                    if (nv > 1) acc[u][1] += wv * x1;
+                }
             }
-    }
-    for (; t < j->tout; t++) {
-        float acc = 0.0f;
-        for (int i = 0; i < c->cin; i++)
-            for (int q = 0; q < k; q++) acc += w[i * k + q] * j->xin[(size_t)i * span + t + q];
-        y[t] = j->accumulate ? y[t] + (b + acc) : b + acc;
+    for (int u = 0; u < nr; u++)
+        for (int l = 0; l < 8 * nv; l++) direct_store(j, r + u, t + l, acc[u][l / 8][l % 8]);
+}
+
+INLINE void direct_rows(const direct_job *j, int r, int t, int nr, int nv) {
+    switch (nr) {
+    case 6: nv > 1 ? direct_tile(j, r, t, 6, 2) : direct_tile(j, r, t, 6, 1); break;
+    case 5: nv > 1 ? direct_tile(j, r, t, 5, 2) : direct_tile(j, r, t, 5, 1); break;
+    case 4: nv > 1 ? direct_tile(j, r, t, 4, 2) : direct_tile(j, r, t, 4, 1); break;
+    case 3: nv > 1 ? direct_tile(j, r, t, 3, 2) : direct_tile(j, r, t, 3, 1); break;
+    case 2: nv > 1 ? direct_tile(j, r, t, 2, 2) : direct_tile(j, r, t, 2, 1); break;
+    default: nv > 1 ? direct_tile(j, r, t, 1, 2) : direct_tile(j, r, t, 1, 1); break;
     }
 }
-CPU_TASK_VARIANTS(short_task)
 
-static int is_short(const pp_conv *c) { return c->stride == 1 && c->cin * c->k < 8; }
+INLINE void direct_task_body(void *ctx, int task) {
+    const direct_job *j = ctx;
+    const pp_conv *c = j->c;
+    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
+    int r_begin = (task % j->row_tiles) * DIRECT_ROW_TILE, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
+    int r_end = r_begin + DIRECT_ROW_TILE < c->cout ? r_begin + DIRECT_ROW_TILE : c->cout;
+    int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
+    for (int r = r_begin; r < r_end; r += DIRECT_ROWS) {
+        int nr = r_end - r < DIRECT_ROWS ? r_end - r : DIRECT_ROWS, t = t_begin;
+        for (; t + 16 <= t_end; t += 16) direct_rows(j, r, t, nr, 2);
+        if (t + 8 <= t_end) {
+            direct_rows(j, r, t, nr, 1);
+            t += 8;
+        }
+        for (; t < t_end; t++) /* the last few times, one output at a time in the same order */
+            for (int u = r; u < r + nr; u++) {
+                const float *w = c->w + (size_t)u * len;
+                float acc = 0.0f;
+                for (int i = 0; i < c->cin; i++)
+                    for (int b = 0; b < s; b++) {
+                        const float *xs = j->xin + (size_t)(i * s + b) * span + t;
+                        for (int a = 0; a < taps; a++) acc += w[i * k + s * a + b] * xs[a];
+                    }
+                direct_store(j, u, t, acc);
+            }
+    }
+}
+CPU_TASK_VARIANTS(direct_task)
+
+/* Convs over at least 16 times whose kernel is whole strides, and stride-1 convs whose windows
+ * are too short for dot_tile, take the direct path; the rest (a few times) gather windows for
+ * dot_tile, where each weight row is read once for all of them. */
+static int is_direct(const pp_conv *c, int t) {
+    int s = c->stride;
+    return t % s == 0 && c->k % s == 0 && (t / s >= 16 || (s == 1 && c->cin * c->k < 8));
+}
+
+/* xin[i·s + b][m] = [hist, x][i][s·m + b] for m < (t + p)/s: the phases of the direct path.
+ * Fits the scratch: cin·(t + p) <= cin·k·t/s when t >= s. */
+static void phases(const pp_conv *c, const float *x, int t, const float *hist, float *xin) {
+    int s = c->stride, p = c->k - s, span = (t + p) / s;
+    for (int i = 0; i < c->cin; i++)
+        for (int b = 0; b < s; b++) {
+            float *dst = xin + (size_t)(i * s + b) * span;
+            for (int m = 0; m < span; m++) {
+                int u = s * m + b;
+                dst[m] = u < p ? hist[(size_t)i * p + u] : x[(size_t)i * t + u - p];
+            }
+        }
+}
 
 /* row o of col [tout][cin·k] = the input window of output o, from [hist, x]. */
 static void im2col(const pp_conv *c, const float *x, int t, const float *hist, float *col) {
@@ -174,10 +241,8 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
     if (flags & PP_CONV_REPLICATE)
         for (int i = 0; i < c->cin; i++)
             for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
-    if (is_short(c)) { /* [hist, x] per channel; fits: (k − 1 + t)·cin <= t·cin·k */
-        for (int i = 0; i < c->cin; i++)
-            for (int q = 0; q < p + t; q++)
-                scratch[(size_t)i * (p + t) + q] = q < p ? hist[(size_t)i * p + q] : x[(size_t)i * t + q - p];
+    if (is_direct(c, t)) {
+        phases(c, x, t, hist, scratch);
     } else {
         im2col(c, x, t, hist, scratch);
     }
@@ -189,9 +254,12 @@ void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *
         for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
     }
     double macs = (double)c->cout * tout * len;
-    if (is_short(c)) {
-        short_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE};
-        run_tasks(be, macs, c->cout, CPU_PICK(cpu_simd_of(be), short_task), &job);
+    if (is_direct(c, t)) {
+        int row_tiles = (c->cout + DIRECT_ROW_TILE - 1) / DIRECT_ROW_TILE;
+        direct_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE,
+                          .row_tiles = row_tiles};
+        run_tasks(be, macs, row_tiles * ((tout + DIRECT_COL_TILE - 1) / DIRECT_COL_TILE),
+                  CPU_PICK(cpu_simd_of(be), direct_task), &job);
         return;
     }
     int rows_per_tile = 16, col_tile = 64;
@@ -213,25 +281,37 @@ typedef struct convtr_job {
     int width; /* columns of z per task */
 } convtr_job;
 
-/* Long inputs: columns [c0, c0 + 32) of z for two input columns at a time, accumulated in
- * registers over all input channels; each weight vector loaded feeds both columns. */
+/* Long inputs: z columns [c0, c0 + 16) for input columns [t, t + nt) (nt <= 6, a constant at
+ * each call), accumulated in registers over all input channels: a GEMM micro-kernel's 6 × 16
+ * tile (12 accumulators), so each weight vector loaded feeds nt columns. */
+INLINE void convtr_tile(const convtr_job *j, int c0, int t, int nt) {
+    v8f acc[6][2] = {{{0}}};
+    for (int i = 0; i < j->cin; i++) {
+        const float *wi = j->w + (size_t)i * j->n + c0, *xi = j->x + (size_t)i * j->t + t;
+        /* The walk down the rows defeats the hardware prefetcher: fetch the next block's line. */
+        __builtin_prefetch(wi + 16);
+        v8f w0 = LD8(wi), w1 = LD8(wi + 8);
+        for (int u = 0; u < nt; u++) {
+            acc[u][0] += xi[u] * w0;
+            acc[u][1] += xi[u] * w1;
+        }
+    }
+    for (int u = 0; u < nt; u++) {
+        ST8(j->z + (size_t)(t + u) * j->n + c0, acc[u][0]);
+        ST8(j->z + (size_t)(t + u) * j->n + c0 + 8, acc[u][1]);
+    }
+}
+
 INLINE void convtr_block(const convtr_job *j, int c0) {
-    for (int t = 0; t < j->t; t += 2) {
-        int t1 = t + 1 < j->t ? t + 1 : t;
-        v8f acc[2][4] = {{{0}}};
-        for (int i = 0; i < j->cin; i++) {
-            const float *wi = j->w + (size_t)i * j->n + c0;
-            float x0 = j->x[(size_t)i * j->t + t], x1 = j->x[(size_t)i * j->t + t1];
-            for (int v = 0; v < 4; v++) {
-                v8f wv = LD8(wi + 8 * v);
-                acc[0][v] += x0 * wv;
-                acc[1][v] += x1 * wv;
-            }
-        }
-        for (int v = 0; v < 4; v++) {
-            ST8(j->z + (size_t)t * j->n + c0 + 8 * v, acc[0][v]);
-            if (t1 != t) ST8(j->z + (size_t)t1 * j->n + c0 + 8 * v, acc[1][v]);
-        }
+    int t = 0;
+    for (; t + 6 <= j->t; t += 6) convtr_tile(j, c0, t, 6);
+    switch (j->t - t) { /* constant tile widths for the last columns */
+    case 5: convtr_tile(j, c0, t, 5); break;
+    case 4: convtr_tile(j, c0, t, 4); break;
+    case 3: convtr_tile(j, c0, t, 3); break;
+    case 2: convtr_tile(j, c0, t, 2); break;
+    case 1: convtr_tile(j, c0, t, 1); break;
+    default: break;
     }
 }
 
@@ -262,7 +342,7 @@ INLINE void convtr_task_body(void *ctx, int task) {
         return;
     }
     int c = 0;
-    for (; c + 32 <= width; c += 32) convtr_block(j, c0 + c);
+    for (; c + 16 <= width; c += 16) convtr_block(j, c0 + c);
     if (c < width) convtr_rows(j, c0 + c, width - c);
 }
 CPU_TASK_VARIANTS(convtr_task)
@@ -299,17 +379,46 @@ typedef struct elu_job {
     size_t n, per_task;
 } elu_job;
 
-static void elu_task(void *ctx, int task) {
-    const elu_job *j = ctx;
-    size_t i0 = (size_t)task * j->per_task, i1 = i0 + j->per_task < j->n ? i0 + j->per_task : j->n;
-    for (size_t i = i0; i < i1; i++) j->y[i] = j->x[i] > 0.0f ? j->x[i] : expm1f(j->x[i]);
+typedef int32_t v8i __attribute__((vector_size(32)));
+#define SPLAT(v) ((v8f){0} + (v))
+
+#define SELECT8(m, a, b) ((v8f)(((m) & (v8i)(a)) | (~(m) & (v8i)(b))))
+
+/* ELU of 8 values, branch-free so it vectorises: x where x > 0 (or NaN), else expm1(x) as
+ * 2^k·expm1(r) + (2^k − 1) with x = k·ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2), and
+ * expm1(r) by its Taylor series to r^8 (truncation below 2e-8 relative). k = 0 returns the
+ * series itself, so small x keep full relative precision; the result is within a few ulp of
+ * expm1f. x is clamped to [-87, 0] for k (2^k stays a normal float; expm1 is -1 below). */
+INLINE void elu8(const float *in, float *out) {
+    v8f x = LD8(in);
+    v8i pass = (x > SPLAT(0.0f)) | (x != x);
+    v8f xk = SELECT8(x < SPLAT(-87.0f), SPLAT(-87.0f), SELECT8(pass, SPLAT(0.0f), x));
+    v8f kf = (xk * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest via 1.5·2^23 */
+    v8f r = (xk - kf * 0.693145751953125f) - kf * 1.428606765330187e-6f;
+    v8f p = r + r * r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+                                                         r * (1.0f / 5040 + r * (1.0f / 40320)))))));
+    v8f two = (v8f)((__builtin_convertvector(kf, v8i) + 127) << 23);
+    ST8(out, SELECT8(pass, x, two * p + (two - 1.0f)));
 }
 
+INLINE void elu_task_body(void *ctx, int task) {
+    const elu_job *j = ctx;
+    size_t i0 = (size_t)task * j->per_task, i1 = i0 + j->per_task < j->n ? i0 + j->per_task : j->n, i = i0;
+    for (; i + 8 <= i1; i += 8) elu8(j->x + i, j->y + i);
+    if (i < i1) { /* the last few through the same arithmetic */
+        float v[8] = {0};
+        memcpy(v, j->x + i, (i1 - i) * sizeof *v);
+        elu8(v, v);
+        memcpy(j->y + i, v, (i1 - i) * sizeof *v);
+    }
+}
+CPU_TASK_VARIANTS(elu_task)
+
 void cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
-    /* expm1f costs about as much as 16 multiply-adds: split large tensors across the pool. */
-    int n_tasks = task_count(be, 16.0 * (double)n, 64);
+    /* elu8 costs about 2 multiply-adds a value: split large tensors across the pool. */
+    int n_tasks = task_count(be, 2.0 * (double)n, 64);
     elu_job job = {.x = x, .y = y, .n = n, .per_task = (n + (size_t)n_tasks - 1) / (size_t)n_tasks};
-    pp_pool_run(cpu_pool(be), n_tasks, elu_task, &job);
+    pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), elu_task), &job);
 }
 
 void cpu_gelu(pp_backend *be, float *x, size_t n) {

@@ -2,10 +2,11 @@
  *
  * Weights are decoded straight into registers, eight at a time, and multiplied into
  * accumulators: 4 rows × 1 or 2 inputs, or 2 rows × 4 inputs, per pass, so every input vector
- * loaded feeds several rows and every decoded weight vector several inputs. Quantized formats look their codes
- * up in a per-group table already multiplied by the group's scale (vpermps: 8 floats by 3-bit
- * index), so the decoded weights equal the portable code's value·scale products bit for bit;
- * only the order of the dot products' additions (and FMA's single rounding) differs.
+ * loaded feeds several rows and every decoded weight vector several inputs. Quantized formats
+ * look their codes up in a per-group table already multiplied by the group's scale (vpermps:
+ * 8 floats by 3-bit index), so the decoded weights equal the portable code's value·scale
+ * products bit for bit; only the order of the dot products' additions (and FMA's single
+ * rounding) differs.
  *   NF2:  16 codes from one 32-bit word; code e sits at bits 2e; 4 centroids, repeated twice
  *         so vpermps may ignore the index's third bit, which belongs to the next code.
  *   INT4: 8 nibbles from one 32-bit word, low nibble first; (q − 8)·s as fma(q, s, −8s),
@@ -102,7 +103,8 @@ INLINE void group_scales(const pp_weight *w, pp_wformat fmt, int64_t g, int64_t 
     }
     const uint16_t *h = (const uint16_t *)w->scales + g;
     int64_t i = 0;
-    for (; i + 8 <= count; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
     for (; i < count; i++) out[i] = _cvtsh_ss(h[i]);
 }
 

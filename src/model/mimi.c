@@ -183,6 +183,8 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     if (s->n_filters < 1 || s->compress < 1 || s->dimension < 1 || s->kernel_size < 1 ||
         s->residual_kernel_size < 1 || s->last_kernel_size < 1 || s->n_ratios < 1)
         return pp_fail(err, PP_EINVAL, "%s: seanet sizes must be positive", label);
+    if (c->sample_rate < 1000 || c->sample_rate > 384000)
+        return pp_fail(err, PP_EINVAL, "%s: sample_rate %d is not an audio rate", label, c->sample_rate);
     /* The residual blocks are dim / compress wide, dim = n_filters at the narrowest level. */
     if (s->n_filters < s->compress)
         return pp_fail(err, PP_EINVAL, "%s: seanet.n_filters %d must be at least seanet.compress %d", label,

@@ -41,6 +41,7 @@ struct engine {
     job *jobs;            /* engine thread's list; links change only under lock */
     job *incoming;        /* admitted, not yet picked up by the thread */
     int count;            /* jobs + incoming */
+    int departed;         /* of those, released by the service thread and not yet freed */
     int pending;          /* a wake arrived since the pass began */
     int stop;
     /* engine thread only: the tick being gathered */
@@ -264,6 +265,7 @@ static void *engine_main(void *arg) {
             if (gone) {
                 *link = j->next;
                 e->count--;
+                e->departed--;
                 pthread_mutex_unlock(&e->lock);
                 job_free(e, j);
                 pthread_mutex_lock(&e->lock);
@@ -349,7 +351,7 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     j->params = *params;
     j->t_open = conn_now_ns();
     pthread_mutex_lock(&e->lock);
-    if (e->count >= e->cfg.max_sessions) {
+    if (e->count - e->departed >= e->cfg.max_sessions) {
         pthread_mutex_unlock(&e->lock);
         free(j);
         return pp_fail(err, PP_EFULL, "server full: %d conversations running, try again later", e->cfg.max_sessions);
@@ -365,6 +367,23 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
 }
 
 int engine_capacity(const engine *e) { return e->cfg.max_sessions; }
+
+void engine_release(engine *e, conn *c) {
+    pthread_mutex_lock(&e->lock);
+    /* Under the lock: a pass that sees c gone frees it only after departed counts it. */
+    conn_mark_gone(c);
+    e->departed++;
+    e->pending = 1;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+}
+
+int engine_has_room(engine *e) {
+    pthread_mutex_lock(&e->lock);
+    int room = e->count - e->departed < e->cfg.max_sessions;
+    pthread_mutex_unlock(&e->lock);
+    return room;
+}
 
 int engine_active(engine *e) {
     pthread_mutex_lock(&e->lock);

@@ -45,8 +45,14 @@ void engine_destroy(engine *e);
  * open; the caller keeps c then. On success the engine owns c's model side and frees c once
  * it is gone. */
 int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err);
+/* The socket of an admitted conversation closed (service thread): marks c gone and frees its
+ * place for admission at once, so a client that reconnects right away is not refused while
+ * the engine thread is busy; the engine frees the session itself on its next pass. */
+void engine_release(engine *e, conn *c);
 /* Conversations held now (including ones whose socket just closed). */
 int engine_active(engine *e);
+/* 1 when engine_admit would accept another conversation now. */
+int engine_has_room(engine *e);
 /* Conversations admitted at most (the configured max_sessions). */
 int engine_capacity(const engine *e);
 /* Something changed for one of the sessions; any thread. */

@@ -101,7 +101,7 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pthread_mutex_unlock(&s->lock);
     int active = e ? engine_active(e) : 0, draining = lifecycle_draining();
     const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
-                         : active >= engine_capacity(e) ? "full" : "ok";
+                         : !engine_has_room(e) ? "full" : "ok";
     int accepting = strcmp(status, "ok") == 0;
     snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", status, e ? "true" : "false");
     json_string(body, sizeof body, s->opt->demo ? "demo" : model ? pp_model_name(model) : "");

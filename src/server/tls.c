@@ -5,6 +5,7 @@
 #include "base/log.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -17,7 +18,15 @@
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 #define TLS13_CIPHERS "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
+/* A private key others can read is worth a warning (the generated one is written 0600). */
+static void check_key_mode(const char *key_path) {
+    struct stat st;
+    if (stat(key_path, &st) == 0 && (st.st_mode & 077))
+        PP_WARN("tls", "%s is readable by other users (mode %03o); chmod 600 it", key_path, (unsigned)(st.st_mode & 0777));
+}
+
 void tls_configure(struct lws_context_creation_info *info, const char *cert_path, const char *key_path) {
+    check_key_mode(key_path);
     info->options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     info->ssl_cert_filepath = cert_path;
     info->ssl_private_key_filepath = key_path;

@@ -13,8 +13,8 @@
 
 #include <libwebsockets.h>
 
-/* Sets the vhost's certificate files and the policy above in info. The paths must outlive
- * the context. */
+/* Sets the vhost's certificate files and the policy above in info (and warns when the key is
+ * readable by other users). The paths must outlive the context. */
 void tls_configure(struct lws_context_creation_info *info, const char *cert_path, const char *key_path);
 /* Re-reads the certificate and key of every vhost using them (service thread). 0, or a
  * negative code when the files do not form a usable pair (err says why; nothing changed). */

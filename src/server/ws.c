@@ -146,10 +146,10 @@ static void on_closed(server *s, ws_pss *pss) {
         }
     PP_INFO("ws", "session %llu: socket closed", (unsigned long long)conn_id(pss->c));
     if (pss->admitted) {
-        conn_mark_gone(pss->c);
         pp_model *model;
         engine *e = server_engine(s, &model);
-        if (e) engine_wake(e);
+        if (e) engine_release(e, pss->c);
+        else conn_mark_gone(pss->c);
     } else {
         conn_destroy(pss->c);
     }
@@ -162,7 +162,7 @@ static void on_closed(server *s, ws_pss *pss) {
 static int refuse_upgrade_if_busy(server *s, struct lws *wsi) {
     pp_model *model;
     engine *e = server_engine(s, &model);
-    if (e && !lifecycle_draining() && engine_active(e) < engine_capacity(e)) return 0;
+    if (e && !lifecycle_draining() && engine_has_room(e)) return 0;
     PP_INFO("ws", "upgrade refused with 503: %s", !e ? "loading" : lifecycle_draining() ? "draining" : "full");
     if (e && !lifecycle_draining()) metrics_session_rejected(s->metrics);
     lws_return_http_status(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, NULL);
