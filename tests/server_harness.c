@@ -30,7 +30,7 @@ static int free_port(void) {
     return port;
 }
 
-static int get(const char *path, wc_http *h, double timeout_ms) {
+int sh_get(const char *path, wc_http *h, double timeout_ms) {
     memset(h, 0, sizeof *h);
     h->path = path;
     wc_run(NULL, 0, &h, 1, timeout_ms);
@@ -62,7 +62,7 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     if (s->pid < 0 || wc_init(tls, s->port)) return -1;
     for (int i = 0; i < 600; i++) {
         wc_http h;
-        int ok = get("/health", &h, 2000) == 200 && h.body && strstr(h.body, "\"ready\":true");
+        int ok = sh_get("/health", &h, 2000) == 200 && h.body && strstr(h.body, "\"ready\":true");
         wc_http_free(&h);
         if (ok) return 0;
         if (waitpid(s->pid, NULL, WNOHANG) == s->pid) return -1;
@@ -131,7 +131,7 @@ double sh_metric(const char *name) {
     wc_http h;
     double v = -1;
     size_t len = strlen(name);
-    if (get("/metrics", &h, 5000) == 200 && h.body)
+    if (sh_get("/metrics", &h, 5000) == 200 && h.body)
         for (const char *line = h.body; *line;) {
             if (strncmp(line, name, len) == 0 && line[len] == ' ') {
                 v = atof(line + len + 1);
@@ -148,7 +148,7 @@ double sh_metric(const char *name) {
 int sh_active(void) {
     wc_http h;
     int active = -1;
-    if (get("/health", &h, 5000) >= 0 && h.body) {
+    if (sh_get("/health", &h, 5000) >= 0 && h.body) {
         const char *p = strstr(h.body, "\"active\":");
         if (p) active = atoi(p + 9);
     }

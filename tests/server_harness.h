@@ -33,6 +33,8 @@ int sh_stop(sh_server *s);
 /* Removes the state directory, or keeps it when keep, printing where and the log's tail. */
 void sh_cleanup(sh_server *s, int keep);
 
+/* GET path from the server into h (free with wc_http_free); the HTTP status, or -1. */
+int sh_get(const char *path, wc_http *h, double timeout_ms);
 /* How many lines of the server's log contain text. */
 int sh_log_count(const sh_server *s, const char *text);
 /* VmRSS in kB and the number of open file descriptors of the server, -1 on error. */

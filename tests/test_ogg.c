@@ -8,6 +8,7 @@
 #include "audio/ogg.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "io/file.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -18,17 +19,10 @@ typedef struct {
 } blob;
 
 static blob read_blob(const char *name) {
-    char path[1024];
+    char path[1024], err[PP_ERR_LEN];
     snprintf(path, sizeof path, "%s/captures/%s", PP_TEST_DATA, name);
     blob b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.data = malloc((size_t)n);
-    if (b.data && fread(b.data, 1, (size_t)n, f) == (size_t)n) b.len = (size_t)n;
-    fclose(f);
+    if (pp_file_read_all(path, 64u << 20, &b.data, &b.len, err)) fprintf(stderr, "%s\n", err);
     return b;
 }
 

@@ -10,6 +10,7 @@
 #include "audio/opus.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "io/file.h"
 #include "test.h"
 
 #define CAPTURE PP_TEST_DATA "/captures/official-client-uplink.opus"
@@ -22,14 +23,8 @@ typedef struct {
 
 static blob read_file(const char *path) {
     blob b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.data = malloc(n > 0 ? (size_t)n : 1);
-    if (b.data && n > 0 && fread(b.data, 1, (size_t)n, f) == (size_t)n) b.len = (size_t)n;
-    fclose(f);
+    char err[PP_ERR_LEN];
+    if (pp_file_read_all(path, 64u << 20, &b.data, &b.len, err)) fprintf(stderr, "%s\n", err);
     return b;
 }
 

@@ -29,6 +29,8 @@
 #include "ws_raw.h"
 
 #include "audio/wav.h"
+#include "base/err.h"
+#include "io/file.h"
 
 #include <ogg/ogg.h>
 #include <opus/opus.h>
@@ -66,18 +68,9 @@ static void msgs_free(msgs *l) {
 }
 
 static uint8_t *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
+    uint8_t *b = NULL;
+    char err[PP_ERR_LEN];
+    if (pp_file_read_all(path, 64u << 20, &b, len, err)) fprintf(stderr, "%s\n", err);
     return b;
 }
 
@@ -142,13 +135,6 @@ static int encode_wav(const char *path, msgs *out) {
 }
 
 /* ---- the server process ----------------------------------------------------------------------- */
-
-static int get(const char *path, wc_http *h, double timeout_ms) {
-    memset(h, 0, sizeof *h);
-    h->path = path;
-    wc_run(NULL, 0, &h, 1, timeout_ms);
-    return h->done ? h->status : -1;
-}
 
 /* ---- checks on what came back ----------------------------------------------------------------- */
 
@@ -489,11 +475,11 @@ static void scenario_leave_early(void) {
 
 static void scenario_http(int after_calls) {
     wc_http h;
-    TEST_COND("/health 200", get("/health", &h, 5000) == 200);
+    TEST_COND("/health 200", sh_get("/health", &h, 5000) == 200);
     TEST_COND("/health says model demo", h.body && strstr(h.body, "\"model\":\"demo\"") != NULL);
     TEST_COND("/health is JSON", strstr(h.type, "application/json") != NULL);
     wc_http_free(&h);
-    TEST_COND("/metrics 200", get("/metrics", &h, 5000) == 200);
+    TEST_COND("/metrics 200", sh_get("/metrics", &h, 5000) == 200);
     if (after_calls)
         TEST_COND("/metrics counts frames", h.body && strstr(h.body, "personaplex_frames_total ") &&
                                                 !strstr(h.body, "personaplex_frames_total 0\n"));
@@ -509,18 +495,18 @@ static void scenario_http(int after_calls) {
         line += len + (line[len] == '\n');
     }
     wc_http_free(&h);
-    TEST_COND("/api/voices 200", get("/api/voices", &h, 5000) == 200);
+    TEST_COND("/api/voices 200", sh_get("/api/voices", &h, 5000) == 200);
     TEST_COND("/api/voices lists NATF2", h.body && strstr(h.body, "\"NATF2\"") != NULL);
     wc_http_free(&h);
-    TEST_COND("/ is index.html", get("/", &h, 5000) == 200 && strstr(h.type, "text/html") != NULL);
+    TEST_COND("/ is index.html", sh_get("/", &h, 5000) == 200 && strstr(h.type, "text/html") != NULL);
     wc_http_free(&h);
-    TEST_COND("/app.js is JavaScript", get("/app.js", &h, 5000) == 200 && strstr(h.type, "text/javascript"));
+    TEST_COND("/app.js is JavaScript", sh_get("/app.js", &h, 5000) == 200 && strstr(h.type, "text/javascript"));
     wc_http_free(&h);
-    TEST_COND("traversal is refused", get("/../CMakeLists.txt", &h, 5000) == 404);
+    TEST_COND("traversal is refused", sh_get("/../CMakeLists.txt", &h, 5000) == 404);
     wc_http_free(&h);
-    TEST_COND("encoded traversal is refused", get("/%2e%2e/CMakeLists.txt", &h, 5000) == 404);
+    TEST_COND("encoded traversal is refused", sh_get("/%2e%2e/CMakeLists.txt", &h, 5000) == 404);
     wc_http_free(&h);
-    TEST_COND("missing file is 404", get("/no-such-file.js", &h, 5000) == 404);
+    TEST_COND("missing file is 404", sh_get("/no-such-file.js", &h, 5000) == 404);
     wc_http_free(&h);
 }
 
