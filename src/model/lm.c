@@ -52,15 +52,16 @@ struct pp_lm_work {
     pp_tf_cache *dep;                    /* [rows]: each row's depformer rings (restart every frame) */
     pp_tf_cache **dep_rows, **tmp_rows;  /* host [rows]: ring pointers handed to pp_tf_forward */
     float *x, *h, *dx, *logits, *layer_out; /* backend [rows][...] */
-    int32_t *pos;                        /* backend [rows]: the temporal positions */
     int32_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
-    /* A frame's inputs and outputs, backend, [stream][n] for a frame of n rows: */
-    int32_t *ids;                        /* [17][n]: the input columns */
-    int32_t *forced, *tokens;            /* [1+dep_q][n] */
-    pp_sample_param *params;             /* [2][n]: text, audio */
-    int32_t *host_ids;                   /* host [17·rows]: staging of ids and forced */
-    int32_t *host_pos;                   /* host [rows] */
-    pp_sample_param *host_params;        /* host [2·rows] */
+    /* A frame's inputs: one backend block `in`, staged whole in host_in and sent in one upload
+     * before the frame: params [2][rows] (text, audio), pos [rows] (the temporal positions),
+     * ids [17][rows] (the input columns), forced [1+dep_q][rows]; a frame of n rows uses the
+     * first k·n entries of a [k][rows] part as [k][n]. */
+    void *in, *host_in;
+    size_t in_bytes;
+    pp_sample_param *params, *host_params;
+    int32_t *pos, *host_pos, *ids, *host_ids, *forced, *host_forced;
+    int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
     /* The recorded frame: work id, graph slot, and the shape it was recorded for. */
     uint64_t id;
     int slot, recorded, key_n, key_steps; /* key_n 0: no shape run yet */
@@ -315,11 +316,10 @@ void pp_lm_work_destroy(pp_lm_work *w) {
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
-    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->pos, w->dep_pos, w->ids, w->forced, w->tokens,
-                    w->params};
+    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->dep_pos, w->in, w->tokens};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
-    void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_ids, w->host_pos, w->host_params, w->key_ctx};
+    void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_in, w->key_ctx};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     free(w);
 }
@@ -332,25 +332,29 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->dep = calloc(n, sizeof *w->dep);
     w->dep_rows = calloc(n, sizeof *w->dep_rows);
     w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
-    w->host_ids = calloc(n * PP_LM_STREAMS, sizeof *w->host_ids);
-    w->host_pos = calloc(n, sizeof *w->host_pos);
-    w->host_params = calloc(2 * n, sizeof *w->host_params);
+    w->in_bytes = 2 * n * sizeof(pp_sample_param) + n * (1 + PP_LM_STREAMS + nt) * sizeof(int32_t);
+    w->host_in = calloc(1, w->in_bytes);
     w->key_ctx = calloc(n, sizeof *w->key_ctx);
     w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
     w->h = be->ops->alloc(be, n * cfg->dim * sizeof(float));
     w->dx = be->ops->alloc(be, n * cfg->dep_dim * sizeof(float));
     w->logits = be->ops->alloc(be, n * nlog * sizeof(float));
     w->layer_out = be->ops->alloc(be, n * cfg->num_layers * cfg->dim * sizeof(float));
-    w->pos = be->ops->alloc(be, n * sizeof(int32_t));
     w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int32_t));
-    w->ids = be->ops->alloc(be, n * PP_LM_STREAMS * sizeof(int32_t));
-    w->forced = be->ops->alloc(be, n * nt * sizeof(int32_t));
+    w->in = be->ops->alloc(be, w->in_bytes);
     w->tokens = be->ops->alloc(be, n * nt * sizeof(int32_t));
-    w->params = be->ops->alloc(be, 2 * n * sizeof(pp_sample_param));
-    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_ids || !w->host_pos || !w->host_params || !w->key_ctx ||
-        !w->x || !w->h || !w->dx || !w->logits || !w->layer_out || !w->pos || !w->dep_pos || !w->ids || !w->forced ||
-        !w->tokens || !w->params)
+    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->key_ctx || !w->x || !w->h || !w->dx ||
+        !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens)
         return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
+    /* The parts of the input block, at the same offsets on the host and the backend. */
+    w->params = w->in;
+    w->host_params = w->host_in;
+    w->pos = (int32_t *)(w->params + 2 * n);
+    w->host_pos = (int32_t *)(w->host_params + 2 * n);
+    w->ids = w->pos + n;
+    w->host_ids = w->host_pos + n;
+    w->forced = w->ids + n * PP_LM_STREAMS;
+    w->host_forced = w->host_ids + n * PP_LM_STREAMS;
     int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
     if (!rc) rc = pp_tf_scratch_init(be, &lm->depformer, w->rows, &w->depformer, err);
     for (int i = 0; !rc && i < w->rows; i++) {
@@ -396,15 +400,10 @@ static void embed_inputs(const pp_lm *lm, pp_lm_work *w, int n) {
     }
 }
 
-/* The staged ids (host_ids [17][n]) to backend memory. */
-static void upload_ids(const pp_lm *lm, pp_lm_work *w, int n) {
-    lm->be->ops->upload(lm->be, w->ids, w->host_ids, (size_t)n * PP_LM_STREAMS * sizeof(int32_t));
-}
-
 void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*cols)[PP_LM_STREAMS]) {
     for (int s = 0; s < PP_LM_STREAMS; s++)
         for (int i = 0; i < n; i++) w->host_ids[(size_t)s * n + i] = cols[i][s];
-    upload_ids(lm, w, n);
+    lm->be->ops->upload(lm->be, w->ids, w->host_ids, (size_t)n * PP_LM_STREAMS * sizeof(int32_t));
     embed_inputs(lm, w, n);
 }
 
@@ -418,14 +417,10 @@ void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb) {
     lm->be->ops->download(lm->be, emb, w->x + (size_t)row * d, d * sizeof(float));
 }
 
-/* Row i's conversation rings and position; upload_pos sends the positions of rows 0..n-1. */
+/* Row i's conversation rings and (staged) position. */
 static void put_row(pp_lm_work *w, int i, pp_lm_ctx *ctx, int64_t pos) {
     w->host_pos[i] = (int32_t)pos;
     w->tmp_rows[i] = &ctx->temporal;
-}
-
-static void upload_pos(const pp_lm *lm, pp_lm_work *w, int n) {
-    lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
 }
 
 /* h = out_norm(temporal transformer(x)) on the uploaded positions and rings. */
@@ -438,29 +433,24 @@ static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers) {
 
 void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos) {
     for (int i = 0; i < n; i++) put_row(w, i, ctxs[i], pos[i]);
-    upload_pos(lm, w, n);
+    lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
     temporal(lm, w, n, 0);
 }
 
-/* Everything a frame reads, into its fixed backend buffers (before a graph replays). */
+/* Everything a frame reads, into its fixed backend block in one upload (before a graph
+ * replays). With inputs_ready the staged ids are those pp_lm_embed_tokens sent, or unused. */
 static void frame_upload(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int inputs_ready) {
-    pp_backend *be = lm->be;
     int nt = lm->cfg.dep_q + 1;
-    if (!inputs_ready) {
-        for (int s = 0; s < PP_LM_STREAMS; s++)
-            for (int i = 0; i < n; i++) w->host_ids[(size_t)s * n + i] = rows[i].cols[s];
-        upload_ids(lm, w, n);
-    }
+    for (int s = 0; !inputs_ready && s < PP_LM_STREAMS; s++)
+        for (int i = 0; i < n; i++) w->host_ids[(size_t)s * n + i] = rows[i].cols[s];
     for (int i = 0; i < n; i++) {
         put_row(w, i, rows[i].ctx, rows[i].pos);
         w->host_params[i] = rows[i].text;
         w->host_params[n + i] = rows[i].audio;
     }
-    upload_pos(lm, w, n);
-    be->ops->upload(be, w->params, w->host_params, 2 * (size_t)n * sizeof(pp_sample_param));
     for (int k = 0; k < nt; k++)
-        for (int i = 0; i < n; i++) w->host_ids[(size_t)k * n + i] = rows[i].forced[k];
-    be->ops->upload(be, w->forced, w->host_ids, (size_t)nt * n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) w->host_forced[(size_t)k * n + i] = rows[i].forced[k];
+    lm->be->ops->upload(lm->be, w->in, w->host_in, w->in_bytes);
 }
 
 static void trace_download(pp_backend *be, float *dst, const float *src, size_t floats) {
