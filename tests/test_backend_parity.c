@@ -518,6 +518,55 @@ static void test_graph(void) {
     held_free(&h);
 }
 
+/* A frame's tail as a recorded graph: sample rows whose settings live in device memory, embed
+ * the drawn tokens from device memory. Replayed after new frame numbers are uploaded, it draws
+ * the CPU's tokens for those new settings: nothing of the recording frame was kept. */
+static void test_graph_sample(void) {
+    enum { R = 3, N = 2048, D = 64 };
+    char err[PP_ERR_LEN];
+    held h;
+    if (make_weight(PP_WF_BF16, N, D, 0, 0, 0, &h)) return;
+    float *l = rand_vec((size_t)R * N, 4.0f);
+    twin tl = twin_of(l, (size_t)R * N), y = twin_rand((size_t)R * D, 0);
+    pp_sample_param p[R];
+    int32_t forced[R] = {-1, 5, -1}, a[R], b[R];
+    pp_sample_param *pc = cpu->ops->alloc(cpu, sizeof p), *pg = gpu->ops->alloc(gpu, sizeof p);
+    int32_t *fc = cpu->ops->alloc(cpu, sizeof forced), *fg = gpu->ops->alloc(gpu, sizeof forced);
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof a), *tg = gpu->ops->alloc(gpu, sizeof b);
+    cpu->ops->upload(cpu, fc, forced, sizeof forced);
+    gpu->ops->upload(gpu, fg, forced, sizeof forced);
+    int rc = PP_OK, same = 1;
+    for (int64_t frame = 0; !rc && frame < 4; frame++) {
+        for (int r = 0; r < R; r++)
+            p[r] = (pp_sample_param){.seed = 9 + (uint64_t)r, .frame = frame, .temp = 0.8f, .top_k = 250};
+        cpu->ops->upload(cpu, pc, p, sizeof p);
+        gpu->ops->upload(gpu, pg, p, sizeof p);
+        if (frame == 0) rc = gpu->ops->graph_begin(gpu, 1, err);
+        if (!rc && frame == 0) { /* frame 0 records (graph_end runs it), the others replay */
+            gpu->ops->sample(gpu, tl.g, R, N, pg, 3, fg, tg);
+            gpu->ops->embed(gpu, &h.g, tg, R, y.g, 0);
+        }
+        if (!rc) rc = frame == 0 ? gpu->ops->graph_end(gpu, 1, err) : gpu->ops->graph_replay(gpu, 1, err);
+        cpu->ops->sample(cpu, tl.c, R, N, pc, 3, fc, tc);
+        cpu->ops->embed(cpu, &h.c, tc, R, y.c, 0);
+        cpu->ops->download(cpu, a, tc, sizeof a);
+        gpu->ops->download(gpu, b, tg, sizeof b);
+        same &= memcmp(a, b, sizeof a) == 0 && b[1] == 5;
+        compare("graph: embedding of the drawn tokens", y.g, y.c, y.n, EXACT);
+    }
+    if (rc) fprintf(stderr, "graph: %s\n", err);
+    TEST_COND("graph: sample + embed recorded once, replayed with new settings", rc == 0 && same);
+    void *cb[] = {pc, fc, tc}, *gb[] = {pg, fg, tg};
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->release(cpu, cb[i]);
+        gpu->ops->release(gpu, gb[i]);
+    }
+    free(l);
+    twin_free(&tl);
+    twin_free(&y);
+    held_free(&h);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     pp_log_set_level(PP_LOG_WARN);
@@ -551,6 +600,7 @@ int main(void) {
     printf("sampling and graphs:\n");
     test_sample();
     test_graph();
+    test_graph_sample();
     TEST_COND("no sticky device error", gpu->ops->last_error(gpu, err) == 0);
     pp_backend_destroy(gpu);
     pp_backend_destroy(cpu);
