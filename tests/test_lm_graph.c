@@ -7,8 +7,8 @@
  * Conversations with sampling on (each its own seed, temperature and top-k) then run the same
  * schedule on a model opened on the plain CPU backend and on one opened on the recording
  * backend: a batch whose rows change (same size with another conversation, another order,
- * another size), lone conversations (for three ticks more scratches than the eight slots, so
- * slots are taken over),
+ * another size), lone conversations that leave their slot idle or join when the slots are
+ * taken (so a slot changes hands, and one conversation finds none),
  * a dropped set of graphs (as when a device's workspace moves) and a traced frame. The tokens
  * must be identical on both over 20 ticks, with graphs both recorded and replayed. */
 #include "test.h"
@@ -23,10 +23,13 @@
 
 #define SLOTS 8
 #define TICKS 20
-#define SOLO 9    /* lone conversations, each with its own scratch */
-#define STEADY 6  /* ... of which these step every tick; the others only in ticks LATE.. LATE+2, when
-                   * the scratches outnumber the slots and take them over */
-#define LATE 8
+#define SOLO 9 /* lone conversations, each with its own scratch */
+#define LEAVE 5 /* ... this one pauses from tick EARLY to BACK, leaving its slot idle to be taken */
+#define EARLY 4
+#define BACK 16
+#define LATE 6 /* ... these from tick LATE_AT on: one takes the free slot, one the idle one, and one
+                * finds none and runs plainly */
+#define LATE_AT 8
 #define BATCHED 4
 #define CONV (SOLO + BATCHED)
 
@@ -255,7 +258,8 @@ static int run(const lm_case *c, const pp_lm *lm, rec *r, pp_lmgen_out (*outs)[C
         if (r && t == 12) drop_graphs(r);
         pp_lmgen_set_trace(g[2], t == 7 ? &tr : NULL); /* a traced frame runs unrecorded */
         for (int j = 0; !rc && j < SOLO; j++)
-            if (j < STEADY || (t >= LATE && t < LATE + 3)) rc = pp_lmgen_step(g[j], user, &outs[t][j], err);
+            if (j < LEAVE || (j == LEAVE && (t < EARLY || t >= BACK)) || (j >= LATE && t >= LATE_AT))
+                rc = pp_lmgen_step(g[j], user, &outs[t][j], err);
         int who[BATCHED], n = batch_rows(t, who);
         pp_lmgen *rows[BATCHED];
         int32_t u[BATCHED][PP_LM_AUDIO_CODEBOOKS];

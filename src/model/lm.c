@@ -19,7 +19,7 @@
  * run on one thread at a time: the backend has one stream). */
 typedef struct lm_graphs {
     uint64_t owner[GRAPH_SLOTS]; /* work id; 0: free */
-    uint64_t used[GRAPH_SLOTS];  /* clock of the last use: the least recent is taken */
+    uint64_t used[GRAPH_SLOTS];  /* clock of the last use (claim_slot) */
     uint64_t clock;
 } lm_graphs;
 
@@ -313,6 +313,8 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
 void pp_lm_work_destroy(pp_lm_work *w) {
     if (!w) return;
     pp_backend *be = w->lm->be;
+    lm_graphs *g = w->lm->graphs;
+    if (w->slot >= 0 && g->owner[w->slot] == w->id) g->owner[w->slot] = 0; /* free for the next work */
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
@@ -494,13 +496,26 @@ static int same_shape(const pp_lm_work *w, int n, int steps, const pp_lm_row *ro
     return 1;
 }
 
-/* The work's slot if it still holds it, else the least recently used one. */
+/* The work's slot if it still holds it, else the least recently used one, but only if free
+ * or idle for IDLE_USES uses of the others: with more works than slots the busy ones keep
+ * theirs and the rest run plainly, instead of each taking a slot from the next and recording
+ * every frame. -1: none to take. */
+#define IDLE_USES (2 * GRAPH_SLOTS)
+
+/* Slot i rather than j: a free one first, then the one used longer ago. */
+static int takes_before(const lm_graphs *g, int i, int j) {
+    if (!g->owner[i] != !g->owner[j]) return !g->owner[i];
+    return g->used[i] < g->used[j];
+}
+
 static int claim_slot(lm_graphs *g, pp_lm_work *w) {
     if (w->slot < 0 || g->owner[w->slot] != w->id) {
-        w->slot = 0;
+        int lru = 0;
         for (int i = 1; i < GRAPH_SLOTS; i++)
-            if (g->used[i] < g->used[w->slot]) w->slot = i;
-        g->owner[w->slot] = w->id;
+            if (takes_before(g, i, lru)) lru = i;
+        if (g->owner[lru] && g->used[lru] + IDLE_USES > g->clock) return -1;
+        w->slot = lru;
+        g->owner[lru] = w->id;
     }
     g->used[w->slot] = ++g->clock;
     return w->slot;
@@ -508,7 +523,7 @@ static int claim_slot(lm_graphs *g, pp_lm_work *w) {
 
 /* A frame on a backend with graphs: a new shape runs plainly once (the backend's workspace
  * takes its size outside any recording), the second frame of a shape is recorded, later ones
- * replay it. */
+ * replay it; plainly again while no slot can be taken. */
 static int frame_graph(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
     pp_backend *be = lm->be;
     lm_graphs *g = lm->graphs;
@@ -526,6 +541,10 @@ static int frame_graph(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *r
         if (rc != PP_ENOTFOUND) return rc;
     }
     int slot = claim_slot(g, w);
+    if (slot < 0) {
+        frame_ops(lm, w, n, steps, 0, NULL);
+        return PP_OK;
+    }
     int rc = be->ops->graph_begin(be, slot, err);
     if (rc) return rc;
     frame_ops(lm, w, n, steps, 0, NULL);
