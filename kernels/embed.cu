@@ -3,10 +3,6 @@
  * value, not a dot product, so the rotated-domain trick of the GEMV does not apply. */
 #include "gemv.cuh"
 
-typedef struct {
-    int32_t v[PK_EMBED_MAX];
-} pk_ids;
-
 /* As the CPU backend: id −1 and ids past the table give zeros, other negative ids read row 0. */
 __device__ __forceinline__ int64_t pk_embed_row(int32_t id, int64_t rows) {
     if (id == -1 || id >= rows) return -1;
@@ -21,10 +17,11 @@ __device__ __forceinline__ void pk_embed_store(float *dst, float v, int accumula
 }
 
 /* One block per (group of the row, input i). */
-__global__ void pk_embed_nf2_kernel(pk_weight w, pk_ids ids, float *__restrict__ y, int accumulate) {
+__global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y,
+                                    int accumulate) {
     extern __shared__ float v[];
     const int i = blockIdx.y, gs = w.group, np2 = w.np2;
-    const int64_t row = pk_embed_row(ids.v[i], w.rows);
+    const int64_t row = pk_embed_row(ids[i], w.rows);
     float *dst = y + (int64_t)i * w.cols + (int64_t)blockIdx.x * gs;
     if (row < 0) {
         for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, 0.0f, accumulate);
@@ -47,35 +44,30 @@ __global__ void pk_embed_nf2_kernel(pk_weight w, pk_ids ids, float *__restrict__
     for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * norm * s, accumulate);
 }
 
-__global__ void pk_embed_kernel(pk_weight w, pk_ids ids, float *__restrict__ y, int accumulate) {
+__global__ void pk_embed_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y, int accumulate) {
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     const int i = blockIdx.y;
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= w.cols) return;
-    const int64_t row = pk_embed_row(ids.v[i], w.rows);
+    const int64_t row = pk_embed_row(ids[i], w.rows);
     float v = row < 0 ? 0.0f : pk_weight_elem(w, w.elem0 + row * w.cols + c, lut);
     pk_embed_store(y + (int64_t)i * w.cols + c, v, accumulate);
 }
 
+/* The ids stay in device memory (the kernels read them), so a recorded frame embeds tokens
+ * uploaded or sampled after it was recorded. One grid row per input. */
 extern "C" int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate,
                         cudaStream_t stream) {
-    for (int i0 = 0; i0 < n; i0 += PK_EMBED_MAX) {
-        int m = n - i0 < PK_EMBED_MAX ? n - i0 : PK_EMBED_MAX;
-        pk_ids v;
-        for (int i = 0; i < m; i++) v.v[i] = ids[i0 + i];
-        float *dst = y + (int64_t)i0 * table->cols;
-        if (table->fmt == PK_NF2) {
-            int threads = table->np2 / 2 < 32 ? 32 : (table->np2 / 2 > 256 ? 256 : table->np2 / 2);
-            dim3 grid((unsigned)(table->cols / table->group), (unsigned)m);
-            pk_embed_nf2_kernel<<<grid, threads, (size_t)table->np2 * sizeof(float), stream>>>(*table, v, dst,
-                                                                                               accumulate);
-        } else {
-            dim3 grid(pk_blocks((size_t)table->cols, 256), (unsigned)m);
-            pk_embed_kernel<<<grid, 256, 0, stream>>>(*table, v, dst, accumulate);
-        }
-        int rc = pk_launched();
-        if (rc) return rc;
+    if (n <= 0) return 0;
+    if (table->fmt == PK_NF2) {
+        int threads = table->np2 / 2 < 32 ? 32 : (table->np2 / 2 > 256 ? 256 : table->np2 / 2);
+        dim3 grid((unsigned)(table->cols / table->group), (unsigned)n);
+        pk_embed_nf2_kernel<<<grid, threads, (size_t)table->np2 * sizeof(float), stream>>>(*table, ids, y,
+                                                                                           accumulate);
+    } else {
+        dim3 grid(pk_blocks((size_t)table->cols, 256), (unsigned)n);
+        pk_embed_kernel<<<grid, 256, 0, stream>>>(*table, ids, y, accumulate);
     }
-    return 0;
+    return pk_launched();
 }

@@ -43,8 +43,7 @@ int pk_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, si
 /* Bytes of w read per product (the packed bytes of its rows), for bandwidth figures. */
 size_t pk_weight_read_bytes(const pk_weight *w);
 
-/* ---- embed.cu: y[i][:] (+)= row ids[i] of the table (ids host, up to PK_EMBED_MAX per call) ---- */
-#define PK_EMBED_MAX 32
+/* ---- embed.cu: y[i][:] (+)= row ids[i] of the table (ids device int32) ---- */
 int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate, cudaStream_t stream);
 
 /* ---- lm_ops.cu ---- */
@@ -88,9 +87,17 @@ int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float 
                   cudaStream_t stream);
 int pk_vq_add_row(const float *cb, int dim, int32_t code, float *y, cudaStream_t stream);
 
-/* ---- sample.cu: token (device int32) from n logits, see backend.h's sample ---- */
-int pk_sample(const float *logits, int n, float temp, int top_k, uint64_t seed, uint64_t counter, int32_t *token,
-              cudaStream_t stream);
+/* ---- sample.cu: tokens (device int32) of rows of n logits, see backend.h's sample ---- */
+/* backend.h's pp_sample_param, field for field (cuda.c checks the layout at compile time). */
+typedef struct pk_sample_param {
+    uint64_t seed;
+    int64_t frame;
+    float temp;
+    int32_t top_k;
+} pk_sample_param;
+/* params, forced (or NULL) and tokens are device memory, one entry per row. */
+int pk_sample(const float *logits, int rows, int n, const pk_sample_param *params, int stream_id,
+              const int32_t *forced, int32_t *tokens, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

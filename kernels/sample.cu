@@ -1,7 +1,7 @@
-/* sample: a token from logits without copying them to the host, computing exactly what
+/* sample: tokens from rows of logits without copying them to the host, computing exactly what
  * src/backend/cpu_sample.c computes (same keys, same radix select, same uniforms).
  *
- * One block. Each thread owns a contiguous run of indices, so "lowest index" orders match a
+ * One block per row. Each thread owns a contiguous run of indices, so "lowest index" orders match a
  * sequential scan: greedy is a block argmax of (key, −index); sampling finds the k-th largest
  * key by a 4-pass radix select on a shared 256-bin histogram, admits the boundary ties in
  * index order through a block prefix sum, and races the candidates (score, −index). */
@@ -57,11 +57,23 @@ __device__ int pk_block_exscan(int v, int *warp_tot, int *total) {
     return before + inc - v;
 }
 
+/* One block per row; the row's settings (and whether it is forced) come from device memory. */
 __global__ void __launch_bounds__(PK_SAMPLE_THREADS)
-    pk_sample_kernel(const float *__restrict__ logits, int n, float temp, int k, uint64_t seed, uint64_t counter,
-                     int32_t *token) {
+    pk_sample_kernel(const float *__restrict__ logits_all, int n, const pk_sample_param *__restrict__ params,
+                     int stream_id, const int32_t *__restrict__ forced, int32_t *__restrict__ tokens) {
     __shared__ double ss[32];
     __shared__ int si[32], hist[256], sel[2];
+    const int row = blockIdx.x;
+    int32_t *token = tokens + row;
+    if (forced && forced[row] >= 0) {
+        if (threadIdx.x == 0) *token = forced[row];
+        return;
+    }
+    const float *logits = logits_all + (int64_t)row * n;
+    const pk_sample_param p = params[row];
+    const float temp = p.temp;
+    const int k = p.top_k <= 0 || p.top_k > n ? n : p.top_k;
+    const uint64_t seed = p.seed, counter = pp_sk_counter(p.frame, stream_id);
     const int per = (n + blockDim.x - 1) / blockDim.x;
     const int i0 = threadIdx.x * per, i1 = i0 + per < n ? i0 + per : n;
     double score = -INFINITY;
@@ -118,10 +130,10 @@ __global__ void __launch_bounds__(PK_SAMPLE_THREADS)
     if (threadIdx.x == 0) *token = idx < n ? idx : 0;
 }
 
-extern "C" int pk_sample(const float *logits, int n, float temp, int top_k, uint64_t seed, uint64_t counter,
-                         int32_t *token, cudaStream_t stream) {
-    if (n <= 0) return (int)cudaMemsetAsync(token, 0, sizeof *token, stream);
-    int k = top_k <= 0 || top_k > n ? n : top_k;
-    pk_sample_kernel<<<1, PK_SAMPLE_THREADS, 0, stream>>>(logits, n, temp, k, seed, counter, token);
+extern "C" int pk_sample(const float *logits, int rows, int n, const pk_sample_param *params, int stream_id,
+                         const int32_t *forced, int32_t *tokens, cudaStream_t stream) {
+    if (rows <= 0) return 0;
+    if (n <= 0) return (int)cudaMemsetAsync(tokens, 0, (size_t)rows * sizeof *tokens, stream);
+    pk_sample_kernel<<<rows, PK_SAMPLE_THREADS, 0, stream>>>(logits, n, params, stream_id, forced, tokens);
     return pk_launched();
 }

@@ -210,16 +210,18 @@ static void test_matmul(const wcase *wc) {
         twin_free(&y);
     }
     /* Embedding rows: −1 and past-the-end ids give zeros, other negatives row 0. */
-    int32_t ids[5] = {3, -1, 199, 250, -7};
+    int32_t ids[5] = {3, -1, 199, 250, -7}, *gids = gpu->ops->alloc(gpu, sizeof ids);
+    gpu->ops->upload(gpu, gids, ids, sizeof ids); /* ids live in backend memory (host memory on the CPU) */
     twin y = twin_rand(5 * (size_t)cols, 1.0f);
     for (int acc = 0; acc < 2; acc++) {
         char what[96];
         cpu->ops->embed(cpu, &h.c, ids, 5, y.c, acc);
-        gpu->ops->embed(gpu, &h.g, ids, 5, y.g, acc);
+        gpu->ops->embed(gpu, &h.g, gids, 5, y.g, acc);
         snprintf(what, sizeof what, "embed %s%s", wc->what, acc ? " accumulate" : "");
         /* NF2 rows go through a 128-point transform on both sides in the same order. */
         compare(what, y.g, y.c, 5 * (size_t)cols, wc->fmt == PP_WF_NF2 ? ELEM : EXACT);
     }
+    gpu->ops->release(gpu, gids);
     twin_free(&y);
     held_free(&h);
 }
@@ -434,33 +436,52 @@ static void test_vq(void) {
 
 /* ---- sampling and device hooks ---- */
 
+/* ROWS rows of logits drawn in one call, each row with its own settings (greedy, top-k 1, 25,
+ * 250, all) and row 2 forced, over 16 frames: the same tokens on both backends. */
+#define ROWS 5
 static void test_sample(void) {
     static const int sizes[2] = {2048, 32000};
-    int32_t *tc = cpu->ops->alloc(cpu, 4), *tg = gpu->ops->alloc(gpu, 4);
+    static const int ks[ROWS] = {0, 1, 25, 250, 0};
+    int32_t forced[ROWS] = {-1, -1, 17, -1, -1};
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof forced), *tg = gpu->ops->alloc(gpu, sizeof forced);
+    int32_t *fc = cpu->ops->alloc(cpu, sizeof forced), *fg = gpu->ops->alloc(gpu, sizeof forced);
+    pp_sample_param p[ROWS];
+    pp_sample_param *pc = cpu->ops->alloc(cpu, sizeof p), *pg = gpu->ops->alloc(gpu, sizeof p);
+    cpu->ops->upload(cpu, fc, forced, sizeof forced);
+    gpu->ops->upload(gpu, fg, forced, sizeof forced);
     for (int si = 0; si < 2; si++) {
-        int n = sizes[si], mism = 0, draws = 0;
-        float *l = rand_vec((size_t)n, 4.0f);
-        for (int i = 0; i < n; i += 97) l[i] = l[5]; /* ties, some at the top-k boundary */
-        twin tl = twin_of(l, (size_t)n);
-        static const int ks[] = {0, 1, 25, 250};
-        for (int ki = 0; ki < 4; ki++)
-            for (uint64_t counter = 0; counter < 16; counter++) {
-                float temp = counter == 0 ? 0.0f : 0.7f;
-                int32_t a, b;
-                cpu->ops->sample(cpu, tl.c, n, temp, ks[ki], 42, counter, tc);
-                gpu->ops->sample(gpu, tl.g, n, temp, ks[ki], 42, counter, tg);
-                cpu->ops->download(cpu, &a, tc, 4);
-                gpu->ops->download(gpu, &b, tg, 4);
-                mism += a != b;
-                draws++;
+        int n = sizes[si], mism = 0, draws = 0, kept = 1;
+        float *l = rand_vec((size_t)n * ROWS, 4.0f);
+        for (int i = 0; i < n * ROWS; i += 97) l[i] = l[5]; /* ties, some at the top-k boundary */
+        twin tl = twin_of(l, (size_t)n * ROWS);
+        for (int64_t frame = 0; frame < 16; frame++) {
+            for (int r = 0; r < ROWS; r++)
+                p[r] = (pp_sample_param){.seed = 42 + (uint64_t)r, .frame = frame, .temp = r == 0 ? 0.0f : 0.7f,
+                                         .top_k = ks[r]};
+            cpu->ops->upload(cpu, pc, p, sizeof p);
+            gpu->ops->upload(gpu, pg, p, sizeof p);
+            for (int stream = 0; stream < 17; stream += 8) {
+                int32_t a[ROWS], b[ROWS];
+                cpu->ops->sample(cpu, tl.c, ROWS, n, pc, stream, fc, tc);
+                gpu->ops->sample(gpu, tl.g, ROWS, n, pg, stream, fg, tg);
+                cpu->ops->download(cpu, a, tc, sizeof a);
+                gpu->ops->download(gpu, b, tg, sizeof b);
+                for (int r = 0; r < ROWS; r++) mism += a[r] != b[r];
+                kept &= b[2] == 17;
+                draws += ROWS;
             }
+        }
         printf("  sample n=%d: %d of %d draws differ\n", n, mism, draws);
         TEST_COND("sample: identical tokens on both backends", mism == 0);
+        TEST_COND("sample: a forced row keeps its token", kept);
         free(l);
         twin_free(&tl);
     }
-    cpu->ops->release(cpu, tc);
-    gpu->ops->release(gpu, tg);
+    void *cbufs[] = {tc, fc, pc}, *gbufs[] = {tg, fg, pg};
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->release(cpu, cbufs[i]);
+        gpu->ops->release(gpu, gbufs[i]);
+    }
 }
 
 /* A recorded frame replays with new data: rmsnorm + matmul + add, recorded once, replayed
@@ -493,6 +514,55 @@ static void test_graph(void) {
     twin_free(&x);
     twin_free(&a);
     twin_free(&t);
+    twin_free(&y);
+    held_free(&h);
+}
+
+/* A frame's tail as a recorded graph: sample rows whose settings live in device memory, embed
+ * the drawn tokens from device memory. Replayed after new frame numbers are uploaded, it draws
+ * the CPU's tokens for those new settings: nothing of the recording frame was kept. */
+static void test_graph_sample(void) {
+    enum { R = 3, N = 2048, D = 64 };
+    char err[PP_ERR_LEN];
+    held h;
+    if (make_weight(PP_WF_BF16, N, D, 0, 0, 0, &h)) return;
+    float *l = rand_vec((size_t)R * N, 4.0f);
+    twin tl = twin_of(l, (size_t)R * N), y = twin_rand((size_t)R * D, 0);
+    pp_sample_param p[R];
+    int32_t forced[R] = {-1, 5, -1}, a[R], b[R];
+    pp_sample_param *pc = cpu->ops->alloc(cpu, sizeof p), *pg = gpu->ops->alloc(gpu, sizeof p);
+    int32_t *fc = cpu->ops->alloc(cpu, sizeof forced), *fg = gpu->ops->alloc(gpu, sizeof forced);
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof a), *tg = gpu->ops->alloc(gpu, sizeof b);
+    cpu->ops->upload(cpu, fc, forced, sizeof forced);
+    gpu->ops->upload(gpu, fg, forced, sizeof forced);
+    int rc = PP_OK, same = 1;
+    for (int64_t frame = 0; !rc && frame < 4; frame++) {
+        for (int r = 0; r < R; r++)
+            p[r] = (pp_sample_param){.seed = 9 + (uint64_t)r, .frame = frame, .temp = 0.8f, .top_k = 250};
+        cpu->ops->upload(cpu, pc, p, sizeof p);
+        gpu->ops->upload(gpu, pg, p, sizeof p);
+        if (frame == 0) rc = gpu->ops->graph_begin(gpu, 1, err);
+        if (!rc && frame == 0) { /* frame 0 records (graph_end runs it), the others replay */
+            gpu->ops->sample(gpu, tl.g, R, N, pg, 3, fg, tg);
+            gpu->ops->embed(gpu, &h.g, tg, R, y.g, 0);
+        }
+        if (!rc) rc = frame == 0 ? gpu->ops->graph_end(gpu, 1, err) : gpu->ops->graph_replay(gpu, 1, err);
+        cpu->ops->sample(cpu, tl.c, R, N, pc, 3, fc, tc);
+        cpu->ops->embed(cpu, &h.c, tc, R, y.c, 0);
+        cpu->ops->download(cpu, a, tc, sizeof a);
+        gpu->ops->download(gpu, b, tg, sizeof b);
+        same &= memcmp(a, b, sizeof a) == 0 && b[1] == 5;
+        compare("graph: embedding of the drawn tokens", y.g, y.c, y.n, EXACT);
+    }
+    if (rc) fprintf(stderr, "graph: %s\n", err);
+    TEST_COND("graph: sample + embed recorded once, replayed with new settings", rc == 0 && same);
+    void *cb[] = {pc, fc, tc}, *gb[] = {pg, fg, tg};
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->release(cpu, cb[i]);
+        gpu->ops->release(gpu, gb[i]);
+    }
+    free(l);
+    twin_free(&tl);
     twin_free(&y);
     held_free(&h);
 }
@@ -530,6 +600,7 @@ int main(void) {
     printf("sampling and graphs:\n");
     test_sample();
     test_graph();
+    test_graph_sample();
     TEST_COND("no sticky device error", gpu->ops->last_error(gpu, err) == 0);
     pp_backend_destroy(gpu);
     pp_backend_destroy(cpu);

@@ -10,7 +10,6 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "lm_case.h"
-#include "model/sample.h"
 
 #include <string.h>
 
@@ -39,12 +38,20 @@ static double top2_gap(const float *l, int n) {
     return m > 0 ? (a - b) / m : 0;
 }
 
+/* The greedy token: the largest logit, lowest index on ties. */
+static int argmax(const float *l, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
 /* One stream of one step: compares while the runs still agree. */
 static void compare(agreement *ag, int t, int stream, const float *got, const float *ref, int n) {
     if (ag->div_step >= 0) return;
     double e = test_rel_err(got, ref, (size_t)n);
     if (e > ag->dev) ag->dev = e;
-    if (pp_sample_argmax(got, n) != pp_sample_argmax(ref, n)) {
+    if (argmax(got, n) != argmax(ref, n)) {
         ag->div_step = t;
         ag->div_stream = stream;
         ag->div_gap = top2_gap(ref, n);

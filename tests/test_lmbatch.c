@@ -2,7 +2,8 @@
  * they give alone (pp_lmgen_step), on every golden LM case: batches of 1, 2 and 3
  * conversations that join at different ticks (so they sit at different positions of their
  * rings), leave at different ticks and feed different user codes. Greedy decoding everywhere,
- * plus sampling with per-conversation seeds on each case (each conversation keeps its own RNG).
+ * plus sampling with per-conversation seeds, temperatures and top-k on each case (a draw depends
+ * only on its conversation's seed, frame and stream), and the same seed repeating its tokens.
  * The lone runs are also checked against the reference's tokens. */
 #include "test.h"
 
@@ -106,6 +107,11 @@ static void test_case(const lm_case *c, int sampling) {
         pp_lmgen_params_default(&pl[j].params);
         pl[j].params.greedy = !sampling;
         pl[j].params.seed = 1000 + (uint64_t)j;
+        /* Each conversation its own settings: a row's draw must not depend on its neighbours'. */
+        pl[j].params.text_temp = 0.6f + 0.2f * (float)j;
+        pl[j].params.text_top_k = 25 - 10 * j;
+        pl[j].params.audio_temp = 0.8f + 0.3f * (float)j;
+        pl[j].params.audio_top_k = j == 2 ? 0 : 250 / (j + 1);
         ref[j] = calloc((size_t)c->n_steps, sizeof *ref[j]);
         if (!rc && !ref[j]) rc = pp_fail(err, PP_ENOMEM, "out of memory");
         if (!rc) rc = run_alone(c, j, &pl[j], ref[j], err);
@@ -124,6 +130,33 @@ static void test_case(const lm_case *c, int sampling) {
         TEST_COND(what, rc == 0 && diffs == 0);
     }
     for (int j = 0; j < MAX_CONV; j++) free(ref[j]);
+}
+
+/* Sampling draws from (seed, frame, stream) only: the same seed repeats a conversation's
+ * tokens exactly, another seed changes them. */
+static void test_seeds(const lm_case *c) {
+    char err[PP_ERR_LEN] = "", what[256];
+    plan pl = {.start = 0, .steps = c->n_steps};
+    pp_lmgen_params_default(&pl.params);
+    pp_lmgen_out *out[3];
+    int rc = PP_OK;
+    for (int k = 0; k < 3; k++) {
+        out[k] = calloc((size_t)c->n_steps, sizeof *out[k]);
+        pl.params.seed = k < 2 ? 77 : 78;
+        if (!rc) rc = out[k] ? run_alone(c, 0, &pl, out[k], err) : pp_fail(err, PP_ENOMEM, "out of memory");
+    }
+    int same = 0, other = 0, ready = 0;
+    for (int t = 0; !rc && t < c->n_steps; t++) {
+        same += same_out(&out[0][t], &out[1][t]);
+        other += !same_out(&out[0][t], &out[2][t]);
+        ready += out[0][t].ready;
+    }
+    snprintf(what, sizeof what, "%s: the same seed repeats every output (%d of %d) %s", c->name, same, c->n_steps,
+             err);
+    TEST_COND(what, rc == 0 && same == c->n_steps && ready > 0);
+    snprintf(what, sizeof what, "%s: another seed changes the outputs (%d of %d ready differ)", c->name, other, ready);
+    TEST_COND(what, rc == 0 && other > 0);
+    for (int k = 0; k < 3; k++) free(out[k]);
 }
 
 /* Bad ticks are refused before any conversation changes. */
@@ -169,6 +202,7 @@ int main(void) {
         if (rc) continue;
         test_case(&c, 0);
         test_case(&c, 1);
+        test_seeds(&c);
         if (i == 0) test_refusals(&c);
         printf("%s: batches of 1-3 conversations match the lone runs (greedy and sampling)\n", c.name);
         lm_case_close(&c);

@@ -166,8 +166,8 @@ typedef struct lm {
     pp_tf_scratch tsc, dsc;
     pp_weight emb[DEP_Q], text_emb, text_linear, dep_in[DEP_Q], linears[DEP_Q], dep_emb[DEP_Q - 1], dep_text_emb;
     float *out_norm, *x, *h, *dx, *logits;
-    int32_t *pos, *dep_pos, *token;
-    uint64_t counter;
+    int32_t *pos, *dep_pos, *ids, *tokens; /* ids: the input column; tokens: the frame's [1+DEP_Q] */
+    pp_sample_param *params;               /* [2]: text, audio */
 } lm;
 
 static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, pp_tf *tf, char *err) {
@@ -216,7 +216,7 @@ static void lm_free(lm *m) {
         for (int i = 0; i < 4; i++)
             if (per[i] && per[i]->data) be->ops->weight_release(be, per[i]);
     }
-    void *bufs[] = {m->out_norm, m->x, m->h, m->dx, m->logits, m->pos, m->dep_pos, m->token};
+    void *bufs[] = {m->out_norm, m->x, m->h, m->dx, m->logits, m->pos, m->dep_pos, m->ids, m->tokens, m->params};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
     memset(m, 0, sizeof *m);
@@ -256,8 +256,11 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
     m->logits = bench_rand_buffer(be, &s->rng, (size_t)nlog, 0);
     m->pos = be->ops->alloc(be, sizeof(int32_t));
     m->dep_pos = be->ops->alloc(be, DEP_Q * sizeof(int32_t));
-    m->token = be->ops->alloc(be, sizeof(int32_t));
-    if (!m->out_norm || !m->x || !m->h || !m->dx || !m->logits || !m->pos || !m->dep_pos || !m->token)
+    m->ids = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
+    m->tokens = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
+    m->params = be->ops->alloc(be, 2 * sizeof(pp_sample_param));
+    if (!m->out_norm || !m->x || !m->h || !m->dx || !m->logits || !m->pos || !m->dep_pos || !m->ids || !m->tokens ||
+        !m->params)
         return pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for the LM state");
     int32_t steps[DEP_Q];
     for (int k = 0; k < DEP_Q; k++) steps[k] = k;
@@ -265,41 +268,39 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
     return PP_OK;
 }
 
-/* Draws a token from the logits on the backend and brings it to the host (the generation
- * loop needs it for the next embedding). */
-static int32_t draw(lm *m, int n, int top_k) {
-    int32_t t = 0;
-    m->be->ops->sample(m->be, m->logits, n, 0.7f, top_k, 1234, m->counter++, m->token);
-    m->be->ops->download(m->be, &t, m->token, sizeof t);
-    return t;
-}
-
-/* One frame of the LM as src/model/lm.c runs it; seconds of the temporal part and of the
- * depformer part. */
+/* One frame of the LM as src/model/lm.c runs it: inputs uploaded first, every token drawn and
+ * fed back in backend memory, the frame's tokens downloaded once at the end; seconds of the
+ * temporal part and of the depformer part (a sync between them splits the two). */
 static void lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, double *t_dep) {
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
     const dims *d = &m->d;
     double t0 = bench_now();
-    for (int k = 0; k < DEP_Q; k++) {
-        int32_t id = (int32_t)((pos * 31 + k * 7) % d->card);
-        op->embed(be, &m->emb[k], &id, 1, m->x, k > 0);
-    }
-    op->embed(be, &m->text_emb, &prev_text, 1, m->x, 1);
+    int32_t ids[DEP_Q + 1], tokens[DEP_Q + 1];
+    for (int k = 0; k < DEP_Q; k++) ids[k] = (int32_t)((pos * 31 + k * 7) % d->card);
+    ids[DEP_Q] = prev_text;
+    pp_sample_param p[2] = {{.seed = 1234, .frame = pos, .temp = 0.7f, .top_k = 25},
+                            {.seed = 1234, .frame = pos, .temp = 0.7f, .top_k = 250}};
+    op->upload(be, m->ids, ids, sizeof ids);
+    op->upload(be, m->params, p, sizeof p);
     op->upload(be, m->pos, &pos, sizeof pos);
+    for (int k = 0; k < DEP_Q; k++) op->embed(be, &m->emb[k], m->ids + k, 1, m->x, k > 0);
+    op->embed(be, &m->text_emb, m->ids + DEP_Q, 1, m->x, 1);
     pp_tf_cache *tc = &m->tc, *dc = &m->dc;
     pp_tf_forward(be, &m->temporal, &m->tsc, &tc, 1, m->x, m->pos, 0, NULL);
     op->rmsnorm(be, m->x, m->out_norm, 1, d->dim, 1e-8f, m->h);
     op->matmul(be, &m->text_linear, m->h, 1, m->logits);
-    int32_t prev = draw(m, d->text_card, 25);
+    op->sample(be, m->logits, 1, d->text_card, m->params, 0, NULL, m->tokens);
+    op->sync(be);
     double t1 = bench_now();
     for (int k = 0; k < DEP_Q; k++) {
         op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
-        op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], &prev, 1, m->dx, 1);
+        op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], m->tokens + k, 1, m->dx, 1);
         pp_tf_forward(be, &m->depformer, &m->dsc, &dc, 1, m->dx, m->dep_pos + k, k, NULL);
         op->matmul(be, &m->linears[k], m->dx, 1, m->logits);
-        prev = draw(m, d->card, 250);
+        op->sample(be, m->logits, 1, d->card, m->params + 1, k + 1, NULL, m->tokens + k + 1);
     }
+    op->download(be, tokens, m->tokens, sizeof tokens);
     *t_temporal = t1 - t0;
     *t_dep = bench_now() - t1;
 }

@@ -52,6 +52,15 @@ static inline size_t pp_conv_scratch(const pp_conv *c, int t, int transposed) {
     return (c->groups == 1 ? (size_t)t * c->cout * c->k : 0) + full;
 }
 
+/* Sampling settings of one row (sample below), kept in backend memory and uploaded before a
+ * frame. The same layout on every backend (kernels/kernels.h mirrors it as pk_sample_param). */
+typedef struct pp_sample_param {
+    uint64_t seed;
+    int64_t frame; /* the draw's counter is frame·PP_SK_STREAMS + stream */
+    float temp;    /* <= 0: greedy */
+    int32_t top_k; /* <= 0: all */
+} pp_sample_param;
+
 #define PP_CONV_ACCUMULATE 1 /* y += conv(x) instead of y = conv(x) */
 #define PP_CONV_REPLICATE 2  /* first call of a replicate-padded conv: history = copies of x[:, 0] */
 
@@ -76,7 +85,9 @@ typedef struct pp_backend_ops {
     /* ---- linear algebra ---- */
     /* y[n][w.rows] = x[n][w.cols] · wᵀ, for every weight format, without a dequantized copy. */
     void (*matmul)(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
-    /* y[i][:] (+)= table row ids[i] for i < n; ids are host int32. accumulate=0 overwrites. */
+    /* y[i][:] (+)= table row ids[i] for i < n; ids are int32 in backend memory (so a recorded
+     * frame reads the ids uploaded before it, or tokens sampled inside it). accumulate=0
+     * overwrites. */
     void (*embed)(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
     /* y[i] += x[i] for i < count. */
     void (*add)(pp_backend *be, float *y, const float *x, size_t count);
@@ -137,13 +148,16 @@ typedef struct pp_backend_ops {
     void (*vq_add_row)(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 
     /* ---- sampling (text and audio tokens; logits never leave the backend) ---- */
-    /* *token (backend int32) = a token from logits [n]. temp <= 0: greedy, the largest logit,
-     * lowest index on ties, NaN never wins. Else the top_k largest (top_k <= 0 or > n: all n;
-     * boundary ties keep the lowest indices) race: argmax of l/temp − log(−log(U_i)) with U_i =
-     * pp_sk_uniform(seed, counter, i) (backend/sample_key.h), so every backend draws the same
-     * token for the same (seed, counter); the caller uses a new counter for every draw. */
-    void (*sample)(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed,
-                   uint64_t counter, int32_t *token);
+    /* For each row r < rows: tokens[r] (backend int32) = forced[r] when forced (backend, may be
+     * NULL: nothing forced) holds forced[r] >= 0, else a token drawn from logits row r
+     * ([rows][n]) with params[r] (backend memory). temp <= 0: greedy, the largest logit, lowest
+     * index on ties, NaN never wins. Else the top_k largest (top_k <= 0 or > n: all n; boundary
+     * ties keep the lowest indices) race: argmax of l/temp − log(−log(U_i)) with U_i =
+     * pp_sk_uniform(seed, frame·PP_SK_STREAMS + stream, i) (backend/sample_key.h), so every
+     * backend draws the same token for the same (seed, frame, stream), whatever the other rows
+     * hold, and a recorded frame draws anew once new frame numbers are uploaded. */
+    void (*sample)(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
+                   const int32_t *forced, int32_t *tokens);
 
     /* ---- device hooks: NULL on the CPU backend ---- */
     /* First device error since creation (0 if none), its message (file, line, statement) in
@@ -151,9 +165,11 @@ typedef struct pp_backend_ops {
     int (*last_error)(pp_backend *be, char *err);
     /* CUDA graphs: graph_begin starts recording the operations that follow into graph `slot`
      * (0 <= slot < 8) instead of running them; graph_end stops, instantiates and runs it;
-     * graph_replay runs it again. Recorded operations keep their arguments (embed's host ids
-     * and vq_add_row's code too), so positions must come from backend memory (as they do),
-     * uploads happen before graph_begin, and nothing inside downloads, syncs or allocates. */
+     * graph_replay runs it again, or returns PP_ENOTFOUND when the slot holds no graph (never
+     * recorded, or dropped because the backend's own workspace moved): the caller records
+     * again. Recorded operations keep their arguments (vq_add_row's host code too), so
+     * positions, ids and sampling settings come from backend memory, uploads happen before
+     * graph_begin / graph_replay, and nothing inside downloads, syncs or allocates. */
     int (*graph_begin)(pp_backend *be, int slot, char *err);
     int (*graph_end)(pp_backend *be, int slot, char *err);
     int (*graph_replay)(pp_backend *be, int slot, char *err);

@@ -56,7 +56,7 @@ void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bin
 void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 
 /* cpu_sample.c */
-void cpu_sample(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed, uint64_t counter,
-                int32_t *token);
+void cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
+                const int32_t *forced, int32_t *tokens);
 
 #endif

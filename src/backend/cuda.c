@@ -15,6 +15,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,12 @@ static int ws_reserve(cuda_ctx *c, size_t floats) {
     cudaFree(c->ws);
     c->ws = p;
     c->ws_floats = n;
+    /* Recorded graphs hold the old workspace: drop them, their owners record again. */
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (c->graph[i]) {
+            cudaGraphExecDestroy(c->graph[i]);
+            c->graph[i] = NULL;
+        }
     PP_DEBUG("cuda", "workspace grown to %.1f MiB", (double)n * 4 / (1 << 20));
     return PP_OK;
 }
@@ -380,9 +387,16 @@ static void cuda_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t co
     CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, dim, code, y, ctx_of(be)->stream));
 }
 
-static void cuda_sample(pp_backend *be, const float *logits, int n, float temp, int top_k, uint64_t seed,
-                        uint64_t counter, int32_t *token) {
-    CUDA_NOTE(ctx_of(be), pk_sample(logits, n, temp, top_k, seed, counter, token, ctx_of(be)->stream));
+_Static_assert(sizeof(pk_sample_param) == sizeof(pp_sample_param) &&
+                   offsetof(pk_sample_param, frame) == offsetof(pp_sample_param, frame) &&
+                   offsetof(pk_sample_param, temp) == offsetof(pp_sample_param, temp) &&
+                   offsetof(pk_sample_param, top_k) == offsetof(pp_sample_param, top_k),
+               "pk_sample_param mirrors pp_sample_param");
+
+static void cuda_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params,
+                        int stream, const int32_t *forced, int32_t *tokens) {
+    CUDA_NOTE(ctx_of(be), pk_sample(logits, rows, n, (const pk_sample_param *)params, stream, forced, tokens,
+                                    ctx_of(be)->stream));
 }
 
 /* ---- device hooks ---- */
@@ -438,7 +452,7 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
     cuda_ctx *c = ctx_of(be);
     int rc = check_slot(slot, err);
     if (rc) return rc;
-    if (!c->graph[slot]) return pp_fail(err, PP_EINVAL, "cuda: graph slot %d was never recorded", slot);
+    if (!c->graph[slot]) return pp_fail(err, PP_ENOTFOUND, "cuda: graph slot %d holds no graph", slot);
     PP_CUDA_TRY(c, err, cudaGraphLaunch(c->graph[slot], c->stream));
     return PP_OK;
 }

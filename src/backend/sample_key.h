@@ -4,8 +4,8 @@
  *
  * The uniform for candidate `index` of draw `counter` under `seed` is a pure function of the
  * three (splitmix64's finaliser chained over them), so a device draws every candidate's number
- * in parallel and no RNG state lives anywhere: the caller passes (seed, counter), e.g. the
- * conversation's seed and frame·17 + stream. */
+ * in parallel and no RNG state lives anywhere: a draw's counter is frame·PP_SK_STREAMS + stream
+ * (backend.h's sample), so each (conversation seed, frame, stream) has its own numbers. */
 #ifndef PP_BACKEND_SAMPLE_KEY_H
 #define PP_BACKEND_SAMPLE_KEY_H
 
@@ -13,11 +13,17 @@
 #include <math.h>
 #include <string.h>
 
+#define PP_SK_STREAMS 32 /* counters per frame: room for the 17 streams */
+
 #ifdef __CUDACC__
 #define PP_SK_FN static __host__ __device__ __forceinline__
 #else
 #define PP_SK_FN static inline
 #endif
+
+PP_SK_FN uint64_t pp_sk_counter(int64_t frame, int stream) {
+    return (uint64_t)frame * PP_SK_STREAMS + (uint64_t)stream;
+}
 
 PP_SK_FN uint64_t pp_sk_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

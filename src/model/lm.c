@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "model/transformer.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,15 @@
 /* Config keys that set each tensor's shape, quoted in shape-mismatch messages. */
 #define KEYS_TEMPORAL "dim, num_heads, num_layers, hidden_scale"
 #define KEYS_DEPFORMER "depformer_dim, depformer_num_heads, depformer_num_layers, depformer_dim_feedforward, dep_q"
+#define GRAPH_SLOTS 8 /* the backend's graph slots (backend.h) */
+
+/* Which work's frame each of the backend's graph slots holds, for the model's frames (which
+ * run on one thread at a time: the backend has one stream). */
+typedef struct lm_graphs {
+    uint64_t owner[GRAPH_SLOTS]; /* work id; 0: free */
+    uint64_t used[GRAPH_SLOTS];  /* clock of the last use (claim_slot) */
+    uint64_t clock;
+} lm_graphs;
 
 struct pp_lm {
     pp_backend *be;
@@ -26,10 +36,12 @@ struct pp_lm {
     pp_weight dep_text_emb;                 /* [text_card+1, dep_dim] */
     pp_weight dep_emb[PP_LM_MAX_DEP_Q - 1]; /* [card+1, dep_dim] */
     pp_weight linears[PP_LM_MAX_DEP_Q];     /* [card, dep_dim] */
+    lm_graphs *graphs;
 };
 
 struct pp_lm_ctx {
     const pp_lm *lm;
+    uint64_t id; /* never reused: a recorded frame names the rings of its rows by it */
     pp_tf_cache temporal;
 };
 
@@ -40,11 +52,24 @@ struct pp_lm_work {
     pp_tf_cache *dep;                    /* [rows]: each row's depformer rings (restart every frame) */
     pp_tf_cache **dep_rows, **tmp_rows;  /* host [rows]: ring pointers handed to pp_tf_forward */
     float *x, *h, *dx, *logits, *layer_out; /* backend [rows][...] */
-    int32_t *pos;                        /* backend [rows]: the temporal positions */
     int32_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
-    int32_t *ids;                        /* host [rows] */
-    int32_t *host_pos;                   /* host [rows] */
+    /* A frame's inputs: one backend block `in`, staged whole in host_in and sent in one upload
+     * before the frame: params [2][rows] (text, audio), pos [rows] (the temporal positions),
+     * ids [17][rows] (the input columns), forced [1+dep_q][rows]; a frame of n rows uses the
+     * first k·n entries of a [k][rows] part as [k][n]. */
+    void *in, *host_in;
+    size_t in_bytes;
+    pp_sample_param *params, *host_params;
+    int32_t *pos, *host_pos, *ids, *host_ids, *forced, *host_forced;
+    int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
+    /* The recorded frame: work id, graph slot, and the shape it was recorded for. */
+    uint64_t id;
+    int slot, recorded, key_n, key_steps; /* key_n 0: no shape run yet */
+    uint64_t *key_ctx;                    /* host [rows]: the rows' conversation ids */
 };
+
+static atomic_uint_fast64_t next_id = 1;
+static uint64_t new_id(void) { return (uint64_t)atomic_fetch_add(&next_id, 1); }
 
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm) { return &lm->cfg; }
 pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
@@ -207,6 +232,7 @@ void pp_lm_close(pp_lm *lm) {
     }
     release_weight(be, &lm->dep_text_emb);
     st_close(lm->file);
+    free(lm->graphs);
     free(lm);
 }
 
@@ -215,6 +241,11 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     pp_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     lm->be = be;
+    lm->graphs = calloc(1, sizeof *lm->graphs);
+    if (!lm->graphs) {
+        free(lm);
+        return pp_fail(err, PP_ENOMEM, "lm: out of memory");
+    }
     int rc;
     if (config_path) {
         rc = pp_lm_config_load(config_path, &lm->cfg, err);
@@ -268,6 +299,7 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
     pp_lm_ctx *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     c->lm = lm;
+    c->id = new_id();
     /* The reference's ring quirk: a query sees capacity − 1 keys (spec §3.4). */
     int rc = pp_tf_cache_init(lm->be, &lm->temporal, lm->cfg.context, lm->cfg.context - 1, kv, &c->temporal, err);
     if (rc) {
@@ -281,40 +313,50 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
 void pp_lm_work_destroy(pp_lm_work *w) {
     if (!w) return;
     pp_backend *be = w->lm->be;
+    lm_graphs *g = w->lm->graphs;
+    if (w->slot >= 0 && g->owner[w->slot] == w->id) g->owner[w->slot] = 0; /* free for the next work */
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
-    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->pos, w->dep_pos};
+    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->dep_pos, w->in, w->tokens};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
-    free(w->dep);
-    free(w->dep_rows);
-    free(w->tmp_rows);
-    free(w->ids);
-    free(w->host_pos);
+    void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_in, w->key_ctx};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     free(w);
 }
 
 static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     const pp_lm_config *cfg = &lm->cfg;
     pp_backend *be = lm->be;
-    size_t n = (size_t)w->rows;
+    size_t n = (size_t)w->rows, nt = (size_t)cfg->dep_q + 1;
     size_t nlog = (size_t)(cfg->text_card > cfg->card ? cfg->text_card : cfg->card);
     w->dep = calloc(n, sizeof *w->dep);
     w->dep_rows = calloc(n, sizeof *w->dep_rows);
     w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
-    w->ids = calloc(n, sizeof *w->ids);
-    w->host_pos = calloc(n, sizeof *w->host_pos);
+    w->in_bytes = 2 * n * sizeof(pp_sample_param) + n * (1 + PP_LM_STREAMS + nt) * sizeof(int32_t);
+    w->host_in = calloc(1, w->in_bytes);
+    w->key_ctx = calloc(n, sizeof *w->key_ctx);
     w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
     w->h = be->ops->alloc(be, n * cfg->dim * sizeof(float));
     w->dx = be->ops->alloc(be, n * cfg->dep_dim * sizeof(float));
     w->logits = be->ops->alloc(be, n * nlog * sizeof(float));
     w->layer_out = be->ops->alloc(be, n * cfg->num_layers * cfg->dim * sizeof(float));
-    w->pos = be->ops->alloc(be, n * sizeof(int32_t));
     w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int32_t));
-    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->ids || !w->host_pos || !w->x || !w->h || !w->dx ||
-        !w->logits || !w->layer_out || !w->pos || !w->dep_pos)
+    w->in = be->ops->alloc(be, w->in_bytes);
+    w->tokens = be->ops->alloc(be, n * nt * sizeof(int32_t));
+    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->key_ctx || !w->x || !w->h || !w->dx ||
+        !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens)
         return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
+    /* The parts of the input block, at the same offsets on the host and the backend. */
+    w->params = w->in;
+    w->host_params = w->host_in;
+    w->pos = (int32_t *)(w->params + 2 * n);
+    w->host_pos = (int32_t *)(w->host_params + 2 * n);
+    w->ids = w->pos + n;
+    w->host_ids = w->host_pos + n;
+    w->forced = w->ids + n * PP_LM_STREAMS;
+    w->host_forced = w->host_ids + n * PP_LM_STREAMS;
     int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
     if (!rc) rc = pp_tf_scratch_init(be, &lm->depformer, w->rows, &w->depformer, err);
     for (int i = 0; !rc && i < w->rows; i++) {
@@ -332,6 +374,8 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
     if (!w) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     w->lm = lm;
     w->rows = rows;
+    w->id = new_id();
+    w->slot = -1;
     int rc = work_buffers(lm, w, err);
     if (rc) {
         pp_lm_work_destroy(w);
@@ -339,8 +383,8 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
     }
     int dep_q = lm->cfg.dep_q;
     for (int k = 0; k < dep_q; k++) {
-        for (int i = 0; i < rows; i++) w->ids[i] = k;
-        lm->be->ops->upload(lm->be, w->dep_pos + (size_t)k * rows, w->ids, (size_t)rows * sizeof(int32_t));
+        for (int i = 0; i < rows; i++) w->host_ids[i] = k;
+        lm->be->ops->upload(lm->be, w->dep_pos + (size_t)k * rows, w->host_ids, (size_t)rows * sizeof(int32_t));
     }
     *out = w;
     return PP_OK;
@@ -348,13 +392,21 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
 
 int pp_lm_work_rows(const pp_lm_work *w) { return w->rows; }
 
-void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*cols)[PP_LM_STREAMS]) {
+/* The input rows from the ids in backend memory ([17][n]): audio streams, then text last (the
+ * reference's order of the sum). */
+static void embed_inputs(const pp_lm *lm, pp_lm_work *w, int n) {
     pp_backend *be = lm->be;
     for (int k = 1; k <= lm->cfg.n_q + 1; k++) {
-        int s = k <= lm->cfg.n_q ? k : 0; /* text last */
-        for (int i = 0; i < n; i++) w->ids[i] = cols[i][s];
-        be->ops->embed(be, s ? &lm->emb[s - 1] : &lm->text_emb, w->ids, n, w->x, k > 1);
+        int s = k <= lm->cfg.n_q ? k : 0;
+        be->ops->embed(be, s ? &lm->emb[s - 1] : &lm->text_emb, w->ids + (size_t)s * n, n, w->x, k > 1);
     }
+}
+
+void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*cols)[PP_LM_STREAMS]) {
+    for (int s = 0; s < PP_LM_STREAMS; s++)
+        for (int i = 0; i < n; i++) w->host_ids[(size_t)s * n + i] = cols[i][s];
+    lm->be->ops->upload(lm->be, w->ids, w->host_ids, (size_t)n * PP_LM_STREAMS * sizeof(int32_t));
+    embed_inputs(lm, w, n);
 }
 
 void pp_lm_set_embedding(const pp_lm *lm, pp_lm_work *w, int row, const float *emb) {
@@ -367,34 +419,152 @@ void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb) {
     lm->be->ops->download(lm->be, emb, w->x + (size_t)row * d, d * sizeof(float));
 }
 
-void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos,
-                    float *const *layer_out) {
+/* Row i's conversation rings and (staged) position. */
+static void put_row(pp_lm_work *w, int i, pp_lm_ctx *ctx, int64_t pos) {
+    w->host_pos[i] = (int32_t)pos;
+    w->tmp_rows[i] = &ctx->temporal;
+}
+
+/* h = out_norm(temporal transformer(x)) on the uploaded positions and rings. */
+static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers) {
     pp_backend *be = lm->be;
     const pp_lm_config *c = &lm->cfg;
-    for (int i = 0; i < n; i++) {
-        w->host_pos[i] = (int32_t)pos[i];
-        w->tmp_rows[i] = &ctxs[i]->temporal;
-    }
-    be->ops->upload(be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
-    pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, n, w->x, w->pos, 0, layer_out ? w->layer_out : NULL);
+    pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, n, w->x, w->pos, 0, layers ? w->layer_out : NULL);
     be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
+}
+
+void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos) {
+    for (int i = 0; i < n; i++) put_row(w, i, ctxs[i], pos[i]);
+    lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
+    temporal(lm, w, n, 0);
+}
+
+/* Everything a frame reads, into its fixed backend block in one upload (before a graph
+ * replays). With inputs_ready the staged ids are those pp_lm_embed_tokens sent, or unused. */
+static void frame_upload(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int inputs_ready) {
+    int nt = lm->cfg.dep_q + 1;
+    for (int s = 0; !inputs_ready && s < PP_LM_STREAMS; s++)
+        for (int i = 0; i < n; i++) w->host_ids[(size_t)s * n + i] = rows[i].cols[s];
+    for (int i = 0; i < n; i++) {
+        put_row(w, i, rows[i].ctx, rows[i].pos);
+        w->host_params[i] = rows[i].text;
+        w->host_params[n + i] = rows[i].audio;
+    }
+    for (int k = 0; k < nt; k++)
+        for (int i = 0; i < n; i++) w->host_forced[(size_t)k * n + i] = rows[i].forced[k];
+    lm->be->ops->upload(lm->be, w->in, w->host_in, w->in_bytes);
+}
+
+static void trace_download(pp_backend *be, float *dst, const float *src, size_t floats) {
+    if (dst) be->ops->download(be, dst, src, floats * sizeof(float));
+}
+
+/* The frame's operations: nothing here reads a host value that changes between frames of one
+ * shape (a recorded frame replays them); only a traced frame downloads. */
+static void frame_ops(const pp_lm *lm, pp_lm_work *w, int n, int steps, int inputs_ready, const pp_lm_trace *tr) {
+    pp_backend *be = lm->be;
+    const pp_lm_config *c = &lm->cfg;
+    if (!inputs_ready) embed_inputs(lm, w, n);
+    temporal(lm, w, n, tr && tr->layer_out);
     size_t per = (size_t)c->num_layers * c->dim;
-    for (int i = 0; layer_out && i < n; i++)
-        if (layer_out[i]) be->ops->download(be, layer_out[i], w->layer_out + i * per, per * sizeof(float));
-}
-
-void pp_lm_text_logits(const pp_lm *lm, pp_lm_work *w, int n, float *logits) {
-    pp_backend *be = lm->be;
+    for (int i = 0; tr && tr->layer_out && i < n; i++)
+        trace_download(be, tr->layer_out[i], w->layer_out + i * per, per);
+    if (steps < 0) return;
     be->ops->matmul(be, &lm->text_linear, w->h, n, w->logits);
-    be->ops->download(be, logits, w->logits, (size_t)n * lm->cfg.text_card * sizeof(float));
+    if (tr) trace_download(be, tr->text_logits, w->logits, (size_t)n * c->text_card);
+    be->ops->sample(be, w->logits, n, c->text_card, w->params, 0, w->forced, w->tokens);
+    for (int k = 0; k < steps; k++) {
+        be->ops->matmul(be, &lm->dep_in[k], w->h, n, w->dx);
+        /* Step k is fed the frame's token of stream k (the text token at k = 0). */
+        be->ops->embed(be, k == 0 ? &lm->dep_text_emb : &lm->dep_emb[k - 1], w->tokens + (size_t)k * n, n, w->dx, 1);
+        pp_tf_forward(be, &lm->depformer, &w->depformer, w->dep_rows, n, w->dx, w->dep_pos + (size_t)k * w->rows, k,
+                      NULL);
+        be->ops->matmul(be, &lm->linears[k], w->dx, n, w->logits);
+        if (tr && k < tr->dep_steps)
+            trace_download(be, tr->dep_logits ? tr->dep_logits + (size_t)k * n * c->card : NULL, w->logits,
+                           (size_t)n * c->card);
+        be->ops->sample(be, w->logits, n, c->card, w->params + n, k + 1, w->forced + (size_t)(k + 1) * n,
+                        w->tokens + (size_t)(k + 1) * n);
+    }
 }
 
-void pp_lm_depformer(const pp_lm *lm, pp_lm_work *w, int n, int k, const int32_t *prev, float *logits) {
+/* A recorded frame holds the work's buffers, n, the step count and each row's rings. */
+static int same_shape(const pp_lm_work *w, int n, int steps, const pp_lm_row *rows) {
+    if (w->key_n != n || w->key_steps != steps) return 0;
+    for (int i = 0; i < n; i++)
+        if (w->key_ctx[i] != rows[i].ctx->id) return 0;
+    return 1;
+}
+
+/* The work's slot if it still holds it, else the least recently used one, but only if free
+ * or idle for IDLE_USES uses of the others: with more works than slots the busy ones keep
+ * theirs and the rest run plainly, instead of each taking a slot from the next and recording
+ * every frame. -1: none to take. */
+#define IDLE_USES (2 * GRAPH_SLOTS)
+
+/* Slot i rather than j: a free one first, then the one used longer ago. */
+static int takes_before(const lm_graphs *g, int i, int j) {
+    if (!g->owner[i] != !g->owner[j]) return !g->owner[i];
+    return g->used[i] < g->used[j];
+}
+
+static int claim_slot(lm_graphs *g, pp_lm_work *w) {
+    if (w->slot < 0 || g->owner[w->slot] != w->id) {
+        int lru = 0;
+        for (int i = 1; i < GRAPH_SLOTS; i++)
+            if (takes_before(g, i, lru)) lru = i;
+        if (g->owner[lru] && g->used[lru] + IDLE_USES > g->clock) return -1;
+        w->slot = lru;
+        g->owner[lru] = w->id;
+    }
+    g->used[w->slot] = ++g->clock;
+    return w->slot;
+}
+
+/* A frame on a backend with graphs: a new shape runs plainly once (the backend's workspace
+ * takes its size outside any recording), the second frame of a shape is recorded, later ones
+ * replay it; plainly again while no slot can be taken. */
+static int frame_graph(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
     pp_backend *be = lm->be;
-    be->ops->matmul(be, &lm->dep_in[k], w->h, n, w->dx);
-    be->ops->embed(be, k == 0 ? &lm->dep_text_emb : &lm->dep_emb[k - 1], prev, n, w->dx, 1);
-    pp_tf_forward(be, &lm->depformer, &w->depformer, w->dep_rows, n, w->dx, w->dep_pos + (size_t)k * w->rows, k,
-                  NULL);
-    be->ops->matmul(be, &lm->linears[k], w->dx, n, w->logits);
-    be->ops->download(be, logits, w->logits, (size_t)n * lm->cfg.card * sizeof(float));
+    lm_graphs *g = lm->graphs;
+    if (!same_shape(w, n, steps, rows)) {
+        frame_ops(lm, w, n, steps, 0, NULL);
+        w->key_n = n;
+        w->key_steps = steps;
+        for (int i = 0; i < n; i++) w->key_ctx[i] = rows[i].ctx->id;
+        w->recorded = 0;
+        return PP_OK;
+    }
+    if (w->recorded && w->slot >= 0 && g->owner[w->slot] == w->id) {
+        g->used[w->slot] = ++g->clock;
+        int rc = be->ops->graph_replay(be, w->slot, err);
+        if (rc != PP_ENOTFOUND) return rc;
+    }
+    int slot = claim_slot(g, w);
+    if (slot < 0) {
+        frame_ops(lm, w, n, steps, 0, NULL);
+        return PP_OK;
+    }
+    int rc = be->ops->graph_begin(be, slot, err);
+    if (rc) return rc;
+    frame_ops(lm, w, n, steps, 0, NULL);
+    rc = be->ops->graph_end(be, slot, err);
+    w->recorded = rc == PP_OK;
+    return rc;
+}
+
+int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
+                const pp_lm_trace *trace, int32_t *tokens, char *err) {
+    pp_backend *be = lm->be;
+    if (n < 1 || n > w->rows || steps > lm->cfg.dep_q)
+        return pp_fail(err, PP_EINVAL, "lm: frame of %d rows (scratch for %d), %d depformer steps (dep_q %d)", n,
+                       w->rows, steps, lm->cfg.dep_q);
+    frame_upload(lm, w, n, rows, inputs_ready);
+    int rc = PP_OK;
+    if (be->ops->graph_begin && !trace && !inputs_ready)
+        rc = frame_graph(lm, w, n, rows, steps, err);
+    else
+        frame_ops(lm, w, n, steps, inputs_ready, trace);
+    if (!rc && steps >= 0) be->ops->download(be, tokens, w->tokens, (size_t)(steps + 1) * n * sizeof(int32_t));
+    return rc;
 }

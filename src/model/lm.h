@@ -9,8 +9,9 @@
  * generation loop (lmgen.h) decides which tokens go in; this module only computes:
  *   1. the input rows: pp_lm_embed_tokens (sum of the 17 stream embeddings) or
  *      pp_lm_set_embedding (a stored voice-prompt frame);
- *   2. pp_lm_temporal, each row at its conversation's position: h = out_norm(transformer(x));
- *   3. optionally pp_lm_text_logits(h) and the depformer steps pp_lm_depformer(k, prev tokens).
+ *   2. pp_lm_temporal, each row at its conversation's position: h = out_norm(transformer(x))
+ *      (prefill), or pp_lm_frame: the input rows, the temporal transformer, the text head and
+ *      the depformer steps, sampled on the backend, the frame's tokens downloaded once.
  * Rows are computed independently: a row's results do not depend on the other rows (bit for
  * bit on the CPU backend; a device GEMM may sum in another order at another batch size). */
 #ifndef PP_MODEL_LM_H
@@ -65,17 +66,43 @@ void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*c
 void pp_lm_set_embedding(const pp_lm *lm, pp_lm_work *w, int row, const float *emb);
 /* Copies row `row`'s input x to host [dim] (what a voices/NAME.pt file stores). */
 void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb);
-/* Runs the temporal transformer on rows 0..n-1, row i on the rings of ctxs[i] at position
- * pos[i] (host), leaving h = out_norm(output). When layer_out is not NULL, layer_out[i] (host
- * [num_layers][dim], may be NULL) receives row i's layer outputs. */
-void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos,
-                    float *const *layer_out);
-/* Text logits of the n rows of h into host [n][text_card]. */
-void pp_lm_text_logits(const pp_lm *lm, pp_lm_work *w, int n, float *logits);
-/* Depformer step k (0 ≤ k < dep_q) of this frame for n rows, row i fed prev[i] (host: the
- * frame's text token at k = 0, else the final token of audio stream k); logits to host
- * [n][card]. Steps must run in order 0, 1, ... from 0 each frame on the same rows (the
- * depformer cache restarts every frame). */
-void pp_lm_depformer(const pp_lm *lm, pp_lm_work *w, int n, int k, const int32_t *prev, float *logits);
+/* Runs the temporal transformer on the input rows 0..n-1, row i on the rings of ctxs[i] at
+ * position pos[i] (host), leaving h = out_norm(output): the prefill's pass, no heads. */
+void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos);
+
+/* ---- a frame: input rows, temporal transformer, text head, depformer and sampling, all on
+ * the backend; where the backend has graph hooks the whole sequence is recorded once per batch
+ * shape and replayed, with every input uploaded into fixed buffers before it ---- */
+
+/* Row i of a frame (host). */
+typedef struct pp_lm_row {
+    int32_t cols[PP_LM_STREAMS];   /* input column (ids in range: the caller checks) */
+    pp_lm_ctx *ctx;                /* the row's conversation */
+    int64_t pos;                   /* its temporal position */
+    pp_sample_param text, audio;   /* stream 0 and streams 1.. (frame: the draw's frame number) */
+    int32_t forced[PP_LM_STREAMS]; /* >= 0: stream k's token is given (output and next input); -1: drawn */
+} pp_lm_row;
+
+/* Host outputs of a traced frame (run without a graph); each may be NULL. */
+typedef struct pp_lm_trace {
+    float *const *layer_out; /* [n]: row i's [num_layers][dim], or NULL */
+    float *text_logits;      /* [n][text_card] */
+    float *dep_logits;       /* [dep_steps][n][card]: steps 0..dep_steps-1 */
+    int dep_steps;
+} pp_lm_trace;
+
+/* One frame of rows 0..n-1: the input rows from rows[i].cols (unless inputs_ready: the caller
+ * set them with pp_lm_embed_tokens / pp_lm_set_embedding), the temporal transformer and, when
+ * steps >= 0, the text head and depformer steps 0..steps-1, each stream sampled on the
+ * backend (forced entries kept) and fed to the next step from backend memory. tokens (host
+ * [1+steps][n], stream k of row i at k·n + i) receives the frame's tokens: the frame's one
+ * download. A traced or inputs_ready frame runs unrecorded and gives the same tokens. With
+ * graph hooks, a frame shape (n, steps, the rows' conversations) runs plainly the first time
+ * (the backend's workspace takes its size), is recorded the second and replayed afterwards;
+ * the model's works share the backend's slots (a free or long idle one is taken; while none
+ * is, frames run plainly). Frames of one model
+ * run on one thread at a time (they share the backend's stream and slots). */
+int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
+                const pp_lm_trace *trace, int32_t *tokens, char *err);
 
 #endif

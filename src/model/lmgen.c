@@ -4,7 +4,6 @@
 #include "model/lmgen.h"
 
 #include "base/err.h"
-#include "model/sample.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +16,20 @@
 const int32_t pp_lmgen_silence_codes[NA] = {948, 243, 1178, 546, 1736, 1030, 1978, 2008};
 const int32_t pp_lmgen_sine_codes[NA] = {430, 1268, 381, 1611, 1095, 1495, 56, 472};
 
-/* The scratch of one tick: the LM work rows and the host logits of up to cap conversations. */
+/* The scratch of one tick: the LM work rows, the frame's rows and tokens, and the host logits
+ * of traced frames, for up to cap conversations. */
 struct pp_lmbatch {
     const pp_lm *lm;
     const pp_lm_config *cfg;
     int cap;
     pp_lm_work *work;
-    float *text_logits, *dep_logits; /* host [cap][text_card], [cap][card] */
-    int32_t (*cols)[NS];             /* [cap]: input columns */
-    int64_t *pos;                    /* [cap]: temporal positions */
+    pp_lm_row *frame;                /* [cap]: a tick's rows for pp_lm_frame */
+    int32_t *tokens;                 /* [1+dep_q][cap]: a tick's tokens */
+    float *text_logits, *dep_logits; /* host [cap][text_card], [NA][cap][card]: traces */
+    int32_t (*cols)[NS];             /* [cap]: prefill input columns */
+    int64_t *pos;                    /* [cap]: prefill positions */
     pp_lm_ctx **ctxs;                /* [cap] */
     float **layer_out;               /* [cap]: trace buffers */
-    int32_t *prev;                   /* [cap]: depformer inputs */
     int *last;                       /* [cap]: depformer steps a row needs; -1: no heads */
     int *slot;                       /* [cap]: the caller's index of row r */
     pp_lmgen **rows;                 /* [cap]: the conversations that compute this tick */
@@ -41,11 +42,9 @@ struct pp_lmgen {
     pp_lm_ctx *ctx;
     pp_lmbatch *solo;               /* a one-row batch for calls on this conversation alone */
     pp_lmgen_params params;
-    pp_rng rng;
-    pp_sampler sampler;
     int width, max_delay;
-    int64_t n;                      /* call counter */
-    int sampled;                    /* the RNG has drawn since the reset (the heads ran) */
+    int64_t n;                      /* call counter: also the frame number of the draws */
+    int sampled;                    /* the heads ran since the reset */
     int64_t ring[NS][RING_MAX];
     uint8_t provided[NS][RING_MAX];
     int32_t init[NS];               /* initial tokens: text_card, then card */
@@ -62,17 +61,7 @@ void pp_lmgen_params_default(pp_lmgen_params *p) {
     p->kv_cache = PP_KV_F32;
 }
 
-static int topk_cap(int k, int n) { return k <= 0 || k > n ? n : k; }
-
 static int set_params(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
-    int cap = topk_cap(p->text_top_k, g->cfg->text_card);
-    int acap = topk_cap(p->audio_top_k, g->cfg->card);
-    if (acap > cap) cap = acap;
-    if (cap > g->sampler.cap) {
-        pp_sampler_free(&g->sampler);
-        int rc = pp_sampler_init(&g->sampler, cap, err);
-        if (rc) return rc;
-    }
     if (!g->ctx || p->kv_cache != g->params.kv_cache) {
         pp_lm_ctx *ctx = NULL;
         int rc = pp_lm_ctx_create(g->lm, p->kv_cache, &ctx, err);
@@ -92,7 +81,6 @@ int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
     g->n = 0;
     g->sampled = 0;
     memset(g->provided, 0, sizeof g->provided);
-    pp_rng_seed(&g->rng, g->params.seed);
     return PP_OK;
 }
 
@@ -100,7 +88,6 @@ void pp_lmgen_destroy(pp_lmgen *g) {
     if (!g) return;
     pp_lm_ctx_destroy(g->ctx);
     pp_lmbatch_destroy(g->solo);
-    pp_sampler_free(&g->sampler);
     free(g);
 }
 
@@ -194,54 +181,33 @@ static int heads_needed(const pp_lmgen *g, int tgt) {
     return last;
 }
 
-/* Samples stream k of column tgt from logits (n values) with g's own RNG, keeps it unless the
- * entry is forced, and returns the entry: the next depformer step's input. */
-static int32_t choose(pp_lmgen *g, int k, int tgt, const float *logits, int n) {
+/* Row settings of g's frame: draws numbered by the call counter (so a conversation draws the
+ * same alone or in any batch), and the forced entries of the column tgt it fills. */
+static void frame_settings(const pp_lmgen *g, int tgt, pp_lm_row *row) {
     const pp_lmgen_params *p = &g->params;
-    float temp = p->greedy ? 0 : k == 0 ? p->text_temp : p->audio_temp;
-    g->sampled = 1;
-    int32_t tok = pp_sample(&g->sampler, &g->rng, logits, n, temp, k == 0 ? p->text_top_k : p->audio_top_k);
-    if (!g->provided[k][tgt]) g->ring[k][tgt] = tok;
-    return (int32_t)g->ring[k][tgt];
+    row->text = (pp_sample_param){.seed = p->seed, .frame = g->n, .temp = p->greedy ? 0 : p->text_temp,
+                                  .top_k = p->text_top_k};
+    row->audio = (pp_sample_param){.seed = p->seed, .frame = g->n, .temp = p->greedy ? 0 : p->audio_temp,
+                                   .top_k = p->audio_top_k};
+    for (int k = 0; k < NS; k++) row->forced[k] = g->provided[k][tgt] ? (int32_t)g->ring[k][tgt] : -1;
 }
 
-/* The text head and depformer of the tick's rows: fills the unforced entries of each row's
- * column n. All rows run every step any row needs (a row's results do not depend on the
- * others); each row samples only the steps it needs, so its RNG advances as when alone. */
-static void run_heads(pp_lmbatch *b, int n) {
+/* Row r's tokens of a tick of n rows into its column n: streams 0..last[r] (the others are
+ * forced), and its trace's logits. */
+static void take_tokens(pp_lmbatch *b, int n, int r) {
     const pp_lm_config *c = b->cfg;
-    int steps = -1;
-    for (int r = 0; r < n; r++) {
-        pp_lmgen *g = b->rows[r];
-        b->last[r] = heads_needed(g, col(g, g->n));
-        if (g->trace) g->trace->heads_ran = b->last[r] >= 0;
-        if (b->last[r] > steps) steps = b->last[r];
-    }
-    if (steps < 0) return;
-    pp_lm_text_logits(b->lm, b->work, n, b->text_logits);
-    for (int r = 0; r < n; r++) {
-        pp_lmgen *g = b->rows[r];
-        int tgt = col(g, g->n);
-        const float *tl = b->text_logits + (size_t)r * c->text_card;
-        if (g->trace && g->trace->text_logits && b->last[r] >= 0)
-            memcpy(g->trace->text_logits, tl, (size_t)c->text_card * sizeof *tl);
-        b->prev[r] = b->last[r] >= 0 ? choose(g, 0, tgt, tl, c->text_card) : (int32_t)g->ring[0][tgt];
-    }
-    for (int s = 0; s < steps; s++) {
-        pp_lm_depformer(b->lm, b->work, n, s, b->prev, b->dep_logits);
-        for (int r = 0; r < n; r++) {
-            pp_lmgen *g = b->rows[r];
-            int tgt = col(g, g->n);
-            const float *dl = b->dep_logits + (size_t)r * c->card;
-            if (s >= b->last[r]) {
-                b->prev[r] = (int32_t)g->ring[s + 1][tgt]; /* forced: never sampled */
-                continue;
-            }
-            if (g->trace && g->trace->dep_logits && s < NA)
-                memcpy(g->trace->dep_logits + (size_t)s * c->card, dl, (size_t)c->card * sizeof *dl);
-            b->prev[r] = choose(g, s + 1, tgt, dl, c->card);
-        }
-    }
+    pp_lmgen *g = b->rows[r];
+    int tgt = col(g, g->n), last = b->last[r];
+    if (last < 0) return;
+    g->sampled = 1;
+    for (int k = 0; k <= last; k++)
+        if (!g->provided[k][tgt]) g->ring[k][tgt] = b->tokens[(size_t)k * n + r];
+    if (!g->trace) return;
+    if (g->trace->text_logits)
+        memcpy(g->trace->text_logits, b->text_logits + (size_t)r * c->text_card, (size_t)c->text_card * sizeof(float));
+    for (int s = 0; g->trace->dep_logits && s < last && s < NA; s++)
+        memcpy(g->trace->dep_logits + (size_t)s * c->card, b->dep_logits + ((size_t)s * n + r) * c->card,
+               (size_t)c->card * sizeof(float));
 }
 
 /* The input column n−1 of g (spec §5.1 step 4), checked against the embedding tables. */
@@ -254,16 +220,6 @@ static int input_column(const pp_lmgen *g, int32_t cols[NS], char *err) {
                            (long long)v, (long long)(g->n - 1), g->init[k]);
         cols[k] = (int32_t)v;
     }
-    return PP_OK;
-}
-
-/* Input column n−1 of each row's conversation into the LM's input rows. */
-static int embed_inputs(pp_lmbatch *b, int n, char *err) {
-    for (int r = 0; r < n; r++) {
-        int rc = input_column(b->rows[r], b->cols[r], err);
-        if (rc) return rc;
-    }
-    pp_lm_embed_tokens(b->lm, b->work, n, (const int32_t(*)[NS])b->cols);
     return PP_OK;
 }
 
@@ -283,27 +239,36 @@ static void finish(pp_lmgen *g, pp_lmgen_out *out) {
 }
 
 /* The computing part of a call for the prepared conversations b->rows[0..n): input column
- * n−1 of each (or emb_in, host [dim], for a lone row) at its position n−1, then the heads.
- * Row r's output goes to outs[b->slot[r]]. emb_out (lone row) receives the input embedding. */
+ * n−1 of each (or emb_in, host [dim], for a lone row) at its position n−1, then the heads,
+ * which run as many depformer steps as the neediest row. Row r's output goes to
+ * outs[b->slot[r]]. emb_out (lone row) receives the input embedding. */
 static int tick(pp_lmbatch *b, int n, const float *emb_in, float *emb_out, pp_lmgen_out *outs, char *err) {
-    if (emb_in) {
-        pp_lm_set_embedding(b->lm, b->work, 0, emb_in);
-    } else {
-        int rc = embed_inputs(b, n, err);
-        if (rc) return rc;
-    }
-    if (emb_out) pp_lm_get_embedding(b->lm, b->work, 0, emb_out);
-    int traced = 0;
+    int traced = 0, steps = -1, rc;
     for (int r = 0; r < n; r++) {
         pp_lmgen *g = b->rows[r];
-        b->pos[r] = g->n - 1;
-        b->ctxs[r] = g->ctx;
+        pp_lm_row *row = &b->frame[r];
+        if (emb_in) memset(row->cols, 0, sizeof row->cols); /* valid ids; the embedding replaces them */
+        else if ((rc = input_column(g, row->cols, err))) return rc;
+        row->ctx = g->ctx;
+        row->pos = g->n - 1;
+        frame_settings(g, col(g, g->n), row);
+        b->last[r] = heads_needed(g, col(g, g->n));
+        if (b->last[r] > steps) steps = b->last[r];
         b->layer_out[r] = g->trace ? g->trace->layer_outputs : NULL;
-        traced |= b->layer_out[r] != NULL;
+        if (g->trace) g->trace->heads_ran = b->last[r] >= 0;
+        traced |= g->trace != NULL;
     }
-    pp_lm_temporal(b->lm, b->work, b->ctxs, n, b->pos, traced ? b->layer_out : NULL);
-    run_heads(b, n);
-    for (int r = 0; r < n; r++) finish(b->rows[r], &outs[b->slot[r]]);
+    if (emb_in) pp_lm_set_embedding(b->lm, b->work, 0, emb_in);
+    else if (emb_out) pp_lm_embed_tokens(b->lm, b->work, 1, (const int32_t(*)[NS])b->frame[0].cols);
+    if (emb_out) pp_lm_get_embedding(b->lm, b->work, 0, emb_out);
+    pp_lm_trace tr = {.layer_out = b->layer_out, .text_logits = b->text_logits, .dep_logits = b->dep_logits,
+                      .dep_steps = NA};
+    rc = pp_lm_frame(b->lm, b->work, n, b->frame, steps, emb_in || emb_out, traced ? &tr : NULL, b->tokens, err);
+    if (rc) return rc;
+    for (int r = 0; r < n; r++) {
+        take_tokens(b, n, r);
+        finish(b->rows[r], &outs[b->slot[r]]);
+    }
     return PP_OK;
 }
 
@@ -418,8 +383,8 @@ int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
 void pp_lmbatch_destroy(pp_lmbatch *b) {
     if (!b) return;
     pp_lm_work_destroy(b->work);
-    void *bufs[] = {b->text_logits, b->dep_logits, b->cols, b->pos, b->ctxs, b->layer_out,
-                    b->prev, b->last, b->slot, b->rows, (void *)b->emb};
+    void *bufs[] = {b->frame, b->tokens, b->text_logits, b->dep_logits, b->cols, b->pos, b->ctxs, b->layer_out,
+                    b->last, b->slot, b->rows, (void *)b->emb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(b);
 }
@@ -433,19 +398,20 @@ int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err
     b->cfg = pp_lm_get_config(lm);
     b->cap = capacity;
     size_t n = (size_t)capacity;
+    b->frame = calloc(n, sizeof *b->frame);
+    b->tokens = calloc(n * ((size_t)b->cfg->dep_q + 1), sizeof *b->tokens);
     b->text_logits = malloc(n * b->cfg->text_card * sizeof(float));
-    b->dep_logits = malloc(n * b->cfg->card * sizeof(float));
+    b->dep_logits = malloc(n * NA * b->cfg->card * sizeof(float));
     b->cols = calloc(n, sizeof *b->cols);
     b->pos = calloc(n, sizeof *b->pos);
     b->ctxs = calloc(n, sizeof *b->ctxs);
     b->layer_out = calloc(n, sizeof *b->layer_out);
-    b->prev = calloc(n, sizeof *b->prev);
     b->last = calloc(n, sizeof *b->last);
     b->slot = calloc(n, sizeof *b->slot);
     b->rows = calloc(n, sizeof *b->rows);
     b->emb = calloc(n, sizeof *b->emb);
-    int rc = b->text_logits && b->dep_logits && b->cols && b->pos && b->ctxs && b->layer_out && b->prev &&
-                     b->last && b->slot && b->rows && b->emb
+    int rc = b->frame && b->tokens && b->text_logits && b->dep_logits && b->cols && b->pos && b->ctxs &&
+                     b->layer_out && b->last && b->slot && b->rows && b->emb
                  ? PP_OK
                  : pp_fail(err, PP_ENOMEM, "lmbatch: out of memory for %d conversations", capacity);
     if (!rc) rc = pp_lm_work_create(lm, capacity, &b->work, err);
@@ -512,7 +478,7 @@ static void prefill_flush(pp_lmbatch *b, pp_lmgen *g, int m) {
         if (b->emb[r]) pp_lm_set_embedding(b->lm, b->work, r, b->emb[r]);
         b->ctxs[r] = g->ctx;
     }
-    pp_lm_temporal(b->lm, b->work, b->ctxs, m, b->pos, NULL);
+    pp_lm_temporal(b->lm, b->work, b->ctxs, m, b->pos);
 }
 
 int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int from, int to, char *err) {
@@ -534,7 +500,7 @@ int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int f
             if (!prepare(g, text, pp_lmgen_silence_codes, pp_lmgen_sine_codes)) continue; /* compute-free call 0 */
         }
         /* Every stream of a prompt frame is given or was given by the frame before (delays),
-         * so the heads never run and the RNG never draws. */
+         * so the heads never run and nothing is drawn. */
         if (heads_needed(g, col(g, g->n)) >= 0)
             return pp_fail(err, PP_EINVAL, "lmgen: prompt frame %d leaves a stream to the model", i);
         if (emb) memset(b->cols[m], 0, sizeof b->cols[m]); /* valid ids; the embedding replaces them */

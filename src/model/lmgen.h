@@ -3,7 +3,8 @@
  *
  * The state is a ring of the token table X[k][p] (k = 0..16 streams: text, 8 agent, 8 user;
  * column p mod W with W = max_delay + 3 = 4) with "provided" (forced) flags, the call counter
- * n, the KV caches, the RNG and the sampling settings. Call n writes the given tokens at
+ * n, the KV caches and the sampling settings (no RNG state: the draws of call n are numbered
+ * by (seed, n, stream), backend.h's sample). Call n writes the given tokens at
  * column n + delay_k, feeds column n−1 to the temporal transformer at position n−1 (call 0
  * computes nothing), fills the unforced entries of column n from the text head and the
  * depformer, and from n = 2 on returns the aligned column out[k] = X[k][n−1+delay_k].
@@ -14,7 +15,7 @@
  *
  * pp_lmbatch advances many conversations of one model by a conversation frame together (one
  * 80 ms tick of a server): every weight is read once for all of them, while each keeps its own
- * position, KV rings, token ring and RNG, so the tokens are those of pp_lmgen_step on each in
+ * position, KV rings, token ring and seed, so the tokens are those of pp_lmgen_step on each in
  * turn (exactly on the CPU backend). Conversations may join or leave between ticks. A lone call
  * is the one-row case. */
 #ifndef PP_MODEL_LMGEN_H
@@ -66,7 +67,7 @@ typedef struct pp_lmbatch pp_lmbatch; /* scratch of a tick (below) */
 /* A fresh conversation on lm (which must outlive it); p NULL uses the defaults. */
 int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, char *err);
 void pp_lmgen_destroy(pp_lmgen *g);
-/* Starts over (counter, flags, RNG from the seed; p NULL keeps the settings; another kv_cache
+/* Starts over (counter and flags, so the draws repeat for the same seed; p NULL keeps the settings; another kv_cache
  * format replaces the KV rings). Stale tokens and keys stay but are never read again, as in
  * the reference. */
 int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err);
@@ -110,8 +111,8 @@ typedef struct pp_lmgen_snapshot pp_lmgen_snapshot;
  * sampled a token: its state then depends on its seed, which a snapshot does not carry. */
 int pp_lmgen_snapshot_take(const pp_lmgen *g, pp_lmgen_snapshot **out, char *err);
 /* Makes g (any state, same model and KV format) continue exactly as the conversation the
- * snapshot was taken from, but with g's own sampling settings and seed (its RNG restarts from
- * the seed, as the prompts draw nothing). */
+ * snapshot was taken from, but with g's own sampling settings and seed (the prompts draw
+ * nothing, so the seed alone decides what follows). */
 int pp_lmgen_snapshot_restore(pp_lmgen *g, const pp_lmgen_snapshot *s, char *err);
 /* Host bytes the snapshot holds (its KV slots and its bookkeeping). */
 size_t pp_lmgen_snapshot_bytes(const pp_lmgen_snapshot *s);

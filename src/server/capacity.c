@@ -76,7 +76,7 @@ static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *to
         int dev = 0;
         struct cudaDeviceProp p;
         if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess)
-            snprintf(name, cap, "GPU %d: %s (sm_%d%d%s)", dev, p.name, p.major, p.minor,
+            snprintf(name, cap, "GPU %d: %.200s (sm_%d%d%s)", dev, p.name, p.major, p.minor,
                      p.integrated ? ", integrated: memory shared with the CPU" : "");
         size_t f = 0, t = 0;
         if (cudaMemGetInfo(&f, &t) == cudaSuccess) *total = t, *avail = f;

@@ -3,7 +3,7 @@
  * A pp_model holds what every conversation shares: the backend, the LM and Mimi weights, the
  * tokenizer, the voices directory, the KV format of new sessions, and optionally a prompt
  * cache. A pp_session holds one conversation's state: its LM state (KV caches, token ring,
- * RNG), its streaming Mimi state and its prompt schedule (spec/lm.md §6: voice prompt, 0.5 s
+ * sampling seed), its streaming Mimi state and its prompt schedule (spec/lm.md §6: voice prompt, 0.5 s
  * silence, <system>-wrapped text prompt, 0.5 s silence).
  *
  * Prompts: each pp_session_prefill call runs the next PP_SESSION_PREFILL_ROWS prompt frames as
