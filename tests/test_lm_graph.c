@@ -246,7 +246,7 @@ static int run(const lm_case *c, const pp_lm *lm, rec *r, pp_lmgen_out (*outs)[C
     for (int j = 0; !rc && j < CONV; j++) {
         pp_lmgen_params p;
         pp_lmgen_params_default(&p);
-        p.seed = 500 + (uint64_t)j;
+        p.text_seed = p.audio_seed = 500 + (uint64_t)j;
         p.text_temp = 0.5f + 0.1f * (float)(j % 4);
         p.audio_top_k = 50 + 40 * (j % 3);
         rc = pp_lmgen_create(lm, &p, &g[j], err);

@@ -106,7 +106,7 @@ static void test_case(const lm_case *c, int sampling) {
         pl[j].steps = c->n_steps - SHORTER * j;
         pp_lmgen_params_default(&pl[j].params);
         pl[j].params.greedy = !sampling;
-        pl[j].params.seed = 1000 + (uint64_t)j;
+        pl[j].params.text_seed = pl[j].params.audio_seed = 1000 + (uint64_t)j;
         /* Each conversation its own settings: a row's draw must not depend on its neighbours'. */
         pl[j].params.text_temp = 0.6f + 0.2f * (float)j;
         pl[j].params.text_top_k = 25 - 10 * j;
@@ -142,7 +142,7 @@ static void test_seeds(const lm_case *c) {
     int rc = PP_OK;
     for (int k = 0; k < 3; k++) {
         out[k] = calloc((size_t)c->n_steps, sizeof *out[k]);
-        pl.params.seed = k < 2 ? 77 : 78;
+        pl.params.text_seed = pl.params.audio_seed = k < 2 ? 77 : 78;
         if (!rc) rc = out[k] ? run_alone(c, 0, &pl, out[k], err) : pp_fail(err, PP_ENOMEM, "out of memory");
     }
     int same = 0, other = 0, ready = 0;

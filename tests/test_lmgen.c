@@ -232,13 +232,21 @@ static void test_reset_and_seeds(const pp_lm *lm) {
     TEST_COND("reset replays identically (stale ring and keys are never read)", memcmp(a, b, sizeof a) == 0);
 
     pp_lmgen_params_default(&p);
-    p.seed = 5;
+    p.text_seed = p.audio_seed = 5;
     TEST_COND("sampled runs", pp_lmgen_reset(g, &p, err) == 0 && run(g, N, c, err) == 0);
     TEST_COND("second session", pp_lmgen_create(lm, &p, &h, err) == 0 && run(h, N, d, err) == 0);
     TEST_COND("same seed, same tokens across sessions", memcmp(c, d, sizeof c) == 0);
-    p.seed = 6;
+    p.text_seed = p.audio_seed = 6;
     TEST_COND("reseeded run", pp_lmgen_reset(h, &p, err) == 0 && run(h, N, d, err) == 0);
     TEST_COND("another seed gives other tokens", memcmp(c, d, sizeof c) != 0);
+    /* The client's text_seed and audio_seed each drive their own streams' draws. */
+    p.text_seed = 5;
+    TEST_COND("only audio_seed changed", pp_lmgen_reset(h, &p, err) == 0 && run(h, N, d, err) == 0);
+    TEST_COND("another audio seed gives other tokens", memcmp(c, d, sizeof c) != 0);
+    p.text_seed = 6;
+    p.audio_seed = 5;
+    TEST_COND("only text_seed changed", pp_lmgen_reset(h, &p, err) == 0 && run(h, N, d, err) == 0);
+    TEST_COND("another text seed gives other tokens", memcmp(c, d, sizeof c) != 0);
     pp_lmgen_destroy(g);
     pp_lmgen_destroy(h);
 }

@@ -90,7 +90,8 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
     if (!rc) rc = pp_voice_load(path, 0, &v, err);
     pp_lmgen_params lp;
     pp_lmgen_params_default(&lp);
-    lp.seed = p->text_seed;
+    lp.text_seed = p->text_seed;
+    lp.audio_seed = p->audio_seed;
     if (!rc) rc = pp_lmgen_create(lm, &lp, &g, err);
     if (!rc) rc = pp_lmgen_prompt_voice(g, v.embeddings, (int)v.frames, &v.cache[0][0], err);
     if (!rc) rc = pp_lmgen_prompt_silence(g, PP_LMGEN_SILENCE_FRAMES, err);

@@ -57,7 +57,7 @@ void pp_lmgen_params_default(pp_lmgen_params *p) {
     p->audio_temp = 0.8f;
     p->audio_top_k = 250;
     p->greedy = 0;
-    p->seed = 42424242;
+    p->text_seed = p->audio_seed = 42424242;
     p->kv_cache = PP_KV_F32;
 }
 
@@ -185,9 +185,9 @@ static int heads_needed(const pp_lmgen *g, int tgt) {
  * same alone or in any batch), and the forced entries of the column tgt it fills. */
 static void frame_settings(const pp_lmgen *g, int tgt, pp_lm_row *row) {
     const pp_lmgen_params *p = &g->params;
-    row->text = (pp_sample_param){.seed = p->seed, .frame = g->n, .temp = p->greedy ? 0 : p->text_temp,
+    row->text = (pp_sample_param){.seed = p->text_seed, .frame = g->n, .temp = p->greedy ? 0 : p->text_temp,
                                   .top_k = p->text_top_k};
-    row->audio = (pp_sample_param){.seed = p->seed, .frame = g->n, .temp = p->greedy ? 0 : p->audio_temp,
+    row->audio = (pp_sample_param){.seed = p->audio_seed, .frame = g->n, .temp = p->greedy ? 0 : p->audio_temp,
                                    .top_k = p->audio_top_k};
     for (int k = 0; k < NS; k++) row->forced[k] = g->provided[k][tgt] ? (int32_t)g->ring[k][tgt] : -1;
 }

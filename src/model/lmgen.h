@@ -38,7 +38,8 @@ typedef struct pp_lmgen_params {
     float audio_temp;
     int audio_top_k;
     int greedy;      /* argmax for every stream regardless of the temperatures */
-    uint64_t seed;
+    uint64_t text_seed;    /* draws of the text stream */
+    uint64_t audio_seed;   /* draws of the audio streams */
     pp_kv_format kv_cache; /* storage of the temporal KV rings: f32 (reference), bf16 or int8 */
 } pp_lmgen_params;
 

@@ -208,8 +208,8 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     lp.audio_temp = p->audio_temperature;
     lp.audio_top_k = p->audio_topk;
     lp.kv_cache = s->kv = m->kv;
-    /* One RNG per conversation: the two client seeds are folded into it. */
-    lp.seed = p->text_seed == p->audio_seed ? p->text_seed : p->text_seed * 0x9e3779b97f4a7c15ull ^ p->audio_seed;
+    lp.text_seed = p->text_seed;
+    lp.audio_seed = p->audio_seed;
     if (!rc) rc = pp_lmgen_create(m->lm, &lp, &s->gen, err);
     if (!rc) rc = mimi_state_create(m->mimi, &s->mimi, err);
     if (rc) {
