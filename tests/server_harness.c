@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <ogg/ogg.h>
+#include <opus/opus.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int free_port(void) {
+int sh_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
@@ -41,7 +42,7 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     memset(s, 0, sizeof *s);
     s->tls = tls;
     snprintf(s->dir, sizeof s->dir, "/tmp/pp-test-XXXXXX");
-    if (!mkdtemp(s->dir) || !(s->port = free_port())) return -1;
+    if (!mkdtemp(s->dir) || !(s->port = sh_free_port())) return -1;
     char port[16], log[300];
     snprintf(port, sizeof port, "%d", s->port);
     snprintf(log, sizeof log, "%s/server.log", s->dir);
@@ -71,17 +72,19 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     return -1;
 }
 
-int sh_stop(sh_server *s) {
+int sh_stop_pid(pid_t pid) {
     int status = 0;
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 300 && waitpid(s->pid, &status, WNOHANG) == 0; i++) usleep(100000);
-    if (waitpid(s->pid, &status, WNOHANG) == 0) {
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, &status, 0);
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; i++) usleep(100000);
+    if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
         return -1;
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+int sh_stop(sh_server *s) { return sh_stop_pid(s->pid); }
 
 void sh_cleanup(sh_server *s, int keep) {
     char cmd[400];
@@ -202,7 +205,7 @@ int sh_reply_pages(const wc_conn *c) {
     memcpy(ogg_sync_buffer(&sy, (long)c->out_len), c->out, c->out_len);
     ogg_sync_wrote(&sy, (long)c->out_len);
     ogg_page pg;
-    int pages = 0, bad = 0, r;
+    int pages = 0, audio = 0, bad = 0, r;
     long serial = -1;
     while ((r = ogg_sync_pageout(&sy, &pg)) != 0) {
         if (r < 0) { /* lost sync: a bad CRC or bytes between pages */
@@ -210,14 +213,26 @@ int sh_reply_pages(const wc_conn *c) {
             continue;
         }
         if (serial < 0) serial = ogg_page_serialno(&pg);
-        int head_ok = pages == 0   ? ogg_page_bos(&pg) && pg.body_len >= 8 && !memcmp(pg.body, "OpusHead", 8)
-                      : pages == 1 ? pg.body_len >= 8 && !memcmp(pg.body, "OpusTags", 8)
-                                   : ogg_page_packets(&pg) == 1;
-        bad += ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages || !head_ok;
+        if (ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages) bad++;
+        if (pages == 0) {
+            /* The browser reads the channel count at page offset 37: one lacing value. */
+            if (!ogg_page_bos(&pg) || pg.header_len != 28 || pg.body_len != 19 || memcmp(pg.body, "OpusHead", 8) ||
+                pg.body[9] != 1)
+                bad++;
+        } else if (pages == 1) {
+            if (ogg_page_bos(&pg) || pg.body_len < 8 || memcmp(pg.body, "OpusTags", 8)) bad++;
+        } else {
+            if (ogg_page_packets(&pg) != 1 ||
+                opus_packet_get_nb_samples(pg.body, pg.body_len, PP_AUDIO_RATE) != PP_AUDIO_FRAME)
+                bad++;
+            else
+                audio++;
+        }
         pages++;
     }
     ogg_sync_clear(&sy);
-    return bad ? -1 : pages > 2 ? pages - 2 : 0;
+    if (bad) fprintf(stderr, "reply stream: %d bad pages of %d\n", bad, pages);
+    return bad ? -1 : audio;
 }
 
 double sh_max_gap_ms(const wc_conn *c) {

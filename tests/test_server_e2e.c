@@ -138,41 +138,6 @@ static int encode_wav(const char *path, msgs *out) {
 
 /* ---- checks on what came back ----------------------------------------------------------------- */
 
-/* Parses the reply stream with libogg. Returns the number of audio pages that each hold one
- * 1920-sample packet, or -1 when the headers, serial, sequence or a CRC are wrong. */
-static int check_stream(const wc_conn *c) {
-    ogg_sync_state sy;
-    ogg_sync_init(&sy);
-    memcpy(ogg_sync_buffer(&sy, (long)c->out_len), c->out, c->out_len);
-    ogg_sync_wrote(&sy, (long)c->out_len);
-    ogg_page pg;
-    int pages = 0, audio = 0, bad = 0, r;
-    long serial = -1;
-    while ((r = ogg_sync_pageout(&sy, &pg)) != 0) {
-        if (r < 0) { /* lost sync: a bad CRC or bytes between pages */
-            bad++;
-            continue;
-        }
-        if (serial < 0) serial = ogg_page_serialno(&pg);
-        if (ogg_page_serialno(&pg) != serial || ogg_page_pageno(&pg) != pages) bad++;
-        if (pages == 0) {
-            /* The browser reads the channel count at page offset 37: one lacing value. */
-            if (!ogg_page_bos(&pg) || pg.header_len != 28 || pg.body_len != 19 || memcmp(pg.body, "OpusHead", 8) ||
-                pg.body[9] != 1)
-                bad++;
-        } else if (pages == 1) {
-            if (ogg_page_bos(&pg) || pg.body_len < 8 || memcmp(pg.body, "OpusTags", 8)) bad++;
-        } else {
-            if (ogg_page_packets(&pg) != 1 || opus_packet_get_nb_samples(pg.body, pg.body_len, 24000) != FRAME) bad++;
-            else audio++;
-        }
-        pages++;
-    }
-    ogg_sync_clear(&sy);
-    if (bad) fprintf(stderr, "reply stream: %d bad pages of %d\n", bad, pages);
-    return bad ? -1 : audio;
-}
-
 /* Decodes the reply with opusdec (opus-tools): -1 when it fails, -2 when it is missing, else
  * the decoded length in 24 kHz samples. */
 static int64_t opusdec_length(const wc_conn *c, const char *name) {
@@ -213,7 +178,7 @@ static void check_conversation(const char *name, wc_conn *c, int frames) {
     TEST_COND("handshake received once, 1 byte", c->handshakes == 1 && c->handshake_len == 0);
     TEST_COND("no audio before the handshake", c->audio_before_handshake == 0);
     TEST_COND("each 0x01 message is one whole Ogg page", c->n_out > 0 && c->bad_pages == 0);
-    int audio = check_stream(c);
+    int audio = sh_reply_pages(c);
     TEST_COND("reply is a valid Ogg Opus stream (headers, serial, sequence, CRC)", audio >= 0);
     if (audio != frames) fprintf(stderr, "%s: %d frames in, %d pages out\n", name, frames, audio);
     TEST_COND("one output page per input frame", audio == frames);
@@ -304,7 +269,7 @@ static void scenario_garbage(void) {
     wc_run(list, 1, NULL, 0, 30000);
     printf("garbage: %d errors (first: %s)\n", c.errors, c.first_error);
     TEST_COND("garbage: answered with 0x05 errors", c.errors >= 3);
-    TEST_COND("garbage: the valid frames after it still come back", check_stream(&c) == 10);
+    TEST_COND("garbage: the valid frames after it still come back", sh_reply_pages(&c) == 10);
     wc_conn_free(&c);
 
     /* A message over the size limit ends that conversation with 1009. It is a control message
