@@ -15,5 +15,7 @@ int bench_frame(int argc, char **argv); /* tools/bench_frame.c: a whole frame on
 
 /* Monotonic seconds. */
 double bench_now(void);
+/* Sorts n samples ascending (for medians and percentiles). */
+void bench_sort(double *v, int n);
 
 #endif

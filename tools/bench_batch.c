@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
+#include "model/admission.h"
 #include "model/lmgen.h"
 
 #include <math.h>
@@ -158,42 +159,14 @@ static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, ch
 
 /* ---- the measurement ---- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median tick time of n conversations (ms). */
 static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *median, char *err) {
-    const pp_lm_config *c = pp_lm_get_config(lm);
-    pp_lmbatch *b = NULL;
-    pp_lmgen **g = calloc((size_t)n, sizeof *g);
-    int32_t (*user)[PP_LM_AUDIO_CODEBOOKS] = calloc((size_t)n, sizeof *user);
-    pp_lmgen_out *outs = calloc((size_t)n, sizeof *outs);
     double *ms = calloc((size_t)ticks, sizeof *ms);
-    int rc = g && user && outs && ms ? PP_OK : pp_fail(err, PP_ENOMEM, "out of memory");
-    pp_lmgen_params p;
-    pp_lmgen_params_default(&p);
-    p.greedy = 1;
-    p.kv_cache = kv;
-    if (!rc) rc = pp_lmbatch_create(lm, n, &b, err);
-    for (int i = 0; !rc && i < n; i++) rc = pp_lmgen_create(lm, &p, &g[i], err);
-    for (int t = 0; !rc && t < ticks + 2; t++) {
-        for (int i = 0; i < n; i++)
-            for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (t * 37 + i * 101 + k * 13) % c->card;
-        double t0 = bench_now();
-        rc = pp_lmbatch_step(b, g, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
-        if (t >= 2) ms[t - 2] = 1e3 * (bench_now() - t0);
-    }
+    int rc = ms ? pp_admission_time_ticks(lm, n, ticks, kv, ms, err) : pp_fail(err, PP_ENOMEM, "out of memory");
     if (!rc) {
-        qsort(ms, (size_t)ticks, sizeof *ms, cmp_double);
+        bench_sort(ms, ticks);
         *median = ms[ticks / 2];
     }
-    for (int i = 0; g && i < n; i++) pp_lmgen_destroy(g[i]);
-    pp_lmbatch_destroy(b);
-    free(g);
-    free(user);
-    free(outs);
     free(ms);
     return rc;
 }

@@ -97,15 +97,10 @@ static int write_random(const char *path, const catalog *c, char *err) {
     return st_writer_finish(w, err);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void report(const char *what, double *ms, int n, double frame_ms) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += ms[i];
-    qsort(ms, (size_t)n, sizeof ms[0], cmp_double);
+    bench_sort(ms, n);
     printf("%-7s mean %7.2f ms  p50 %7.2f  p90 %7.2f  max %7.2f  (%.2fx real time)\n", what, sum / n, ms[n / 2],
            ms[(n * 9) / 10], ms[n - 1], frame_ms / (sum / n));
 }

@@ -325,14 +325,9 @@ static double copy_gbps(pp_backend *be) {
     return best / 1e9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median and p99 (nearest rank) of n samples, in ms; sorts v. */
 static void stats(double *v, int n, double *p50, double *p99) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    bench_sort(v, n);
     *p50 = 1e3 * v[n / 2];
     int r = (int)(0.99 * n + 0.999999) - 1;
     *p99 = 1e3 * v[r < 0 ? 0 : r >= n ? n - 1 : r];

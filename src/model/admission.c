@@ -22,8 +22,7 @@ static double now_ms(void) {
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
-/* Mean tick time of n fresh conversations over `ticks` ticks after a warm-up. */
-static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *ms, char *err) {
+int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *tick_ms, char *err) {
     const pp_lm_config *c = pp_lm_get_config(lm);
     pp_lmbatch *b = NULL;
     pp_lmgen **gens = calloc((size_t)n, sizeof *gens);
@@ -35,20 +34,32 @@ static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double
     p.greedy = 1;
     p.kv_cache = kv;
     if (!rc) rc = pp_lmbatch_create(lm, n, &b, err);
-    for (int i = 0; !rc && i < n; i++) {
-        rc = pp_lmgen_create(lm, &p, &gens[i], err);
-        for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (i * 131 + k * 17) % c->card;
-    }
+    for (int i = 0; !rc && i < n; i++) rc = pp_lmgen_create(lm, &p, &gens[i], err);
     /* The first call of a conversation computes nothing; the second is the warm-up. */
-    for (int t = 0; !rc && t < 2; t++) rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[8])user, outs, err);
-    double t0 = now_ms();
-    for (int t = 0; !rc && t < ticks; t++) rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[8])user, outs, err);
-    *ms = (now_ms() - t0) / (ticks > 0 ? ticks : 1);
+    for (int t = 0; !rc && t < ticks + 2; t++) {
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (t * 37 + i * 101 + k * 13) % c->card;
+        double t0 = now_ms();
+        rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
+        if (t >= 2) tick_ms[t - 2] = now_ms() - t0;
+    }
     for (int i = 0; gens && i < n; i++) pp_lmgen_destroy(gens[i]);
     pp_lmbatch_destroy(b);
     free(gens);
     free(user);
     free(outs);
+    return rc;
+}
+
+/* Mean tick time of n fresh conversations over `ticks` ticks after a warm-up. */
+static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *ms, char *err) {
+    double *tick_ms = calloc((size_t)ticks, sizeof *tick_ms);
+    if (!tick_ms) return pp_fail(err, PP_ENOMEM, "admission: out of memory");
+    int rc = pp_admission_time_ticks(lm, n, ticks, kv, tick_ms, err);
+    double sum = 0;
+    for (int t = 0; t < ticks; t++) sum += tick_ms[t];
+    *ms = sum / ticks;
+    free(tick_ms);
     return rc;
 }
 

@@ -59,6 +59,10 @@ typedef struct pp_admission_report {
 /* frame 80 ms, headroom 0.8, nothing else limiting. */
 void pp_admission_limits_default(pp_admission_limits *l);
 
+/* The milliseconds of each of `ticks` ticks (tick_ms[ticks]) of n fresh greedy conversations
+ * advancing together with KV format kv, after their compute-free first call and one warm-up
+ * tick. */
+int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *tick_ms, char *err);
 /* Times `ticks` ticks (after one warm-up tick) of sizes[i] fresh greedy conversations with KV
  * format kv, for each of the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes. */
 int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv,
