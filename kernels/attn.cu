@@ -150,8 +150,8 @@ __global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_split
 template <int FMT>
 static void launch(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *r, const int32_t *pos, float *ws,
                    int splits, cudaStream_t stream) {
-    pk_kv_store_kernel<FMT><<<dim3((unsigned)n_heads, 2), 64, 0, stream>>>(qkv, head_dim, *r, pos);
-    pk_attn_split_kernel<FMT><<<dim3((unsigned)n_heads, (unsigned)splits), PK_ATTN_THREADS, 0, stream>>>(
+    PK_LAUNCH(dim3((unsigned)n_heads, 2), 64, 0, stream, pk_kv_store_kernel<FMT>)(qkv, head_dim, *r, pos);
+    PK_LAUNCH(dim3((unsigned)n_heads, (unsigned)splits), PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT>)(
         qkv, head_dim, *r, pos, ws);
 }
 
@@ -170,6 +170,6 @@ extern "C" int pk_attn_step(const float *qkv, int n_heads, int head_dim, const p
     case PK_KV_INT8: launch<PK_KV_INT8>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
     default: return (int)cudaErrorInvalidValue;
     }
-    pk_attn_merge_kernel<<<n_heads, head_dim < 128 ? 64 : 128, 0, stream>>>(ws, splits, head_dim, out);
+    PK_LAUNCH(n_heads, head_dim < 128 ? 64 : 128, 0, stream, pk_attn_merge_kernel)(ws, splits, head_dim, out);
     return pk_launched();
 }

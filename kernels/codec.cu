@@ -61,15 +61,16 @@ __global__ void pk_conv_hist_kernel(const float *__restrict__ x, int cin, int t,
 extern "C" int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, float *y, int accumulate,
                          int replicate, cudaStream_t stream) {
     int p = c->k - c->stride, tout = t / c->stride;
-    if (replicate && p > 0) pk_conv_replicate_kernel<<<pk_blocks((size_t)c->cin * p, 256), 256, 0, stream>>>(
-        x, c->cin, t, p, hist);
+    if (replicate && p > 0)
+        PK_LAUNCH(pk_blocks((size_t)c->cin * p, 256), 256, 0, stream, pk_conv_replicate_kernel)(x, c->cin, t, p, hist);
     if (tout >= 64) {
         dim3 grid(pk_blocks((size_t)tout, 128), (unsigned)c->cout);
-        pk_conv1d_thread_kernel<<<grid, 128, 0, stream>>>(*c, x, t, hist, y, accumulate);
+        PK_LAUNCH(grid, 128, 0, stream, pk_conv1d_thread_kernel)(*c, x, t, hist, y, accumulate);
     } else if (tout > 0) {
-        pk_conv1d_warp_kernel<<<pk_blocks((size_t)c->cout * tout, 4), 128, 0, stream>>>(*c, x, t, hist, y, accumulate);
+        PK_LAUNCH(pk_blocks((size_t)c->cout * tout, 4), 128, 0, stream, pk_conv1d_warp_kernel)(*c, x, t, hist, y,
+                                                                                              accumulate);
     }
-    if (p > 0) pk_conv_hist_kernel<<<pk_blocks((size_t)c->cin, 128), 128, 0, stream>>>(x, c->cin, t, p, hist);
+    if (p > 0) PK_LAUNCH(pk_blocks((size_t)c->cin, 128), 128, 0, stream, pk_conv_hist_kernel)(x, c->cin, t, p, hist);
     return pk_launched();
 }
 
@@ -107,7 +108,7 @@ extern "C" int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail
     int p = c->k - c->stride, span = t * c->stride + p;
     if (t <= 0) return 0;
     dim3 grid(pk_blocks((size_t)span, 128), (unsigned)c->cout);
-    pk_conv_tr_kernel<<<grid, 128, 0, stream>>>(*c, x, t, tail, y, scratch);
+    PK_LAUNCH(grid, 128, 0, stream, pk_conv_tr_kernel)(*c, x, t, tail, y, scratch);
     if (p > 0) {
         int rc = (int)cudaMemcpyAsync(tail, scratch, (size_t)c->cout * p * sizeof(float), cudaMemcpyDeviceToDevice,
                                       stream);
@@ -125,7 +126,7 @@ __global__ void pk_elu_kernel(const float *x, float *y, size_t n) {
 
 extern "C" int pk_elu(const float *x, float *y, size_t n, cudaStream_t stream) {
     if (!n) return 0;
-    pk_elu_kernel<<<pk_blocks(n, 256), 256, 0, stream>>>(x, y, n);
+    PK_LAUNCH(pk_blocks(n, 256), 256, 0, stream, pk_elu_kernel)(x, y, n);
     return pk_launched();
 }
 
@@ -136,7 +137,7 @@ __global__ void pk_gelu_kernel(float *x, size_t n) {
 
 extern "C" int pk_gelu(float *x, size_t n, cudaStream_t stream) {
     if (!n) return 0;
-    pk_gelu_kernel<<<pk_blocks(n, 256), 256, 0, stream>>>(x, n);
+    PK_LAUNCH(pk_blocks(n, 256), 256, 0, stream, pk_gelu_kernel)(x, n);
     return pk_launched();
 }
 
@@ -158,7 +159,7 @@ __global__ void pk_layer_norm_kernel(const float *x, const float *__restrict__ w
 extern "C" int pk_layer_norm(const float *x, const float *w, const float *b, int n, int d, float eps, float *y,
                              cudaStream_t stream) {
     if (n <= 0) return 0;
-    pk_layer_norm_kernel<<<n, d >= 512 ? 512 : (d + 31) / 32 * 32, 0, stream>>>(x, w, b, d, eps, y);
+    PK_LAUNCH(n, d >= 512 ? 512 : (d + 31) / 32 * 32, 0, stream, pk_layer_norm_kernel)(x, w, b, d, eps, y);
     return pk_launched();
 }
 
@@ -166,19 +167,18 @@ extern "C" int pk_layer_norm(const float *x, const float *w, const float *b, int
  * reads and the writes are coalesced. */
 __global__ void pk_transpose_kernel(const float *__restrict__ x, int rows, int cols, float *__restrict__ y) {
     __shared__ float tile[32][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    for (int r = blockIdx.y * 32 + threadIdx.y; r < blockIdx.y * 32 + 32; r += 8)
-        if (r < rows && c < cols) tile[r - blockIdx.y * 32][threadIdx.x] = x[(size_t)r * cols + c];
+    const int r0 = (int)blockIdx.y * 32, c0 = (int)blockIdx.x * 32, tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    for (int r = r0 + ty; r < r0 + 32; r += 8)
+        if (r < rows && c0 + tx < cols) tile[r - r0][tx] = x[(size_t)r * cols + c0 + tx];
     __syncthreads();
-    int r = blockIdx.y * 32 + threadIdx.x;
-    for (int cc = blockIdx.x * 32 + threadIdx.y; cc < blockIdx.x * 32 + 32; cc += 8)
-        if (cc < cols && r < rows) y[(size_t)cc * rows + r] = tile[threadIdx.x][cc - blockIdx.x * 32];
+    for (int c = c0 + ty; c < c0 + 32; c += 8)
+        if (c < cols && r0 + tx < rows) y[(size_t)c * rows + r0 + tx] = tile[tx][c - c0];
 }
 
 extern "C" int pk_transpose(const float *x, int rows, int cols, float *y, cudaStream_t stream) {
     if (rows <= 0 || cols <= 0) return 0;
     dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
-    pk_transpose_kernel<<<grid, block, 0, stream>>>(x, rows, cols, y);
+    PK_LAUNCH(grid, block, 0, stream, pk_transpose_kernel)(x, rows, cols, y);
     return pk_launched();
 }
 
@@ -190,7 +190,7 @@ __global__ void pk_scale_add_kernel(float *y, const float *__restrict__ x, const
 extern "C" int pk_scale_add(float *y, const float *x, const float *scale, int n, int d, cudaStream_t stream) {
     size_t total = (size_t)n * d;
     if (!total) return 0;
-    pk_scale_add_kernel<<<pk_blocks(total, 256), 256, 0, stream>>>(y, x, scale, n, d);
+    PK_LAUNCH(pk_blocks(total, 256), 256, 0, stream, pk_scale_add_kernel)(y, x, scale, n, d);
     return pk_launched();
 }
 
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(PK_VQ_THREADS)
 extern "C" int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
                              int32_t *code, cudaStream_t stream) {
     if (bins <= 0 || dim <= 0) return (int)cudaErrorInvalidValue;
-    pk_vq_kernel<<<1, PK_VQ_THREADS, 0, stream>>>(cb, cb_sq, bins, dim, x, subtract, code);
+    PK_LAUNCH(1, PK_VQ_THREADS, 0, stream, pk_vq_kernel)(cb, cb_sq, bins, dim, x, subtract, code);
     return pk_launched();
 }
 
@@ -263,6 +263,6 @@ __global__ void pk_vq_add_row_kernel(const float *__restrict__ row, int dim, flo
 
 extern "C" int pk_vq_add_row(const float *cb, int dim, int32_t code, float *y, cudaStream_t stream) {
     if (dim <= 0) return 0;
-    pk_vq_add_row_kernel<<<pk_blocks((size_t)dim, 256), 256, 0, stream>>>(cb + (size_t)code * dim, dim, y);
+    PK_LAUNCH(pk_blocks((size_t)dim, 256), 256, 0, stream, pk_vq_add_row_kernel)(cb + (size_t)code * dim, dim, y);
     return pk_launched();
 }

@@ -10,6 +10,13 @@
 
 #define PK_WARP 32
 
+/* Launches and dynamic shared memory go through these so the same sources also build for
+ * tests/cuda_emu, the CPU emulation CI runs the backend on (its cuda_runtime.h defines both). */
+#ifndef PK_LAUNCH
+#define PK_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define PK_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 __device__ __forceinline__ float pk_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -19,7 +19,7 @@ __device__ __forceinline__ void pk_embed_store(float *dst, float v, int accumula
 /* One block per (group of the row, input i). */
 __global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y,
                                     int accumulate) {
-    extern __shared__ float v[];
+    PK_DYNAMIC_SHARED(float, v);
     const int i = blockIdx.y, gs = w.group, np2 = w.np2;
     const int64_t row = pk_embed_row(ids[i], w.rows);
     float *dst = y + (int64_t)i * w.cols + (int64_t)blockIdx.x * gs;
@@ -63,11 +63,11 @@ extern "C" int pk_embed(const pk_weight *table, const int32_t *ids, int n, float
     if (table->fmt == PK_NF2) {
         int threads = table->np2 / 2 < 32 ? 32 : (table->np2 / 2 > 256 ? 256 : table->np2 / 2);
         dim3 grid((unsigned)(table->cols / table->group), (unsigned)n);
-        pk_embed_nf2_kernel<<<grid, threads, (size_t)table->np2 * sizeof(float), stream>>>(*table, ids, y,
+        PK_LAUNCH(grid, threads, (size_t)table->np2 * sizeof(float), stream, pk_embed_nf2_kernel)(*table, ids, y,
                                                                                            accumulate);
     } else {
         dim3 grid(pk_blocks((size_t)table->cols, 256), (unsigned)n);
-        pk_embed_kernel<<<grid, 256, 0, stream>>>(*table, ids, y, accumulate);
+        PK_LAUNCH(grid, 256, 0, stream, pk_embed_kernel)(*table, ids, y, accumulate);
     }
     return pk_launched();
 }

@@ -10,7 +10,7 @@
 /* ---- NF2 activation rotation: one block per (input row, group) slice ---- */
 
 __global__ void pk_rotate_kernel(const float *__restrict__ x, int gs, int np2, float *__restrict__ xr) {
-    extern __shared__ float v[];
+    PK_DYNAMIC_SHARED(float, v);
     const float *src = x + (int64_t)blockIdx.x * gs;
     for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] = i < gs ? src[i] : 0.0f;
     __syncthreads();
@@ -49,8 +49,9 @@ __global__ void __launch_bounds__(128) pk_gemv_scalar_kernel(pk_weight w, const 
     }
 #pragma unroll
     for (int i = 0; i < PK_GEMV_MAX_BATCH; i++) {
+        if (i >= n) break; /* n is the same in every lane */
         float s = pk_warp_sum(acc[i]);
-        if (lane == 0 && i < n) y[(int64_t)i * w.rows + r] = s;
+        if (lane == 0) y[(int64_t)i * w.rows + r] = s;
     }
 }
 
@@ -91,9 +92,9 @@ static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, 
     int64_t rows_per_block = (gemv_threads / PK_WARP) * pk_fmt<FMT>::RPW;
     unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
     if (n == 1)
-        pk_gemv_kernel<FMT, 1><<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, 1>)(*w, x, n, y);
     else
-        pk_gemv_kernel<FMT, PK_GEMV_MAX_BATCH><<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, PK_GEMV_MAX_BATCH>)(*w, x, n, y);
 }
 
 static int64_t tile_rows(const pk_weight *w) {
@@ -136,7 +137,7 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
         int64_t nr = w->rows - r0 < tr ? w->rows - r0 : tr;
         unsigned blocks = pk_blocks((size_t)(nr * w->cols), 256);
         if (blocks > 4096) blocks = 4096;
-        pk_dequant_kernel<<<blocks, 256, 0, stream>>>(*w, r0, nr, tile);
+        PK_LAUNCH(blocks, 256, 0, stream, pk_dequant_kernel)(*w, r0, nr, tile);
         int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, tile, (int)w->cols, x,
                              (int)w->cols, &zero, y + r0, (int)w->rows);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)cudaErrorUnknown;
@@ -151,14 +152,14 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, fl
     if (w->fmt == PK_NF2) {
         unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
         int threads = w->np2 / 2 < 256 ? (w->np2 / 2 < 32 ? 32 : w->np2 / 2) : 256;
-        pk_rotate_kernel<<<slices, threads, (size_t)w->np2 * sizeof(float), stream>>>(x, w->group, w->np2, ws);
+        PK_LAUNCH(slices, threads, (size_t)w->np2 * sizeof(float), stream, pk_rotate_kernel)(x, w->group, w->np2, ws);
         x = ws;
         ws += (size_t)n * w->cols;
     }
     if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, y, ws, cublas, stream);
     if (!chunkable(w, x)) {
         unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
-        pk_gemv_scalar_kernel<<<blocks, gemv_threads, 0, stream>>>(*w, x, n, y);
+        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_scalar_kernel)(*w, x, n, y);
         return pk_launched();
     }
     switch (w->fmt) {

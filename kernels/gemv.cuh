@@ -117,13 +117,16 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
             for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * part[i][r] : part[i][r];
         }
     }
+    /* Only the n live inputs' sums: n is the same in every lane, so the shuffles stay converged. */
 #pragma unroll
-    for (int i = 0; i < NB; i++)
+    for (int i = 0; i < NB; i++) {
+        if (i >= n) break;
 #pragma unroll
         for (int r = 0; r < F::RPW; r++) {
             float v = pk_warp_sum(acc[i][r]);
-            if (lane == 0 && i < n && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
+            if (lane == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
         }
+    }
 }
 
 #endif

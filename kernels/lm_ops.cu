@@ -10,7 +10,7 @@ __global__ void pk_add_kernel(float *__restrict__ y, const float *__restrict__ x
 
 extern "C" int pk_add(float *y, const float *x, size_t count, cudaStream_t stream) {
     if (!count) return 0;
-    pk_add_kernel<<<pk_blocks(count, 256), 256, 0, stream>>>(y, x, count);
+    PK_LAUNCH(pk_blocks(count, 256), 256, 0, stream, pk_add_kernel)(y, x, count);
     return pk_launched();
 }
 
@@ -29,7 +29,7 @@ __global__ void pk_rmsnorm_kernel(const float *x, const float *__restrict__ alph
 
 extern "C" int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream) {
     if (n <= 0) return 0;
-    pk_rmsnorm_kernel<<<n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream>>>(x, alpha, d, eps, y);
+    PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, alpha, d, eps, y);
     return pk_launched();
 }
 
@@ -57,7 +57,7 @@ extern "C" int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, c
     size_t total = (size_t)n * n_heads * (head_dim / 2);
     if (!total) return 0;
     float c = (float)(-log((double)max_period) * 2.0 / head_dim);
-    pk_rope_kernel<<<pk_blocks(total, 256), 256, 0, stream>>>(x, n, stride, n_heads, head_dim, pos, c);
+    PK_LAUNCH(pk_blocks(total, 256), 256, 0, stream, pk_rope_kernel)(x, n, stride, n_heads, head_dim, pos, c);
     return pk_launched();
 }
 
@@ -72,6 +72,6 @@ __global__ void pk_silu_mul_kernel(const float *__restrict__ u, int n, int hidde
 extern "C" int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream) {
     size_t total = (size_t)n * hidden;
     if (!total) return 0;
-    pk_silu_mul_kernel<<<pk_blocks(total, 256), 256, 0, stream>>>(u, n, hidden, y);
+    PK_LAUNCH(pk_blocks(total, 256), 256, 0, stream, pk_silu_mul_kernel)(u, n, hidden, y);
     return pk_launched();
 }

@@ -134,6 +134,6 @@ extern "C" int pk_sample(const float *logits, int rows, int n, const pk_sample_p
                          const int32_t *forced, int32_t *tokens, cudaStream_t stream) {
     if (rows <= 0) return 0;
     if (n <= 0) return (int)cudaMemsetAsync(tokens, 0, (size_t)rows * sizeof *tokens, stream);
-    pk_sample_kernel<<<rows, PK_SAMPLE_THREADS, 0, stream>>>(logits, n, params, stream_id, forced, tokens);
+    PK_LAUNCH(rows, PK_SAMPLE_THREADS, 0, stream, pk_sample_kernel)(logits, n, params, stream_id, forced, tokens);
     return pk_launched();
 }

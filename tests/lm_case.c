@@ -90,7 +90,7 @@ int lm_case_open(const char *dir, int threads, lm_case *c, char *err) {
     char wpath[600], cpath[600];
     snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
     snprintf(cpath, sizeof cpath, "%s/config.json", dir);
-    int rc = pp_backend_cpu_create(threads, &c->be, err);
+    int rc = pp_backend_create(LM_CASE_DEVICE, threads, &c->be, err);
     if (!rc) rc = pp_lm_open(c->be, wpath, cpath, &c->lm, err);
     if (!rc) {
         c->cfg = pp_lm_get_config(c->lm);

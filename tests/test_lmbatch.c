@@ -188,10 +188,13 @@ static void test_refusals(const lm_case *c) {
     TEST_COND("capacity 0 is refused", pp_lmbatch_create(c->lm, 0, &b, err) == PP_EINVAL && !b);
 }
 
-int main(void) {
+/* test_lmbatch [CASE_DIR...]: the given cases, or every golden LM case. */
+int main(int argc, char **argv) {
     pp_log_set_level(PP_LOG_WARN);
     char dirs[LM_CASE_MAX][512];
-    int n = lm_case_list(dirs);
+    int n = 0;
+    for (int i = 1; i < argc && n < LM_CASE_MAX; i++) snprintf(dirs[n++], sizeof dirs[0], "%s", argv[i]);
+    if (argc == 1) n = lm_case_list(dirs);
     if (n == 0) TEST_SKIP("no golden LM cases under " PP_TEST_DATA "/golden");
     for (int i = 0; i < n; i++) {
         lm_case c;

@@ -1,0 +1,658 @@
+/* cuda_emu: the runtime (memory, streams, graphs), the block scheduler and SGEMM on the CPU.
+ * See cuda_runtime_api.h for what it is for and pk_emu_device.h for the execution model.
+ *
+ * Streams run their work at once, in order, unless they are recording: then each launch,
+ * copy, memset and SGEMM becomes a step of the graph, run again on every cudaGraphLaunch.
+ * Device memory is tracked by allocation, so every copy and memset checks that its device
+ * side lies inside one, and work recorded into a graph may not touch host memory (a frame is
+ * uploaded before its replay; the backend's design keeps transfers out of graphs). */
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <map>
+#include <vector>
+
+/* Under ASan every stack switch is announced, so it knows which stack is live. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PK_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PK_EMU_ASAN 1
+#endif
+#endif
+#ifdef PK_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ---- errors ---- */
+
+static cudaError_t last_error = cudaSuccess;
+
+static cudaError_t note(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+/* Undefined behaviour on a GPU: no error code to return, so the run stops here. */
+[[noreturn]] static void fatal(const char *what) {
+    fprintf(stderr, "cuda_emu: %s\n", what);
+    abort();
+}
+
+extern "C" const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed";
+    default: return "unknown error";
+    }
+}
+
+extern "C" cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+/* ---- device ---- */
+
+static const size_t emu_total_bytes = (size_t)16 << 30;
+
+extern "C" cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : note(cudaErrorInvalidDevice); }
+
+extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device != 0) return note(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "cuda_emu (CPU emulation)");
+    prop->totalGlobalMem = emu_total_bytes;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+
+/* ---- memory ---- */
+
+struct region {
+    size_t bytes;
+    bool device;
+};
+static std::map<uintptr_t, region> regions; /* start -> allocation */
+static size_t device_bytes;
+
+/* The allocation holding [p, p + bytes), or NULL. */
+static const region *find_region(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = regions.upper_bound(a);
+    if (it == regions.begin()) return NULL;
+    --it;
+    if (a - it->first > it->second.bytes || bytes > it->second.bytes - (a - it->first)) return NULL;
+    return &it->second;
+}
+
+static bool on_device(const void *p, size_t bytes) {
+    const region *r = find_region(p, bytes);
+    return r && r->device;
+}
+
+static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device);
+
+extern "C" cudaError_t cudaMalloc(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, true); }
+extern "C" cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, false); }
+
+static cudaError_t emu_free(void *ptr, bool device) {
+    if (!ptr) return cudaSuccess;
+    auto it = regions.find((uintptr_t)ptr);
+    if (it == regions.end() || it->second.device != device) return note(cudaErrorInvalidValue);
+    if (device) device_bytes -= it->second.bytes;
+    regions.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaFree(void *ptr) { return emu_free(ptr, true); }
+extern "C" cudaError_t cudaFreeHost(void *ptr) { return emu_free(ptr, false); }
+
+extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *total_bytes = emu_total_bytes;
+    *free_bytes = emu_total_bytes - device_bytes;
+    return cudaSuccess;
+}
+
+/* ---- streams and graphs ---- */
+
+/* One piece of stream work: kernel, copy, memset or SGEMM. */
+struct step {
+    enum kind_t { KERNEL, COPY, SET, GEMM } kind;
+    std::function<cudaError_t()> run;
+};
+
+struct pk_emu_graph {
+    std::vector<step> steps;
+};
+
+struct pk_emu_stream {
+    pk_emu_graph *recording; /* non-NULL while capturing */
+    bool invalidated;        /* a forbidden call happened during the capture */
+};
+
+struct pk_emu_event {
+    int recorded;
+};
+
+static std::vector<pk_emu_stream *> capturing_streams;
+
+static bool any_capture(void) { return !capturing_streams.empty(); }
+
+/* A call a capture forbids: it fails and spoils the capture, as on the device. */
+static cudaError_t forbidden_in_capture(void) {
+    for (pk_emu_stream *s : capturing_streams) s->invalidated = true;
+    return note(cudaErrorStreamCaptureUnsupported);
+}
+
+static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
+    *ptr = NULL;
+    if (device && any_capture()) return forbidden_in_capture();
+    if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
+    size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, padded);
+    if (!p) return note(cudaErrorMemoryAllocation);
+    /* Fresh device memory holds garbage, not zeros: code that relies on it reads NaNs here. */
+    memset(p, 0xff, padded);
+    regions[(uintptr_t)p] = region{bytes, device};
+    if (device) device_bytes += bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+static cudaError_t enqueue(cudaStream_t s, step::kind_t kind, std::function<cudaError_t()> run) {
+    if (s && s->recording) {
+        s->recording->steps.push_back(step{kind, std::move(run)});
+        return cudaSuccess;
+    }
+    if (any_capture()) return forbidden_in_capture(); /* work on another stream during a capture */
+    return note(run());
+}
+
+extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                                       cudaStream_t stream) {
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice)
+        return note(cudaErrorInvalidValue);
+    if (!bytes) return cudaSuccess;
+    if ((dst_dev && !on_device(dst, bytes)) || (src_dev && !on_device(src, bytes)) ||
+        (!dst_dev && on_device(dst, 1)) || (!src_dev && on_device(src, 1)))
+        return note(cudaErrorInvalidValue);
+    if (stream && stream->recording && kind != cudaMemcpyDeviceToDevice) {
+        fprintf(stderr, "cuda_emu: a host transfer of %zu bytes inside a recorded graph\n", bytes);
+        return forbidden_in_capture();
+    }
+    return enqueue(stream, step::COPY, [dst, src, bytes]() {
+        memmove(dst, src, bytes);
+        return cudaSuccess;
+    });
+}
+
+extern "C" cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
+    if (!bytes) return cudaSuccess;
+    if (!on_device(dst, bytes)) return note(cudaErrorInvalidValue);
+    return enqueue(stream, step::SET, [dst, value, bytes]() {
+        memset(dst, value, bytes);
+        return cudaSuccess;
+    });
+}
+
+extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+    (void)flags;
+    *stream = new pk_emu_stream{NULL, false};
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (stream && stream->recording) return note(cudaErrorStreamCaptureUnsupported);
+    delete stream;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (stream && stream->recording) return forbidden_in_capture();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
+    (void)flags;
+    *event = new pk_emu_event{0};
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete event;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    (void)stream; /* work runs at once, so the event is always complete */
+    event->recorded = 1;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    (void)event;
+    return any_capture() ? forbidden_in_capture() : cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    (void)mode;
+    if (!stream || stream->recording) return note(cudaErrorInvalidValue); /* the legacy stream cannot record */
+    stream->recording = new pk_emu_graph;
+    stream->invalidated = false;
+    capturing_streams.push_back(stream);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    *graph = NULL;
+    if (!stream || !stream->recording) return note(cudaErrorInvalidValue);
+    for (size_t i = 0; i < capturing_streams.size(); i++)
+        if (capturing_streams[i] == stream) capturing_streams.erase(capturing_streams.begin() + (long)i);
+    pk_emu_graph *g = stream->recording;
+    stream->recording = NULL;
+    if (stream->invalidated) {
+        delete g;
+        return note(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = g;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    (void)flags;
+    *exec = NULL;
+    if (!graph) return note(cudaErrorInvalidValue);
+    *exec = new pk_emu_graph(*graph);
+    return cudaSuccess;
+}
+
+/* Succeeds only when the new graph has the same steps of the same kinds (a simplification of
+ * the device's rule, which also compares each launch's kernel). */
+extern "C" cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                           cudaGraphExecUpdateResultInfo *info) {
+    if (info) memset(info, 0, sizeof *info);
+    if (!exec || !graph) return note(cudaErrorInvalidValue);
+    bool same = exec->steps.size() == graph->steps.size();
+    for (size_t i = 0; same && i < graph->steps.size(); i++) same = exec->steps[i].kind == graph->steps[i].kind;
+    if (!same) return note(cudaErrorGraphExecUpdateFailure);
+    exec->steps = graph->steps;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    if (!exec) return note(cudaErrorInvalidValue);
+    if (any_capture()) return forbidden_in_capture();
+    (void)stream;
+    for (const step &s : exec->steps) {
+        cudaError_t e = s.run();
+        if (e) return note(e);
+    }
+    return cudaSuccess;
+}
+
+/* ---- the block scheduler ---- */
+
+namespace pk_emu {
+
+launch_dims dims;
+
+/* ---- fibers ---- */
+
+enum fiber_state { READY, RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+
+struct fiber {
+    void *sp; /* saved stack pointer while switched out */
+    uint3 idx;
+    int index, lane, warp;
+    fiber_state state;
+    unsigned shuffles; /* exchanges done, for the double-buffered slots */
+    unsigned shuffle_mask;
+    char *stack;
+#ifdef PK_EMU_ASAN
+    void *fake_stack;
+#endif
+};
+
+enum { MAX_THREADS = 1024, WARP = 32, MAX_WARPS = MAX_THREADS / WARP };
+static const size_t stack_bytes = (size_t)256 << 10, guard_bytes = 4096;
+
+static fiber fibers[MAX_THREADS];
+static void *scheduler_sp;
+static fiber *current;
+static const std::function<void()> *body;
+static std::vector<unsigned char> dyn_shared;
+static unsigned long launches;
+#ifdef PK_EMU_ASAN
+static void *scheduler_stack;
+static size_t scheduler_stack_bytes;
+#endif
+
+/* The context switch: pushes the callee-saved registers on the current stack, stores the
+ * stack pointer in *save and resumes the stack at load. (MXCSR and the x87 control word are
+ * callee-saved too, but nothing here changes them.) glibc's swapcontext costs a system call
+ * per switch; the emulation switches millions of times. */
+extern "C" void pk_emu_switch(void **save, void *load);
+asm(".text\n"
+    ".globl pk_emu_switch\n"
+    ".type pk_emu_switch, @function\n"
+    "pk_emu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size pk_emu_switch, .-pk_emu_switch\n");
+
+/* ---- the block in flight: who is ready, who waits where ---- */
+
+static int n_threads, live, at_block_barrier;
+static int warp_live[MAX_WARPS], warp_waiting[MAX_WARPS];
+static bool descending;
+static int ready[MAX_THREADS], ready_head, ready_count; /* a ring of fiber indices */
+static unsigned char exchange[MAX_WARPS][2][WARP][8];   /* [warp][parity][lane] shuffled values */
+
+static void make_ready(fiber *f) {
+    f->state = READY;
+    ready[(ready_head + ready_count++) % MAX_THREADS] = f->index;
+}
+
+static fiber *next_ready(void) {
+    if (!ready_count) return NULL;
+    fiber *f = &fibers[ready[ready_head]];
+    ready_head = (ready_head + 1) % MAX_THREADS;
+    ready_count--;
+    return f;
+}
+
+/* Readies the threads in `state` among [first, end), in this launch's sweep order. */
+static void release(int first, int end, fiber_state state) {
+    for (int i = first; i < end; i++) {
+        fiber *f = &fibers[descending ? end - 1 - (i - first) : i];
+        if (f->state == state) make_ready(f);
+    }
+}
+
+/* Called when a thread arrives at a barrier or exits: releases a barrier every live thread of
+ * its scope has reached. Returns true when the caller's own barrier was released. */
+static bool complete_barriers(int warp) {
+    bool released = false;
+    if (warp_waiting[warp] && warp_waiting[warp] == warp_live[warp]) {
+        int first = warp * WARP, end = first + WARP < n_threads ? first + WARP : n_threads;
+        if (warp_live[warp] != WARP || end - first != WARP)
+            fatal("warp shuffle with a full mask in a partial warp or one with exited lanes");
+        for (int i = first; i < end; i++)
+            if (fibers[i].shuffle_mask != 0xffffffffu) fatal("warp shuffle with a partial mask");
+        warp_waiting[warp] = 0;
+        release(first, end, AT_WARP_BARRIER);
+        released = true;
+    }
+    if (at_block_barrier && at_block_barrier == live) {
+        at_block_barrier = 0;
+        release(0, n_threads, AT_BLOCK_BARRIER);
+        released = true;
+    }
+    return released;
+}
+
+/* Switches from fiber self (or the scheduler, self NULL) to the next ready fiber, or back to
+ * the scheduler when none is. */
+static void switch_away(fiber *self) {
+    fiber *next = next_ready();
+    void **save = self ? &self->sp : &scheduler_sp;
+#ifdef PK_EMU_ASAN
+    void **fake = self && self->state != DONE ? &self->fake_stack : NULL;
+    if (next)
+        __sanitizer_start_switch_fiber(fake, next->stack + guard_bytes, stack_bytes - guard_bytes);
+    else
+        __sanitizer_start_switch_fiber(fake, scheduler_stack, scheduler_stack_bytes);
+#endif
+    void *load = next ? next->sp : scheduler_sp;
+    if (next) next->state = RUNNING;
+    current = next;
+    pk_emu_switch(save, load);
+#ifdef PK_EMU_ASAN
+    __sanitizer_finish_switch_fiber(self ? self->fake_stack : NULL, NULL, NULL);
+#endif
+}
+
+/* The running thread waits at a barrier, unless it is the last to arrive. */
+static void wait_at(fiber_state where) {
+    fiber *self = current;
+    self->state = where;
+    if (where == AT_WARP_BARRIER)
+        warp_waiting[self->warp]++;
+    else
+        at_block_barrier++;
+    if (complete_barriers(self->warp)) {
+        /* the last to arrive goes on at once; it was readied with the others */
+        for (int i = 0; i < ready_count; i++)
+            if (ready[(ready_head + i) % MAX_THREADS] == self->index) {
+                ready[(ready_head + i) % MAX_THREADS] = ready[ready_head];
+                next_ready();
+                break;
+            }
+        self->state = RUNNING;
+        return;
+    }
+    switch_away(self);
+}
+
+const uint3 &thread_idx() { return current->idx; }
+int lane_id() { return current->lane; }
+void *dynamic_shared() { return dyn_shared.data(); }
+void sync_block() { wait_at(AT_BLOCK_BARRIER); }
+
+void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out) {
+    fiber *f = current;
+    unsigned char(*slots)[8] = exchange[f->warp][f->shuffles & 1];
+    if (size == 4)
+        memcpy(slots[f->lane], value, 4);
+    else if (size == 8)
+        memcpy(slots[f->lane], value, 8);
+    else
+        fatal("warp shuffle of a value that is not 4 or 8 bytes");
+    f->shuffles++;
+    f->shuffle_mask = mask;
+    wait_at(AT_WARP_BARRIER);
+    if (size == 4)
+        memcpy(out, slots[src_lane & (WARP - 1)], 4);
+    else
+        memcpy(out, slots[src_lane & (WARP - 1)], 8);
+}
+
+/* A fiber's first frame: runs the kernel body, then leaves for good. */
+static void fiber_main() {
+#ifdef PK_EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    (*body)();
+    fiber *self = current;
+    self->state = DONE;
+    live--;
+    warp_live[self->warp]--;
+    complete_barriers(self->warp);
+    switch_away(self);
+    fatal("a finished fiber was resumed");
+}
+
+/* A stack that pk_emu_switch enters at fiber_main with the alignment of a called function.
+ * Tops at the same offset of equally spaced stacks would share cache sets (every switch would
+ * miss), so each fiber's top is shifted by its own multiple of 1088 bytes, up to 64 KiB. */
+static void *fresh_stack(const fiber *f) {
+    uint64_t *top = (uint64_t *)(f->stack + stack_bytes - (size_t)f->index * 1088 % (64 << 10));
+    top[-1] = 0; /* fiber_main's return address: it never returns */
+    top[-2] = (uint64_t)(uintptr_t)fiber_main;
+    for (int i = 3; i <= 8; i++) top[-i] = 0; /* rbp, rbx, r12..r15 */
+    return &top[-8];
+}
+
+static void alloc_stacks(void) {
+    static bool done;
+    if (done) return;
+    for (int i = 0; i < MAX_THREADS; i++) {
+        void *p = mmap(NULL, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) fatal("cannot map fiber stacks");
+        mprotect(p, guard_bytes, PROT_NONE); /* an overflow faults instead of corrupting */
+        fibers[i].stack = (char *)p;
+        fibers[i].index = i;
+    }
+#ifdef PK_EMU_ASAN
+    pthread_attr_t attr;
+    pthread_getattr_np(pthread_self(), &attr);
+    pthread_attr_getstack(&attr, &scheduler_stack, &scheduler_stack_bytes);
+    pthread_attr_destroy(&attr);
+#endif
+    done = true;
+}
+
+static void run_block(void) {
+    for (int t = 0; t < n_threads; t++) {
+        fiber *f = &fibers[t];
+        f->sp = fresh_stack(f);
+        f->idx = uint3{t % dims.block_dim.x, t / dims.block_dim.x % dims.block_dim.y,
+                       t / (dims.block_dim.x * dims.block_dim.y)};
+        f->lane = t % WARP;
+        f->warp = t / WARP;
+        f->shuffles = 0;
+        f->state = AT_BLOCK_BARRIER; /* released below, in sweep order */
+    }
+    live = n_threads;
+    at_block_barrier = 0;
+    for (int w = 0; w < MAX_WARPS; w++) {
+        warp_live[w] = w * WARP < n_threads ? (n_threads - w * WARP < WARP ? n_threads - w * WARP : WARP) : 0;
+        warp_waiting[w] = 0;
+    }
+    ready_head = ready_count = 0;
+    release(0, n_threads, AT_BLOCK_BARRIER);
+    switch_away(NULL); /* back here when no fiber is ready */
+    if (live) fatal("barrier deadlock: threads wait at different barriers");
+}
+
+static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
+    alloc_stacks();
+    n_threads = (int)(block.x * block.y * block.z);
+    descending = launches++ & 1;
+    dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
+    body = &fn;
+    dims.grid_dim = grid;
+    dims.block_dim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                dims.block_idx = uint3{x, y, z};
+                run_block();
+            }
+    return cudaSuccess;
+}
+
+int launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> fn) {
+    size_t threads = (size_t)block.x * block.y * block.z;
+    if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
+        grid.z > 65535 || smem > 48 * 1024)
+        return note(cudaErrorInvalidConfiguration);
+    return enqueue(stream, step::KERNEL, [grid, block, smem, fn]() { return run_launch(grid, block, smem, fn); });
+}
+
+} // namespace pk_emu
+
+/* ---- cuBLAS ---- */
+
+struct pk_emu_blas {
+    cudaStream_t stream;
+};
+
+extern "C" cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = new pk_emu_blas{NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+    handle->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t opa, cublasOperation_t opb, int m,
+                                      int n, int k, const float *alpha, const float *a, int lda, const float *b,
+                                      int ldb, const float *beta, float *c, int ldc) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    const int a_rows = opa == CUBLAS_OP_N ? m : k, b_rows = opb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1) || lda < (a_rows > 1 ? a_rows : 1) ||
+        ldb < (b_rows > 1 ? b_rows : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *alpha, be = *beta;
+    /* The operands' extents, checked against their allocations as a device would fault. */
+    size_t a_cols = opa == CUBLAS_OP_N ? (size_t)k : (size_t)m, b_cols = opb == CUBLAS_OP_N ? (size_t)n : (size_t)k;
+    size_t a_need = a_cols ? (a_cols - 1) * (size_t)lda + (size_t)a_rows : 0;
+    size_t b_need = b_cols ? (b_cols - 1) * (size_t)ldb + (size_t)b_rows : 0;
+    size_t c_need = n ? ((size_t)(n - 1) * (size_t)ldc + (size_t)m) : 0;
+    if ((a_need && !on_device(a, a_need * 4)) || (b_need && !on_device(b, b_need * 4)) ||
+        (c_need && !on_device(c, c_need * 4)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    cudaError_t e = enqueue(handle->stream, step::GEMM, [=]() {
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float s = 0.0f;
+                for (int p = 0; p < k; p++) {
+                    float av = opa == CUBLAS_OP_N ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                    float bv = opb == CUBLAS_OP_N ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                    s += av * bv;
+                }
+                float *cij = &c[(size_t)j * ldc + i];
+                *cij = be == 0.0f ? al * s : al * s + be * *cij;
+            }
+        return cudaSuccess;
+    });
+    return e ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,136 @@
+/* cuda_emu: the device side for kernel sources compiled as C++ (see cuda_runtime_api.h).
+ *
+ * A launch runs its blocks one after another; a block's threads are fibers on the calling
+ * thread, so __shared__ variables can be function statics and atomics plain updates. A fiber
+ * runs until it reaches __syncthreads (all live threads of the block meet) or a warp shuffle
+ * (the lanes of its warp meet); blocks sweep their threads in ascending order on one launch and
+ * descending on the next, so a read of shared memory that lacks its barrier sees stale data
+ * in one of the two orders. Misuse the hardware leaves undefined (a full-mask shuffle in a
+ * partial warp or with exited lanes, mismatched barriers) stops the program with a message. */
+#ifndef PK_EMU_DEVICE_H
+#define PK_EMU_DEVICE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <functional>
+#include <tuple>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct uint3 {
+    unsigned x, y, z;
+};
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+struct __attribute__((aligned(16))) uint4 {
+    unsigned x, y, z, w;
+};
+
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
+
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+namespace pk_emu {
+
+struct launch_dims {
+    uint3 block_idx;
+    dim3 block_dim, grid_dim;
+};
+extern launch_dims dims;
+
+/* The running fiber's thread index. */
+const uint3 &thread_idx();
+void sync_block();
+/* Lane exchange among the warp's lanes: writes `size` bytes of value, returns lane src's. */
+void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out);
+int lane_id();
+void *dynamic_shared();
+
+int launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body);
+
+/* kernel<<<grid, block, smem, stream>>>(args): the arguments are converted to the kernel's
+ * parameter types once, and every thread gets its own copy (as kernel parameters are). */
+template <class... P> struct launcher {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    void (*kernel)(P...);
+    template <class... A> void operator()(A &&...args) const {
+        std::tuple<P...> params(std::forward<A>(args)...);
+        void (*k)(P...) = kernel;
+        launch(grid, block, smem, stream, [k, params]() { std::apply(k, params); });
+    }
+};
+
+template <class... P>
+launcher<P...> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(P...)) {
+    return launcher<P...>{grid, block, smem, stream, kernel};
+}
+
+} // namespace pk_emu
+
+#define PK_LAUNCH(grid, block, smem, stream, ...) pk_emu::make_launcher(grid, block, smem, stream, __VA_ARGS__)
+#define PK_DYNAMIC_SHARED(type, name) type *name = (type *)pk_emu::dynamic_shared()
+
+#define threadIdx (pk_emu::thread_idx())
+#define blockIdx (pk_emu::dims.block_idx)
+#define blockDim (pk_emu::dims.block_dim)
+#define gridDim (pk_emu::dims.grid_dim)
+
+static inline void __syncthreads(void) { pk_emu::sync_block(); }
+
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    T out;
+    pk_emu::shuffle(mask, &v, sizeof v, pk_emu::lane_id() ^ lane_mask, &out);
+    return out;
+}
+
+/* Lanes below delta keep their own value. */
+template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
+    T out;
+    int lane = pk_emu::lane_id();
+    pk_emu::shuffle(mask, &v, sizeof v, lane >= (int)delta ? lane - (int)delta : lane, &out);
+    return out;
+}
+
+/* One host thread runs every fiber and never preempts one: a plain update is atomic. */
+static inline int atomicAdd(int *p, int v) {
+    int old = *p;
+    *p = old + v;
+    return old;
+}
+
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
+static inline float __uint_as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* The emulation builds with -ffp-contract=off, so these round once each as on the device. */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+#endif
