@@ -23,6 +23,7 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXACT 0.0
@@ -448,6 +449,24 @@ static void test_vq(void) {
 /* ROWS rows of logits drawn in one call, each row with its own settings (greedy, top-k 1, 25,
  * 250, all) and row 2 forced, over 16 frames: the same tokens on both backends. */
 #define ROWS 5
+/* Copies of a row's k-th largest logit over every 97th entry below it: ties exactly at the
+ * top-k boundary, where only the lowest indices are admitted. */
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static void tie_at_boundary(float *row, int n, int k) {
+    float *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted) return;
+    memcpy(sorted, row, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_desc);
+    float v = sorted[k - 1];
+    free(sorted);
+    for (int i = 3; i < n; i += 97)
+        if (row[i] < v) row[i] = v;
+}
+
 static void test_sample(void) {
     static const int sizes[2] = {2048, 32000};
     static const int ks[ROWS] = {0, 1, 25, 250, 0};
@@ -461,7 +480,8 @@ static void test_sample(void) {
     for (int si = 0; si < 2; si++) {
         int n = sizes[si], mism = 0, draws = 0, kept = 1;
         float *l = rand_vec((size_t)n * ROWS, 4.0f);
-        for (int i = 0; i < n * ROWS; i += 97) l[i] = l[5]; /* ties, some at the top-k boundary */
+        for (int r = 0; r < ROWS; r++) /* row 0 is greedy: ties at its maximum */
+            if (r == 0 || ks[r] > 0) tie_at_boundary(l + (size_t)r * n, n, ks[r] > 0 ? ks[r] : 1);
         twin tl = twin_of(l, (size_t)n * ROWS);
         for (int64_t frame = 0; frame < 16; frame++) {
             for (int r = 0; r < ROWS; r++)

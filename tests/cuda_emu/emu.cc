@@ -394,13 +394,22 @@ asm(".text\n"
 
 static int n_threads, live, at_block_barrier;
 static int warp_live[MAX_WARPS], warp_waiting[MAX_WARPS];
-static bool descending;
+/* The launch's schedule, one of four in turn: threads in ascending or descending order, and a
+ * warp whose shuffle completes either queues behind the others (warps move in step) or runs
+ * ahead of them until a block barrier (a missing barrier between warps shows). */
+static bool descending, warp_ahead;
 static int ready[MAX_THREADS], ready_head, ready_count; /* a ring of fiber indices */
 static unsigned char exchange[MAX_WARPS][2][WARP][8];   /* [warp][parity][lane] shuffled values */
 
-static void make_ready(fiber *f) {
+static void make_ready(fiber *f, bool front) {
     f->state = READY;
-    ready[(ready_head + ready_count++) % MAX_THREADS] = f->index;
+    if (front) {
+        ready_head = (ready_head + MAX_THREADS - 1) % MAX_THREADS;
+        ready[ready_head] = f->index;
+        ready_count++;
+    } else {
+        ready[(ready_head + ready_count++) % MAX_THREADS] = f->index;
+    }
 }
 
 static fiber *next_ready(void) {
@@ -411,11 +420,13 @@ static fiber *next_ready(void) {
     return f;
 }
 
-/* Readies the threads in `state` among [first, end), in this launch's sweep order. */
-static void release(int first, int end, fiber_state state) {
+/* Readies the threads in `state` among [first, end) in this launch's sweep order, behind the
+ * ready ones or (front) ahead of them. */
+static void release(int first, int end, fiber_state state, bool front) {
     for (int i = first; i < end; i++) {
-        fiber *f = &fibers[descending ? end - 1 - (i - first) : i];
-        if (f->state == state) make_ready(f);
+        bool backwards = descending != front; /* pushing to the front reverses the order */
+        fiber *f = &fibers[backwards ? end - 1 - (i - first) : i];
+        if (f->state == state) make_ready(f, front);
     }
 }
 
@@ -430,12 +441,12 @@ static bool complete_barriers(int warp) {
         for (int i = first; i < end; i++)
             if (fibers[i].shuffle_mask != 0xffffffffu) fatal("warp shuffle with a partial mask");
         warp_waiting[warp] = 0;
-        release(first, end, AT_WARP_BARRIER);
+        release(first, end, AT_WARP_BARRIER, warp_ahead);
         released = true;
     }
     if (at_block_barrier && at_block_barrier == live) {
         at_block_barrier = 0;
-        release(0, n_threads, AT_BLOCK_BARRIER);
+        release(0, n_threads, AT_BLOCK_BARRIER, false);
         released = true;
     }
     return released;
@@ -552,7 +563,17 @@ static void alloc_stacks(void) {
     done = true;
 }
 
+/* The linker's bounds of the section holding every kernel's __shared__ variables. */
+extern "C" __attribute__((weak)) uint64_t __start_pk_emu_shared[], __stop_pk_emu_shared[];
+
+/* Volatile stores: a plain loop would become a memset call, which ASan checks against the
+ * redzones it may keep between the variables. */
+static void poison_shared(void) {
+    for (volatile uint64_t *p = __start_pk_emu_shared; p < __stop_pk_emu_shared; p++) *p = ~(uint64_t)0;
+}
+
 static void run_block(void) {
+    poison_shared();
     for (int t = 0; t < n_threads; t++) {
         fiber *f = &fibers[t];
         f->sp = fresh_stack(f);
@@ -570,7 +591,7 @@ static void run_block(void) {
         warp_waiting[w] = 0;
     }
     ready_head = ready_count = 0;
-    release(0, n_threads, AT_BLOCK_BARRIER);
+    release(0, n_threads, AT_BLOCK_BARRIER, false);
     switch_away(NULL); /* back here when no fiber is ready */
     if (live) fatal("barrier deadlock: threads wait at different barriers");
 }
@@ -578,7 +599,9 @@ static void run_block(void) {
 static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
-    descending = launches++ & 1;
+    descending = launches & 1;
+    warp_ahead = launches & 2;
+    launches++;
     dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
     body = &fn;
     dims.grid_dim = grid;

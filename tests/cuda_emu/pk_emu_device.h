@@ -1,12 +1,13 @@
 /* cuda_emu: the device side for kernel sources compiled as C++ (see cuda_runtime_api.h).
  *
  * A launch runs its blocks one after another; a block's threads are fibers on the calling
- * thread, so __shared__ variables can be function statics and atomics plain updates. A fiber
+ * thread, so __shared__ variables can be statics and atomics plain updates. A fiber
  * runs until it reaches __syncthreads (all live threads of the block meet) or a warp shuffle
- * (the lanes of its warp meet); blocks sweep their threads in ascending order on one launch and
- * descending on the next, so a read of shared memory that lacks its barrier sees stale data
- * in one of the two orders. Misuse the hardware leaves undefined (a full-mask shuffle in a
- * partial warp or with exited lanes, mismatched barriers) stops the program with a message. */
+ * (the lanes of its warp meet). Launches take four schedules in turn (threads ascending or
+ * descending; warps in step or one running ahead), so a read of shared memory that lacks its
+ * barrier sees stale data under some of them. Misuse the hardware leaves undefined (a
+ * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers) stops the
+ * program with a message. */
 #ifndef PK_EMU_DEVICE_H
 #define PK_EMU_DEVICE_H
 
@@ -23,7 +24,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+/* Shared variables are statics in one section, which every block starts by filling with NaN
+ * bytes: as on the device, a block sees neither zeros nor the previous block's values. */
+#define __shared__ __attribute__((section("pk_emu_shared"))) static
 
 struct uint3 {
     unsigned x, y, z;
