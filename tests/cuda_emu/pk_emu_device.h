@@ -21,7 +21,6 @@
 
 #define __global__
 #define __device__
-#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 /* Shared variables are statics in one section, which every block starts by filling with NaN
