@@ -1,0 +1,213 @@
+/* test_cuda_emu: the emulation's own checks, so its power to fail a wrong kernel cannot rot
+ * unnoticed: a correct block reduction is right under every schedule, the same kernel without
+ * its barrier is wrong under at least one, unwritten shared and device memory read as NaN,
+ * copies outside an allocation and host transfers inside a capture are refused, a recorded
+ * graph replays on new data, SGEMM matches a plain product for each transpose, and a
+ * full-mask shuffle in a partial warp stops the program. */
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+#include "test.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { THREADS = 128 };
+
+/* Thread 0 writes what every thread then reads: with the barrier, or (racy) without it. */
+__global__ void broadcast_kernel(const float *x, float *y, int with_barrier) {
+    __shared__ float v;
+    if (threadIdx.x == 0) v = x[blockIdx.x];
+    if (with_barrier) __syncthreads();
+    y[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+/* A block sum over warp shuffles; without the final barrier warp 0 reads the partials early. */
+__global__ void block_sum_kernel(const float *x, float *y, int with_barrier) {
+    __shared__ float part[THREADS / 32];
+    float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    if (with_barrier) __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < THREADS / 32; w++) s += part[w];
+        y[blockIdx.x] = s;
+    }
+}
+
+__global__ void read_unwritten_shared_kernel(float *y) {
+    __shared__ float never_written[THREADS];
+    y[threadIdx.x] = never_written[threadIdx.x];
+}
+
+__global__ void scale_kernel(const float *x, float k, float *y) { y[threadIdx.x] = k * x[threadIdx.x]; }
+
+static float *device_copy(const float *h, size_t n) {
+    float *d = NULL;
+    if (cudaMalloc((void **)&d, n * sizeof *d) == cudaSuccess)
+        cudaMemcpyAsync(d, h, n * sizeof *d, cudaMemcpyHostToDevice, NULL);
+    return d;
+}
+
+/* Runs `launch` on four consecutive launches (the emulation's four schedules) and counts the
+ * launches whose result differs from want. */
+template <class F> static int wrong_schedules(F launch, float *y_dev, const float *want, int n) {
+    int wrong = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        float got[1024];
+        launch();
+        cudaMemcpyAsync(got, y_dev, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, NULL);
+        for (int i = 0; i < n; i++)
+            if (got[i] != want[i]) {
+                wrong++;
+                break;
+            }
+    }
+    return wrong;
+}
+
+static void test_schedules(void) {
+    enum { BLOCKS = 3 };
+    float x[BLOCKS * THREADS], want_b[BLOCKS * THREADS], want_s[BLOCKS];
+    for (int i = 0; i < BLOCKS * THREADS; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int b = 0; b < BLOCKS; b++) {
+        want_s[b] = 0.0f;
+        for (int t = 0; t < THREADS; t++) {
+            want_b[b * THREADS + t] = x[b];
+            want_s[b] += x[b * THREADS + t];
+        }
+    }
+    float *xd = device_copy(x, BLOCKS * THREADS), *yd = device_copy(x, BLOCKS * THREADS);
+    for (int with_barrier = 1; with_barrier >= 0; with_barrier--) {
+        int wb = wrong_schedules([&] { PK_LAUNCH(BLOCKS, THREADS, 0, NULL, broadcast_kernel)(xd, yd, with_barrier); },
+                                 yd, want_b, BLOCKS * THREADS);
+        int ws = wrong_schedules([&] { PK_LAUNCH(BLOCKS, THREADS, 0, NULL, block_sum_kernel)(xd, yd, with_barrier); },
+                                 yd, want_s, BLOCKS);
+        printf("  %s barrier: broadcast wrong under %d of 4 schedules, block sum under %d of 4\n",
+               with_barrier ? "with its" : "without the", wb, ws);
+        TEST_COND(with_barrier ? "broadcast right under every schedule" : "missing barrier (broadcast) caught",
+                  with_barrier ? wb == 0 : wb > 0);
+        TEST_COND(with_barrier ? "block sum right under every schedule" : "missing barrier (block sum) caught",
+                  with_barrier ? ws == 0 : ws > 0);
+    }
+    cudaFree(xd);
+    cudaFree(yd);
+}
+
+static void test_unwritten_memory(void) {
+    float *d = NULL, h[THREADS];
+    TEST_COND("cudaMalloc", cudaMalloc((void **)&d, sizeof h) == cudaSuccess);
+    cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("fresh device memory reads as NaN", h[0] != h[0] && h[THREADS - 1] != h[THREADS - 1]);
+    PK_LAUNCH(1, THREADS, 0, NULL, read_unwritten_shared_kernel)(d);
+    cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, NULL);
+    int nan = 0;
+    for (int i = 0; i < THREADS; i++) nan += h[i] != h[i];
+    TEST_COND("unwritten shared memory reads as NaN", nan == THREADS);
+    TEST_COND("a copy past the allocation is refused",
+              cudaMemcpyAsync(h, d + 1, sizeof h, cudaMemcpyDeviceToHost, NULL) == cudaErrorInvalidValue);
+    TEST_COND("a device pointer given as host is refused",
+              cudaMemcpyAsync(d, d, 4, cudaMemcpyHostToDevice, NULL) == cudaErrorInvalidValue);
+    TEST_COND("a launch of 1025 threads is refused", (PK_LAUNCH(1, 1025, 0, NULL, scale_kernel)(d, 1.0f, d),
+                                                       cudaGetLastError() == cudaErrorInvalidConfiguration));
+    cudaFree(d);
+}
+
+static void test_graph(void) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float h[32], out[32];
+    for (int i = 0; i < 32; i++) h[i] = (float)i;
+    float *x = device_copy(h, 32), *y = device_copy(h, 32);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    TEST_COND("a host transfer inside a capture is refused",
+              cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, s) == cudaErrorStreamCaptureUnsupported);
+    TEST_COND("... and spoils the capture", cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    PK_LAUNCH(1, 32, 0, s, scale_kernel)(x, 2.0f, y);
+    TEST_COND("capture ends", cudaStreamEndCapture(s, &g) == cudaSuccess);
+    TEST_COND("instantiate", cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+    cudaMemcpyAsync(y, h, sizeof h, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(out, y, sizeof out, cudaMemcpyDeviceToHost, s);
+    TEST_COND("recording ran nothing", out[5] == 5.0f);
+    for (int i = 0; i < 32; i++) h[i] = (float)(100 + i);
+    cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, s); /* new input, then replay */
+    TEST_COND("replay", cudaGraphLaunch(exec, s) == cudaSuccess);
+    cudaMemcpyAsync(out, y, sizeof out, cudaMemcpyDeviceToHost, s);
+    TEST_COND("the replay read the new input", out[5] == 210.0f && out[31] == 262.0f);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaFree(x);
+    cudaFree(y);
+    cudaStreamDestroy(s);
+}
+
+static void test_sgemm(void) {
+    enum { M = 5, N = 3, K = 4 };
+    float a[M * K], b[K * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < K * N; i++) b[i] = (float)(i % 3) + 0.5f;
+    float *ad = device_copy(a, M * K), *bd = device_copy(b, K * N), *cd = device_copy(c, M * N);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float one = 1.0f, zero = 0.0f;
+    /* The same product with A stored as M×K (op N, lda M) and as K×M transposed (op T, lda K). */
+    for (int ta = 0; ta < 2; ta++) {
+        float at[M * K];
+        for (int i = 0; i < M; i++)
+            for (int p = 0; p < K; p++) at[ta ? i * K + p : p * M + i] = a[p * M + i];
+        cudaMemcpyAsync(ad, at, sizeof at, cudaMemcpyHostToDevice, NULL);
+        cublasStatus_t st = cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, ad,
+                                        ta ? K : M, bd, K, &zero, cd, M);
+        cudaMemcpyAsync(c, cd, sizeof c, cudaMemcpyDeviceToHost, NULL);
+        int ok = st == CUBLAS_STATUS_SUCCESS;
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < M; i++) {
+                float want = 0.0f;
+                for (int p = 0; p < K; p++) want += a[p * M + i] * b[j * K + p];
+                ok &= c[j * M + i] == want;
+            }
+        TEST_COND(ta ? "sgemm, A transposed" : "sgemm, A as stored", ok);
+    }
+    TEST_COND("sgemm past an operand is refused", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K + 1, &one, ad, M,
+                                                               bd, K + 1, &zero, cd, M) != CUBLAS_STATUS_SUCCESS);
+    cublasDestroy(h);
+    cudaFree(ad);
+    cudaFree(bd);
+    cudaFree(cd);
+}
+
+__global__ void partial_warp_sum_kernel(float *y) {
+    float v = 1.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    y[threadIdx.x] = v;
+}
+
+/* In a child: the emulation must abort, not compute an answer. */
+static void test_partial_warp_stops(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        float *d = NULL;
+        cudaMalloc((void **)&d, 48 * sizeof *d);
+        PK_LAUNCH(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    TEST_COND("a full-mask shuffle in a 16-lane warp stops the run", WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+int main(void) {
+    test_schedules();
+    test_unwritten_memory();
+    test_graph();
+    test_sgemm();
+    test_partial_warp_stops();
+    return test_report();
+}
