@@ -358,7 +358,7 @@ static const std::function<void()> *body;
 static std::vector<unsigned char> dyn_shared;
 static unsigned long launches;
 #ifdef PK_EMU_ASAN
-static void *scheduler_stack;
+static void *scheduler_stack, *scheduler_fake_stack;
 static size_t scheduler_stack_bytes;
 #endif
 
@@ -429,7 +429,8 @@ static void release(int first, int end, fiber_state state, bool front) {
 }
 
 /* Called when a thread arrives at a barrier or exits: releases a barrier every live thread of
- * its scope has reached. Returns true when the caller's own barrier was released. */
+ * its scope has reached. Returns true when one was released; for an arriving thread that can
+ * only be its own (the other kind never counts it). */
 static bool complete_barriers(int warp) {
     bool released = false;
     if (warp_waiting[warp] && warp_waiting[warp] == warp_live[warp]) {
@@ -456,7 +457,8 @@ static void switch_away(fiber *self) {
     fiber *next = next_ready();
     void **save = self ? &self->sp : &scheduler_sp;
 #ifdef PK_EMU_ASAN
-    void **fake = self && self->state != DONE ? &self->fake_stack : NULL;
+    /* NULL tells ASan the stack being left is gone: only a finished fiber's is. */
+    void **fake = !self ? &scheduler_fake_stack : self->state != DONE ? &self->fake_stack : NULL;
     if (next)
         __sanitizer_start_switch_fiber(fake, next->stack + guard_bytes, stack_bytes - guard_bytes);
     else
@@ -467,7 +469,7 @@ static void switch_away(fiber *self) {
     current = next;
     pk_emu_switch(save, load);
 #ifdef PK_EMU_ASAN
-    __sanitizer_finish_switch_fiber(self ? self->fake_stack : NULL, NULL, NULL);
+    __sanitizer_finish_switch_fiber(self ? self->fake_stack : scheduler_fake_stack, NULL, NULL);
 #endif
 }
 
