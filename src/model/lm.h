@@ -100,8 +100,8 @@ typedef struct pp_lm_trace {
  * graph hooks, a frame shape (n, steps, the rows' conversations) runs plainly the first time
  * (the backend's workspace takes its size), is recorded the second and replayed afterwards;
  * the model's works share the backend's slots (a free or long idle one is taken; while none
- * is, frames run plainly). Frames of one model
- * run on one thread at a time (they share the backend's stream and slots). */
+ * is, frames run plainly). Frames of one model run on one thread at a time (they share the
+ * backend's stream and slots). */
 int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
                 const pp_lm_trace *trace, int32_t *tokens, char *err);
 

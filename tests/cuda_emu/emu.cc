@@ -476,22 +476,13 @@ static void switch_away(fiber *self) {
 /* The running thread waits at a barrier, unless it is the last to arrive. */
 static void wait_at(fiber_state where) {
     fiber *self = current;
-    self->state = where;
     if (where == AT_WARP_BARRIER)
         warp_waiting[self->warp]++;
     else
         at_block_barrier++;
-    if (complete_barriers(self->warp)) {
-        /* the last to arrive goes on at once; it was readied with the others */
-        for (int i = 0; i < ready_count; i++)
-            if (ready[(ready_head + i) % MAX_THREADS] == self->index) {
-                ready[(ready_head + i) % MAX_THREADS] = ready[ready_head];
-                next_ready();
-                break;
-            }
-        self->state = RUNNING;
-        return;
-    }
+    /* Counted but still RUNNING, so a release readies the others and the last to arrive goes on. */
+    if (complete_barriers(self->warp)) return;
+    self->state = where;
     switch_away(self);
 }
 
@@ -615,12 +606,14 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const std::fun
     return cudaSuccess;
 }
 
-int launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> fn) {
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> fn) {
     size_t threads = (size_t)block.x * block.y * block.z;
     if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
-        grid.z > 65535 || smem > 48 * 1024)
-        return note(cudaErrorInvalidConfiguration);
-    return enqueue(stream, step::KERNEL, [grid, block, smem, fn]() { return run_launch(grid, block, smem, fn); });
+        grid.z > 65535 || smem > 48 * 1024) {
+        note(cudaErrorInvalidConfiguration);
+        return;
+    }
+    enqueue(stream, step::KERNEL, [grid, block, smem, fn]() { return run_launch(grid, block, smem, fn); });
 }
 
 } // namespace pk_emu

@@ -62,7 +62,8 @@ void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *
 int lane_id();
 void *dynamic_shared();
 
-int launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body);
+/* Errors, as on the device, reach the caller through cudaGetLastError. */
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body);
 
 /* kernel<<<grid, block, smem, stream>>>(args): the arguments are converted to the kernel's
  * parameter types once, and every thread gets its own copy (as kernel parameters are). */
