@@ -275,18 +275,29 @@ static int all_done(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs) {
 
 static void on_tick(lws_sorted_usec_list_t *sul) { lws_sul_schedule(g_ctx, 0, sul, on_tick, 50000); }
 
-void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double timeout_ms) {
+/* Opens the connections whose connect_after_ms has come. */
+static void connect_due(wc_conn **conns, int n_conns, int64_t t0) {
     struct lws_client_connect_info ci;
+    int64_t now = wc_now_ns();
     for (int i = 0; i < n_conns; i++) {
-        connect_common(&ci, conns[i]->path);
+        wc_conn *c = conns[i];
+        if (c->connecting || now - t0 < (int64_t)(c->connect_after_ms * 1e6)) continue;
+        c->connecting = 1;
+        connect_common(&ci, c->path);
         ci.local_protocol_name = "e2e-ws";
-        ci.userdata = conns[i];
-        ci.pwsi = &conns[i]->wsi;
-        if (!lws_client_connect_via_info(&ci) && !conns[i]->failed) {
-            conns[i]->failed = 1;
-            strcpy(conns[i]->fail_reason, "connect failed at once");
+        ci.userdata = c;
+        ci.pwsi = &c->wsi;
+        if (!lws_client_connect_via_info(&ci) && !c->failed) {
+            c->failed = 1;
+            strcpy(c->fail_reason, "connect failed at once");
         }
     }
+}
+
+void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double timeout_ms) {
+    struct lws_client_connect_info ci;
+    int64_t t0 = wc_now_ns();
+    connect_due(conns, n_conns, t0);
     for (int i = 0; i < n_reqs; i++) {
         connect_common(&ci, reqs[i]->path);
         ci.method = "GET";
@@ -300,7 +311,10 @@ void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double tim
     memset(&tick, 0, sizeof tick);
     lws_sul_schedule(g_ctx, 0, &tick, on_tick, 50000);
     int64_t deadline = wc_now_ns() + (int64_t)(timeout_ms * 1e6);
-    while (!all_done(conns, n_conns, reqs, n_reqs) && wc_now_ns() < deadline) lws_service(g_ctx, 0);
+    while (!all_done(conns, n_conns, reqs, n_reqs) && wc_now_ns() < deadline) {
+        lws_service(g_ctx, 0);
+        connect_due(conns, n_conns, t0);
+    }
     lws_sul_cancel(&tick);
     for (int i = 0; i < n_conns; i++) {
         wc_conn *c = conns[i];

@@ -32,6 +32,7 @@ typedef struct wc_conn {
     double linger_ms;        /* after the last message, wait this long for output, then close */
     int expect_pages;        /* close early once this many 0x01 messages arrived (0: linger) */
     int close_at_once;       /* disconnect right after the upgrade (mid-prompt) */
+    double connect_after_ms; /* open the connection this long after wc_run starts (a later joiner) */
 
     /* ---- results ---- */
     int established, failed, closed;
@@ -56,7 +57,7 @@ typedef struct wc_conn {
     /* ---- internal ---- */
     struct lws *wsi;
     lws_sorted_usec_list_t sul;
-    int started, next_extra, next_audio, closing;
+    int connecting, started, next_extra, next_audio, closing;
     int64_t t_next, t_deadline;
     uint8_t *rx;             /* message being reassembled */
     size_t rx_len, rx_cap;

@@ -1,7 +1,7 @@
 /* personaplex-loadtest: N simulated clients on one personaplex-server over loopback WebSockets.
  *
  *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
- *                        [--wav FILE] [--slack MS] [--query Q]
+ *                        [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]
  *
  * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
  * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
@@ -11,7 +11,11 @@
  * handshake time after the upgrade; inter-arrival of the reply's audio pages (p50/p90/p99,
  * max) and late pages (a gap over 80 ms + slack); audio continuity: a valid Ogg stream (one
  * page per message, OpusHead/OpusTags, one serial, page sequence without gaps, CRCs) with an
- * audio page for every frame sent (less the one frame of Opus pre-skip the server drops). With --server it starts `BINARY --demo` on a free loopback
+ * audio page for every frame sent (less the one frame of Opus pre-skip the server drops).
+ * --burst N opens N more clients all at once S seconds into the run (default a third of it),
+ * each streaming 2 s: the report then gives the page gaps of the first (live) clients apart
+ * from the joiners', which is how a crowd joining disturbs conversations already running.
+ * With --server it starts `BINARY --demo` on a free loopback
  * port (--no-tls unless --tls) and stops it with SIGTERM afterwards.
  *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
@@ -43,11 +47,12 @@
 
 #define FRAME_MS 80.0
 #define MAX_CLIENTS 256
+#define BURST_FRAMES 25 /* 2 s of audio per joiner */
 
 typedef struct lt_opts {
     const char *server, *wav, *query;
-    int port, tls, clients;
-    double seconds, slack_ms;
+    int port, tls, clients, burst;
+    double seconds, slack_ms, burst_at;
 } lt_opts;
 
 /* ---- the uplink: a WAV as Ogg Opus pages, one wc_msg each ---- */
@@ -107,7 +112,7 @@ static int free_port(void) {
 static pid_t start_server(const lt_opts *o, const char *dir) {
     char port[16], max[16], log[600];
     snprintf(port, sizeof port, "%d", o->port);
-    snprintf(max, sizeof max, "%d", o->clients);
+    snprintf(max, sizeof max, "%d", o->clients + o->burst);
     snprintf(log, sizeof log, "%s/server.log", dir);
     pid_t pid = fork();
     if (pid == 0) {
@@ -220,7 +225,7 @@ static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, 
 
 static int parse(int argc, char **argv, lt_opts *o) {
     *o = (lt_opts){.wav = PP_TEST_DATA "/golden/speech-24k.wav", .query = "", .clients = 3, .seconds = 10,
-                   .slack_ms = 40};
+                   .slack_ms = 40, .burst_at = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--tls") == 0) {
@@ -236,60 +241,85 @@ static int parse(int argc, char **argv, lt_opts *o) {
         else if (strcmp(a, "--wav") == 0) o->wav = v;
         else if (strcmp(a, "--slack") == 0) o->slack_ms = atof(v);
         else if (strcmp(a, "--query") == 0) o->query = v;
+        else if (strcmp(a, "--burst") == 0) o->burst = atoi(v);
+        else if (strcmp(a, "--burst-at") == 0) o->burst_at = atof(v);
         else return -1;
     }
+    if (o->burst_at < 0) o->burst_at = o->seconds / 3;
     int where = (o->server != NULL) + (o->port > 0);
-    return where == 1 && o->clients >= 1 && o->clients <= MAX_CLIENTS && o->seconds > 0 ? 0 : -1;
+    return where == 1 && o->clients >= 1 && o->burst >= 0 && o->clients + o->burst <= MAX_CLIENTS && o->seconds > 0
+               ? 0
+               : -1;
+}
+
+/* Prints the page-gap summary of clients [from, to) whose gaps are all[0..n_all). */
+static void summary(const char *who, int from, int to, int frames, double limit_ms, double *all, int n_all, int late,
+                    int ok) {
+    qsort(all, (size_t)n_all, sizeof *all, cmp_double);
+    printf("%s %d clients, %d frames each: page gaps p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; "
+           "late (> %.0f ms) %d of %d; streams %s\n",
+           who, to - from, frames, pct(all, n_all, 0.5), pct(all, n_all, 0.9), pct(all, n_all, 0.99),
+           n_all ? all[n_all - 1] : 0, limit_ms, late, n_all, ok ? "continuous" : "BROKEN");
 }
 
 /* Runs the clients against the server on o->port; prints the report; 0 when all continuous. */
 static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames) {
     char path[1024];
     snprintf(path, sizeof path, "/api/chat%s%s", *o->query ? "?" : "", o->query);
-    wc_conn *conns = calloc((size_t)o->clients, sizeof *conns);
-    wc_conn **list = calloc((size_t)o->clients, sizeof *list);
-    lt_result *res = calloc((size_t)o->clients, sizeof *res);
-    double *all = malloc(((size_t)frames + 8) * o->clients * sizeof *all);
+    int n = o->clients + o->burst;
+    wc_conn *conns = calloc((size_t)n, sizeof *conns);
+    wc_conn **list = calloc((size_t)n, sizeof *list);
+    lt_result *res = calloc((size_t)n, sizeof *res);
+    double *all = malloc(((size_t)frames + 8) * (size_t)n * sizeof *all);
     if (!conns || !list || !res || !all) {
         free(conns), free(list), free(res), free(all);
         fprintf(stderr, "loadtest: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < o->clients; i++) {
+    for (int i = 0; i < n; i++) {
+        int joiner = i >= o->clients, sent = joiner && BURST_FRAMES < frames ? BURST_FRAMES : frames;
         conns[i] = (wc_conn){.path = path, .wait_handshake = 1, .extra = head, .n_extra = 2, .audio = audio,
-                             .n_audio = frames, .interval_ms = FRAME_MS, .linger_ms = 5000,
-                             .expect_pages = frames + 1}; /* 2 header pages, frames - 1 audio pages */
+                             .n_audio = sent, .interval_ms = FRAME_MS, .linger_ms = 5000,
+                             .expect_pages = sent + 1, /* 2 header pages, sent - 1 audio pages */
+                             .connect_after_ms = joiner ? 1e3 * o->burst_at : 0};
         list[i] = &conns[i];
     }
-    wc_run(list, o->clients, NULL, 0, 1e3 * (o->seconds + 120));
-    /* The server drops the uplink's pre-skip (3840 at 48 kHz: one 1920-sample frame at 24 kHz),
-     * so one frame fewer comes back than went in. */
-    int expect = frames - PP_DOWNLINK_PRESKIP / 2 / PP_AUDIO_FRAME;
-    int n_all = 0, ok_all = 1, late = 0;
-    printf("%-7s %10s %8s %8s %8s %8s %8s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max", "pages", "late",
+    wc_run(list, n, NULL, 0, 1e3 * (o->seconds + o->burst_at + 120));
+    printf("%-7s %10s %8s %8s %8s %8s %9s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max", "pages", "late",
            "continuity");
-    for (int i = 0; i < o->clients; i++) {
-        wc_conn *c = &conns[i];
-        lt_result *r = &res[i];
-        continuity(c, r);
-        timing(c, o->slack_ms, r, all, &n_all);
-        int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && r->audio_pages == expect;
-        ok_all &= ok;
-        late += r->late;
-        printf("%-7d %8.0fms %6.1fms %6.1fms %6.1fms %6.1fms %4d/%-4d %5d  %s", i, r->handshake_ms, r->p50, r->p90,
-               r->p99, r->max, r->audio_pages, expect, r->late, ok ? "ok" : "BROKEN");
-        if (!ok)
-            printf(" (handshakes %d, %d bad pages%s%s%s%s)", c->handshakes, r->bad_pages, c->failed ? ", failed: " : "",
-                   c->failed ? c->fail_reason : "", c->errors ? ", server error: " : "",
-                   c->errors ? c->first_error : "");
-        printf("\n");
+    int ok_all = 1;
+    for (int group = 0; group < 2; group++) { /* the live clients, then the joiners */
+        int from = group ? o->clients : 0, to = group ? n : o->clients, n_all = 0, ok_group = 1, late = 0, refused = 0;
+        int sent = from < to ? conns[from].n_audio : 0;
+        /* The server drops the uplink's pre-skip (3840 at 48 kHz: one 1920-sample frame at
+         * 24 kHz), so one frame fewer comes back than went in. */
+        int expect = sent - PP_DOWNLINK_PRESKIP / 2 / PP_AUDIO_FRAME;
+        for (int i = from; i < to; i++) {
+            wc_conn *c = &conns[i];
+            lt_result *r = &res[i];
+            continuity(c, r);
+            timing(c, o->slack_ms, r, all, &n_all);
+            int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && r->audio_pages == expect;
+            /* A joiner past the server's capacity is turned away before its handshake: expected. */
+            int full = group && !c->handshakes && c->errors && strstr(c->first_error, "server full");
+            refused += full;
+            ok_group &= ok || full;
+            late += r->late;
+            printf("%-7d %8.0fms %6.1fms %6.1fms %6.1fms %6.1fms %4d/%-4d %5d  %s", i, r->handshake_ms, r->p50, r->p90,
+                   r->p99, r->max, r->audio_pages, expect, r->late, ok ? "ok" : full ? "refused (server full)" : "BROKEN");
+            if (!ok && !full)
+                printf(" (handshakes %d, %d bad pages%s%s%s%s)", c->handshakes, r->bad_pages,
+                       c->failed ? ", failed: " : "", c->failed ? c->fail_reason : "", c->errors ? ", server error: " : "",
+                       c->errors ? c->first_error : "");
+            printf("\n");
+        }
+        if (refused) printf("joiners: %d of %d refused because the server was full\n", refused, to - from);
+        if (from < to)
+            summary(group ? "joiners:" : o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all,
+                    late, ok_group);
+        ok_all &= ok_group;
     }
-    qsort(all, (size_t)n_all, sizeof *all, cmp_double);
-    printf("all %d clients, %d frames each: page gaps p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; "
-           "late (> %.0f ms) %d of %d; streams %s\n",
-           o->clients, frames, pct(all, n_all, 0.5), pct(all, n_all, 0.9), pct(all, n_all, 0.99),
-           n_all ? all[n_all - 1] : 0, FRAME_MS + o->slack_ms, late, n_all, ok_all ? "continuous" : "BROKEN");
-    for (int i = 0; i < o->clients; i++) {
+    for (int i = 0; i < n; i++) {
         conns[i].path = NULL; /* static: wc_conn_free must not free it */
         wc_conn_free(&conns[i]);
     }
@@ -301,7 +331,7 @@ int main(int argc, char **argv) {
     lt_opts o;
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
-                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q]\n",
+                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]\n",
                 MAX_CLIENTS);
         return 2;
     }
@@ -322,8 +352,10 @@ int main(int argc, char **argv) {
         if (pid > 0 && !wait_ready(pid)) {
             fprintf(stderr, "loadtest: the server did not become ready (log: %s/server.log)\n", dir);
         } else {
-            printf("loadtest: %d clients, %.0f s of %s each, %s://127.0.0.1:%d\n", o.clients, o.seconds, o.wav,
+            printf("loadtest: %d clients, %.0f s of %s each, %s://127.0.0.1:%d", o.clients, o.seconds, o.wav,
                    o.tls ? "wss" : "ws", o.port);
+            if (o.burst) printf("; %d more join at once after %.1f s", o.burst, o.burst_at);
+            printf("\n");
             status = drive(&o, head, audio, frames);
         }
         wc_shutdown();
