@@ -12,9 +12,11 @@
  * max) and late pages (a gap over 80 ms + slack); audio continuity: a valid Ogg stream (one
  * page per message, OpusHead/OpusTags, one serial, page sequence without gaps, CRCs) with an
  * audio page for every frame sent (less the one frame of Opus pre-skip the server drops).
- * --burst N opens N more clients all at once S seconds into the run (default a third of it),
- * each streaming 2 s: the report then gives the page gaps of the first (live) clients apart
- * from the joiners', which is how a crowd joining disturbs conversations already running.
+ * --burst N opens N more clients all at once S seconds into the run (default a third of it);
+ * each runs its prompts (a text prompt of its own, about 150 tokens, unless --query has one:
+ * the prompt cache cannot answer for it), sends the two header pages and leaves half a second after its
+ * handshake. The report then gives the page gaps of the first (live) clients apart, and the
+ * joiners' handshake times: how a crowd joining disturbs conversations already running.
  * With --server it starts `BINARY --demo` on a free loopback
  * port (--no-tls unless --tls) and stops it with SIGTERM afterwards.
  *
@@ -47,7 +49,7 @@
 
 #define FRAME_MS 80.0
 #define MAX_CLIENTS 256
-#define BURST_FRAMES 25 /* 2 s of audio per joiner */
+#define JOINER_STAY_MS 500 /* a joiner's time after its handshake */
 
 typedef struct lt_opts {
     const char *server, *wav, *query;
@@ -270,17 +272,27 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
     wc_conn *conns = calloc((size_t)n, sizeof *conns);
     wc_conn **list = calloc((size_t)n, sizeof *list);
     lt_result *res = calloc((size_t)n, sizeof *res);
-    double *all = malloc(((size_t)frames + 8) * (size_t)n * sizeof *all);
-    if (!conns || !list || !res || !all) {
-        free(conns), free(list), free(res), free(all);
+    double *all = malloc(((size_t)frames + 8) * (size_t)n * sizeof *all), *joins = malloc((size_t)n * sizeof *joins);
+    char(*join_path)[sizeof path + 1024] = calloc((size_t)n, sizeof *join_path);
+    int n_joined = 0;
+    if (!conns || !list || !res || !all || !joins || !join_path) {
+        free(conns), free(list), free(res), free(all), free(joins), free(join_path);
         fprintf(stderr, "loadtest: out of memory\n");
         return 1;
     }
     for (int i = 0; i < n; i++) {
-        int joiner = i >= o->clients, sent = joiner && BURST_FRAMES < frames ? BURST_FRAMES : frames;
-        conns[i] = (wc_conn){.path = path, .wait_handshake = 1, .extra = head, .n_extra = 2, .audio = audio,
-                             .n_audio = sent, .interval_ms = FRAME_MS, .linger_ms = 5000,
-                             .expect_pages = sent + 1, /* 2 header pages, sent - 1 audio pages */
+        int joiner = i >= o->clients;
+        int len = snprintf(join_path[i], sizeof join_path[i], "%s", path);
+        if (!strstr(o->query, "text_prompt=")) {
+            len += snprintf(join_path[i] + len, sizeof join_path[i] - (size_t)len, "%ctext_prompt=joiner+%d",
+                            *o->query ? '&' : '?', i);
+            for (int k = 0; k < 24; k++)
+                len += snprintf(join_path[i] + len, sizeof join_path[i] - (size_t)len, "+tell+me+about+the+sea");
+        }
+        conns[i] = (wc_conn){.path = joiner ? join_path[i] : path, .wait_handshake = 1, .extra = head, .n_extra = 2, .audio = audio,
+                             .n_audio = joiner ? 0 : frames, .interval_ms = FRAME_MS,
+                             .linger_ms = joiner ? JOINER_STAY_MS : 5000,
+                             .expect_pages = joiner ? 0 : frames + 1, /* 2 header pages, frames - 1 audio pages */
                              .connect_after_ms = joiner ? 1e3 * o->burst_at : 0};
         list[i] = &conns[i];
     }
@@ -299,7 +311,8 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
             lt_result *r = &res[i];
             continuity(c, r);
             timing(c, o->slack_ms, r, all, &n_all);
-            int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && r->audio_pages == expect;
+            int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && (group || r->audio_pages == expect);
+            if (ok && group) joins[n_joined++] = r->handshake_ms;
             /* A joiner past the server's capacity is turned away before its handshake: expected. */
             int full = group && !c->handshakes && c->errors && strstr(c->first_error, "server full");
             refused += full;
@@ -313,17 +326,21 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
                        c->errors ? c->first_error : "");
             printf("\n");
         }
-        if (refused) printf("joiners: %d of %d refused because the server was full\n", refused, to - from);
-        if (from < to)
-            summary(group ? "joiners:" : o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all,
-                    late, ok_group);
+        if (!group) summary(o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all, late, ok_group);
+        else if (from < to) {
+            qsort(joins, (size_t)n_joined, sizeof *joins, cmp_double);
+            printf("joiners: %d joined (handshake p50 %.0f ms, p90 %.0f ms, max %.0f ms), %d refused because the "
+                   "server was full, %d broken\n",
+                   n_joined, pct(joins, n_joined, 0.5), pct(joins, n_joined, 0.9), n_joined ? joins[n_joined - 1] : 0,
+                   refused, to - from - n_joined - refused);
+        }
         ok_all &= ok_group;
     }
     for (int i = 0; i < n; i++) {
         conns[i].path = NULL; /* static: wc_conn_free must not free it */
         wc_conn_free(&conns[i]);
     }
-    free(conns), free(list), free(res), free(all);
+    free(conns), free(list), free(res), free(all), free(joins), free(join_path);
     return ok_all ? 0 : 1;
 }
 

@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "server/memory.h"
 #include "server/pacing.h"
 
 #include <pthread.h>
@@ -13,6 +14,17 @@
 
 #define FRAME_NS 80000000LL /* one model frame: 1920 samples at 24 kHz */
 #define POLL_NS 20000000LL  /* while conversations run: how often silence frames are considered */
+/* Background work may hold a live frame this long past its expected arrival: enough that short
+ * gaps between conversations' frames can still be used, a fraction of the frame's budget. */
+#define GRACE_NS 10000000LL
+/* A join that found no slack for this long gets one unit anyway (an overloaded server admits
+ * slowly rather than never). */
+#define JOIN_MAX_WAIT_NS 3000000000LL
+/* Before the first measurement, what a unit of background work is assumed to cost. */
+#define FIRST_ESTIMATE_NS 20000000LL
+
+/* Background work, each kind with its own cost estimate. */
+typedef enum { UNIT_START, UNIT_PREFILL, UNIT_TRIM, UNIT_KINDS } unit_kind;
 
 typedef enum { JOB_NEW, JOB_PREFILL, JOB_RUN, JOB_FAILED } job_state;
 
@@ -26,6 +38,9 @@ typedef struct job {
     pp_downlink *down;
     int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
     int64_t t_frame;                     /* when the frame in this tick became complete */
+    int64_t t_expect;                    /* when its next uplink frame should be complete */
+    int64_t t_first_work;                /* its first unit of background work; 0 before */
+    metrics_conv *conv;                  /* its lateness in /metrics; NULL when untracked */
     double encode_ms;                    /* its encode */
     pacing pace;                         /* silence frames and the idle timeout */
     uint64_t frames, late, bytes_out;
@@ -49,6 +64,8 @@ struct engine {
     pp_session **tick_sessions; /* [max_sessions] */
     job **tick_jobs;            /* [max_sessions] */
     int n_tick;
+    int64_t unit_ns[UNIT_KINDS]; /* estimated cost of one background unit of each kind */
+    int64_t t_trim;              /* when the heap should be trimmed; 0: nothing to trim */
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -122,6 +139,7 @@ static int job_prefill(engine *e, job *j) {
             job_send(e, j, MSG_AUDIO, j->page, len);
     }
     j->t_ready = conn_now_ns();
+    j->t_expect = j->t_ready;
     pacing_start(&j->pace, j->t_ready);
     j->state = JOB_RUN;
     e->cfg.notify(e->cfg.notify_arg);
@@ -141,6 +159,7 @@ static void job_encode_frame(engine *e, job *j) {
         return;
     }
     j->encode_ms = ms_between(t0, conn_now_ns());
+    j->t_expect = j->t_frame + FRAME_NS;
     e->tick_sessions[e->n_tick] = j->session;
     e->tick_jobs[e->n_tick++] = j;
 }
@@ -192,6 +211,7 @@ static void job_output(engine *e, job *j, double lm_ms) {
     int late = done - start > FRAME_NS;
     double ms[METRICS_STAGES] = {j->encode_ms, lm_ms, decode_ms, ms_between(start, done)};
     metrics_frame(e->cfg.metrics, ms, late);
+    metrics_conv_frame(e->cfg.metrics, j->conv, ms[METRICS_FRAME]);
     j->frames++;
     j->late += (uint64_t)late;
 }
@@ -213,15 +233,70 @@ static void run_tick(engine *e) {
     e->cfg.notify(e->cfg.notify_arg);
 }
 
-/* Gives j one unit of work; returns 1 when it did something. */
-static int job_step(engine *e, job *j) {
-    switch (j->state) {
-    case JOB_NEW: job_start(e, j); return 1;
-    case JOB_PREFILL: return job_prefill(e, j);
-    case JOB_RUN: return job_encode(e, j);
-    case JOB_FAILED: return 0;
+/* The kind of background unit j needs next, or -1 when it needs none. */
+static int job_unit(const job *j) {
+    return j->state == JOB_NEW ? UNIT_START : j->state == JOB_PREFILL ? UNIT_PREFILL : -1;
+}
+
+/* Measured cost of a unit: the estimate follows a slower unit at once and a faster one
+ * slowly, so one quick run does not let the next slow one overrun a deadline. */
+static void unit_measured(engine *e, unit_kind kind, int64_t ns) {
+    int64_t *est = &e->unit_ns[kind];
+    *est = ns > *est ? ns : (*est * 7 + ns) / 8;
+}
+
+/* When background work must be done by: the earliest time a live conversation's next frame is
+ * due, plus the grace. A client that fell silent or skipped frames is due at its next slot
+ * rather than in the past. INT64_MAX when no conversation runs. */
+static int64_t background_deadline(const engine *e, int64_t now) {
+    int64_t due = INT64_MAX;
+    for (const job *j = e->jobs; j; j = j->next) {
+        if (j->state != JOB_RUN) continue;
+        int64_t t = j->t_expect;
+        if (t < now - FRAME_NS / 4) t += ((now - t) / FRAME_NS + 1) * FRAME_NS;
+        if (t < due) due = t;
     }
-    return 0;
+    return due == INT64_MAX ? due : due + GRACE_NS;
+}
+
+/* Runs joins' work (session creation, prompt runs, handshakes, cache restores) and the heap
+ * trim in arrival order while each unit's estimated cost fits before the deadline, so a live
+ * frame is not held up by someone else joining. Returns 1 when it did work; *deferred is set
+ * when work remains that did not fit. */
+static int run_background(engine *e, int *deferred) {
+    int worked = 0;
+    int64_t now = conn_now_ns(), deadline = background_deadline(e, now);
+    for (job *j = e->jobs; j; j = j->next) {
+        int kind;
+        while (!conn_is_gone(j->c) && (kind = job_unit(j)) >= 0) {
+            int starved = now - j->t_open > JOIN_MAX_WAIT_NS && !worked;
+            if (now + e->unit_ns[kind] > deadline && !starved) {
+                *deferred = 1;
+                return worked;
+            }
+            if (!j->t_first_work) {
+                j->t_first_work = now;
+                metrics_join_wait(e->cfg.metrics, ms_between(j->t_open, now));
+            }
+            int did = kind == UNIT_START ? (job_start(e, j), 1) : job_prefill(e, j);
+            int64_t after = conn_now_ns();
+            if (!did) break; /* waiting for another join's prompt */
+            unit_measured(e, (unit_kind)kind, after - now);
+            now = after;
+            worked = 1;
+        }
+    }
+    if (e->t_trim && now >= e->t_trim) {
+        if (now + e->unit_ns[UNIT_TRIM] > deadline) {
+            *deferred = 1;
+            return worked;
+        }
+        memory_trim();
+        unit_measured(e, UNIT_TRIM, conn_now_ns() - now);
+        e->t_trim = 0;
+        worked = 1;
+    }
+    return worked;
 }
 
 static void job_free(engine *e, job *j) {
@@ -237,58 +312,62 @@ static void job_free(engine *e, job *j) {
     pp_session_destroy(j->session);
     pp_downlink_close(j->down);
     conn_destroy(j->c);
+    metrics_conv_close(e->cfg.metrics, j->conv);
     metrics_session_ended(e->cfg.metrics);
     free(j);
+    /* What the conversation held goes back to the system once the server has been quiet. */
+    if (e->cfg.trim_after_ms >= 0) e->t_trim = conn_now_ns() + (int64_t)e->cfg.trim_after_ms * 1000000;
 }
 
-/* Engine thread. */
+/* Sleeps until a wake, at most POLL_NS when timed (conversations run, or work waits for
+ * slack) and no later than a pending heap trim. Called with the lock held. */
+static void engine_sleep(engine *e, int timed) {
+    int64_t until = timed ? conn_now_ns() + POLL_NS : INT64_MAX;
+    if (e->t_trim && e->t_trim < until) until = e->t_trim;
+    if (until == INT64_MAX) {
+        pthread_cond_wait(&e->cond, &e->lock);
+        return;
+    }
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000), .tv_nsec = (long)(until % 1000000000)};
+    pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+}
+
+/* Engine thread. Each pass: every live conversation's waiting frame into one tick, the tick,
+ * then background work in the slack before the next frame is due, then the departed freed. */
 static void *engine_main(void *arg) {
     engine *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stop) {
         e->pending = 0;
-        while (e->incoming) { /* newest first is fine: each gets a turn this pass */
-            job *j = e->incoming;
-            e->incoming = j->next;
-            j->next = e->jobs;
-            e->jobs = j;
+        job **tail = &e->jobs;
+        while (*tail) tail = &(*tail)->next;
+        *tail = e->incoming; /* joins keep their arrival order: the oldest is served first */
+        e->incoming = NULL;
+        pthread_mutex_unlock(&e->lock);
+        int worked = 0, running = 0, deferred = 0;
+        for (job *j = e->jobs; j; j = j->next) {
+            if (j->state != JOB_RUN || conn_is_gone(j->c)) continue;
+            worked |= job_encode(e, j);
+            running = 1;
         }
-        int worked = 0, running = 0;
+        run_tick(e); /* jobs in the tick stay listed: only this thread unlinks and frees them */
+        worked |= run_background(e, &deferred);
+        pthread_mutex_lock(&e->lock);
         job **link = &e->jobs;
         while (*link) {
             job *j = *link;
-            pthread_mutex_unlock(&e->lock);
-            int gone = conn_is_gone(j->c);
-            if (!gone) worked |= job_step(e, j);
-            running |= j->state == JOB_RUN;
-            pthread_mutex_lock(&e->lock);
-            if (gone) {
-                *link = j->next;
-                e->count--;
-                e->departed--;
-                pthread_mutex_unlock(&e->lock);
-                job_free(e, j);
-                pthread_mutex_lock(&e->lock);
-            } else {
+            if (!conn_is_gone(j->c)) {
                 link = &j->next;
+                continue;
             }
+            *link = j->next;
+            e->count--;
+            e->departed--;
+            pthread_mutex_unlock(&e->lock);
+            job_free(e, j);
+            pthread_mutex_lock(&e->lock);
         }
-        /* Jobs in the tick stay listed: only this thread unlinks and frees them. */
-        pthread_mutex_unlock(&e->lock);
-        run_tick(e);
-        pthread_mutex_lock(&e->lock);
-        if (!worked && !e->pending && !e->stop) {
-            if (running) { /* a quiet client's silence frames are due without any wake */
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_nsec += POLL_NS;
-                ts.tv_sec += ts.tv_nsec / 1000000000;
-                ts.tv_nsec %= 1000000000;
-                pthread_cond_timedwait(&e->cond, &e->lock, &ts);
-            } else {
-                pthread_cond_wait(&e->cond, &e->lock);
-            }
-        }
+        if (!worked && !e->pending && !e->stop) engine_sleep(e, running || deferred);
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;
@@ -307,6 +386,7 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return pp_fail(err, PP_ENOMEM, "engine: out of memory");
     e->cfg = *cfg;
+    for (int k = 0; k < UNIT_KINDS; k++) e->unit_ns[k] = FIRST_ESTIMATE_NS;
     pthread_mutex_init(&e->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -350,9 +430,11 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     j->c = c;
     j->params = *params;
     j->t_open = conn_now_ns();
+    j->conv = metrics_conv_open(e->cfg.metrics, conn_id(c));
     pthread_mutex_lock(&e->lock);
     if (e->count - e->departed >= e->cfg.max_sessions) {
         pthread_mutex_unlock(&e->lock);
+        metrics_conv_close(e->cfg.metrics, j->conv);
         free(j);
         return pp_fail(err, PP_EFULL, "server full: %d conversations running, try again later", e->cfg.max_sessions);
     }

@@ -33,6 +33,7 @@ typedef struct engine_config {
     void (*notify)(void *arg); /* wakes the service thread: output is queued; any thread */
     void *notify_arg;
     int idle_timeout;          /* seconds without client audio before a conversation ends; 0: never */
+    int trim_after_ms;         /* after a conversation ends and this long passes, the heap is trimmed; -1: never */
 } engine_config;
 
 /* Starts the engine thread. */

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "io/voice.h"
 #include "server/lifecycle.h"
+#include "server/memory.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -132,11 +133,12 @@ static size_t render_memory(server *s, char *buf, size_t cap) {
 }
 
 static int route_metrics(server *s, struct lws *wsi, http_pss *pss) {
-    static char body[32768]; /* service thread only */
+    static char body[131072]; /* service thread only; room for every conversation's lateness */
     pp_model *model;
     engine *e = server_engine(s, &model);
     size_t len = metrics_render(s->metrics, body, sizeof body, e ? engine_capacity(e) : 0);
     len += render_memory(s, body + len, sizeof body - len);
+    len += memory_render(body + len, sizeof body - len);
     return respond(wsi, pss, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }
 

@@ -13,6 +13,7 @@
 #include "server/cert.h"
 #include "server/config_file.h"
 #include "server/lifecycle.h"
+#include "server/memory.h"
 #include "server/model_dir.h"
 #include "server/tls.h"
 #include "session/demo.h"
@@ -164,7 +165,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
     engine_config cfg = {model,        a->srv.metrics, plan.sessions,         a->opt.max_prompt_tokens,
-                         wake_service, &a->srv,        a->opt.idle_timeout};
+                         wake_service, &a->srv,        a->opt.idle_timeout,  a->opt.trim_after_ms};
     return engine_create(&cfg, out, err);
 }
 
@@ -353,6 +354,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     pp_log_set_level((pp_log_level)level);
+    memory_configure(); /* before the threads start allocating */
     if (a.opt.log_file && pp_log_open(a.opt.log_file) != PP_OK) {
         fprintf(stderr, "personaplex-server: cannot open --log-file %s\n", a.opt.log_file);
         server_options_free(&a.opt);

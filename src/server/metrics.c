@@ -15,6 +15,10 @@ static const double g_bounds[] = {1, 2, 5, 10, 20, 40, 60, 80, 120, 160, 320, 64
 static const char *const g_stage_names[METRICS_STAGES] = {"encode", "lm", "decode", "frame"};
 /* Conversations per tick: powers of two up to the largest batch a server holds. */
 static const double g_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+/* Join waits in ms: none on a quiet server, seconds behind a crowd. */
+static const double g_wait_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
+/* A conversation's frame latencies: 1 ms bins up to CONV_BINS ms, the last bin holds the rest. */
+#define CONV_BINS 1000
 /* Prompt phases in ms: from a cache hit (a few ms) to a long prompt on a slow machine. */
 static const double g_prompt_bounds[] = {5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 
@@ -25,7 +29,15 @@ typedef struct histogram {
 } histogram;
 
 #define N_OF(a) (sizeof a / sizeof a[0])
-_Static_assert(N_OF(g_batch_bounds) <= N_BOUNDS && N_OF(g_prompt_bounds) <= N_BOUNDS, "histogram too small");
+_Static_assert(N_OF(g_batch_bounds) <= N_BOUNDS && N_OF(g_prompt_bounds) <= N_BOUNDS &&
+                   N_OF(g_wait_bounds) <= N_BOUNDS,
+               "histogram too small");
+
+struct metrics_conv {
+    metrics_conv *next, *prev;
+    uint64_t id, count;
+    uint32_t bins[CONV_BINS + 1];
+};
 
 struct metrics {
     pthread_mutex_t lock;
@@ -33,6 +45,8 @@ struct metrics {
     uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input;
     histogram stage[METRICS_STAGES];
     histogram tick, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
+    histogram join_wait;
+    metrics_conv *convs; /* open conversations, newest first */
 };
 
 int metrics_create(metrics **out, char *err) {
@@ -45,6 +59,7 @@ int metrics_create(metrics **out, char *err) {
 
 void metrics_destroy(metrics *m) {
     if (!m) return;
+    while (m->convs) metrics_conv_close(m, m->convs);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -96,6 +111,51 @@ void metrics_prompt(metrics *m, double ms, int cached) {
     pthread_mutex_lock(&m->lock);
     observe(&m->prompt[cached != 0], g_prompt_bounds, N_OF(g_prompt_bounds), ms, 1e-3);
     pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_join_wait(metrics *m, double ms) {
+    pthread_mutex_lock(&m->lock);
+    observe(&m->join_wait, g_wait_bounds, N_OF(g_wait_bounds), ms, 1e-3);
+    pthread_mutex_unlock(&m->lock);
+}
+
+metrics_conv *metrics_conv_open(metrics *m, uint64_t id) {
+    metrics_conv *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->id = id;
+    pthread_mutex_lock(&m->lock);
+    c->next = m->convs;
+    if (m->convs) m->convs->prev = c;
+    m->convs = c;
+    pthread_mutex_unlock(&m->lock);
+    return c;
+}
+
+void metrics_conv_frame(metrics *m, metrics_conv *c, double ms) {
+    if (!c) return;
+    size_t bin = ms <= 0 ? 0 : ms >= CONV_BINS ? CONV_BINS : (size_t)ms;
+    pthread_mutex_lock(&m->lock);
+    c->bins[bin]++;
+    c->count++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_conv_close(metrics *m, metrics_conv *c) {
+    if (!c) return;
+    pthread_mutex_lock(&m->lock);
+    if (c->prev) c->prev->next = c->next;
+    else m->convs = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&m->lock);
+    free(c);
+}
+
+/* The upper edge (ms) of the bin holding quantile q of c's frames. */
+static double conv_quantile(const metrics_conv *c, double q) {
+    uint64_t rank = (uint64_t)(q * (double)(c->count - 1)) + 1, seen = 0;
+    for (size_t b = 0; b <= CONV_BINS; b++)
+        if ((seen += c->bins[b]) >= rank) return (double)(b + 1);
+    return CONV_BINS + 1;
 }
 
 void metrics_bytes(metrics *m, uint64_t in, uint64_t out) {
@@ -193,6 +253,20 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     for (int c = 0; c < 2; c++)
         put_histogram(&o, "personaplex_prompt_seconds", c ? "source=\"cache\"" : "source=\"model\"", &m->prompt[c],
                       g_prompt_bounds, N_OF(g_prompt_bounds), 1e-3);
+    put(&o, "# HELP personaplex_join_wait_seconds Admission to a join's first work: how long it waited for the "
+            "frames of live conversations and earlier joins.\n# TYPE personaplex_join_wait_seconds histogram\n");
+    put_histogram(&o, "personaplex_join_wait_seconds", NULL, &m->join_wait, g_wait_bounds, N_OF(g_wait_bounds), 1e-3);
+    put(&o, "# HELP personaplex_conversation_frame_latency_seconds Per open conversation: input frame complete to "
+            "output queued (1 ms resolution).\n# TYPE personaplex_conversation_frame_latency_seconds summary\n");
+    static const double quantiles[] = {0.5, 0.9, 0.99};
+    for (const metrics_conv *c = m->convs; c; c = c->next) {
+        if (!c->count) continue;
+        for (size_t q = 0; q < N_OF(quantiles); q++)
+            put(&o, "personaplex_conversation_frame_latency_seconds{session=\"%llu\",quantile=\"%g\"} %.3f\n",
+                (unsigned long long)c->id, quantiles[q], conv_quantile(c, quantiles[q]) * 1e-3);
+        put(&o, "personaplex_conversation_frame_latency_seconds_count{session=\"%llu\"} %llu\n",
+            (unsigned long long)c->id, (unsigned long long)c->count);
+    }
     pthread_mutex_unlock(&m->lock);
     return o.len;
 }

@@ -31,7 +31,18 @@ void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late);
 void metrics_tick(metrics *m, double ms, int batch);
 /* A conversation's prompts done (admission to handshake, ms), from the prompt cache or not. */
 void metrics_prompt(metrics *m, double ms, int cached);
+/* A join waited this long (ms) from admission until its first work ran (behind earlier joins and
+ * the live conversations' frames). */
+void metrics_join_wait(metrics *m, double ms);
 void metrics_bytes(metrics *m, uint64_t in, uint64_t out);
+
+/* One conversation's frame latencies (input complete to output queued), exported while it is
+ * open as its 0.5/0.9/0.99 quantiles. open returns NULL when out of memory; every call takes
+ * NULL and then does nothing. */
+typedef struct metrics_conv metrics_conv;
+metrics_conv *metrics_conv_open(metrics *m, uint64_t id);
+void metrics_conv_frame(metrics *m, metrics_conv *c, double ms);
+void metrics_conv_close(metrics *m, metrics_conv *c);
 void metrics_bad_input(metrics *m);
 
 int metrics_active(metrics *m);

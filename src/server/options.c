@@ -124,6 +124,10 @@ static const opt_spec g_opts[] = {
      "A client that sends no audio keeps its conversation alive: after a second without audio "
      "the model hears silence, one frame every 80 ms, and keeps talking. After N seconds "
      "without any audio the conversation ends with an 0x05 message and a close. 0: never."},
+    {"trim-after-ms", "N", OPT_INT, F(trim_after_ms), -1, 3600000, "5000", NULL,
+     "N milliseconds after a conversation ends, memory the allocator kept from it goes back to "
+     "the system (in the engine's spare time between frames), so the resident size returns to "
+     "its level before a crowd came and went. -1: never."},
     {"io-timeout", "N", OPT_INT, F(io_timeout), 1, 3600, "20", NULL,
      "Seconds a connection may take to finish its TLS handshake or HTTP request, and a closing "
      "conversation to drain its output. An idle WebSocket is pinged after N seconds and dropped "
