@@ -275,13 +275,13 @@ static int all_done(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs) {
 
 static void on_tick(lws_sorted_usec_list_t *sul) { lws_sul_schedule(g_ctx, 0, sul, on_tick, 50000); }
 
-/* Opens the connections whose connect_after_ms has come. */
-static void connect_due(wc_conn **conns, int n_conns, int64_t t0) {
+/* Opens the connections and sends the requests whose connect_after_ms has come. */
+static void connect_due(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, int64_t t0) {
     struct lws_client_connect_info ci;
-    int64_t now = wc_now_ns();
+    int64_t elapsed = wc_now_ns() - t0;
     for (int i = 0; i < n_conns; i++) {
         wc_conn *c = conns[i];
-        if (c->connecting || now - t0 < (int64_t)(c->connect_after_ms * 1e6)) continue;
+        if (c->connecting || elapsed < (int64_t)(c->connect_after_ms * 1e6)) continue;
         c->connecting = 1;
         connect_common(&ci, c->path);
         ci.local_protocol_name = "e2e-ws";
@@ -292,20 +292,22 @@ static void connect_due(wc_conn **conns, int n_conns, int64_t t0) {
             strcpy(c->fail_reason, "connect failed at once");
         }
     }
+    for (int i = 0; i < n_reqs; i++) {
+        wc_http *h = reqs[i];
+        if (h->connecting || elapsed < (int64_t)(h->connect_after_ms * 1e6)) continue;
+        h->connecting = 1;
+        connect_common(&ci, h->path);
+        ci.method = "GET";
+        ci.local_protocol_name = "e2e-http";
+        ci.userdata = h;
+        ci.pwsi = &h->wsi;
+        if (!lws_client_connect_via_info(&ci)) h->failed = 1;
+    }
 }
 
 void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double timeout_ms) {
-    struct lws_client_connect_info ci;
     int64_t t0 = wc_now_ns();
-    connect_due(conns, n_conns, t0);
-    for (int i = 0; i < n_reqs; i++) {
-        connect_common(&ci, reqs[i]->path);
-        ci.method = "GET";
-        ci.local_protocol_name = "e2e-http";
-        ci.userdata = reqs[i];
-        ci.pwsi = &reqs[i]->wsi;
-        if (!lws_client_connect_via_info(&ci)) reqs[i]->failed = 1;
-    }
+    connect_due(conns, n_conns, reqs, n_reqs, t0);
     /* A periodic tick keeps lws_service returning so the deadline is checked. */
     lws_sorted_usec_list_t tick;
     memset(&tick, 0, sizeof tick);
@@ -313,7 +315,7 @@ void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double tim
     int64_t deadline = wc_now_ns() + (int64_t)(timeout_ms * 1e6);
     while (!all_done(conns, n_conns, reqs, n_reqs) && wc_now_ns() < deadline) {
         lws_service(g_ctx, 0);
-        connect_due(conns, n_conns, t0);
+        connect_due(conns, n_conns, reqs, n_reqs, t0);
     }
     lws_sul_cancel(&tick);
     for (int i = 0; i < n_conns; i++) {

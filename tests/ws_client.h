@@ -70,6 +70,8 @@ typedef struct wc_http {
     char *body;              /* NUL-terminated */
     size_t len, cap;
     int done, failed;
+    double connect_after_ms; /* send the request this long after wc_run starts */
+    int connecting;
     struct lws *wsi;
 } wc_http;
 

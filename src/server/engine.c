@@ -14,9 +14,6 @@
 
 #define FRAME_NS 80000000LL /* one model frame: 1920 samples at 24 kHz */
 #define POLL_NS 20000000LL  /* while conversations run: how often silence frames are considered */
-/* Background work may hold a live frame this long past its expected arrival: enough that short
- * gaps between conversations' frames can still be used, a fraction of the frame's budget. */
-#define GRACE_NS 10000000LL
 /* A join that found no slack for this long gets one unit anyway (an overloaded server admits
  * slowly rather than never). */
 #define JOIN_MAX_WAIT_NS 3000000000LL
@@ -246,7 +243,7 @@ static void unit_measured(engine *e, unit_kind kind, int64_t ns) {
 }
 
 /* When background work must be done by: the earliest time a live conversation's next frame is
- * due, plus the grace. A client that fell silent or skipped frames is due at its next slot
+ * due. A client that fell silent or skipped frames is due at its next slot
  * rather than in the past. INT64_MAX when no conversation runs. */
 static int64_t background_deadline(const engine *e, int64_t now) {
     int64_t due = INT64_MAX;
@@ -256,7 +253,7 @@ static int64_t background_deadline(const engine *e, int64_t now) {
         if (t < now - FRAME_NS / 4) t += ((now - t) / FRAME_NS + 1) * FRAME_NS;
         if (t < due) due = t;
     }
-    return due == INT64_MAX ? due : due + GRACE_NS;
+    return due;
 }
 
 /* Runs joins' work (session creation, prompt runs, handshakes, cache restores) and the heap
@@ -282,6 +279,7 @@ static int run_background(engine *e, int *deferred) {
             int64_t after = conn_now_ns();
             if (!did) break; /* waiting for another join's prompt */
             unit_measured(e, (unit_kind)kind, after - now);
+            metrics_join_work(e->cfg.metrics, ms_between(now, after));
             now = after;
             worked = 1;
         }

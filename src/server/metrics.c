@@ -46,6 +46,8 @@ struct metrics {
     histogram stage[METRICS_STAGES];
     histogram tick, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
     histogram join_wait;
+    double join_work_ms;
+    uint64_t join_work_units;
     metrics_conv *convs; /* open conversations, newest first */
 };
 
@@ -116,6 +118,13 @@ void metrics_prompt(metrics *m, double ms, int cached) {
 void metrics_join_wait(metrics *m, double ms) {
     pthread_mutex_lock(&m->lock);
     observe(&m->join_wait, g_wait_bounds, N_OF(g_wait_bounds), ms, 1e-3);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_join_work(metrics *m, double ms) {
+    pthread_mutex_lock(&m->lock);
+    m->join_work_ms += ms;
+    m->join_work_units++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -256,6 +265,11 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     put(&o, "# HELP personaplex_join_wait_seconds Admission to a join's first work: how long it waited for the "
             "frames of live conversations and earlier joins.\n# TYPE personaplex_join_wait_seconds histogram\n");
     put_histogram(&o, "personaplex_join_wait_seconds", NULL, &m->join_wait, g_wait_bounds, N_OF(g_wait_bounds), 1e-3);
+    put(&o, "# HELP personaplex_join_work_seconds_total Engine time spent on joins (session starts, prompt runs, "
+            "cache restores) between ticks.\n# TYPE personaplex_join_work_seconds_total counter\n"
+            "personaplex_join_work_seconds_total %.6f\n", m->join_work_ms * 1e-3);
+    put_counter(&o, "personaplex_join_work_units_total", "counter",
+                "Units of joins' work (a session start, a prompt run, a cache restore).", m->join_work_units);
     put(&o, "# HELP personaplex_conversation_frame_latency_seconds Per open conversation: input frame complete to "
             "output queued (1 ms resolution).\n# TYPE personaplex_conversation_frame_latency_seconds summary\n");
     static const double quantiles[] = {0.5, 0.9, 0.99};

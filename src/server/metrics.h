@@ -34,6 +34,9 @@ void metrics_prompt(metrics *m, double ms, int cached);
 /* A join waited this long (ms) from admission until its first work ran (behind earlier joins and
  * the live conversations' frames). */
 void metrics_join_wait(metrics *m, double ms);
+/* One unit of joins' work (a session start, a prompt run, a cache restore) took the engine ms
+ * outside the ticks. */
+void metrics_join_work(metrics *m, double ms);
 void metrics_bytes(metrics *m, uint64_t in, uint64_t out);
 
 /* One conversation's frame latencies (input complete to output queued), exported while it is
