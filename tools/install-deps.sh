@@ -15,6 +15,7 @@ CORE_PACKAGES=(
     libwebsockets-dev libssl-dev openssl        # server transport, TLS
     libsentencepiece-dev                        # text tokenizer
     libopus-dev libogg-dev opus-tools           # audio codec, Ogg pages, test fixtures
+    libwebrtc-audio-processing-dev              # echo cancellation (--echo-cancel)
     libsystemd-dev                              # sd_notify readiness for the systemd unit
     zlib1g-dev                                  # voice .pt archives: CRC-32, DEFLATE entries
     gcc-aarch64-linux-gnu g++-aarch64-linux-gnu # tools/cross-check.sh (aarch64 engine build)
