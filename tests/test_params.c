@@ -43,6 +43,11 @@ int main(void) {
     TEST_COND("seed sets both; -1 keeps the server's",
               parse(&p, "seed=7", err) == PP_OK && p.text_seed == 7 && p.audio_seed == 7 &&
                   parse(&p, "seed=-1", err) == PP_OK && p.text_seed == 42424242u);
+    TEST_COND("echo_cancel: unset by default, 1/0, true/false, on/off; junk keeps it",
+              parse(&p, "", err) == PP_OK && p.echo_cancel == -1 && parse(&p, "echo_cancel=on", err) == PP_OK &&
+                  p.echo_cancel == 1 && parse(&p, "echo_cancel=0", err) == PP_OK && p.echo_cancel == 0 &&
+                  parse(&p, "echo_cancel=true", err) == PP_OK && p.echo_cancel == 1 &&
+                  parse(&p, "echo_cancel=maybe", err) == PP_OK && p.echo_cancel == -1);
     TEST_COND("empty pairs, bare keys and unknown keys are ignored",
               parse(&p, "&&=&x&=y&foo=bar&text_prompt", err) == PP_OK && p.text_prompt[0] == '\0');
     TEST_COND("empty query", parse(&p, "", err) == PP_OK);

@@ -2,6 +2,7 @@
 #include "server/engine.h"
 
 #include "base/err.h"
+#include "audio/aec.h"
 #include "base/log.h"
 #include "server/memory.h"
 #include "server/pacing.h"
@@ -33,6 +34,7 @@ typedef struct job {
     pp_session_params params;
     pp_session *session;
     pp_downlink *down;
+    pp_aec *aec;                         /* the uplink's echo canceller; NULL when off */
     int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
     int64_t t_frame;                     /* when the frame in this tick became complete */
     int64_t t_expect;                    /* when its next uplink frame should be complete */
@@ -94,8 +96,16 @@ static void job_start(engine *e, job *j) {
         job_fail(e, j, CLOSE_INTERNAL, "cannot open the Opus encoder", err);
         return;
     }
-    PP_INFO("engine", "session %llu: prompts started (voice %s, %d prompt frames)", (unsigned long long)conn_id(j->c),
-            j->params.voice, pp_session_prompt_frames(j->session));
+    int echo = e->cfg.echo_cancel == ECHO_CANCEL_ON ? j->params.echo_cancel != 0
+               : e->cfg.echo_cancel == ECHO_CANCEL_AUTO ? j->params.echo_cancel == 1
+                                                        : 0;
+    if (j->params.echo_cancel == 1 && e->cfg.echo_cancel == ECHO_CANCEL_OFF)
+        PP_INFO("engine", "session %llu: echo cancellation asked for but off on this server (--echo-cancel)",
+                (unsigned long long)conn_id(j->c));
+    if (echo && pp_aec_create(&j->aec, err)) /* the conversation goes on without it */
+        PP_WARN("engine", "session %llu: %s", (unsigned long long)conn_id(j->c), err);
+    PP_INFO("engine", "session %llu: prompts started (voice %s, %d prompt frames%s)", (unsigned long long)conn_id(j->c),
+            j->params.voice, pp_session_prompt_frames(j->session), j->aec ? ", echo cancellation" : "");
     j->state = JOB_PREFILL;
 }
 
@@ -147,10 +157,15 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
-/* Stage 1 of a frame: encodes j->pcm_in and adds j to the tick. */
-static void job_encode_frame(engine *e, job *j) {
+/* Stage 1 of a frame: encodes j->pcm_in (the client's audio less the echo of ours, or
+ * silence) and adds j to the tick. */
+static void job_encode_frame(engine *e, job *j, int from_client) {
     char err[PP_ERR_LEN];
     int64_t t0 = conn_now_ns();
+    if (from_client && j->aec && pp_aec_near(j->aec, j->pcm_in, PP_AUDIO_FRAME, err)) {
+        job_fail(e, j, CLOSE_INTERNAL, "echo cancellation failed", err);
+        return;
+    }
     if (pp_session_encode(j->session, j->pcm_in, err)) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
         return;
@@ -176,7 +191,7 @@ static int job_quiet(engine *e, job *j) {
     }
     memset(j->pcm_in, 0, sizeof j->pcm_in);
     j->t_frame = now;
-    job_encode_frame(e, j);
+    job_encode_frame(e, j, 0);
     return 1;
 }
 
@@ -184,7 +199,7 @@ static int job_quiet(engine *e, job *j) {
 static int job_encode(engine *e, job *j) {
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
     pacing_frame(&j->pace, conn_now_ns());
-    job_encode_frame(e, j);
+    job_encode_frame(e, j, 1);
     return 1;
 }
 
@@ -196,6 +211,7 @@ static void job_output(engine *e, job *j, double lm_ms) {
     int rc = pp_session_decode(j->session, j->pcm_out, piece, err);
     double decode_ms = ms_between(t0, conn_now_ns());
     if (!rc) rc = pp_downlink_encode(j->down, j->pcm_out, j->page, sizeof j->page, &len, err);
+    if (!rc && j->aec) rc = pp_aec_far(j->aec, j->pcm_out, PP_AUDIO_FRAME, err); /* what will come back */
     if (rc) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
         return;
@@ -309,6 +325,7 @@ static void job_free(engine *e, job *j) {
             (unsigned long long)up.concealed, up.ogg.errors);
     pp_session_destroy(j->session);
     pp_downlink_close(j->down);
+    pp_aec_destroy(j->aec);
     conn_destroy(j->c);
     metrics_conv_close(e->cfg.metrics, j->conv);
     metrics_session_ended(e->cfg.metrics);
@@ -444,6 +461,12 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     pthread_mutex_unlock(&e->lock);
     metrics_session_started(e->cfg.metrics);
     return PP_OK;
+}
+
+int echo_cancel_parse(const char *s) {
+    return strcmp(s, "off") == 0 ? ECHO_CANCEL_OFF : strcmp(s, "auto") == 0 ? ECHO_CANCEL_AUTO
+                                               : strcmp(s, "on") == 0      ? ECHO_CANCEL_ON
+                                                                           : -1;
 }
 
 int engine_capacity(const engine *e) { return e->cfg.max_sessions; }

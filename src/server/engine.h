@@ -25,6 +25,15 @@
 
 typedef struct engine engine;
 
+/* --echo-cancel: which conversations run their uplink through the echo canceller (audio/aec.h). */
+typedef enum {
+    ECHO_CANCEL_OFF,  /* none, whatever the client asks */
+    ECHO_CANCEL_AUTO, /* those whose query asks for it (echo_cancel=1) */
+    ECHO_CANCEL_ON,   /* all but those whose query refuses it (echo_cancel=0) */
+} echo_cancel_mode;
+/* "off", "auto" or "on"; -1 for anything else. */
+int echo_cancel_parse(const char *s);
+
 typedef struct engine_config {
     pp_model *model;
     metrics *metrics;
@@ -34,6 +43,7 @@ typedef struct engine_config {
     void *notify_arg;
     int idle_timeout;          /* seconds without client audio before a conversation ends; 0: never */
     int trim_after_ms;         /* after a conversation ends and this long passes, the heap is trimmed; -1: never */
+    echo_cancel_mode echo_cancel;
 } engine_config;
 
 /* Starts the engine thread. */

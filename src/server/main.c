@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "base/log.h"
+#include "audio/aec.h"
 #include "server/capacity.h"
 #include "server/cert.h"
 #include "server/config_file.h"
@@ -165,7 +166,8 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
     engine_config cfg = {model,        a->srv.metrics, plan.sessions,         a->opt.max_prompt_tokens,
-                         wake_service, &a->srv,        a->opt.idle_timeout,  a->opt.trim_after_ms};
+                         wake_service, &a->srv,        a->opt.idle_timeout,  a->opt.trim_after_ms,
+                         (echo_cancel_mode)echo_cancel_parse(a->opt.echo_cancel)};
     return engine_create(&cfg, out, err);
 }
 
@@ -354,6 +356,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     pp_log_set_level((pp_log_level)level);
+    if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
+        fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
+        server_options_free(&a.opt);
+        return 2;
+    }
+    if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available()) {
+        fprintf(stderr, "personaplex-server: --echo-cancel on: this build has no echo canceller "
+                        "(libwebrtc-audio-processing-dev was missing)\n");
+        server_options_free(&a.opt);
+        return 2;
+    }
     memory_configure(); /* before the threads start allocating */
     if (a.opt.log_file && pp_log_open(a.opt.log_file) != PP_OK) {
         fprintf(stderr, "personaplex-server: cannot open --log-file %s\n", a.opt.log_file);

@@ -124,6 +124,11 @@ static const opt_spec g_opts[] = {
      "A client that sends no audio keeps its conversation alive: after a second without audio "
      "the model hears silence, one frame every 80 ms, and keeps talking. After N seconds "
      "without any audio the conversation ends with an 0x05 message and a close. 0: never."},
+    {"echo-cancel", "MODE", OPT_STRING, F(echo_cancel), 0, 0, "auto", NULL,
+     "Echo cancellation of the uplink against the audio the server sent (WebRTC's canceller; "
+     "for listeners on speakers, whose microphone hears the model). off: never. auto: for "
+     "conversations whose query asks for it (echo_cancel=1). on: for all but those whose query "
+     "refuses it (echo_cancel=0). Finds echo delays up to about half a second by itself."},
     {"trim-after-ms", "N", OPT_INT, F(trim_after_ms), -1, 3600000, "5000", NULL,
      "N milliseconds after a conversation ends, memory the allocator kept from it goes back to "
      "the system (in the engine's spare time between frames), so the resident size returns to "

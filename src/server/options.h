@@ -42,6 +42,7 @@ typedef struct server_options {
     int idle_timeout;   /* seconds without client audio before a conversation ends (0: never) */
     int io_timeout;     /* seconds for a TLS handshake, an HTTP request, a close to drain */
     int trim_after_ms;  /* ms after a conversation ends before freed memory is returned (-1: never) */
+    char *echo_cancel;  /* "off", "auto", "on" (engine.h) */
     int demo_context;   /* LM context of the --demo model (0: its default) */
     int skip_memory_check;
     int help;

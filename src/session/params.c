@@ -20,6 +20,7 @@ void pp_params_defaults(pp_session_params *p) {
     p->audio_temperature = 0.8f;
     p->audio_topk = 250;
     p->text_seed = p->audio_seed = REFERENCE_SEED;
+    p->echo_cancel = -1;
 }
 
 int pp_utf8_valid(const char *str, size_t len) {
@@ -104,6 +105,18 @@ static void set_int(int *dst, const char *key, const char *value, long long lo, 
     *dst = (int)v;
 }
 
+/* 1/0, true/false, on/off; anything else is logged and leaves *dst as it was. */
+static void set_bool(int *dst, const char *key, const char *value) {
+    static const char *const words[][2] = {{"0", "1"}, {"false", "true"}, {"off", "on"}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        for (int v = 0; v < 2; v++)
+            if (strcmp(value, words[i][v]) == 0) {
+                *dst = v;
+                return;
+            }
+    PP_WARN("params", "%s=%.16s is not 1/0, true/false or on/off; ignored", key, value);
+}
+
 static void set_seed(uint64_t *a, uint64_t *b, const char *key, const char *value) {
     long long v;
     if (!parse_int(key, value, &v)) return;
@@ -139,6 +152,8 @@ int pp_params_set(pp_session_params *p, const char *key, const char *value, char
         set_seed(&p->text_seed, NULL, key, value);
     } else if (strcmp(key, "audio_seed") == 0) {
         set_seed(&p->audio_seed, NULL, key, value);
+    } else if (strcmp(key, "echo_cancel") == 0) {
+        set_bool(&p->echo_cancel, key, value);
     } else {
         for (size_t i = 0; i < sizeof g_ignored / sizeof g_ignored[0]; i++)
             if (strcmp(key, g_ignored[i]) == 0) {

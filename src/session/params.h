@@ -24,10 +24,11 @@ typedef struct pp_session_params {
     float audio_temperature;                  /* [0, 2] */
     int audio_topk;                           /* [1, 2048] */
     uint64_t text_seed, audio_seed;
+    int echo_cancel;                          /* echo_cancel=: 1 asks for it, 0 refuses it, -1 unset */
 } pp_session_params;
 
 /* The reference sampling (text 0.7 / top-25, audio 0.8 / top-250), voice "NATF2", an empty
- * prompt and the reference seed 42424242 for both streams. */
+ * prompt, the reference seed 42424242 for both streams, echo cancellation as the server says. */
 void pp_params_defaults(pp_session_params *p);
 
 /* Applies one decoded key=value pair (value already free of %XX and '+' escapes). Returns 0
