@@ -1,4 +1,4 @@
-/* engine: the model thread, its round-robin over sessions and the batched tick (see engine.h). */
+/* engine: the model thread, its deadline-bound passes and the batched tick (see engine.h). */
 #include "server/engine.h"
 
 #include "base/err.h"

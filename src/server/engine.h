@@ -1,19 +1,21 @@
 /* engine: the one thread that runs every conversation's model work.
  *
- * The engine owns the pp_sessions. Each pass over its list gives every session at most one
- * unit of work: create the session, run one run of prompt frames (session.h: a batched pass,
- * or the whole prompt from the prompt cache), or, for a conversation with a whole uplink frame
- * waiting, encode it. The pass then ends with ONE tick over every conversation it encoded: a
- * single batched LM step for all of them (pp_session_batch_step), then each one's decode and
- * downlink page (and text piece). Sessions join the ticks once their prompts have run and
- * leave between ticks. Ticks start as soon as a frame is waiting, so an idle server adds no
- * latency; under load the frames that arrive during a tick wait for the next one, so the batch
- * grows with the load and every weight is read once per tick for all of them. A session's
- * prompt never stalls the others' conversations for more than one prompt run, and all model
- * calls come from one thread, which keeps the backend free of locking. When a pass finds
- * nothing to do the thread sleeps until engine_wake (new connection, new audio, a closed
- * socket), or while conversations run, for at most 20 ms: a client that sends no audio gets
- * silence frames and, past the idle timeout, a close (pacing.h). Output is handed to the service thread through the conn's queue and the notify
+ * The engine owns the pp_sessions. Each pass first takes every running conversation's waiting
+ * uplink frame (through the echo canceller when it has one) and encodes it, then runs ONE tick
+ * over all of them: a single batched LM step (pp_session_batch_step), then each one's decode
+ * and downlink page (and text piece). Ticks start as soon as a frame is waiting, so an idle
+ * server adds no latency; under load the frames that arrive during a tick wait for the next
+ * one, so the batch grows with the load and every weight is read once per tick for all of them.
+ * After the tick come joins, in arrival order: create the session, run its prompt frames
+ * (session.h: a batched pass, or the whole prompt from the prompt cache), send the handshake.
+ * Each unit of that work runs only when its estimated cost ends before the next live frame is
+ * due, so someone joining never makes a live frame late; a join waits instead (and after 3 s
+ * without slack gets a unit anyway). The heap trim after conversations end (memory.h) runs in
+ * the same slack. All model calls come from one thread, which keeps the backend free of
+ * locking. When a pass finds nothing to do the thread sleeps until engine_wake (new
+ * connection, new audio, a closed socket), or while conversations run, for at most 20 ms: a
+ * client that sends no audio gets silence frames and, past the idle timeout, a close
+ * (pacing.h). Output is handed to the service thread through the conn's queue and the notify
  * callback (lws_cancel_service); the engine never calls lws itself. */
 #ifndef PP_SERVER_ENGINE_H
 #define PP_SERVER_ENGINE_H
