@@ -92,7 +92,9 @@ static int on_writeable(wc_conn *c, struct lws *wsi) {
     if (c->next_extra < c->n_extra) {
         if (send_msg(wsi, &c->extra[c->next_extra++])) return -1;
     } else if (c->next_audio < c->n_audio && now >= c->t_next) {
-        if (send_msg(wsi, &c->audio[c->next_audio++])) return -1;
+        const wc_msg *m = c->make_audio ? c->make_audio(c, c->next_audio) : &c->audio[c->next_audio];
+        c->next_audio++;
+        if (!m || send_msg(wsi, m)) return -1;
         c->t_next += (int64_t)(c->interval_ms * 1e6);
     } else {
         return 0;

@@ -28,6 +28,10 @@ typedef struct wc_conn {
     int n_extra;
     const wc_msg *audio;     /* then one per interval_ms */
     int n_audio;
+    /* When set, gives audio message `index` instead of audio[index], made when it is due (an
+     * uplink built from what came back); NULL fails the conversation. */
+    const wc_msg *(*make_audio)(struct wc_conn *c, int index);
+    void *user;
     double interval_ms;
     double linger_ms;        /* after the last message, wait this long for output, then close */
     int expect_pages;        /* close early once this many 0x01 messages arrived (0: linger) */

@@ -12,16 +12,38 @@ extern "C" {
 #ifdef PP_HAVE_AEC
 #include <webrtc/modules/audio_processing/include/audio_processing.h>
 
+#include <cmath>
+
 namespace {
-constexpr size_t kChunk = PP_AEC_RATE / 100; // 10 ms
-constexpr size_t kFarMax = PP_AEC_RATE / 1000 * PP_AEC_FAR_MAX_MS;
+constexpr size_t kChunk = PP_AEC_RATE / 100;          // 10 ms, the module's unit
+constexpr size_t kPendingMax = PP_AEC_FAR_MAX_MS / 10; // far chunks waiting for their near chunk
+constexpr size_t kMaxLag = PP_AEC_MAX_DELAY_MS / 10;   // the coarse search, in chunks
+constexpr size_t kRing = 256;                          // > kPendingMax + kMaxLag
+constexpr size_t kMargin = 3; // the module is left this many chunks of delay to find itself
+constexpr double kForget = 0.995;   // the envelopes' statistics: about 2 s
+constexpr double kMinCorr = 0.3;    // a lag is taken once its envelopes correlate this well
+constexpr size_t kRecheck = 50;     // chunks between looks at the best lag
+static_assert(kRing > kPendingMax + kMaxLag + 1, "far ring too small");
+
+// A chunk's level in dB: its envelope, which follows speech and noise alike.
+double level_db(const float *x) {
+    double e = 0;
+    for (size_t i = 0; i < kChunk; i++) e += (double)x[i] * x[i];
+    return 10 * std::log10(e / kChunk + 1e-8); // -80 dB: silence, not a deep dip
+}
 } // namespace
 
 struct pp_aec {
     webrtc::AudioProcessing *apm = nullptr;
     webrtc::StreamConfig stream{PP_AEC_RATE, 1};
-    float far[kFarMax];     // queued downlink, oldest first
-    size_t far_len = 0;
+    float ring[kRing][kChunk];  // far chunks by number modulo kRing
+    double far_db[kRing];
+    uint64_t written = 0, read = 0; // far chunks pushed; paired with a near chunk
+    float partial[kChunk];          // a far chunk being filled
+    size_t partial_len = 0;
+    // Coarse delay: correlation of the near level with the far level lag chunks earlier.
+    double corr[kMaxLag + 1] = {0}, mean_near = 0, mean_far = 0, var_near = 0, var_far = 0;
+    size_t since_check = 0, shift = 0; // chunks the reference is taken back by
 };
 
 extern "C" int pp_aec_available(void) { return 1; }
@@ -32,8 +54,8 @@ extern "C" int pp_aec_create(pp_aec **out, char *err) {
         pp_aec *a = new (std::nothrow) pp_aec;
         if (!a) return pp_fail(err, PP_ENOMEM, "echo canceller: out of memory");
         webrtc::Config config;
-        // The extended filter covers a long room response; the delay-agnostic mode finds the
-        // network + jitter-buffer delay itself, which the server cannot measure.
+        // The extended filter covers a long room response; the delay-agnostic mode tracks
+        // what delay remains after the coarse shift.
         config.Set<webrtc::ExtendedFilter>(new webrtc::ExtendedFilter(true));
         config.Set<webrtc::DelayAgnostic>(new webrtc::DelayAgnostic(true));
         a->apm = webrtc::AudioProcessing::Create(config);
@@ -58,32 +80,56 @@ extern "C" void pp_aec_destroy(pp_aec *a) {
 
 extern "C" int pp_aec_far(pp_aec *a, const float *pcm, size_t n, char *err) {
     (void)err;
-    if (n > kFarMax) {
-        pcm += n - kFarMax;
-        n = kFarMax;
+    while (n) {
+        size_t take = kChunk - a->partial_len < n ? kChunk - a->partial_len : n;
+        std::memcpy(a->partial + a->partial_len, pcm, take * sizeof *pcm);
+        a->partial_len += take, pcm += take, n -= take;
+        if (a->partial_len < kChunk) break;
+        size_t slot = (size_t)(a->written % kRing);
+        std::memcpy(a->ring[slot], a->partial, sizeof a->partial);
+        a->far_db[slot] = level_db(a->partial);
+        a->written++;
+        a->partial_len = 0;
+        if (a->written - a->read > kPendingMax) a->read++; // the uplink stalled: drop the oldest
     }
-    if (a->far_len + n > kFarMax) { // the uplink stalled: keep the newest
-        size_t drop = a->far_len + n - kFarMax;
-        std::memmove(a->far, a->far + drop, (a->far_len - drop) * sizeof *a->far);
-        a->far_len -= drop;
-    }
-    std::memcpy(a->far + a->far_len, pcm, n * sizeof *pcm);
-    a->far_len += n;
     return PP_OK;
+}
+
+// Near chunk `level` paired with far chunk f: updates the correlations and, now and then,
+// the shift to the lag whose envelopes match best.
+static void track_delay(pp_aec *a, double level, uint64_t f) {
+    double far_now = a->far_db[f % kRing];
+    if (f == 0) a->mean_near = level, a->mean_far = far_now; // no start-up transient
+    a->mean_near = kForget * a->mean_near + (1 - kForget) * level;
+    a->mean_far = kForget * a->mean_far + (1 - kForget) * far_now;
+    double dn = level - a->mean_near, df = far_now - a->mean_far;
+    a->var_near = kForget * a->var_near + (1 - kForget) * dn * dn;
+    a->var_far = kForget * a->var_far + (1 - kForget) * df * df;
+    for (size_t lag = 0; lag <= kMaxLag && lag <= f; lag++)
+        a->corr[lag] = kForget * a->corr[lag] + (1 - kForget) * dn * (a->far_db[(f - lag) % kRing] - a->mean_far);
+    if (++a->since_check < kRecheck) return;
+    a->since_check = 0;
+    size_t best = 0;
+    for (size_t lag = 1; lag <= kMaxLag; lag++)
+        if (a->corr[lag] > a->corr[best]) best = lag;
+    double norm = std::sqrt(a->var_near * a->var_far);
+    if (norm > 0 && a->corr[best] / norm >= kMinCorr) a->shift = best > kMargin ? best - kMargin : 0;
 }
 
 extern "C" int pp_aec_near(pp_aec *a, float *pcm, size_t n, char *err) {
     if (n % kChunk) return pp_fail(err, PP_EINVAL, "echo canceller: %zu samples is not a whole number of 10 ms", n);
     try {
-        float silence[kChunk] = {0};
+        float reference[kChunk];
         for (size_t off = 0; off < n; off += kChunk) {
-            float *far = a->far_len >= kChunk ? a->far : silence;
-            float *near = pcm + off;
-            int rc = a->apm->ProcessReverseStream(&far, a->stream, a->stream, &far);
-            if (far != silence) {
-                a->far_len -= kChunk;
-                std::memmove(a->far, a->far + kChunk, a->far_len * sizeof *a->far);
+            float *near = pcm + off, *far = reference;
+            std::memset(reference, 0, sizeof reference);
+            if (a->read < a->written) { // the far chunk of this moment, taken back by the shift
+                uint64_t f = a->read++;
+                track_delay(a, level_db(near), f);
+                if (a->shift <= f && a->written - (f - a->shift) <= kRing)
+                    std::memcpy(reference, a->ring[(f - a->shift) % kRing], sizeof reference);
             }
+            int rc = a->apm->ProcessReverseStream(&far, a->stream, a->stream, &far);
             // The delay hint is ignored by the delay-agnostic mode, but must be set.
             if (!rc) rc = a->apm->set_stream_delay_ms(0);
             if (!rc) rc = a->apm->ProcessStream(&near, a->stream, a->stream, &near);

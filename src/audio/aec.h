@@ -6,8 +6,10 @@
  * pp_aec_far takes each downlink frame as it goes out, pp_aec_near removes its echo from each
  * uplink frame in place. Both are 24 kHz mono; the module works in 10 ms chunks, and every
  * near chunk is preceded by one far chunk (or silence when none is queued), which keeps the two
- * streams in step at real-time pace. The echo's delay is found by the module's delay-agnostic
- * estimator over the extended filter, together good for several hundred ms (see README).
+ * streams in step at real-time pace. The echo's delay is found in two steps: a coarse search
+ * here (the uplink's level envelope against the downlink's at lags up to PP_AEC_MAX_DELAY_MS,
+ * in 10 ms steps) takes the reference back by all but a few chunks of it, and the module's
+ * delay-agnostic estimator and extended filter find the rest and the room's response.
  *
  * Built without the library, pp_aec_available is 0 and pp_aec_create fails with
  * PP_EUNSUPPORTED. Every entry point catches C++ exceptions. One pp_aec per conversation;
@@ -25,6 +27,8 @@ extern "C" {
 /* Downlink queued ahead of the uplink before the oldest is dropped (a client that stops
  * sending while the model talks). */
 #define PP_AEC_FAR_MAX_MS 1000
+/* The longest echo delay (network, jitter buffer, room) the coarse delay search covers. */
+#define PP_AEC_MAX_DELAY_MS 600
 
 typedef struct pp_aec pp_aec;
 

@@ -157,14 +157,24 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
+static double frame_energy(const float pcm[PP_AUDIO_FRAME]) {
+    double e = 0;
+    for (int i = 0; i < PP_AUDIO_FRAME; i++) e += (double)pcm[i] * pcm[i];
+    return e;
+}
+
 /* Stage 1 of a frame: encodes j->pcm_in (the client's audio less the echo of ours, or
  * silence) and adds j to the tick. */
 static void job_encode_frame(engine *e, job *j, int from_client) {
     char err[PP_ERR_LEN];
     int64_t t0 = conn_now_ns();
-    if (from_client && j->aec && pp_aec_near(j->aec, j->pcm_in, PP_AUDIO_FRAME, err)) {
-        job_fail(e, j, CLOSE_INTERNAL, "echo cancellation failed", err);
-        return;
+    if (from_client && j->aec) {
+        double before = frame_energy(j->pcm_in);
+        if (pp_aec_near(j->aec, j->pcm_in, PP_AUDIO_FRAME, err)) {
+            job_fail(e, j, CLOSE_INTERNAL, "echo cancellation failed", err);
+            return;
+        }
+        metrics_conv_echo(e->cfg.metrics, j->conv, before, frame_energy(j->pcm_in));
     }
     if (pp_session_encode(j->session, j->pcm_in, err)) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);

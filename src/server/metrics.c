@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@ static const double g_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 static const double g_wait_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 /* A conversation's frame latencies: 1 ms bins up to CONV_BINS ms, the last bin holds the rest. */
 #define CONV_BINS 1000
+/* Per frame: the echo energies forget over about 25 frames (2 s). */
+#define ECHO_DECAY 0.96
 /* Prompt phases in ms: from a cache hit (a few ms) to a long prompt on a slow machine. */
 static const double g_prompt_bounds[] = {5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000};
 
@@ -37,6 +40,8 @@ struct metrics_conv {
     metrics_conv *next, *prev;
     uint64_t id, count;
     uint32_t bins[CONV_BINS + 1];
+    int echo;                 /* its uplink goes through the echo canceller */
+    double echo_in, echo_out; /* energies, decayed by ECHO_DECAY per frame */
 };
 
 struct metrics {
@@ -157,6 +162,15 @@ void metrics_conv_close(metrics *m, metrics_conv *c) {
     if (c->next) c->next->prev = c->prev;
     pthread_mutex_unlock(&m->lock);
     free(c);
+}
+
+void metrics_conv_echo(metrics *m, metrics_conv *c, double energy_in, double energy_out) {
+    if (!c) return;
+    pthread_mutex_lock(&m->lock);
+    c->echo = 1;
+    c->echo_in = c->echo_in * ECHO_DECAY + energy_in;
+    c->echo_out = c->echo_out * ECHO_DECAY + energy_out;
+    pthread_mutex_unlock(&m->lock);
 }
 
 /* The upper edge (ms) of the bin holding quantile q of c's frames. */
@@ -281,6 +295,13 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
         put(&o, "personaplex_conversation_frame_latency_seconds_count{session=\"%llu\"} %llu\n",
             (unsigned long long)c->id, (unsigned long long)c->count);
     }
+    put(&o, "# HELP personaplex_conversation_echo_removed_db Per open conversation with echo cancellation: "
+            "uplink energy before over after the canceller, last seconds (its ERLE while only echo comes in).\n"
+            "# TYPE personaplex_conversation_echo_removed_db gauge\n");
+    for (const metrics_conv *c = m->convs; c; c = c->next)
+        if (c->echo && c->echo_in > 0)
+            put(&o, "personaplex_conversation_echo_removed_db{session=\"%llu\"} %.1f\n", (unsigned long long)c->id,
+                10 * log10(c->echo_in / (c->echo_out > 1e-30 ? c->echo_out : 1e-30)));
     pthread_mutex_unlock(&m->lock);
     return o.len;
 }

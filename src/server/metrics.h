@@ -46,6 +46,10 @@ typedef struct metrics_conv metrics_conv;
 metrics_conv *metrics_conv_open(metrics *m, uint64_t id);
 void metrics_conv_frame(metrics *m, metrics_conv *c, double ms);
 void metrics_conv_close(metrics *m, metrics_conv *c);
+/* One uplink frame through the echo canceller: its energy before and after. Exported as their
+ * ratio in dB over the last few seconds: the echo return loss enhancement while only echo
+ * comes in, less while the client speaks. */
+void metrics_conv_echo(metrics *m, metrics_conv *c, double energy_in, double energy_out);
 void metrics_bad_input(metrics *m);
 
 int metrics_active(metrics *m);
