@@ -109,6 +109,16 @@ CPU_VNNI void cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vn
         }
 }
 
+typedef struct pass {
+    const pp_weight *w;
+    const cpu_vnni_x *x;
+    int64_t r;   /* first row */
+    int i;       /* first input */
+    __m512i table;
+    __m512i lane_group;  /* block-relative group of each lane's run */
+    __m512i shift_ctl[8]; /* shift_control of each code */
+} pass;
+
 /* The 32-entry vpermw table: the format's int16 values, repeated so that index bits above the
  * code (the next codes, left there by the shift) do not matter. */
 CPU_VNNI static __m512i value_table(const pp_weight *w) {
@@ -125,22 +135,32 @@ CPU_VNNI static __m512i value_table(const pp_weight *w) {
     return _mm512_loadu_si512(t);
 }
 
-/* Code k of every word of a block as int16 values: the word shifted so that the code is its
- * low bits, looked up. bitsandbytes NF4 puts the high nibble of each byte first. */
-VNNI_FN __m512i decode(pp_wformat fmt, __m512i codes, int k, __m512i table) {
+/* Bits to shift a word right so that its code k is the low bits. bitsandbytes NF4 puts the
+ * high nibble of each byte first. */
+static int code_shift(pp_wformat fmt, int k) {
     static const int nf4_shift[4] = {4, 0, 12, 8};
-    int shift = fmt == PP_WF_NF2 ? 2 * k : fmt == PP_WF_INT4 ? 4 * k : nf4_shift[k];
-    return _mm512_permutexvar_epi16(shift ? _mm512_srli_epi16(codes, (unsigned)shift) : codes, table);
+    return fmt == PP_WF_NF2 ? 2 * k : fmt == PP_WF_INT4 ? 4 * k : nf4_shift[k];
 }
 
-typedef struct pass {
-    const pp_weight *w;
-    const cpu_vnni_x *x;
-    int64_t r;   /* first row */
-    int i;       /* first input */
-    __m512i table;
-    __m512i lane_group; /* block-relative group of each lane's run */
-} pass;
+/* vpmultishiftqb controls that move code k of every word into the word's low bits (each byte
+ * takes the 8 bits of its quadword that start at the word's offset plus the shift). */
+CPU_VNNI static __m512i shift_control(pp_wformat fmt, int k) {
+    uint8_t c[64];
+    for (int b = 0; b < 64; b++) c[b] = (uint8_t)(16 * (b % 8 / 2) + code_shift(fmt, k));
+    return _mm512_loadu_si512(c);
+}
+
+/* Code k of every word of a block as int16 values: the word shifted so that the code is its
+ * low bits, looked up. The shifts alternate between the two vector ports: vpsrlw shares port 0
+ * with vpdpwssd, vpmultishiftqb runs beside vpermw on port 5. */
+VNNI_FN __m512i decode(pp_wformat fmt, __m512i codes, int k, const pass *p) {
+    int shift = code_shift(fmt, k);
+    __m512i idx = !shift ? codes
+                  : k % 2 ? _mm512_multishift_epi64_epi8(p->shift_ctl[k], codes)
+                          : _mm512_srli_epi16(codes, (unsigned)shift);
+    return _mm512_permutexvar_epi16(idx, p->table);
+}
+
 
 /* Group scales of [c, c + len) columns of rb rows, as f32, then LANES zeros (read by a last half
  * block, whose products are zeros: the scales must be finite). */
@@ -188,7 +208,7 @@ VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
                 codes[k] = _mm512_maskz_loadu_epi16(words, row[k] + b / (fmt == PP_WF_NF2 ? 4 : 2));
             for (int t = 0; t < W; t++)
                 for (int k = 0; k < rb; k++) {
-                    __m512i v = decode(fmt, codes[k], t, p->table);
+                    __m512i v = decode(fmt, codes[k], t, p);
                     for (int q = 0; q < nb; q++) {
                         const int16_t *xq = p->x->q + (int64_t)(p->i + q) * cols + b + t * WORDS;
                         sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], v, _mm512_loadu_si512(xq));
@@ -237,6 +257,7 @@ CPU_VNNI void cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n,
     int32_t lane_group[LANES];
     for (int l = 0; l < LANES; l++) lane_group[l] = w->group >= block_weights(w->fmt) ? 0 : (int32_t)(l * run / w->group);
     pass p = {.w = w, .x = x, .table = value_table(w), .lane_group = _mm512_loadu_si512(lane_group)};
+    for (int k = 0; k < weights_per_word(w->fmt); k++) p.shift_ctl[k] = shift_control(w->fmt, k);
     for (p.r = r0; p.r < r1;) {
         int rb = r1 - p.r >= ROWS ? ROWS : 1;
         for (p.i = 0; p.i < n;) {

@@ -21,7 +21,8 @@ cpu_simd cpu_simd_detect(void) {
         return CPU_SIMD_PORTABLE;
     if (force && strcmp(force, "avx2") == 0) return CPU_SIMD_AVX2;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512vbmi"))
         return CPU_SIMD_VNNI;
     return CPU_SIMD_AVX2;
 #endif

@@ -14,7 +14,7 @@
 typedef enum {
     CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 */
     CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
-    CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI (Ice Lake, Zen 4 and later): the AVX2 loops,
+    CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
                           and integer products for the low-bit weights (cpu_gemv_vnni.c) */
 } cpu_simd;
 
@@ -27,7 +27,7 @@ typedef enum {
 #else
 #define CPU_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=fast")))
 #endif
-#define CPU_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define CPU_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 #else
 #define CPU_HAVE_AVX2 0
 #endif
