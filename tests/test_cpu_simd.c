@@ -2,8 +2,9 @@
  * loops on the same random data: matrix products of every weight format and group layout for
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
- * libm's expm1f) and the RVQ search. Runs every variant this CPU supports; skipped where only
- * the portable loops exist. */
+ * libm's expm1f) and the RVQ search. Runs every variant this CPU supports (products: AVX2, and
+ * AVX-512 VNNI's integer loops with their own stated tolerance); skipped where only the
+ * portable loops exist. */
 #include "backend/cpu.h"
 #include "base/err.h"
 #include "io/quant.h"
@@ -113,12 +114,20 @@ static double compare(const pp_weight *w, int n, cpu_simd simd) {
     return worst;
 }
 
+/* The VNNI loops round activations to int16 (at most 1.5e-5 of their run's largest |x|, NF4
+ * 3.1e-5) and NF4's table to 1/16383 of its largest entry: measured errors stay below 1e-5 of
+ * the row's Σ|w·x|, 3e-5 leaves margin, and a decode or layout mistake still gives order 1. */
+static double tolerance(const pp_weight *w, cpu_simd simd) {
+    return simd == CPU_SIMD_VNNI && cpu_vnni_handles(w) ? 3e-5 : 1e-6;
+}
+
 static void check(const pp_weight *w, cpu_simd simd, const char *what) {
     static const int ns[] = {1, 2, 3, 5, 8};
+    double tol = tolerance(w, simd);
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         double e = compare(w, ns[i], simd);
-        if (e > 1e-6) fprintf(stderr, "%s %s n=%d: rel err %g\n", cpu_simd_name(simd), what, ns[i], e);
-        TEST_COND(what, e <= 1e-6);
+        if (e > tol) fprintf(stderr, "%s %s n=%d: rel err %g\n", cpu_simd_name(simd), what, ns[i], e);
+        TEST_COND(what, e <= tol);
     }
 }
 
@@ -144,6 +153,15 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_INT4, 5, 60, 6, 0, 0, "int4 g6 (portable)"},
         {PP_WF_NF4, 37, 512, 64, 0, 16, "nf4 nested"},
         {PP_WF_NF4, 19, 384, 32, 0, 0, "nf4 f32 absmax"},
+        /* the integer loops' layouts: groups of one lane run, of a whole block, spanning blocks */
+        {PP_WF_NF2, 9, 1024, 16, 16, 0, "nf2 g16"},
+        {PP_WF_NF2, 6, 1024, 512, 512, 0, "nf2 g512"},
+        {PP_WF_INT4, 10, 1024, 128, 0, 0, "int4 g128"},
+        {PP_WF_INT4, 10, 1024, 256, 0, 0, "int4 g256"},
+        {PP_WF_NF4, 13, 768, 8, 0, 4, "nf4 g8 nested"},
+        {PP_WF_NF2, 9, 384, 128, 128, 0, "nf2 half block"},
+        {PP_WF_INT4, 9, 320, 64, 0, 0, "int4 half block"},
+        {PP_WF_NF4, 9, 192, 32, 0, 0, "nf4 half block"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;
@@ -266,8 +284,12 @@ int main(void) {
         pp_backend_destroy(be);
         TEST_SKIP("this CPU (or PP_CPU_SIMD) runs only the portable loops");
     }
-    printf("comparing %s against portable\n", cpu_simd_name(best));
-    test_matmul(best);
+    /* every variant up to the best: the VNNI machine still runs the AVX2 loops for the formats
+     * and layouts the integer loops do not take, and when PP_CPU_SIMD=avx2 */
+    for (cpu_simd s = CPU_SIMD_AVX2; s <= best; s++) {
+        printf("comparing %s against portable\n", cpu_simd_name(s));
+        test_matmul(s);
+    }
     test_codec(best);
     pp_backend_destroy(be);
     return test_report();

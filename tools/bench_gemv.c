@@ -1,8 +1,10 @@
 /* personaplex-bench gemv: times the CPU backend's matmul for each weight format on the
  * PersonaPlex shapes, with synthetic Gaussian-like weights quantized in memory by the same
  * quantizers the file converter uses. Prints ms per product and the GB/s of weight bytes it
- * reads, against the machine's memcpy bandwidth.
- *   personaplex-bench gemv [--threads N] [--batch N] [--seconds S] [--formats f32,bf16,...] [--small] */
+ * reads, against the machine's memcpy bandwidth, and G weights/s (what tools/bench-vs-ggml.sh
+ * compares with ggml's MUL_MAT on the same shape).
+ *   personaplex-bench gemv [--threads N] [--batch N] [--seconds S] [--formats f32,bf16,...]
+ *                          [--small | --shape ROWSxCOLS] */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -156,12 +158,13 @@ static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, in
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
-                    "[--formats f32,f16,bf16,nf2,int4,nf4] [--small]\n");
+                    "[--formats f32,f16,bf16,nf2,int4,nf4] [--small | --shape ROWSxCOLS]\n");
     return 2;
 }
 
 int bench_gemv(int argc, char **argv) {
     int threads = 0, batch = 1, small = 0;
+    shape custom = {0, 0, "--shape"};
     double seconds = 1.0;
     const char *formats = "f32,bf16,nf2,int4,nf4";
     for (int i = 1; i < argc; i++) {
@@ -175,10 +178,17 @@ int bench_gemv(int argc, char **argv) {
             formats = argv[++i];
         else if (strcmp(argv[i], "--small") == 0)
             small = 1;
-        else
+        else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+            long long r, c;
+            char tail;
+            if (sscanf(argv[++i], "%lldx%lld%c", &r, &c, &tail) != 2 || r < 1 || c < 1) return usage();
+            custom.rows = r;
+            custom.cols = c;
+        } else
             return usage();
     }
-    if (batch < 1 || threads < 0) return usage();
+    /* quantized formats need whole groups (128 for NF2) */
+    if (batch < 1 || threads < 0 || (custom.rows && (small || custom.cols % 128))) return usage();
     char err[PP_ERR_LEN];
     pp_backend *be;
     if (pp_backend_cpu_create(threads, &be, err)) {
@@ -187,9 +197,10 @@ int bench_gemv(int argc, char **argv) {
     }
     double bw = memcpy_gbps();
     printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
-    printf("%-28s %-6s %10s %10s %9s %8s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% memcpy");
-    const shape *list = small ? small_shapes : shapes;
-    size_t count = small ? sizeof small_shapes / sizeof *small_shapes : sizeof shapes / sizeof *shapes;
+    printf("%-28s %-6s %10s %10s %9s %8s %9s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% memcpy",
+           "Gw/s");
+    const shape *list = custom.rows ? &custom : small ? small_shapes : shapes;
+    size_t count = custom.rows ? 1 : small ? sizeof small_shapes / sizeof *small_shapes : sizeof shapes / sizeof *shapes;
     int rc = 0;
     for (size_t s = 0; s < count && !rc; s++) {
         int64_t R = list[s].rows, C = list[s].cols;
@@ -216,8 +227,8 @@ int bench_gemv(int argc, char **argv) {
             double mb = (double)pp_weight_bytes(&h.w) / 1e6;
             char label[64];
             snprintf(label, sizeof label, "%lld x %lld", (long long)R, (long long)C);
-            printf("%-28s %-6s %10.1f %10.3f %9.2f %7.0f%%   %s\n", label, name, mb, ms, mb / ms,
-                   bw > 0 ? 100.0 * (mb / ms) / bw : 0.0, list[s].what);
+            printf("%-28s %-6s %10.1f %10.3f %9.2f %7.0f%% %9.2f   %s\n", label, name, mb, ms, mb / ms,
+                   bw > 0 ? 100.0 * (mb / ms) / bw : 0.0, (double)(R * C) / ms / 1e6, list[s].what);
             fflush(stdout);
             held_free(&h);
         }

@@ -30,6 +30,18 @@ void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n
 int cpu_gemv_avx2_handles(const pp_weight *w);
 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
+/* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
+ * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
+ * word of codes); buffers sized by the caller (cpu_vnni_sizes: rows padded to whole blocks). */
+typedef struct cpu_vnni_x {
+    int16_t *q;
+    float *scale;
+} cpu_vnni_x;
+int cpu_vnni_handles(const pp_weight *w);
+void cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);
+void cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out);
+void cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1);
+
 /* cpu_lm.c */
 void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
 void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,

@@ -11,7 +11,9 @@
  * grow-only scratch owned by the backend.
  *
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run
- * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs. */
+ * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs, and on CPUs
+ * with AVX-512 VNNI the low-bit formats run cpu_gemv_vnni.c's integer products on activations
+ * rounded to int16. */
 #include "backend/cpu.h"
 
 #include "base/err.h"
@@ -28,6 +30,9 @@ struct cpu_gemv {
     pthread_mutex_t lock; /* the scratch serves one product at a time */
     float *xp;
     size_t cap;
+    int16_t *vq;   /* VNNI: int16 activations [vq_cap] */
+    float *runs;   /* VNNI: run scales [runs_cap] */
+    size_t vq_cap, runs_cap;
     float nf2_lut[256][4]; /* byte -> its 4 centroids, LSB code first */
     float int4_lut[256][2]; /* byte -> (low nibble - 8, high nibble - 8) */
 };
@@ -49,6 +54,8 @@ void cpu_gemv_destroy(cpu_gemv *g) {
     if (!g) return;
     pthread_mutex_destroy(&g->lock);
     free(g->xp);
+    free(g->vq);
+    free(g->runs);
     free(g);
 }
 
@@ -109,6 +116,7 @@ typedef struct {
     int64_t rows_per_task;
     const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
     int avx2;         /* cpu_gemv_avx2.c's loops take these rows */
+    const cpu_vnni_x *vx; /* set: cpu_gemv_vnni.c's loops take them, on these activations */
 } gemv_job;
 
 static void dense_rows(const gemv_job *j, int64_t r0, int64_t r1) {
@@ -165,6 +173,10 @@ static void gemv_task(void *ctx, int task) {
     if (r1 > j->w->rows) r1 = j->w->rows;
     if (r0 >= r1) return;
 #if CPU_HAVE_AVX2
+    if (j->vx) {
+        cpu_gemv_rows_vnni(j->w, j->vx, j->n, j->y, r0, r1);
+        return;
+    }
     if (j->avx2) {
         cpu_gemv_rows_avx2(j->w, j->x, j->n, j->y, r0, r1);
         return;
@@ -188,7 +200,8 @@ static void rotate_x(const pp_weight *w, const float *x, int n, float *xp) {
     }
 }
 
-static void run_rows(pp_backend *be, const pp_weight *w, const float *x, int n, float *y, const float *lut) {
+static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const cpu_vnni_x *vx, int n, float *y,
+                     const float *lut) {
     pp_pool *pool = cpu_pool(be);
     int threads = pool ? pp_pool_threads(pool) : 1;
     /* A few tasks per thread so uneven progress balances; at least 8 rows so small products
@@ -197,9 +210,9 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, int n, 
     int64_t per = (w->rows + tasks - 1) / tasks;
     if (per < 8) per = 8;
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
-    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut};
+    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .vx = vx};
 #if CPU_HAVE_AVX2
-    j.avx2 = cpu_simd_of(be) == CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w);
+    j.avx2 = cpu_simd_of(be) >= CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w);
 #endif
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }
@@ -219,15 +232,56 @@ static void decoded_rows(const pp_weight *w, const float *x, int n, float *y) {
     }
 }
 
+/* Grows a scratch array to hold need elements of size bytes; 0 when out of memory. */
+static int reserve(void **p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 1;
+    void *q = realloc(*p, need * size);
+    if (!q) return 0;
+    *p = q;
+    *cap = need;
+    return 1;
+}
+
+/* NF2's rotated activations in g->xp (lock held); NULL without memory for them. */
+static const float *rotated(cpu_gemv *g, const pp_weight *w, const float *x, int n) {
+    if (!reserve((void **)&g->xp, &g->cap, (size_t)n * (size_t)w->cols, sizeof(float))) return NULL;
+    rotate_x(w, x, n, g->xp);
+    return g->xp;
+}
+
+#if CPU_HAVE_AVX2
+/* The integer products of cpu_gemv_vnni.c; 0 when they cannot take this product (the caller
+ * then runs the float loops). */
+static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
+    if (cpu_simd_of(be) != CPU_SIMD_VNNI || !cpu_vnni_handles(w)) return 0;
+    size_t q_elems, runs;
+    cpu_vnni_sizes(w, n, &q_elems, &runs);
+    pthread_mutex_lock(&g->lock);
+    const float *src = w->fmt == PP_WF_NF2 ? rotated(g, w, x, n) : x;
+    int ok = src && reserve((void **)&g->vq, &g->vq_cap, q_elems, sizeof *g->vq) &&
+             reserve((void **)&g->runs, &g->runs_cap, runs, sizeof *g->runs);
+    if (ok) {
+        cpu_vnni_x vx = {.q = g->vq, .scale = g->runs};
+        cpu_vnni_prepare(w, src, n, &vx);
+        run_rows(be, w, NULL, &vx, n, y, NULL);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return ok;
+}
+#endif
+
 void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
     if (w->fmt <= PP_WF_BF16) {
-        run_rows(be, w, x, n, y, NULL);
+        run_rows(be, w, x, NULL, n, y, NULL);
         return;
     }
+#if CPU_HAVE_AVX2
+    if (vnni_matmul(be, g, w, x, n, y)) return;
+#endif
     if (w->fmt == PP_WF_INT4) {
-        run_rows(be, w, x, n, y, &g->int4_lut[0][0]);
+        run_rows(be, w, x, NULL, n, y, &g->int4_lut[0][0]);
         return;
     }
     if (w->fmt == PP_WF_NF4) {
@@ -237,24 +291,16 @@ void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float
             lut[b][0] = table[b >> 4]; /* bitsandbytes: high nibble first */
             lut[b][1] = table[b & 15];
         }
-        run_rows(be, w, x, n, y, &lut[0][0]);
+        run_rows(be, w, x, NULL, n, y, &lut[0][0]);
         return;
     }
-    size_t need = (size_t)n * (size_t)w->cols;
     pthread_mutex_lock(&g->lock);
-    if (need > g->cap) {
-        float *p = realloc(g->xp, need * sizeof *p);
-        if (p) {
-            g->xp = p;
-            g->cap = need;
-        }
-    }
-    if (need <= g->cap) {
-        rotate_x(w, x, n, g->xp);
-        run_rows(be, w, g->xp, n, y, &g->nf2_lut[0][0]);
+    const float *xp = rotated(g, w, x, n);
+    if (xp) {
+        run_rows(be, w, xp, NULL, n, y, &g->nf2_lut[0][0]);
     } else {
-        PP_ERROR("cpu", "matmul '%s': no memory for %zu activations, decoding rows instead", w->name ? w->name : "?",
-                 need);
+        PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld activations, decoding rows instead",
+                 w->name ? w->name : "?", n, (long long)w->cols);
         decoded_rows(w, x, n, y);
     }
     pthread_mutex_unlock(&g->lock);

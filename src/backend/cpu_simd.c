@@ -16,11 +16,20 @@ cpu_simd cpu_simd_detect(void) {
      * "f16c", which cpuid leaf 1 reports (ECX bit 29) on every AVX2 part anyway. */
     unsigned a, b, c, d;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-        (c & bit_F16C))
-        return CPU_SIMD_AVX2;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__get_cpuid(1, &a, &b, &c, &d) ||
+        !(c & bit_F16C))
+        return CPU_SIMD_PORTABLE;
+    if (force && strcmp(force, "avx2") == 0) return CPU_SIMD_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512vbmi"))
+        return CPU_SIMD_VNNI;
+    return CPU_SIMD_AVX2;
 #endif
     return CPU_SIMD_PORTABLE;
 }
 
-const char *cpu_simd_name(cpu_simd s) { return s == CPU_SIMD_AVX2 ? "avx2" : "portable"; }
+const char *cpu_simd_name(cpu_simd s) {
+    static const char *const names[] = {"portable", "avx2", "avx512-vnni"};
+    return names[s];
+}

@@ -4,8 +4,8 @@
  * Hot loops are written once as an always-inline body and compiled twice: plainly, and under
  * CPU_AVX2 (a function attribute, GCC and clang). The backend detects the CPU once at
  * creation (cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
- * can run both on the same data and compare. PP_CPU_SIMD=portable in the environment forces
- * the portable loops (to compare speed or rule the SIMD code out when chasing a difference).
+ * can run both on the same data and compare. PP_CPU_SIMD=portable (or avx2) in the environment
+ * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
  * Elsewhere (aarch64) only the portable variant exists; it is written with GCC vector types,
  * which the compiler maps to NEON. */
 #ifndef PP_BACKEND_CPU_SIMD_H
@@ -14,6 +14,8 @@
 typedef enum {
     CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 */
     CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
+    CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
+                          and integer products for the low-bit weights (cpu_gemv_vnni.c) */
 } cpu_simd;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -25,11 +27,12 @@ typedef enum {
 #else
 #define CPU_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=fast")))
 #endif
+#define CPU_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 #else
 #define CPU_HAVE_AVX2 0
 #endif
 
-/* The best variant this CPU runs, unless PP_CPU_SIMD=portable. */
+/* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2"). */
 cpu_simd cpu_simd_detect(void);
 const char *cpu_simd_name(cpu_simd s);
 
@@ -48,7 +51,7 @@ typedef float cpu_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 #define CPU_TASK_VARIANTS(name)                                                   \
     static void name##_portable(void *ctx, int task) { name##_body(ctx, task); } \
     CPU_AVX2 static void name##_avx2(void *ctx, int task) { name##_body(ctx, task); }
-#define CPU_PICK(simd, name) ((simd) == CPU_SIMD_AVX2 ? name##_avx2 : name##_portable)
+#define CPU_PICK(simd, name) ((simd) >= CPU_SIMD_AVX2 ? name##_avx2 : name##_portable)
 #else
 #define CPU_TASK_VARIANTS(name) \
     static void name##_portable(void *ctx, int task) { name##_body(ctx, task); }

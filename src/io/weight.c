@@ -160,10 +160,18 @@ void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *ou
     } else if (!w->nested_absmax) {
         for (int64_t i = 0; i < n; i++) out[i] = quant_ldf32(w->scales, (size_t)(g0 + i));
     } else {
+        /* the nested block advances by counting: no division per group in this hot loop */
+        if (n <= 0) return;
         const uint8_t *codes = w->scales;
-        for (int64_t i = 0, g = g0; i < n; i++, g++)
-            out[i] = quant_ldf32(w->nested_map, codes[g]) * quant_ldf32(w->nested_absmax, (size_t)(g / w->nested_block)) +
-                     w->nested_offset;
+        int64_t blk = g0 / w->nested_block, left = w->nested_block - g0 % w->nested_block;
+        float absmax = quant_ldf32(w->nested_absmax, (size_t)blk);
+        for (int64_t i = 0, g = g0; i < n; i++, g++) {
+            if (left-- == 0) {
+                absmax = quant_ldf32(w->nested_absmax, (size_t)++blk);
+                left = w->nested_block - 1;
+            }
+            out[i] = quant_ldf32(w->nested_map, codes[g]) * absmax + w->nested_offset;
+        }
     }
 }
 

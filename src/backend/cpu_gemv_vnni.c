@@ -1,0 +1,279 @@
+/* cpu_gemv_vnni: integer dot products for the low-bit formats (NF2, INT4, NF4) on x86-64 CPUs
+ * with AVX-512 BW and VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later; see cpu_simd.h).
+ *
+ * The float loops of cpu_gemv_avx2.c spend one permute per 8 weights; here one 16-bit permute
+ * (vpermw) decodes 32 weights and one vpdpwssd multiplies them into 16 int32 sums, so the
+ * packed bytes rather than the instructions set the pace.
+ *
+ * Activations are prepared once per product (cpu_vnni_prepare): each run of 2W consecutive
+ * inputs (W = weights per 16-bit word of codes: 8 for NF2, 4 for the 4-bit formats) gets its
+ * own scale and is rounded to int16, and the values are stored in the order the decoded
+ * weights come out of a 64-byte block of codes: shifting the block's 32 words right by the
+ * bits of code k puts weight W·m + k in word m. So a block covers B = 32·W weights and each
+ * int32 lane of vpdpwssd sums exactly one 2W-run, which therefore has one activation scale and
+ * one weight group scale (groups are multiples of 2W). After each block the 16 lane sums are
+ * converted and scaled in float.
+ *
+ * Weight values as int16, exact or nearly:
+ *   NF2:  the centroids ±0.4528, ±1.5104 are exactly ±283 and ±944 times 0.0016.
+ *   INT4: q − 8 for nibble q.
+ *   NF4:  the file's 16-entry map rounded to int16 with its largest |value| at 16383 (an
+ *         error of at most 3.1e-5 of a block's absmax per weight).
+ * Activations are rounded to 1/32767 of their run's largest |x| (NF4: 1/16383), an error of at
+ * most 1.5e-5 (3.1e-5) of it per input. The relative error of a product is of order 1e-5
+ * (test_cpu_simd checks it); golden cases keep exact tokens.
+ *
+ * Overflow cannot happen: a lane adds 2·K products per block (K codes per word): NF2 16 of at
+ * most 944·32767, INT4 8 of 8·32767, NF4 8 of 16383·16383 = 2,147,221,512 in all, which still
+ * fits an int32. */
+#include "backend/cpu.h"
+
+#if CPU_HAVE_AVX2
+
+#include "io/quant.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define VNNI_FN CPU_VNNI static inline __attribute__((always_inline))
+#define ROWS 4
+#define INPUTS 4
+#define LANES 16          /* int32 sums per block */
+#define WORDS 32          /* 16-bit words of codes per block */
+#define SCALE_SPAN 2048   /* columns whose group scales are fetched at once (before rounding up) */
+#define NF2_UNIT 0.0016f  /* the NF2 centroids are ±283 and ±944 of these */
+#define NF4_TABLE_MAX 16383
+
+/* Layout facts of a format: W weights per word, K = W codes decoded per word. */
+static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
+
+static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_per_word(fmt); }
+
+/* A row may end in a half block (16 words): its codes are loaded masked and its activations
+ * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
+ * block lies within one group or holds whole groups. */
+int cpu_vnni_handles(const pp_weight *w) {
+    if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
+    int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
+    if (g <= 0 || g % run || (b % g && g % b)) return 0;
+    return w->cols % g == 0 && w->cols % (b / 2) == 0 && w->elem0 % g == 0;
+}
+
+/* Columns rounded up to whole blocks: the stride of the prepared activations. */
+static int64_t padded_cols(const pp_weight *w) {
+    int64_t b = block_weights(w->fmt);
+    return (w->cols + b - 1) / b * b;
+}
+
+void cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
+    *q = (size_t)n * (size_t)padded_cols(w);
+    *runs = *q / (size_t)(2 * weights_per_word(w->fmt));
+}
+
+/* The largest |x| an activation is rounded to: NF4's table already uses 14 bits. */
+static float act_max(pp_wformat fmt) { return fmt == PP_WF_NF4 ? 16383.0f : 32767.0f; }
+
+/* What one unit of a decoded int16 weight is worth before the group scale. */
+static float table_unit(const pp_weight *w) {
+    if (w->fmt == PP_WF_NF2) return NF2_UNIT;
+    if (w->fmt == PP_WF_INT4) return 1.0f;
+    float top = 0;
+    for (int i = 0; i < 16; i++) top = fmaxf(top, fabsf(quant_ldf32(w->quant_map, (size_t)i)));
+    return top > 0 ? top / NF4_TABLE_MAX : 1.0f;
+}
+
+CPU_VNNI void cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+    int W = weights_per_word(w->fmt), run = 2 * W;
+    int64_t B = block_weights(w->fmt), cols = padded_cols(w), runs = cols / run;
+    float top = act_max(w->fmt), unit = table_unit(w);
+    size_t q_elems, n_runs;
+    cpu_vnni_sizes(w, n, &q_elems, &n_runs);
+    memset(out->q, 0, q_elems * sizeof *out->q); /* a half block's absent half */
+    memset(out->scale, 0, n_runs * sizeof *out->scale);
+    for (int i = 0; i < n; i++)
+        for (int64_t r = 0; r < w->cols / run; r++) {
+            const float *src = x + (int64_t)i * w->cols + r * run;
+            float m = 0;
+            for (int t = 0; t < run; t++) m = fmaxf(m, fabsf(src[t]));
+            float inv = m > 0 ? top / m : 0;
+            int64_t block = r * run / B * B, lane = r % LANES;
+            int16_t *dst = out->q + (int64_t)i * cols + block;
+            for (int t = 0; t < run; t++) {
+                float v = fminf(fmaxf(src[t] * inv, -top), top);
+                int16_t q = (int16_t)lrintf(v);
+                /* weight W·word + k of the block, word = 2·lane + t / W, k = t % W */
+                dst[(t % W) * WORDS + 2 * lane + t / W] = q;
+            }
+            out->scale[(size_t)i * (size_t)runs + (size_t)r] = m > 0 ? m / top * unit : 0;
+        }
+}
+
+typedef struct pass {
+    const pp_weight *w;
+    const cpu_vnni_x *x;
+    int64_t r;   /* first row */
+    int i;       /* first input */
+    __m512i table;
+    __m512i lane_group;  /* block-relative group of each lane's run */
+    __m512i shift_ctl[8]; /* shift_control of each code */
+} pass;
+
+/* The 32-entry vpermw table: the format's int16 values, repeated so that index bits above the
+ * code (the next codes, left there by the shift) do not matter. */
+CPU_VNNI static __m512i value_table(const pp_weight *w) {
+    int16_t t[WORDS];
+    if (w->fmt == PP_WF_NF2) {
+        static const int16_t nf2[4] = {-944, -283, 283, 944};
+        for (int i = 0; i < WORDS; i++) t[i] = nf2[i & 3];
+    } else if (w->fmt == PP_WF_INT4) {
+        for (int i = 0; i < WORDS; i++) t[i] = (int16_t)((i & 15) - 8);
+    } else {
+        float unit = table_unit(w);
+        for (int i = 0; i < WORDS; i++) t[i] = (int16_t)lrintf(quant_ldf32(w->quant_map, (size_t)(i & 15)) / unit);
+    }
+    return _mm512_loadu_si512(t);
+}
+
+/* Bits to shift a word right so that its code k is the low bits. bitsandbytes NF4 puts the
+ * high nibble of each byte first. */
+static int code_shift(pp_wformat fmt, int k) {
+    static const int nf4_shift[4] = {4, 0, 12, 8};
+    return fmt == PP_WF_NF2 ? 2 * k : fmt == PP_WF_INT4 ? 4 * k : nf4_shift[k];
+}
+
+/* vpmultishiftqb controls that move code k of every word into the word's low bits (each byte
+ * takes the 8 bits of its quadword that start at the word's offset plus the shift). */
+CPU_VNNI static __m512i shift_control(pp_wformat fmt, int k) {
+    uint8_t c[64];
+    for (int b = 0; b < 64; b++) c[b] = (uint8_t)(16 * (b % 8 / 2) + code_shift(fmt, k));
+    return _mm512_loadu_si512(c);
+}
+
+/* Code k of every word of a block as int16 values: the word shifted so that the code is its
+ * low bits, looked up. The shifts alternate between the two vector ports: vpsrlw shares port 0
+ * with vpdpwssd, vpmultishiftqb runs beside vpermw on port 5. */
+VNNI_FN __m512i decode(pp_wformat fmt, __m512i codes, int k, const pass *p) {
+    int shift = code_shift(fmt, k);
+    __m512i idx = !shift ? codes
+                  : k % 2 ? _mm512_multishift_epi64_epi8(p->shift_ctl[k], codes)
+                          : _mm512_srli_epi16(codes, (unsigned)shift);
+    return _mm512_permutexvar_epi16(idx, p->table);
+}
+
+
+/* Group scales of [c, c + len) columns of rb rows, as f32, then LANES zeros (read by a last half
+ * block, whose products are zeros: the scales must be finite). */
+VNNI_FN void row_scales(const pass *p, int rb, int64_t c, int64_t len, float (*sc)[SCALE_SPAN / 8 + LANES]) {
+    const pp_weight *w = p->w;
+    for (int k = 0; k < rb; k++) {
+        int64_t g = (w->elem0 + (p->r + k) * w->cols + c) / w->group;
+        if (w->fmt == PP_WF_NF4) {
+            pp_weight_group_scales(w, g, len / w->group, sc[k]);
+            continue;
+        }
+        const uint16_t *h = (const uint16_t *)w->scales + g;
+        int64_t j = 0, count = len / w->group;
+        for (; j + 16 <= count; j += 16)
+            _mm512_storeu_ps(sc[k] + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + j))));
+        for (; j < count; j++) sc[k][j] = _cvtsh_ss(h[j]);
+    }
+    for (int k = 0; k < rb; k++) _mm512_storeu_ps(sc[k] + len / w->group, _mm512_setzero_ps());
+}
+
+/* rb rows × nb inputs over whole rows. */
+VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    const pp_weight *w = p->w;
+    int W = weights_per_word(fmt);
+    int64_t B = (int64_t)WORDS * W, cols = padded_cols(w), runs = cols / (2 * W);
+    int64_t span = w->group > B ? w->group : B; /* whole blocks and whole groups */
+    int64_t chunk = (SCALE_SPAN + span - 1) / span * span;
+    const uint8_t *row[ROWS];
+    for (int k = 0; k < rb; k++)
+        row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / (fmt == PP_WF_NF2 ? 4 : 2);
+    __m512 acc[ROWS][INPUTS];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps();
+    float sc[ROWS][SCALE_SPAN / 8 + LANES];
+    for (int64_t c = 0; c < w->cols; c += chunk) {
+        int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+        row_scales(p, rb, c, len, sc);
+        for (int64_t b = c; b < c + len; b += B) {
+            __m512i sum[ROWS][INPUTS], codes[ROWS];
+            int64_t run0 = b / (2 * W);
+            for (int k = 0; k < rb; k++)
+                for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
+            __mmask32 words = b + B <= w->cols ? 0xffffffffu : 0xffffu;
+            for (int k = 0; k < rb; k++)
+                codes[k] = _mm512_maskz_loadu_epi16(words, row[k] + b / (fmt == PP_WF_NF2 ? 4 : 2));
+            for (int t = 0; t < W; t++)
+                for (int k = 0; k < rb; k++) {
+                    __m512i v = decode(fmt, codes[k], t, p);
+                    for (int q = 0; q < nb; q++) {
+                        const int16_t *xq = p->x->q + (int64_t)(p->i + q) * cols + b + t * WORDS;
+                        sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], v, _mm512_loadu_si512(xq));
+                    }
+                }
+            int64_t g0 = (b - c) / w->group;
+            for (int k = 0; k < rb; k++) {
+                __m512 ws = _mm512_permutexvar_ps(p->lane_group, _mm512_loadu_ps(sc[k] + g0));
+                for (int q = 0; q < nb; q++) {
+                    __m512 xs = _mm512_loadu_ps(p->x->scale + (size_t)(p->i + q) * runs + run0);
+                    acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_mul_ps(ws, xs), acc[k][q]);
+                }
+            }
+        }
+    }
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
+}
+
+/* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
+VNNI_FN void run_shape(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    if (rb == 4 && nb == 1)
+        run_pass(p, fmt, 4, 1, y);
+    else if (rb == 4)
+        run_pass(p, fmt, 4, 2, y);
+    else if (rb == 2)
+        run_pass(p, fmt, 2, 4, y);
+    else if (nb == 4)
+        run_pass(p, fmt, 1, 4, y);
+    else if (nb == 2)
+        run_pass(p, fmt, 1, 2, y);
+    else
+        run_pass(p, fmt, 1, 1, y);
+}
+
+CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
+    switch (p->w->fmt) {
+    case PP_WF_NF2: run_shape(p, PP_WF_NF2, rb, nb, y); break;
+    case PP_WF_INT4: run_shape(p, PP_WF_INT4, rb, nb, y); break;
+    default: run_shape(p, PP_WF_NF4, rb, nb, y); break;
+    }
+}
+
+CPU_VNNI void cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
+    int run = 2 * weights_per_word(w->fmt);
+    int32_t lane_group[LANES];
+    for (int l = 0; l < LANES; l++) lane_group[l] = w->group >= block_weights(w->fmt) ? 0 : (int32_t)(l * run / w->group);
+    pass p = {.w = w, .x = x, .table = value_table(w), .lane_group = _mm512_loadu_si512(lane_group)};
+    for (int k = 0; k < weights_per_word(w->fmt); k++) p.shift_ctl[k] = shift_control(w->fmt, k);
+    for (p.r = r0; p.r < r1;) {
+        int rb = r1 - p.r >= ROWS ? ROWS : 1;
+        for (p.i = 0; p.i < n;) {
+            int nb = n - p.i >= INPUTS ? INPUTS : n - p.i >= 2 ? 2 : 1;
+            if (rb == ROWS && nb == INPUTS) { /* as two 2-row passes */
+                run_fmt(&p, 2, nb, y);
+                p.r += 2;
+                run_fmt(&p, 2, nb, y);
+                p.r -= 2;
+            } else {
+                run_fmt(&p, rb, nb, y);
+            }
+            p.i += nb;
+        }
+        p.r += rb;
+    }
+}
+
+#endif

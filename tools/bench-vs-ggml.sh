@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Side-by-side CPU matrix-vector speed: ggml's MUL_MAT perf cases against personaplex-bench gemv
+# on the same shape (4096 x 14336, the shape ggml's test-backend-ops times), the same thread count
+# and batches 1, 2, 4 and 8, one pair after the other so both see the same machine state.
+#   tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]
+# GGML_SRC_DIR is a ggml source tree you provide (github.com/ggml-org/ggml); its test-backend-ops
+# is built in GGML_SRC_DIR/build-bench. BUILD_DIR (default build/) holds personaplex-bench.
+# Prints the raw figures and, per pair, our weights/s over ggml's (> 1: faster per weight).
+# A developer tool: nothing in the test suite runs it. Pairs (format here / ggml type):
+#   nf2 / q2_K, int4 / q4_K, nf4 / iq4_nl, bf16 / bf16
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ggml="${1:?usage: tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]}"
+build="${2:-$root/build}"
+threads="$(nproc)"
+rows=4096 cols=14336
+pairs=("nf2 q2_K" "int4 q4_K" "nf4 iq4_nl" "bf16 bf16")
+batches=(1 2 4 8)
+
+ggml_bin="$ggml/build-bench/bin/test-backend-ops"
+if [ ! -x "$ggml_bin" ]; then
+    echo "building ggml's test-backend-ops in $ggml/build-bench ..." >&2
+    cmake -S "$ggml" -B "$ggml/build-bench" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BUILD_TESTS=ON \
+        -DGGML_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$ggml/build-bench" -j"$threads" --target test-backend-ops >/dev/null
+fi
+ours="$build/personaplex-bench"
+[ -x "$ours" ] || { echo "bench-vs-ggml: $ours not built (cmake --build $build --target personaplex-bench)" >&2; exit 1; }
+
+# ggml: microseconds per run of MUL_MAT(type_a=TYPE, m=rows, n=BATCH, k=cols)
+ggml_us() {
+    "$ggml_bin" perf -o MUL_MAT -b CPU -p "type_a=$1,type_b=f32,m=$rows,n=$2,k=$cols," 2>/dev/null |
+        sed -nE 's/.* ([0-9.]+) us\/run.*/\1/p' | head -n 1
+}
+# ours: milliseconds per product of FORMAT at batch BATCH
+ours_ms() {
+    "$ours" gemv --threads "$threads" --batch "$2" --seconds 1 --shape "${rows}x${cols}" --formats "$1" |
+        awk -v f="$1" '$4 == f { print $6 }'
+}
+
+echo "shape ${rows} x ${cols}, $threads threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+printf "%-6s %-7s %5s %12s %12s %12s %12s %7s\n" format ggml batch "ours ms" "ggml ms" "ours Gw/s" "ggml Gw/s" ratio
+for pair in "${pairs[@]}"; do
+    read -r ours_fmt ggml_type <<<"$pair"
+    for n in "${batches[@]}"; do
+        ms="$(ours_ms "$ours_fmt" "$n")"
+        us="$(ggml_us "$ggml_type" "$n")"
+        if [ -z "$ms" ] || [ -z "$us" ]; then
+            printf "%-6s %-7s %5s   (no figure: ours '%s', ggml '%s')\n" "$ours_fmt" "$ggml_type" "$n" "$ms" "$us"
+            continue
+        fi
+        awk -v f="$ours_fmt" -v g="$ggml_type" -v n="$n" -v ms="$ms" -v us="$us" -v w=$((rows * cols)) 'BEGIN {
+            ours = w / ms / 1e6; theirs = w / (us / 1e3) / 1e6
+            printf "%-6s %-7s %5d %12.3f %12.3f %12.2f %12.2f %7.2f\n", f, g, n, ms, us / 1e3, ours, theirs, ours / theirs }'
+    done
+done
