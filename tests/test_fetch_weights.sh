@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test_fetch_weights: tools/fetch-weights.sh against a local file:// mirror laid out like
-# huggingface.co (<repo>/resolve/main/<file>) and a manifest written here, so every path runs
-# without network: a published hash that matches and one that does not, a file with no
-# published hash (kept unverified, then accepted with --trust-on-first-use and checked against
-# that record later), resuming a partial download, the gated repository without a token,
-# voices.tgz unpacked into voices/.
+# huggingface.co (<repo>/resolve/<revision>/<file>) and a manifest written here, so every path
+# runs without network: a published hash that matches (downloaded from the pinned revision),
+# one that does not, a size that does not (refused before hashing), a file with no published
+# hash (kept unverified, then accepted with --trust-on-first-use and checked against that
+# record later), a file another set publishes under the same name (verified by that row),
+# resuming a partial download, the gated repository without a token, voices.tgz unpacked into
+# voices/, files in a repository folder (the GGUF shards), the --check table, the web client.
 #   test_fetch_weights.sh PATH/TO/fetch-weights.sh
 set -u
 fetch="$1"
@@ -19,20 +21,39 @@ check() {
 # Runs the script with the mirror; prints its output into $work/out, returns its status.
 run() { HF_ENDPOINT="file://$mirror" WEIGHTS_MANIFEST="$manifest" bash "$fetch" --dir "$models" "$@" >"$work/out" 2>&1; }
 
-mkdir -p "$mirror/org/open/resolve/main" "$mirror/org/gated/resolve/main" "$work/v/voices"
+rev=fdaf4090a61cb315c138a1faee287ffd6c716309
+mkdir -p "$mirror/org/open/resolve/main" "$mirror/org/gated/resolve/$rev" "$mirror/org/gguf/resolve/main/shards" \
+    "$work/v/voices" "$work/c/dist/assets"
 head -c 300000 /dev/urandom >"$mirror/org/open/resolve/main/model-turbo2bit.safetensors"
 head -c 5000 /dev/urandom >"$mirror/org/open/resolve/main/tokenizer_spm_32k_3.model"
+head -c 7000 /dev/urandom >"$mirror/org/open/resolve/main/tokenizer-e351c8d8-checkpoint125.safetensors"
+cp "$mirror/org/open/resolve/main/tokenizer-e351c8d8-checkpoint125.safetensors" "$mirror/org/gated/resolve/$rev/"
 head -c 100 /dev/urandom >"$work/v/voices/NATF0.pt"
 head -c 100 /dev/urandom >"$work/v/voices/NATM1.pt"
-tar -czf "$mirror/org/gated/resolve/main/voices.tgz" -C "$work/v" voices
-model_sha="$(sha256sum "$mirror/org/open/resolve/main/model-turbo2bit.safetensors" | cut -d' ' -f1)"
-voices_sha="$(sha256sum "$mirror/org/gated/resolve/main/voices.tgz" | cut -d' ' -f1)"
+tar -czf "$mirror/org/gated/resolve/$rev/voices.tgz" -C "$work/v" voices
+echo '<html></html>' >"$work/c/dist/index.html"
+echo 'x' >"$work/c/dist/assets/app.js"
+tar -czf "$mirror/org/gated/resolve/$rev/dist.tgz" -C "$work/c" dist
+head -c 4000 /dev/urandom >"$mirror/org/gguf/resolve/main/shards/m.gguf.shard-00"
+head -c 3000 /dev/urandom >"$mirror/org/gguf/resolve/main/shards/m.gguf.shard-01"
+head -c 6000 /dev/urandom >"$mirror/org/gguf/resolve/main/tokenizer-e351c8d8-checkpoint125.safetensors"
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+model_sha="$(sha "$mirror/org/open/resolve/main/model-turbo2bit.safetensors")"
+voices_sha="$(sha "$mirror/org/gated/resolve/$rev/voices.tgz")"
+mimi_sha="$(sha "$mirror/org/gated/resolve/$rev/tokenizer-e351c8d8-checkpoint125.safetensors")"
+client_sha="$(sha "$mirror/org/gated/resolve/$rev/dist.tgz")"
 cat >"$manifest" <<EOF
-# test manifest
-2bit    model-turbo2bit.safetensors  org/open   no   300000  $model_sha
-2bit    tokenizer_spm_32k_3.model    org/open   no   -       -
-voices  voices.tgz                   org/gated  yes  -       $voices_sha
-nf4     model-nf4.safetensors        org/open   no   -       0000000000000000000000000000000000000000000000000000000000000000
+# test manifest: set file repo revision gated size sha256
+2bit     model-turbo2bit.safetensors                   org/open   main  no   300000  $model_sha
+2bit     tokenizer_spm_32k_3.model                     org/open   main  no   -       -
+2bit     tokenizer-e351c8d8-checkpoint125.safetensors  org/open   main  no   -       -
+bf16     tokenizer-e351c8d8-checkpoint125.safetensors  org/gated  $rev  yes  7000    $mimi_sha
+voices   voices.tgz                                    org/gated  $rev  yes  -       $voices_sha
+client   dist.tgz                                      org/gated  $rev  yes  -       $client_sha
+nf4      model-nf4.safetensors                         org/open   main  no   -       0000000000000000000000000000000000000000000000000000000000000000
+gguf-24l shards/m.gguf.shard-00                        org/gguf   main  no   -       -
+gguf-24l shards/m.gguf.shard-01                        org/gguf   main  no   999     -
+gguf-24l tokenizer-e351c8d8-checkpoint125.safetensors  org/gguf   main  no   -       -
 EOF
 
 run --format bogus
@@ -45,6 +66,11 @@ HF_TOKEN=test-token run
 rc=$?
 check "a file without a published hash leaves the run unverified (3)" "[ $rc -eq 3 ]"
 check "the published hash verifies the model" "grep -q 'verified model-turbo2bit.safetensors (published' '$work/out'"
+check "the BF16 release's row verifies the Mimi file of the 2-bit set" \
+    "grep -q 'verified tokenizer-e351c8d8-checkpoint125.safetensors (published' '$work/out'"
+check "the table says what verified each file" \
+    "grep -Eq '^model-turbo2bit.safetensors +300000  manifest' '$work/out' && grep -q '^tokenizer_spm_32k_3.model .*NOT VERIFIED' '$work/out'"
+check "voices.tgz came from the pinned revision" "grep -q 'org/gated/resolve/$rev/voices.tgz' '$work/out'"
 check "the model is in place" "cmp -s '$models/model-turbo2bit.safetensors' '$mirror/org/open/resolve/main/model-turbo2bit.safetensors'"
 check "the unhashed file is kept aside" "[ -f '$models/tokenizer_spm_32k_3.model.unverified' ] && [ ! -f '$models/tokenizer_spm_32k_3.model' ]"
 check "... with the advice to use --trust-on-first-use" "grep -q -- '--trust-on-first-use' '$work/out'"
@@ -57,6 +83,8 @@ check "without downloading it again" "! grep -q '== tokenizer_spm_32k_3.model' '
 
 run --check --no-voices
 check "--check verifies against the record" "[ $? -eq 0 ] && grep -q 'recorded on first use' '$work/out'"
+check "... and its table tells manifest from local record" \
+    "grep -Eq '^tokenizer_spm_32k_3.model +5000  local record' '$work/out' && grep -Eq '^model-turbo2bit.safetensors +300000  manifest' '$work/out'"
 printf 'x' >>"$models/tokenizer_spm_32k_3.model"
 run --check --no-voices
 check "a changed file fails the check (1)" "[ $? -eq 1 ] && grep -q 'differs from the one recorded' '$work/out'"
@@ -77,6 +105,20 @@ check "... and not put in place" "[ ! -f '$models/model-turbo2bit.safetensors' ]
 
 run --format nf4 --no-voices
 check "a wrong published hash fails (1)" "[ $? -eq 1 ] && [ ! -f '$models/model-nf4.safetensors' ]"
+
+shared_models="$models" models="$work/gguf" # a fresh directory: the Mimi file there is not shared
+run --format gguf-24l --no-voices --trust-on-first-use
+check "a size that differs from the manifest fails (1) without hashing" \
+    "[ $? -eq 1 ] && grep -q 'm.gguf.shard-01: 3000 bytes, weights.sha256 says 999 (not hashed)' '$work/out'"
+check "shards come from the repository's folder, saved by their names" "[ -f '$models/m.gguf.shard-00' ]"
+check "a same-named file that differs from the published one is refused" \
+    "grep -q 'tokenizer-e351c8d8-checkpoint125.safetensors: 6000 bytes, weights.sha256 says 7000' '$work/out'"
+models="$shared_models"
+
+rm -f "$models"/*.unverified
+HF_TOKEN=test-token run --format 2bit --web-client
+check "--web-client unpacks the official client's tree" \
+    "[ $? -eq 0 ] && [ -f '$models/web-client/index.html' ] && [ -f '$models/web-client/assets/app.js' ]"
 
 echo "$passed passed, $failed failed"
 if [ "$failed" -eq 0 ]; then rm -rf "$work"; else echo "kept $work"; cat "$work/out"; fi

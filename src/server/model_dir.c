@@ -8,8 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Smallest first: the 2-bit file is what fetch-weights.sh downloads by default. */
-static const char *const g_names[] = {"model-turbo2bit.safetensors", "model-nf4.safetensors", "model.safetensors"};
+/* The published checkpoints that fetch-weights.sh downloads, the default (2-bit) first, then
+ * by size; sts-web's pruned GGUF, whole or as its first shard, last. */
+static const char *const g_names[] = {"model-turbo2bit.safetensors", "model-nf4.safetensors", "model.safetensors",
+                                      "personaplex-24L-q4_k.gguf", "personaplex-24L-q4_k.gguf.shard-00"};
 #define N_NAMES (sizeof g_names / sizeof g_names[0])
 
 int model_dir_find_weights(const char *models_dir, char *out, size_t cap, char *err) {
@@ -30,7 +32,7 @@ int model_dir_find_weights(const char *models_dir, char *out, size_t cap, char *
         }
     out[0] = '\0';
     return pp_fail(err, PP_ENOTFOUND,
-                   "no --weights given and no model-turbo2bit, model-nf4 or model .safetensors in %s%s%s; run "
+                   "no --weights given and no model-turbo2bit, model-nf4 or model .safetensors nor personaplex-24L-q4_k.gguf in %s%s%s; run "
                    "tools/fetch-weights.sh, or pass --weights FILE (or --demo for the built-in model)",
                    dirs[0], n > 1 ? " or " : "", n > 1 ? dirs[1] : "");
 }
