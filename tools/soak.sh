@@ -99,7 +99,9 @@ check "loadtest rounds all passed ($failures failed)" '[ "$failures" -eq 0 ]'
 check "idle fds at the end ($fds_end) = at the start ($fds_start)" '[ "$fds_end" -eq "$fds_start" ]'
 # Under AddressSanitizer freed memory waits in its quarantine, so RSS grows without a leak;
 # LeakSanitizer judges leaks at the server's exit there instead.
-if ldd "$server" 2>/dev/null | grep -q libasan; then
+# (grep reads all of ldd's output: with -q it would stop at the match, and ldd, killed by
+# SIGPIPE while still writing, would fail the pipeline under pipefail.)
+if ldd "$server" 2>/dev/null | grep libasan >/dev/null; then
     echo "soak: RSS not judged (AddressSanitizer build; its leak check runs at exit)"
 else
     check "RSS at the end ($rss_end kB) within $slack_mb MB of the warm-up peak ($rss_warm kB)" \
