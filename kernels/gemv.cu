@@ -82,6 +82,7 @@ static int values_per_chunk(int fmt) {
 
 /* The chunked kernel needs every row to start on a chunk (16 bytes) and chunks inside groups. */
 static int chunkable(const pk_weight *w, const float *x) {
+    if (w->fmt >= PK_Q4_0) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)x & 15) || ((uintptr_t)w->data & 15)) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
@@ -117,6 +118,9 @@ extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     case PK_BF16: return numel * 2;
     case PK_NF2: return numel / 4 + numel / (size_t)w->group * 2;
     case PK_INT4: return numel / 2 + numel / (size_t)w->group * 2;
+    case PK_Q4_0: return numel / 32 * 18;
+    case PK_Q8_0: return numel / 32 * 34;
+    case PK_Q4K: return numel / 256 * 144;
     default: return numel / 2 + numel / (size_t)w->group * (w->nested_absmax ? 1 : 4);
     }
 }

@@ -204,7 +204,7 @@ CPU_AVX2 static void run_pass(const pass *p, int rb, int nb, const group_tab *ba
     case PP_WF_NF2: pass_shape(p, PP_WF_NF2, rb, nb, base); break;
     case PP_WF_INT4: pass_shape(p, PP_WF_INT4, rb, nb, base); break;
     case PP_WF_NF4: pass_shape(p, PP_WF_NF4, rb, nb, base); break;
-    case PP_WF_COUNT: break;
+    default: break; /* not taken: cpu_gemv_avx2_handles refuses the rest */
     }
 }
 
@@ -216,7 +216,7 @@ int cpu_gemv_avx2_handles(const pp_weight *w) {
     case PP_WF_NF2: return w->group % 16 == 0;
     case PP_WF_INT4:
     case PP_WF_NF4: return w->group % 8 == 0;
-    case PP_WF_COUNT: break;
+    default: break; /* the ggml block formats: cpu_gemv.c's decoded rows */
     }
     return 0;
 }
