@@ -175,7 +175,7 @@ const char *gguf_meta_get(const gguf_meta *m, const char *key) {
 static int read_kvs(cursor *c, gguf_meta *m, uint64_t n, uint32_t *alignment) {
     /* every pair takes at least 12 bytes: a bound on n before allocating for it */
     if (n > (c->size - c->at) / 12)
-        return pp_fail(c->err, PP_EFORMAT, "%s: %llu KV pairs cannot fit in %zu bytes", c->label,
+        return pp_fail(c->err, PP_EFORMAT, "%s: %llu KV pairs cannot fit in the %zu-byte file (truncated?)", c->label,
                        (unsigned long long)n, c->size);
     m->kv = calloc(n ? (size_t)n : 1, sizeof *m->kv);
     if (!m->kv) return pp_fail(c->err, PP_ENOMEM, "%s: out of memory for %llu KV pairs", c->label, (unsigned long long)n);
@@ -272,7 +272,7 @@ int gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **
     rc = read_kvs(&c, m, n_kv, &alignment);
     /* every tensor info takes at least 28 bytes, its name at most what is left */
     if (!rc && n_tensors > (c.size - c.at) / 28)
-        rc = pp_fail(err, PP_EFORMAT, "%s: %llu tensor infos cannot fit in %zu bytes", label,
+        rc = pp_fail(err, PP_EFORMAT, "%s: %llu tensor infos cannot fit in the %zu-byte file (truncated?)", label,
                      (unsigned long long)n_tensors, size);
     st_tensor *t = NULL;
     uint64_t *offs = NULL;
