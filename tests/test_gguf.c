@@ -269,8 +269,30 @@ static void test_blocks(void) {
     TEST_COND("q4_k 6-bit scales and mins, sub-block pairs share bytes", ok);
 }
 
+/* The fuzzer's seeds parse (so mutations start from valid files): every type and KV kind. */
+static void test_seeds(void) {
+    static const char *const seeds[] = {"all_types", "v2_align64", "empty", "nested_array"};
+    for (int i = 0; i < 4; i++) {
+        char path[512], err[PP_ERR_LEN] = "";
+        snprintf(path, sizeof path, "%s/../fuzz/corpus/fuzz_gguf/%s.gguf", PP_TEST_DATA, seeds[i]);
+        st_file *f = NULL;
+        int ok = !st_open(path, &f, err);
+        if (!ok) fprintf(stderr, "  %s\n", err);
+        TEST_COND(seeds[i], ok);
+        if (ok && i == 0) {
+            const st_tensor *t = st_find(f, "y.f16"), *q = st_find(f, "linears.0.weight");
+            TEST_COND("seed: lm. prefix dropped, shape reversed", t && q && q->ndim == 2 && q->shape[0] == 2 &&
+                                                                     q->shape[1] == 256 && q->dtype == ST_Q4_K);
+            TEST_COND("seed: scalar KV as text", !strcmp(st_metadata(f, "personaplex.rope.freq_base"), "10000") &&
+                                                     !strcmp(st_metadata(f, "x.i64"), "-5"));
+        }
+        st_close(f);
+    }
+}
+
 int main(void) {
     test_blocks();
+    test_seeds();
     st_file *src = NULL;
     char err[PP_ERR_LEN] = "";
     if (!mkdtemp(tmpdir) || st_open(CASE "/model.gguf", &src, err)) {
