@@ -49,6 +49,16 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
     int64_t groups = gs ? (int64_t)n / gs : 0;
     if (fmt == PP_WF_F32) {
         m->w.data = src;
+    } else if (fmt == PP_WF_Q4K) { /* random codes, scales and mins under sane f16 d and dmin */
+        uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
+        for (int64_t b = 0; b < groups; b++) {
+            uint8_t *p = blk + b * QUANT_Q4_K_BYTES;
+            for (int k = 4; k < QUANT_Q4_K_BYTES; k++) p[k] = (uint8_t)(frand() * 128 + 128);
+            uint16_t d = pp_f32_to_f16(0.0002f * (1.5f + frand())), dmin = pp_f32_to_f16(0.0002f * (1.5f + frand()));
+            memcpy(p, &d, 2);
+            memcpy(p + 2, &dmin, 2);
+        }
+        m->w.data = blk;
     } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
         uint16_t *h = own(m, 0, n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fmt == PP_WF_F16 ? pp_f32_to_f16(src[i]) : pp_f32_to_bf16(src[i]);
@@ -144,6 +154,8 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_INT4, 5, 60, 6, 0, 0, "int4 g6 (portable)"},
         {PP_WF_NF4, 37, 512, 64, 0, 16, "nf4 nested"},
         {PP_WF_NF4, 19, 384, 32, 0, 0, "nf4 f32 absmax"},
+        {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
+        {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;
