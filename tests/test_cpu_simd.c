@@ -49,15 +49,9 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
     int64_t groups = gs ? (int64_t)n / gs : 0;
     if (fmt == PP_WF_F32) {
         m->w.data = src;
-    } else if (fmt == PP_WF_Q4K) { /* random codes, scales and mins under sane f16 d and dmin */
+    } else if (fmt == PP_WF_Q4K) {
         uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
-        for (int64_t b = 0; b < groups; b++) {
-            uint8_t *p = blk + b * QUANT_Q4_K_BYTES;
-            for (int k = 4; k < QUANT_Q4_K_BYTES; k++) p[k] = (uint8_t)(frand() * 128 + 128);
-            uint16_t d = pp_f32_to_f16(0.0002f * (1.5f + frand())), dmin = pp_f32_to_f16(0.0002f * (1.5f + frand()));
-            memcpy(p, &d, 2);
-            memcpy(p + 2, &dmin, 2);
-        }
+        quant_q4_k_quantize(src, groups, blk);
         m->w.data = blk;
     } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
         uint16_t *h = own(m, 0, n * 2);

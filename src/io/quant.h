@@ -69,6 +69,12 @@ float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float
 void quant_q4_0_decode_block(const uint8_t *blk, float *dst);
 void quant_q8_0_decode_block(const uint8_t *blk, float *dst);
 void quant_q4_k_decode_block(const uint8_t *blk, float *dst);
+/* Quantizers of n_blocks blocks (x holds n_blocks * block values), for benchmarks and tests:
+ * Q4_0 and Q8_0 as ggml's reference quantizers, Q4_K by each sub-block's min and max (ggml's
+ * own search for the best scales is slower and a little more accurate). */
+void quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out);
 /* Q4_K sub-block j (0..7) of a block's 12 packed bytes: its 6-bit scale and min. */
 static inline void quant_q4_k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
     if (j < 4) {
