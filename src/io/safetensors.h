@@ -42,6 +42,7 @@ int st_open_memory(const void *buf, size_t len, const char *label, st_file **out
 void st_close(st_file *f);
 
 const char *st_path(const st_file *f);
+size_t st_size(const st_file *f); /* bytes of the file (of all its shards together) */
 size_t st_count(const st_file *f);
 const st_tensor *st_at(const st_file *f, size_t i); /* in header order */
 const st_tensor *st_find(const st_file *f, const char *name);

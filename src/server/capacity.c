@@ -108,7 +108,12 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     describe_device(be, dev, sizeof dev, &total, &p.available);
     int rc = capacity_kv_bytes(weights, &kv, &context, err);
     if (rc) return rc;
-    p.weights = file_size(weights) + file_size(mimi);
+    st_file *f;
+    p.weights = file_size(mimi);
+    if (!st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
+        p.weights += st_size(f);
+        st_close(f);
+    }
     p.per_session = kv + CAPACITY_SESSION_EXTRA;
     const char *what = strcmp(be->ops->name, "cpu") == 0 ? "RAM available" : "free";
     if (!total) {
