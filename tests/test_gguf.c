@@ -5,6 +5,7 @@
  * tensor past the end, an unknown type, a shape the config rejects, a missing shard) must be
  * refused with one line naming the file and the tensor. The Q4_0/Q8_0/Q4_K decoders are
  * checked on hand-made blocks. */
+#define _DEFAULT_SOURCE /* open_memstream, mkdtemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +23,23 @@
 
 /* ---- a minimal GGUF writer ---------------------------------------------------------------- */
 
+/* The writer streams into memory (open_memstream): b.p and b.n are valid after finish(). */
 typedef struct {
-    uint8_t *p;
-    size_t n, cap;
+    FILE *f;
+    char *p;
+    size_t n;
 } buf;
 
+static void open_buf(buf *b) {
+    b->p = NULL;
+    b->n = 0;
+    if (!(b->f = open_memstream(&b->p, &b->n))) abort();
+}
+static void finish(buf *b) {
+    if (fclose(b->f)) abort();
+}
 static void put(buf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
+    if (n && fwrite(src, 1, n, b->f) != n) abort();
 }
 static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
@@ -42,9 +47,10 @@ static void put_str(buf *b, const char *s) {
     put_u64(b, strlen(s));
     put(b, s, strlen(s));
 }
+static size_t pos(buf *b) { return (size_t)ftell(b->f); }
 static void pad(buf *b) {
     static const uint8_t zero[32];
-    put(b, zero, (32 - b->n % 32) % 32);
+    put(b, zero, (32 - pos(b) % 32) % 32);
 }
 
 static uint32_t ggml_type_of(st_dtype dt) {
@@ -73,7 +79,9 @@ static int rename_tensor(const variant *v, const char *name, char *out, size_t c
 
 /* The source rewritten as a GGUF v3 buffer. */
 static buf write_variant(const st_file *src, const variant *v) {
-    buf b = {0}, data = {0};
+    buf b, data;
+    open_buf(&b);
+    open_buf(&data);
     size_t n = st_count(src), kept = 0;
     char name[256];
     for (size_t i = 0; i < n; i++) kept += rename_tensor(v, st_at(src, i)->name, name, sizeof name);
@@ -94,13 +102,15 @@ static buf write_variant(const st_file *src, const variant *v) {
         put_u32(&b, (uint32_t)t->ndim);
         for (int d = t->ndim - 1; d >= 0; d--) put_u64(&b, (uint64_t)(t->shape[d] - (d == 0 && shrink)));
         put_u32(&b, v->bad_type && !strcmp(t->name, v->bad_type) ? 99 : ggml_type_of(t->dtype));
-        put_u64(&b, data.n);
+        put_u64(&b, pos(&data));
         put(&data, t->data, bytes);
         pad(&data);
     }
     pad(&b);
+    finish(&data);
     put(&b, data.p, data.n);
     free(data.p);
+    finish(&b);
     return b;
 }
 
