@@ -18,18 +18,22 @@ __device__ __forceinline__ float pk_q8_0_at(const uint8_t *blk, int i) {
     return (float)(int8_t)blk[2 + i] * pk_ld_f16(blk);
 }
 
+/* The 6-bit scale and min of sub-block j (0..7) from a Q4_K block's 12 packed bytes q. */
+__device__ __forceinline__ void pk_q4k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
 /* Element i (0..255) of a Q4_K block: sub-block j = i/32 has a 6-bit scale and min; pairs of
  * sub-blocks share 32 bytes, the even one in the low nibbles. */
 __device__ __forceinline__ float pk_q4k_at(const uint8_t *blk, int i) {
-    const uint8_t *q = blk + 4;
     int j = i >> 5, sc, m;
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    pk_q4k_scale_min(blk + 4, j, &sc, &m);
     uint8_t b = blk[16 + (j >> 1) * 32 + (i & 31)];
     float d = pk_ld_f16(blk) * (float)sc, mn = pk_ld_f16(blk + 2) * (float)m;
     return __fadd_rn(__fmul_rn(d, (float)(j & 1 ? b >> 4 : b & 15)), -mn); /* no FMA: as the CPU */
