@@ -209,6 +209,9 @@ static void test_variants(const st_file *src) {
     snprintf(last, sizeof last, "split.gguf.shard-%02zu", n_shards - 1);
     unlink(tmp(last));
     refused(tmp("split.gguf"), "split.gguf.shard-00..", "shard missing", "missing last shard refused");
+    write_file(tmp("odd.gguf.shard-00"), b.p, 5000); /* shards that cannot be mapped back to back */
+    write_file(tmp("odd.gguf.shard-01"), b.p + 5000, b.n - 5000);
+    refused(tmp("odd.gguf.shard-00"), "odd.gguf.shard-00: 5000 bytes", "cat ", "shard of no whole pages refused");
     free(b.p);
 
     /* moshi.cpp's naming */

@@ -356,8 +356,10 @@ int gguf_map(const char *path, void **map, size_t *size, char **label, char *err
         snprintf(name, sizeof name, "%s.shard-%02d", prefix, n);
         if (file_size(name, &sizes[n])) break;
         if (n && sizes[n - 1] % (size_t)page)
-            return pp_fail(err, PP_EUNSUPPORTED, "%s.shard-%02d: %zu bytes, not a multiple of the %ld-byte page: "
-                           "shards cannot be mapped back to back", prefix, n - 1, sizes[n - 1], page);
+            return pp_fail(err, PP_EUNSUPPORTED,
+                           "%s.shard-%02d: %zu bytes, not a multiple of the %ld-byte page: shards cannot be mapped "
+                           "back to back (join them: cat %s.shard-* > %s)",
+                           prefix, n - 1, sizes[n - 1], page, prefix, prefix);
         total += sizes[n];
     }
     if (!total) return pp_fail(err, PP_EFORMAT, "%s.shard-00: empty", prefix);
