@@ -1,6 +1,7 @@
 /* test_gguf: GGUF checkpoints. The golden lm-q4k file is rewritten by a small writer here into
  * the variants users meet: sts-web's pruned layout (a layer removed, the rest renumbered, a KV
- * block_count that lies), a byte-sharded copy, moshi.cpp's `lm.` names. Each must load as the
+ * block_count that lies), byte-sharded copies (whole pages, mapped; odd sizes, read), moshi.cpp's
+ * `lm.` names. Each must load as the
  * model it stores (every tensor equal to the source's); the malformed copies (truncated, a
  * tensor past the end, an unknown type, a shape the config rejects, a missing shard) must be
  * refused with one line naming the file and the tensor. The Q4_0/Q8_0/Q4_K decoders are
@@ -209,9 +210,14 @@ static void test_variants(const st_file *src) {
     snprintf(last, sizeof last, "split.gguf.shard-%02zu", n_shards - 1);
     unlink(tmp(last));
     refused(tmp("split.gguf"), "split.gguf.shard-00..", "shard missing", "missing last shard refused");
-    write_file(tmp("odd.gguf.shard-00"), b.p, 5000); /* shards that cannot be mapped back to back */
-    write_file(tmp("odd.gguf.shard-01"), b.p + 5000, b.n - 5000);
-    refused(tmp("odd.gguf.shard-00"), "odd.gguf.shard-00: 5000 bytes", "cat ", "shard of no whole pages refused");
+    /* shards of no whole pages: the first is mapped, the rest read */
+    write_file(tmp("odd.gguf.shard-00"), b.p, 4096 * 3);
+    write_file(tmp("odd.gguf.shard-01"), b.p + 4096 * 3, 5000);
+    write_file(tmp("odd.gguf.shard-02"), b.p + 4096 * 3 + 5000, b.n - 4096 * 3 - 5000);
+    f = NULL;
+    TEST_COND("shards of no whole pages open", !st_open(tmp("odd.gguf.shard-00"), &f, err));
+    TEST_COND("shards of no whole pages hold the same tensors", f && same_tensors(src, f, &pruned));
+    st_close(f);
     free(b.p);
 
     /* moshi.cpp's naming */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/log.h"
 
 #define GGUF_MAX_SHARDS 100
 #define GGUF_MAX_NEST 8 /* arrays of arrays: deeper nesting is refused */
@@ -332,6 +333,23 @@ static int map_at(const char *path, void *addr, size_t size, char *err) {
     return PP_OK;
 }
 
+/* Reads len bytes at offset off of path into dst. */
+static int read_at(const char *path, size_t off, uint8_t *dst, size_t len, char *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pp_fail(err, PP_EIO, "%s: cannot open: %s", path, strerror(errno));
+    while (len) {
+        ssize_t got = pread(fd, dst, len, (off_t)off);
+        if (got <= 0) {
+            int e = errno;
+            close(fd);
+            return pp_fail(err, PP_EIO, "%s: read failed: %s", path, got ? strerror(e) : "file shrank");
+        }
+        dst += got, off += (size_t)got, len -= (size_t)got;
+    }
+    close(fd);
+    return PP_OK;
+}
+
 int gguf_map(const char *path, void **map, size_t *size, char **label, char *err) {
     *map = NULL;
     *size = 0;
@@ -355,25 +373,43 @@ int gguf_map(const char *path, void **map, size_t *size, char **label, char *err
     for (; n < GGUF_MAX_SHARDS; n++) {
         snprintf(name, sizeof name, "%s.shard-%02d", prefix, n);
         if (file_size(name, &sizes[n])) break;
-        if (n && sizes[n - 1] % (size_t)page)
-            return pp_fail(err, PP_EUNSUPPORTED,
-                           "%s.shard-%02d: %zu bytes, not a multiple of the %ld-byte page: shards cannot be mapped "
-                           "back to back (join them: cat %s.shard-* > %s)",
-                           prefix, n - 1, sizes[n - 1], page, prefix, prefix);
         total += sizes[n];
     }
     if (!total) return pp_fail(err, PP_EFORMAT, "%s.shard-00: empty", prefix);
     void *base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) return pp_fail(err, PP_EIO, "%s: cannot reserve %zu bytes: %s", prefix, total, strerror(errno));
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
+    /* A shard that starts on a page boundary is mapped in place; from the first one that does
+     * not, the rest are read into memory (mmap places file pages only on page boundaries). */
+    size_t at = 0, copy_from = total;
+    int rc = PP_OK;
+    for (int i = 0; i < n && !rc; at += sizes[i], i++) {
         snprintf(name, sizeof name, "%s.shard-%02d", prefix, i);
-        int rc = map_at(name, (uint8_t *)base + at, sizes[i], err);
-        if (rc) {
-            munmap(base, total);
-            return rc;
+        if (copy_from == total && at % (size_t)page == 0) {
+            rc = map_at(name, (uint8_t *)base + at, sizes[i], err);
+            continue;
         }
-        at += sizes[i];
+        if (copy_from == total) { /* the page holding this start also holds the previous shard's tail */
+            copy_from = at / (size_t)page * (size_t)page;
+            if (mmap((uint8_t *)base + copy_from, total - copy_from, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+                rc = pp_fail(err, PP_ENOMEM, "%s: no memory for %zu bytes of shards", prefix, total - copy_from);
+                break;
+            }
+            char prev[4200];
+            snprintf(prev, sizeof prev, "%s.shard-%02d", prefix, i - 1);
+            rc = read_at(prev, sizes[i - 1] - (at - copy_from), (uint8_t *)base + copy_from, at - copy_from, err);
+        }
+        if (!rc) rc = read_at(name, 0, (uint8_t *)base + at, sizes[i], err);
+    }
+    if (!rc && copy_from < total) {
+        mprotect((uint8_t *)base + copy_from, total - copy_from, PROT_READ);
+        PP_WARN("gguf", "%s: shards are not whole %ld-byte pages: %.1f MiB read into memory instead of mapped "
+                "(join them, cat %s.shard-* > %s, to map the file)", prefix, page,
+                (double)(total - copy_from) / 1048576.0, prefix, prefix);
+    }
+    if (rc) {
+        munmap(base, total);
+        return rc;
     }
     char lab[4300];
     snprintf(lab, sizeof lab, "%s.shard-00..%02d", prefix, n - 1);

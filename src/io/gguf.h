@@ -8,7 +8,8 @@
  * skipped. moshi.cpp's `lm.` name prefix is dropped so both namings address the same keys.
  *
  * A checkpoint split into byte shards (`NAME.shard-00`, `-01`, ...) maps as one file: the
- * shards are placed back to back in one reserved address range, so no tensor is copied. */
+ * shards are placed back to back in one reserved address range, so no tensor is copied (from a
+ * shard that starts inside a page on, which mmap cannot place, they are read instead). */
 #ifndef PP_IO_GGUF_H
 #define PP_IO_GGUF_H
 
