@@ -18,6 +18,7 @@
 #include "io/quant.h"
 #include "io/weight.h"
 #include "model/lm.h"
+#include "model/transformer.h"
 #include "test.h"
 
 #define CASE PP_TEST_DATA "/golden/lm-q4k"
@@ -64,7 +65,20 @@ typedef struct {
     int drop_layer;
     const char *prefix;
     const char *bad_type, *bad_rows;
+    int split_steps; /* the depformer's attention projections as moshi.cpp's per-step tensors */
 } variant;
+
+#define DEP_STEPS 16 /* lm-q4k's dep_q */
+
+/* Whether t is a depformer projection the variant splits into per-step tensors, and the base
+ * of their names (`...self_attn.in_projs`). */
+static int split_name(const variant *v, const char *name, char *base, size_t cap) {
+    const char *in = strstr(name, ".self_attn.in_proj_weight"), *out = strstr(name, ".self_attn.out_proj.weight");
+    if (!v->split_steps || strncmp(name, "depformer.", 10) || (!in && !out)) return 0;
+    const char *at = in ? in : out;
+    snprintf(base, cap, "%s%.*s.self_attn.%s", v->prefix, (int)(at - name), name, in ? "in_projs" : "out_projs");
+    return 1;
+}
 
 /* The name tensor t gets in the variant, or 0 when the variant drops it. */
 static int rename_tensor(const variant *v, const char *name, char *out, size_t cap) {
@@ -85,7 +99,9 @@ static buf write_variant(const st_file *src, const variant *v) {
     open_buf(&data);
     size_t n = st_count(src), kept = 0;
     char name[256];
-    for (size_t i = 0; i < n; i++) kept += rename_tensor(v, st_at(src, i)->name, name, sizeof name);
+    for (size_t i = 0; i < n; i++)
+        kept += split_name(v, st_at(src, i)->name, name, sizeof name) ? DEP_STEPS
+                                                                     : rename_tensor(v, st_at(src, i)->name, name, sizeof name);
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, kept);
@@ -96,6 +112,21 @@ static buf write_variant(const st_file *src, const variant *v) {
     put_str(&b, "a"), put_str(&b, "bc");
     for (size_t i = 0; i < n; i++) {
         const st_tensor *t = st_at(src, i);
+        if (split_name(v, t->name, name, sizeof name)) { /* rows of a step are contiguous bytes */
+            for (int st = 0; st < DEP_STEPS; st++) {
+                char step[300];
+                snprintf(step, sizeof step, "%s.%d.weight", name, st);
+                put_str(&b, step);
+                put_u32(&b, 2);
+                put_u64(&b, (uint64_t)t->shape[1]);
+                put_u64(&b, (uint64_t)(t->shape[0] / DEP_STEPS));
+                put_u32(&b, ggml_type_of(t->dtype));
+                put_u64(&b, pos(&data));
+                put(&data, t->data + t->nbytes / DEP_STEPS * (size_t)st, t->nbytes / DEP_STEPS);
+                pad(&data);
+            }
+            continue;
+        }
         if (!rename_tensor(v, t->name, name, sizeof name)) continue;
         int shrink = v->bad_rows && !strcmp(t->name, v->bad_rows);
         size_t bytes = shrink ? t->nbytes / (size_t)t->shape[0] * (size_t)(t->shape[0] - 1) : t->nbytes;
@@ -139,6 +170,10 @@ static int same_tensors(const st_file *src, const st_file *f, const variant *v) 
     size_t kept = 0;
     for (size_t i = 0; i < st_count(src); i++) {
         const st_tensor *a = st_at(src, i);
+        if (split_name(v, a->name, name, sizeof name)) {
+            kept += DEP_STEPS;
+            continue; /* compared step by step in test_moshi_steps */
+        }
         if (!rename_tensor(v, a->name, name, sizeof name)) continue;
         kept++;
         const st_tensor *b = st_find(f, name + (v->prefix ? strlen(v->prefix) : 0)); /* lm. is dropped */
@@ -149,6 +184,32 @@ static int same_tensors(const st_file *src, const st_file *f, const variant *v) 
         }
     }
     return kept == st_count(f);
+}
+
+/* The depformer of the per-step file computes with the same projections as the source's row
+ * views of its stacked tensors: every step's qkv and out weights decode equal. */
+static int same_steps(const st_file *src, const char *path) {
+    pp_backend *be = NULL;
+    st_file *f = NULL;
+    char err[PP_ERR_LEN] = "";
+    pp_tf a = {0}, b = {0};
+    pp_tf_shape sh = {.prefix = "depformer", .dim = 256, .num_heads = 2, .hidden = 512, .num_layers = 1,
+                      .n_steps = DEP_STEPS, .eps = 1e-8f, .cfg_keys = "test"};
+    int ok = !pp_backend_cpu_create(1, &be, err) && !st_open(path, &f, err) && !pp_tf_load(be, src, &sh, &a, err) &&
+             !pp_tf_load(be, f, &sh, &b, err) && !a.layers[0].step_proj && b.layers[0].step_proj;
+    static float x[768 * 256], y[768 * 256];
+    for (int st = 0; ok && st < DEP_STEPS; st++) {
+        const pp_tf_step *p = &a.layers[0].steps[st], *q = &b.layers[0].steps[st];
+        ok = !pp_weight_decode_rows(&p->qkv, 0, 768, x, err) && !pp_weight_decode_rows(&q->qkv, 0, 768, y, err) &&
+             !memcmp(x, y, sizeof x) && !pp_weight_decode_rows(&p->out, 0, 256, x, err) &&
+             !pp_weight_decode_rows(&q->out, 0, 256, y, err) && !memcmp(x, y, 256 * 256 * sizeof *x);
+    }
+    if (!ok) fprintf(stderr, "  per-step projections: %s\n", err);
+    pp_tf_free(be, &a);
+    pp_tf_free(be, &b);
+    st_close(f);
+    pp_backend_destroy(be);
+    return ok;
 }
 
 /* The model opens on the CPU backend, with `layers` temporal layers. */
@@ -220,8 +281,8 @@ static void test_variants(const st_file *src) {
     st_close(f);
     free(b.p);
 
-    /* moshi.cpp's naming */
-    variant moshi = {.drop_layer = -1, .prefix = "lm."};
+    /* moshi.cpp's naming: the lm. prefix and per-step depformer projections */
+    variant moshi = {.drop_layer = -1, .prefix = "lm.", .split_steps = 1};
     b = write_variant(src, &moshi);
     write_file(tmp("moshi.gguf"), b.p, b.n);
     f = NULL;
@@ -229,6 +290,7 @@ static void test_variants(const st_file *src) {
     TEST_COND("lm.-prefixed names map to the torch keys", f && same_tensors(src, f, &moshi));
     st_close(f);
     TEST_COND("lm.-prefixed model loads", opens_with(tmp("moshi.gguf"), 3));
+    TEST_COND("per-step projections equal the stored tensor's step views", same_steps(src, tmp("moshi.gguf")));
 
     /* truncations: inside the tensor infos, then inside the data */
     write_file(tmp("short.gguf"), b.p, 300);
