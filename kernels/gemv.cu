@@ -55,6 +55,53 @@ __global__ void __launch_bounds__(128) pk_gemv_scalar_kernel(pk_weight w, const 
     }
 }
 
+/* ---- Q4_K: one warp per row, one 32-weight sub-block per lane and step ----
+ * Sub-block j of a block is d·sc_j·q − dmin·m_j, so each lane sums q·x and x over its 32 codes
+ * (two 16-byte loads: the low or high nibbles of 32 bytes) and applies the scale and min once. */
+
+template <int NB>
+__global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const float *__restrict__ x, int n,
+                                                          float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    const uint8_t *row = (const uint8_t *)w.data + (w.elem0 + r * w.cols) / 256 * 144;
+    float acc[NB];
+#pragma unroll
+    for (int i = 0; i < NB; i++) acc[i] = 0.0f;
+    for (int64_t s = lane; s < w.cols / 32; s += PK_WARP) {
+        const uint8_t *blk = row + s / 8 * 144;
+        const int j = (int)(s % 8), shift = 4 * (j & 1);
+        const uint4 q0 = __ldg((const uint4 *)(blk + 16 + (j >> 1) * 32));
+        const uint4 q1 = __ldg((const uint4 *)(blk + 32 + (j >> 1) * 32));
+        const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        float sq[NB], sx[NB];
+#pragma unroll
+        for (int i = 0; i < NB; i++) sq[i] = sx[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; k++) {
+            float q = (float)((words[k >> 2] >> (8 * (k & 3) + shift)) & 15u);
+#pragma unroll
+            for (int i = 0; i < NB; i++) {
+                float xv = i < n ? __ldg(x + (int64_t)i * w.cols + s * 32 + k) : 0.0f;
+                sq[i] += q * xv;
+                sx[i] += xv;
+            }
+        }
+        int scale, mn;
+        pk_q4k_scale_min(blk + 4, j, &scale, &mn);
+        const float d = pk_ld_f16(blk) * (float)scale, dm = pk_ld_f16(blk + 2) * (float)mn;
+#pragma unroll
+        for (int i = 0; i < NB; i++) acc[i] += d * sq[i] - dm * sx[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        if (i >= n) break; /* n is the same in every lane */
+        float v = pk_warp_sum(acc[i]);
+        if (lane == 0) y[(int64_t)i * w.rows + r] = v;
+    }
+}
+
 /* ---- large batches: rows [r0, r0 + nr) as f32 ---- */
 
 __global__ void pk_dequant_kernel(pk_weight w, int64_t r0, int64_t nr, float *__restrict__ out) {
@@ -82,6 +129,7 @@ static int values_per_chunk(int fmt) {
 
 /* The chunked kernel needs every row to start on a chunk (16 bytes) and chunks inside groups. */
 static int chunkable(const pk_weight *w, const float *x) {
+    if (w->fmt >= PK_Q4_0) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)x & 15) || ((uintptr_t)w->data & 15)) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
@@ -117,6 +165,9 @@ extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     case PK_BF16: return numel * 2;
     case PK_NF2: return numel / 4 + numel / (size_t)w->group * 2;
     case PK_INT4: return numel / 2 + numel / (size_t)w->group * 2;
+    case PK_Q4_0: return numel / 32 * 18;
+    case PK_Q8_0: return numel / 32 * 34;
+    case PK_Q4K: return numel / 256 * 144;
     default: return numel / 2 + numel / (size_t)w->group * (w->nested_absmax ? 1 : 4);
     }
 }
@@ -157,6 +208,14 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, fl
         ws += (size_t)n * w->cols;
     }
     if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, y, ws, cublas, stream);
+    if (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) {
+        unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
+        if (n == 1)
+            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<1>)(*w, x, n, y);
+        else
+            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<PK_GEMV_MAX_BATCH>)(*w, x, n, y);
+        return pk_launched();
+    }
     if (!chunkable(w, x)) {
         unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
         PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_scalar_kernel)(*w, x, n, y);

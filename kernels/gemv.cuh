@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "decode_dense.cuh"
+#include "decode_ggml.cuh"
 #include "decode_int4.cuh"
 #include "decode_nf2.cuh"
 #include "decode_nf4.cuh"
@@ -52,6 +53,9 @@ __device__ __forceinline__ float pk_weight_elem(const pk_weight &w, int64_t e, c
     case PK_BF16: return pk_bf16(((const uint16_t *)d)[e]);
     case PK_NF2: return pk_nf2_code_at(d, e) * pk_group_scale(w, e / w.group);
     case PK_INT4: return pk_int4_code_at(d, e) * pk_group_scale(w, e / w.group);
+    case PK_Q4_0:
+    case PK_Q8_0:
+    case PK_Q4K: return pk_ggml_elem(w.fmt, d, e);
     default: return pk_nf4_code_at(d, e, lut) * pk_group_scale(w, e / w.group);
     }
 }

@@ -19,7 +19,7 @@ extern "C" {
 
 /* A packed weight as the kernels see it: the same fields as io/weight.h's pp_weight, with
  * device pointers. Format numbers equal pp_wformat (cuda.c checks this at compile time). */
-enum { PK_F32, PK_F16, PK_BF16, PK_NF2, PK_INT4, PK_NF4 };
+enum { PK_F32, PK_F16, PK_BF16, PK_NF2, PK_INT4, PK_NF4, PK_Q4_0, PK_Q8_0, PK_Q4K };
 
 typedef struct pk_weight {
     int fmt, group, np2, nested_block;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_dir(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
 
@@ -88,7 +89,8 @@ int lm_case_open(const char *dir, int threads, lm_case *c, char *err) {
     const char *g = strstr(c->dir, "/golden/");
     c->name = g ? g + 8 : c->dir;
     char wpath[600], cpath[600];
-    snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+    snprintf(wpath, sizeof wpath, "%s/model.gguf", dir); /* a GGUF case (lm-q4k) */
+    if (access(wpath, F_OK)) snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
     snprintf(cpath, sizeof cpath, "%s/config.json", dir);
     int rc = pp_backend_create(LM_CASE_DEVICE, threads, &c->be, err);
     if (!rc) rc = pp_lm_open(c->be, wpath, cpath, &c->lm, err);

@@ -136,6 +136,11 @@ static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, in
             quant_nf2_quantize(src, (int64_t)groups, group, np2, h->data, h->scales);
         else
             quant_int4_quantize(src, (int64_t)groups, group, h->data, h->scales);
+    } else if (pp_wformat_block_bytes(fmt)) { /* ggml blocks hold their scales */
+        h->data = malloc(groups * (size_t)pp_wformat_block_bytes(fmt));
+        if (fmt == PP_WF_Q4_0) quant_q4_0_quantize(src, (int64_t)groups, h->data);
+        else if (fmt == PP_WF_Q8_0) quant_q8_0_quantize(src, (int64_t)groups, h->data);
+        else quant_q4_k_quantize(src, (int64_t)groups, h->data);
     } else {
         float *absmax = malloc(groups * sizeof *absmax);
         h->data = malloc(n / 2);
@@ -188,6 +193,9 @@ static const wcase wcases[] = {
     {PP_WF_INT4, 64, 0, 0, "int4 g64"},
     {PP_WF_NF4, 64, 0, 0, "nf4 f32 absmax"},
     {PP_WF_NF4, 64, 0, 1, "nf4 nested absmax"},
+    {PP_WF_Q4_0, 32, 0, 0, "q4_0 (element path)"},
+    {PP_WF_Q8_0, 32, 0, 0, "q8_0 (element path)"},
+    {PP_WF_Q4K, 256, 0, 0, "q4_k"},
 };
 
 /* matmul at batch 1, 3 (the batched kernel), 12 (dequantized tiles + cuBLAS), on a row view

@@ -50,6 +50,10 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
     int64_t groups = gs ? (int64_t)n / gs : 0;
     if (fmt == PP_WF_F32) {
         m->w.data = src;
+    } else if (fmt == PP_WF_Q4K) {
+        uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
+        quant_q4_k_quantize(src, groups, blk);
+        m->w.data = blk;
     } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
         uint16_t *h = own(m, 0, n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fmt == PP_WF_F16 ? pp_f32_to_f16(src[i]) : pp_f32_to_bf16(src[i]);
@@ -162,6 +166,8 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_NF2, 9, 384, 128, 128, 0, "nf2 half block"},
         {PP_WF_INT4, 9, 320, 64, 0, 0, "int4 half block"},
         {PP_WF_NF4, 9, 192, 32, 0, 0, "nf4 half block"},
+        {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
+        {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;

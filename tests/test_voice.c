@@ -254,6 +254,26 @@ static void test_pair_and_names(void) {
               pp_voice_load_pair_memory(want.embeddings, (size_t)(want.frames * want.dim) * 4, json + 1, n - 2, "m", want.dim, &got, err) == 0 &&
                   same_voice(&got, &want));
     pp_voice_free(&got);
+    /* sts-web's object form: num_frames x dim x 4 bytes must be the .bin's size */
+    char obj[4200];
+    size_t bin_len = (size_t)(want.frames * want.dim) * 4;
+    int m = snprintf(obj, sizeof obj, "{\"num_frames\": %lld, \"dim\": %lld, \"cache\": %.*s}", (long long)want.frames,
+                     (long long)want.dim, (int)(n - 2), json + 1);
+    TEST_COND("sts-web object form loads equal",
+              pp_voice_load_pair_memory(want.embeddings, bin_len, obj, (size_t)m, "m", want.dim, &got, err) == 0 &&
+                  same_voice(&got, &want));
+    pp_voice_free(&got);
+    TEST_COND("object form with num_frames off by one refused",
+              pp_voice_load_pair_memory(want.embeddings, bin_len - 4 * (size_t)want.dim, obj, (size_t)m, "m", want.dim,
+                                        &got, err) == PP_EFORMAT && strstr(err, "frames"));
+    m = snprintf(obj, sizeof obj, "{\"num_frames\": %lld, \"dim\": 7, \"cache\": %.*s}", (long long)want.frames,
+                 (int)(n - 2), json + 1);
+    TEST_COND("object form with another dim refused",
+              pp_voice_load_pair_memory(want.embeddings, bin_len, obj, (size_t)m, "m", want.dim, &got, err) == PP_EFORMAT &&
+                  strstr(err, "dim 7"));
+    TEST_COND("object form without cache refused",
+              pp_voice_load_pair_memory(want.embeddings, bin_len, "{\"num_frames\": 1, \"dim\": 4}", 27, "m",
+                                        want.dim, &got, err) == PP_EFORMAT);
     TEST_COND("pair without dim refused", pp_voice_load(p, 0, &got, err) == PP_EINVAL);
     TEST_COND("pair with a partial row refused",
               pp_voice_load_pair_memory(want.embeddings, 4 * (size_t)want.dim + 4, json, n, "m", want.dim, &got, err) == PP_EFORMAT);

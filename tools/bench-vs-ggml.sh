@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side CPU matrix-vector speed: ggml's MUL_MAT perf cases against personaplex-bench gemv
 # on the same shape (4096 x 14336, the shape ggml's test-backend-ops times), the same thread count
-# and batches 1, 2, 4 and 8, one pair after the other so both see the same machine state.
-#   tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]
+# and batches 1, 2, 4 and 8, one pair after the other so both see the same machine state; each
+# figure is the best of REPEAT runs (default 3), which keeps other load on the machine out of it.
+#   [REPEAT=N] tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]
 # GGML_SRC_DIR is a ggml source tree you provide (github.com/ggml-org/ggml); its test-backend-ops
 # is built in GGML_SRC_DIR/build-bench. BUILD_DIR (default build/) holds personaplex-bench.
 # Prints the raw figures and, per pair, our weights/s over ggml's (> 1: faster per weight).
@@ -14,6 +15,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ggml="${1:?usage: tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]}"
 build="${2:-$root/build}"
 threads="$(nproc)"
+repeat="${REPEAT:-3}"
 rows=4096 cols=14336
 pairs=("nf2 q2_K" "int4 q4_K" "nf4 iq4_nl" "bf16 bf16")
 batches=(1 2 4 8)
@@ -28,15 +30,21 @@ fi
 ours="$build/personaplex-bench"
 [ -x "$ours" ] || { echo "bench-vs-ggml: $ours not built (cmake --build $build --target personaplex-bench)" >&2; exit 1; }
 
+# The smallest of the numbers on standard input.
+least() { sort -g | head -n 1; }
 # ggml: microseconds per run of MUL_MAT(type_a=TYPE, m=rows, n=BATCH, k=cols)
 ggml_us() {
-    "$ggml_bin" perf -o MUL_MAT -b CPU -p "type_a=$1,type_b=f32,m=$rows,n=$2,k=$cols," 2>/dev/null |
-        sed -nE 's/.* ([0-9.]+) us\/run.*/\1/p' | head -n 1
+    for _ in $(seq "$repeat"); do
+        "$ggml_bin" perf -o MUL_MAT -b CPU -p "type_a=$1,type_b=f32,m=$rows,n=$2,k=$cols," 2>/dev/null |
+            sed -nE 's/.* ([0-9.]+) us\/run.*/\1/p' | head -n 1
+    done | least
 }
 # ours: milliseconds per product of FORMAT at batch BATCH
 ours_ms() {
-    "$ours" gemv --threads "$threads" --batch "$2" --seconds 1 --shape "${rows}x${cols}" --formats "$1" |
-        awk -v f="$1" '$4 == f { print $6 }'
+    for _ in $(seq "$repeat"); do
+        "$ours" gemv --threads "$threads" --batch "$2" --seconds 1 --shape "${rows}x${cols}" --formats "$1" |
+            awk -v f="$1" '$4 == f { print $6 }'
+    done | least
 }
 
 echo "shape ${rows} x ${cols}, $threads threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"

@@ -102,6 +102,9 @@ static int synth_weight(synth *s, pp_wformat fmt, int64_t rows, int64_t cols, pp
     size_t first = s->n_held;
     int gs = fmt == PP_WF_NF2 ? 128 : 64;
     size_t groups = n / (size_t)gs;
+    if (pp_wformat_block_bytes(fmt))
+        return pp_fail(err, PP_EUNSUPPORTED, "bench frame: no synthetic %s model; time a GGUF file with `bench lm`",
+                       pp_wformat_name(fmt));
     if (fmt >= PP_WF_NF2 && cols % gs)
         return pp_fail(err, PP_EINVAL, "bench frame: %lld columns are not a multiple of the %s group %d",
                        (long long)cols, pp_wformat_name(fmt), gs);

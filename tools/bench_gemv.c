@@ -136,6 +136,17 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
         h->w.nested_block = 256;
         break;
     }
+    case PP_WF_Q4_0:
+    case PP_WF_Q8_0:
+    case PP_WF_Q4K: {
+        int block = fmt == PP_WF_Q4K ? QUANT_Q4_K_BLOCK : QUANT_Q4_0_BLOCK;
+        if (cols % block || !(h->data = malloc(n / (size_t)block * (size_t)pp_wformat_block_bytes(fmt)))) return -1;
+        if (fmt == PP_WF_Q4_0) quant_q4_0_quantize(src, (int64_t)n / block, h->data);
+        else if (fmt == PP_WF_Q8_0) quant_q8_0_quantize(src, (int64_t)n / block, h->data);
+        else quant_q4_k_quantize(src, (int64_t)n / block, h->data);
+        h->w.group = block;
+        break;
+    }
     case PP_WF_COUNT: return -1;
     }
     h->w.data = h->data;
@@ -158,7 +169,7 @@ static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, in
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
-                    "[--formats f32,f16,bf16,nf2,int4,nf4] [--small | --shape ROWSxCOLS]\n");
+                    "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k] [--small | --shape ROWSxCOLS]\n");
     return 2;
 }
 
@@ -166,7 +177,7 @@ int bench_gemv(int argc, char **argv) {
     int threads = 0, batch = 1, small = 0;
     shape custom = {0, 0, "--shape"};
     double seconds = 1.0;
-    const char *formats = "f32,bf16,nf2,int4,nf4";
+    const char *formats = "f32,bf16,nf2,int4,nf4,q4_k";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);

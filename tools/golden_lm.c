@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Relative error bound for fp32 compute against the reference's eager fp32 run: both use the
  * same bf16-representable weights, so the only differences are summation orders and libm
@@ -218,7 +219,8 @@ static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *rin
 
 int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
     char wpath[4096], cpath[4096];
-    snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+    snprintf(wpath, sizeof wpath, "%s/model.gguf", dir); /* a GGUF case (lm-q4k) */
+    if (access(wpath, F_OK)) snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
     snprintf(cpath, sizeof cpath, "%s/config.json", dir);
     pp_backend *be = NULL;
     pp_lm *lm = NULL;

@@ -73,7 +73,7 @@ static int inspect(const char *path, int stats) {
 }
 
 static int usage(int status) {
-    fprintf(status ? stderr : stdout, "usage: personaplex-inspect [--stats] FILE.safetensors...\n");
+    fprintf(status ? stderr : stdout, "usage: personaplex-inspect [--stats] FILE.safetensors|FILE.gguf...\n");
     return status;
 }
 

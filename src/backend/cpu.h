@@ -29,6 +29,8 @@ void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
 int cpu_gemv_avx2_handles(const pp_weight *w);
 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* cpu_gemv_kquant.c (x86-64): the same for Q4_K weights (cpu_gemv_rows_avx2 hands them on). */
+void cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit

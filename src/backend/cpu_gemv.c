@@ -167,6 +167,22 @@ static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
     }
 }
 
+/* Rows [r0, r1) decoded in block-aligned chunks and dotted: the ggml block formats' loop (their
+ * scales sit inside each block), and the fallback of a quantized product whose scratch could
+ * not be allocated (slower, same result). */
+static void decoded_rows(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+    float buf[QUANT_MAX_NP2];
+    int64_t chunk = QUANT_MAX_NP2 / w->group * w->group;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int i = 0; i < n; i++) y[i * w->rows + r] = 0;
+        for (int64_t c = 0; c < w->cols; c += chunk) {
+            int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+            pp_weight_decode_span(w, r, c, len, buf);
+            for (int i = 0; i < n; i++) y[i * w->rows + r] += dot(buf, x + i * w->cols + c, len);
+        }
+    }
+}
+
 static void gemv_task(void *ctx, int task) {
     const gemv_job *j = ctx;
     int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
@@ -184,6 +200,8 @@ static void gemv_task(void *ctx, int task) {
 #endif
     if (j->w->fmt <= PP_WF_BF16)
         dense_rows(j, r0, r1);
+    else if (pp_wformat_block_bytes(j->w->fmt))
+        decoded_rows(j->w, j->x, j->n, j->y, r0, r1);
     else
         quant_rows(j, r0, r1);
 }
@@ -215,21 +233,6 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const c
     j.avx2 = cpu_simd_of(be) >= CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w);
 #endif
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
-}
-
-/* Without scratch (allocation failed) a quantized product falls back to decoding each row in
- * group-aligned chunks: slower, same result. */
-static void decoded_rows(const pp_weight *w, const float *x, int n, float *y) {
-    float buf[QUANT_MAX_NP2];
-    int64_t chunk = QUANT_MAX_NP2 / w->group * w->group;
-    for (int64_t r = 0; r < w->rows; r++) {
-        for (int i = 0; i < n; i++) y[i * w->rows + r] = 0;
-        for (int64_t c = 0; c < w->cols; c += chunk) {
-            int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
-            pp_weight_decode_span(w, r, c, len, buf);
-            for (int i = 0; i < n; i++) y[i * w->rows + r] += dot(buf, x + i * w->cols + c, len);
-        }
-    }
 }
 
 /* Grows a scratch array to hold need elements of size bytes; 0 when out of memory. */
@@ -273,7 +276,7 @@ static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const fl
 void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
-    if (w->fmt <= PP_WF_BF16) {
+    if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt)) {
         run_rows(be, w, x, NULL, n, y, NULL);
         return;
     }
@@ -301,7 +304,7 @@ void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float
     } else {
         PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld activations, decoding rows instead",
                  w->name ? w->name : "?", n, (long long)w->cols);
-        decoded_rows(w, x, n, y);
+        decoded_rows(w, x, n, y, 0, w->rows);
     }
     pthread_mutex_unlock(&g->lock);
 }

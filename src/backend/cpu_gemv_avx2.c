@@ -204,7 +204,7 @@ CPU_AVX2 static void run_pass(const pass *p, int rb, int nb, const group_tab *ba
     case PP_WF_NF2: pass_shape(p, PP_WF_NF2, rb, nb, base); break;
     case PP_WF_INT4: pass_shape(p, PP_WF_INT4, rb, nb, base); break;
     case PP_WF_NF4: pass_shape(p, PP_WF_NF4, rb, nb, base); break;
-    case PP_WF_COUNT: break;
+    default: break; /* not taken: cpu_gemv_avx2_handles refuses the rest */
     }
 }
 
@@ -216,12 +216,17 @@ int cpu_gemv_avx2_handles(const pp_weight *w) {
     case PP_WF_NF2: return w->group % 16 == 0;
     case PP_WF_INT4:
     case PP_WF_NF4: return w->group % 8 == 0;
-    case PP_WF_COUNT: break;
+    case PP_WF_Q4K: return 1; /* cpu_gemv_kquant.c */
+    default: break; /* Q4_0, Q8_0: cpu_gemv.c's decoded rows */
     }
     return 0;
 }
 
 CPU_AVX2 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+    if (w->fmt == PP_WF_Q4K) {
+        cpu_gemv_q4k_rows_avx2(w, x, n, y, r0, r1);
+        return;
+    }
     /* the unscaled tables: NF2's 4 centroids twice; NF4's 16 entries in two halves */
     float table[16] = {0};
     for (int i = 0; i < 16 && w->fmt == PP_WF_NF2; i++) table[i] = quant_nf2_codebook[i % 4];

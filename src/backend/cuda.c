@@ -21,7 +21,8 @@
 #include <string.h>
 
 _Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
-                   (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4,
+                   (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4 &&
+                   (int)PK_Q4_0 == (int)PP_WF_Q4_0 && (int)PK_Q8_0 == (int)PP_WF_Q8_0 && (int)PK_Q4K == (int)PP_WF_Q4K,
                "kernels.h format numbers follow pp_wformat");
 _Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV_BF16 &&
                    (int)PK_KV_INT8 == (int)PP_KV_INT8,
@@ -223,8 +224,13 @@ static void weight_parts(const pp_weight *h, part p[5]) {
     static const int bits[PP_WF_COUNT] = {32, 16, 16, 2, 4, 4};
     memset(p, 0, 5 * sizeof *p);
     p[0].src = h->data;
-    p[0].bytes = (numel * (size_t)bits[h->fmt] + 7) / 8;
-    if (h->fmt >= PP_WF_NF2) {
+    int block_bytes = pp_wformat_block_bytes(h->fmt);
+    if (block_bytes) { /* ggml blocks carry their scales */
+        p[0].bytes = numel / (size_t)h->group * (size_t)block_bytes;
+    } else {
+        p[0].bytes = (numel * (size_t)bits[h->fmt] + 7) / 8;
+    }
+    if (h->fmt >= PP_WF_NF2 && !block_bytes) {
         groups = (numel + (size_t)h->group - 1) / (size_t)h->group;
         p[1].src = h->scales;
         p[1].bytes = groups * (h->fmt != PP_WF_NF4 ? 2 : h->nested_absmax ? 1 : 4);

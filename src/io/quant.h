@@ -56,4 +56,34 @@ void quant_nf4_dynamic_map(float map[256]);
 float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
                      float *nested);
 
+/* ---- ggml block formats (GGUF files): each block holds its own f16 scales ---- */
+/* Elements and bytes per block: Q4_0 32/18 (d, 16 nibble bytes, low nibbles first), Q8_0
+ * 32/34 (d, 32 int8), Q4_K 256/144 (d, dmin, 12 bytes of 6-bit scales and mins, 128 nibble
+ * bytes). The decoders compute exactly what ggml's dequantize_row_* do, in float32. */
+#define QUANT_Q4_0_BLOCK 32
+#define QUANT_Q4_0_BYTES 18
+#define QUANT_Q8_0_BLOCK 32
+#define QUANT_Q8_0_BYTES 34
+#define QUANT_Q4_K_BLOCK 256
+#define QUANT_Q4_K_BYTES 144
+void quant_q4_0_decode_block(const uint8_t *blk, float *dst);
+void quant_q8_0_decode_block(const uint8_t *blk, float *dst);
+void quant_q4_k_decode_block(const uint8_t *blk, float *dst);
+/* Quantizers of n_blocks blocks (x holds n_blocks * block values), for benchmarks and tests:
+ * Q4_0 and Q8_0 as ggml's reference quantizers, Q4_K by each sub-block's min and max (ggml's
+ * own search for the best scales is slower and a little more accurate). */
+void quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+/* Q4_K sub-block j (0..7) of a block's 12 packed bytes: its 6-bit scale and min. */
+static inline void quant_q4_k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
 #endif

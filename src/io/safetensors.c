@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "base/json.h"
+#include "io/gguf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data with memcpy: big-endian hosts are not supported"
@@ -30,6 +31,7 @@ struct st_file {
     size_t count;
     st_tensor *tensors;      /* header order */
     st_tensor **by_name;     /* sorted by name, for st_find */
+    gguf_meta *gguf;         /* a GGUF file's names and metadata, NULL for safetensors */
 };
 
 static const struct {
@@ -47,6 +49,8 @@ static const struct {
     [ST_F8_E8M0] = {"F8_E8M0", 8},   [ST_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
     [ST_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8}, [ST_F6_E2M3] = {"F6_E2M3", 6},
     [ST_F6_E3M2] = {"F6_E3M2", 6},   [ST_F4] = {"F4", 4},
+    [ST_Q4_0] = {"Q4_0", 0},         [ST_Q8_0] = {"Q8_0", 0},
+    [ST_Q4_K] = {"Q4_K", 0},
 };
 
 const char *st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].name : "?"; }
@@ -54,7 +58,7 @@ int st_dtype_bits(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[d
 
 static int dtype_parse(const char *name, st_dtype *out) {
     for (int i = 0; i < ST_DTYPE_COUNT; i++)
-        if (!strcmp(dtypes[i].name, name)) {
+        if (dtypes[i].bits && !strcmp(dtypes[i].name, name)) { /* block formats are GGUF's only */
             *out = (st_dtype)i;
             return 0;
         }
@@ -231,8 +235,22 @@ static int parse_header(st_file *f, char *err) {
     return rc;
 }
 
+static int parse_gguf(st_file *f, char *err) {
+    int rc = gguf_parse(f->base, f->size, f->path, &f->tensors, &f->count, &f->gguf, err);
+    if (rc) return rc;
+    f->by_name = calloc(f->count ? f->count : 1, sizeof(*f->by_name));
+    if (!f->by_name) return pp_fail(err, PP_ENOMEM, "%s: out of memory for %zu tensors", f->path, f->count);
+    for (size_t i = 0; i < f->count; i++) f->by_name[i] = &f->tensors[i];
+    qsort(f->by_name, f->count, sizeof(*f->by_name), cmp_name);
+    for (size_t i = 1; i < f->count; i++)
+        if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
+            return pp_fail(err, PP_EFORMAT, "%s: duplicate tensor '%s'", f->path, f->by_name[i]->name);
+    return 0;
+}
+
 static int open_common(st_file *f, st_file **out, char *err) {
-    int rc = parse_header(f, err);
+    int gguf = f->size >= 4 && !memcmp(f->base, "GGUF", 4);
+    int rc = gguf ? parse_gguf(f, err) : parse_header(f, err);
     if (rc) {
         st_close(f);
         return rc;
@@ -257,6 +275,24 @@ int st_open_memory(const void *buf, size_t len, const char *label, st_file **out
 
 int st_open(const char *path, st_file **out, char *err) {
     *out = NULL;
+    void *shards;
+    size_t shards_size;
+    char *label;
+    int rc = gguf_map(path, &shards, &shards_size, &label, err);
+    if (rc < 0) return rc;
+    if (rc == 0) {
+        st_file *f = calloc(1, sizeof(*f));
+        if (!f) {
+            munmap(shards, shards_size);
+            free(label);
+            return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
+        }
+        f->path = label;
+        f->map = shards;
+        f->base = shards;
+        f->size = shards_size;
+        return open_common(f, out, err);
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return pp_fail(err, PP_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -290,6 +326,7 @@ void st_close(st_file *f) {
     if (!f) return;
     if (f->map) munmap(f->map, f->size);
     pp_json_free(f->doc);
+    gguf_meta_free(f->gguf);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
@@ -297,6 +334,7 @@ void st_close(st_file *f) {
 }
 
 const char *st_path(const st_file *f) { return f->path; }
+size_t st_size(const st_file *f) { return f->size; }
 size_t st_count(const st_file *f) { return f->count; }
 const st_tensor *st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 
@@ -313,6 +351,7 @@ const st_tensor *st_find(const st_file *f, const char *name) {
 }
 
 const char *st_metadata(const st_file *f, const char *key) {
+    if (f->gguf) return gguf_meta_get(f->gguf, key);
     const pp_json *v = pp_json_get(f->metadata, key);
     return v ? v->string : NULL;
 }

@@ -19,6 +19,8 @@ typedef enum {
     ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32, ST_F32,
     ST_I64, ST_U64, ST_F64, ST_C64, ST_F8_E4M3, ST_F8_E5M2, ST_F8_E8M0, ST_F8_E4M3FNUZ,
     ST_F8_E5M2FNUZ, ST_F6_E2M3, ST_F6_E3M2, ST_F4,
+    /* ggml block formats, from GGUF files only (io/gguf.h); st_dtype_bits gives 0 */
+    ST_Q4_0, ST_Q8_0, ST_Q4_K,
     ST_DTYPE_COUNT
 } st_dtype;
 
@@ -40,10 +42,11 @@ int st_open_memory(const void *buf, size_t len, const char *label, st_file **out
 void st_close(st_file *f);
 
 const char *st_path(const st_file *f);
+size_t st_size(const st_file *f); /* bytes of the file (of all its shards together) */
 size_t st_count(const st_file *f);
 const st_tensor *st_at(const st_file *f, size_t i); /* in header order */
 const st_tensor *st_find(const st_file *f, const char *name);
-/* __metadata__ value for key, or NULL. */
+/* __metadata__ value for key (GGUF: the KV value as text), or NULL. */
 const char *st_metadata(const st_file *f, const char *key);
 
 const char *st_dtype_name(st_dtype dt);

@@ -103,7 +103,7 @@ static int name_taken(const st_writer *w, const char *name) {
 
 int st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err) {
     if (w->begun) return pp_fail(err, PP_EINVAL, "%s: tensor '%s' declared after st_writer_begin", w->path, name);
-    if ((unsigned)dt >= ST_DTYPE_COUNT || ndim < 0 || ndim > ST_MAX_DIMS)
+    if ((unsigned)dt >= ST_DTYPE_COUNT || !st_dtype_bits(dt) || ndim < 0 || ndim > ST_MAX_DIMS)
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad dtype or rank %d", w->path, name, ndim);
     if (name_taken(w, name)) return pp_fail(err, PP_EINVAL, "%s: tensor '%s' declared twice", w->path, name);
     st_decl d = {.dtype = dt, .ndim = ndim};

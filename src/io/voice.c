@@ -119,13 +119,38 @@ int pp_voice_load_pt_memory(const void *buf, size_t len, const char *label, int6
 
 /* ---- .embeddings.bin + .cache.json ---- */
 
-static int json_cache(const char *json, size_t len, pp_voice *out, const char *label, char *err) {
+/* sts-web's object form {"num_frames": N, "dim": D, "cache": [...]}: N and D must describe the
+ * .bin beside it (bin_len bytes of f32 rows of dim values). Returns its "cache" member. */
+static int json_cache_object(const pp_json *root, size_t bin_len, int64_t dim, const pp_json **cache,
+                             const char *label, char *err) {
+    const pp_json *n = pp_json_get(root, "num_frames"), *d = pp_json_get(root, "dim");
+    *cache = pp_json_get(root, "cache");
+    if (!n || n->type != PP_JSON_NUMBER || !n->is_integer || n->integer <= 0 || !d || d->type != PP_JSON_NUMBER ||
+        !d->is_integer || d->integer <= 0 || !*cache)
+        return pp_fail(err, PP_EFORMAT, "%s: cache JSON object needs positive integers num_frames and dim and a cache",
+                       label);
+    if (d->integer != dim)
+        return pp_fail(err, PP_EFORMAT, "%s: cache JSON dim %lld, the model's is %lld", label, (long long)d->integer,
+                       (long long)dim);
+    if (n->integer > (int64_t)(bin_len / 4 / (size_t)dim) || (uint64_t)n->integer * (uint64_t)dim * 4 != bin_len)
+        return pp_fail(err, PP_EFORMAT, "%s: cache JSON says %lld frames x %lld x 4 bytes, the .bin holds %zu bytes",
+                       label, (long long)n->integer, (long long)d->integer, bin_len);
+    return 0;
+}
+
+static int json_cache(const char *json, size_t len, size_t bin_len, int64_t dim, pp_voice *out, const char *label,
+                      char *err) {
     pp_json_doc *doc;
     char jerr[PP_ERR_LEN];
     if (pp_json_parse(json, len, &doc, jerr) != 0) return pp_fail(err, PP_EFORMAT, "%s: cache JSON: %s", label, jerr);
     const pp_json *root = pp_json_root(doc);
-    if (root->type == PP_JSON_ARRAY && root->count == 1 && root->items[0]->type == PP_JSON_ARRAY) root = root->items[0];
     int rc = 0;
+    if (root->type == PP_JSON_OBJECT) rc = json_cache_object(root, bin_len, dim, &root, label, err);
+    if (rc) {
+        pp_json_free(doc);
+        return rc;
+    }
+    if (root->type == PP_JSON_ARRAY && root->count == 1 && root->items[0]->type == PP_JSON_ARRAY) root = root->items[0];
     if (root->type != PP_JSON_ARRAY || root->count != PP_VOICE_STREAMS)
         rc = pp_fail(err, PP_EFORMAT, "%s: cache JSON must be a %dx%d nested list", label, PP_VOICE_STREAMS, PP_VOICE_RING);
     for (size_t k = 0; rc == 0 && k < PP_VOICE_STREAMS; k++) {
@@ -155,7 +180,7 @@ int pp_voice_load_pair_memory(const void *bin, size_t bin_len, const char *json,
     if (bin_len % row != 0)
         return pp_fail(err, PP_EFORMAT, "%s: %zu bytes is not a whole number of %lld-wide f32 rows", label, bin_len, (long long)dim);
     int rc = check_dims(label, (int64_t)(bin_len / row), dim, dim, err);
-    if (rc == 0) rc = json_cache(json, json_len, out, label, err);
+    if (rc == 0) rc = json_cache(json, json_len, bin_len, dim, out, label, err);
     if (rc == 0) rc = alloc_embeddings(out, (int64_t)(bin_len / row), dim, label, err);
     for (size_t i = 0; rc == 0 && i < bin_len / 4; i++) out->embeddings[i] = f32_of((uint32_t)rd_le((const uint8_t *)bin + 4 * i, 4));
     if (rc == 0) rc = check_finite(out, label, err);

@@ -5,7 +5,8 @@
  *   NAME.pt                  torch.save({"embeddings": BF16/F16/F32 [N,1,1,dim],
  *                                        "cache": I64 [1,17,4]}), the released voices;
  *   NAME.embeddings.bin      raw little-endian f32 [N, dim]
- *   + NAME.cache.json        [[17 x 4 ints]] (or [1,17,4] nesting), the pair other ports ship.
+ *   + NAME.cache.json        [[17 x 4 ints]] (or [1,17,4] nesting), the pair other ports ship;
+ *                            sts-web's {"num_frames": N, "dim": D, "cache": ...} must match the .bin.
  * pp_voice_save_pt writes the .pt form (BF16 embeddings, as the released voices), so a cloned
  * voice is interchangeable with a preset. Voice names are bare file stems: letters, digits,
  * '_', '-' and '.', at most 64 bytes, not starting with '.'. */

@@ -14,7 +14,7 @@
 #define KEY_LEN 512
 
 const char *pp_wformat_name(pp_wformat fmt) {
-    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4"};
+    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4", "q4_0", "q8_0", "q4_k"};
     return (unsigned)fmt < PP_WF_COUNT ? names[fmt] : "?";
 }
 
@@ -68,14 +68,27 @@ int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int nd
                    (long long)rows, (long long)cols);
 }
 
+int pp_wformat_block_bytes(pp_wformat fmt) {
+    switch (fmt) {
+    case PP_WF_Q4_0: return QUANT_Q4_0_BYTES;
+    case PP_WF_Q8_0: return QUANT_Q8_0_BYTES;
+    case PP_WF_Q4K: return QUANT_Q4_K_BYTES;
+    default: return 0;
+    }
+}
+
 static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     switch (t->dtype) {
     case ST_F32: w->fmt = PP_WF_F32; break;
     case ST_F16: w->fmt = PP_WF_F16; break;
     case ST_BF16: w->fmt = PP_WF_BF16; break;
+    case ST_Q4_0: w->fmt = PP_WF_Q4_0, w->group = QUANT_Q4_0_BLOCK; break;
+    case ST_Q8_0: w->fmt = PP_WF_Q8_0, w->group = QUANT_Q8_0_BLOCK; break;
+    case ST_Q4_K: w->fmt = PP_WF_Q4K, w->group = QUANT_Q4_K_BLOCK; break;
     default:
         return pp_fail(err, PP_EUNSUPPORTED,
-                       "%s: tensor '%s' is %s with no quantization keys beside it; expected F32, F16 or BF16",
+                       "%s: tensor '%s' is %s with no quantization keys beside it; expected F32, F16, BF16 or "
+                       "(GGUF) Q4_0, Q8_0, Q4_K",
                        st_path(f), t->name, st_dtype_name(t->dtype));
     }
     int rc = wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
@@ -149,6 +162,9 @@ size_t pp_weight_bytes(const pp_weight *w) {
         if (!w->nested_absmax) return b + blocks * 4;
         return b + blocks + (blocks + (size_t)w->nested_block - 1) / (size_t)w->nested_block * 4 + 256 * 4;
     }
+    case PP_WF_Q4_0:
+    case PP_WF_Q8_0:
+    case PP_WF_Q4K: return numel / (size_t)w->group * (size_t)pp_wformat_block_bytes(w->fmt);
     case PP_WF_COUNT: break;
     }
     return 0;
@@ -188,6 +204,16 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
         return;
     case PP_WF_BF16:
         for (int64_t i = 0; i < len; i++) dst[i] = pp_bf16_to_f32(quant_ld16(d, (size_t)(e + i)));
+        return;
+    case PP_WF_Q4_0:
+    case PP_WF_Q8_0:
+    case PP_WF_Q4K:
+        for (int64_t k = 0; k < len; k += w->group) {
+            const uint8_t *blk = d + (e + k) / w->group * pp_wformat_block_bytes(w->fmt);
+            if (w->fmt == PP_WF_Q4_0) quant_q4_0_decode_block(blk, dst + k);
+            else if (w->fmt == PP_WF_Q8_0) quant_q8_0_decode_block(blk, dst + k);
+            else quant_q4_k_decode_block(blk, dst + k);
+        }
         return;
     case PP_WF_NF2:
     case PP_WF_INT4:

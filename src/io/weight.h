@@ -24,6 +24,10 @@ typedef enum {
     PP_WF_NF2,  /* NF2 + Walsh-Hadamard, 4 codes per byte, f16 RMS scale per group (§3) */
     PP_WF_INT4, /* symmetric INT4, low nibble first, f16 max/7 scale per group (§4) */
     PP_WF_NF4,  /* bitsandbytes NF4, high nibble first, absmax per block, maybe nested (§5) */
+    /* ggml block formats from GGUF files: scales inside each block (io/quant.h), group = block */
+    PP_WF_Q4_0,
+    PP_WF_Q8_0,
+    PP_WF_Q4K,
     PP_WF_COUNT
 } pp_wformat;
 
@@ -32,8 +36,8 @@ typedef struct pp_weight {
     int64_t rows, cols;
     int64_t elem0;       /* flat index of element [0][0] within the stored tensor */
     const void *data;    /* dense values, or packed codes, of the whole stored tensor */
-    const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks] */
-    int group;           /* NF2/INT4 group size, NF4 block size (from the file, never assumed) */
+    const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks]; ggml: NULL */
+    int group;           /* NF2/INT4 group size, NF4 or ggml block size (from the file, never assumed) */
     int np2;             /* NF2: Walsh-Hadamard length (power of two >= group) */
     /* NF4 only */
     const float *quant_map;     /* [16] */
@@ -63,6 +67,8 @@ int pp_weight_decode_rows(const pp_weight *w, int64_t r0, int64_t n, float *dst,
  * weight c0 and len must be multiples of w->group. The fast path of embedding lookups. */
 void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t len, float *dst);
 /* f32 scales of groups (NF2/INT4) or blocks (NF4) [g0, g0+n) of the stored tensor. */
+/* Bytes per block of a ggml block format (0 for the others). */
+int pp_wformat_block_bytes(pp_wformat fmt);
 void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out);
 
 /* Per-format totals of loaded weights, for the startup log. */

@@ -81,6 +81,26 @@ static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int 
                    value, name);
 }
 
+void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
+    const char *kv = st_metadata(f, "personaplex.block_count");
+    int gguf = st_metadata(f, "general.architecture") != NULL;
+    if (have_config && !gguf) return;
+    char name[128];
+    int n = 0;
+    for (;; n++) {
+        snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", n);
+        if (!st_find(f, name)) break;
+    }
+    if (!n) return; /* nothing to count: loading reports the missing tensors */
+    if (kv && atoi(kv) != n)
+        PP_INFO("lm", "%s: KV personaplex.block_count says %s, the file holds %d temporal layers: using %d",
+                st_path(f), kv, n, n);
+    if (n != c->num_layers)
+        PP_INFO("lm", "%s: %d temporal layers from the tensors (the %s said %d)", st_path(f), n,
+                have_config ? "config" : "default config", c->num_layers);
+    c->num_layers = n;
+}
+
 static pp_tf_shape temporal_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
         .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
@@ -254,6 +274,7 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
         rc = pp_lm_config_validate(&lm->cfg, "default config", err);
     }
     if (!rc) rc = st_open(weights_path, &lm->file, err);
+    if (!rc) pp_lm_config_fit_file(&lm->cfg, lm->file, config_path != NULL);
     if (!rc) rc = load_weights(lm, err);
     if (rc) {
         pp_lm_close(lm);

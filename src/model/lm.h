@@ -32,6 +32,11 @@ typedef struct pp_lm_work pp_lm_work;
  * Every tensor is checked against the config; a mismatch names the key and the tensor. */
 int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path, pp_lm **out, char *err);
 void pp_lm_close(pp_lm *lm);
+/* A GGUF checkpoint, or weights opened without a config, sets the temporal layer count from
+ * its tensors (`transformer.layers.N.*`: sts-web's 24-layer file says 32 in its KV block);
+ * logs what it used and where the file's KV `personaplex.block_count` disagrees. A config
+ * given beside safetensors weights stays authoritative (a mismatch is refused at load). */
+void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
 pp_backend *pp_lm_backend(const pp_lm *lm);
 

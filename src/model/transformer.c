@@ -58,10 +58,22 @@ static int load_layer(pp_backend *be, const st_file *f, const pp_tf_shape *s, in
     if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm1, err))) return rc;
     snprintf(name, sizeof name, "%s.layers.%d.norm2.alpha", p, l);
     if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm2, err))) return rc;
-    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_proj_weight", p, l);
-    if ((rc = pp_tf_load_weight(be, f, name, n * 3 * d, d, s->cfg_keys, &L->in_proj, err))) return rc;
-    snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_proj.weight", p, l);
-    if ((rc = pp_tf_load_weight(be, f, name, n * d, d, s->cfg_keys, &L->out_proj, err))) return rc;
+    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.0.weight", p, l);
+    if (n > 1 && pp_weight_exists(f, name)) { /* moshi.cpp stores each step's projections apart */
+        if (!(L->step_proj = calloc(2 * (size_t)n, sizeof *L->step_proj)))
+            return pp_fail(err, PP_ENOMEM, "%s: out of memory", p);
+        for (int st = 0; st < n; st++) {
+            snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.%d.weight", p, l, st);
+            if ((rc = pp_tf_load_weight(be, f, name, 3 * d, d, s->cfg_keys, &L->step_proj[2 * st], err))) return rc;
+            snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_projs.%d.weight", p, l, st);
+            if ((rc = pp_tf_load_weight(be, f, name, d, d, s->cfg_keys, &L->step_proj[2 * st + 1], err))) return rc;
+        }
+    } else {
+        snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_proj_weight", p, l);
+        if ((rc = pp_tf_load_weight(be, f, name, n * 3 * d, d, s->cfg_keys, &L->in_proj, err))) return rc;
+        snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_proj.weight", p, l);
+        if ((rc = pp_tf_load_weight(be, f, name, n * d, d, s->cfg_keys, &L->out_proj, err))) return rc;
+    }
     L->ffn_in = calloc((size_t)n, sizeof *L->ffn_in);
     L->ffn_out = calloc((size_t)n, sizeof *L->ffn_out);
     L->steps = calloc((size_t)n, sizeof *L->steps);
@@ -75,8 +87,8 @@ static int load_layer(pp_backend *be, const st_file *f, const pp_tf_shape *s, in
         if ((rc = pp_tf_load_weight(be, f, name, 2 * hid, d, s->cfg_keys, &L->ffn_in[st], err))) return rc;
         snprintf(name, sizeof name, "%s.layers.%d.%s.linear_out.weight", p, l, gate);
         if ((rc = pp_tf_load_weight(be, f, name, d, hid, s->cfg_keys, &L->ffn_out[st], err))) return rc;
-        L->steps[st].qkv = pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d);
-        L->steps[st].out = pp_weight_rows(&L->out_proj, st * d, d);
+        L->steps[st].qkv = L->step_proj ? L->step_proj[2 * st] : pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d);
+        L->steps[st].out = L->step_proj ? L->step_proj[2 * st + 1] : pp_weight_rows(&L->out_proj, st * d, d);
         L->steps[st].ffn_in = L->ffn_in[st];
         L->steps[st].ffn_out = L->ffn_out[st];
     }
@@ -106,6 +118,8 @@ void pp_tf_free(pp_backend *be, pp_tf *tf) {
         if (L->norm2) be->ops->release(be, L->norm2);
         release_weight(be, &L->in_proj);
         release_weight(be, &L->out_proj);
+        for (int s = 0; L->step_proj && s < 2 * tf->shape.n_steps; s++) release_weight(be, &L->step_proj[s]);
+        free(L->step_proj);
         for (int s = 0; L->ffn_in && L->ffn_out && s < tf->shape.n_steps; s++) {
             release_weight(be, &L->ffn_in[s]);
             release_weight(be, &L->ffn_out[s]);
@@ -262,8 +276,11 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats) {
     for (int l = 0; l < tf->shape.num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
-        pp_weight_stats_add(stats, &L->in_proj);
-        pp_weight_stats_add(stats, &L->out_proj);
+        if (!L->step_proj) {
+            pp_weight_stats_add(stats, &L->in_proj);
+            pp_weight_stats_add(stats, &L->out_proj);
+        }
+        for (int s = 0; L->step_proj && s < 2 * tf->shape.n_steps; s++) pp_weight_stats_add(stats, &L->step_proj[s]);
         for (int st = 0; st < tf->shape.n_steps; st++) {
             pp_weight_stats_add(stats, &L->ffn_in[st]);
             pp_weight_stats_add(stats, &L->ffn_out[st]);

@@ -33,6 +33,7 @@ typedef struct pp_tf_step {
 typedef struct pp_tf_layer {
     float *norm1, *norm2;    /* backend [dim] */
     pp_weight in_proj, out_proj; /* whole stored tensors (all steps) */
+    pp_weight *step_proj;        /* moshi.cpp's per-step tensors instead: [n_steps][2] (in, out) */
     pp_weight *ffn_in, *ffn_out; /* [n_steps] */
     pp_tf_step *steps;           /* [n_steps] */
 } pp_tf_layer;

@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "model/lm.h"
 #include "model/lm_config.h"
 
 #include <stdio.h>
@@ -37,9 +38,15 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *er
     snprintf(cfg, sizeof cfg, "%s", weights);
     char *slash = strrchr(cfg, '/');
     snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
-    if (access(cfg, R_OK) == 0) {
+    int have_config = access(cfg, R_OK) == 0;
+    if (have_config) {
         int rc = pp_lm_config_load(cfg, &c, err);
         if (rc) return rc;
+    }
+    st_file *f;
+    if (!st_open(weights, &f, NULL)) { /* the layer count of a GGUF file (24 in sts-web's) */
+        pp_lm_config_fit_file(&c, f, have_config);
+        st_close(f);
     }
     /* K and V, one ring per layer; the depformer's rings hold dep_q steps and are tiny. */
     *out = 2ull * (uint64_t)c.num_layers * (uint64_t)c.context * (uint64_t)c.dim * sizeof(float);
@@ -101,7 +108,12 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     describe_device(be, dev, sizeof dev, &total, &p.available);
     int rc = capacity_kv_bytes(weights, &kv, &context, err);
     if (rc) return rc;
-    p.weights = file_size(weights) + file_size(mimi);
+    st_file *f;
+    p.weights = file_size(mimi);
+    if (!st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
+        p.weights += st_size(f);
+        st_close(f);
+    }
     p.per_session = kv + CAPACITY_SESSION_EXTRA;
     const char *what = strcmp(be->ops->name, "cpu") == 0 ? "RAM available" : "free";
     if (!total) {
