@@ -523,6 +523,48 @@ static void test_sample(void) {
 
 /* A recorded frame replays with new data: rmsnorm + matmul + add, recorded once, replayed
  * on a changed input, equals the same operations run directly. */
+/* Weights read in place (host_map): an INT4 weight laid out in one page-aligned "file" buffer
+ * as a mapped checkpoint holds it. Where the device maps it (an integrated GPU; the emulation
+ * with PK_EMU_INTEGRATED=1, where this is required) the upload takes no device memory; either
+ * way the product equals the CPU's. */
+static void test_host_weights(void) {
+    if (!gpu->ops->host_map) return;
+    const int64_t rows = 96, cols = 512;
+    held h;
+    if (make_weight(PP_WF_INT4, rows, cols, 64, 0, 0, &h)) {
+        TEST_COND("weight upload", 0);
+        return;
+    }
+    size_t data_bytes = (size_t)(rows * cols / 2), scale_bytes = (size_t)(rows * cols / 64) * 2;
+    size_t scales_at = (data_bytes + 15) & ~(size_t)15, file_bytes = (scales_at + scale_bytes + 4095) & ~(size_t)4095;
+    uint8_t *file = aligned_alloc(4096, file_bytes);
+    memcpy(file, h.data, data_bytes);
+    memcpy(file + scales_at, h.scales, scale_bytes);
+    pp_weight host = h.host, dev;
+    host.data = file;
+    host.scales = file + scales_at;
+    size_t before, after, b, ws, f, t;
+    gpu->ops->mem_info(gpu, &before, &b, &ws, &f, &t);
+    int mapped = gpu->ops->host_map(gpu, file, file_bytes);
+    const char *integrated = getenv("PK_EMU_INTEGRATED");
+    if (integrated && strcmp(integrated, "1") == 0) TEST_COND("host_map on the integrated device", mapped);
+    char err[PP_ERR_LEN];
+    TEST_COND("upload from the mapped file", gpu->ops->weight_upload(gpu, &host, &dev, err) == PP_OK);
+    gpu->ops->mem_info(gpu, &after, &b, &ws, &f, &t);
+    printf("  weights %s (device weight bytes %zu -> %zu)\n", mapped ? "read in place" : "copied", before, after);
+    TEST_COND("read in place: no device memory for the weight, else a copy", mapped ? after == before : after > before);
+    twin x = twin_rand((size_t)cols, 1.0f), y = twin_rand((size_t)rows, 0);
+    cpu->ops->matmul(cpu, &h.c, x.c, 1, y.c);
+    gpu->ops->matmul(gpu, &dev, x.g, 1, y.g);
+    compare(mapped ? "matmul int4 read in place" : "matmul int4 (copied: not mapped)", y.g, y.c, (size_t)rows, REDUCE);
+    twin_free(&x);
+    twin_free(&y);
+    gpu->ops->weight_release(gpu, &dev);
+    if (mapped) gpu->ops->host_unmap(gpu, file);
+    free(file);
+    held_free(&h);
+}
+
 static void test_graph(void) {
     char err[PP_ERR_LEN];
     held h;
@@ -623,6 +665,7 @@ int main(void) {
     }
     printf("matmul and embed per format:\n");
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
+    test_host_weights();
     printf("LM operations:\n");
     test_lm_ops();
     for (int f = PP_KV_F32; f <= PP_KV_INT8; f++) {

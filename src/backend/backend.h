@@ -81,6 +81,14 @@ typedef struct pp_backend_ops {
      * same descriptor and backend pointers. The CPU backend keeps the host pointers. */
     int (*weight_upload)(pp_backend *be, const pp_weight *host, pp_weight *dev, char *err);
     void (*weight_release)(pp_backend *be, pp_weight *dev);
+    /* Host bytes [base, base + bytes) (a mapped weight file) stay valid until host_unmap. A
+     * device that reads host memory in place (an integrated GPU such as Jetson's, whose DRAM the
+     * CPU shares, or any GPU when PP_WEIGHTS_IN_HOST_MEMORY=1) maps the range once, and
+     * weight_upload then points into it instead of copying: the weights are held once. Returns
+     * 1 when it did, 0 when uploads copy as usual. NULL on the CPU backend (weights stay put). */
+    int (*host_map)(pp_backend *be, const void *base, size_t bytes);
+    /* Ends a host_map after every weight uploaded from the range was released. */
+    void (*host_unmap)(pp_backend *be, const void *base);
 
     /* ---- linear algebra ---- */
     /* y[n][w.rows] = x[n][w.cols] · wᵀ, for every weight format, without a dequantized copy. */

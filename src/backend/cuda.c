@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
                    (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4 &&
@@ -31,6 +32,14 @@ _Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV
 #define STAGE_BYTES ((size_t)32 << 20) /* per pinned staging buffer; two alternate */
 #define WS_INITIAL ((size_t)4 << 20)   /* workspace floats at start (16 MB); grows on demand */
 #define GRAPH_SLOTS 8
+#define HOST_MAPS 4 /* weight files read in place at once (one LM file; room for tests) */
+
+/* A host range (a mapped weight file) registered with the device, and its device address. */
+typedef struct host_range {
+    const uint8_t *base;
+    size_t bytes;
+    uint8_t *dev;
+} host_range;
 
 typedef struct alloc_rec {
     void *ptr;
@@ -49,6 +58,11 @@ typedef struct cuda_ctx {
     cudaGraphExec_t graph[GRAPH_SLOTS];
     int capturing;
     size_t weight_bytes, buffer_bytes;
+    int in_place;                   /* host_map registers: integrated GPU or PP_WEIGHTS_IN_HOST_MEMORY */
+    unsigned host_register_flags;   /* mapped, and read-only where the device supports it */
+    host_range maps[HOST_MAPS];
+    int n_maps;
+    size_t in_place_bytes, in_place_weights; /* weights read from host ranges, not copied */
     alloc_rec *allocs; /* live alloc() buffers, for the accounting on release */
     size_t n_allocs, cap_allocs;
     int error;
@@ -249,6 +263,51 @@ static void weight_parts(const pp_weight *h, part p[5]) {
     }
 }
 
+/* The host range holding [p, p + bytes), or NULL. */
+static const host_range *mapped_range(const cuda_ctx *c, const void *p, size_t bytes) {
+    for (int i = 0; i < c->n_maps; i++) {
+        const host_range *m = &c->maps[i];
+        if ((const uint8_t *)p >= m->base && (size_t)((const uint8_t *)p - m->base) <= m->bytes &&
+            bytes <= m->bytes - (size_t)((const uint8_t *)p - m->base))
+            return m;
+    }
+    return NULL;
+}
+
+/* The device address of host bytes inside a mapped range. */
+static const void *device_address(const cuda_ctx *c, const void *p, size_t bytes) {
+    const host_range *m = mapped_range(c, p, bytes);
+    return m->dev + ((const uint8_t *)p - m->base);
+}
+
+/* Points dev at the weight's bytes in a mapped host range when every part lies in one and is
+ * 16-byte aligned (the kernels load 16 bytes at a time); 0 when it must be copied. */
+static int upload_in_place(cuda_ctx *c, const pp_weight *host, const part *p, pp_weight *dev) {
+    size_t bytes = 0;
+    for (int i = 0; i < 5; i++) {
+        if (!p[i].bytes) continue;
+        if (((uintptr_t)p[i].src & 15) || !mapped_range(c, p[i].src, p[i].bytes)) return 0;
+        bytes += p[i].bytes;
+    }
+    *dev = *host;
+    dev->data = device_address(c, p[0].src, p[0].bytes);
+    dev->scales = p[1].bytes ? device_address(c, p[1].src, p[1].bytes) : NULL;
+    dev->quant_map = p[2].bytes ? device_address(c, p[2].src, p[2].bytes) : NULL;
+    dev->nested_absmax = p[3].bytes ? device_address(c, p[3].src, p[3].bytes) : NULL;
+    dev->nested_map = p[4].bytes ? device_address(c, p[4].src, p[4].bytes) : NULL;
+    c->in_place_bytes += bytes;
+    c->in_place_weights++;
+    return 1;
+}
+
+/* The device range a weight points into, if it was uploaded in place. */
+static const host_range *in_place_range(const cuda_ctx *c, const void *dev_data) {
+    for (int i = 0; i < c->n_maps; i++)
+        if ((const uint8_t *)dev_data >= c->maps[i].dev && (const uint8_t *)dev_data < c->maps[i].dev + c->maps[i].bytes)
+            return &c->maps[i];
+    return NULL;
+}
+
 static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *dev, char *err) {
     cuda_ctx *c = ctx_of(be);
     part p[5];
@@ -256,6 +315,7 @@ static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *
     if ((unsigned)host->fmt >= PP_WF_COUNT)
         return pp_fail(err, PP_EUNSUPPORTED, "cuda: weight '%s': unknown format", host->name ? host->name : "?");
     weight_parts(host, p);
+    if (upload_in_place(c, host, p, dev)) return PP_OK;
     size_t total = p[4].off + align256(p[4].bytes);
     uint8_t *base = NULL;
     if (cudaMalloc((void **)&base, total) != cudaSuccess) {
@@ -289,9 +349,50 @@ static void cuda_weight_release(pp_backend *be, pp_weight *dev) {
     part p[5];
     if (!dev->data) return;
     weight_parts(dev, p);
-    c->weight_bytes -= p[4].off + align256(p[4].bytes);
-    CUDA_NOTE(c, cudaFree((void *)dev->data));
+    if (in_place_range(c, dev->data)) {
+        for (int i = 0; i < 5; i++) c->in_place_bytes -= p[i].bytes;
+        c->in_place_weights--;
+    } else {
+        c->weight_bytes -= p[4].off + align256(p[4].bytes);
+        CUDA_NOTE(c, cudaFree((void *)dev->data));
+    }
     memset(dev, 0, sizeof *dev);
+}
+
+static int cuda_host_map(pp_backend *be, const void *base, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    if (!c->in_place || !base || !bytes || c->n_maps == HOST_MAPS) return 0;
+    /* registration works on whole pages */
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)base & ~(uintptr_t)(page - 1);
+    size_t len = ((uintptr_t)base + bytes - start + (size_t)page - 1) & ~(size_t)(page - 1);
+    void *dev = NULL;
+    cudaError_t e = cudaHostRegister((void *)start, len, c->host_register_flags);
+    if (e == cudaSuccess) {
+        e = cudaHostGetDevicePointer(&dev, (void *)start, 0);
+        if (e != cudaSuccess) cudaHostUnregister((void *)start);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        PP_WARN("cuda", "cannot read the weights in place (%s): copying them to device memory", cudaGetErrorString(e));
+        return 0;
+    }
+    c->maps[c->n_maps++] = (host_range){(const uint8_t *)start, len, dev};
+    PP_INFO("cuda", "weights read in place from %.2f GiB of mapped file pages: held once, in memory the CPU and the "
+                    "GPU share", (double)len / (1 << 30));
+    return 1;
+}
+
+static void cuda_host_unmap(pp_backend *be, const void *base) {
+    cuda_ctx *c = ctx_of(be);
+    for (int i = 0; i < c->n_maps; i++) {
+        host_range *m = &c->maps[i];
+        if ((const uint8_t *)base < m->base || (const uint8_t *)base >= m->base + m->bytes) continue;
+        if (c->stream) CUDA_NOTE(c, cudaStreamSynchronize(c->stream)); /* no kernel may still read it */
+        CUDA_NOTE(c, cudaHostUnregister((void *)m->base));
+        *m = c->maps[--c->n_maps];
+        return;
+    }
 }
 
 /* ---- linear algebra and LM operations ---- */
@@ -486,6 +587,8 @@ static const pp_backend_ops cuda_ops = {
     .sync = cuda_sync,
     .weight_upload = cuda_weight_upload,
     .weight_release = cuda_weight_release,
+    .host_map = cuda_host_map,
+    .host_unmap = cuda_host_unmap,
     .matmul = cuda_matmul,
     .embed = cuda_embed,
     .add = cuda_add,
@@ -530,6 +633,23 @@ static void ctx_free(cuda_ctx *c) {
     free(c);
 }
 
+/* Whether weights are read in place from host memory (host_map): on an integrated GPU, whose
+ * memory is the host's, a device copy would only hold them twice; elsewhere on request. */
+static int host_weights_init(cuda_ctx *c, int device, char *err) {
+    int integrated = 0, read_only = 0;
+    PP_CUDA_TRY(c, err, cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device));
+    PP_CUDA_TRY(c, err, cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, device));
+    const char *env = getenv("PP_WEIGHTS_IN_HOST_MEMORY");
+    int asked = env && strcmp(env, "1") == 0;
+    c->in_place = integrated || asked;
+    /* the file's pages are mapped read-only: registering them needs the read-only flag */
+    c->host_register_flags = cudaHostRegisterMapped | (read_only ? cudaHostRegisterReadOnly : 0u);
+    if (c->in_place)
+        PP_INFO("cuda", "weights will be read in place from host memory (%s)",
+                integrated ? "integrated GPU: its memory is the host's" : "PP_WEIGHTS_IN_HOST_MEMORY=1: over the bus");
+    return PP_OK;
+}
+
 static int ctx_init(cuda_ctx *c, int device, char *err) {
     struct cudaDeviceProp prop;
     PP_CUDA_TRY(c, err, cudaSetDevice(device));
@@ -557,7 +677,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     PP_INFO("cuda", "device %d: %s, compute %d.%d, %d SMs, %.1f GiB (%.1f GiB free); kernels for sm %s", device,
             prop.name, prop.major, prop.minor, prop.multiProcessorCount, (double)t / (1 << 30),
             (double)f / (1 << 30), PP_CUDA_ARCHS_STR);
-    return PP_OK;
+    return host_weights_init(c, device, err);
 }
 
 int pp_backend_cuda_create(int device, pp_backend **out, char *err) {

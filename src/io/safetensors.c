@@ -335,6 +335,7 @@ void st_close(st_file *f) {
 
 const char *st_path(const st_file *f) { return f->path; }
 size_t st_size(const st_file *f) { return f->size; }
+const void *st_base(const st_file *f) { return f->base; }
 size_t st_count(const st_file *f) { return f->count; }
 const st_tensor *st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 

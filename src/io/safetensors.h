@@ -43,6 +43,9 @@ void st_close(st_file *f);
 
 const char *st_path(const st_file *f);
 size_t st_size(const st_file *f); /* bytes of the file (of all its shards together) */
+/* The file in memory: st_size bytes from here hold every tensor's data (a GGUF shard read into
+ * memory rather than mapped lies elsewhere). */
+const void *st_base(const st_file *f);
 size_t st_count(const st_file *f);
 const st_tensor *st_at(const st_file *f, size_t i); /* in header order */
 const st_tensor *st_find(const st_file *f, const char *name);

@@ -26,6 +26,7 @@ typedef struct lm_graphs {
 struct pp_lm {
     pp_backend *be;
     st_file *file;
+    int in_place; /* the backend reads the weights from the file's pages (host_map) */
     pp_lm_config cfg;
     pp_weight emb[16];          /* audio streams 1..16: [card+1, dim] */
     pp_weight text_emb;         /* [text_card+1, dim] */
@@ -251,6 +252,7 @@ void pp_lm_close(pp_lm *lm) {
         if (k < PP_LM_MAX_DEP_Q - 1) release_weight(be, &lm->dep_emb[k]);
     }
     release_weight(be, &lm->dep_text_emb);
+    if (lm->in_place) be->ops->host_unmap(be, st_base(lm->file));
     st_close(lm->file);
     free(lm->graphs);
     free(lm);
@@ -275,6 +277,7 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     }
     if (!rc) rc = st_open(weights_path, &lm->file, err);
     if (!rc) pp_lm_config_fit_file(&lm->cfg, lm->file, config_path != NULL);
+    if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, st_base(lm->file), st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
     if (rc) {
         pp_lm_close(lm);

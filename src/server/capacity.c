@@ -74,17 +74,21 @@ static int read_meminfo(uint64_t *total, uint64_t *avail) {
     return *total ? 0 : -1;
 }
 
-/* Names the device and fills its total and free memory. */
-static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *total, uint64_t *avail) {
+/* Names the device and fills its total and free memory; *shared says the GPU's memory is the
+ * host's (an integrated GPU: Jetson). */
+static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *total, uint64_t *avail, int *shared) {
     *total = *avail = 0;
+    *shared = 0;
     if (strcmp(be->ops->name, "cpu") != 0) {
         snprintf(name, cap, "%s device", be->ops->name);
 #ifdef PP_HAVE_CUDA
         int dev = 0;
         struct cudaDeviceProp p;
-        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess)
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess) {
             snprintf(name, cap, "GPU %d: %.200s (sm_%d%d%s)", dev, p.name, p.major, p.minor,
                      p.integrated ? ", integrated: memory shared with the CPU" : "");
+            *shared = p.integrated;
+        }
         size_t f = 0, t = 0;
         if (cudaMemGetInfo(&f, &t) == cudaSuccess) *total = t, *avail = f;
 #endif
@@ -105,7 +109,8 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     capacity_plan p = {0};
     uint64_t total, kv;
     int context;
-    describe_device(be, dev, sizeof dev, &total, &p.available);
+    int shared;
+    describe_device(be, dev, sizeof dev, &total, &p.available, &shared);
     int rc = capacity_kv_bytes(weights, &kv, &context, err);
     if (rc) return rc;
     st_file *f;
@@ -119,6 +124,15 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     if (!total) {
         PP_WARN("capacity", "%s: memory size unknown; not checking that the model fits", dev);
         return PP_OK;
+    }
+    if (shared) {
+        /* One DRAM for both: the weights are read in place from the file's pages (held once, as
+         * counted below), and what the OS and other programs need is set aside up front rather
+         * than guessed from what happens to be free (page cache, the file's own pages). */
+        p.available = total > CAPACITY_OS_RESERVE ? total - CAPACITY_OS_RESERVE : 0;
+        what = "for the model (unified memory, counted once)";
+        PP_INFO("capacity", "%s: %.1f GiB shared by CPU and GPU, %.1f GiB kept for the OS", dev, GIB(total),
+                GIB(CAPACITY_OS_RESERVE));
     }
     PP_INFO("capacity", "%s: %.1f GiB total, %.1f GiB %s", dev, GIB(total), GIB(p.available), what);
     p.fit = capacity_sessions_fit(p.available, p.weights, p.per_session);

@@ -20,6 +20,9 @@
 #define CAPACITY_SESSION_EXTRA (64ull << 20)
 /* One-off allowance: backend workspace, cuBLAS handles, the tokenizer. */
 #define CAPACITY_FIXED_EXTRA (512ull << 20)
+/* On an integrated GPU (one DRAM for CPU and GPU): what the OS, its services and the server's
+ * own host side keep for themselves (a headless JetPack system uses about 1 GiB). */
+#define CAPACITY_OS_RESERVE (3ull << 29)
 
 /* Conversations that fit: (available - weights - fixed) / per_session, clamped at 0. */
 int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session);

@@ -180,6 +180,8 @@ static void *load_main(void *arg) {
     engine *e = NULL;
     int capacity = 0;
     pp_model_paths mp = {a->paths[0], a->paths[1], a->paths[2], a->paths[3], NULL};
+    /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
+    if (a->opt.weights_in_host_memory) setenv("PP_WEIGHTS_IN_HOST_MEMORY", "1", 1);
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
     if (!rc && a->opt.demo) rc = cert_mkdirs(a->state_dir, err);
     if (!rc && a->opt.demo) {

@@ -51,6 +51,11 @@ static const opt_spec g_opts[] = {
     {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
      "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
      "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
+    {"weights-in-host-memory", NULL, OPT_FLAG, F(weights_in_host_memory), 0, 1, NULL, NULL,
+     "CUDA: read the weights in place from the mapped file over the bus instead of copying them "
+     "into GPU memory (slow on a discrete GPU: for tests, or when the GPU cannot hold them). An "
+     "integrated GPU (Jetson), whose memory is the host's, always does so, so the weights are "
+     "held once. Same as PP_WEIGHTS_IN_HOST_MEMORY=1 in the environment."},
     {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
      "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
      "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},

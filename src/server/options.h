@@ -45,6 +45,7 @@ typedef struct server_options {
     char *echo_cancel;  /* "off", "auto", "on" (engine.h) */
     int demo_context;   /* LM context of the --demo model (0: its default) */
     int skip_memory_check;
+    int weights_in_host_memory; /* CUDA reads the weights from the mapped file (backend.h host_map) */
     int help;
     int version;
 } server_options;

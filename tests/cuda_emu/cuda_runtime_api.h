@@ -24,6 +24,8 @@ typedef enum cudaError {
     cudaErrorInvalidDevice = 101,
     cudaErrorNoKernelImageForDevice = 209,
     cudaErrorIllegalAddress = 700,
+    cudaErrorHostMemoryAlreadyRegistered = 712,
+    cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorGraphExecUpdateFailure = 910,
@@ -41,6 +43,16 @@ enum cudaMemcpyKind {
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
                              cudaStreamCaptureModeRelaxed = 2 };
 
+/* PK_EMU_INTEGRATED=1 in the environment makes the emulated device an integrated one (as a
+ * Jetson's): registered host memory is then what the backend reads weights from in place. */
+enum cudaDeviceAttr {
+    cudaDevAttrIntegrated = 18,
+    cudaDevAttrCanUseHostPointerForRegisteredMem = 91,
+    cudaDevAttrHostRegisterReadOnlySupported = 113
+};
+
+#define cudaHostRegisterMapped 0x02u
+#define cudaHostRegisterReadOnly 0x08u
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
 
@@ -53,6 +65,7 @@ struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
     int major, minor, multiProcessorCount;
+    int integrated;
 };
 
 typedef struct cudaGraphExecUpdateResultInfo {
@@ -66,6 +79,10 @@ cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void *ptr);
+cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned flags);
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes);
 cudaError_t cudaFree(void *ptr);

@@ -55,6 +55,8 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed";
@@ -72,6 +74,11 @@ extern "C" cudaError_t cudaGetLastError(void) {
 
 static const size_t emu_total_bytes = (size_t)16 << 30;
 
+static int emu_integrated(void) {
+    const char *v = getenv("PK_EMU_INTEGRATED");
+    return v && strcmp(v, "1") == 0;
+}
+
 extern "C" cudaError_t cudaGetDeviceCount(int *count) {
     *count = 1;
     return cudaSuccess;
@@ -87,7 +94,18 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 1;
+    prop->integrated = emu_integrated();
     return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+    if (device != 0) return note(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrIntegrated:
+    case cudaDevAttrCanUseHostPointerForRegisteredMem: *value = emu_integrated(); return cudaSuccess;
+    case cudaDevAttrHostRegisterReadOnlySupported: *value = 1; return cudaSuccess;
+    }
+    return note(cudaErrorInvalidValue);
 }
 
 /* ---- memory ---- */
@@ -95,6 +113,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
 struct region {
     size_t bytes;
     bool device;
+    bool registered; /* host memory the device reads in place (cudaHostRegister) */
 };
 static std::map<uintptr_t, region> regions; /* start -> allocation */
 static size_t device_bytes;
@@ -122,7 +141,7 @@ extern "C" cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return emu_all
 static cudaError_t emu_free(void *ptr, bool device) {
     if (!ptr) return cudaSuccess;
     auto it = regions.find((uintptr_t)ptr);
-    if (it == regions.end() || it->second.device != device) return note(cudaErrorInvalidValue);
+    if (it == regions.end() || it->second.device != device || it->second.registered) return note(cudaErrorInvalidValue);
     if (device) device_bytes -= it->second.bytes;
     regions.erase(it);
     free(ptr);
@@ -131,6 +150,38 @@ static cudaError_t emu_free(void *ptr, bool device) {
 
 extern "C" cudaError_t cudaFree(void *ptr) { return emu_free(ptr, true); }
 extern "C" cudaError_t cudaFreeHost(void *ptr) { return emu_free(ptr, false); }
+
+static bool any_capture(void);
+static cudaError_t forbidden_in_capture(void);
+
+/* Registered host memory becomes a device region at the same address (as with unified
+ * addressing): copies into it are bounds-checked, kernels read it in place, and it costs no
+ * device memory. */
+extern "C" cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags) {
+    if (!ptr || !bytes || !(flags & cudaHostRegisterMapped)) return note(cudaErrorInvalidValue);
+    if (any_capture()) return forbidden_in_capture();
+    uintptr_t a = (uintptr_t)ptr;
+    auto next = regions.lower_bound(a);
+    if (next != regions.end() && next->first < a + bytes) return note(cudaErrorHostMemoryAlreadyRegistered);
+    if (next != regions.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a)
+        return note(cudaErrorHostMemoryAlreadyRegistered);
+    regions[a] = region{bytes, true, true};
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaHostUnregister(void *ptr) {
+    auto it = regions.find((uintptr_t)ptr);
+    if (it == regions.end() || !it->second.registered) return note(cudaErrorHostMemoryNotRegistered);
+    regions.erase(it);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned flags) {
+    const region *r = find_region(host_ptr, 1);
+    if (flags || !r || !r->registered) return note(cudaErrorInvalidValue);
+    *device_ptr = host_ptr;
+    return cudaSuccess;
+}
 
 extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     *total_bytes = emu_total_bytes;
@@ -176,7 +227,7 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     if (!p) return note(cudaErrorMemoryAllocation);
     /* Fresh device memory holds garbage, not zeros: code that relies on it reads NaNs here. */
     memset(p, 0xff, padded);
-    regions[(uintptr_t)p] = region{bytes, device};
+    regions[(uintptr_t)p] = region{bytes, device, false};
     if (device) device_bytes += bytes;
     *ptr = p;
     return cudaSuccess;
