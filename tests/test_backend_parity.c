@@ -543,16 +543,19 @@ static void test_host_weights(void) {
     pp_weight host = h.host, dev;
     host.data = file;
     host.scales = file + scales_at;
-    size_t before, after, b, ws, f, t;
-    gpu->ops->mem_info(gpu, &before, &b, &ws, &f, &t);
+    size_t before, after, b, ws, f, t, in_before, in_after;
+    gpu->ops->mem_info(gpu, &before, &b, &ws, &f, &t, &in_before);
     int mapped = gpu->ops->host_map(gpu, file, file_bytes);
     const char *integrated = getenv("PK_EMU_INTEGRATED");
     if (integrated && strcmp(integrated, "1") == 0) TEST_COND("host_map on the integrated device", mapped);
     char err[PP_ERR_LEN];
     TEST_COND("upload from the mapped file", gpu->ops->weight_upload(gpu, &host, &dev, err) == PP_OK);
-    gpu->ops->mem_info(gpu, &after, &b, &ws, &f, &t);
-    printf("  weights %s (device weight bytes %zu -> %zu)\n", mapped ? "read in place" : "copied", before, after);
-    TEST_COND("read in place: no device memory for the weight, else a copy", mapped ? after == before : after > before);
+    gpu->ops->mem_info(gpu, &after, &b, &ws, &f, &t, &in_after);
+    printf("  weights %s (device weight bytes %zu -> %zu, in place %zu -> %zu)\n", mapped ? "read in place" : "copied",
+           before, after, in_before, in_after);
+    TEST_COND("read in place: no device memory for the weight, else a copy",
+              mapped ? after == before && in_after == in_before + data_bytes + scale_bytes
+                     : after > before && in_after == in_before);
     twin x = twin_rand((size_t)cols, 1.0f), y = twin_rand((size_t)rows, 0);
     cpu->ops->matmul(cpu, &h.c, x.c, 1, y.c);
     gpu->ops->matmul(gpu, &dev, x.g, 1, y.g);

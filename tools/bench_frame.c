@@ -385,12 +385,12 @@ static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
                    pp_tf_cache_bytes(&m->depformer.shape, DEP_Q, PP_KV_F32);
     printf("      KV caches (temporal %s): %.1f MiB\n", kv_names[kv], (double)bytes / (1 << 20));
     if (!be->ops->mem_info) return;
-    size_t w, b, ws, fr, tot;
-    be->ops->mem_info(be, &w, &b, &ws, &fr, &tot);
-    printf("      device memory: weights %.1f MiB, buffers %.1f MiB (KV included), workspace %.1f MiB; "
-           "%.1f of %.1f GiB free\n",
-           (double)w / (1 << 20), (double)b / (1 << 20), (double)ws / (1 << 20), (double)fr / (1 << 30),
-           (double)tot / (1 << 30));
+    size_t w, b, ws, fr, tot, in_place;
+    be->ops->mem_info(be, &w, &b, &ws, &fr, &tot, &in_place);
+    printf("      device memory: weights %.1f MiB (and %.1f MiB read in place from host memory), buffers %.1f MiB "
+           "(KV included), workspace %.1f MiB; %.1f of %.1f GiB free\n",
+           (double)w / (1 << 20), (double)in_place / (1 << 20), (double)b / (1 << 20), (double)ws / (1 << 20),
+           (double)fr / (1 << 30), (double)tot / (1 << 30));
 }
 
 static int usage(void) {

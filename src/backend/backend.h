@@ -182,9 +182,10 @@ typedef struct pp_backend_ops {
     int (*graph_end)(pp_backend *be, int slot, char *err);
     int (*graph_replay)(pp_backend *be, int slot, char *err);
     /* Device memory in bytes: weights uploaded, buffers from alloc (activations, KV caches),
-     * the backend's own workspace, and the device's free and total memory. */
+     * the backend's own workspace, and the device's free and total memory; then the weight
+     * bytes read in place from host memory (host_map), which take no device memory. */
     void (*mem_info)(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
-                     size_t *dev_total);
+                     size_t *dev_total, size_t *in_place);
 } pp_backend_ops;
 
 struct pp_backend {

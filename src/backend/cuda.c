@@ -565,7 +565,7 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
 }
 
 static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
-                          size_t *dev_total) {
+                          size_t *dev_total, size_t *in_place) {
     cuda_ctx *c = ctx_of(be);
     size_t f = 0, t = 0;
     if (cudaMemGetInfo(&f, &t) != cudaSuccess) cudaGetLastError();
@@ -574,6 +574,7 @@ static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size
     *workspace = c->ws_floats * sizeof(float);
     *dev_free = f;
     *dev_total = t;
+    *in_place = c->in_place_bytes;
 }
 
 static const pp_backend_ops cuda_ops = {

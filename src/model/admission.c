@@ -137,8 +137,8 @@ static size_t host_available(void) {
 
 size_t pp_admission_free_memory(pp_backend *be) {
     if (be->ops->mem_info) {
-        size_t w, b, ws, dev_free = 0, total = 0;
-        be->ops->mem_info(be, &w, &b, &ws, &dev_free, &total);
+        size_t w, b, ws, dev_free = 0, total = 0, in_place;
+        be->ops->mem_info(be, &w, &b, &ws, &dev_free, &total, &in_place);
         if (total) return dev_free;
     }
     return host_available();

@@ -93,8 +93,8 @@ static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *to
         if (cudaMemGetInfo(&f, &t) == cudaSuccess) *total = t, *avail = f;
 #endif
         if (be->ops->mem_info) {
-            size_t w, b, ws, f = 0, t = 0;
-            be->ops->mem_info(be, &w, &b, &ws, &f, &t);
+            size_t w, b, ws, f = 0, t = 0, in_place;
+            be->ops->mem_info(be, &w, &b, &ws, &f, &t, &in_place);
             if (t) *total = t, *avail = f;
         }
         return;

@@ -122,12 +122,13 @@ static size_t render_memory(server *s, char *buf, size_t cap) {
     server_engine(s, &model);
     pp_backend *be = model ? pp_model_get_backend(model) : NULL;
     if (!be || !be->ops->mem_info || !cap) return 0;
-    size_t v[5];
-    be->ops->mem_info(be, &v[0], &v[1], &v[2], &v[3], &v[4]);
-    static const char *const kinds[5] = {"weights", "buffers", "workspace", "free", "total"};
+    size_t v[6];
+    be->ops->mem_info(be, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
+    /* weights_in_place: read from the mapped file in host memory (on a Jetson the same DRAM) */
+    static const char *const kinds[6] = {"weights", "buffers", "workspace", "free", "total", "weights_in_place"};
     size_t len = (size_t)snprintf(buf, cap, "# HELP personaplex_gpu_memory_bytes Device memory by use.\n"
                                             "# TYPE personaplex_gpu_memory_bytes gauge\n");
-    for (int i = 0; i < 5 && len < cap; i++)
+    for (int i = 0; i < 6 && len < cap; i++)
         len += (size_t)snprintf(buf + len, cap - len, "personaplex_gpu_memory_bytes{kind=\"%s\"} %zu\n", kinds[i], v[i]);
     return len < cap ? len : cap - 1;
 }
