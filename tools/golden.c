@@ -129,13 +129,14 @@ static int run_case(const char *dir, const golden_opts *o) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N] [--prompt-cache]\n");
+            "usage: personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N] [--prompt-cache]\n"
+            "                          [--log-level debug|info|warn|error]   (default warn)\n");
 }
 
 int main(int argc, char **argv) {
     golden_opts o = {.device = "cpu", .voice = NULL, .threads = 0};
     const char **cases = calloc((size_t)argc, sizeof *cases);
-    int n = 0;
+    int n = 0, log_level = PP_LOG_WARN;
     if (!cases) return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
@@ -146,6 +147,8 @@ int main(int argc, char **argv) {
             o.threads = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--prompt-cache") == 0) {
             o.prompt_cache = 1;
+        } else if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc && pp_log_parse_level(argv[i + 1]) >= 0) {
+            log_level = pp_log_parse_level(argv[++i]);
         } else if (argv[i][0] == '-') {
             usage();
             free(cases);
@@ -159,7 +162,7 @@ int main(int argc, char **argv) {
         free(cases);
         return 2;
     }
-    pp_log_set_level(PP_LOG_WARN);
+    pp_log_set_level((pp_log_level)log_level);
     int worst = 0;
     for (int i = 0; i < n; i++) {
         int r = run_case(cases[i], &o);

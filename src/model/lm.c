@@ -285,6 +285,13 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     }
     const pp_lm_config *c = &lm->cfg;
     log_weight_stats(lm);
+    if (lm->in_place && be->ops->mem_info) {
+        size_t copied, buffers, workspace, dev_free, dev_total, in_place;
+        be->ops->mem_info(be, &copied, &buffers, &workspace, &dev_free, &dev_total, &in_place);
+        PP_INFO("lm", "%s: %.3f GiB of weights read in place from the file's pages (held once), %.3f GiB copied to "
+                      "device memory (tensors not 16-byte aligned in the file)",
+                weights_path, (double)in_place / (1 << 30), (double)copied / (1 << 30));
+    }
     PP_INFO("lm", "%s: %d layers dim %d, depformer %d layers dim %d x %d steps, context %d, on %s", weights_path,
             c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, c->dep_q, c->context, be->ops->name);
     *out = lm;
