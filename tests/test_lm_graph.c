@@ -14,6 +14,7 @@
 #include "test.h"
 
 #include "backend/backend.h"
+#include "backend/graph_cache.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "lm_case.h"
@@ -57,6 +58,7 @@ typedef struct rec {
     int recording, slot, oom;
     list cur, slots[SLOTS];
     int records, replays, violations;
+    pp_graph_cache *cache; /* as a device backend keeps one over its slots */
 } rec;
 
 static rec *rec_of(pp_backend *be) { return (rec *)be; }
@@ -187,6 +189,11 @@ static int g_replay(pp_backend *be, int slot, char *err) {
     return PP_OK;
 }
 
+static int g_run(pp_backend *be, uint64_t key, void (*issue)(void *), void *arg, char *err) {
+    return pp_graph_cache_run(rec_of(be)->cache, be, key, issue, arg, err);
+}
+static void g_forget(pp_backend *be, uint64_t key) { pp_graph_cache_forget(rec_of(be)->cache, key); }
+
 /* What a device does when its workspace moves: every graph is dropped. */
 static void drop_graphs(rec *r) {
     for (int i = 0; i < SLOTS; i++) r->slots[i].n = 0;
@@ -217,11 +224,15 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.graph_begin = g_begin;
     r->ops.graph_end = g_end;
     r->ops.graph_replay = g_replay;
+    r->ops.run_recorded = g_run;
+    r->ops.forget_recorded = g_forget;
+    r->cache = pp_graph_cache_create(SLOTS);
     r->be.ops = &r->ops;
     r->be.impl = inner->impl;
 }
 
 static void rec_free(rec *r) {
+    pp_graph_cache_destroy(r->cache);
     free(r->cur.v);
     for (int i = 0; i < SLOTS; i++) free(r->slots[i].v);
 }

@@ -1,14 +1,11 @@
-/* backend: picking and destroying a backend by name. */
+/* backend: picking a backend by name; the calls every backend answers, with or without a hook. */
 #include "backend/backend.h"
 
 #include "base/err.h"
 
 #include <string.h>
 
-void pp_backend_cpu_destroy(pp_backend *be);
-#ifdef PP_HAVE_CUDA
-void pp_backend_cuda_destroy(pp_backend *be);
-#else
+#ifndef PP_HAVE_CUDA
 int pp_backend_cuda_create(int device, pp_backend **out, char *err) {
     (void)device;
     (void)out;
@@ -27,12 +24,15 @@ int pp_backend_create(const char *name, int n_threads, pp_backend **out, char *e
 }
 
 void pp_backend_destroy(pp_backend *be) {
-    if (!be) return;
-#ifdef PP_HAVE_CUDA
-    if (strcmp(be->ops->name, "cuda") == 0) {
-        pp_backend_cuda_destroy(be);
-        return;
-    }
-#endif
-    pp_backend_cpu_destroy(be);
+    if (be) be->ops->destroy(be);
+}
+
+int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err) {
+    if (be->ops->run_recorded) return be->ops->run_recorded(be, key, issue, arg, err);
+    issue(arg);
+    return PP_OK;
+}
+
+void pp_backend_forget_recorded(pp_backend *be, uint64_t key) {
+    if (be->ops->forget_recorded) be->ops->forget_recorded(be, key);
 }

@@ -66,6 +66,8 @@ typedef struct pp_sample_param {
 
 typedef struct pp_backend_ops {
     const char *name; /* "cpu", "cuda" */
+    /* Frees the backend and everything it still holds (pp_backend_destroy calls it). */
+    void (*destroy)(pp_backend *be);
 
     /* ---- memory ---- */
     void *(*alloc)(pp_backend *be, size_t bytes); /* zero-filled; NULL when out of memory */
@@ -171,13 +173,21 @@ typedef struct pp_backend_ops {
     /* First device error since creation (0 if none), its message (file, line, statement) in
      * err. Operations return nothing, so a device backend keeps the first failure here. */
     int (*last_error)(pp_backend *be, char *err);
-    /* CUDA graphs: graph_begin starts recording the operations that follow into graph `slot`
-     * (0 <= slot < 8) instead of running them; graph_end stops, instantiates and runs it;
-     * graph_replay runs it again, or returns PP_ENOTFOUND when the slot holds no graph (never
-     * recorded, or dropped because the backend's own workspace moved): the caller records
-     * again. Recorded operations keep their arguments (vq_add_row's host code too), so
+    /* Recorded frames: run_recorded runs the operations issue(arg) issues as the frame `key`
+     * (nonzero, the caller's name for one shape of its work): the backend may record them the
+     * first times and replay the recording later instead of calling issue (graph_cache.h says
+     * when). Recorded operations keep their arguments (vq_add_row's host code too), so
      * positions, ids and sampling settings come from backend memory, uploads happen before
-     * graph_begin / graph_replay, and nothing inside downloads, syncs or allocates. */
+     * the call, and nothing issue does downloads, syncs or allocates. forget_recorded: the key
+     * will not run again. Use pp_backend_run_recorded, which runs issue plainly on a backend
+     * without recordings. */
+    int (*run_recorded)(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err);
+    void (*forget_recorded)(pp_backend *be, uint64_t key);
+    /* The numbered graph slots run_recorded is built on (graph_cache.c; tests drive them
+     * directly): graph_begin starts recording the operations that follow into graph `slot`
+     * instead of running them; graph_end stops, instantiates and runs it; graph_replay runs
+     * it again, or returns PP_ENOTFOUND when the slot holds no graph (never recorded, or
+     * dropped because the backend's own workspace moved). */
     int (*graph_begin)(pp_backend *be, int slot, char *err);
     int (*graph_end)(pp_backend *be, int slot, char *err);
     int (*graph_replay)(pp_backend *be, int slot, char *err);
@@ -186,6 +196,9 @@ typedef struct pp_backend_ops {
      * bytes read in place from host memory (host_map), which take no device memory. */
     void (*mem_info)(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
                      size_t *dev_total, size_t *in_place);
+    /* The device's name for logs ("GPU 0: ... (sm_90)") and whether its memory is the host's
+     * (an integrated GPU: weights and KV count once against the host's DRAM). */
+    void (*describe)(pp_backend *be, char *name, size_t cap, int *shares_host_memory);
 } pp_backend_ops;
 
 struct pp_backend {
@@ -200,5 +213,8 @@ int pp_backend_cuda_create(int device, pp_backend **out, char *err);
 /* Picks by name ("cpu", "cuda", or "auto": CUDA when a GPU is present, else CPU). */
 int pp_backend_create(const char *name, int n_threads, pp_backend **out, char *err);
 void pp_backend_destroy(pp_backend *be);
+/* be->ops->run_recorded, or issue(arg) where the backend records nothing. */
+int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err);
+void pp_backend_forget_recorded(pp_backend *be, uint64_t key);
 
 #endif

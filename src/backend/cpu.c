@@ -52,8 +52,17 @@ static void cpu_add(pp_backend *be, float *y, const float *x, size_t count) {
     for (size_t i = 0; i < count; i++) y[i] += x[i];
 }
 
+static void cpu_destroy(pp_backend *be) {
+    cpu_ctx *ctx = be->impl;
+    pp_pool_destroy(ctx->pool);
+    cpu_gemv_destroy(ctx->gemv);
+    free(ctx);
+    free(be);
+}
+
 static const pp_backend_ops cpu_ops = {
     .name = "cpu",
+    .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_upload,
@@ -108,10 +117,3 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
     return PP_OK;
 }
 
-void pp_backend_cpu_destroy(pp_backend *be) {
-    cpu_ctx *ctx = be->impl;
-    pp_pool_destroy(ctx->pool);
-    cpu_gemv_destroy(ctx->gemv);
-    free(ctx);
-    free(be);
-}

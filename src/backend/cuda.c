@@ -8,6 +8,7 @@
 #ifdef PP_HAVE_CUDA
 
 #include "backend/backend.h"
+#include "backend/graph_cache.h"
 
 #include "base/err.h"
 #include "base/log.h"
@@ -56,6 +57,7 @@ typedef struct cuda_ctx {
     void *stage[2];
     cudaEvent_t stage_done[2];
     cudaGraphExec_t graph[GRAPH_SLOTS];
+    pp_graph_cache *graphs; /* which frame each slot records (run_recorded) */
     int capturing;
     size_t weight_bytes, buffer_bytes;
     int in_place;                   /* host_map registers: integrated GPU or PP_WEIGHTS_IN_HOST_MEMORY */
@@ -564,6 +566,25 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
     return PP_OK;
 }
 
+static void cuda_describe(pp_backend *be, char *name, size_t cap, int *shares_host_memory) {
+    cuda_ctx *c = ctx_of(be);
+    struct cudaDeviceProp p;
+    *shares_host_memory = 0;
+    if (cudaGetDeviceProperties(&p, c->device) != cudaSuccess) {
+        snprintf(name, cap, "GPU %d", c->device);
+        return;
+    }
+    snprintf(name, cap, "GPU %d: %.200s (sm_%d%d%s)", c->device, p.name, p.major, p.minor,
+             p.integrated ? ", integrated: memory shared with the CPU" : "");
+    *shares_host_memory = p.integrated;
+}
+
+static int cuda_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *), void *arg, char *err) {
+    return pp_graph_cache_run(ctx_of(be)->graphs, be, key, issue, arg, err);
+}
+
+static void cuda_forget_recorded(pp_backend *be, uint64_t key) { pp_graph_cache_forget(ctx_of(be)->graphs, key); }
+
 static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
                           size_t *dev_total, size_t *in_place) {
     cuda_ctx *c = ctx_of(be);
@@ -577,8 +598,11 @@ static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size
     *in_place = c->in_place_bytes;
 }
 
+static void cuda_destroy(pp_backend *be);
+
 static const pp_backend_ops cuda_ops = {
     .name = "cuda",
+    .destroy = cuda_destroy,
     .alloc = cuda_alloc,
     .release = cuda_release,
     .upload = cuda_upload,
@@ -609,10 +633,13 @@ static const pp_backend_ops cuda_ops = {
     .vq_add_row = cuda_vq_add_row,
     .sample = cuda_sample,
     .last_error = cuda_last_error,
+    .run_recorded = cuda_run_recorded,
+    .forget_recorded = cuda_forget_recorded,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_replay = cuda_graph_replay,
     .mem_info = cuda_mem_info,
+    .describe = cuda_describe,
 };
 
 /* ---- lifetime ---- */
@@ -631,6 +658,7 @@ static void ctx_free(cuda_ctx *c) {
     if (c->blas) cublasDestroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->allocs);
+    pp_graph_cache_destroy(c->graphs);
     free(c);
 }
 
@@ -660,6 +688,8 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     PP_CUDA_TRY(c, err, BLAS_RC(cublasSetStream(c->blas, c->stream)));
     PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->ws, WS_INITIAL * sizeof(float)));
     c->ws_floats = WS_INITIAL;
+    c->graphs = pp_graph_cache_create(GRAPH_SLOTS);
+    if (!c->graphs) return pp_fail(err, PP_ENOMEM, "cuda backend: out of memory");
     PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->code_dev, sizeof(int32_t)));
     PP_CUDA_TRY(c, err, cudaMallocHost((void **)&c->code_host, sizeof(int32_t)));
     for (int i = 0; i < 2; i++) {
@@ -709,8 +739,7 @@ int pp_backend_cuda_create(int device, pp_backend **out, char *err) {
     return PP_OK;
 }
 
-void pp_backend_cuda_destroy(pp_backend *be) {
-    if (!be) return;
+static void cuda_destroy(pp_backend *be) {
     cuda_ctx *c = be->impl;
     if (c->n_allocs || c->weight_bytes)
         PP_WARN("cuda", "destroyed with %zu buffers (%zu bytes) and %zu weight bytes still allocated", c->n_allocs,

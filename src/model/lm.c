@@ -13,15 +13,6 @@
 /* Config keys that set each tensor's shape, quoted in shape-mismatch messages. */
 #define KEYS_TEMPORAL "dim, num_heads, num_layers, hidden_scale"
 #define KEYS_DEPFORMER "depformer_dim, depformer_num_heads, depformer_num_layers, depformer_dim_feedforward, dep_q"
-#define GRAPH_SLOTS 8 /* the backend's graph slots (backend.h) */
-
-/* Which work's frame each of the backend's graph slots holds, for the model's frames (which
- * run on one thread at a time: the backend has one stream). */
-typedef struct lm_graphs {
-    uint64_t owner[GRAPH_SLOTS]; /* work id; 0: free */
-    uint64_t used[GRAPH_SLOTS];  /* clock of the last use (claim_slot) */
-    uint64_t clock;
-} lm_graphs;
 
 struct pp_lm {
     pp_backend *be;
@@ -37,7 +28,6 @@ struct pp_lm {
     pp_weight dep_text_emb;                 /* [text_card+1, dep_dim] */
     pp_weight dep_emb[PP_LM_MAX_DEP_Q - 1]; /* [card+1, dep_dim] */
     pp_weight linears[PP_LM_MAX_DEP_Q];     /* [card, dep_dim] */
-    lm_graphs *graphs;
 };
 
 struct pp_lm_ctx {
@@ -63,10 +53,10 @@ struct pp_lm_work {
     pp_sample_param *params, *host_params;
     int32_t *pos, *host_pos, *ids, *host_ids, *forced, *host_forced;
     int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
-    /* The recorded frame: work id, graph slot, and the shape it was recorded for. */
-    uint64_t id;
-    int slot, recorded, key_n, key_steps; /* key_n 0: no shape run yet */
-    uint64_t *key_ctx;                    /* host [rows]: the rows' conversation ids */
+    /* The frame the backend may record (run_recorded): its key names this shape of it. */
+    uint64_t key;
+    int key_n, key_steps; /* key_n 0: no shape run yet */
+    uint64_t *key_ctx;    /* host [rows]: the rows' conversation ids */
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -254,7 +244,6 @@ void pp_lm_close(pp_lm *lm) {
     release_weight(be, &lm->dep_text_emb);
     if (lm->in_place) be->ops->host_unmap(be, st_base(lm->file));
     st_close(lm->file);
-    free(lm->graphs);
     free(lm);
 }
 
@@ -263,11 +252,6 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     pp_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     lm->be = be;
-    lm->graphs = calloc(1, sizeof *lm->graphs);
-    if (!lm->graphs) {
-        free(lm);
-        return pp_fail(err, PP_ENOMEM, "lm: out of memory");
-    }
     int rc;
     if (config_path) {
         rc = pp_lm_config_load(config_path, &lm->cfg, err);
@@ -344,8 +328,7 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
 void pp_lm_work_destroy(pp_lm_work *w) {
     if (!w) return;
     pp_backend *be = w->lm->be;
-    lm_graphs *g = w->lm->graphs;
-    if (w->slot >= 0 && g->owner[w->slot] == w->id) g->owner[w->slot] = 0; /* free for the next work */
+    if (w->key) pp_backend_forget_recorded(be, w->key);
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
@@ -405,8 +388,6 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
     if (!w) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     w->lm = lm;
     w->rows = rows;
-    w->id = new_id();
-    w->slot = -1;
     int rc = work_buffers(lm, w, err);
     if (rc) {
         pp_lm_work_destroy(w);
@@ -527,61 +508,28 @@ static int same_shape(const pp_lm_work *w, int n, int steps, const pp_lm_row *ro
     return 1;
 }
 
-/* The work's slot if it still holds it, else the least recently used one, but only if free
- * or idle for IDLE_USES uses of the others: with more works than slots the busy ones keep
- * theirs and the rest run plainly, instead of each taking a slot from the next and recording
- * every frame. -1: none to take. */
-#define IDLE_USES (2 * GRAPH_SLOTS)
+typedef struct frame_args {
+    const pp_lm *lm;
+    pp_lm_work *w;
+    int n, steps;
+} frame_args;
 
-/* Slot i rather than j: a free one first, then the one used longer ago. */
-static int takes_before(const lm_graphs *g, int i, int j) {
-    if (!g->owner[i] != !g->owner[j]) return !g->owner[i];
-    return g->used[i] < g->used[j];
+static void issue_frame(void *arg) {
+    const frame_args *a = arg;
+    frame_ops(a->lm, a->w, a->n, a->steps, 0, NULL);
 }
 
-static int claim_slot(lm_graphs *g, pp_lm_work *w) {
-    if (w->slot < 0 || g->owner[w->slot] != w->id) {
-        int lru = 0;
-        for (int i = 1; i < GRAPH_SLOTS; i++)
-            if (takes_before(g, i, lru)) lru = i;
-        if (g->owner[lru] && g->used[lru] + IDLE_USES > g->clock) return -1;
-        w->slot = lru;
-        g->owner[lru] = w->id;
-    }
-    g->used[w->slot] = ++g->clock;
-    return w->slot;
-}
-
-/* A frame on a backend with graphs: a new shape runs plainly once (the backend's workspace
- * takes its size outside any recording), the second frame of a shape is recorded, later ones
- * replay it; plainly again while no slot can be taken. */
-static int frame_graph(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
-    pp_backend *be = lm->be;
-    lm_graphs *g = lm->graphs;
+/* A frame the backend may record: each shape of the work is a new key, the old one forgotten. */
+static int frame_recorded(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
     if (!same_shape(w, n, steps, rows)) {
-        frame_ops(lm, w, n, steps, 0, NULL);
+        if (w->key) pp_backend_forget_recorded(lm->be, w->key);
+        w->key = new_id();
         w->key_n = n;
         w->key_steps = steps;
         for (int i = 0; i < n; i++) w->key_ctx[i] = rows[i].ctx->id;
-        w->recorded = 0;
-        return PP_OK;
     }
-    if (w->recorded && w->slot >= 0 && g->owner[w->slot] == w->id) {
-        g->used[w->slot] = ++g->clock;
-        int rc = be->ops->graph_replay(be, w->slot, err);
-        if (rc != PP_ENOTFOUND) return rc;
-    }
-    int slot = claim_slot(g, w);
-    if (slot < 0) {
-        frame_ops(lm, w, n, steps, 0, NULL);
-        return PP_OK;
-    }
-    int rc = be->ops->graph_begin(be, slot, err);
-    if (rc) return rc;
-    frame_ops(lm, w, n, steps, 0, NULL);
-    rc = be->ops->graph_end(be, slot, err);
-    w->recorded = rc == PP_OK;
-    return rc;
+    frame_args a = {.lm = lm, .w = w, .n = n, .steps = steps};
+    return pp_backend_run_recorded(lm->be, w->key, issue_frame, &a, err);
 }
 
 int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
@@ -592,8 +540,8 @@ int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, in
                        w->rows, steps, lm->cfg.dep_q);
     frame_upload(lm, w, n, rows, inputs_ready);
     int rc = PP_OK;
-    if (be->ops->graph_begin && !trace && !inputs_ready)
-        rc = frame_graph(lm, w, n, rows, steps, err);
+    if (!trace && !inputs_ready)
+        rc = frame_recorded(lm, w, n, rows, steps, err);
     else
         frame_ops(lm, w, n, steps, inputs_ready, trace);
     if (!rc && steps >= 0) be->ops->download(be, tokens, w->tokens, (size_t)(steps + 1) * n * sizeof(int32_t));

@@ -11,10 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef PP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #define GIB(x) ((double)(x) / (double)(1ull << 30))
 
 typedef struct capacity_plan {
@@ -74,29 +70,17 @@ static int read_meminfo(uint64_t *total, uint64_t *avail) {
     return *total ? 0 : -1;
 }
 
-/* Names the device and fills its total and free memory; *shared says the GPU's memory is the
- * host's (an integrated GPU: Jetson). */
+/* Names the device and fills its total and free memory; *shared says the device's memory is
+ * the host's (an integrated GPU: Jetson). A backend without device memory runs on the host. */
 static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *total, uint64_t *avail, int *shared) {
     *total = *avail = 0;
     *shared = 0;
-    if (strcmp(be->ops->name, "cpu") != 0) {
+    if (be->ops->mem_info) {
         snprintf(name, cap, "%s device", be->ops->name);
-#ifdef PP_HAVE_CUDA
-        int dev = 0;
-        struct cudaDeviceProp p;
-        if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess) {
-            snprintf(name, cap, "GPU %d: %.200s (sm_%d%d%s)", dev, p.name, p.major, p.minor,
-                     p.integrated ? ", integrated: memory shared with the CPU" : "");
-            *shared = p.integrated;
-        }
-        size_t f = 0, t = 0;
-        if (cudaMemGetInfo(&f, &t) == cudaSuccess) *total = t, *avail = f;
-#endif
-        if (be->ops->mem_info) {
-            size_t w, b, ws, f = 0, t = 0, in_place;
-            be->ops->mem_info(be, &w, &b, &ws, &f, &t, &in_place);
-            if (t) *total = t, *avail = f;
-        }
+        if (be->ops->describe) be->ops->describe(be, name, cap, shared);
+        size_t w, b, ws, f = 0, t = 0, in_place;
+        be->ops->mem_info(be, &w, &b, &ws, &f, &t, &in_place);
+        *total = t, *avail = f;
         return;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -120,7 +104,7 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
         st_close(f);
     }
     p.per_session = kv + CAPACITY_SESSION_EXTRA;
-    const char *what = strcmp(be->ops->name, "cpu") == 0 ? "RAM available" : "free";
+    const char *what = be->ops->mem_info ? "free" : "RAM available";
     if (!total) {
         PP_WARN("capacity", "%s: memory size unknown; not checking that the model fits", dev);
         return PP_OK;
