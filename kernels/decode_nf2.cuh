@@ -29,4 +29,23 @@ __device__ __forceinline__ float pk_nf2_code_at(const uint8_t *d, int64_t e) {
     return pk_nf2_centroid((d[e >> 2] >> (2 * (e & 3))) & 3u);
 }
 
+/* The orthonormal Walsh-Hadamard transform of v[np2] in shared memory, by the whole block
+ * (every thread calls it; it ends with a barrier). The same butterflies in the same order as
+ * the CPU's quant_fwht, additions only, so both give the same bits. The transform is its own
+ * inverse: the GEMV rotates activations with it, the embedding decodes rows with it. */
+__device__ __forceinline__ void pk_wht_shared(float *v, int np2) {
+    for (int h = 1; h < np2; h *= 2) {
+        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
+            int i = (p / h) * 2 * h + p % h;
+            float a = v[i], b = v[i + h];
+            v[i] = a + b;
+            v[i + h] = a - b;
+        }
+        __syncthreads();
+    }
+    const float norm = 1.0f / sqrtf((float)np2);
+    for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] *= norm;
+    __syncthreads();
+}
+
 #endif

@@ -31,17 +31,9 @@ __global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids
     const uint8_t *d = (const uint8_t *)w.data;
     for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
     __syncthreads();
-    for (int h = 1; h < np2; h *= 2) {
-        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
-            int a = (p / h) * 2 * h + p % h;
-            float va = v[a], vb = v[a + h];
-            v[a] = va + vb;
-            v[a + h] = va - vb;
-        }
-        __syncthreads();
-    }
-    const float norm = 1.0f / sqrtf((float)np2), s = pk_group_scale(w, e0 / gs);
-    for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * norm * s, accumulate);
+    pk_wht_shared(v, np2);
+    const float s = pk_group_scale(w, e0 / gs);
+    for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * s, accumulate);
 }
 
 __global__ void pk_embed_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y, int accumulate) {

@@ -14,19 +14,8 @@ __global__ void pk_rotate_kernel(const float *__restrict__ x, int gs, int np2, f
     const float *src = x + (int64_t)blockIdx.x * gs;
     for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] = i < gs ? src[i] : 0.0f;
     __syncthreads();
-    /* The same butterflies in the same order as quant_fwht, so the result matches the CPU's
-     * bit for bit (additions only; no contraction possible). */
-    for (int h = 1; h < np2; h *= 2) {
-        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
-            int i = (p / h) * 2 * h + p % h;
-            float a = v[i], b = v[i + h];
-            v[i] = a + b;
-            v[i + h] = a - b;
-        }
-        __syncthreads();
-    }
-    float norm = 1.0f / sqrtf((float)np2);
-    for (int i = threadIdx.x; i < gs; i += blockDim.x) xr[(int64_t)blockIdx.x * gs + i] = v[i] * norm;
+    pk_wht_shared(v, np2);
+    for (int i = threadIdx.x; i < gs; i += blockDim.x) xr[(int64_t)blockIdx.x * gs + i] = v[i];
 }
 
 /* ---- any shape: one warp per row ---- */

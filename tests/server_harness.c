@@ -176,15 +176,15 @@ int sh_uplink_wav(const char *wav, int frames, sh_msgs *out) {
     memset(out, 0, sizeof *out);
     if (pp_wav_read(wav, PP_WAV_MIX, &w, err)) return -1;
     pp_downlink *d = NULL;
-    int rc = w.rate == PP_AUDIO_RATE && w.frames >= PP_AUDIO_FRAME ? pp_downlink_open(&d, 0, err) : -1;
+    int rc = w.rate == PP_SAMPLE_RATE && w.frames >= PP_FRAME_SAMPLES ? pp_downlink_open(&d, 0, err) : -1;
     if (!rc && !(out->m = calloc((size_t)frames + 2, sizeof *out->m))) rc = -1;
     uint8_t page[PP_DOWNLINK_MAX_PAGE];
     size_t len;
     for (int i = 0; !rc && i < 2; i++)
         rc = pp_downlink_header(d, i, page, sizeof page, &len, err) || add_msg(out, page, len);
-    int64_t whole = w.frames / PP_AUDIO_FRAME;
+    int64_t whole = w.frames / PP_FRAME_SAMPLES;
     for (int f = 0; !rc && f < frames; f++)
-        rc = pp_downlink_encode(d, w.pcm + (size_t)(f % whole) * PP_AUDIO_FRAME, page, sizeof page, &len, err) ||
+        rc = pp_downlink_encode(d, w.pcm + (size_t)(f % whole) * PP_FRAME_SAMPLES, page, sizeof page, &len, err) ||
              add_msg(out, page, len);
     pp_downlink_close(d);
     pp_wav_free(&w);
@@ -223,7 +223,7 @@ int sh_reply_pages(const wc_conn *c) {
             if (ogg_page_bos(&pg) || pg.body_len < 8 || memcmp(pg.body, "OpusTags", 8)) bad++;
         } else {
             if (ogg_page_packets(&pg) != 1 ||
-                opus_packet_get_nb_samples(pg.body, pg.body_len, PP_AUDIO_RATE) != PP_AUDIO_FRAME)
+                opus_packet_get_nb_samples(pg.body, pg.body_len, PP_SAMPLE_RATE) != PP_FRAME_SAMPLES)
                 bad++;
             else
                 audio++;

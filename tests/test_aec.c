@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RATE PP_AEC_RATE
+#define RATE PP_SAMPLE_RATE
 #define FRAME 1920     /* one 80 ms model frame */
 #define SECONDS 24
 #define NEAR_UNTIL 6   /* near-end speech during the first seconds (double talk) */

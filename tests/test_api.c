@@ -31,24 +31,24 @@ int main(void) {
     TEST_COND("one prefill call per run of prompt frames",
               s && prompt_calls + 1 == (pp_session_prompt_frames(s) + PP_SESSION_PREFILL_ROWS - 1) /
                                            PP_SESSION_PREFILL_ROWS);
-    float in[PP_SESSION_FRAME], out[PP_SESSION_FRAME];
+    float in[PP_FRAME_SAMPLES], out[PP_FRAME_SAMPLES];
     double energy = 0;
     int finite = 1;
     for (int f = 0; rc == 1 && f < 25; f++) {
-        for (int i = 0; i < PP_SESSION_FRAME; i++)
-            in[i] = 0.3f * sinf(2.0f * 3.14159265f * 300.0f * (float)(f * PP_SESSION_FRAME + i) / 24000.0f);
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++)
+            in[i] = 0.3f * sinf(2.0f * 3.14159265f * 300.0f * (float)(f * PP_FRAME_SAMPLES + i) / 24000.0f);
         char piece[PP_SESSION_PIECE_MAX];
         if (pp_session_step(s, in, out, piece, NULL, err) != PP_OK) {
             TEST_COND(err, 0);
             break;
         }
-        for (int i = 0; i < PP_SESSION_FRAME; i++) {
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
             finite &= isfinite(out[i]);
             energy += (double)out[i] * out[i];
         }
     }
     TEST_COND("output samples are finite", finite);
-    TEST_COND("the demo model speaks (output not silent)", energy / (25.0 * PP_SESSION_FRAME) > 1e-6);
+    TEST_COND("the demo model speaks (output not silent)", energy / (25.0 * PP_FRAME_SAMPLES) > 1e-6);
     pp_session_destroy(s);
     pp_model_close(m);
     pp_backend_destroy(be);

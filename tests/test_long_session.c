@@ -175,19 +175,19 @@ static void test_demo_session(pp_backend *be) {
     if (rc == 1) rc = pp_wav_read(PP_TEST_DATA "/golden/speech-24k.wav", PP_WAV_MIX, &w, err);
     int finite = 1, blocks = 0, quiet_blocks = 0;
     double first_rms = 0, last_rms = 0;
-    int64_t whole = w.frames / PP_SESSION_FRAME;
+    int64_t whole = w.frames / PP_FRAME_SAMPLES;
     for (int f = 0; !rc && f < STEPS; f += 100, blocks++) {
         double ss = 0;
         for (int i = f; !rc && i < f + 100; i++) {
-            float out[PP_SESSION_FRAME];
+            float out[PP_FRAME_SAMPLES];
             char piece[PP_SESSION_PIECE_MAX];
-            rc = pp_session_step(s, w.pcm + (size_t)(i % whole) * PP_SESSION_FRAME, out, piece, NULL, err);
-            for (int j = 0; j < PP_SESSION_FRAME; j++) {
+            rc = pp_session_step(s, w.pcm + (size_t)(i % whole) * PP_FRAME_SAMPLES, out, piece, NULL, err);
+            for (int j = 0; j < PP_FRAME_SAMPLES; j++) {
                 finite &= isfinite(out[j]) != 0;
                 ss += (double)out[j] * out[j];
             }
         }
-        double rms = sqrt(ss / (100.0 * PP_SESSION_FRAME));
+        double rms = sqrt(ss / (100.0 * PP_FRAME_SAMPLES));
         if (!blocks) first_rms = rms;
         last_rms = rms;
         quiet_blocks += rms < 1e-3;

@@ -50,8 +50,8 @@ static void pcm_add(pcm_buf *b, const float *x, size_t n) {
 }
 
 static void drain(pp_uplink *u, pcm_buf *out) {
-    float frame[PP_AUDIO_FRAME];
-    while (pp_uplink_frame(u, frame)) pcm_add(out, frame, PP_AUDIO_FRAME);
+    float frame[PP_FRAME_SAMPLES];
+    while (pp_uplink_frame(u, frame)) pcm_add(out, frame, PP_FRAME_SAMPLES);
 }
 
 /* Feeds a stream to a fresh uplink one page per push (as the browser sends it), draining
@@ -116,8 +116,8 @@ static void test_capture(void) {
     size_t expect = (CAPTURE_PAGES - 2) * 2 * 480 - 1920;
     TEST_COND("capture sample count", st.samples == expect && st.packets == (CAPTURE_PAGES - 2) * 2);
     TEST_COND("capture: no concealment, no drops", st.concealed == 0 && st.dropped == 0);
-    TEST_COND("capture: whole frames out", pcm.n == expect / PP_AUDIO_FRAME * PP_AUDIO_FRAME);
-    TEST_COND("capture: about 6 s", pcm.n >= 5 * PP_AUDIO_RATE && pcm.n <= 7 * PP_AUDIO_RATE);
+    TEST_COND("capture: whole frames out", pcm.n == expect / PP_FRAME_SAMPLES * PP_FRAME_SAMPLES);
+    TEST_COND("capture: about 6 s", pcm.n >= 5 * PP_SAMPLE_RATE && pcm.n <= 7 * PP_SAMPLE_RATE);
     double r = rms(pcm.x, pcm.n);
     TEST_COND("capture: speech, not silence", r > 0.01 && r < 0.5);
 
@@ -148,7 +148,7 @@ static void test_capture(void) {
     pp_uplink_push(u, cap.data, cap.len, err);
     st = pp_uplink_get_stats(u);
     TEST_COND("full buffer drops oldest", pp_uplink_buffered(u) == 4000 && st.dropped == expect - 4000);
-    float frame[PP_AUDIO_FRAME];
+    float frame[PP_FRAME_SAMPLES];
     TEST_COND("newest samples kept", pp_uplink_frame(u, frame) &&
                                          memcmp(frame, pcm.x + (expect - 4000), sizeof frame) == 0);
     pp_uplink_close(u);
@@ -180,7 +180,7 @@ static void test_capture(void) {
     size_t preskip2 = enc.len > 47 ? (size_t)(enc.data[38] | enc.data[39] << 8) / 2 : 0;
     TEST_COND("chained streams decode", rc2 == 0 && st.ogg.errors == 0 && st.dropped == 0 &&
                                             st.samples == st.packets * 480 - 1920 - preskip2 &&
-                                            st.samples > expect + 4 * PP_AUDIO_RATE);
+                                            st.samples > expect + 4 * PP_SAMPLE_RATE);
     free(both.x);
     pp_uplink_close(u);
     free(enc.data);
@@ -221,14 +221,14 @@ static void test_bad_packets(void) {
 
 static void sine(float *x, int n, int offset, double hz, double amp) {
     for (int i = 0; i < n; i++)
-        x[i] = (float)(amp * sin(2 * 3.14159265358979323846 * hz * (double)(offset + i) / PP_AUDIO_RATE));
+        x[i] = (float)(amp * sin(2 * 3.14159265358979323846 * hz * (double)(offset + i) / PP_SAMPLE_RATE));
 }
 
 /* Zero crossings per second / 2 = the frequency of a clean tone. */
 static double tone_hz(const float *x, size_t n) {
     size_t z = 0;
     for (size_t i = 1; i < n; i++) z += (x[i - 1] < 0) != (x[i] < 0);
-    return (double)z / 2 / ((double)n / PP_AUDIO_RATE);
+    return (double)z / 2 / ((double)n / PP_SAMPLE_RATE);
 }
 
 static uint32_t le32(const uint8_t *p) {
@@ -263,11 +263,11 @@ static void test_downlink(void) {
                   le32(t + 58) == 0 && len == 27 + 1 + 8 + 4 + 18 + 4);
     slen += len;
 
-    float frame[PP_AUDIO_FRAME];
+    float frame[PP_FRAME_SAMPLES];
     int ok = 1;
     size_t max_page = 0;
     for (int f = 0; f < FRAMES; f++) {
-        sine(frame, PP_AUDIO_FRAME, f * PP_AUDIO_FRAME, 440, 0.5);
+        sine(frame, PP_FRAME_SAMPLES, f * PP_FRAME_SAMPLES, 440, 0.5);
         if (f == 3) frame[7] = NAN; /* a broken model sample must not break the stream */
         int rc = pp_downlink_encode(d, frame, stream + slen, PP_DOWNLINK_MAX_PAGE, &len, err);
         const uint8_t *p = stream + slen;
@@ -286,12 +286,12 @@ static void test_downlink(void) {
     pp_uplink_stats st;
     TEST_COND("uplink reads the downlink", uplink_pages(stream, slen, -1, &pcm, &st) == 0 &&
                                                st.ogg.errors == 0 && st.concealed == 0);
-    TEST_COND("downlink decodes to FRAMES-1 frames", pcm.n == (FRAMES - 1) * PP_AUDIO_FRAME);
-    if (pcm.n > PP_AUDIO_RATE) {
+    TEST_COND("downlink decodes to FRAMES-1 frames", pcm.n == (FRAMES - 1) * PP_FRAME_SAMPLES);
+    if (pcm.n > PP_SAMPLE_RATE) {
         /* After the first frames settle: a clean 440 Hz tone near amplitude 0.5 (RMS 0.354).
          * Opus at ~25 kbit/s keeps level within ~15% and pitch within a few Hz. */
-        const float *steady = pcm.x + 8 * PP_AUDIO_FRAME;
-        size_t n = pcm.n - 8 * PP_AUDIO_FRAME;
+        const float *steady = pcm.x + 8 * PP_FRAME_SAMPLES;
+        size_t n = pcm.n - 8 * PP_FRAME_SAMPLES;
         double r = rms(steady, n), hz = tone_hz(steady, n);
         printf("downlink tone: rms %.3f, %.1f Hz\n", r, hz);
         TEST_COND("tone level", fabs(r - 0.3536) < 0.05);
@@ -307,7 +307,7 @@ static void test_downlink(void) {
         printf("opusdec: %zu samples\n", n);
         /* opusdec honours the pre-skip and the last granule: (25*3840 - 3840) / 2. */
         TEST_COND("opusdec decodes the downlink at the right length",
-                  n == (size_t)(FRAMES - 1) * PP_AUDIO_FRAME);
+                  n == (size_t)(FRAMES - 1) * PP_FRAME_SAMPLES);
         if (n == pcm.n) {
             double e = rms_diff_ratio(pcm.x, (const float *)ref.data, n);
             printf("downlink, ours vs opusdec: rms(diff)/rms = %.3g\n", e);
@@ -323,7 +323,7 @@ static void test_downlink(void) {
     pp_downlink_open(&d, 64000, err);
     size_t total = 0;
     for (int i = 0; i < FRAMES; i++) {
-        sine(frame, PP_AUDIO_FRAME, i * PP_AUDIO_FRAME, 440, 0.5);
+        sine(frame, PP_FRAME_SAMPLES, i * PP_FRAME_SAMPLES, 440, 0.5);
         pp_downlink_encode(d, frame, stream, PP_DOWNLINK_MAX_PAGE, &len, err);
         total += len;
     }

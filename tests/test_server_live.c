@@ -178,23 +178,23 @@ static const wc_msg *echo_audio(wc_conn *c, int i) {
     char err[PP_ERR_LEN];
     if (c->out_len > ec->fed && pp_uplink_push(ec->down, c->out + ec->fed, c->out_len - ec->fed, err)) return NULL;
     ec->fed = c->out_len;
-    float pcm[PP_AUDIO_FRAME];
+    float pcm[PP_FRAME_SAMPLES];
     while (pp_uplink_frame(ec->down, pcm)) {
-        if (ec->n_heard + PP_AUDIO_FRAME > ec->cap) {
-            size_t cap = ec->cap ? 2 * ec->cap : 64 * PP_AUDIO_FRAME;
+        if (ec->n_heard + PP_FRAME_SAMPLES > ec->cap) {
+            size_t cap = ec->cap ? 2 * ec->cap : 64 * PP_FRAME_SAMPLES;
             float *p = realloc(ec->heard, cap * sizeof *p);
             if (!p) return NULL;
             ec->heard = p, ec->cap = cap;
         }
         memcpy(ec->heard + ec->n_heard, pcm, sizeof pcm);
-        ec->n_heard += PP_AUDIO_FRAME;
+        ec->n_heard += PP_FRAME_SAMPLES;
     }
     /* The loudspeaker plays the downlink from its arrival on, without gaps; the microphone
      * hears it ECHO_DELAY_MS later (the rest of the network, a jitter buffer, the room). */
-    if (!ec->playing && ec->n_heard) ec->playing = 1, ec->play0 = (size_t)i * PP_AUDIO_FRAME;
-    size_t delay = ec->play0 + (size_t)ECHO_DELAY_MS * PP_AUDIO_RATE / 1000;
-    for (size_t k = 0; k < PP_AUDIO_FRAME; k++) {
-        size_t t = (size_t)i * PP_AUDIO_FRAME + k; /* the microphone's clock */
+    if (!ec->playing && ec->n_heard) ec->playing = 1, ec->play0 = (size_t)i * PP_FRAME_SAMPLES;
+    size_t delay = ec->play0 + (size_t)ECHO_DELAY_MS * PP_SAMPLE_RATE / 1000;
+    for (size_t k = 0; k < PP_FRAME_SAMPLES; k++) {
+        size_t t = (size_t)i * PP_FRAME_SAMPLES + k; /* the microphone's clock */
         float x = ec->playing && t >= delay && t - delay < ec->n_heard ? 0.5f * ec->heard[t - delay] : 0;
         ec->lp += 0.6f * (x - ec->lp);
         pcm[k] = ec->lp;

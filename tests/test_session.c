@@ -33,8 +33,8 @@ static pp_demo_files g_files;
 /* Deterministic test input: a chirp with some noise. */
 static void input_frame(int f, float *pcm) {
     uint32_t s = 12345u + (uint32_t)f;
-    for (int i = 0; i < PP_SESSION_FRAME; i++) {
-        double t = (f * PP_SESSION_FRAME + i) / 24000.0;
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
+        double t = (f * PP_FRAME_SAMPLES + i) / 24000.0;
         s = s * 1664525u + 1013904223u;
         pcm[i] = (float)(0.3 * sin(6.2832 * (200 + 300 * t) * t) + 0.02 * ((s >> 8) / 16777216.0 - 0.5));
     }
@@ -69,7 +69,7 @@ static pp_session *start(pp_model *m, const pp_session_params *p) {
 }
 
 /* The reference: the same modules driven directly, prompt phases in one call each. */
-static void reference_run(pp_backend *be, const pp_session_params *p, float out[FRAMES][PP_SESSION_FRAME]) {
+static void reference_run(pp_backend *be, const pp_session_params *p, float out[FRAMES][PP_FRAME_SAMPLES]) {
     char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32];
     pp_lm *lm = NULL;
     mimi_model *mm = NULL;
@@ -98,7 +98,7 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
     if (!rc) rc = pp_lmgen_prompt_text(g, ids, (int)n, err);
     if (!rc) rc = pp_lmgen_prompt_silence(g, PP_LMGEN_SILENCE_FRAMES, err);
     for (int f = 0; f < FRAMES && !rc; f++) {
-        float pcm[PP_SESSION_FRAME];
+        float pcm[PP_FRAME_SAMPLES];
         int32_t codes[PP_LM_AUDIO_CODEBOOKS];
         pp_lmgen_out o;
         input_frame(f, pcm);
@@ -144,18 +144,18 @@ int main(void) {
     TEST_COND("session starts", a != NULL);
     if (!a) return test_report();
 
-    static float ref[FRAMES][PP_SESSION_FRAME], got[FRAMES][PP_SESSION_FRAME], got2[FRAMES][PP_SESSION_FRAME];
+    static float ref[FRAMES][PP_FRAME_SAMPLES], got[FRAMES][PP_FRAME_SAMPLES], got2[FRAMES][PP_FRAME_SAMPLES];
     reference_run(be, &p, ref);
     char piece[PP_SESSION_PIECE_MAX];
     double sum = 0, peak = 0;
     int ok = 1, texts = 0;
     for (int f = 0; f < FRAMES; f++) {
-        float in[PP_SESSION_FRAME];
+        float in[PP_FRAME_SAMPLES];
         pp_step_times t;
         input_frame(f, in);
         ok &= pp_session_step(a, in, got[f], piece, &t, err) == PP_OK;
         texts += piece[0] != '\0';
-        for (int i = 0; i < PP_SESSION_FRAME; i++) {
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
             sum += (double)got[f][i] * got[f][i];
             if (fabs(got[f][i]) > peak) peak = fabs(got[f][i]);
         }
@@ -163,7 +163,7 @@ int main(void) {
     TEST_COND("frames step", ok);
     TEST_COND("frame-by-frame prompts equal the whole-phase reference bit for bit",
               memcmp(got, ref, sizeof got) == 0);
-    double rms = sqrt(sum / (FRAMES * PP_SESSION_FRAME));
+    double rms = sqrt(sum / (FRAMES * PP_FRAME_SAMPLES));
     printf("demo output: rms %.4f, peak %.3f, %d text pieces in %d frames\n", rms, peak, texts, FRAMES);
     TEST_COND("demo audio is audible and bounded", rms > 0.005 && peak < 1.0);
 
@@ -175,7 +175,7 @@ int main(void) {
     c = start(m, &q);
     ok = b && c;
     for (int f = 0; f < FRAMES && ok; f++) {
-        float in[PP_SESSION_FRAME], junk[PP_SESSION_FRAME];
+        float in[PP_FRAME_SAMPLES], junk[PP_FRAME_SAMPLES];
         input_frame(f, in);
         ok &= pp_session_step(b, in, got2[f], piece, NULL, err) == PP_OK;
         input_frame(FRAMES - f, in);

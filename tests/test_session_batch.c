@@ -26,15 +26,15 @@
 #define N_SESSIONS 3
 
 typedef struct run {
-    float pcm[FRAMES][PP_SESSION_FRAME];
+    float pcm[FRAMES][PP_FRAME_SAMPLES];
     char text[FRAMES][PP_SESSION_PIECE_MAX];
 } run;
 
 /* Deterministic input: a chirp with noise; `which` shifts it so every session hears another. */
 static void input_frame(int which, int f, float *pcm) {
     uint32_t s = 777u * (uint32_t)which + (uint32_t)f;
-    for (int i = 0; i < PP_SESSION_FRAME; i++) {
-        double t = (f * PP_SESSION_FRAME + i) / 24000.0;
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
+        double t = (f * PP_FRAME_SAMPLES + i) / 24000.0;
         s = s * 1664525u + 1013904223u;
         pcm[i] = (float)(0.3 * sin(6.2832 * (150 + 100 * which + 300 * t) * t) + 0.02 * ((s >> 8) / 16777216.0 - 0.5));
     }
@@ -69,7 +69,7 @@ static pp_session *start(pp_model *m, const pp_session_params *p, int *calls) {
 static int run_alone(pp_session *s, int which, run *out) {
     char err[PP_ERR_LEN];
     for (int f = 0; f < FRAMES; f++) {
-        float in[PP_SESSION_FRAME];
+        float in[PP_FRAME_SAMPLES];
         input_frame(which, f, in);
         if (pp_session_step(s, in, out->pcm[f], out->text[f], NULL, err)) {
             fprintf(stderr, "step: %s\n", err);
@@ -95,7 +95,7 @@ static int run_batched(pp_model *m, pp_session *const *ss, const int *join, run 
         for (int i = 0; ok && i < N_SESSIONS; i++) {
             int f = t - join[i];
             if (f < 0 || f >= FRAMES) continue;
-            float in[PP_SESSION_FRAME];
+            float in[PP_FRAME_SAMPLES];
             input_frame(i, f, in);
             ok = pp_session_encode(ss[i], in, err) == PP_OK;
             tick[n] = ss[i];
@@ -146,7 +146,7 @@ static void test_batching(pp_model *m) {
 
 static void test_stage_order(pp_model *m) {
     char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
-    float in[PP_SESSION_FRAME], out[PP_SESSION_FRAME];
+    float in[PP_FRAME_SAMPLES], out[PP_FRAME_SAMPLES];
     pp_session_params p;
     params_of(0, &p);
     int calls;

@@ -19,11 +19,12 @@
 
 #include <stddef.h>
 
+#include "base/frame.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define PP_AEC_RATE 24000
 /* Downlink queued ahead of the uplink before the oldest is dropped (a client that stops
  * sending while the model talks). */
 #define PP_AEC_FAR_MAX_MS 1000

@@ -10,7 +10,7 @@
 #include "base/log.h"
 
 #define MAX_DECODE 2880     /* 120 ms at 24 kHz: the longest Opus packet */
-#define DEFAULT_BUFFERED (10 * PP_AUDIO_RATE)
+#define DEFAULT_BUFFERED (10 * PP_SAMPLE_RATE)
 #define OPUS_HEAD_LEN 19
 #define VENDOR "personaplex-server"
 
@@ -78,7 +78,7 @@ static int read_opus_head(pp_uplink *u, const pp_ogg_packet *pkt, char *err) {
     int16_t gain = (int16_t)(p[16] | p[17] << 8);
     opus_decoder_ctl(u->dec, OPUS_RESET_STATE);
     opus_decoder_ctl(u->dec, OPUS_SET_GAIN(gain));
-    u->preskip = preskip48 * PP_AUDIO_RATE / 48000;
+    u->preskip = preskip48 * PP_SAMPLE_RATE / 48000;
     u->have_head = 1;
     return 0;
 }
@@ -108,7 +108,7 @@ static int on_packet(void *user, const pp_ogg_packet *pkt, char *err) {
 int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
     *out = NULL;
     if (max_buffered == 0) max_buffered = DEFAULT_BUFFERED;
-    if (max_buffered < PP_AUDIO_FRAME)
+    if (max_buffered < PP_FRAME_SAMPLES)
         return pp_fail(err, PP_EINVAL, "opus: uplink buffer of %zu samples is under one frame",
                        max_buffered);
     pp_uplink *u = calloc(1, sizeof *u);
@@ -119,7 +119,7 @@ int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
         return rc;
     }
     int oerr = 0;
-    u->dec = opus_decoder_create(PP_AUDIO_RATE, 1, &oerr);
+    u->dec = opus_decoder_create(PP_SAMPLE_RATE, 1, &oerr);
     u->fifo = malloc(max_buffered * sizeof *u->fifo);
     if (!u->dec || !u->fifo) {
         pp_uplink_close(u);
@@ -127,7 +127,7 @@ int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
                        oerr ? opus_strerror(oerr) : "out of memory");
     }
     u->cap = max_buffered;
-    u->last_frames = PP_AUDIO_RATE / 50; /* 20 ms, the browser's packet size */
+    u->last_frames = PP_SAMPLE_RATE / 50; /* 20 ms, the browser's packet size */
     *out = u;
     return 0;
 }
@@ -144,15 +144,15 @@ int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err) {
     return pp_ogg_reader_feed(u->ogg, data, len, on_packet, u, err);
 }
 
-int pp_uplink_frame(pp_uplink *u, float pcm[PP_AUDIO_FRAME]) {
-    if (u->count < PP_AUDIO_FRAME) return 0;
+int pp_uplink_frame(pp_uplink *u, float pcm[PP_FRAME_SAMPLES]) {
+    if (u->count < PP_FRAME_SAMPLES) return 0;
     u->overflowing = 0;
     size_t first = u->cap - u->head;
-    if (first > PP_AUDIO_FRAME) first = PP_AUDIO_FRAME;
+    if (first > PP_FRAME_SAMPLES) first = PP_FRAME_SAMPLES;
     memcpy(pcm, u->fifo + u->head, first * sizeof *pcm);
-    memcpy(pcm + first, u->fifo, (PP_AUDIO_FRAME - first) * sizeof *pcm);
-    u->head = (u->head + PP_AUDIO_FRAME) % u->cap;
-    u->count -= PP_AUDIO_FRAME;
+    memcpy(pcm + first, u->fifo, (PP_FRAME_SAMPLES - first) * sizeof *pcm);
+    u->head = (u->head + PP_FRAME_SAMPLES) % u->cap;
+    u->count -= PP_FRAME_SAMPLES;
     return 1;
 }
 
@@ -173,7 +173,7 @@ struct pp_downlink {
     uint8_t header[2][64];
     size_t header_len[2];
     uint8_t packet[PP_OPUS_MAX_PACKET];
-    float pcm[PP_AUDIO_FRAME];
+    float pcm[PP_FRAME_SAMPLES];
 };
 
 static void put_le(uint8_t *p, uint32_t v, int n) {
@@ -186,7 +186,7 @@ static int write_headers(pp_downlink *d, char *err) {
     head[8] = 1; /* version */
     head[9] = 1; /* channels */
     put_le(head + 10, PP_DOWNLINK_PRESKIP, 2);
-    put_le(head + 12, PP_AUDIO_RATE, 4);
+    put_le(head + 12, PP_SAMPLE_RATE, 4);
     /* gain (16..17) and mapping family (18) stay 0 */
     uint8_t tags[8 + 4 + sizeof VENDOR - 1 + 4] = "OpusTags";
     put_le(tags + 8, sizeof VENDOR - 1, 4);
@@ -207,7 +207,7 @@ int pp_downlink_open(pp_downlink **out, int bitrate, char *err) {
     pp_downlink *d = calloc(1, sizeof *d);
     if (!d) return pp_fail(err, PP_ENOMEM, "opus: out of memory for the downlink");
     int oerr = 0;
-    d->enc = opus_encoder_create(PP_AUDIO_RATE, 1, OPUS_APPLICATION_VOIP, &oerr);
+    d->enc = opus_encoder_create(PP_SAMPLE_RATE, 1, OPUS_APPLICATION_VOIP, &oerr);
     if (!d->enc) {
         free(d);
         return pp_fail(err, PP_ENOMEM, "opus: cannot create the downlink encoder: %s",
@@ -243,13 +243,13 @@ int pp_downlink_header(const pp_downlink *d, int index, uint8_t *out, size_t cap
     return 0;
 }
 
-int pp_downlink_encode(pp_downlink *d, const float pcm[PP_AUDIO_FRAME], uint8_t *out, size_t cap,
+int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap,
                        size_t *len, char *err) {
     *len = 0;
     /* A non-finite sample from the model must not reach the encoder. */
-    for (int i = 0; i < PP_AUDIO_FRAME; i++) d->pcm[i] = isfinite(pcm[i]) ? pcm[i] : 0.0f;
-    int n = opus_encode_float(d->enc, d->pcm, PP_AUDIO_FRAME, d->packet, sizeof d->packet);
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) d->pcm[i] = isfinite(pcm[i]) ? pcm[i] : 0.0f;
+    int n = opus_encode_float(d->enc, d->pcm, PP_FRAME_SAMPLES, d->packet, sizeof d->packet);
     if (n < 0) return pp_fail(err, PP_EINVAL, "opus: encode failed: %s", opus_strerror(n));
-    d->granule += PP_AUDIO_FRAME * (48000 / PP_AUDIO_RATE);
+    d->granule += PP_FRAME_SAMPLES * (48000 / PP_SAMPLE_RATE);
     return pp_ogg_writer_page(&d->w, d->packet, (size_t)n, d->granule, 0, out, cap, len, err);
 }

@@ -19,9 +19,8 @@
 #include <stdint.h>
 
 #include "audio/ogg.h"
+#include "base/frame.h"
 
-#define PP_AUDIO_RATE 24000
-#define PP_AUDIO_FRAME 1920         /* samples per model frame: 80 ms at 24 kHz */
 #define PP_OPUS_MAX_PACKET 4000     /* the browser decoder's packet buffer */
 #define PP_DOWNLINK_MAX_PAGE 4096   /* >= 27 + 16 lacing values + PP_OPUS_MAX_PACKET */
 #define PP_DOWNLINK_SERIAL 42u      /* what sphn and the Rust servers use */
@@ -46,8 +45,8 @@ void pp_uplink_close(pp_uplink *u);
  * Ogg stream has failed for good (err says why). */
 int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err);
 /* Copies the next frame into pcm and returns 1, or returns 0 if fewer than
- * PP_AUDIO_FRAME samples are buffered. */
-int pp_uplink_frame(pp_uplink *u, float pcm[PP_AUDIO_FRAME]);
+ * PP_FRAME_SAMPLES samples are buffered. */
+int pp_uplink_frame(pp_uplink *u, float pcm[PP_FRAME_SAMPLES]);
 size_t pp_uplink_buffered(const pp_uplink *u);
 pp_uplink_stats pp_uplink_get_stats(const pp_uplink *u);
 
@@ -64,7 +63,7 @@ int pp_downlink_header(const pp_downlink *d, int index, uint8_t *out, size_t cap
                        char *err);
 /* Encodes one frame into one page (sequence 2, 3, ...) written to out; cap >=
  * PP_DOWNLINK_MAX_PAGE always suffices. Sets *len. */
-int pp_downlink_encode(pp_downlink *d, const float pcm[PP_AUDIO_FRAME], uint8_t *out, size_t cap,
+int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap,
                        size_t *len, char *err);
 
 #endif

@@ -51,20 +51,6 @@ typedef struct attn_job {
     int64_t first, last; /* positions of the visible keys, inclusive */
 } attn_job;
 
-static float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
 /* Element offset of head h of slot `slot`. */
 static size_t head_off(const attn_job *j, size_t slot, int h) {
     return slot * (size_t)j->n_heads * j->head_dim + (size_t)h * j->head_dim;
@@ -77,7 +63,7 @@ static double key_dot(const attn_job *j, size_t slot, int h, const float *q) {
     double s = 0;
     if (r->fmt == PP_KV_BF16) {
         const uint16_t *k = (const uint16_t *)r->k + off;
-        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * bf16_to_float(k[d]);
+        for (int d = 0; d < j->head_dim; d++) s += (double)q[d] * pp_bf16_to_f32(k[d]);
     } else if (r->fmt == PP_KV_INT8) {
         const int8_t *k = (const int8_t *)r->k + off;
         float sc = r->kscale[slot * j->n_heads + h];
@@ -95,7 +81,7 @@ static void value_axpy(const attn_job *j, size_t slot, int h, float w, float *o)
     size_t off = head_off(j, slot, h);
     if (r->fmt == PP_KV_BF16) {
         const uint16_t *v = (const uint16_t *)r->v + off;
-        for (int d = 0; d < j->head_dim; d++) o[d] += w * bf16_to_float(v[d]);
+        for (int d = 0; d < j->head_dim; d++) o[d] += w * pp_bf16_to_f32(v[d]);
     } else if (r->fmt == PP_KV_INT8) {
         const int8_t *v = (const int8_t *)r->v + off;
         float sc = r->vscale[slot * j->n_heads + h];
@@ -111,7 +97,7 @@ static void ring_store(const pp_kv_ring *r, void *base, float *scales, size_t sl
                        int head_dim, const float *src) {
     size_t off = slot * (size_t)n_heads * head_dim + (size_t)h * head_dim;
     if (r->fmt == PP_KV_BF16) {
-        for (int d = 0; d < head_dim; d++) ((uint16_t *)base)[off + d] = float_to_bf16(src[d]);
+        for (int d = 0; d < head_dim; d++) ((uint16_t *)base)[off + d] = pp_f32_to_bf16(src[d]);
     } else if (r->fmt == PP_KV_INT8) {
         float mx = 0;
         for (int d = 0; d < head_dim; d++) mx = fmaxf(mx, fabsf(src[d]));

@@ -1,8 +1,5 @@
-/* half: the fp16 and bf16 conversions declared in safetensors.h, with IEEE round to
- * nearest even, NaN kept NaN (quieted), infinities and subnormals exact. */
-#include <string.h>
-
-#include "io/safetensors.h"
+/* half: the fp16 conversions of half.h. */
+#include "io/half.h"
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -45,13 +42,4 @@ uint16_t pp_f32_to_f16(float f) {
     uint32_t h = (ax >> 13) - (112u << 10), rem = ax & 0x1FFF;
     if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry moves the exponent up */
     return sign | (uint16_t)h;
-}
-
-float pp_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t pp_f32_to_bf16(float f) {
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(x >> 16 | 0x0040); /* NaN, quiet */
-    x += 0x7FFF + (x >> 16 & 1); /* round to nearest even; overflow lands on infinity */
-    return (uint16_t)(x >> 16);
 }

@@ -5,13 +5,15 @@
  * __metadata__ string map) before returning, so every tensor handed out is in bounds.
  * Tensor data may be unaligned: read it with memcpy or the st_load_* helpers.
  * The writer streams tensors one at a time so a converter never holds a whole model.
- * Implemented in safetensors.c (reader), st_writer.c (writer) and half.c (fp16/bf16). */
+ * Implemented in safetensors.c (reader) and st_writer.c (writer); fp16/bf16 in io/half.h. */
 #ifndef PP_IO_SAFETENSORS_H
 #define PP_IO_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "io/half.h"
 
 #define ST_MAX_DIMS 8
 
@@ -75,11 +77,5 @@ int st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err);
 /* Checks every declared byte was written, closes the file. Frees w in all cases. */
 int st_writer_finish(st_writer *w, char *err);
 void st_writer_abort(st_writer *w); /* closes and removes the partial file */
-
-/* fp16/bf16 helpers shared by loaders, kernels' CPU twins and tests. */
-float pp_f16_to_f32(uint16_t h);
-uint16_t pp_f32_to_f16(float f);   /* round to nearest even */
-float pp_bf16_to_f32(uint16_t h);
-uint16_t pp_f32_to_bf16(float f);  /* round to nearest even */
 
 #endif

@@ -1,6 +1,7 @@
 /* admission: see admission.h. */
 #include "model/admission.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 
 #include <stdio.h>
@@ -14,12 +15,6 @@ void pp_admission_limits_default(pp_admission_limits *l) {
     memset(l, 0, sizeof *l);
     l->frame_ms = 80;
     l->headroom = 0.8;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
 int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *tick_ms, char *err) {
@@ -39,9 +34,9 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     for (int t = 0; !rc && t < ticks + 2; t++) {
         for (int i = 0; i < n; i++)
             for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (t * 37 + i * 101 + k * 13) % c->card;
-        double t0 = now_ms();
+        double t0 = pp_now_ms();
         rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
-        if (t >= 2) tick_ms[t - 2] = now_ms() - t0;
+        if (t >= 2) tick_ms[t - 2] = pp_now_ms() - t0;
     }
     for (int i = 0; gens && i < n; i++) pp_lmgen_destroy(gens[i]);
     pp_lmbatch_destroy(b);

@@ -2,6 +2,7 @@
 #include "model/mimi.h"
 
 #include "base/err.h"
+#include "base/frame.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "io/file.h"
@@ -55,8 +56,8 @@ void mimi_config_default(mimi_config *c) {
                                   .context = 250, .max_period = 10000.0f, .layer_scale = 1};
     c->quantizer = (quantizer_config){.dimension = 256, .n_q = 32, .bins = 2048, .input_dimension = 512,
                                       .output_dimension = 512, .num_codebooks = 8};
-    c->sample_rate = 24000;
-    c->frame_size = 1920;
+    c->sample_rate = PP_SAMPLE_RATE;
+    c->frame_size = PP_FRAME_SAMPLES;
 }
 
 typedef struct int_key {

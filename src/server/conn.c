@@ -1,6 +1,7 @@
 /* conn: the per-WebSocket mailbox (see conn.h for which thread calls what). */
 #include "server/conn.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 
@@ -38,17 +39,11 @@ struct conn {
     int64_t ready_ns[READY_RING];
 };
 
-int64_t conn_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int conn_create(uint64_t id, conn **out, char *err) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "connection %llu: out of memory", (unsigned long long)id);
     c->id = id;
-    c->last_input_ns = conn_now_ns();
+    c->last_input_ns = pp_now_ns();
     c->slots = malloc(CONN_SLOTS * sizeof *c->slots);
     int rc = c->slots ? pp_uplink_open(&c->uplink, 0, err) : pp_fail(err, PP_ENOMEM, "connection: out of memory");
     if (rc) {
@@ -146,13 +141,13 @@ int64_t conn_last_input_ns(conn *c) {
 
 int conn_push_audio(conn *c, const uint8_t *data, size_t len, int *page_errors, char *err) {
     pthread_mutex_lock(&c->lock);
-    c->last_input_ns = conn_now_ns();
+    c->last_input_ns = pp_now_ns();
     int before = pp_uplink_get_stats(c->uplink).ogg.errors;
     int rc = pp_uplink_push(c->uplink, data, len, err);
     *page_errors = pp_uplink_get_stats(c->uplink).ogg.errors - before;
     if (rc == PP_OK) {
-        uint64_t whole = pp_uplink_buffered(c->uplink) / PP_AUDIO_FRAME;
-        int64_t now = conn_now_ns();
+        uint64_t whole = pp_uplink_buffered(c->uplink) / PP_FRAME_SAMPLES;
+        int64_t now = pp_now_ns();
         while (c->frames_marked < c->frames_taken + whole) c->ready_ns[c->frames_marked++ % READY_RING] = now;
         rc = (int)whole;
     }
@@ -198,12 +193,12 @@ int conn_is_gone(conn *c) {
     return g;
 }
 
-int conn_take_frame(conn *c, float pcm[PP_AUDIO_FRAME], int64_t *ready_ns) {
+int conn_take_frame(conn *c, float pcm[PP_FRAME_SAMPLES], int64_t *ready_ns) {
     pthread_mutex_lock(&c->lock);
     int got = pp_uplink_frame(c->uplink, pcm);
     if (got) {
         /* Frames the uplink dropped for overflow leave the stamps ahead; clamp to "now-ish". */
-        *ready_ns = c->frames_taken < c->frames_marked ? c->ready_ns[c->frames_taken % READY_RING] : conn_now_ns();
+        *ready_ns = c->frames_taken < c->frames_marked ? c->ready_ns[c->frames_taken % READY_RING] : pp_now_ns();
         c->frames_taken++;
     }
     pthread_mutex_unlock(&c->lock);

@@ -95,11 +95,8 @@ void conn_mark_gone(conn *c);
 int conn_is_gone(conn *c);
 /* Copies the next whole uplink frame into pcm and sets *ready_ns (CLOCK_MONOTONIC) to when its
  * last sample arrived. Returns 1, or 0 when no whole frame is buffered. */
-int conn_take_frame(conn *c, float pcm[PP_AUDIO_FRAME], int64_t *ready_ns);
+int conn_take_frame(conn *c, float pcm[PP_FRAME_SAMPLES], int64_t *ready_ns);
 /* Uplink counters, for the session's end-of-call log line. */
 pp_uplink_stats conn_uplink_stats(conn *c);
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t conn_now_ns(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* engine: the model thread, its deadline-bound passes and the batched tick (see engine.h). */
 #include "server/engine.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "audio/aec.h"
 #include "base/log.h"
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#define FRAME_NS 80000000LL /* one model frame: 1920 samples at 24 kHz */
 #define POLL_NS 20000000LL  /* while conversations run: how often silence frames are considered */
 /* A join that found no slack for this long gets one unit anyway (an overloaded server admits
  * slowly rather than never). */
@@ -43,7 +43,7 @@ typedef struct job {
     double encode_ms;                    /* its encode */
     pacing pace;                         /* silence frames and the idle timeout */
     uint64_t frames, late, bytes_out;
-    float pcm_in[PP_AUDIO_FRAME], pcm_out[PP_AUDIO_FRAME];
+    float pcm_in[PP_FRAME_SAMPLES], pcm_out[PP_FRAME_SAMPLES];
     uint8_t page[PP_DOWNLINK_MAX_PAGE];
 } job;
 
@@ -145,7 +145,7 @@ static int job_prefill(engine *e, job *j) {
         if (pp_downlink_header(j->down, i, j->page, sizeof j->page, &len, err) == PP_OK)
             job_send(e, j, MSG_AUDIO, j->page, len);
     }
-    j->t_ready = conn_now_ns();
+    j->t_ready = pp_now_ns();
     j->t_expect = j->t_ready;
     pacing_start(&j->pace, j->t_ready);
     j->state = JOB_RUN;
@@ -157,9 +157,9 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
-static double frame_energy(const float pcm[PP_AUDIO_FRAME]) {
+static double frame_energy(const float pcm[PP_FRAME_SAMPLES]) {
     double e = 0;
-    for (int i = 0; i < PP_AUDIO_FRAME; i++) e += (double)pcm[i] * pcm[i];
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) e += (double)pcm[i] * pcm[i];
     return e;
 }
 
@@ -167,10 +167,10 @@ static double frame_energy(const float pcm[PP_AUDIO_FRAME]) {
  * silence) and adds j to the tick. */
 static void job_encode_frame(engine *e, job *j, int from_client) {
     char err[PP_ERR_LEN];
-    int64_t t0 = conn_now_ns();
+    int64_t t0 = pp_now_ns();
     if (from_client && j->aec) {
         double before = frame_energy(j->pcm_in);
-        if (pp_aec_near(j->aec, j->pcm_in, PP_AUDIO_FRAME, err)) {
+        if (pp_aec_near(j->aec, j->pcm_in, PP_FRAME_SAMPLES, err)) {
             job_fail(e, j, CLOSE_INTERNAL, "echo cancellation failed", err);
             return;
         }
@@ -180,8 +180,8 @@ static void job_encode_frame(engine *e, job *j, int from_client) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
         return;
     }
-    j->encode_ms = ms_between(t0, conn_now_ns());
-    j->t_expect = j->t_frame + FRAME_NS;
+    j->encode_ms = ms_between(t0, pp_now_ns());
+    j->t_expect = j->t_frame + PP_FRAME_NS;
     e->tick_sessions[e->n_tick] = j->session;
     e->tick_jobs[e->n_tick++] = j;
 }
@@ -189,7 +189,7 @@ static void job_encode_frame(engine *e, job *j, int from_client) {
 /* No uplink frame waits: a frame of silence once the client has been quiet for a while, or the
  * end of the conversation past the idle timeout (pacing.h). Returns 1 when it did work. */
 static int job_quiet(engine *e, job *j) {
-    int64_t now = conn_now_ns();
+    int64_t now = pp_now_ns();
     char why[96];
     switch (pacing_check(&j->pace, now, conn_last_input_ns(j->c), e->cfg.idle_timeout)) {
     case PACING_WAIT: return 0;
@@ -208,7 +208,7 @@ static int job_quiet(engine *e, job *j) {
 /* Takes j's next uplink frame (or silence) into the tick. Returns 1 when it did work. */
 static int job_encode(engine *e, job *j) {
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
-    pacing_frame(&j->pace, conn_now_ns());
+    pacing_frame(&j->pace, pp_now_ns());
     job_encode_frame(e, j, 1);
     return 1;
 }
@@ -216,12 +216,12 @@ static int job_encode(engine *e, job *j) {
 /* Stage 3 of a frame: decode, Opus page, text piece, metrics. */
 static void job_output(engine *e, job *j, double lm_ms) {
     char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
-    int64_t t0 = conn_now_ns();
+    int64_t t0 = pp_now_ns();
     size_t len = 0;
     int rc = pp_session_decode(j->session, j->pcm_out, piece, err);
-    double decode_ms = ms_between(t0, conn_now_ns());
+    double decode_ms = ms_between(t0, pp_now_ns());
     if (!rc) rc = pp_downlink_encode(j->down, j->pcm_out, j->page, sizeof j->page, &len, err);
-    if (!rc && j->aec) rc = pp_aec_far(j->aec, j->pcm_out, PP_AUDIO_FRAME, err); /* what will come back */
+    if (!rc && j->aec) rc = pp_aec_far(j->aec, j->pcm_out, PP_FRAME_SAMPLES, err); /* what will come back */
     if (rc) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
         return;
@@ -230,8 +230,8 @@ static void job_output(engine *e, job *j, double lm_ms) {
     if (piece[0]) job_send(e, j, MSG_TEXT, piece, strlen(piece));
     job_send(e, j, MSG_AUDIO, j->page, len);
     /* Audio that arrived during the prompts waited for them; time it from the handshake. */
-    int64_t done = conn_now_ns(), start = j->t_frame > j->t_ready ? j->t_frame : j->t_ready;
-    int late = done - start > FRAME_NS;
+    int64_t done = pp_now_ns(), start = j->t_frame > j->t_ready ? j->t_frame : j->t_ready;
+    int late = done - start > PP_FRAME_NS;
     double ms[METRICS_STAGES] = {j->encode_ms, lm_ms, decode_ms, ms_between(start, done)};
     metrics_frame(e->cfg.metrics, ms, late);
     metrics_conv_frame(e->cfg.metrics, j->conv, ms[METRICS_FRAME]);
@@ -245,9 +245,9 @@ static void run_tick(engine *e) {
     e->n_tick = 0;
     if (n == 0) return;
     char err[PP_ERR_LEN];
-    int64_t t0 = conn_now_ns();
+    int64_t t0 = pp_now_ns();
     int rc = pp_session_batch_step(e->batch, e->tick_sessions, n, err);
-    double lm_ms = ms_between(t0, conn_now_ns());
+    double lm_ms = ms_between(t0, pp_now_ns());
     metrics_tick(e->cfg.metrics, lm_ms, n);
     for (int i = 0; i < n; i++) {
         if (rc) job_fail(e, e->tick_jobs[i], CLOSE_INTERNAL, "frame failed", err);
@@ -276,7 +276,7 @@ static int64_t background_deadline(const engine *e, int64_t now) {
     for (const job *j = e->jobs; j; j = j->next) {
         if (j->state != JOB_RUN) continue;
         int64_t t = j->t_expect;
-        if (t < now - FRAME_NS / 4) t += ((now - t) / FRAME_NS + 1) * FRAME_NS;
+        if (t < now - PP_FRAME_NS / 4) t += ((now - t) / PP_FRAME_NS + 1) * PP_FRAME_NS;
         if (t < due) due = t;
     }
     return due;
@@ -288,7 +288,7 @@ static int64_t background_deadline(const engine *e, int64_t now) {
  * when work remains that did not fit. */
 static int run_background(engine *e, int *deferred) {
     int worked = 0;
-    int64_t now = conn_now_ns(), deadline = background_deadline(e, now);
+    int64_t now = pp_now_ns(), deadline = background_deadline(e, now);
     for (job *j = e->jobs; j; j = j->next) {
         int kind;
         while (!conn_is_gone(j->c) && (kind = job_unit(j)) >= 0) {
@@ -302,7 +302,7 @@ static int run_background(engine *e, int *deferred) {
                 metrics_join_wait(e->cfg.metrics, ms_between(j->t_open, now));
             }
             int did = kind == UNIT_START ? (job_start(e, j), 1) : job_prefill(e, j);
-            int64_t after = conn_now_ns();
+            int64_t after = pp_now_ns();
             if (!did) break; /* waiting for another join's prompt */
             unit_measured(e, (unit_kind)kind, after - now);
             metrics_join_work(e->cfg.metrics, ms_between(now, after));
@@ -316,7 +316,7 @@ static int run_background(engine *e, int *deferred) {
             return worked;
         }
         memory_trim();
-        unit_measured(e, UNIT_TRIM, conn_now_ns() - now);
+        unit_measured(e, UNIT_TRIM, pp_now_ns() - now);
         e->t_trim = 0;
         worked = 1;
     }
@@ -328,7 +328,7 @@ static void job_free(engine *e, job *j) {
     PP_INFO("engine",
             "session %llu ended: %.1f s, %llu frames (%llu silent), %llu late, %llu bytes out, %llu dropped, "
             "%llu uplink packets (%llu concealed), %d bad pages",
-            (unsigned long long)conn_id(j->c), ms_between(j->t_open, conn_now_ns()) / 1000.0,
+            (unsigned long long)conn_id(j->c), ms_between(j->t_open, pp_now_ns()) / 1000.0,
             (unsigned long long)j->frames, (unsigned long long)j->pace.silent_frames, (unsigned long long)j->late,
             (unsigned long long)j->bytes_out,
             (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
@@ -341,13 +341,13 @@ static void job_free(engine *e, job *j) {
     metrics_session_ended(e->cfg.metrics);
     free(j);
     /* What the conversation held goes back to the system once the server has been quiet. */
-    if (e->cfg.trim_after_ms >= 0) e->t_trim = conn_now_ns() + (int64_t)e->cfg.trim_after_ms * 1000000;
+    if (e->cfg.trim_after_ms >= 0) e->t_trim = pp_now_ns() + (int64_t)e->cfg.trim_after_ms * 1000000;
 }
 
 /* Sleeps until a wake, at most POLL_NS when timed (conversations run, or work waits for
  * slack) and no later than a pending heap trim. Called with the lock held. */
 static void engine_sleep(engine *e, int timed) {
-    int64_t until = timed ? conn_now_ns() + POLL_NS : INT64_MAX;
+    int64_t until = timed ? pp_now_ns() + POLL_NS : INT64_MAX;
     if (e->t_trim && e->t_trim < until) until = e->t_trim;
     if (until == INT64_MAX) {
         pthread_cond_wait(&e->cond, &e->lock);
@@ -454,7 +454,7 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     if (!j) return pp_fail(err, PP_ENOMEM, "out of memory for a new conversation");
     j->c = c;
     j->params = *params;
-    j->t_open = conn_now_ns();
+    j->t_open = pp_now_ns();
     j->conv = metrics_conv_open(e->cfg.metrics, conn_id(c));
     pthread_mutex_lock(&e->lock);
     if (e->count - e->departed >= e->cfg.max_sessions) {

@@ -1,6 +1,7 @@
 /* lifecycle: the signal thread, the drain state machine and the watchdog timer. */
 #include "server/lifecycle.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "server/conn.h"
 #include "server/notify.h"
@@ -93,12 +94,12 @@ int lifecycle_poll(server *s) {
         snprintf(status, sizeof status, "draining %d conversation%s", open, open == 1 ? "" : "s");
         notify_stopping(status);
         PP_INFO("server", "%s (at most %d s)", status, s->opt->drain_seconds);
-        g_deadline_ns = conn_now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
+        g_deadline_ns = pp_now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
         lws_sul_schedule(g_ctx, 0, &g_deadline_sul, deadline_cb, (lws_usec_t)s->opt->drain_seconds * 1000000);
     }
     if (!g_draining) return 0;
     if (!s->live) return 1;
-    if (conn_now_ns() >= g_deadline_ns) {
+    if (pp_now_ns() >= g_deadline_ns) {
         PP_WARN("server", "drain timed out after %d s; closing the remaining conversations", s->opt->drain_seconds);
         return 1;
     }

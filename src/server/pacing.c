@@ -17,11 +17,11 @@ pacing_action pacing_check(pacing *p, int64_t now, int64_t last_input, int idle_
      * have run for a while before the client could be expected to talk. */
     int64_t heard = last_input > p->start_ns ? last_input : p->start_ns;
     if (idle_timeout_s > 0 && now - heard >= (int64_t)idle_timeout_s * 1000000000) return PACING_IDLE;
-    int64_t due = p->last_frame_ns + (p->silent ? PACING_FRAME_NS : PACING_GRACE_NS);
+    int64_t due = p->last_frame_ns + (p->silent ? PP_FRAME_NS : PACING_GRACE_NS);
     if (now < due) return PACING_WAIT;
     /* On the 80 ms grid while the engine keeps up; a late engine restarts the grid rather than
      * catching up with a burst. */
-    p->last_frame_ns = now - due > PACING_FRAME_NS ? now : due;
+    p->last_frame_ns = now - due > PP_FRAME_NS ? now : due;
     p->silent = 1;
     p->silent_frames++;
     return PACING_SILENCE;

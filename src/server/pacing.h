@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 
-#define PACING_FRAME_NS 80000000LL  /* one model frame: 1920 samples at 24 kHz */
+#include "base/frame.h"
+
 #define PACING_GRACE_NS 1000000000LL /* input silent this long: the model starts hearing silence */
 
 typedef struct pacing {

@@ -10,6 +10,7 @@
  * the lws timeout. */
 #include "server/server.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "server/conn.h"
 #include "server/lifecycle.h"
@@ -86,7 +87,7 @@ static void defaults_from_options(const server_options *o, pp_session_params *p)
     if (o->seed >= 0) {
         p->text_seed = p->audio_seed = (uint64_t)o->seed;
     } else {
-        uint64_t r = (uint64_t)conn_now_ns() * 0x9e3779b97f4a7c15ull;
+        uint64_t r = (uint64_t)pp_now_ns() * 0x9e3779b97f4a7c15ull;
         p->text_seed = r;
         p->audio_seed = r ^ 0xd1b54a32d192ed03ull;
     }

@@ -1,6 +1,7 @@
 /* ws_input: the client-message dispatch of a chat socket (see ws_input.h). */
 #include "server/ws_input.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 
@@ -11,7 +12,7 @@ void ws_input_init(ws_input *in, conn *c, metrics *m) {
     memset(in, 0, sizeof *in);
     in->c = c;
     in->metrics = m;
-    in->t_open = conn_now_ns();
+    in->t_open = pp_now_ns();
 }
 
 int ws_input_reject(ws_input *in, int close_code, const char *what) {
@@ -31,8 +32,8 @@ int ws_input_reject(ws_input *in, int close_code, const char *what) {
 
 /* True when the client has sent more than WS_INPUT_MAX_AHEAD_S of audio beyond real time. */
 static int too_fast(const ws_input *in) {
-    double sent = (double)conn_uplink_stats(in->c).samples / PP_AUDIO_RATE;
-    double elapsed = (double)(conn_now_ns() - in->t_open) / 1e9;
+    double sent = (double)conn_uplink_stats(in->c).samples / PP_SAMPLE_RATE;
+    double elapsed = (double)(pp_now_ns() - in->t_open) / 1e9;
     return sent - elapsed > WS_INPUT_MAX_AHEAD_S;
 }
 

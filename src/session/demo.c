@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/frame.h"
 #include "base/log.h"
 #include "io/safetensors.h"
 #include "io/voice.h"
@@ -43,6 +44,8 @@ static const char g_lm_config[] =
     " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n";
 
 /* The sizes of tests/data/golden/mimi-synth with the released codec's 250-frame context. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 static const char g_mimi_config[] =
     "{\"seanet\": {\"channels\": 1, \"dimension\": 32, \"causal\": true, \"n_filters\": 4,\n"
     "  \"n_residual_layers\": 1, \"activation\": \"ELU\", \"compress\": 2, \"dilation_base\": 2,\n"
@@ -55,7 +58,7 @@ static const char g_mimi_config[] =
     "  \"layer_scale\": 0.01, \"context\": 250, \"conv_layout\": true, \"max_period\": 10000,\n"
     "  \"gating\": \"none\", \"norm\": \"layer_norm\", \"positional_embedding\": \"rope\",\n"
     "  \"dim_feedforward\": 64, \"input_dimension\": 32, \"output_dimensions\": [32]},\n"
-    " \"num_codebooks\": 8, \"sample_rate\": 24000, \"frame_rate\": 12.5, \"frame_size\": 1920}\n";
+    " \"num_codebooks\": 8, \"sample_rate\": " STR(PP_SAMPLE_RATE) ", \"frame_size\": " STR(PP_FRAME_SAMPLES) "}\n";
 
 /* ---- tensor lists ----------------------------------------------------------------------------- */
 
@@ -246,12 +249,12 @@ static int measure_rms(const char *mimi_path, float *rms, char *err) {
     double sum = 0;
     int count = 0;
     uint64_t state = 7;
-    float pcm[1920];
+    float pcm[PP_FRAME_SAMPLES];
     for (int f = 0; f < 12 && !rc; f++) {
         int32_t codes[PP_LM_AUDIO_CODEBOOKS];
         for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) codes[k] = (int32_t)(splitmix(&state) % 2048);
         rc = mimi_decode_frame(s, codes, pcm, err);
-        for (int i = 0; f >= 4 && !rc && i < 1920; i++, count++) sum += (double)pcm[i] * pcm[i];
+        for (int i = 0; f >= 4 && !rc && i < PP_FRAME_SAMPLES; i++, count++) sum += (double)pcm[i] * pcm[i];
     }
     mimi_state_destroy(s);
     mimi_close(m);

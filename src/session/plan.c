@@ -1,6 +1,7 @@
 /* plan: see plan.h. */
 #include "session/plan.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "model/admission.h"
 #include "session/model_internal.h"
@@ -13,27 +14,21 @@
 #define CALIB_TICKS 3                /* timed ticks per batch size */
 #define SESSION_SCRATCH (4u << 20)   /* a conversation's own one-row LM scratch and bookkeeping */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
 /* Mean wall time of a Mimi encode + decode of one frame; *bytes gets the codec state's size. */
 static int time_codec(const pp_model *m, double *ms, size_t *bytes, char *err) {
     mimi_state *st = NULL;
     int rc = mimi_state_create(pp_model_mimi(m), &st, err);
     if (rc) return rc;
     *bytes = mimi_state_bytes(st);
-    static float pcm[PP_SESSION_FRAME]; /* silence: the codec's cost does not depend on the signal */
+    static float pcm[PP_FRAME_SAMPLES]; /* silence: the codec's cost does not depend on the signal */
     int32_t codes[PP_LM_AUDIO_CODEBOOKS];
     double t0 = 0;
     for (int i = 0; !rc && i <= CODEC_FRAMES; i++) {
-        if (i == 1) t0 = now_ms();
+        if (i == 1) t0 = pp_now_ms();
         rc = mimi_encode_frame(st, pcm, codes, NULL, err);
         if (!rc) rc = mimi_decode_frame(st, codes, pcm, err);
     }
-    *ms = (now_ms() - t0) / CODEC_FRAMES;
+    *ms = (pp_now_ms() - t0) / CODEC_FRAMES;
     mimi_state_destroy(st);
     return rc;
 }

@@ -8,6 +8,7 @@
  * the model's prefill scratch, which sessions share under a lock (one pass at a time). */
 #include "session/session.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "io/voice.h"
@@ -113,9 +114,9 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     int rc = pp_lm_open(be, paths->weights, access(config, R_OK) == 0 ? config : NULL, &m->lm, err);
     if (!rc) rc = mimi_open(be, paths->mimi, NULL, &m->mimi, err);
     if (!rc) rc = pp_spm_load_file(&m->spm, paths->tokenizer, err);
-    if (!rc && mimi_get_config(m->mimi)->frame_size != PP_SESSION_FRAME)
+    if (!rc && mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
-                     mimi_get_config(m->mimi)->frame_size, PP_SESSION_FRAME);
+                     mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
     if (!rc && pp_spm_vocab_size(m->spm) > pp_lm_get_config(m->lm)->text_card)
         rc = pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
                      pp_spm_vocab_size(m->spm), pp_lm_get_config(m->lm)->text_card);
@@ -296,7 +297,7 @@ int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE
     s->stage = STAGE_IDLE;
     const pp_lmgen_out *out = &s->out;
     if (!out->ready) {
-        memset(pcm_out, 0, PP_SESSION_FRAME * sizeof *pcm_out);
+        memset(pcm_out, 0, PP_FRAME_SAMPLES * sizeof *pcm_out);
         return PP_OK;
     }
     int rc = mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
@@ -315,26 +316,20 @@ static int check_encoded(const pp_session *s, int i, char *err) {
     return PP_OK;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 int pp_session_step(pp_session *s, const float *pcm_in, float *pcm_out, char piece[PP_SESSION_PIECE_MAX],
                     pp_step_times *times, char *err) {
     piece[0] = '\0';
-    double t0 = now_ms();
+    double t0 = pp_now_ms();
     int rc = pp_session_encode(s, pcm_in, err);
-    double t1 = now_ms();
+    double t1 = pp_now_ms();
     /* The LM stage of a one-session batch: pp_lmgen_step is the one-row tick. */
     if (!rc) rc = check_encoded(s, 0, err);
     if (!rc) rc = pp_lmgen_step(s->gen, s->user, &s->out, err);
     if (!rc) s->stage = STAGE_STEPPED;
-    double t2 = now_ms();
+    double t2 = pp_now_ms();
     if (!rc) rc = pp_session_decode(s, pcm_out, piece, err);
     if (rc) return rc;
-    if (times) *times = (pp_step_times){t1 - t0, t2 - t1, now_ms() - t2};
+    if (times) *times = (pp_step_times){t1 - t0, t2 - t1, pp_now_ms() - t2};
     return PP_OK;
 }
 

@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "base/frame.h"
 #include "session/params.h"
 
-#define PP_SESSION_FRAME 1920   /* samples per 80 ms frame at 24 kHz */
 #define PP_SESSION_PIECE_MAX 64 /* bytes of one text piece, NUL included */
 #define PP_SESSION_PREFILL_ROWS 32 /* prompt frames per pp_session_prefill call (one LM pass) */
 

@@ -17,7 +17,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CAP (4 * PP_AUDIO_FRAME)
+#define CAP (4 * PP_FRAME_SAMPLES)
 
 static const uint8_t g_head[19] = {'O', 'p', 'u', 's', 'H', 'e', 'a', 'd', 1, 1, 0x00, 0x0f, 0xc0, 0x5d, 0, 0, 0, 0, 0};
 
@@ -31,9 +31,9 @@ static int push_packet(pp_uplink *u, pp_ogg_writer *w, const uint8_t *pkt, size_
 }
 
 static void drain(pp_uplink *u) {
-    static float frame[PP_AUDIO_FRAME];
+    static float frame[PP_FRAME_SAMPLES];
     while (pp_uplink_frame(u, frame))
-        for (int i = 0; i < PP_AUDIO_FRAME; i++)
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++)
             if (!isfinite(frame[i])) abort();
 }
 

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (conn_create(1, &c, err)) abort();
     ws_input in;
     ws_input_init(&in, c, m);
-    static float pcm[PP_AUDIO_FRAME];
+    static float pcm[PP_FRAME_SAMPLES];
     for (size_t at = 0; at + 3 <= size;) {
         int flags = data[at];
         size_t len = (size_t)data[at + 1] | (size_t)data[at + 2] << 8;
@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int64_t ready;
         if (todo & WS_INPUT_WAKE)
             while (conn_take_frame(c, pcm, &ready))
-                for (int i = 0; i < PP_AUDIO_FRAME; i++)
+                for (int i = 0; i < PP_FRAME_SAMPLES; i++)
                     if (!isfinite(pcm[i])) abort();
     }
     conn_destroy(c);
