@@ -186,6 +186,30 @@ static int same_tensors(const st_file *src, const st_file *f, const variant *v) 
     return kept == st_count(f);
 }
 
+typedef struct dep_load {
+    pp_backend *be;
+    const st_file *f;
+    pp_tf *tf;
+    char *err;
+} dep_load;
+
+static int load_dep_tensor(void *ctx, const pp_lm_tensor *t) {
+    dep_load *d = ctx;
+    if (!t->depformer || !pp_lm_part_in_layer(t->part)) return 0;
+    return pp_tf_load_tensor(d->be, d->f, d->tf, t, d->err);
+}
+
+/* The depformer stack of f alone, loaded as the LM loads it: its catalogue entries. */
+static int load_depformer(pp_backend *be, const st_file *f, const pp_tf_shape *sh, pp_tf *tf, char *err) {
+    pp_lm_config c = {.dep_dim = sh->dim, .dep_num_layers = sh->num_layers, .dep_q = sh->n_steps,
+                      .dep_ffn_hidden = sh->hidden};
+    dep_load d = {.be = be, .f = f, .tf = tf, .err = err};
+    int rc = pp_tf_init(sh, tf, err);
+    if (!rc) rc = pp_lm_catalog(&c, load_dep_tensor, &d);
+    if (!rc) pp_tf_link(tf);
+    return rc;
+}
+
 /* The depformer of the per-step file computes with the same projections as the source's row
  * views of its stacked tensors: every step's qkv and out weights decode equal. */
 static int same_steps(const st_file *src, const char *path) {
@@ -194,9 +218,9 @@ static int same_steps(const st_file *src, const char *path) {
     char err[PP_ERR_LEN] = "";
     pp_tf a = {0}, b = {0};
     pp_tf_shape sh = {.prefix = "depformer", .dim = 256, .num_heads = 2, .hidden = 512, .num_layers = 1,
-                      .n_steps = DEP_STEPS, .eps = 1e-8f, .cfg_keys = "test"};
-    int ok = !pp_backend_cpu_create(1, &be, err) && !st_open(path, &f, err) && !pp_tf_load(be, src, &sh, &a, err) &&
-             !pp_tf_load(be, f, &sh, &b, err) && !a.layers[0].step_proj && b.layers[0].step_proj;
+                      .n_steps = DEP_STEPS, .eps = 1e-8f};
+    int ok = !pp_backend_cpu_create(1, &be, err) && !st_open(path, &f, err) && !load_depformer(be, src, &sh, &a, err) &&
+             !load_depformer(be, f, &sh, &b, err) && !a.layers[0].step_proj && b.layers[0].step_proj;
     static float x[768 * 256], y[768 * 256];
     for (int st = 0; ok && st < DEP_STEPS; st++) {
         const pp_tf_step *p = &a.layers[0].steps[st], *q = &b.layers[0].steps[st];

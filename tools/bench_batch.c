@@ -17,6 +17,7 @@
 #include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "model/admission.h"
+#include "model/lm_catalog.h"
 #include "model/lmgen.h"
 
 #include <math.h>
@@ -96,16 +97,14 @@ static float uniform(uint64_t *s) { /* xorshift64: uniform in [-1, 1) */
 
 /* Weights uniform with variance 1/cols (activations keep their scale through the layers),
  * norms 1, embeddings of unit variance. */
-static void synth_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
+static int synth_tensor(void *ctx, const pp_lm_tensor *t) {
     synth *s = ctx;
-    if (s->rc) return;
-    if (!s->writing) {
-        s->rc = st_writer_declare(s->w, name, ST_BF16, ndim, shape, s->err);
-        return;
-    }
+    int64_t shape[3];
+    int ndim = pp_lm_tensor_shape(t, shape);
+    if (!s->writing) return s->rc = st_writer_declare(s->w, t->name, ST_BF16, ndim, shape, s->err);
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= shape[i];
-    int is_norm = strstr(name, "alpha") != NULL, is_emb = strstr(name, "emb") != NULL;
+    int is_norm = ndim == 3, is_emb = pp_lm_part_is_embedding(t->part);
     float amp = is_emb ? 1.7320508f : 1.7320508f / sqrtf((float)shape[ndim - 1]);
     uint16_t buf[4096];
     for (int64_t o = 0; o < numel && !s->rc; o += 4096) {
@@ -113,6 +112,7 @@ static void synth_tensor(void *ctx, const char *name, int ndim, const int64_t *s
         for (int k = 0; k < n; k++) buf[k] = pp_f32_to_bf16(is_norm ? 1.0f : amp * uniform(&s->rng));
         s->rc = st_writer_write(s->w, buf, (size_t)n * sizeof *buf, s->err);
     }
+    return s->rc;
 }
 
 static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, char *cpath, char *err) {
@@ -133,10 +133,10 @@ static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, ch
     synth s = {.err = err, .rng = 0x9e3779b97f4a7c15ull};
     if (!rc) rc = st_writer_create(dense, &s.w, err);
     if (rc) return rc;
-    pp_lm_tensors(&c, synth_tensor, &s);
+    pp_lm_catalog(&c, synth_tensor, &s);
     if (!s.rc) s.rc = st_writer_begin(s.w, err);
     s.writing = 1;
-    pp_lm_tensors(&c, synth_tensor, &s);
+    if (!s.rc) pp_lm_catalog(&c, synth_tensor, &s);
     if (s.rc) {
         st_writer_abort(s.w);
         return s.rc;

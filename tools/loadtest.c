@@ -75,7 +75,7 @@ static int encode_uplink(const char *wav_path, int frames, wc_msg head[2], wc_ms
     pp_downlink *d = NULL;
     int rc = pp_wav_read(wav_path, PP_WAV_MIX, &w, err);
     if (rc) return rc;
-    if (w.rate != PP_AUDIO_RATE || w.frames < 1) {
+    if (w.rate != PP_SAMPLE_RATE || w.frames < 1) {
         pp_wav_free(&w);
         return pp_fail(err, PP_EINVAL, "%s: %d Hz; the uplink needs 24000 Hz audio", wav_path, w.rate);
     }
@@ -86,10 +86,10 @@ static int encode_uplink(const char *wav_path, int frames, wc_msg head[2], wc_ms
         rc = pp_downlink_header(d, i, page, sizeof page, &len, err);
         if (!rc && add_msg(&head[i], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
     }
-    float pcm[PP_AUDIO_FRAME];
+    float pcm[PP_FRAME_SAMPLES];
     int64_t at = 0;
     for (int f = 0; !rc && f < frames; f++) {
-        for (int i = 0; i < PP_AUDIO_FRAME; i++, at = (at + 1) % w.frames) pcm[i] = w.pcm[at];
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++, at = (at + 1) % w.frames) pcm[i] = w.pcm[at];
         rc = pp_downlink_encode(d, pcm, page, sizeof page, &len, err);
         if (!rc && add_msg(&audio[f], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
     }
@@ -305,7 +305,7 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
         int sent = from < to ? conns[from].n_audio : 0;
         /* The server drops the uplink's pre-skip (3840 at 48 kHz: one 1920-sample frame at
          * 24 kHz), so one frame fewer comes back than went in. */
-        int expect = sent - PP_DOWNLINK_PRESKIP / 2 / PP_AUDIO_FRAME;
+        int expect = sent - PP_DOWNLINK_PRESKIP / 2 / PP_FRAME_SAMPLES;
         for (int i = from; i < to; i++) {
             wc_conn *c = &conns[i];
             lt_result *r = &res[i];

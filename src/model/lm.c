@@ -10,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Config keys that set each tensor's shape, quoted in shape-mismatch messages. */
-#define KEYS_TEMPORAL "dim, num_heads, num_layers, hidden_scale"
-#define KEYS_DEPFORMER "depformer_dim, depformer_num_heads, depformer_num_layers, depformer_dim_feedforward, dep_q"
 
 struct pp_lm {
     pp_backend *be;
@@ -96,7 +93,7 @@ static pp_tf_shape temporal_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
         .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
         .num_layers = c->num_layers, .n_steps = 1, .rope = 1, .max_period = (float)c->max_period,
-        .eps = c->norm_eps, .cfg_keys = KEYS_TEMPORAL,
+        .eps = c->norm_eps,
     };
 }
 
@@ -104,105 +101,55 @@ static pp_tf_shape depformer_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
         .prefix = "depformer", .dim = c->dep_dim, .num_heads = c->dep_num_heads, .hidden = c->dep_ffn_hidden,
         .num_layers = c->dep_num_layers, .n_steps = c->dep_q, .rope = 0, .max_period = 0, .eps = c->norm_eps,
-        .cfg_keys = KEYS_DEPFORMER,
     };
+}
+
+typedef struct loader {
+    pp_lm *lm;
+    char *err;
+} loader;
+
+/* Where a catalogued matrix outside the transformer layers goes. */
+static pp_weight *weight_slot(pp_lm *lm, const pp_lm_tensor *t) {
+    switch (t->part) {
+    case PP_LM_EMB: return &lm->emb[t->index];
+    case PP_LM_TEXT_EMB: return &lm->text_emb;
+    case PP_LM_TEXT_LINEAR: return &lm->text_linear;
+    case PP_LM_DEP_IN: return &lm->dep_in[t->index];
+    case PP_LM_LINEAR: return &lm->linears[t->index];
+    case PP_LM_DEP_EMB: return &lm->dep_emb[t->index];
+    case PP_LM_DEP_TEXT_EMB: return &lm->dep_text_emb;
+    default: return NULL;
+    }
+}
+
+static int load_tensor(void *ctx, const pp_lm_tensor *t) {
+    loader *L = ctx;
+    pp_lm *lm = L->lm;
+    if (pp_lm_part_in_layer(t->part))
+        return pp_tf_load_tensor(lm->be, lm->file, t->depformer ? &lm->depformer : &lm->temporal, t, L->err);
+    if (t->part == PP_LM_OUT_NORM)
+        return pp_tf_load_alpha(lm->be, lm->file, t->name, (int)t->cols, t->cfg_keys, &lm->out_norm, L->err);
+    return pp_tf_load_weight(lm->be, lm->file, t->name, t->rows, t->cols, t->cfg_keys, weight_slot(lm, t), L->err);
 }
 
 static int load_weights(pp_lm *lm, char *err) {
     const pp_lm_config *c = &lm->cfg;
-    pp_backend *be = lm->be;
-    const st_file *f = lm->file;
-    char name[128];
-    int rc;
-    for (int i = 0; i < c->n_q; i++) {
-        snprintf(name, sizeof name, "emb.%d.weight", i);
-        if ((rc = pp_tf_load_weight(be, f, name, c->card + 1, c->dim, "card, dim", &lm->emb[i], err))) return rc;
-    }
-    if ((rc = pp_tf_load_weight(be, f, "text_emb.weight", c->text_card + 1, c->dim, "text_card, dim", &lm->text_emb,
-                                err)))
-        return rc;
-    if ((rc = pp_tf_load_weight(be, f, "text_linear.weight", c->text_card, c->dim,
-                                "text_card, existing_text_padding_id, dim", &lm->text_linear, err)))
-        return rc;
-    if ((rc = pp_tf_load_alpha(be, f, "out_norm.alpha", c->dim, "dim", &lm->out_norm, err))) return rc;
     pp_tf_shape ts = temporal_shape(c), ds = depformer_shape(c);
-    if ((rc = pp_tf_load(be, f, &ts, &lm->temporal, err))) return rc;
-    if ((rc = pp_tf_load(be, f, &ds, &lm->depformer, err))) return rc;
-    for (int k = 0; k < c->dep_q; k++) {
-        snprintf(name, sizeof name, "depformer_in.%d.weight", k);
-        if ((rc = pp_tf_load_weight(be, f, name, c->dep_dim, c->dim, "depformer_dim, dim", &lm->dep_in[k], err)))
-            return rc;
-        snprintf(name, sizeof name, "linears.%d.weight", k);
-        if ((rc = pp_tf_load_weight(be, f, name, c->card, c->dep_dim, "card, depformer_dim", &lm->linears[k], err)))
-            return rc;
-        if (k == 0) continue;
-        snprintf(name, sizeof name, "depformer_emb.%d.weight", k - 1);
-        if ((rc = pp_tf_load_weight(be, f, name, c->card + 1, c->dep_dim, "card, depformer_dim", &lm->dep_emb[k - 1],
-                                    err)))
-            return rc;
-    }
-    if ((rc = pp_tf_load_weight(be, f, "depformer_text_emb.weight", c->text_card + 1, c->dep_dim,
-                                "text_card, depformer_dim", &lm->dep_text_emb, err)))
+    loader L = {.lm = lm, .err = err};
+    int rc;
+    if ((rc = pp_tf_init(&ts, &lm->temporal, err)) || (rc = pp_tf_init(&ds, &lm->depformer, err)) ||
+        (rc = pp_lm_catalog(c, load_tensor, &L)))
         return rc;
+    pp_tf_link(&lm->temporal);
+    pp_tf_link(&lm->depformer);
+    char name[128];
     snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
     if ((rc = refuse_extra(lm, name, "num_layers", c->num_layers, err))) return rc;
     snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", c->dep_num_layers);
     if ((rc = refuse_extra(lm, name, "depformer_num_layers", c->dep_num_layers, err))) return rc;
     snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
     return refuse_extra(lm, name, "dep_q", c->dep_q, err);
-}
-
-static void tensor2(void (*fn)(void *, const char *, int, const int64_t *), void *ctx, const char *name,
-                    int64_t rows, int64_t cols) {
-    int64_t shape[2] = {rows, cols};
-    fn(ctx, name, 2, shape);
-}
-
-static void alpha(void (*fn)(void *, const char *, int, const int64_t *), void *ctx, const char *prefix, int l,
-                  int which, int64_t d) {
-    char name[128];
-    int64_t shape[3] = {1, 1, d};
-    snprintf(name, sizeof name, "%s.layers.%d.norm%d.alpha", prefix, l, which);
-    fn(ctx, name, 3, shape);
-}
-
-void pp_lm_tensors(const pp_lm_config *c, void (*fn)(void *ctx, const char *name, int ndim, const int64_t *shape),
-                   void *ctx) {
-    char n[128];
-    int64_t d = c->dim, dd = c->dep_dim, q = c->dep_q;
-    for (int i = 0; i < c->n_q; i++) snprintf(n, sizeof n, "emb.%d.weight", i), tensor2(fn, ctx, n, c->card + 1, d);
-    tensor2(fn, ctx, "text_emb.weight", c->text_card + 1, d);
-    tensor2(fn, ctx, "text_linear.weight", c->text_card, d);
-    int64_t od[3] = {1, 1, d};
-    fn(ctx, "out_norm.alpha", 3, od);
-    for (int l = 0; l < c->num_layers; l++) {
-        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.in_proj_weight", l), tensor2(fn, ctx, n, 3 * d, d);
-        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.out_proj.weight", l), tensor2(fn, ctx, n, d, d);
-        alpha(fn, ctx, "transformer", l, 1, d);
-        alpha(fn, ctx, "transformer", l, 2, d);
-        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_in.weight", l);
-        tensor2(fn, ctx, n, 2 * (int64_t)c->ffn_hidden, d);
-        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_out.weight", l);
-        tensor2(fn, ctx, n, d, c->ffn_hidden);
-    }
-    for (int l = 0; l < c->dep_num_layers; l++) {
-        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.in_proj_weight", l), tensor2(fn, ctx, n, q * 3 * dd, dd);
-        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.out_proj.weight", l), tensor2(fn, ctx, n, q * dd, dd);
-        alpha(fn, ctx, "depformer", l, 1, dd);
-        alpha(fn, ctx, "depformer", l, 2, dd);
-        for (int s = 0; s < q; s++) {
-            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_in.weight", l, s);
-            tensor2(fn, ctx, n, 2 * (int64_t)c->dep_ffn_hidden, dd);
-            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_out.weight", l, s);
-            tensor2(fn, ctx, n, dd, c->dep_ffn_hidden);
-        }
-    }
-    for (int k = 0; k < q; k++) {
-        snprintf(n, sizeof n, "depformer_in.%d.weight", k), tensor2(fn, ctx, n, dd, d);
-        snprintf(n, sizeof n, "linears.%d.weight", k), tensor2(fn, ctx, n, c->card, dd);
-        if (k) snprintf(n, sizeof n, "depformer_emb.%d.weight", k - 1), tensor2(fn, ctx, n, c->card + 1, dd);
-    }
-    tensor2(fn, ctx, "depformer_text_emb.weight", c->text_card + 1, dd);
 }
 
 /* The start-up log says per format how many tensors and bytes the model holds. */

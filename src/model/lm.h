@@ -40,11 +40,6 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
 pp_backend *pp_lm_backend(const pp_lm *lm);
 
-/* Calls fn once per tensor of a checkpoint for config c (spec/lm.md §2 names and shapes, the
- * RMSNorm scales as [1, 1, d]): what a synthetic model writer needs. */
-void pp_lm_tensors(const pp_lm_config *c, void (*fn)(void *ctx, const char *name, int ndim, const int64_t *shape),
-                   void *ctx);
-
 /* One conversation's temporal KV rings in format kv. */
 int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *err);
 void pp_lm_ctx_destroy(pp_lm_ctx *c);

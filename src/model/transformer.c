@@ -49,65 +49,80 @@ static void release_weight(pp_backend *be, pp_weight *w) {
     if (w->data) be->ops->weight_release(be, w);
 }
 
-static int load_layer(pp_backend *be, const st_file *f, const pp_tf_shape *s, int l, pp_tf_layer *L, char *err) {
-    char name[256];
-    const char *p = s->prefix;
-    int64_t d = s->dim, hid = s->hidden, n = s->n_steps;
-    int rc;
-    snprintf(name, sizeof name, "%s.layers.%d.norm1.alpha", p, l);
-    if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm1, err))) return rc;
-    snprintf(name, sizeof name, "%s.layers.%d.norm2.alpha", p, l);
-    if ((rc = pp_tf_load_alpha(be, f, name, s->dim, s->cfg_keys, &L->norm2, err))) return rc;
-    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.0.weight", p, l);
-    if (n > 1 && pp_weight_exists(f, name)) { /* moshi.cpp stores each step's projections apart */
-        if (!(L->step_proj = calloc(2 * (size_t)n, sizeof *L->step_proj)))
-            return pp_fail(err, PP_ENOMEM, "%s: out of memory", p);
-        for (int st = 0; st < n; st++) {
-            snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.%d.weight", p, l, st);
-            if ((rc = pp_tf_load_weight(be, f, name, 3 * d, d, s->cfg_keys, &L->step_proj[2 * st], err))) return rc;
-            snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_projs.%d.weight", p, l, st);
-            if ((rc = pp_tf_load_weight(be, f, name, d, d, s->cfg_keys, &L->step_proj[2 * st + 1], err))) return rc;
-        }
-    } else {
-        snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_proj_weight", p, l);
-        if ((rc = pp_tf_load_weight(be, f, name, n * 3 * d, d, s->cfg_keys, &L->in_proj, err))) return rc;
-        snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_proj.weight", p, l);
-        if ((rc = pp_tf_load_weight(be, f, name, n * d, d, s->cfg_keys, &L->out_proj, err))) return rc;
+int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err) {
+    memset(tf, 0, sizeof *tf);
+    tf->shape = *shape;
+    size_t n = (size_t)shape->n_steps;
+    tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
+    int ok = tf->layers != NULL;
+    for (int l = 0; ok && l < shape->num_layers; l++) {
+        pp_tf_layer *L = &tf->layers[l];
+        L->ffn_in = calloc(n, sizeof *L->ffn_in);
+        L->ffn_out = calloc(n, sizeof *L->ffn_out);
+        L->steps = calloc(n, sizeof *L->steps);
+        ok = L->ffn_in && L->ffn_out && L->steps;
     }
-    L->ffn_in = calloc((size_t)n, sizeof *L->ffn_in);
-    L->ffn_out = calloc((size_t)n, sizeof *L->ffn_out);
-    L->steps = calloc((size_t)n, sizeof *L->steps);
-    if (!L->ffn_in || !L->ffn_out || !L->steps) return pp_fail(err, PP_ENOMEM, "%s: out of memory", p);
-    for (int st = 0; st < n; st++) {
-        /* Shared weights are `gating.linear_in`; per-step ones `gating.{s}.linear_in`. */
-        char gate[64];
-        if (n > 1) snprintf(gate, sizeof gate, "gating.%d", st);
-        else snprintf(gate, sizeof gate, "gating");
-        snprintf(name, sizeof name, "%s.layers.%d.%s.linear_in.weight", p, l, gate);
-        if ((rc = pp_tf_load_weight(be, f, name, 2 * hid, d, s->cfg_keys, &L->ffn_in[st], err))) return rc;
-        snprintf(name, sizeof name, "%s.layers.%d.%s.linear_out.weight", p, l, gate);
-        if ((rc = pp_tf_load_weight(be, f, name, d, hid, s->cfg_keys, &L->ffn_out[st], err))) return rc;
-        L->steps[st].qkv = L->step_proj ? L->step_proj[2 * st] : pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d);
-        L->steps[st].out = L->step_proj ? L->step_proj[2 * st + 1] : pp_weight_rows(&L->out_proj, st * d, d);
-        L->steps[st].ffn_in = L->ffn_in[st];
-        L->steps[st].ffn_out = L->ffn_out[st];
+    return ok ? PP_OK : pp_fail(err, PP_ENOMEM, "%s: out of memory", shape->prefix);
+}
+
+/* moshi.cpp stores each depformer step's attention projections apart (`in_projs.{s}`,
+ * `out_projs.{s}`) where the release stacks them: both load, at the catalogue's in_proj. */
+static int load_step_projections(pp_backend *be, const st_file *f, const pp_tf_shape *s, const pp_lm_tensor *t,
+                                 pp_tf_layer *L, char *err) {
+    int l = t->layer;
+    char name[256];
+    int64_t d = s->dim;
+    if (!(L->step_proj = calloc(2 * (size_t)s->n_steps, sizeof *L->step_proj)))
+        return pp_fail(err, PP_ENOMEM, "%s: out of memory", s->prefix);
+    for (int st = 0; st < s->n_steps; st++) {
+        snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.%d.weight", s->prefix, l, st);
+        int rc = pp_tf_load_weight(be, f, name, 3 * d, d, t->cfg_keys, &L->step_proj[2 * st], err);
+        if (rc) return rc;
+        snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_projs.%d.weight", s->prefix, l, st);
+        if ((rc = pp_tf_load_weight(be, f, name, d, d, t->cfg_keys, &L->step_proj[2 * st + 1], err))) return rc;
     }
     return PP_OK;
 }
 
-int pp_tf_load(pp_backend *be, const st_file *f, const pp_tf_shape *shape, pp_tf *tf, char *err) {
-    memset(tf, 0, sizeof *tf);
-    tf->shape = *shape;
-    tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
-    if (!tf->layers) return pp_fail(err, PP_ENOMEM, "%s: out of memory", shape->prefix);
-    for (int l = 0; l < shape->num_layers; l++) {
-        int rc = load_layer(be, f, shape, l, &tf->layers[l], err);
-        if (rc) {
-            pp_tf_free(be, tf);
-            return rc;
+static int has_step_projections(const st_file *f, const pp_tf_shape *s, int l) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.0.weight", s->prefix, l);
+    return s->n_steps > 1 && pp_weight_exists(f, name);
+}
+
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_tensor *t, char *err) {
+    const pp_tf_shape *s = &tf->shape;
+    if (t->layer < 0 || t->layer >= s->num_layers || (t->index >= s->n_steps))
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is outside the %d layers", s->prefix, t->name, s->num_layers);
+    pp_tf_layer *L = &tf->layers[t->layer];
+    int step = t->index < 0 ? 0 : t->index;
+    switch (t->part) {
+    case PP_LM_NORM1: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm1, err);
+    case PP_LM_NORM2: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm2, err);
+    case PP_LM_ATTN_IN:
+        if (has_step_projections(f, s, t->layer)) return load_step_projections(be, f, s, t, L, err);
+        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->in_proj, err);
+    case PP_LM_ATTN_OUT:
+        if (L->step_proj) return PP_OK; /* loaded with the step's in_proj */
+        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->out_proj, err);
+    case PP_LM_FFN_IN: return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->ffn_in[step], err);
+    case PP_LM_FFN_OUT:
+        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->ffn_out[step], err);
+    default: return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is not a layer's", s->prefix, t->name);
+    }
+}
+
+void pp_tf_link(pp_tf *tf) {
+    int64_t d = tf->shape.dim;
+    for (int l = 0; l < tf->shape.num_layers; l++) {
+        pp_tf_layer *L = &tf->layers[l];
+        for (int st = 0; st < tf->shape.n_steps; st++) {
+            L->steps[st].qkv = L->step_proj ? L->step_proj[2 * st] : pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d);
+            L->steps[st].out = L->step_proj ? L->step_proj[2 * st + 1] : pp_weight_rows(&L->out_proj, st * d, d);
+            L->steps[st].ffn_in = L->ffn_in[st];
+            L->steps[st].ffn_out = L->ffn_out[st];
         }
     }
-    return PP_OK;
 }
 
 void pp_tf_free(pp_backend *be, pp_tf *tf) {

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "io/safetensors.h"
+#include "model/lm_catalog.h"
 
 typedef struct pp_tf_shape {
     const char *prefix; /* "transformer" or "depformer" */
@@ -23,7 +24,6 @@ typedef struct pp_tf_shape {
     int n_steps;        /* 1: shared weights; >1: per-step slices (`weights_per_step`) */
     int rope;           /* apply interleaved RoPE with max_period */
     float max_period, eps;
-    const char *cfg_keys; /* config keys that set these sizes, for error messages */
 } pp_tf_shape;
 
 typedef struct pp_tf_step {
@@ -55,8 +55,13 @@ typedef struct pp_tf_scratch {
     float *h, *qkv, *att, *tmp, *u, *m; /* backend [rows][...] */
 } pp_tf_scratch;
 
-/* Loads every layer's tensors from f and uploads them to be. On failure tf is left empty. */
-int pp_tf_load(pp_backend *be, const st_file *f, const pp_tf_shape *shape, pp_tf *tf, char *err);
+/* Loading, driven by the LM catalogue: pp_tf_init sizes tf for shape (no weights yet; on
+ * failure pp_tf_free it); pp_tf_load_tensor loads and uploads one catalogued layer tensor
+ * into its place; pp_tf_link, once all are in, points each step at its weights. pp_tf_free
+ * releases whatever was loaded. */
+int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err);
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_tensor *t, char *err);
+void pp_tf_link(pp_tf *tf);
 void pp_tf_free(pp_backend *be, pp_tf *tf);
 /* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats);

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "io/safetensors.h"
 #include "io/voice.h"
+#include "model/lm_catalog.h"
 #include "model/lm_config.h"
 #include "model/mimi.h"
 #include "text/spm.h"
@@ -63,7 +64,7 @@ static const char g_mimi_config[] =
 /* ---- tensor lists ----------------------------------------------------------------------------- */
 
 typedef struct tensor_spec {
-    char name[112];
+    char name[128];
     int ndim;
     int64_t shape[4];
 } tensor_spec;
@@ -92,50 +93,11 @@ static void list_add(void *ctx, const char *name, int ndim, const int64_t *shape
     memcpy(s->shape, shape, (size_t)s->ndim * sizeof *shape);
 }
 
-static void add2(tensor_list *l, const char *name, int64_t rows, int64_t cols) {
-    int64_t shape[2] = {rows, cols};
-    list_add(l, name, 2, shape);
-}
-
-static void add_alpha(tensor_list *l, const char *name, int64_t d) {
-    int64_t shape[3] = {1, 1, d};
-    list_add(l, name, 3, shape);
-}
-
-/* The LM's tensors under c (spec/lm.md §2, the key names of the released checkpoint). */
-static void lm_tensors(const pp_lm_config *c, tensor_list *l) {
-    char n[112];
-    for (int i = 0; i < c->n_q; i++) snprintf(n, sizeof n, "emb.%d.weight", i), add2(l, n, c->card + 1, c->dim);
-    add2(l, "text_emb.weight", c->text_card + 1, c->dim);
-    add2(l, "text_linear.weight", c->text_card, c->dim);
-    add_alpha(l, "out_norm.alpha", c->dim);
-    for (int i = 0; i < c->num_layers; i++) {
-        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.in_proj_weight", i), add2(l, n, 3 * c->dim, c->dim);
-        snprintf(n, sizeof n, "transformer.layers.%d.self_attn.out_proj.weight", i), add2(l, n, c->dim, c->dim);
-        snprintf(n, sizeof n, "transformer.layers.%d.norm1.alpha", i), add_alpha(l, n, c->dim);
-        snprintf(n, sizeof n, "transformer.layers.%d.norm2.alpha", i), add_alpha(l, n, c->dim);
-        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_in.weight", i), add2(l, n, 2 * c->ffn_hidden, c->dim);
-        snprintf(n, sizeof n, "transformer.layers.%d.gating.linear_out.weight", i), add2(l, n, c->dim, c->ffn_hidden);
-    }
-    int d = c->dep_dim;
-    for (int i = 0; i < c->dep_num_layers; i++) {
-        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.in_proj_weight", i), add2(l, n, (int64_t)c->dep_q * 3 * d, d);
-        snprintf(n, sizeof n, "depformer.layers.%d.self_attn.out_proj.weight", i), add2(l, n, (int64_t)c->dep_q * d, d);
-        snprintf(n, sizeof n, "depformer.layers.%d.norm1.alpha", i), add_alpha(l, n, d);
-        snprintf(n, sizeof n, "depformer.layers.%d.norm2.alpha", i), add_alpha(l, n, d);
-        for (int s = 0; s < c->dep_q; s++) {
-            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_in.weight", i, s);
-            add2(l, n, 2 * c->dep_ffn_hidden, d);
-            snprintf(n, sizeof n, "depformer.layers.%d.gating.%d.linear_out.weight", i, s);
-            add2(l, n, d, c->dep_ffn_hidden);
-        }
-    }
-    for (int k = 0; k < c->dep_q; k++) {
-        snprintf(n, sizeof n, "depformer_in.%d.weight", k), add2(l, n, d, c->dim);
-        snprintf(n, sizeof n, "linears.%d.weight", k), add2(l, n, c->card, d);
-        if (k) snprintf(n, sizeof n, "depformer_emb.%d.weight", k - 1), add2(l, n, c->card + 1, d);
-    }
-    add2(l, "depformer_text_emb.weight", c->text_card + 1, d);
+static int add_lm_tensor(void *ctx, const pp_lm_tensor *t) {
+    int64_t shape[3];
+    int ndim = pp_lm_tensor_shape(t, shape);
+    list_add(ctx, t->name, ndim, shape);
+    return 0;
 }
 
 /* ---- values ------------------------------------------------------------------------------------ */
@@ -295,7 +257,7 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
     if (!rc) rc = pp_lm_config_parse(config, (size_t)config_len, "demo LM config", &lc, err);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!rc) rc = write_text(path, config, (size_t)config_len, err);
-    if (!rc) lm_tensors(&lc, &lm);
+    if (!rc) pp_lm_catalog(&lc, add_lm_tensor, &lm);
     if (!rc && lm.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
     if (!rc) rc = write_tensors(out->weights, &lm, ST_BF16, 1.0f, err);
     /* The codec, written twice: the second time with the waveform calibrated. */
