@@ -31,7 +31,7 @@ __device__ __forceinline__ float pk_nf2_code_at(const uint8_t *d, int64_t e) {
 
 /* The orthonormal Walsh-Hadamard transform of v[np2] in shared memory, by the whole block
  * (every thread calls it; it ends with a barrier). The same butterflies in the same order as
- * the CPU's quant_fwht, additions only, so both give the same bits. The transform is its own
+ * the CPU's pp_quant_fwht, additions only, so both give the same bits. The transform is its own
  * inverse: the GEMV rotates activations with it, the embedding decodes rows with it. */
 __device__ __forceinline__ void pk_wht_shared(float *v, int np2) {
     for (int h = 1; h < np2; h *= 2) {

@@ -1,5 +1,5 @@
 /* sample: tokens from rows of logits without copying them to the host, computing exactly what
- * src/backend/cpu_sample.c computes (same keys, same radix select, same uniforms).
+ * src/backend/pp_cpu_sample.c computes (same keys, same radix select, same uniforms).
  *
  * One block per row. Each thread owns a contiguous run of indices, so "lowest index" orders match a
  * sequential scan: greedy is a block argmax of (key, −index); sampling finds the k-th largest

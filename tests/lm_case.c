@@ -31,12 +31,12 @@ int lm_case_list(char dirs[LM_CASE_MAX][512]) {
 
 /* A whole tensor of golden.safetensors: int64 into *i64 or float into *f32. */
 static int load(const st_file *f, const char *name, int64_t **i64, float **f32, int64_t *numel, char *err) {
-    const st_tensor *t = st_find(f, name);
-    if (!t) return pp_fail(err, PP_ENOTFOUND, "%s: no tensor '%s'", st_path(f), name);
+    const st_tensor *t = pp_st_find(f, name);
+    if (!t) return pp_fail(err, PP_ENOTFOUND, "%s: no tensor '%s'", pp_st_path(f), name);
     size_t n = t->numel > 0 ? (size_t)t->numel : 1;
     void *buf = malloc(n * (i64 ? sizeof(int64_t) : sizeof(float)));
     if (!buf) return pp_fail(err, PP_ENOMEM, "out of memory");
-    int rc = i64 ? st_load_i64(f, t, 0, t->numel, buf, err) : st_load_f32(f, t, 0, t->numel, buf, err);
+    int rc = i64 ? pp_st_load_i64(f, t, 0, t->numel, buf, err) : pp_st_load_f32(f, t, 0, t->numel, buf, err);
     if (rc) {
         free(buf);
         return rc;
@@ -52,7 +52,7 @@ static int read_golden(lm_case *c, char *err) {
     snprintf(path, sizeof path, "%s/golden.safetensors", c->dir);
     st_file *f = NULL;
     int64_t *silence = NULL, *text = NULL, *user = NULL, n = 0;
-    int rc = st_open(path, &f, err);
+    int rc = pp_st_open(path, &f, err);
     if (!rc) rc = load(f, "voice_embeddings", NULL, &c->voice_emb, &n, err);
     c->n_voice = (int)(n / c->cfg->dim);
     if (!rc) rc = load(f, "voice_cache", &c->voice_cache, NULL, &n, err);
@@ -79,7 +79,7 @@ static int read_golden(lm_case *c, char *err) {
     free(silence);
     free(text);
     free(user);
-    st_close(f);
+    pp_st_close(f);
     return rc;
 }
 

@@ -133,25 +133,25 @@ static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, in
         h->data = malloc(fmt == PP_WF_NF2 ? n / 4 : n / 2);
         h->scales = malloc(groups * 2);
         if (fmt == PP_WF_NF2)
-            quant_nf2_quantize(src, (int64_t)groups, group, np2, h->data, h->scales);
+            pp_quant_nf2_quantize(src, (int64_t)groups, group, np2, h->data, h->scales);
         else
-            quant_int4_quantize(src, (int64_t)groups, group, h->data, h->scales);
+            pp_quant_int4_quantize(src, (int64_t)groups, group, h->data, h->scales);
     } else if (pp_wformat_block_bytes(fmt)) { /* ggml blocks hold their scales */
         h->data = malloc(groups * (size_t)pp_wformat_block_bytes(fmt));
-        if (fmt == PP_WF_Q4_0) quant_q4_0_quantize(src, (int64_t)groups, h->data);
-        else if (fmt == PP_WF_Q8_0) quant_q8_0_quantize(src, (int64_t)groups, h->data);
-        else quant_q4_k_quantize(src, (int64_t)groups, h->data);
+        if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, (int64_t)groups, h->data);
+        else if (fmt == PP_WF_Q8_0) pp_quant_q8_0_quantize(src, (int64_t)groups, h->data);
+        else pp_quant_q4_k_quantize(src, (int64_t)groups, h->data);
     } else {
         float *absmax = malloc(groups * sizeof *absmax);
         h->data = malloc(n / 2);
-        quant_nf4_quantize(src, (int64_t)groups, group, h->data, absmax);
-        h->host.quant_map = quant_nf4_table;
+        pp_quant_nf4_quantize(src, (int64_t)groups, group, h->data, absmax);
+        h->host.quant_map = pp_quant_nf4_table;
         if (nested) {
             size_t nb = (groups + 255) / 256;
             h->scales = malloc(groups);
             h->nested = malloc(nb * sizeof(float));
-            quant_nf4_dynamic_map(h->map);
-            h->host.nested_offset = quant_nf4_nest(absmax, (int64_t)groups, 256, h->map, h->scales, h->nested);
+            pp_quant_nf4_dynamic_map(h->map);
+            h->host.nested_offset = pp_quant_nf4_nest(absmax, (int64_t)groups, 256, h->map, h->scales, h->nested);
             h->host.nested_absmax = h->nested;
             h->host.nested_map = h->map;
             h->host.nested_block = 256;

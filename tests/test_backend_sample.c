@@ -1,4 +1,4 @@
-/* test_backend_sample: the backends' token sampler on the CPU backend (cpu_sample.c), the
+/* test_backend_sample: the backends' token sampler on the CPU backend (pp_cpu_sample.c), the
  * reference the CUDA kernel is checked against in test_backend_parity: greedy agrees with a
  * plain argmax, top-k admits exactly the k best (boundary ties by lowest index), and the
  * counter-based race draws softmax(l/T) frequencies. Deterministic: fixed seeds throughout. */

@@ -52,7 +52,7 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
         m->w.data = src;
     } else if (fmt == PP_WF_Q4K) {
         uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
-        quant_q4_k_quantize(src, groups, blk);
+        pp_quant_q4_k_quantize(src, groups, blk);
         m->w.data = blk;
     } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
         uint16_t *h = own(m, 0, n * 2);
@@ -62,24 +62,24 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
         uint8_t *packed = own(m, 0, fmt == PP_WF_NF2 ? n / 4 : n / 2);
         uint16_t *scales = own(m, 1, (size_t)groups * 2);
         if (fmt == PP_WF_NF2)
-            quant_nf2_quantize(src, groups, gs, np2, packed, scales);
+            pp_quant_nf2_quantize(src, groups, gs, np2, packed, scales);
         else
-            quant_int4_quantize(src, groups, gs, packed, scales);
+            pp_quant_int4_quantize(src, groups, gs, packed, scales);
         m->w.data = packed;
         m->w.scales = scales;
     } else {
         uint8_t *packed = own(m, 0, n / 2);
         float *absmax = own(m, 1, (size_t)groups * sizeof(float));
-        quant_nf4_quantize(src, groups, gs, packed, absmax);
+        pp_quant_nf4_quantize(src, groups, gs, packed, absmax);
         m->w.data = packed;
         m->w.scales = absmax;
-        m->w.quant_map = quant_nf4_table;
+        m->w.quant_map = pp_quant_nf4_table;
         if (nest) {
             int64_t blocks = (groups + nest - 1) / nest;
             float *map = own(m, 2, 256 * sizeof(float)), *nested = own(m, 4, (size_t)blocks * sizeof(float));
             uint8_t *codes = own(m, 5, (size_t)groups);
-            quant_nf4_dynamic_map(map);
-            m->w.nested_offset = quant_nf4_nest(absmax, groups, nest, map, codes, nested);
+            pp_quant_nf4_dynamic_map(map);
+            m->w.nested_offset = pp_quant_nf4_nest(absmax, groups, nest, map, codes, nested);
             m->w.scales = codes;
             m->w.nested_absmax = nested;
             m->w.nested_map = map;
@@ -122,7 +122,7 @@ static double compare(const pp_weight *w, int n, cpu_simd simd) {
  * 3.1e-5) and NF4's table to 1/16383 of its largest entry: measured errors stay below 1e-5 of
  * the row's Σ|w·x|, 3e-5 leaves margin, and a decode or layout mistake still gives order 1. */
 static double tolerance(const pp_weight *w, cpu_simd simd) {
-    return simd == CPU_SIMD_VNNI && cpu_vnni_handles(w) ? 3e-5 : 1e-6;
+    return simd == CPU_SIMD_VNNI && pp_cpu_vnni_handles(w) ? 3e-5 : 1e-6;
 }
 
 static void check(const pp_weight *w, cpu_simd simd, const char *what) {
@@ -130,7 +130,7 @@ static void check(const pp_weight *w, cpu_simd simd, const char *what) {
     double tol = tolerance(w, simd);
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         double e = compare(w, ns[i], simd);
-        if (e > tol) fprintf(stderr, "%s %s n=%d: rel err %g\n", cpu_simd_name(simd), what, ns[i], e);
+        if (e > tol) fprintf(stderr, "%s %s n=%d: rel err %g\n", pp_cpu_simd_name(simd), what, ns[i], e);
         TEST_COND(what, e <= tol);
     }
 }
@@ -293,7 +293,7 @@ int main(void) {
     /* every variant up to the best: the VNNI machine still runs the AVX2 loops for the formats
      * and layouts the integer loops do not take, and when PP_CPU_SIMD=avx2 */
     for (cpu_simd s = CPU_SIMD_AVX2; s <= best; s++) {
-        printf("comparing %s against portable\n", cpu_simd_name(s));
+        printf("comparing %s against portable\n", pp_cpu_simd_name(s));
         test_matmul(s);
     }
     test_codec(best);

@@ -97,11 +97,11 @@ static buf write_variant(const st_file *src, const variant *v) {
     buf b, data;
     open_buf(&b);
     open_buf(&data);
-    size_t n = st_count(src), kept = 0;
+    size_t n = pp_st_count(src), kept = 0;
     char name[256];
     for (size_t i = 0; i < n; i++)
-        kept += split_name(v, st_at(src, i)->name, name, sizeof name) ? DEP_STEPS
-                                                                     : rename_tensor(v, st_at(src, i)->name, name, sizeof name);
+        kept += split_name(v, pp_st_at(src, i)->name, name, sizeof name) ? DEP_STEPS
+                                                                     : rename_tensor(v, pp_st_at(src, i)->name, name, sizeof name);
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, kept);
@@ -111,7 +111,7 @@ static buf write_variant(const st_file *src, const variant *v) {
     put_str(&b, "tokenizer.tokens"), put_u32(&b, 9), put_u32(&b, 8), put_u64(&b, 2); /* skipped */
     put_str(&b, "a"), put_str(&b, "bc");
     for (size_t i = 0; i < n; i++) {
-        const st_tensor *t = st_at(src, i);
+        const st_tensor *t = pp_st_at(src, i);
         if (split_name(v, t->name, name, sizeof name)) { /* rows of a step are contiguous bytes */
             for (int st = 0; st < DEP_STEPS; st++) {
                 char step[300];
@@ -168,22 +168,22 @@ static const char *tmp(const char *name) {
 static int same_tensors(const st_file *src, const st_file *f, const variant *v) {
     char name[256];
     size_t kept = 0;
-    for (size_t i = 0; i < st_count(src); i++) {
-        const st_tensor *a = st_at(src, i);
+    for (size_t i = 0; i < pp_st_count(src); i++) {
+        const st_tensor *a = pp_st_at(src, i);
         if (split_name(v, a->name, name, sizeof name)) {
             kept += DEP_STEPS;
             continue; /* compared step by step in test_moshi_steps */
         }
         if (!rename_tensor(v, a->name, name, sizeof name)) continue;
         kept++;
-        const st_tensor *b = st_find(f, name + (v->prefix ? strlen(v->prefix) : 0)); /* lm. is dropped */
+        const st_tensor *b = pp_st_find(f, name + (v->prefix ? strlen(v->prefix) : 0)); /* lm. is dropped */
         if (!b || b->dtype != a->dtype || b->ndim != a->ndim || b->nbytes != a->nbytes ||
             memcmp(b->shape, a->shape, sizeof a->shape) || memcmp(b->data, a->data, a->nbytes)) {
             fprintf(stderr, "  tensor '%s' differs from '%s'\n", name, a->name);
             return 0;
         }
     }
-    return kept == st_count(f);
+    return kept == pp_st_count(f);
 }
 
 typedef struct dep_load {
@@ -219,7 +219,7 @@ static int same_steps(const st_file *src, const char *path) {
     pp_tf a = {0}, b = {0};
     pp_tf_shape sh = {.prefix = "depformer", .dim = 256, .num_heads = 2, .hidden = 512, .num_layers = 1,
                       .n_steps = DEP_STEPS, .eps = 1e-8f};
-    int ok = !pp_backend_cpu_create(1, &be, err) && !st_open(path, &f, err) && !load_depformer(be, src, &sh, &a, err) &&
+    int ok = !pp_backend_cpu_create(1, &be, err) && !pp_st_open(path, &f, err) && !load_depformer(be, src, &sh, &a, err) &&
              !load_depformer(be, f, &sh, &b, err) && !a.layers[0].step_proj && b.layers[0].step_proj;
     static float x[768 * 256], y[768 * 256];
     for (int st = 0; ok && st < DEP_STEPS; st++) {
@@ -231,7 +231,7 @@ static int same_steps(const st_file *src, const char *path) {
     if (!ok) fprintf(stderr, "  per-step projections: %s\n", err);
     pp_tf_free(be, &a);
     pp_tf_free(be, &b);
-    st_close(f);
+    pp_st_close(f);
     pp_backend_destroy(be);
     return ok;
 }
@@ -270,11 +270,11 @@ static void test_variants(const st_file *src) {
     write_file(tmp("pruned.gguf"), b.p, b.n);
     st_file *f = NULL;
     char err[PP_ERR_LEN] = "";
-    TEST_COND("pruned copy opens", !st_open(tmp("pruned.gguf"), &f, err));
+    TEST_COND("pruned copy opens", !pp_st_open(tmp("pruned.gguf"), &f, err));
     TEST_COND("pruned copy holds the source's tensors, renumbered", f && same_tensors(src, f, &pruned));
-    TEST_COND("KV values read as metadata", f && !strcmp(st_metadata(f, "personaplex.block_count"), "32") &&
-                                                !strcmp(st_metadata(f, "general.architecture"), "personaplex"));
-    st_close(f);
+    TEST_COND("KV values read as metadata", f && !strcmp(pp_st_metadata(f, "personaplex.block_count"), "32") &&
+                                                !strcmp(pp_st_metadata(f, "general.architecture"), "personaplex"));
+    pp_st_close(f);
     TEST_COND("pruned model loads with 2 layers (config and KV say otherwise)", opens_with(tmp("pruned.gguf"), 2));
 
     /* the same file in page-multiple byte shards, opened by its first shard or its plain name */
@@ -286,10 +286,10 @@ static void test_variants(const st_file *src) {
     }
     TEST_COND("several shards written", n_shards >= 3);
     f = NULL;
-    TEST_COND("sharded copy opens by its first shard", !st_open(tmp("split.gguf.shard-00"), &f, err));
+    TEST_COND("sharded copy opens by its first shard", !pp_st_open(tmp("split.gguf.shard-00"), &f, err));
     TEST_COND("sharded copy holds the same tensors", f && same_tensors(src, f, &pruned));
-    TEST_COND("a tensor spanning shards reads whole", f && strstr(st_path(f), "shard-00..") != NULL);
-    st_close(f);
+    TEST_COND("a tensor spanning shards reads whole", f && strstr(pp_st_path(f), "shard-00..") != NULL);
+    pp_st_close(f);
     TEST_COND("sharded model loads by its unsplit name", opens_with(tmp("split.gguf"), 2));
     char last[64];
     snprintf(last, sizeof last, "split.gguf.shard-%02zu", n_shards - 1);
@@ -300,9 +300,9 @@ static void test_variants(const st_file *src) {
     write_file(tmp("odd.gguf.shard-01"), b.p + 4096 * 3, 5000);
     write_file(tmp("odd.gguf.shard-02"), b.p + 4096 * 3 + 5000, b.n - 4096 * 3 - 5000);
     f = NULL;
-    TEST_COND("shards of no whole pages open", !st_open(tmp("odd.gguf.shard-00"), &f, err));
+    TEST_COND("shards of no whole pages open", !pp_st_open(tmp("odd.gguf.shard-00"), &f, err));
     TEST_COND("shards of no whole pages hold the same tensors", f && same_tensors(src, f, &pruned));
-    st_close(f);
+    pp_st_close(f);
     free(b.p);
 
     /* moshi.cpp's naming: the lm. prefix and per-step depformer projections */
@@ -310,9 +310,9 @@ static void test_variants(const st_file *src) {
     b = write_variant(src, &moshi);
     write_file(tmp("moshi.gguf"), b.p, b.n);
     f = NULL;
-    TEST_COND("lm.-prefixed copy opens", !st_open(tmp("moshi.gguf"), &f, err));
+    TEST_COND("lm.-prefixed copy opens", !pp_st_open(tmp("moshi.gguf"), &f, err));
     TEST_COND("lm.-prefixed names map to the torch keys", f && same_tensors(src, f, &moshi));
-    st_close(f);
+    pp_st_close(f);
     TEST_COND("lm.-prefixed model loads", opens_with(tmp("moshi.gguf"), 3));
     TEST_COND("per-step projections equal the stored tensor's step views", same_steps(src, tmp("moshi.gguf")));
 
@@ -346,11 +346,11 @@ static void test_blocks(void) {
     uint16_t two = pp_f32_to_f16(2.0f), half = pp_f32_to_f16(0.5f);
     memcpy(q40, &two, 2);
     for (int j = 0; j < 16; j++) q40[2 + j] = (uint8_t)(j | (15 - j) << 4);
-    quant_q4_0_decode_block(q40, out);
+    pp_quant_q4_0_decode_block(q40, out);
     TEST_COND("q4_0 low nibbles first", out[0] == -16 && out[15] == 14 && out[16] == 14 && out[31] == -16);
     memcpy(q80, &half, 2);
     for (int j = 0; j < 32; j++) q80[2 + j] = (uint8_t)(int8_t)(j - 16);
-    quant_q8_0_decode_block(q80, out);
+    pp_quant_q8_0_decode_block(q80, out);
     TEST_COND("q8_0 signed codes", out[0] == -8 && out[31] == 7.5f);
     /* Q4_K: sub-block j gets scale j+1 and min 2j (j >= 4: high bits in the first bytes) */
     memset(q4k, 0, sizeof q4k);
@@ -364,7 +364,7 @@ static void test_blocks(void) {
         s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
     }
     for (int l = 0; l < 128; l++) q4k[16 + l] = (uint8_t)((l % 16) | (15 - l % 16) << 4);
-    quant_q4_k_decode_block(q4k, out);
+    pp_quant_q4_k_decode_block(q4k, out);
     int ok = 1;
     for (int i = 0; i < 256; i++) {
         int j = i / 32, l = i % 32, b = 16 + (j / 2) * 32 + l;
@@ -381,17 +381,17 @@ static void test_seeds(void) {
         char path[512], err[PP_ERR_LEN] = "";
         snprintf(path, sizeof path, "%s/../fuzz/corpus/fuzz_gguf/%s.gguf", PP_TEST_DATA, seeds[i]);
         st_file *f = NULL;
-        int ok = !st_open(path, &f, err);
+        int ok = !pp_st_open(path, &f, err);
         if (!ok) fprintf(stderr, "  %s\n", err);
         TEST_COND(seeds[i], ok);
         if (ok && i == 0) {
-            const st_tensor *t = st_find(f, "y.f16"), *q = st_find(f, "linears.0.weight");
+            const st_tensor *t = pp_st_find(f, "y.f16"), *q = pp_st_find(f, "linears.0.weight");
             TEST_COND("seed: lm. prefix dropped, shape reversed", t && q && q->ndim == 2 && q->shape[0] == 2 &&
                                                                      q->shape[1] == 256 && q->dtype == ST_Q4_K);
-            TEST_COND("seed: scalar KV as text", !strcmp(st_metadata(f, "personaplex.rope.freq_base"), "10000") &&
-                                                     !strcmp(st_metadata(f, "x.i64"), "-5"));
+            TEST_COND("seed: scalar KV as text", !strcmp(pp_st_metadata(f, "personaplex.rope.freq_base"), "10000") &&
+                                                     !strcmp(pp_st_metadata(f, "x.i64"), "-5"));
         }
-        st_close(f);
+        pp_st_close(f);
     }
 }
 
@@ -400,12 +400,12 @@ int main(void) {
     test_seeds();
     st_file *src = NULL;
     char err[PP_ERR_LEN] = "";
-    if (!mkdtemp(tmpdir) || st_open(CASE "/model.gguf", &src, err)) {
+    if (!mkdtemp(tmpdir) || pp_st_open(CASE "/model.gguf", &src, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     test_variants(src);
-    st_close(src);
+    pp_st_close(src);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "cannot remove %s\n", tmpdir);

@@ -88,7 +88,7 @@ static void expected_embedding(const int64_t col[17], float *out) {
     st_file *f = NULL;
     float row[DIM];
     memset(out, 0, DIM * sizeof *out);
-    if (st_open(CASE "/model.safetensors", &f, NULL)) return;
+    if (pp_st_open(CASE "/model.safetensors", &f, NULL)) return;
     for (int k = 0; k < 17; k++) {
         char name[64];
         pp_weight w;
@@ -99,7 +99,7 @@ static void expected_embedding(const int64_t col[17], float *out) {
             break;
         for (int i = 0; i < DIM; i++) out[i] += row[i];
     }
-    st_close(f);
+    pp_st_close(f);
 }
 
 static void test_prompts(const pp_lm *lm) {

@@ -183,8 +183,8 @@ typedef struct run_out {
 /* Encodes FRAMES frames of in on s, then decodes the codes on the same state's decoder. */
 static void encode_decode_frame(mimi_state *s, const float *in, int fr, int frame, run_out *out) {
     char err[PP_ERR_LEN];
-    int rc = mimi_encode_frame(s, in + fr * frame, out->codes[fr], NULL, err);
-    if (!rc) rc = mimi_decode_frame(s, out->codes[fr], out->pcm + fr * frame, err);
+    int rc = pp_mimi_encode_frame(s, in + fr * frame, out->codes[fr], NULL, err);
+    if (!rc) rc = pp_mimi_decode_frame(s, out->codes[fr], out->pcm + fr * frame, err);
     if (rc) fprintf(stderr, "mimi frame %d: %s\n", fr, err);
     TEST_COND("mimi frame runs", rc == 0);
 }
@@ -198,11 +198,11 @@ static void test_sessions(pp_backend *be) {
     char err[PP_ERR_LEN];
     mimi_model *m;
     const char *dir = PP_TEST_DATA "/golden/mimi-synth";
-    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
+    int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
     if (rc) fprintf(stderr, "%s: %s\n", dir, err);
-    TEST_COND("mimi_open on mimi-synth (config.json beside the weights)", rc == 0);
+    TEST_COND("pp_mimi_open on mimi-synth (config.json beside the weights)", rc == 0);
     if (rc) return;
-    const int frame = mimi_get_config(m)->frame_size;
+    const int frame = pp_mimi_get_config(m)->frame_size;
     /* Two different signals: a chirp with noise, and louder noise. */
     float *sig[2];
     for (int k = 0; k < 2; k++) {
@@ -222,13 +222,13 @@ static void test_sessions(pp_backend *be) {
     again.pcm = malloc((size_t)FRAMES * frame * sizeof(float));
 
     mimi_state *a, *b;
-    TEST_COND("state a", mimi_state_create(m, &a, err) == 0);
-    TEST_COND("state b", mimi_state_create(m, &b, err) == 0);
+    TEST_COND("state a", pp_mimi_state_create(m, &a, err) == 0);
+    TEST_COND("state b", pp_mimi_state_create(m, &b, err) == 0);
     /* Separate runs, each on a fresh state (b is reset in between: also a reset check). */
     for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(a, sig[0], fr, frame, &sep[0]);
     for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(b, sig[1], fr, frame, &sep[1]);
-    mimi_state_reset(a);
-    mimi_state_reset(b);
+    pp_mimi_state_reset(a);
+    pp_mimi_state_reset(b);
     for (int fr = 0; fr < FRAMES; fr++) {
         encode_decode_frame(a, sig[0], fr, frame, &inter[0]);
         encode_decode_frame(b, sig[1], fr, frame, &inter[1]);
@@ -239,33 +239,33 @@ static void test_sessions(pp_backend *be) {
 
     /* Reset after a dirty state is bit-identical to a fresh state. */
     mimi_state *fresh;
-    TEST_COND("fresh state", mimi_state_create(m, &fresh, err) == 0);
+    TEST_COND("fresh state", pp_mimi_state_create(m, &fresh, err) == 0);
     for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(fresh, sig[0], fr, frame, &again);
     TEST_COND("fresh state equals a reset one", same_run(&again, &sep[0], frame));
 
     /* A bad code fails and leaves the decoder as it was. */
-    mimi_state_reset(a);
+    pp_mimi_state_reset(a);
     int32_t bad[QUANTIZER_MAX_CODES];
     memcpy(bad, sep[0].codes[0], sizeof bad);
-    bad[3] = mimi_get_config(m)->quantizer.bins;
+    bad[3] = pp_mimi_get_config(m)->quantizer.bins;
     float *junk = malloc((size_t)frame * sizeof(float));
-    TEST_COND("out-of-range code refused", mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
+    TEST_COND("out-of-range code refused", pp_mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
     bad[3] = -1;
-    TEST_COND("negative code refused", mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
+    TEST_COND("negative code refused", pp_mimi_decode_frame(a, bad, junk, err) == PP_EINVAL);
     for (int fr = 0; fr < FRAMES; fr++) encode_decode_frame(a, sig[0], fr, frame, &again);
     TEST_COND("refused codes leave the state untouched", same_run(&again, &sep[0], frame));
 
     free(junk);
-    mimi_state_destroy(fresh);
-    mimi_state_destroy(a);
-    mimi_state_destroy(b);
+    pp_mimi_state_destroy(fresh);
+    pp_mimi_state_destroy(a);
+    pp_mimi_state_destroy(b);
     for (int k = 0; k < 2; k++) {
         free(sig[k]);
         free(sep[k].pcm);
         free(inter[k].pcm);
     }
     free(again.pcm);
-    mimi_close(m);
+    pp_mimi_close(m);
 }
 
 /* ==== configuration ================================================================ */
@@ -286,10 +286,10 @@ static void count_tensor(void *ctx, const char *name, int ndim, const int64_t *s
 
 static void test_catalog(void) {
     mimi_config cfg;
-    mimi_config_default(&cfg);
+    pp_mimi_config_default(&cfg);
     catalog_count c = {0, 0};
     char err[PP_ERR_LEN];
-    TEST_COND("catalog of the released config", mimi_catalog(&cfg, count_tensor, &c, err) == 0);
+    TEST_COND("catalog of the released config", pp_mimi_catalog(&cfg, count_tensor, &c, err) == 0);
     /* spec/mimi.md §2: 318 tensors, 96,151,393 values. Not read: the 32 `_initialized` flags
      * and the 24 unused acoustic levels' embedding_sum [2048,256] and cluster_usage [2048]. */
     TEST_COND("catalog tensor count", c.tensors == 318 - 32 - 24 * 2);
@@ -327,16 +327,16 @@ static void test_bad_configs(pp_backend *be) {
         char err[PP_ERR_LEN] = "";
         mimi_model *m = NULL;
         write_text(path, cases[i].json);
-        int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
+        int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
         if (rc != cases[i].code) fprintf(stderr, "config %s: rc %d (%s)\n", cases[i].json, rc, err);
         TEST_COND("bad config refused with its code", rc == cases[i].code && m == NULL && err[0]);
-        mimi_close(m);
+        pp_mimi_close(m);
     }
     /* The golden config against the real default shapes' file mismatch: a tensor shape error. */
     char err[PP_ERR_LEN];
     mimi_model *m = NULL;
     write_text(path, "{}"); /* released Mimi's sizes against the tiny model's file */
-    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
+    int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
     TEST_COND("shape mismatch refused", rc == PP_EFORMAT && m == NULL && strstr(err, "encoder.model.0"));
     unlink(path);
 }
@@ -351,28 +351,28 @@ static int write_bf16_copy(const char *src, const char *dst) {
     char err[PP_ERR_LEN];
     st_file *f;
     st_writer *w;
-    if (st_open(src, &f, err)) return -1;
-    int rc = st_writer_create(dst, &w, err);
-    for (size_t i = 0; i < st_count(f) && !rc; i++) {
-        const st_tensor *t = st_at(f, i);
-        rc = st_writer_declare(w, t->name, ST_BF16, t->ndim, t->shape, err);
+    if (pp_st_open(src, &f, err)) return -1;
+    int rc = pp_st_writer_create(dst, &w, err);
+    for (size_t i = 0; i < pp_st_count(f) && !rc; i++) {
+        const st_tensor *t = pp_st_at(f, i);
+        rc = pp_st_writer_declare(w, t->name, ST_BF16, t->ndim, t->shape, err);
     }
-    if (!rc) rc = st_writer_begin(w, err);
-    for (size_t i = 0; i < st_count(f) && !rc; i++) {
-        const st_tensor *t = st_at(f, i);
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    for (size_t i = 0; i < pp_st_count(f) && !rc; i++) {
+        const st_tensor *t = pp_st_at(f, i);
         float *v = malloc((size_t)t->numel * sizeof(float) + 4);
         uint16_t *h = malloc((size_t)t->numel * sizeof(uint16_t) + 2);
-        rc = st_load_f32(f, t, 0, t->numel, v, err);
+        rc = pp_st_load_f32(f, t, 0, t->numel, v, err);
         for (int64_t k = 0; k < t->numel && !rc; k++) h[k] = pp_f32_to_bf16(v[k]);
-        if (!rc) rc = st_writer_write(w, h, (size_t)t->numel * sizeof(uint16_t), err);
+        if (!rc) rc = pp_st_writer_write(w, h, (size_t)t->numel * sizeof(uint16_t), err);
         free(v);
         free(h);
     }
     if (rc)
-        st_writer_abort(w);
+        pp_st_writer_abort(w);
     else
-        rc = st_writer_finish(w, err);
-    st_close(f);
+        rc = pp_st_writer_finish(w, err);
+    pp_st_close(f);
     return rc;
 }
 
@@ -384,39 +384,39 @@ static void test_bf16_weights(pp_backend *be) {
     int rc = write_bf16_copy(PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path);
     TEST_COND("bf16 copy written", rc == 0);
     mimi_model *m16 = NULL, *m32 = NULL;
-    if (!rc) rc = mimi_open(be, path, cfg, &m16, err);
-    if (!rc) rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", cfg, &m32, err);
+    if (!rc) rc = pp_mimi_open(be, path, cfg, &m16, err);
+    if (!rc) rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", cfg, &m32, err);
     if (rc) fprintf(stderr, "bf16: %s\n", err);
     TEST_COND("bf16 weights load", rc == 0);
     if (!rc) {
-        const mimi_config *c = mimi_get_config(m32);
+        const mimi_config *c = pp_mimi_get_config(m32);
         mimi_state *s16, *s32;
         float *pcm = malloc((size_t)c->frame_size * sizeof(float));
         float l16[512], l32[512];
         int32_t codes[QUANTIZER_MAX_CODES];
         double worst = 0;
-        mimi_state_create(m16, &s16, err);
-        mimi_state_create(m32, &s32, err);
+        pp_mimi_state_create(m16, &s16, err);
+        pp_mimi_state_create(m32, &s32, err);
         for (int fr = 0; fr < 3 && c->seanet.dimension <= 512; fr++) {
             for (int i = 0; i < c->frame_size; i++) pcm[i] = 0.3f * sinf(0.01f * (float)(fr * c->frame_size + i));
-            mimi_encode_frame(s16, pcm, codes, l16, err);
-            mimi_encode_frame(s32, pcm, codes, l32, err);
+            pp_mimi_encode_frame(s16, pcm, codes, l16, err);
+            pp_mimi_encode_frame(s32, pcm, codes, l32, err);
             double e = test_rel_err(l16, l32, (size_t)c->seanet.dimension);
             if (e > worst) worst = e;
         }
         if (worst > BF16_LATENT_TOL) fprintf(stderr, "bf16 latent rel err %.3g\n", worst);
         TEST_COND("bf16 latent close to f32", worst <= BF16_LATENT_TOL && worst > 0);
         free(pcm);
-        mimi_state_destroy(s16);
-        mimi_state_destroy(s32);
+        pp_mimi_state_destroy(s16);
+        pp_mimi_state_destroy(s32);
     }
-    mimi_close(m16);
-    mimi_close(m32);
+    pp_mimi_close(m16);
+    pp_mimi_close(m32);
     unlink(path);
     rmdir(dir);
 }
 
-/* mimi_code_gaps on the reference's own latents and codes: every code is the nearest or a
+/* pp_mimi_code_gaps on the reference's own latents and codes: every code is the nearest or a
  * near tie; a code swapped for another row is far from nearest, and so are the acoustic
  * codes after it (they follow the residual the swapped code leaves). */
 static void test_code_gaps(pp_backend *be) {
@@ -424,37 +424,37 @@ static void test_code_gaps(pp_backend *be) {
     char err[PP_ERR_LEN];
     mimi_model *m = NULL;
     st_file *g = NULL;
-    int rc = mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
-    if (!rc) rc = st_open(PP_TEST_DATA "/golden/mimi-synth/golden.safetensors", &g, err);
+    int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
+    if (!rc) rc = pp_st_open(PP_TEST_DATA "/golden/mimi-synth/golden.safetensors", &g, err);
     if (rc) fprintf(stderr, "%s: %s\n", dir, err);
     TEST_COND("open mimi-synth and its golden tensors", rc == 0);
     if (!rc) {
-        const mimi_config *c = mimi_get_config(m);
+        const mimi_config *c = pp_mimi_get_config(m);
         const int nq = c->quantizer.num_codebooks, dim = c->seanet.dimension;
-        const st_tensor *lt = st_find(g, "latent"), *ct = st_find(g, "codes");
+        const st_tensor *lt = pp_st_find(g, "latent"), *ct = pp_st_find(g, "codes");
         float *lat = malloc((size_t)lt->numel * sizeof(float));
         int64_t *codes = malloc((size_t)ct->numel * sizeof(int64_t));
-        st_load_f32(g, lt, 0, lt->numel, lat, err);
-        st_load_i64(g, ct, 0, ct->numel, codes, err);
+        pp_st_load_f32(g, lt, 0, lt->numel, lat, err);
+        pp_st_load_i64(g, ct, 0, ct->numel, codes, err);
         double worst = 0, gaps[QUANTIZER_MAX_CODES];
         int32_t c32[QUANTIZER_MAX_CODES];
         for (int64_t fr = 0; fr < ct->shape[0]; fr++) {
             for (int i = 0; i < nq; i++) c32[i] = (int32_t)codes[fr * nq + i];
-            rc |= mimi_code_gaps(m, lat + fr * dim, c32, gaps, err);
+            rc |= pp_mimi_code_gaps(m, lat + fr * dim, c32, gaps, err);
             for (int i = 0; i < nq; i++) worst = gaps[i] > worst ? gaps[i] : worst;
         }
         TEST_COND("reference codes are nearest or near ties on the reference latent", rc == 0 && worst <= 1e-3);
         for (int i = 0; i < nq; i++) c32[i] = (int32_t)codes[i];
         c32[2] = (c32[2] + 1) % c->quantizer.bins;
-        rc = mimi_code_gaps(m, lat, c32, gaps, err);
+        rc = pp_mimi_code_gaps(m, lat, c32, gaps, err);
         TEST_COND("a swapped code is far from nearest", rc == 0 && gaps[2] > 1e-2 && gaps[0] == 0 && gaps[1] == 0);
         c32[2] = -1;
-        TEST_COND("code gaps refuse out-of-range codes", mimi_code_gaps(m, lat, c32, gaps, err) == PP_EINVAL);
+        TEST_COND("code gaps refuse out-of-range codes", pp_mimi_code_gaps(m, lat, c32, gaps, err) == PP_EINVAL);
         free(lat);
         free(codes);
     }
-    st_close(g);
-    mimi_close(m);
+    pp_st_close(g);
+    pp_mimi_close(m);
 }
 
 int main(void) {

@@ -36,16 +36,16 @@ static void round_trip(pp_wformat fmt, double min_cos, int want_quantized) {
     if (rc) fprintf(stderr, "%s\n", err);
     TEST_COND("quantize", rc == PP_OK);
     st_file *src, *out;
-    if (rc || st_open(SRC, &src, err) || st_open(path, &out, err)) {
+    if (rc || pp_st_open(SRC, &src, err) || pp_st_open(path, &out, err)) {
         unlink(path);
         return;
     }
     int quantized = 0, copied = 0, bad = 0;
     double worst = 1;
-    for (size_t i = 0; i < st_count(src); i++) {
-        const st_tensor *t = st_at(src, i);
+    for (size_t i = 0; i < pp_st_count(src); i++) {
+        const st_tensor *t = pp_st_at(src, i);
         if (!pp_quantize_selects(fmt, t->name, t->ndim)) {
-            const st_tensor *c = st_find(out, t->name);
+            const st_tensor *c = pp_st_find(out, t->name);
             copied += c && c->dtype == t->dtype && c->nbytes == t->nbytes && memcmp(c->data, t->data, t->nbytes) == 0;
             continue;
         }
@@ -56,7 +56,7 @@ static void round_trip(pp_wformat fmt, double min_cos, int want_quantized) {
             continue;
         }
         float *a = malloc(sizeof(float) * t->numel), *b = malloc(sizeof(float) * t->numel);
-        st_load_f32(src, t, 0, t->numel, a, err);
+        pp_st_load_f32(src, t, 0, t->numel, a, err);
         pp_weight_decode_rows(&w, 0, w.rows, b, err);
         double ab = 0, aa = 0, bb = 0;
         for (int64_t k = 0; k < t->numel; k++) ab += (double)a[k] * b[k], aa += (double)a[k] * a[k], bb += (double)b[k] * b[k];
@@ -69,12 +69,12 @@ static void round_trip(pp_wformat fmt, double min_cos, int want_quantized) {
     printf("%s: %d quantized (worst cos %.5f; tool reported %.5f), %d copied\n", pp_wformat_name(fmt), quantized,
            worst, s.worst, copied);
     TEST_COND("all reload", bad == 0 && quantized == want_quantized && s.count == quantized);
-    TEST_COND("copied through", copied == (int)st_count(src) - quantized);
+    TEST_COND("copied through", copied == (int)pp_st_count(src) - quantized);
     TEST_COND("cosine", worst >= min_cos);
     /* the tool's streamed cosine is the same quantity (float sums in another order) */
     TEST_COND("reported cosine", fabs(worst - s.worst) < 1e-4);
-    st_close(src);
-    st_close(out);
+    pp_st_close(src);
+    pp_st_close(out);
     unlink(path);
 }
 

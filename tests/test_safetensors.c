@@ -26,11 +26,11 @@ static uint8_t scratch[1 << 16];
 static void check_bad_buf(const uint8_t *buf, size_t len, const char *needle, const char *why) {
     st_file *f = NULL;
     char err[PP_ERR_LEN] = "";
-    int rc = st_open_memory(buf, len, "bad.safetensors", &f, err);
+    int rc = pp_st_open_memory(buf, len, "bad.safetensors", &f, err);
     int ok = rc < 0 && !f && strstr(err, "bad.safetensors") && strstr(err, needle) && !strchr(err, '\n');
     if (!ok) fprintf(stderr, "  %s: rc=%d err='%s' (wanted '%s')\n", why, rc, err, needle);
     TEST_COND(why, ok);
-    st_close(f);
+    pp_st_close(f);
 }
 
 static void check_bad(const char *header, size_t data_len, const char *needle, const char *why) {
@@ -105,40 +105,40 @@ static void test_edge_cases(void) {
     size_t len = build(scratch, h, 5);
     float one = 1.5f;
     memcpy(scratch + len - 4, &one, 4);
-    int rc = st_open_memory(scratch, len, "edge", &f, err);
+    int rc = pp_st_open_memory(scratch, len, "edge", &f, err);
     TEST_COND("edge-case file opens", rc == 0);
     if (rc) {
         fprintf(stderr, "  %s\n", err);
         return;
     }
-    TEST_COND("three tensors, metadata skipped", st_count(f) == 3);
-    TEST_COND("metadata value", st_metadata(f, "format") && !strcmp(st_metadata(f, "format"), "pt"));
-    TEST_COND("missing metadata", st_metadata(f, "nope") == NULL);
-    const st_tensor *s = st_find(f, "s"), *e = st_find(f, "e");
+    TEST_COND("three tensors, metadata skipped", pp_st_count(f) == 3);
+    TEST_COND("metadata value", pp_st_metadata(f, "format") && !strcmp(pp_st_metadata(f, "format"), "pt"));
+    TEST_COND("missing metadata", pp_st_metadata(f, "nope") == NULL);
+    const st_tensor *s = pp_st_find(f, "s"), *e = pp_st_find(f, "e");
     TEST_COND("scalar numel 1", s && s->ndim == 0 && s->numel == 1 && s->nbytes == 4);
     TEST_COND("empty tensor", e && e->numel == 0 && e->nbytes == 0 && e->ndim == 2);
     float v = 0;
-    TEST_COND("unaligned F32 load", st_load_f32(f, s, 0, 1, &v, err) == 0 && v == 1.5f);
-    TEST_COND("load past the end refused", st_load_f32(f, s, 0, 2, &v, err) == PP_EINVAL && strstr(err, "'s'"));
+    TEST_COND("unaligned F32 load", pp_st_load_f32(f, s, 0, 1, &v, err) == 0 && v == 1.5f);
+    TEST_COND("load past the end refused", pp_st_load_f32(f, s, 0, 2, &v, err) == PP_EINVAL && strstr(err, "'s'"));
     int64_t iv;
-    TEST_COND("U8 as int", st_load_i64(f, st_find(f, "b"), 0, 1, &iv, err) == 0 && iv == 0);
-    TEST_COND("F32 as int refused", st_load_i64(f, s, 0, 1, &iv, err) == PP_EUNSUPPORTED && strstr(err, "'s'"));
-    TEST_COND("U8 as float refused", st_load_f32(f, st_find(f, "b"), 0, 1, &v, err) == PP_EUNSUPPORTED);
-    TEST_COND("header order kept", !strcmp(st_at(f, 0)->name, "b") && st_at(f, 3) == NULL);
+    TEST_COND("U8 as int", pp_st_load_i64(f, pp_st_find(f, "b"), 0, 1, &iv, err) == 0 && iv == 0);
+    TEST_COND("F32 as int refused", pp_st_load_i64(f, s, 0, 1, &iv, err) == PP_EUNSUPPORTED && strstr(err, "'s'"));
+    TEST_COND("U8 as float refused", pp_st_load_f32(f, pp_st_find(f, "b"), 0, 1, &v, err) == PP_EUNSUPPORTED);
+    TEST_COND("header order kept", !strcmp(pp_st_at(f, 0)->name, "b") && pp_st_at(f, 3) == NULL);
     const st_tensor *t;
     int64_t want[2] = {0, 5}, wrong[2] = {5, 0};
-    TEST_COND("st_expect ok", st_expect(f, "e", 2, want, &t, err) == 0 && t == e);
-    rc = st_expect(f, "e", 2, wrong, &t, err);
-    TEST_COND("st_expect names both shapes",
+    TEST_COND("pp_st_expect ok", pp_st_expect(f, "e", 2, want, &t, err) == 0 && t == e);
+    rc = pp_st_expect(f, "e", 2, wrong, &t, err);
+    TEST_COND("pp_st_expect names both shapes",
               rc == PP_EFORMAT && !t && strstr(err, "edge") && strstr(err, "'e'") && strstr(err, "[0, 5]") &&
                   strstr(err, "[5, 0]"));
-    TEST_COND("st_expect missing", st_expect(f, "zz", 0, NULL, &t, err) == PP_ENOTFOUND && strstr(err, "'zz'"));
-    st_close(f);
+    TEST_COND("pp_st_expect missing", pp_st_expect(f, "zz", 0, NULL, &t, err) == PP_ENOTFOUND && strstr(err, "'zz'"));
+    pp_st_close(f);
 
     build(scratch, "{}      ", 0);
-    rc = st_open_memory(scratch, 16, "empty", &f, err);
-    TEST_COND("empty header is a valid file", rc == 0 && st_count(f) == 0 && st_find(f, "x") == NULL);
-    st_close(f);
+    rc = pp_st_open_memory(scratch, 16, "empty", &f, err);
+    TEST_COND("empty header is a valid file", rc == 0 && pp_st_count(f) == 0 && pp_st_find(f, "x") == NULL);
+    pp_st_close(f);
 }
 
 /* ---- writer round trip -------------------------------------------------------------------- */
@@ -154,53 +154,53 @@ static void test_round_trip(void) {
     uint16_t hb[3] = {pp_f32_to_bf16(1.0f), pp_f32_to_bf16(-3.5f), pp_f32_to_bf16(65504.0f)};
     int32_t iv[2] = {-7, 2000000000};
     int64_t sa[2] = {2, 3}, sh[1] = {3}, si[1] = {2};
-    int rc = st_writer_create(path, &w, err);
-    rc = rc ? rc : st_writer_declare(w, "layer.a", ST_F32, 2, sa, err);
-    rc = rc ? rc : st_writer_declare(w, "b \"quoted\"\n", ST_BF16, 1, sh, err);
-    rc = rc ? rc : st_writer_declare(w, "ints", ST_I32, 1, si, err);
-    TEST_COND("duplicate declare refused", rc || st_writer_declare(w, "ints", ST_I32, 1, si, err) == PP_EINVAL);
-    rc = rc ? rc : st_writer_metadata(w, "format", "pt", err);
-    rc = rc ? rc : st_writer_begin(w, err);
-    rc = rc ? rc : st_writer_write(w, a, 8, err); /* one tensor in two calls */
-    rc = rc ? rc : st_writer_write(w, (const char *)a + 8, sizeof(a) - 8, err);
-    rc = rc ? rc : st_writer_write(w, hb, sizeof(hb), err);
-    rc = rc ? rc : st_writer_write(w, iv, sizeof(iv), err);
-    TEST_COND("overlong write refused", rc || st_writer_write(w, iv, 1, err) == PP_EINVAL);
-    rc = rc ? rc : st_writer_finish(w, err);
+    int rc = pp_st_writer_create(path, &w, err);
+    rc = rc ? rc : pp_st_writer_declare(w, "layer.a", ST_F32, 2, sa, err);
+    rc = rc ? rc : pp_st_writer_declare(w, "b \"quoted\"\n", ST_BF16, 1, sh, err);
+    rc = rc ? rc : pp_st_writer_declare(w, "ints", ST_I32, 1, si, err);
+    TEST_COND("duplicate declare refused", rc || pp_st_writer_declare(w, "ints", ST_I32, 1, si, err) == PP_EINVAL);
+    rc = rc ? rc : pp_st_writer_metadata(w, "format", "pt", err);
+    rc = rc ? rc : pp_st_writer_begin(w, err);
+    rc = rc ? rc : pp_st_writer_write(w, a, 8, err); /* one tensor in two calls */
+    rc = rc ? rc : pp_st_writer_write(w, (const char *)a + 8, sizeof(a) - 8, err);
+    rc = rc ? rc : pp_st_writer_write(w, hb, sizeof(hb), err);
+    rc = rc ? rc : pp_st_writer_write(w, iv, sizeof(iv), err);
+    TEST_COND("overlong write refused", rc || pp_st_writer_write(w, iv, 1, err) == PP_EINVAL);
+    rc = rc ? rc : pp_st_writer_finish(w, err);
     TEST_COND("writer succeeds", rc == 0);
     if (rc) fprintf(stderr, "  %s\n", err);
 
     st_file *f = NULL;
-    rc = st_open(path, &f, err);
+    rc = pp_st_open(path, &f, err);
     TEST_COND("written file opens", rc == 0);
     if (!rc) {
-        const st_tensor *ta = st_find(f, "layer.a"), *tb = st_find(f, "b \"quoted\"\n"), *ti = st_find(f, "ints");
+        const st_tensor *ta = pp_st_find(f, "layer.a"), *tb = pp_st_find(f, "b \"quoted\"\n"), *ti = pp_st_find(f, "ints");
         float ra[6], rb[3];
         int64_t ri[2];
         TEST_COND("names, dtypes, shapes", ta && tb && ti && ta->dtype == ST_F32 && ta->ndim == 2 &&
                                                ta->shape[1] == 3 && tb->dtype == ST_BF16 && ti->numel == 2);
         TEST_COND("data 8-byte aligned", ((uintptr_t)ta->data & 7) == 0);
-        TEST_COND("f32 round trip", ta && st_load_f32(f, ta, 0, 6, ra, err) == 0 && !memcmp(ra, a, sizeof(a)));
-        TEST_COND("bf16 round trip", tb && st_load_f32(f, tb, 0, 3, rb, err) == 0 && rb[0] == 1.0f &&
+        TEST_COND("f32 round trip", ta && pp_st_load_f32(f, ta, 0, 6, ra, err) == 0 && !memcmp(ra, a, sizeof(a)));
+        TEST_COND("bf16 round trip", tb && pp_st_load_f32(f, tb, 0, 3, rb, err) == 0 && rb[0] == 1.0f &&
                                          rb[1] == -3.5f && rb[2] == 65536.0f);
-        TEST_COND("partial load", ta && st_load_f32(f, ta, 4, 2, ra, err) == 0 && ra[1] == 1e-3f);
-        TEST_COND("i32 round trip", ti && st_load_i64(f, ti, 0, 2, ri, err) == 0 && ri[0] == -7 &&
+        TEST_COND("partial load", ta && pp_st_load_f32(f, ta, 4, 2, ra, err) == 0 && ra[1] == 1e-3f);
+        TEST_COND("i32 round trip", ti && pp_st_load_i64(f, ti, 0, 2, ri, err) == 0 && ri[0] == -7 &&
                                         ri[1] == 2000000000);
-        TEST_COND("metadata round trip", st_metadata(f, "format") && !strcmp(st_metadata(f, "format"), "pt"));
+        TEST_COND("metadata round trip", pp_st_metadata(f, "format") && !strcmp(pp_st_metadata(f, "format"), "pt"));
     }
-    st_close(f);
+    pp_st_close(f);
 
     /* short write: finish refuses and removes the file; abort removes it too */
-    rc = st_writer_create(path, &w, err);
-    rc = rc ? rc : st_writer_declare(w, "x", ST_F32, 1, sh, err);
-    rc = rc ? rc : st_writer_begin(w, err);
-    rc = rc ? rc : st_writer_write(w, a, 4, err);
-    TEST_COND("short file refused at finish", rc == 0 && st_writer_finish(w, err) == PP_EINVAL &&
+    rc = pp_st_writer_create(path, &w, err);
+    rc = rc ? rc : pp_st_writer_declare(w, "x", ST_F32, 1, sh, err);
+    rc = rc ? rc : pp_st_writer_begin(w, err);
+    rc = rc ? rc : pp_st_writer_write(w, a, 4, err);
+    TEST_COND("short file refused at finish", rc == 0 && pp_st_writer_finish(w, err) == PP_EINVAL &&
                                                   access(path, F_OK) != 0);
-    rc = st_writer_create(path, &w, err);
-    if (!rc) st_writer_abort(w);
+    rc = pp_st_writer_create(path, &w, err);
+    if (!rc) pp_st_writer_abort(w);
     TEST_COND("abort removes the file", rc == 0 && access(path, F_OK) != 0);
-    TEST_COND("missing file is an I/O error", st_open(path, &f, err) == PP_EIO && strstr(err, path));
+    TEST_COND("missing file is an I/O error", pp_st_open(path, &f, err) == PP_EIO && strstr(err, path));
 }
 
 /* ---- golden checkpoints ------------------------------------------------------------------- */
@@ -213,14 +213,14 @@ static void test_golden(void) {
             char path[512], err[PP_ERR_LEN];
             snprintf(path, sizeof(path), "%s/golden/%s/%s", PP_TEST_DATA, cases[i], files[j]);
             st_file *f = NULL;
-            int rc = st_open(path, &f, err);
+            int rc = pp_st_open(path, &f, err);
             if (rc) fprintf(stderr, "  %s\n", err);
-            TEST_COND("golden file opens", rc == 0 && st_count(f) > 0);
-            for (size_t k = 0; f && k < st_count(f); k++) {
-                const st_tensor *t = st_at(f, k);
-                TEST_COND("st_find agrees with st_at", st_find(f, t->name) == t);
+            TEST_COND("golden file opens", rc == 0 && pp_st_count(f) > 0);
+            for (size_t k = 0; f && k < pp_st_count(f); k++) {
+                const st_tensor *t = pp_st_at(f, k);
+                TEST_COND("pp_st_find agrees with pp_st_at", pp_st_find(f, t->name) == t);
             }
-            st_close(f);
+            pp_st_close(f);
         }
     }
 }

@@ -82,8 +82,8 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
     snprintf(path, sizeof path, "%s", g_files.weights);
     strcpy(strrchr(path, '/') + 1, "config.json");
     int rc = pp_lm_open(be, g_files.weights, path, &lm, err);
-    if (!rc) rc = mimi_open(be, g_files.mimi, NULL, &mm, err);
-    if (!rc) rc = mimi_state_create(mm, &ms, err);
+    if (!rc) rc = pp_mimi_open(be, g_files.mimi, NULL, &mm, err);
+    if (!rc) rc = pp_mimi_state_create(mm, &ms, err);
     if (!rc) rc = pp_spm_load_file(&spm, g_files.tokenizer, err);
     if (!rc) rc = pp_spm_encode_prompt(spm, p->text_prompt, ids, 512, &n, err);
     if (!rc) rc = pp_voice_resolve(g_files.voices_dir, p->voice, path, sizeof path, err);
@@ -102,17 +102,17 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
         int32_t codes[PP_LM_AUDIO_CODEBOOKS];
         pp_lmgen_out o;
         input_frame(f, pcm);
-        rc = mimi_encode_frame(ms, pcm, codes, NULL, err);
+        rc = pp_mimi_encode_frame(ms, pcm, codes, NULL, err);
         if (!rc) rc = pp_lmgen_step(g, codes, &o, err);
-        if (!rc) rc = mimi_decode_frame(ms, o.agent, out[f], err);
+        if (!rc) rc = pp_mimi_decode_frame(ms, o.agent, out[f], err);
     }
     if (rc) fprintf(stderr, "reference: %s\n", err);
     TEST_COND("reference pipeline runs", rc == PP_OK);
     pp_lmgen_destroy(g);
     pp_voice_free(&v);
     pp_spm_free(spm);
-    mimi_state_destroy(ms);
-    mimi_close(mm);
+    pp_mimi_state_destroy(ms);
+    pp_mimi_close(mm);
     pp_lm_close(lm);
 }
 

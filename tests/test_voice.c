@@ -32,20 +32,20 @@ static int golden_voice(const char *cas, pp_voice *v) {
     char path[512], err[PP_ERR_LEN];
     snprintf(path, sizeof path, "%s/golden/%s/golden.safetensors", PP_TEST_DATA, cas);
     st_file *f;
-    if (st_open(path, &f, err)) {
+    if (pp_st_open(path, &f, err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    const st_tensor *e = st_find(f, "voice_embeddings"), *c = st_find(f, "voice_cache");
+    const st_tensor *e = pp_st_find(f, "voice_embeddings"), *c = pp_st_find(f, "voice_cache");
     int rc = !e || !c || e->ndim != 2 || c->numel != PP_VOICE_STREAMS * PP_VOICE_RING;
     if (!rc) {
         v->frames = e->shape[0];
         v->dim = e->shape[1];
         v->embeddings = malloc((size_t)e->numel * sizeof(float));
-        rc = st_load_f32(f, e, 0, e->numel, v->embeddings, err) || st_load_i64(f, c, 0, c->numel, &v->cache[0][0], err);
+        rc = pp_st_load_f32(f, e, 0, e->numel, v->embeddings, err) || pp_st_load_i64(f, c, 0, c->numel, &v->cache[0][0], err);
         for (int64_t i = 0; !rc && i < e->numel; i++) v->embeddings[i] = pp_bf16_to_f32(pp_f32_to_bf16(v->embeddings[i]));
     }
-    st_close(f);
+    pp_st_close(f);
     return rc ? -1 : 0;
 }
 
@@ -128,8 +128,8 @@ static void expect_refused(const char *what, const void *buf, size_t len, int co
 static unsigned char *variant(const char *from, size_t from_len, const char *to, size_t to_len, long data0_len, size_t *len) {
     char err[PP_ERR_LEN], path[600];
     zip_archive *z;
-    if (zip_open_memory(golden_bytes, golden_len, "golden", &z, err)) return NULL;
-    const zip_entry *pkl = zip_find(z, "voice/data.pkl"), *d0 = zip_find(z, "voice/data/0"), *d1 = zip_find(z, "voice/data/1");
+    if (pp_zip_open_memory(golden_bytes, golden_len, "golden", &z, err)) return NULL;
+    const zip_entry *pkl = pp_zip_find(z, "voice/data.pkl"), *d0 = pp_zip_find(z, "voice/data/0"), *d1 = pp_zip_find(z, "voice/data/1");
     unsigned char *p = malloc(pkl->size + to_len + 1);
     size_t n = pkl->size;
     int found = from == NULL;
@@ -143,13 +143,13 @@ static unsigned char *variant(const char *from, size_t from_len, const char *to,
     }
     tmp_path(path, sizeof path, "variant.pt");
     zip_writer *w;
-    int rc = zip_writer_create(path, &w, err);
-    rc = rc || zip_writer_add(w, "voice/data.pkl", p, n, err);
-    rc = rc || zip_writer_add(w, "voice/data/0", d0->data, data0_len >= 0 ? (size_t)data0_len : d0->size, err);
-    rc = rc || zip_writer_add(w, "voice/data/1", d1->data, d1->size, err);
-    rc = rc || zip_writer_finish(w, err);
+    int rc = pp_zip_writer_create(path, &w, err);
+    rc = rc || pp_zip_writer_add(w, "voice/data.pkl", p, n, err);
+    rc = rc || pp_zip_writer_add(w, "voice/data/0", d0->data, data0_len >= 0 ? (size_t)data0_len : d0->size, err);
+    rc = rc || pp_zip_writer_add(w, "voice/data/1", d1->data, d1->size, err);
+    rc = rc || pp_zip_writer_finish(w, err);
     free(p);
-    zip_close(z);
+    pp_zip_close(z);
     unsigned char *out = NULL;
     if (!found) fprintf(stderr, "variant: pattern not in data.pkl\n");
     if (rc || !found || pp_file_read_all(path, 1 << 20, &out, len, err)) return NULL;

@@ -27,17 +27,17 @@
 static void test_codes(const pp_lm *lm) {
     char err[PP_ERR_LEN];
     st_file *f;
-    if (st_open(GOLDEN "lm-bf16/clone.safetensors", &f, err)) TEST_SKIP(err);
-    const st_tensor *tc = st_find(f, "voice_codes"), *te = st_find(f, "embeddings"), *tk = st_find(f, "cache");
+    if (pp_st_open(GOLDEN "lm-bf16/clone.safetensors", &f, err)) TEST_SKIP(err);
+    const st_tensor *tc = pp_st_find(f, "voice_codes"), *te = pp_st_find(f, "embeddings"), *tk = pp_st_find(f, "cache");
     TEST_COND("clone.safetensors tensors", tc && te && tk && tc->ndim == 2 && tc->shape[1] == 8);
     if (!tc || !te || !tk) return;
     int64_t n = tc->shape[0];
     int64_t *c64 = malloc((size_t)tc->numel * sizeof *c64), cache[17 * 4];
     int32_t *codes = malloc((size_t)tc->numel * sizeof *codes);
     float *want = malloc((size_t)te->numel * sizeof *want);
-    st_load_i64(f, tc, 0, tc->numel, c64, err);
-    st_load_f32(f, te, 0, te->numel, want, err);
-    st_load_i64(f, tk, 0, 68, cache, err);
+    pp_st_load_i64(f, tc, 0, tc->numel, c64, err);
+    pp_st_load_f32(f, te, 0, te->numel, want, err);
+    pp_st_load_i64(f, tk, 0, 68, cache, err);
     for (int64_t i = 0; i < tc->numel; i++) codes[i] = (int32_t)c64[i];
     pp_voice v;
     int rc = pp_voice_clone_codes(lm, codes, n, &v, err);
@@ -70,7 +70,7 @@ static void test_codes(const pp_lm *lm) {
     free(c64);
     free(codes);
     free(want);
-    st_close(f);
+    pp_st_close(f);
 }
 
 static void test_audio(const pp_lm *lm, const mimi_model *mimi) {
@@ -108,13 +108,13 @@ int main(void) {
     pp_lm *lm = NULL;
     mimi_model *mimi = NULL;
     if (pp_backend_cpu_create(0, &be, err) || pp_lm_open(be, GOLDEN "lm-bf16/model.safetensors", GOLDEN "lm-bf16/config.json", &lm, err) ||
-        mimi_open(be, GOLDEN "mimi-speech/model.safetensors", GOLDEN "mimi-speech/config.json", &mimi, err)) {
+        pp_mimi_open(be, GOLDEN "mimi-speech/model.safetensors", GOLDEN "mimi-speech/config.json", &mimi, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     test_codes(lm);
     test_audio(lm, mimi);
-    mimi_close(mimi);
+    pp_mimi_close(mimi);
     pp_lm_close(lm);
     pp_backend_destroy(be);
     return test_report();

@@ -70,7 +70,7 @@ static void check_embed(const pp_weight *w, const char *what) {
 static void test_dense_golden(void) {
     char err[PP_ERR_LEN];
     st_file *f;
-    if (st_open(PP_TEST_DATA "/golden/lm-bf16/model.safetensors", &f, err)) {
+    if (pp_st_open(PP_TEST_DATA "/golden/lm-bf16/model.safetensors", &f, err)) {
         fprintf(stderr, "%s\n", err);
         TEST_COND("open lm-bf16", 0);
         return;
@@ -89,7 +89,7 @@ static void test_dense_golden(void) {
     /* decode = the container's own conversion */
     float *d = malloc(sizeof(float) * 192 * 64), *s = malloc(sizeof(float) * 192 * 64);
     pp_weight_decode_rows(&w, 0, 192, d, err);
-    st_load_f32(f, st_find(f, n), 0, 192 * 64, s, err);
+    pp_st_load_f32(f, pp_st_find(f, n), 0, 192 * 64, s, err);
     TEST_COND("bf16 decode", memcmp(d, s, sizeof(float) * 192 * 64) == 0);
     TEST_COND("decode range", pp_weight_decode_rows(&w, 190, 3, d, err) == PP_EINVAL);
     /* A view's rows are the stored rows */
@@ -103,7 +103,7 @@ static void test_dense_golden(void) {
     check_embed(&w, "bf16 embed");
     free(d);
     free(s);
-    st_close(f);
+    pp_st_close(f);
 }
 
 /* F32 and F16 tensors with a row length that is not a multiple of the kernels' chunk. */
@@ -121,21 +121,21 @@ static void test_dense_synthetic(void) {
     }
     st_writer *wr;
     int64_t shape[2] = {R, C};
-    int rc = st_writer_create(path, &wr, err);
-    if (!rc) rc = st_writer_declare(wr, "a.weight", ST_F32, 2, shape, err);
-    if (!rc) rc = st_writer_declare(wr, "b.weight", ST_F16, 2, shape, err);
+    int rc = pp_st_writer_create(path, &wr, err);
+    if (!rc) rc = pp_st_writer_declare(wr, "a.weight", ST_F32, 2, shape, err);
+    if (!rc) rc = pp_st_writer_declare(wr, "b.weight", ST_F16, 2, shape, err);
     /* the product's own half conversion on specials: inf, -inf, NaN, subnormals, largest */
     static const uint16_t special[6] = {0x7c00, 0xfc00, 0x7e00, 0x0001, 0x83ff, 0x7bff};
     int64_t sshape[2] = {6, 1};
-    if (!rc) rc = st_writer_declare(wr, "c.weight", ST_F16, 2, sshape, err);
-    if (!rc) rc = st_writer_begin(wr, err);
-    if (!rc) rc = st_writer_write(wr, v, sizeof v, err);
-    if (!rc) rc = st_writer_write(wr, h, sizeof h, err);
-    if (!rc) rc = st_writer_write(wr, special, sizeof special, err);
-    if (!rc) rc = st_writer_finish(wr, err);
+    if (!rc) rc = pp_st_writer_declare(wr, "c.weight", ST_F16, 2, sshape, err);
+    if (!rc) rc = pp_st_writer_begin(wr, err);
+    if (!rc) rc = pp_st_writer_write(wr, v, sizeof v, err);
+    if (!rc) rc = pp_st_writer_write(wr, h, sizeof h, err);
+    if (!rc) rc = pp_st_writer_write(wr, special, sizeof special, err);
+    if (!rc) rc = pp_st_writer_finish(wr, err);
     TEST_COND("write synthetic", rc == PP_OK);
     st_file *f;
-    if (rc || st_open(path, &f, err)) {
+    if (rc || pp_st_open(path, &f, err)) {
         unlink(path);
         return;
     }
@@ -165,7 +165,7 @@ static void test_dense_synthetic(void) {
     }
     TEST_COND("f16 specials in matmul", ok);
     free(d);
-    st_close(f);
+    pp_st_close(f);
     unlink(path);
 }
 
@@ -175,15 +175,15 @@ static void test_quant_golden(const char *dir, const char *marker, pp_wformat fm
     char err[PP_ERR_LEN], path[512];
     snprintf(path, sizeof path, "%s/golden/%s/model.safetensors", PP_TEST_DATA, dir);
     st_file *f;
-    if (st_open(path, &f, err)) {
+    if (pp_st_open(path, &f, err)) {
         fprintf(stderr, "%s\n", err);
         TEST_COND("open quant golden", 0);
         return;
     }
     int loaded = 0, bad = 0;
     size_t ml = strlen(marker);
-    for (size_t i = 0; i < st_count(f); i++) {
-        const st_tensor *t = st_at(f, i);
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const st_tensor *t = pp_st_at(f, i);
         size_t nl = strlen(t->name);
         if (nl <= ml || strcmp(t->name + nl - ml, marker) != 0) continue;
         char base[256];
@@ -192,8 +192,8 @@ static void test_quant_golden(const char *dir, const char *marker, pp_wformat fm
         int64_t dims[4] = {0, 0, 0, 0};
         char key[300];
         snprintf(key, sizeof key, fmt == PP_WF_NF2 ? "%s.shape" : "%s.__shape__", base);
-        const st_tensor *sh = st_find(fmt == PP_WF_NF4 ? int4 : f, key);
-        if (!sh || st_load_i64(fmt == PP_WF_NF4 ? int4 : f, sh, 0, 2, dims, err)) {
+        const st_tensor *sh = pp_st_find(fmt == PP_WF_NF4 ? int4 : f, key);
+        if (!sh || pp_st_load_i64(fmt == PP_WF_NF4 ? int4 : f, sh, 0, 2, dims, err)) {
             bad++;
             continue;
         }
@@ -216,7 +216,7 @@ static void test_quant_golden(const char *dir, const char *marker, pp_wformat fm
     }
     printf("%s: %d tensors loaded\n", dir, loaded);
     TEST_COND(dir, loaded > 50 && bad == 0);
-    st_close(f);
+    pp_st_close(f);
 }
 
 /* The NumPy fixtures add the odd layouts: NF2 with np2 > gs (96 in 128), INT4 groups of 32,
@@ -229,7 +229,7 @@ static void test_fixtures(void) {
                  {"blk.self_attn.in_proj_weight", 8, 256}, {"nf4f.weight", 4, 128}};
     char err[PP_ERR_LEN];
     st_file *f;
-    if (st_open(PP_TEST_DATA "/quant/fixtures.safetensors", &f, err)) {
+    if (pp_st_open(PP_TEST_DATA "/quant/fixtures.safetensors", &f, err)) {
         fprintf(stderr, "%s\n", err);
         TEST_COND("open fixtures", 0);
         return;
@@ -244,7 +244,7 @@ static void test_fixtures(void) {
         check_matmul(&v, 2, cases[i].name);
         check_embed(&w, cases[i].name);
     }
-    st_close(f);
+    pp_st_close(f);
 }
 
 int main(void) {
@@ -256,14 +256,14 @@ int main(void) {
     test_dense_golden();
     test_dense_synthetic();
     test_fixtures();
-    if (st_open(PP_TEST_DATA "/golden/lm-int4/model.safetensors", &int4, err)) {
+    if (pp_st_open(PP_TEST_DATA "/golden/lm-int4/model.safetensors", &int4, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     test_quant_golden("lm-nf2", ".packed", PP_WF_NF2);
     test_quant_golden("lm-int4", ".__scales__", PP_WF_INT4);
     test_quant_golden("lm-nf4", ".quant_state.bitsandbytes__nf4", PP_WF_NF4);
-    st_close(int4);
+    pp_st_close(int4);
     pp_backend_destroy(be);
     return test_report();
 }

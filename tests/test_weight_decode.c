@@ -19,14 +19,14 @@
 static const st_tensor *get(const st_file *f, const char *base, const char *suffix) {
     char key[256];
     snprintf(key, sizeof key, "%s%s", base, suffix);
-    return st_find(f, key);
+    return pp_st_find(f, key);
 }
 
 static float *load_f32(const st_file *f, const char *base, const char *suffix) {
     const st_tensor *t = get(f, base, suffix);
     char err[PP_ERR_LEN];
     float *v = t ? malloc(sizeof(float) * (size_t)t->numel) : NULL;
-    if (v && st_load_f32(f, t, 0, t->numel, v, err)) {
+    if (v && pp_st_load_f32(f, t, 0, t->numel, v, err)) {
         free(v);
         v = NULL;
     }
@@ -65,7 +65,7 @@ static void check_quantizers(const st_file *f) {
     const st_tensor *pk = get(f, "nf2a.weight", ".packed"), *sc = get(f, "nf2a.weight", ".scales");
     uint8_t packed[384];
     uint16_t scales[12];
-    quant_nf2_quantize(src, 12, 128, 128, packed, scales);
+    pp_quant_nf2_quantize(src, 12, 128, 128, packed, scales);
     int same = 0, sok = 1;
     for (int i = 0; i < 384; i++)
         for (int k = 0; k < 4; k++) same += ((packed[i] >> 2 * k) & 3) == ((pk->data[i] >> 2 * k) & 3);
@@ -80,7 +80,7 @@ static void check_quantizers(const st_file *f) {
     sc = get(f, "int4.weight", ".__scales__");
     uint8_t p4[512];
     uint16_t s4[32];
-    quant_int4_quantize(src, 32, 32, p4, s4);
+    pp_quant_int4_quantize(src, 32, 32, p4, s4);
     TEST_COND("int4 quantizer bytes", memcmp(p4, pk->data, 512) == 0);
     TEST_COND("int4 quantizer scales", memcmp(s4, sc->data, sizeof s4) == 0);
     free(src);
@@ -90,9 +90,9 @@ static void check_quantizers(const st_file *f) {
     pk = get(f, nf, "");
     uint8_t pn[1024], codes[32];
     float absmax[32], nested[4], map[256], want_map[256];
-    quant_nf4_quantize(src, 32, 64, pn, absmax);
+    pp_quant_nf4_quantize(src, 32, 64, pn, absmax);
     TEST_COND("nf4 quantizer bytes", memcmp(pn, pk->data, 1024) == 0);
-    quant_nf4_dynamic_map(map);
+    pp_quant_nf4_dynamic_map(map);
     const st_tensor *m = get(f, nf, ".nested_quant_map");
     int mok = 1;
     for (int i = 0; i < 256; i++) {
@@ -100,7 +100,7 @@ static void check_quantizers(const st_file *f) {
         mok &= fabsf(map[i] - want_map[i]) <= 1e-6f * fabsf(want_map[i]);
     }
     TEST_COND("dynamic map", mok);
-    quant_nf4_nest(absmax, 32, 8, want_map, codes, nested);
+    pp_quant_nf4_nest(absmax, 32, 8, want_map, codes, nested);
     TEST_COND("nf4 nested codes", memcmp(codes, get(f, nf, ".absmax")->data, 32) == 0);
     free(src);
 }
@@ -117,20 +117,20 @@ typedef struct {
 static int write_keys(const char *path, const char *base, const key_spec *k, int n, char *err) {
     st_writer *w;
     char name[128];
-    int rc = st_writer_create(path, &w, err);
+    int rc = pp_st_writer_create(path, &w, err);
     for (int i = 0; i < n && !rc; i++) {
         if (k[i].len < 0) continue;
         snprintf(name, sizeof name, "%s%s", base, k[i].suffix);
-        rc = st_writer_declare(w, name, k[i].dt, 1, &k[i].len, err);
+        rc = pp_st_writer_declare(w, name, k[i].dt, 1, &k[i].len, err);
     }
-    if (!rc) rc = st_writer_begin(w, err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
     for (int i = 0; i < n && !rc; i++)
-        if (k[i].len >= 0) rc = st_writer_write(w, k[i].data, (size_t)(k[i].len * st_dtype_bits(k[i].dt) / 8), err);
+        if (k[i].len >= 0) rc = pp_st_writer_write(w, k[i].data, (size_t)(k[i].len * pp_st_dtype_bits(k[i].dt) / 8), err);
     if (rc) {
-        st_writer_abort(w);
+        pp_st_writer_abort(w);
         return rc;
     }
-    return st_writer_finish(w, err);
+    return pp_st_writer_finish(w, err);
 }
 
 /* Expects pp_weight_load(base, [2, 128]) to fail with a message naming base and containing needle. */
@@ -138,7 +138,7 @@ static void expect_refused(const char *path, const char *base, const key_spec *k
                            const char *what) {
     char err[PP_ERR_LEN] = "";
     st_file *f;
-    if (write_keys(path, base, k, n, err) || st_open(path, &f, err)) {
+    if (write_keys(path, base, k, n, err) || pp_st_open(path, &f, err)) {
         fprintf(stderr, "%s: cannot build case: %s\n", what, err);
         TEST_COND(what, 0);
         return;
@@ -148,7 +148,7 @@ static void expect_refused(const char *path, const char *base, const key_spec *k
     int rc = pp_weight_load(f, base, 2, 128, &w, err);
     printf("%-24s -> %s\n", what, rc ? err : "(accepted)");
     TEST_COND(what, rc != PP_OK && strstr(err, needle) && strstr(err, base));
-    st_close(f);
+    pp_st_close(f);
 }
 
 typedef struct {
@@ -194,11 +194,11 @@ static void check_malformed(void) {
                     {".numel", ST_I64, 1, &c.numel}, {".scales", ST_F16, 2, scales}, {".packed", ST_U8, 64, packed}};
     st_file *f;
     pp_weight w;
-    if (write_keys(path, "m.weight", k, 6, err) == 0 && st_open(path, &f, err) == 0) {
+    if (write_keys(path, "m.weight", k, 6, err) == 0 && pp_st_open(path, &f, err) == 0) {
         TEST_COND("good case loads", pp_weight_load(f, "m.weight", 2, 128, &w, err) == 0);
         TEST_COND("shape mismatch", pp_weight_load(f, "m.weight", 128, 2, &w, err) == PP_EFORMAT &&
                                         strstr(err, "m.weight") && strstr(err, "[2, 128]"));
-        st_close(f);
+        pp_st_close(f);
     }
     /* INT4: 256 elements in groups of 64 need 128 bytes and 4 scales */
     int64_t dims[2] = {2, 128}, numel = 256;
@@ -216,7 +216,7 @@ static void check_malformed(void) {
     static const char fp4[] = "{\"quant_type\": \"fp4\", \"blocksize\": 64, \"shape\": [2, 128]}";
     static const char nf4[] = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"shape\": [2, 128]}";
     float absmax[4] = {1, 1, 1, 1};
-    key_spec b4[] = {{"", ST_U8, 128, p4}, {".absmax", ST_F32, 4, absmax}, {".quant_map", ST_F32, 16, quant_nf4_table},
+    key_spec b4[] = {{"", ST_U8, 128, p4}, {".absmax", ST_F32, 4, absmax}, {".quant_map", ST_F32, 16, pp_quant_nf4_table},
                      {".quant_state.bitsandbytes__nf4", ST_U8, (int64_t)strlen(fp4), fp4}};
     expect_refused(path, "b.weight", b4, 4, "fp4", "nf4 quant_type fp4");
     b4[3].data = nf4, b4[3].len = (int64_t)strlen(nf4), b4[1].len = -1;
@@ -237,11 +237,11 @@ static void expect_warning(const char *path, const char *base, const key_spec *k
     st_file *f;
     pp_weight w;
     int loaded = 0, warned = 0;
-    if (write_keys(path, base, k, n, err) == 0 && st_open(path, &f, err) == 0) {
+    if (write_keys(path, base, k, n, err) == 0 && pp_st_open(path, &f, err) == 0) {
         pp_log_open(logpath);
         loaded = pp_weight_load(f, base, rows, cols, &w, err) == PP_OK;
         pp_log_open(NULL);
-        st_close(f);
+        pp_st_close(f);
     }
     FILE *lf = fopen(logpath, "r");
     while (lf && fgets(line, sizeof line, lf))
@@ -281,7 +281,7 @@ static void check_warnings(void) {
 int main(void) {
     char err[PP_ERR_LEN];
     st_file *f;
-    if (st_open(FIXTURES, &f, err)) {
+    if (pp_st_open(FIXTURES, &f, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -291,7 +291,7 @@ int main(void) {
     check_decode(f, "blk.self_attn.in_proj.weight", "blk.self_attn.in_proj_weight", 8, 256, PP_WF_NF4);
     check_decode(f, "nf4f.weight", "nf4f.weight", 4, 128, PP_WF_NF4);
     check_quantizers(f);
-    st_close(f);
+    pp_st_close(f);
     check_malformed();
     check_warnings();
     return test_report();

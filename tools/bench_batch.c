@@ -101,7 +101,7 @@ static int synth_tensor(void *ctx, const pp_lm_tensor *t) {
     synth *s = ctx;
     int64_t shape[3];
     int ndim = pp_lm_tensor_shape(t, shape);
-    if (!s->writing) return s->rc = st_writer_declare(s->w, t->name, ST_BF16, ndim, shape, s->err);
+    if (!s->writing) return s->rc = pp_st_writer_declare(s->w, t->name, ST_BF16, ndim, shape, s->err);
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= shape[i];
     int is_norm = ndim == 3, is_emb = pp_lm_part_is_embedding(t->part);
@@ -110,7 +110,7 @@ static int synth_tensor(void *ctx, const pp_lm_tensor *t) {
     for (int64_t o = 0; o < numel && !s->rc; o += 4096) {
         int n = numel - o < 4096 ? (int)(numel - o) : 4096;
         for (int k = 0; k < n; k++) buf[k] = pp_f32_to_bf16(is_norm ? 1.0f : amp * uniform(&s->rng));
-        s->rc = st_writer_write(s->w, buf, (size_t)n * sizeof *buf, s->err);
+        s->rc = pp_st_writer_write(s->w, buf, (size_t)n * sizeof *buf, s->err);
     }
     return s->rc;
 }
@@ -131,17 +131,17 @@ static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, ch
         fclose(f);
     }
     synth s = {.err = err, .rng = 0x9e3779b97f4a7c15ull};
-    if (!rc) rc = st_writer_create(dense, &s.w, err);
+    if (!rc) rc = pp_st_writer_create(dense, &s.w, err);
     if (rc) return rc;
     pp_lm_catalog(&c, synth_tensor, &s);
-    if (!s.rc) s.rc = st_writer_begin(s.w, err);
+    if (!s.rc) s.rc = pp_st_writer_begin(s.w, err);
     s.writing = 1;
     if (!s.rc) pp_lm_catalog(&c, synth_tensor, &s);
     if (s.rc) {
-        st_writer_abort(s.w);
+        pp_st_writer_abort(s.w);
         return s.rc;
     }
-    if ((rc = st_writer_finish(s.w, err))) return rc;
+    if ((rc = pp_st_writer_finish(s.w, err))) return rc;
     if (strcmp(o->format, "bf16") == 0) {
         snprintf(wpath, 600, "%s", dense);
         return PP_OK;

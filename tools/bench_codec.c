@@ -75,10 +75,10 @@ static void fill(const tensor_spec *t, int64_t numel, float *v) {
 
 static int write_random(const char *path, const catalog *c, char *err) {
     st_writer *w;
-    int rc = st_writer_create(path, &w, err);
+    int rc = pp_st_writer_create(path, &w, err);
     for (int i = 0; i < c->n && !rc; i++)
-        rc = st_writer_declare(w, c->t[i].name, ST_F32, c->t[i].ndim, c->t[i].shape, err);
-    if (!rc) rc = st_writer_begin(w, err);
+        rc = pp_st_writer_declare(w, c->t[i].name, ST_F32, c->t[i].ndim, c->t[i].shape, err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
     for (int i = 0; i < c->n && !rc; i++) {
         int64_t numel = 1;
         for (int d = 0; d < c->t[i].ndim; d++) numel *= c->t[i].shape[d];
@@ -86,15 +86,15 @@ static int write_random(const char *path, const catalog *c, char *err) {
         if (!v) rc = pp_fail(err, PP_ENOMEM, "bench codec: out of memory");
         if (!rc) {
             fill(&c->t[i], numel, v);
-            rc = st_writer_write(w, v, (size_t)numel * sizeof(float), err);
+            rc = pp_st_writer_write(w, v, (size_t)numel * sizeof(float), err);
         }
         free(v);
     }
     if (rc) {
-        st_writer_abort(w);
+        pp_st_writer_abort(w);
         return rc;
     }
-    return st_writer_finish(w, err);
+    return pp_st_writer_finish(w, err);
 }
 
 static void report(const char *what, double *ms, int n, double frame_ms) {
@@ -133,10 +133,10 @@ int bench_codec(int argc, char **argv) {
     }
     char err[PP_ERR_LEN];
     mimi_config cfg;
-    mimi_config_default(&cfg);
+    pp_mimi_config_default(&cfg);
     catalog cat = {NULL, 0, 0};
-    int rc = config ? mimi_config_load(config, &cfg, err) : PP_OK;
-    if (!rc) rc = mimi_catalog(&cfg, collect, &cat, err);
+    int rc = config ? pp_mimi_config_load(config, &cfg, err) : PP_OK;
+    if (!rc) rc = pp_mimi_catalog(&cfg, collect, &cat, err);
     /* A private directory, so no config.json can sit beside the stand-in weights. */
     char dir[] = "/tmp/pp_bench_codec_XXXXXX", path[64] = "";
     if (!rc && !mkdtemp(dir)) rc = pp_fail(err, PP_EIO, "bench codec: cannot create a directory in /tmp");
@@ -149,19 +149,19 @@ int bench_codec(int argc, char **argv) {
     mimi_model *m = NULL;
     mimi_state *s = NULL;
     if (!rc) rc = pp_backend_create(device, threads, &be, err);
-    if (!rc) rc = mimi_open(be, path, config, &m, err);
+    if (!rc) rc = pp_mimi_open(be, path, config, &m, err);
     if (path[0]) unlink(path); /* the mapping keeps the data */
     rmdir(dir);
-    if (!rc) rc = mimi_state_create(m, &s, err);
+    if (!rc) rc = pp_mimi_state_create(m, &s, err);
     free(cat.t);
     if (rc) {
         fprintf(stderr, "bench codec: %s\n", err);
-        mimi_state_destroy(s);
-        mimi_close(m);
+        pp_mimi_state_destroy(s);
+        pp_mimi_close(m);
         pp_backend_destroy(be);
         return 1;
     }
-    const mimi_config *c = mimi_get_config(m);
+    const mimi_config *c = pp_mimi_get_config(m);
     const int fs = c->frame_size, nq = c->quantizer.num_codebooks;
     float *pcm = malloc((size_t)fs * sizeof(float));
     double *enc_ms = malloc((size_t)frames * sizeof(double)), *dec_ms = malloc((size_t)frames * sizeof(double));
@@ -170,12 +170,12 @@ int bench_codec(int argc, char **argv) {
     for (int i = 0; i < warmup + frames && !rc; i++) {
         for (int j = 0; j < fs; j++) pcm[j] = 0.3f * sinf(0.05f * (float)(i * fs + j)) + 0.05f * uniform();
         double t0 = bench_now();
-        rc = mimi_encode_frame(s, pcm, codes, NULL, err);
+        rc = pp_mimi_encode_frame(s, pcm, codes, NULL, err);
         double t1 = bench_now();
         /* Decode random codes, as the server decodes the LM's, not the ones just encoded. */
         for (int q = 0; q < nq; q++) codes[q] = (int32_t)((uniform() + 1.0f) * 0.5f * (float)c->quantizer.bins) %
                                                c->quantizer.bins;
-        if (!rc) rc = mimi_decode_frame(s, codes, pcm, err);
+        if (!rc) rc = pp_mimi_decode_frame(s, codes, pcm, err);
         double t2 = bench_now();
         if (i >= warmup) {
             enc_ms[i - warmup] = 1e3 * (t1 - t0);
@@ -190,7 +190,7 @@ int bench_codec(int argc, char **argv) {
         printf("mimi on %s, threads %s: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB weights, "
                "%zu MB state; %d frames after %d warm-up\n",
                be->ops->name, th, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers,
-               nq, mimi_weight_bytes(m) >> 20, mimi_state_bytes(s) >> 20, frames, warmup);
+               nq, pp_mimi_weight_bytes(m) >> 20, pp_mimi_state_bytes(s) >> 20, frames, warmup);
         report("encode", enc_ms, frames, frame_ms);
         report("decode", dec_ms, frames, frame_ms);
         printf("decoded pcm rms %.3g (finite: %s)\n", sqrt(rms / ((double)(warmup + frames) * fs)),
@@ -201,8 +201,8 @@ int bench_codec(int argc, char **argv) {
     free(pcm);
     free(enc_ms);
     free(dec_ms);
-    mimi_state_destroy(s);
-    mimi_close(m);
+    pp_mimi_state_destroy(s);
+    pp_mimi_close(m);
     pp_backend_destroy(be);
     return rc ? 1 : 0;
 }

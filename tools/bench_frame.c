@@ -131,7 +131,7 @@ static int synth_weight(synth *s, pp_wformat fmt, int64_t rows, int64_t cols, pp
         if (fmt == PP_WF_NF4) { /* nested absmax, as bitsandbytes saves it */
             fill_bits(s, scales, groups, ~0ull, 0);
             for (size_t g = 0; g <= groups / 256; g++) nested[g] = 0.05f;
-            w.quant_map = quant_nf4_table;
+            w.quant_map = pp_quant_nf4_table;
             w.nested_absmax = nested;
             w.nested_map = s->nested_map;
             w.nested_block = 256;
@@ -464,7 +464,7 @@ int bench_frame(int argc, char **argv) {
             break;
         }
         synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
-        quant_nf4_dynamic_map(s.nested_map);
+        pp_quant_nf4_dynamic_map(s.nested_map);
         lm m;
         rc = lm_build(&s, fmt, kv, &d, &m, err);
         if (rc) {

@@ -107,9 +107,9 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
         h->scales = malloc(n / (size_t)gs * 2);
         if (!h->data || !h->scales) return -1;
         if (fmt == PP_WF_NF2)
-            quant_nf2_quantize(src, (int64_t)n / gs, gs, gs, h->data, h->scales);
+            pp_quant_nf2_quantize(src, (int64_t)n / gs, gs, gs, h->data, h->scales);
         else
-            quant_int4_quantize(src, (int64_t)n / gs, gs, h->data, h->scales);
+            pp_quant_int4_quantize(src, (int64_t)n / gs, gs, h->data, h->scales);
         h->w.group = gs;
         h->w.np2 = gs;
         break;
@@ -125,12 +125,12 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
             free(absmax);
             return -1;
         }
-        quant_nf4_quantize(src, blocks, 64, h->data, absmax);
-        quant_nf4_dynamic_map(h->map);
-        h->w.nested_offset = quant_nf4_nest(absmax, blocks, 256, h->map, h->scales, h->nested);
+        pp_quant_nf4_quantize(src, blocks, 64, h->data, absmax);
+        pp_quant_nf4_dynamic_map(h->map);
+        h->w.nested_offset = pp_quant_nf4_nest(absmax, blocks, 256, h->map, h->scales, h->nested);
         free(absmax);
         h->w.group = 64;
-        h->w.quant_map = quant_nf4_table;
+        h->w.quant_map = pp_quant_nf4_table;
         h->w.nested_absmax = h->nested;
         h->w.nested_map = h->map;
         h->w.nested_block = 256;
@@ -141,9 +141,9 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
     case PP_WF_Q4K: {
         int block = fmt == PP_WF_Q4K ? QUANT_Q4_K_BLOCK : QUANT_Q4_0_BLOCK;
         if (cols % block || !(h->data = malloc(n / (size_t)block * (size_t)pp_wformat_block_bytes(fmt)))) return -1;
-        if (fmt == PP_WF_Q4_0) quant_q4_0_quantize(src, (int64_t)n / block, h->data);
-        else if (fmt == PP_WF_Q8_0) quant_q8_0_quantize(src, (int64_t)n / block, h->data);
-        else quant_q4_k_quantize(src, (int64_t)n / block, h->data);
+        if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, (int64_t)n / block, h->data);
+        else if (fmt == PP_WF_Q8_0) pp_quant_q8_0_quantize(src, (int64_t)n / block, h->data);
+        else pp_quant_q4_k_quantize(src, (int64_t)n / block, h->data);
         h->w.group = block;
         break;
     }

@@ -168,7 +168,7 @@ static int encode_all(mimi_state *s, const mimi_config *c, const float *pcm, int
     int nq = c->quantizer.num_codebooks, rc = PP_OK;
     double t0 = now();
     for (int64_t fr = 0; fr < frames && !rc; fr++)
-        rc = mimi_encode_frame(s, pcm + fr * c->frame_size, codes + fr * nq, NULL, err);
+        rc = pp_mimi_encode_frame(s, pcm + fr * c->frame_size, codes + fr * nq, NULL, err);
     fprintf(stderr, "encoded %lld frames in %.2f s (%.1f ms per frame)\n", (long long)frames, now() - t0,
             1e3 * (now() - t0) / (double)frames);
     return rc;
@@ -179,7 +179,7 @@ static int decode_all(mimi_state *s, const mimi_config *c, const int32_t *codes,
     int nq = c->quantizer.num_codebooks, rc = PP_OK;
     double t0 = now();
     for (int64_t fr = 0; fr < frames && !rc; fr++)
-        rc = mimi_decode_frame(s, codes + fr * nq, pcm + fr * c->frame_size, err);
+        rc = pp_mimi_decode_frame(s, codes + fr * nq, pcm + fr * c->frame_size, err);
     fprintf(stderr, "decoded %lld frames in %.2f s (%.1f ms per frame)\n", (long long)frames, now() - t0,
             1e3 * (now() - t0) / (double)frames);
     return rc;
@@ -228,12 +228,12 @@ int main(int argc, char **argv) {
     mimi_model *m = NULL;
     mimi_state *s = NULL;
     int rc = pp_backend_create(o.device, o.threads, &be, err);
-    if (!rc) rc = mimi_open(be, o.weights, o.config, &m, err);
-    if (!rc) rc = mimi_state_create(m, &s, err);
-    if (!rc) rc = run(&o, s, mimi_get_config(m), err);
+    if (!rc) rc = pp_mimi_open(be, o.weights, o.config, &m, err);
+    if (!rc) rc = pp_mimi_state_create(m, &s, err);
+    if (!rc) rc = run(&o, s, pp_mimi_get_config(m), err);
     if (rc) fprintf(stderr, "personaplex-codec: %s\n", err);
-    mimi_state_destroy(s);
-    mimi_close(m);
+    pp_mimi_state_destroy(s);
+    pp_mimi_close(m);
     pp_backend_destroy(be);
     return rc ? 1 : 0;
 }

@@ -31,20 +31,20 @@ int golden_open(const char *dir, const char *name, st_file **out, char *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return pp_fail(err, PP_EINVAL, "%s: path too long", dir);
-    return st_open(path, out, err);
+    return pp_st_open(path, out, err);
 }
 
 static int find_sized(const st_file *f, const char *name, int64_t want, const st_tensor **out, char *err) {
-    const st_tensor *t = st_find(f, name);
-    if (!t) return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing", st_path(f), name);
+    const st_tensor *t = pp_st_find(f, name);
+    if (!t) return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing", pp_st_path(f), name);
     if (want >= 0 && t->numel != want)
-        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has %lld values, expected %lld", st_path(f), name,
+        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has %lld values, expected %lld", pp_st_path(f), name,
                        (long long)t->numel, (long long)want);
     *out = t;
     return PP_OK;
 }
 
-/* Reads tensor name through load (st_load_f32 or st_load_i64) into a new buffer of esize-byte items. */
+/* Reads tensor name through load (pp_st_load_f32 or pp_st_load_i64) into a new buffer of esize-byte items. */
 typedef int (*load_fn)(const st_file *, const st_tensor *, int64_t, int64_t, void *, char *);
 
 static int load_all(const st_file *f, const char *name, int64_t want, size_t esize, load_fn load, void **out,
@@ -65,11 +65,11 @@ static int load_all(const st_file *f, const char *name, int64_t want, size_t esi
 }
 
 static int load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, void *dst, char *err) {
-    return st_load_f32(f, t, first, n, dst, err);
+    return pp_st_load_f32(f, t, first, n, dst, err);
 }
 
 static int load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t n, void *dst, char *err) {
-    return st_load_i64(f, t, first, n, dst, err);
+    return pp_st_load_i64(f, t, first, n, dst, err);
 }
 
 int golden_load_f32(const st_file *f, const char *name, int64_t want, float **out, int64_t *numel, char *err) {

@@ -213,7 +213,7 @@ static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *rin
     free(codes);
     free(cache);
     free(want);
-    st_close(f);
+    pp_st_close(f);
     return rc;
 }
 
@@ -268,7 +268,7 @@ int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
     }
     golden_free(&g);
     pp_voice_free(&voice);
-    st_close(gf);
+    pp_st_close(gf);
     pp_lmgen_destroy(gen);
     pp_lm_close(lm);
     pp_backend_destroy(be);

@@ -51,7 +51,7 @@ static int load_golden(const char *dir, const mimi_config *c, mimi_golden *g, ch
     if (!rc) rc = golden_load_f32(f, "latent", g->frames * c->seanet.dimension, &g->latent, &nc, err);
     if (!rc) rc = golden_load_i64(f, "codes", g->frames * c->quantizer.num_codebooks, &g->codes, &nc, err);
     if (!rc) rc = golden_load_f32(f, "pcm_out", n, &g->pcm_out, &nc, err);
-    st_close(f);
+    pp_st_close(f);
     return rc;
 }
 
@@ -64,7 +64,7 @@ typedef struct code_stats {
 /* A frame whose codes differ: every reference code must be a near tie on our latent. */
 static int check_frame(const mimi_model *m, int64_t fr, const float *latent, const int64_t *want,
                        const int32_t *got, code_stats *st, char *err) {
-    const int nq = mimi_get_config(m)->quantizer.num_codebooks;
+    const int nq = pp_mimi_get_config(m)->quantizer.num_codebooks;
     int32_t ref[QUANTIZER_MAX_CODES];
     double gaps[QUANTIZER_MAX_CODES];
     int bad = 0;
@@ -72,7 +72,7 @@ static int check_frame(const mimi_model *m, int64_t fr, const float *latent, con
         ref[i] = want[i] < 0 || want[i] > INT32_MAX ? -1 : (int32_t)want[i];
         if (got[i] != want[i]) st->mismatched++;
     }
-    int rc = mimi_code_gaps(m, latent, ref, gaps, err);
+    int rc = pp_mimi_code_gaps(m, latent, ref, gaps, err);
     for (int i = 0; i < nq && !rc; i++) {
         if (gaps[i] > st->worst_gap) st->worst_gap = gaps[i];
         bad |= !(gaps[i] <= MIMI_NEAR_TIE_GAP);
@@ -86,39 +86,39 @@ static int check_frame(const mimi_model *m, int64_t fr, const float *latent, con
 
 /* Streaming encode of every frame: checks the codes and fills latent. */
 static int run_encode(const mimi_model *m, const mimi_golden *g, float *latent, code_stats *st, char *err) {
-    const mimi_config *c = mimi_get_config(m);
+    const mimi_config *c = pp_mimi_get_config(m);
     const int nq = c->quantizer.num_codebooks;
     mimi_state *s;
-    int rc = mimi_state_create(m, &s, err);
+    int rc = pp_mimi_state_create(m, &s, err);
     memset(st, 0, sizeof *st);
     for (int64_t fr = 0; fr < g->frames && !rc; fr++) {
         int32_t codes[QUANTIZER_MAX_CODES];
         float *lat = latent + fr * c->seanet.dimension;
         const int64_t *want = g->codes + fr * nq;
-        rc = mimi_encode_frame(s, g->pcm_in + fr * c->frame_size, codes, lat, err);
+        rc = pp_mimi_encode_frame(s, g->pcm_in + fr * c->frame_size, codes, lat, err);
         int differs = 0;
         for (int i = 0; i < nq; i++) differs |= codes[i] != want[i];
         if (!rc && differs) rc = check_frame(m, fr, lat, want, codes, st, err);
     }
-    mimi_state_destroy(s);
+    pp_mimi_state_destroy(s);
     return rc;
 }
 
 /* Streaming decode of the golden codes into pcm. */
 static int run_decode(const mimi_model *m, const mimi_golden *g, float *pcm, char *err) {
-    const mimi_config *c = mimi_get_config(m);
+    const mimi_config *c = pp_mimi_get_config(m);
     const int nq = c->quantizer.num_codebooks;
     mimi_state *s;
-    int rc = mimi_state_create(m, &s, err);
+    int rc = pp_mimi_state_create(m, &s, err);
     for (int64_t fr = 0; fr < g->frames && !rc; fr++) {
         int32_t codes[QUANTIZER_MAX_CODES];
         for (int i = 0; i < nq; i++) {
             int64_t v = g->codes[fr * nq + i];
             codes[i] = v < 0 || v > INT32_MAX ? -1 : (int32_t)v;
         }
-        rc = mimi_decode_frame(s, codes, pcm + fr * c->frame_size, err);
+        rc = pp_mimi_decode_frame(s, codes, pcm + fr * c->frame_size, err);
     }
-    mimi_state_destroy(s);
+    pp_mimi_state_destroy(s);
     return rc;
 }
 
@@ -134,10 +134,10 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err) {
     float *latent = NULL, *pcm = NULL;
     code_stats st;
     int rc = golden_backend(o, &be, err);
-    if (!rc) rc = mimi_open(be, weights, config, &m, err);
-    if (!rc) rc = load_golden(dir, mimi_get_config(m), &g, err);
+    if (!rc) rc = pp_mimi_open(be, weights, config, &m, err);
+    if (!rc) rc = load_golden(dir, pp_mimi_get_config(m), &g, err);
     if (!rc) {
-        const mimi_config *c = mimi_get_config(m);
+        const mimi_config *c = pp_mimi_get_config(m);
         latent = malloc((size_t)g.frames * c->seanet.dimension * sizeof(float));
         pcm = malloc((size_t)g.frames * c->frame_size * sizeof(float));
         if (!latent || !pcm) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
@@ -145,7 +145,7 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err) {
     if (!rc) rc = run_encode(m, &g, latent, &st, err);
     if (!rc) rc = run_decode(m, &g, pcm, err);
     if (!rc) {
-        const mimi_config *c = mimi_get_config(m);
+        const mimi_config *c = pp_mimi_get_config(m);
         double lat_err = golden_rel_err(latent, g.latent, (size_t)g.frames, (size_t)c->seanet.dimension);
         double pcm_err = golden_rel_err(pcm, g.pcm_out, (size_t)g.frames, (size_t)c->frame_size);
         int pass = st.unexplained == 0 && lat_err <= MIMI_REL_TOL && pcm_err <= MIMI_REL_TOL;
@@ -161,7 +161,7 @@ int golden_mimi_run(const char *dir, const golden_opts *o, char *err) {
     free(latent);
     free(pcm);
     golden_free(&g);
-    mimi_close(m);
+    pp_mimi_close(m);
     pp_backend_destroy(be);
     return rc;
 }

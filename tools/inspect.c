@@ -17,7 +17,7 @@ static int print_stats(const st_file *f, const st_tensor *t, char *err) {
     int64_t nonfinite = 0;
     for (int64_t at = 0; at < t->numel; at += CHUNK) {
         int64_t n = t->numel - at < CHUNK ? t->numel - at : CHUNK;
-        int rc = st_load_f32(f, t, at, n, buf, err);
+        int rc = pp_st_load_f32(f, t, at, n, buf, err);
         if (rc) return rc;
         for (int64_t i = 0; i < n; i++) {
             double v = buf[i];
@@ -46,29 +46,29 @@ static int is_float(st_dtype dt) { return dt == ST_F32 || dt == ST_F16 || dt == 
 static int inspect(const char *path, int stats) {
     char err[PP_ERR_LEN];
     st_file *f;
-    if (st_open(path, &f, err)) {
+    if (pp_st_open(path, &f, err)) {
         fprintf(stderr, "personaplex-inspect: %s\n", err);
         return 1;
     }
     size_t total = 0;
-    printf("%s: %zu tensors\n", path, st_count(f));
-    for (size_t i = 0; i < st_count(f); i++) {
-        const st_tensor *t = st_at(f, i);
+    printf("%s: %zu tensors\n", path, pp_st_count(f));
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const st_tensor *t = pp_st_at(f, i);
         char shape[160] = "[";
         size_t len = 1;
         for (int d = 0; d < t->ndim && len < sizeof(shape); d++)
             len += (size_t)snprintf(shape + len, sizeof(shape) - len, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         if (len < sizeof(shape)) snprintf(shape + len, sizeof(shape) - len, "]");
-        printf("  %-60s %-6s %-24s %12zu\n", t->name, st_dtype_name(t->dtype), shape, t->nbytes);
+        printf("  %-60s %-6s %-24s %12zu\n", t->name, pp_st_dtype_name(t->dtype), shape, t->nbytes);
         total += t->nbytes;
         if (stats && is_float(t->dtype) && print_stats(f, t, err)) {
             fprintf(stderr, "personaplex-inspect: %s\n", err);
-            st_close(f);
+            pp_st_close(f);
             return 1;
         }
     }
     printf("  total %zu bytes of tensor data\n", total);
-    st_close(f);
+    pp_st_close(f);
     return 0;
 }
 

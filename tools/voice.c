@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     if (!rc && w.channels > 1) fprintf(stderr, "personaplex-voice: %s has %d channels; using channel 0\n", o.in, w.channels);
     if (!rc) rc = pp_backend_create(o.device, o.threads, &be, err);
     if (!rc) rc = pp_lm_open(be, o.weights, o.config, &lm, err);
-    if (!rc) rc = mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
+    if (!rc) rc = pp_mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
     if (!rc) rc = pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, w.rate, &v, &gain, &frames, err);
     if (!rc) rc = pp_voice_save_pt(o.out, &v, err);
     if (!rc)
@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-voice: %s\n", err);
     pp_voice_free(&v);
     pp_wav_free(&w);
-    mimi_close(mimi);
+    pp_mimi_close(mimi);
     pp_lm_close(lm);
     pp_backend_destroy(be);
     return rc ? 1 : 0;

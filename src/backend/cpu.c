@@ -55,7 +55,7 @@ static void cpu_add(pp_backend *be, float *y, const float *x, size_t count) {
 static void cpu_destroy(pp_backend *be) {
     cpu_ctx *ctx = be->impl;
     pp_pool_destroy(ctx->pool);
-    cpu_gemv_destroy(ctx->gemv);
+    pp_cpu_gemv_destroy(ctx->gemv);
     free(ctx);
     free(be);
 }
@@ -72,24 +72,24 @@ static const pp_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .weight_upload = cpu_weight_upload,
     .weight_release = cpu_weight_release,
-    .matmul = cpu_matmul,
-    .embed = cpu_embed,
+    .matmul = pp_cpu_matmul,
+    .embed = pp_cpu_embed,
     .add = cpu_add,
-    .rmsnorm = cpu_rmsnorm,
-    .rope = cpu_rope,
-    .attn_step = cpu_attn_step,
-    .attn_step_kv = cpu_attn_step_kv,
-    .silu_mul = cpu_silu_mul,
-    .conv1d = cpu_conv1d,
-    .conv_tr1d = cpu_conv_tr1d,
-    .elu = cpu_elu,
-    .gelu = cpu_gelu,
-    .layer_norm = cpu_layer_norm,
-    .transpose = cpu_transpose,
-    .scale_add = cpu_scale_add,
-    .vq_nearest = cpu_vq_nearest,
-    .vq_add_row = cpu_vq_add_row,
-    .sample = cpu_sample,
+    .rmsnorm = pp_cpu_rmsnorm,
+    .rope = pp_cpu_rope,
+    .attn_step = pp_cpu_attn_step,
+    .attn_step_kv = pp_cpu_attn_step_kv,
+    .silu_mul = pp_cpu_silu_mul,
+    .conv1d = pp_cpu_conv1d,
+    .conv_tr1d = pp_cpu_conv_tr1d,
+    .elu = pp_cpu_elu,
+    .gelu = pp_cpu_gelu,
+    .layer_norm = pp_cpu_layer_norm,
+    .transpose = pp_cpu_transpose,
+    .scale_add = pp_cpu_scale_add,
+    .vq_nearest = pp_cpu_vq_nearest,
+    .vq_add_row = pp_cpu_vq_add_row,
+    .sample = pp_cpu_sample,
 };
 
 int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
@@ -102,7 +102,7 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
     }
     int rc = pp_pool_create(n_threads, &ctx->pool, err);
     if (!rc) {
-        rc = cpu_gemv_create(&ctx->gemv, err);
+        rc = pp_cpu_gemv_create(&ctx->gemv, err);
         if (rc) pp_pool_destroy(ctx->pool);
     }
     if (rc) {
@@ -110,7 +110,7 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
         free(ctx);
         return rc;
     }
-    ctx->simd = cpu_simd_detect();
+    ctx->simd = pp_cpu_simd_detect();
     be->ops = &cpu_ops;
     be->impl = ctx;
     *out = be;

@@ -20,57 +20,57 @@ static inline pp_pool *cpu_pool(pp_backend *be) { return ((cpu_ctx *)be->impl)->
 static inline cpu_simd cpu_simd_of(pp_backend *be) { return ((cpu_ctx *)be->impl)->simd; }
 
 /* cpu_gemv.c */
-int cpu_gemv_create(cpu_gemv **out, char *err);
-void cpu_gemv_destroy(cpu_gemv *g);
-void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
-void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
+int pp_cpu_gemv_create(cpu_gemv **out, char *err);
+void pp_cpu_gemv_destroy(cpu_gemv *g);
+void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
+void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
 
 /* cpu_gemv_avx2.c (x86-64): whether its loops take this weight (format and group size), and
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
-int cpu_gemv_avx2_handles(const pp_weight *w);
-void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
-/* cpu_gemv_kquant.c (x86-64): the same for Q4_K weights (cpu_gemv_rows_avx2 hands them on). */
-void cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+int pp_cpu_gemv_avx2_handles(const pp_weight *w);
+void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* cpu_gemv_kquant.c (x86-64): the same for Q4_K weights (pp_cpu_gemv_rows_avx2 hands them on). */
+void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
- * word of codes); buffers sized by the caller (cpu_vnni_sizes: rows padded to whole blocks). */
+ * word of codes); buffers sized by the caller (pp_cpu_vnni_sizes: rows padded to whole blocks). */
 typedef struct cpu_vnni_x {
     int16_t *q;
     float *scale;
 } cpu_vnni_x;
-int cpu_vnni_handles(const pp_weight *w);
-void cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);
-void cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out);
-void cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1);
+int pp_cpu_vnni_handles(const pp_weight *w);
+void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);
+void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out);
+void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_lm.c */
-void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
-void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
+void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
+void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
               float max_period);
-void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
                    int capacity, int window, const int32_t *pos, float *out);
-void cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const int32_t *pos, float *out);
-void cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
+void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 
 /* cpu_codec.c */
-void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
                 int flags);
-void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
                    float *scratch);
-void cpu_elu(pp_backend *be, const float *x, float *y, size_t n);
-void cpu_gelu(pp_backend *be, float *x, size_t n);
-void cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+void pp_cpu_elu(pp_backend *be, const float *x, float *y, size_t n);
+void pp_cpu_gelu(pp_backend *be, float *x, size_t n);
+void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
                     float *y);
-void cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y);
-void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
-void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
+void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y);
+void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
+void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
                     int32_t *code);
-void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
 
-/* cpu_sample.c */
-void cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
+/* pp_cpu_sample.c */
+void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
                 const int32_t *forced, int32_t *tokens);
 
 #endif

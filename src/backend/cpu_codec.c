@@ -235,7 +235,7 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
     }
 }
 
-void cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
                 int flags) {
     int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
     if (flags & PP_CONV_REPLICATE)
@@ -347,7 +347,7 @@ INLINE void convtr_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(convtr_task)
 
-void cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
                    float *scratch) {
     int k = c->k, s = c->stride, p = k - s, span = t * s + p;
     int depthwise = c->groups != 1;
@@ -414,19 +414,19 @@ INLINE void elu_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(elu_task)
 
-void cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
+void pp_cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
     /* elu8 costs about 2 multiply-adds a value: split large tensors across the pool. */
     int n_tasks = task_count(be, 2.0 * (double)n, 64);
     elu_job job = {.x = x, .y = y, .n = n, .per_task = (n + (size_t)n_tasks - 1) / (size_t)n_tasks};
     pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), elu_task), &job);
 }
 
-void cpu_gelu(pp_backend *be, float *x, size_t n) {
+void pp_cpu_gelu(pp_backend *be, float *x, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-void cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
+void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
                     float *y) {
     (void)be;
     for (int i = 0; i < n; i++) {
@@ -442,13 +442,13 @@ void cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float 
     }
 }
 
-void cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
+void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
     (void)be;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];
 }
 
-void cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
+void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
     (void)be;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < d; j++) y[(size_t)i * d + j] += scale[j] * x[(size_t)i * d + j];
@@ -494,7 +494,7 @@ INLINE void vq_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(vq_task)
 
-void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
+void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
                     int32_t *code) {
     vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x, .xx = dot(x, x, dim), .bins = bins, .dim = dim};
     int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
@@ -510,7 +510,7 @@ void cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bin
         for (int i = 0; i < dim; i++) x[i] -= cb[(size_t)*code * dim + i];
 }
 
-void cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
     (void)be;
     for (int i = 0; i < dim; i++) y[i] += cb[(size_t)code * dim + i];
 }

@@ -37,12 +37,12 @@ struct cpu_gemv {
     float int4_lut[256][2]; /* byte -> (low nibble - 8, high nibble - 8) */
 };
 
-int cpu_gemv_create(cpu_gemv **out, char *err) {
+int pp_cpu_gemv_create(cpu_gemv **out, char *err) {
     cpu_gemv *g = calloc(1, sizeof *g);
     if (!g) return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
     pthread_mutex_init(&g->lock, NULL);
     for (int b = 0; b < 256; b++) {
-        for (int k = 0; k < 4; k++) g->nf2_lut[b][k] = quant_nf2_codebook[(b >> (2 * k)) & 3];
+        for (int k = 0; k < 4; k++) g->nf2_lut[b][k] = pp_quant_nf2_codebook[(b >> (2 * k)) & 3];
         g->int4_lut[b][0] = (float)((b & 15) - 8);
         g->int4_lut[b][1] = (float)((b >> 4) - 8);
     }
@@ -50,7 +50,7 @@ int cpu_gemv_create(cpu_gemv **out, char *err) {
     return PP_OK;
 }
 
-void cpu_gemv_destroy(cpu_gemv *g) {
+void pp_cpu_gemv_destroy(cpu_gemv *g) {
     if (!g) return;
     pthread_mutex_destroy(&g->lock);
     free(g->xp);
@@ -190,11 +190,11 @@ static void gemv_task(void *ctx, int task) {
     if (r0 >= r1) return;
 #if CPU_HAVE_AVX2
     if (j->vx) {
-        cpu_gemv_rows_vnni(j->w, j->vx, j->n, j->y, r0, r1);
+        pp_cpu_gemv_rows_vnni(j->w, j->vx, j->n, j->y, r0, r1);
         return;
     }
     if (j->avx2) {
-        cpu_gemv_rows_avx2(j->w, j->x, j->n, j->y, r0, r1);
+        pp_cpu_gemv_rows_avx2(j->w, j->x, j->n, j->y, r0, r1);
         return;
     }
 #endif
@@ -213,7 +213,7 @@ static void rotate_x(const pp_weight *w, const float *x, int n, float *xp) {
     for (int64_t s = 0; s < (int64_t)n * w->cols; s += gs) {
         memcpy(tmp, x + s, (size_t)gs * sizeof *tmp);
         for (int k = gs; k < w->np2; k++) tmp[k] = 0;
-        quant_fwht(tmp, w->np2);
+        pp_quant_fwht(tmp, w->np2);
         memcpy(xp + s, tmp, (size_t)gs * sizeof *tmp);
     }
 }
@@ -230,7 +230,7 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const c
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
     gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .vx = vx};
 #if CPU_HAVE_AVX2
-    j.avx2 = cpu_simd_of(be) >= CPU_SIMD_AVX2 && cpu_gemv_avx2_handles(w);
+    j.avx2 = cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w);
 #endif
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }
@@ -256,16 +256,16 @@ static const float *rotated(cpu_gemv *g, const pp_weight *w, const float *x, int
 /* The integer products of cpu_gemv_vnni.c; 0 when they cannot take this product (the caller
  * then runs the float loops). */
 static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
-    if (cpu_simd_of(be) != CPU_SIMD_VNNI || !cpu_vnni_handles(w)) return 0;
+    if (cpu_simd_of(be) != CPU_SIMD_VNNI || !pp_cpu_vnni_handles(w)) return 0;
     size_t q_elems, runs;
-    cpu_vnni_sizes(w, n, &q_elems, &runs);
+    pp_cpu_vnni_sizes(w, n, &q_elems, &runs);
     pthread_mutex_lock(&g->lock);
     const float *src = w->fmt == PP_WF_NF2 ? rotated(g, w, x, n) : x;
     int ok = src && reserve((void **)&g->vq, &g->vq_cap, q_elems, sizeof *g->vq) &&
              reserve((void **)&g->runs, &g->runs_cap, runs, sizeof *g->runs);
     if (ok) {
         cpu_vnni_x vx = {.q = g->vq, .scale = g->runs};
-        cpu_vnni_prepare(w, src, n, &vx);
+        pp_cpu_vnni_prepare(w, src, n, &vx);
         run_rows(be, w, NULL, &vx, n, y, NULL);
     }
     pthread_mutex_unlock(&g->lock);
@@ -273,7 +273,7 @@ static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const fl
 }
 #endif
 
-void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
     if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt)) {
@@ -309,7 +309,7 @@ void cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float
     pthread_mutex_unlock(&g->lock);
 }
 
-void cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
+void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
     (void)be;
     float buf[QUANT_MAX_NP2];
     int64_t cols = table->cols;

@@ -204,11 +204,11 @@ CPU_AVX2 static void run_pass(const pass *p, int rb, int nb, const group_tab *ba
     case PP_WF_NF2: pass_shape(p, PP_WF_NF2, rb, nb, base); break;
     case PP_WF_INT4: pass_shape(p, PP_WF_INT4, rb, nb, base); break;
     case PP_WF_NF4: pass_shape(p, PP_WF_NF4, rb, nb, base); break;
-    default: break; /* not taken: cpu_gemv_avx2_handles refuses the rest */
+    default: break; /* not taken: pp_cpu_gemv_avx2_handles refuses the rest */
     }
 }
 
-int cpu_gemv_avx2_handles(const pp_weight *w) {
+int pp_cpu_gemv_avx2_handles(const pp_weight *w) {
     switch (w->fmt) {
     case PP_WF_F32:
     case PP_WF_F16:
@@ -222,14 +222,14 @@ int cpu_gemv_avx2_handles(const pp_weight *w) {
     return 0;
 }
 
-CPU_AVX2 void cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+CPU_AVX2 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
     if (w->fmt == PP_WF_Q4K) {
-        cpu_gemv_q4k_rows_avx2(w, x, n, y, r0, r1);
+        pp_cpu_gemv_q4k_rows_avx2(w, x, n, y, r0, r1);
         return;
     }
     /* the unscaled tables: NF2's 4 centroids twice; NF4's 16 entries in two halves */
     float table[16] = {0};
-    for (int i = 0; i < 16 && w->fmt == PP_WF_NF2; i++) table[i] = quant_nf2_codebook[i % 4];
+    for (int i = 0; i < 16 && w->fmt == PP_WF_NF2; i++) table[i] = pp_quant_nf2_codebook[i % 4];
     for (int i = 0; i < 16 && w->fmt == PP_WF_NF4; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
     const group_tab base = {_mm256_loadu_ps(table), _mm256_loadu_ps(table + 8)};
     for (int64_t r = r0; r < r1;) {

@@ -89,7 +89,7 @@ INLINE void rows_pass(const pp_weight *w, int64_t r, int rb, const float *const 
         for (int i = 0; i < nb; i++) y[i][r + k] = hsum(acc[k][i]);
 }
 
-CPU_AVX2 void cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+CPU_AVX2 void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
     for (int i0 = 0; i0 < n; i0 += INPUTS) {
         int nb = n - i0 < INPUTS ? n - i0 : INPUTS;
         const float *xs[INPUTS];

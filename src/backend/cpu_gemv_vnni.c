@@ -5,7 +5,7 @@
  * (vpermw) decodes 32 weights and one vpdpwssd multiplies them into 16 int32 sums, so the
  * packed bytes rather than the instructions set the pace.
  *
- * Activations are prepared once per product (cpu_vnni_prepare): each run of 2W consecutive
+ * Activations are prepared once per product (pp_cpu_vnni_prepare): each run of 2W consecutive
  * inputs (W = weights per 16-bit word of codes: 8 for NF2, 4 for the 4-bit formats) gets its
  * own scale and is rounded to int16, and the values are stored in the order the decoded
  * weights come out of a 64-byte block of codes: shifting the block's 32 words right by the
@@ -53,7 +53,7 @@ static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_p
 /* A row may end in a half block (16 words): its codes are loaded masked and its activations
  * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
  * block lies within one group or holds whole groups. */
-int cpu_vnni_handles(const pp_weight *w) {
+int pp_cpu_vnni_handles(const pp_weight *w) {
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
     if (g <= 0 || g % run || (b % g && g % b)) return 0;
@@ -66,7 +66,7 @@ static int64_t padded_cols(const pp_weight *w) {
     return (w->cols + b - 1) / b * b;
 }
 
-void cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
+void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
     *q = (size_t)n * (size_t)padded_cols(w);
     *runs = *q / (size_t)(2 * weights_per_word(w->fmt));
 }
@@ -83,12 +83,12 @@ static float table_unit(const pp_weight *w) {
     return top > 0 ? top / NF4_TABLE_MAX : 1.0f;
 }
 
-CPU_VNNI void cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
     int W = weights_per_word(w->fmt), run = 2 * W;
     int64_t B = block_weights(w->fmt), cols = padded_cols(w), runs = cols / run;
     float top = act_max(w->fmt), unit = table_unit(w);
     size_t q_elems, n_runs;
-    cpu_vnni_sizes(w, n, &q_elems, &n_runs);
+    pp_cpu_vnni_sizes(w, n, &q_elems, &n_runs);
     memset(out->q, 0, q_elems * sizeof *out->q); /* a half block's absent half */
     memset(out->scale, 0, n_runs * sizeof *out->scale);
     for (int i = 0; i < n; i++)
@@ -252,7 +252,7 @@ CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
     }
 }
 
-CPU_VNNI void cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
+CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
     int run = 2 * weights_per_word(w->fmt);
     int32_t lane_group[LANES];
     for (int l = 0; l < LANES; l++) lane_group[l] = w->group >= block_weights(w->fmt) ? 0 : (int32_t)(l * run / w->group);

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
+void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
     (void)be;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * d;
@@ -20,7 +20,7 @@ void cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int 
     }
 }
 
-void cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
+void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
               float max_period) {
     (void)be;
     int half = head_dim / 2;
@@ -138,7 +138,7 @@ static void attn_head(void *ctx, int h) {
     for (int d = 0; d < j->head_dim; d++) o[d] *= inv;
 }
 
-void cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const int32_t *pos, float *out) {
     int dim = n_heads * head_dim;
     int64_t s = pos[0];
@@ -154,13 +154,13 @@ void cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_di
     pp_pool_run(cpu_pool(be), n_heads, attn_head, &job);
 }
 
-void cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
+void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
                    int capacity, int window, const int32_t *pos, float *out) {
     pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
-    cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
+    pp_cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
 }
 
-void cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
+void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
     (void)be;
     for (int i = 0; i < n; i++) {
         const float *g = u + (size_t)i * 2 * hidden, *v = g + hidden;

@@ -1,4 +1,4 @@
-/* cpu_sample: the CPU backend's token sampler, the reference for kernels/sample.cu.
+/* pp_cpu_sample: the CPU backend's token sampler, the reference for kernels/sample.cu.
  *
  * Rows are drawn one after the other, each with its own settings; a forced row copies its
  * token. Greedy (temp <= 0): the largest logit, lowest index on ties, NaN never wins.
@@ -63,7 +63,7 @@ static int32_t sample_row(const float *logits, int n, const pp_sample_param *p, 
     return best;
 }
 
-void cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
+void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
                 const int32_t *forced, int32_t *tokens) {
     (void)be;
     for (int r = 0; r < rows; r++)

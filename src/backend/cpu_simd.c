@@ -8,7 +8,7 @@
 #include <cpuid.h>
 #endif
 
-cpu_simd cpu_simd_detect(void) {
+cpu_simd pp_cpu_simd_detect(void) {
     const char *force = getenv("PP_CPU_SIMD");
     if (force && strcmp(force, "portable") == 0) return CPU_SIMD_PORTABLE;
 #if CPU_HAVE_AVX2
@@ -29,7 +29,7 @@ cpu_simd cpu_simd_detect(void) {
     return CPU_SIMD_PORTABLE;
 }
 
-const char *cpu_simd_name(cpu_simd s) {
+const char *pp_cpu_simd_name(cpu_simd s) {
     static const char *const names[] = {"portable", "avx2", "avx512-vnni"};
     return names[s];
 }

@@ -3,7 +3,7 @@
  * The build assumes only the baseline ISA (SSE2 on x86-64), so one binary runs everywhere.
  * Hot loops are written once as an always-inline body and compiled twice: plainly, and under
  * CPU_AVX2 (a function attribute, GCC and clang). The backend detects the CPU once at
- * creation (cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
+ * creation (pp_cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
  * can run both on the same data and compare. PP_CPU_SIMD=portable (or avx2) in the environment
  * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
  * Elsewhere (aarch64) only the portable variant exists; it is written with GCC vector types,
@@ -33,8 +33,8 @@ typedef enum {
 #endif
 
 /* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2"). */
-cpu_simd cpu_simd_detect(void);
-const char *cpu_simd_name(cpu_simd s);
+cpu_simd pp_cpu_simd_detect(void);
+const char *pp_cpu_simd_name(cpu_simd s);
 
 /* Eight floats as one GCC/clang vector, at any float alignment, allowed to alias float data.
  * Loads and stores go through it directly (no helper returning a vector: that changes the

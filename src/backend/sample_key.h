@@ -1,4 +1,4 @@
-/* sample_key: what the backends' samplers share so that the CPU (cpu_sample.c) and the GPU
+/* sample_key: what the backends' samplers share so that the CPU (pp_cpu_sample.c) and the GPU
  * (kernels/sample.cu) draw the same token from the same logits: the order key of a logit and
  * a counter-based uniform. Plain C that also compiles as CUDA (host and device).
  *

@@ -155,7 +155,7 @@ static int ggml_type(uint32_t t, st_dtype *dt, int *blk, int *bytes) {
 
 static int cmp_kv(const void *a, const void *b) { return strcmp(((const gguf_kv *)a)->key, ((const gguf_kv *)b)->key); }
 
-void gguf_meta_free(gguf_meta *m) {
+void pp_gguf_meta_free(gguf_meta *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_kv; i++) {
         free(m->kv[i].key);
@@ -166,7 +166,7 @@ void gguf_meta_free(gguf_meta *m) {
     free(m);
 }
 
-const char *gguf_meta_get(const gguf_meta *m, const char *key) {
+const char *pp_gguf_meta_get(const gguf_meta *m, const char *key) {
     if (!m) return NULL;
     gguf_kv probe = {.key = (char *)key};
     const gguf_kv *kv = bsearch(&probe, m->kv, m->n_kv, sizeof *m->kv, cmp_kv);
@@ -242,7 +242,7 @@ static int read_info(cursor *c, st_tensor *t, char **names_at, uint64_t *offset)
                        c->label, t->name, type);
     if (ne[0] % (uint64_t)blk)
         return pp_fail(c->err, PP_EFORMAT, "%s: tensor '%s': row length %llu is not a multiple of the %s block (%d)",
-                       c->label, t->name, (unsigned long long)ne[0], st_dtype_name(t->dtype), blk);
+                       c->label, t->name, (unsigned long long)ne[0], pp_st_dtype_name(t->dtype), blk);
     t->numel = (int64_t)numel;
     uint64_t nbytes = numel / (uint64_t)blk;
     if (nbytes > UINT64_MAX / (uint64_t)bytes)
@@ -253,7 +253,7 @@ static int read_info(cursor *c, st_tensor *t, char **names_at, uint64_t *offset)
     return PP_OK;
 }
 
-int gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
+int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
                gguf_meta **meta, char *err) {
     *tensors = NULL;
     *count = 0;
@@ -304,7 +304,7 @@ int gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **
     free(offs);
     if (rc) {
         free(t);
-        gguf_meta_free(m);
+        pp_gguf_meta_free(m);
         return rc;
     }
     *tensors = t;
@@ -350,7 +350,7 @@ static int read_at(const char *path, size_t off, uint8_t *dst, size_t len, char 
     return PP_OK;
 }
 
-int gguf_map(const char *path, void **map, size_t *size, char **label, char *err) {
+int pp_gguf_map(const char *path, void **map, size_t *size, char **label, char *err) {
     *map = NULL;
     *size = 0;
     *label = NULL;

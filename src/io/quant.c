@@ -7,16 +7,16 @@
 #include <math.h>
 #include <stdlib.h>
 
-const float quant_nf2_codebook[4] = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
+const float pp_quant_nf2_codebook[4] = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
 
-const float quant_nf4_table[16] = {
+const float pp_quant_nf4_table[16] = {
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
     -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f,
 };
 
-void quant_fwht(float *v, int n) {
+void pp_quant_fwht(float *v, int n) {
     for (int h = 1; h < n; h *= 2) {
         for (int i = 0; i < n; i += 2 * h) {
             for (int j = i; j < i + h; j++) {
@@ -46,14 +46,14 @@ static int nearest(const float *table, int n, float v) {
 
 /* ---- NF2 ---- */
 
-void quant_nf2_decode_group(const uint8_t *packed, float scale, int gs, int np2, float *tmp, float *dst) {
-    for (int j = 0; j < gs; j++) tmp[j] = quant_nf2_codebook[(packed[j >> 2] >> (2 * (j & 3))) & 3];
+void pp_quant_nf2_decode_group(const uint8_t *packed, float scale, int gs, int np2, float *tmp, float *dst) {
+    for (int j = 0; j < gs; j++) tmp[j] = pp_quant_nf2_codebook[(packed[j >> 2] >> (2 * (j & 3))) & 3];
     for (int j = gs; j < np2; j++) tmp[j] = 0.0f;
-    quant_fwht(tmp, np2);
+    pp_quant_fwht(tmp, np2);
     for (int j = 0; j < gs; j++) dst[j] = tmp[j] * scale;
 }
 
-void quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8_t *packed, uint16_t *scales) {
+void pp_quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8_t *packed, uint16_t *scales) {
     float tmp[QUANT_MAX_NP2];
     for (int64_t g = 0; g < n_groups; g++) {
         const float *v = x + g * gs;
@@ -64,24 +64,24 @@ void quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8
         scales[g] = pp_f32_to_f16(s);
         for (int j = 0; j < gs; j++) tmp[j] = v[j] / s;
         for (int j = gs; j < np2; j++) tmp[j] = 0.0f;
-        quant_fwht(tmp, np2);
+        pp_quant_fwht(tmp, np2);
         uint8_t *p = packed + g * (gs / 4);
         for (int j = 0; j < gs / 4; j++) p[j] = 0;
         for (int j = 0; j < gs; j++)
-            p[j >> 2] |= (uint8_t)(nearest(quant_nf2_codebook, 4, tmp[j]) << (2 * (j & 3)));
+            p[j >> 2] |= (uint8_t)(nearest(pp_quant_nf2_codebook, 4, tmp[j]) << (2 * (j & 3)));
     }
 }
 
 /* ---- INT4 ---- */
 
-void quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst) {
+void pp_quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst) {
     for (int j = 0; j < gs / 2; j++) {
         dst[2 * j] = (float)((packed[j] & 15) - 8) * scale;
         dst[2 * j + 1] = (float)((packed[j] >> 4) - 8) * scale;
     }
 }
 
-void quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales) {
+void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales) {
     for (int64_t g = 0; g < n_groups; g++) {
         const float *v = x + g * gs;
         float m = 0;
@@ -102,14 +102,14 @@ void quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *pack
 
 /* ---- bitsandbytes NF4 ---- */
 
-void quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst) {
+void pp_quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst) {
     for (int j = 0; j < bs / 2; j++) {
         dst[2 * j] = table[packed[j] >> 4] * absmax;
         dst[2 * j + 1] = table[packed[j] & 15] * absmax;
     }
 }
 
-void quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packed, float *absmax) {
+void pp_quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packed, float *absmax) {
     for (int64_t b = 0; b < n_blocks; b++) {
         const float *v = x + b * bs;
         float m = 0;
@@ -118,8 +118,8 @@ void quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packe
         absmax[b] = m;
         uint8_t *p = packed + b * (bs / 2);
         for (int j = 0; j < bs; j += 2) {
-            int hi = nearest(quant_nf4_table, 16, v[j] / m);
-            int lo = nearest(quant_nf4_table, 16, v[j + 1] / m);
+            int hi = nearest(pp_quant_nf4_table, 16, v[j] / m);
+            int lo = nearest(pp_quant_nf4_table, 16, v[j + 1] / m);
             p[j / 2] = (uint8_t)(hi << 4 | lo);
         }
     }
@@ -132,7 +132,7 @@ static int cmp_float(const void *a, const void *b) {
 
 /* Seven decades of linearly spaced magnitudes (2^i values in decade i), both signs, plus 0
  * and 1: 254 + 2 = 256 entries, sorted. */
-void quant_nf4_dynamic_map(float map[256]) {
+void pp_quant_nf4_dynamic_map(float map[256]) {
     int k = 0;
     for (int i = 0; i < 7; i++) {
         int steps = 1 << i;
@@ -149,7 +149,7 @@ void quant_nf4_dynamic_map(float map[256]) {
     qsort(map, 256, sizeof map[0], cmp_float);
 }
 
-float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
+float pp_quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
                      float *nested) {
     double sum = 0;
     for (int64_t b = 0; b < n_blocks; b++) sum += absmax[b];

@@ -14,12 +14,12 @@
 #define QUANT_MAX_NP2 4096
 
 /* NF2 centroids by code (§3.2) and the bitsandbytes NF4 table by index (§5.2). */
-extern const float quant_nf2_codebook[4];
-extern const float quant_nf4_table[16];
+extern const float pp_quant_nf2_codebook[4];
+extern const float pp_quant_nf4_table[16];
 
 /* In-place Sylvester-order Walsh-Hadamard transform of v[0..n), n a power of two, scaled by
  * 1/sqrt(n) so that it is orthonormal and its own inverse. */
-void quant_fwht(float *v, int n);
+void pp_quant_fwht(float *v, int n);
 
 /* Unaligned little-endian loads: the mapping gives no alignment guarantee. */
 static inline uint16_t quant_ld16(const void *p, size_t i) {
@@ -36,24 +36,24 @@ static inline float quant_ldf32(const void *p, size_t i) {
 /* ---- NF2 + WHT: 4 codes per byte, LSB first; RMS scale per group (§3) ---- */
 /* Decodes one group: scale * first gs outputs of the normalised WHT of the zero-padded
  * centroids. packed points at the group's gs/4 bytes; tmp holds np2 floats. */
-void quant_nf2_decode_group(const uint8_t *packed, float scale, int gs, int np2, float *tmp, float *dst);
+void pp_quant_nf2_decode_group(const uint8_t *packed, float scale, int gs, int np2, float *tmp, float *dst);
 /* Quantizes n_groups groups of gs values (x holds n_groups*gs values). */
-void quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8_t *packed, uint16_t *scales_f16);
+void pp_quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, uint8_t *packed, uint16_t *scales_f16);
 
 /* ---- INT4 symmetric: low nibble = even element, (nibble-8)*scale, scale = max|x|/7 (§4) ---- */
-void quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst);
-void quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales_f16);
+void pp_quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst);
+void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales_f16);
 
 /* ---- bitsandbytes NF4: high nibble = even element, table[code]*absmax (§5) ---- */
-void quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst);
+void pp_quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst);
 /* Block absmax values and codes of n_blocks blocks of bs values; absmax[n_blocks] is f32. */
-void quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packed, float *absmax);
+void pp_quant_nf4_quantize(const float *x, int64_t n_blocks, int bs, uint8_t *packed, float *absmax);
 /* The signed 8-bit "dynamic" map bitsandbytes uses for the nested absmax (256 sorted values). */
-void quant_nf4_dynamic_map(float map[256]);
+void pp_quant_nf4_dynamic_map(float map[256]);
 /* Double quantization of n_blocks f32 absmax values: offset = mean, then blocks of nbs
  * quantized to the dynamic map against their own absmax. Writes codes[n_blocks] and
  * nested[ceil(n_blocks/nbs)]; returns the offset. */
-float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
+float pp_quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
                      float *nested);
 
 /* ---- ggml block formats (GGUF files): each block holds its own f16 scales ---- */
@@ -66,15 +66,15 @@ float quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float
 #define QUANT_Q8_0_BYTES 34
 #define QUANT_Q4_K_BLOCK 256
 #define QUANT_Q4_K_BYTES 144
-void quant_q4_0_decode_block(const uint8_t *blk, float *dst);
-void quant_q8_0_decode_block(const uint8_t *blk, float *dst);
-void quant_q4_k_decode_block(const uint8_t *blk, float *dst);
+void pp_quant_q4_0_decode_block(const uint8_t *blk, float *dst);
+void pp_quant_q8_0_decode_block(const uint8_t *blk, float *dst);
+void pp_quant_q4_k_decode_block(const uint8_t *blk, float *dst);
 /* Quantizers of n_blocks blocks (x holds n_blocks * block values), for benchmarks and tests:
  * Q4_0 and Q8_0 as ggml's reference quantizers, Q4_K by each sub-block's min and max (ggml's
  * own search for the best scales is slower and a little more accurate). */
-void quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
-void quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
-void quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void pp_quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void pp_quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+void pp_quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out);
 /* Q4_K sub-block j (0..7) of a block's 12 packed bytes: its 6-bit scale and min. */
 static inline void quant_q4_k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
     if (j < 4) {

@@ -49,7 +49,7 @@ static int declare(job *j, const char *base, const char *suffix, st_dtype dt, in
     char key[KEY_LEN];
     int k = snprintf(key, sizeof key, "%s%s", base, suffix);
     if (k < 0 || (size_t)k >= sizeof key) return pp_fail(err, PP_EINVAL, "tensor name '%s' too long", base);
-    return st_writer_declare(j->w, key, dt, ndim, shape, err);
+    return pp_st_writer_declare(j->w, key, dt, ndim, shape, err);
 }
 
 static const char *torch_dtype(st_dtype dt) {
@@ -68,14 +68,14 @@ static int nf4_state(char *buf, size_t cap, const st_tensor *t, int bs, float of
 
 static int declare_tensor(job *j, const st_tensor *t, char *err) {
     pp_wformat fmt = j->o->fmt;
-    if (!pp_quantize_selects(fmt, t->name, t->ndim)) return st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
+    if (!pp_quantize_selects(fmt, t->name, t->ndim)) return pp_st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s; only F32, F16 and BF16 can be quantized",
-                       st_path(j->in), t->name, st_dtype_name(t->dtype));
+                       pp_st_path(j->in), t->name, pp_st_dtype_name(t->dtype));
     int64_t cols = t->shape[1], numel = t->numel, groups = numel / j->gs;
     if (cols % j->gs)
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s': row length %lld is not a multiple of the group size %d "
-                       "(pick another --group)", st_path(j->in), t->name, (long long)cols, j->gs);
+                       "(pick another --group)", pp_st_path(j->in), t->name, (long long)cols, j->gs);
     int64_t one = 1, four = 4, two = 2;
     int rc;
     if (fmt == PP_WF_NF2) {
@@ -127,12 +127,12 @@ static int write_grouped(job *j, const st_tensor *t, char *err) {
     int rc = PP_OK;
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols), n = nr * cols, g0 = r0 * cols / gs;
-        if ((rc = st_load_f32(j->in, t, r0 * cols, n, j->x, err))) break;
+        if ((rc = pp_st_load_f32(j->in, t, r0 * cols, n, j->x, err))) break;
         if (nf2)
-            quant_nf2_quantize(j->x, n / gs, (int)gs, np2, j->packed, scales + g0);
+            pp_quant_nf2_quantize(j->x, n / gs, (int)gs, np2, j->packed, scales + g0);
         else
-            quant_int4_quantize(j->x, n / gs, (int)gs, j->packed, scales + g0);
-        if ((rc = st_writer_write(j->w, j->packed, (size_t)(nf2 ? n / 4 : n / 2), err))) break;
+            pp_quant_int4_quantize(j->x, n / gs, (int)gs, j->packed, scales + g0);
+        if ((rc = pp_st_writer_write(j->w, j->packed, (size_t)(nf2 ? n / 4 : n / 2), err))) break;
         pp_weight d = {.fmt = nf2 ? PP_WF_NF2 : PP_WF_INT4, .rows = nr, .cols = cols, .data = j->packed,
                        .scales = scales + g0, .group = (int)gs, .np2 = np2, .name = t->name};
         if ((rc = pp_weight_decode_rows(&d, 0, nr, j->dec, err))) break;
@@ -143,18 +143,18 @@ static int write_grouped(job *j, const st_tensor *t, char *err) {
         }
         progress(j, (uint64_t)n * t->nbytes / (uint64_t)t->numel);
     }
-    if (!rc) rc = st_writer_write(j->w, scales, sizeof *scales * (size_t)(t->numel / gs), err);
+    if (!rc) rc = pp_st_writer_write(j->w, scales, sizeof *scales * (size_t)(t->numel / gs), err);
     free(scales);
     if (rc) return rc;
     int64_t shape4[4] = {rows, cols, 0, 0}, numel = t->numel, g = gs, p = np2;
     if (nf2) {
-        if ((rc = st_writer_write(j->w, shape4, sizeof shape4, err)) || (rc = st_writer_write(j->w, &g, 8, err)) ||
-            (rc = st_writer_write(j->w, &p, 8, err)))
+        if ((rc = pp_st_writer_write(j->w, shape4, sizeof shape4, err)) || (rc = pp_st_writer_write(j->w, &g, 8, err)) ||
+            (rc = pp_st_writer_write(j->w, &p, 8, err)))
             return rc;
-    } else if ((rc = st_writer_write(j->w, shape4, 16, err))) {
+    } else if ((rc = pp_st_writer_write(j->w, shape4, 16, err))) {
         return rc;
     }
-    if ((rc = st_writer_write(j->w, &numel, 8, err))) return rc;
+    if ((rc = pp_st_writer_write(j->w, &numel, 8, err))) return rc;
     if (j->o->report) j->o->report(j->o->user, t->name, rows, cols, sxy / sqrt(sxx * syy + 1e-300));
     return PP_OK;
 }
@@ -174,11 +174,11 @@ static int write_nf4(job *j, const st_tensor *t, char *err) {
     if (!absmax || !sxv || !svv || !nested || !codes) rc = pp_fail(err, PP_ENOMEM, "tensor '%s': out of memory", t->name);
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols), n = nr * cols, b0 = r0 * cols / bs;
-        if ((rc = st_load_f32(j->in, t, r0 * cols, n, j->x, err))) break;
-        quant_nf4_quantize(j->x, n / bs, (int)bs, j->packed, absmax + b0);
-        if ((rc = st_writer_write(j->w, j->packed, (size_t)(n / 2), err))) break;
+        if ((rc = pp_st_load_f32(j->in, t, r0 * cols, n, j->x, err))) break;
+        pp_quant_nf4_quantize(j->x, n / bs, (int)bs, j->packed, absmax + b0);
+        if ((rc = pp_st_writer_write(j->w, j->packed, (size_t)(n / 2), err))) break;
         for (int64_t b = 0; b < n / bs; b++) {
-            quant_nf4_decode_block(j->packed + b * bs / 2, quant_nf4_table, 1.0f, (int)bs, j->dec);
+            pp_quant_nf4_decode_block(j->packed + b * bs / 2, pp_quant_nf4_table, 1.0f, (int)bs, j->dec);
             double xv = 0, vv = 0;
             for (int64_t k = 0; k < bs; k++) {
                 float x = j->x[b * bs + k];
@@ -192,8 +192,8 @@ static int write_nf4(job *j, const st_tensor *t, char *err) {
         progress(j, (uint64_t)n * t->nbytes / (uint64_t)t->numel);
     }
     if (!rc) {
-        quant_nf4_dynamic_map(map);
-        float offset = quant_nf4_nest(absmax, blocks, NF4_NESTED_BLOCK, map, codes, nested);
+        pp_quant_nf4_dynamic_map(map);
+        float offset = pp_quant_nf4_nest(absmax, blocks, NF4_NESTED_BLOCK, map, codes, nested);
         double sxy = 0, syy = 0;
         for (int64_t b = 0; b < blocks; b++) {
             double a = (double)map[codes[b]] * nested[b / NF4_NESTED_BLOCK] + offset;
@@ -204,11 +204,11 @@ static int write_nf4(job *j, const st_tensor *t, char *err) {
         int blen = nf4_state(blob, sizeof blob, t, (int)bs, offset), want = nf4_state(NULL, 0, t, (int)bs, 0.0f);
         if (blen != want)
             rc = pp_fail(err, PP_EINVAL, "tensor '%s': nested offset %g is not finite", t->name, (double)offset);
-        if (!rc && !(rc = st_writer_write(j->w, codes, (size_t)blocks, err)) &&
-            !(rc = st_writer_write(j->w, nested, sizeof(float) * (size_t)nested_n, err)) &&
-            !(rc = st_writer_write(j->w, map, sizeof map, err)) &&
-            !(rc = st_writer_write(j->w, quant_nf4_table, sizeof(float) * 16, err)))
-            rc = st_writer_write(j->w, blob, (size_t)blen, err);
+        if (!rc && !(rc = pp_st_writer_write(j->w, codes, (size_t)blocks, err)) &&
+            !(rc = pp_st_writer_write(j->w, nested, sizeof(float) * (size_t)nested_n, err)) &&
+            !(rc = pp_st_writer_write(j->w, map, sizeof map, err)) &&
+            !(rc = pp_st_writer_write(j->w, pp_quant_nf4_table, sizeof(float) * 16, err)))
+            rc = pp_st_writer_write(j->w, blob, (size_t)blen, err);
         if (!rc && j->o->report) j->o->report(j->o->user, t->name, rows, cols, sxy / sqrt(sxx * syy + 1e-300));
     }
     free(absmax);
@@ -221,7 +221,7 @@ static int write_nf4(job *j, const st_tensor *t, char *err) {
 
 static int write_tensor(job *j, const st_tensor *t, char *err) {
     if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim)) {
-        int rc = st_writer_write(j->w, t->data, t->nbytes, err);
+        int rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
         progress(j, t->nbytes);
         return rc;
     }
@@ -236,34 +236,34 @@ int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantiz
         return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [4, %d]", gs,
                        o->fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
     st_file *in;
-    int rc = st_open(in_path, &in, err);
+    int rc = pp_st_open(in_path, &in, err);
     if (rc) return rc;
     job j = {.in = in, .o = o, .gs = gs};
-    for (size_t i = 0; i < st_count(in); i++) j.total += st_at(in, i)->nbytes;
+    for (size_t i = 0; i < pp_st_count(in); i++) j.total += pp_st_at(in, i)->nbytes;
     j.x = malloc(sizeof(float) * CHUNK_ELEMS);
     j.dec = malloc(sizeof(float) * CHUNK_ELEMS);
     j.packed = malloc(CHUNK_ELEMS / 2);
     if (!j.x || !j.dec || !j.packed) rc = pp_fail(err, PP_ENOMEM, "quantize: out of memory for chunk buffers");
     /* A row longer than a chunk is handled as one chunk of that row; make room for it. */
-    for (size_t i = 0; i < st_count(in) && !rc; i++) {
-        const st_tensor *t = st_at(in, i);
+    for (size_t i = 0; i < pp_st_count(in) && !rc; i++) {
+        const st_tensor *t = pp_st_at(in, i);
         if (t->ndim == 2 && t->shape[1] > CHUNK_ELEMS)
             rc = pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': rows of %lld exceed %d elements", in_path, t->name,
                          (long long)t->shape[1], CHUNK_ELEMS);
     }
-    if (!rc) rc = st_writer_create(out_path, &j.w, err);
-    for (size_t i = 0; i < st_count(in) && !rc; i++) rc = declare_tensor(&j, st_at(in, i), err);
-    if (!rc) rc = st_writer_begin(j.w, err);
-    for (size_t i = 0; i < st_count(in) && !rc; i++) rc = write_tensor(&j, st_at(in, i), err);
+    if (!rc) rc = pp_st_writer_create(out_path, &j.w, err);
+    for (size_t i = 0; i < pp_st_count(in) && !rc; i++) rc = declare_tensor(&j, pp_st_at(in, i), err);
+    if (!rc) rc = pp_st_writer_begin(j.w, err);
+    for (size_t i = 0; i < pp_st_count(in) && !rc; i++) rc = write_tensor(&j, pp_st_at(in, i), err);
     if (j.w) {
         if (rc)
-            st_writer_abort(j.w);
+            pp_st_writer_abort(j.w);
         else
-            rc = st_writer_finish(j.w, err);
+            rc = pp_st_writer_finish(j.w, err);
     }
     free(j.x);
     free(j.dec);
     free(j.packed);
-    st_close(in);
+    pp_st_close(in);
     return rc;
 }

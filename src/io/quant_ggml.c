@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-void quant_q4_0_decode_block(const uint8_t *blk, float *dst) {
+void pp_quant_q4_0_decode_block(const uint8_t *blk, float *dst) {
     float d = pp_f16_to_f32(quant_ld16(blk, 0));
     const uint8_t *q = blk + 2;
     for (int j = 0; j < 16; j++) {
@@ -15,12 +15,12 @@ void quant_q4_0_decode_block(const uint8_t *blk, float *dst) {
     }
 }
 
-void quant_q8_0_decode_block(const uint8_t *blk, float *dst) {
+void pp_quant_q8_0_decode_block(const uint8_t *blk, float *dst) {
     float d = pp_f16_to_f32(quant_ld16(blk, 0));
     for (int j = 0; j < 32; j++) dst[j] = (float)(int8_t)blk[2 + j] * d;
 }
 
-void quant_q4_k_decode_block(const uint8_t *blk, float *dst) {
+void pp_quant_q4_k_decode_block(const uint8_t *blk, float *dst) {
     float d = pp_f16_to_f32(quant_ld16(blk, 0)), dmin = pp_f16_to_f32(quant_ld16(blk, 1));
     const uint8_t *scales = blk + 4, *q = blk + 16;
     for (int j = 0; j < 8; j += 2, q += 32) {
@@ -39,7 +39,7 @@ static void put_f16(uint8_t *p, float v) {
     memcpy(p, &h, 2);
 }
 
-void quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
+void pp_quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
     for (int64_t b = 0; b < n_blocks; b++, x += 32, out += QUANT_Q4_0_BYTES) {
         float amax = 0, max = 0; /* the value of largest magnitude, with its sign */
         for (int j = 0; j < 32; j++)
@@ -53,7 +53,7 @@ void quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
     }
 }
 
-void quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
+void pp_quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
     for (int64_t b = 0; b < n_blocks; b++, x += 32, out += QUANT_Q8_0_BYTES) {
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -68,7 +68,7 @@ static int clamp_round(float v, int hi) {
     return q < 0 ? 0 : q > hi ? hi : q;
 }
 
-void quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
+void pp_quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out) {
     for (int64_t b = 0; b < n_blocks; b++, x += 256, out += QUANT_Q4_K_BYTES) {
         float scale[8], min[8], max_scale = 0, max_min = 0;
         for (int j = 0; j < 8; j++) {

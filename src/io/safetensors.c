@@ -25,12 +25,12 @@ struct st_file {
     char *path;              /* path or label, for messages */
     const uint8_t *base;     /* whole file (or caller's buffer) */
     size_t size;
-    void *map;               /* mmap address, NULL for st_open_memory */
+    void *map;               /* mmap address, NULL for pp_st_open_memory */
     pp_json_doc *doc;        /* owns tensor names and metadata strings */
     const pp_json *metadata; /* __metadata__ object or NULL */
     size_t count;
     st_tensor *tensors;      /* header order */
-    st_tensor **by_name;     /* sorted by name, for st_find */
+    st_tensor **by_name;     /* sorted by name, for pp_st_find */
     gguf_meta *gguf;         /* a GGUF file's names and metadata, NULL for safetensors */
 };
 
@@ -53,8 +53,8 @@ static const struct {
     [ST_Q4_K] = {"Q4_K", 0},
 };
 
-const char *st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].name : "?"; }
-int st_dtype_bits(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].bits : 0; }
+const char *pp_st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].name : "?"; }
+int pp_st_dtype_bits(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].bits : 0; }
 
 static int dtype_parse(const char *name, st_dtype *out) {
     for (int i = 0; i < ST_DTYPE_COUNT; i++)
@@ -73,7 +73,7 @@ static int shape_bytes(st_dtype dt, int ndim, const int64_t *shape, int64_t *num
         if (shape[i] && n > (uint64_t)INT64_MAX / (uint64_t)shape[i]) return -1;
         n *= (uint64_t)shape[i];
     }
-    uint64_t bits = (uint64_t)st_dtype_bits(dt);
+    uint64_t bits = (uint64_t)pp_st_dtype_bits(dt);
     if (n && n > UINT64_MAX / bits) return -1;
     if (n * bits % 8) return -1;
     *numel = (int64_t)n;
@@ -236,7 +236,7 @@ static int parse_header(st_file *f, char *err) {
 }
 
 static int parse_gguf(st_file *f, char *err) {
-    int rc = gguf_parse(f->base, f->size, f->path, &f->tensors, &f->count, &f->gguf, err);
+    int rc = pp_gguf_parse(f->base, f->size, f->path, &f->tensors, &f->count, &f->gguf, err);
     if (rc) return rc;
     f->by_name = calloc(f->count ? f->count : 1, sizeof(*f->by_name));
     if (!f->by_name) return pp_fail(err, PP_ENOMEM, "%s: out of memory for %zu tensors", f->path, f->count);
@@ -252,14 +252,14 @@ static int open_common(st_file *f, st_file **out, char *err) {
     int gguf = f->size >= 4 && !memcmp(f->base, "GGUF", 4);
     int rc = gguf ? parse_gguf(f, err) : parse_header(f, err);
     if (rc) {
-        st_close(f);
+        pp_st_close(f);
         return rc;
     }
     *out = f;
     return 0;
 }
 
-int st_open_memory(const void *buf, size_t len, const char *label, st_file **out, char *err) {
+int pp_st_open_memory(const void *buf, size_t len, const char *label, st_file **out, char *err) {
     *out = NULL;
     if (!label) label = "<memory>";
     if (!buf && len) return pp_fail(err, PP_EINVAL, "%s: NULL buffer", label);
@@ -273,12 +273,12 @@ int st_open_memory(const void *buf, size_t len, const char *label, st_file **out
     return open_common(f, out, err);
 }
 
-int st_open(const char *path, st_file **out, char *err) {
+int pp_st_open(const char *path, st_file **out, char *err) {
     *out = NULL;
     void *shards;
     size_t shards_size;
     char *label;
-    int rc = gguf_map(path, &shards, &shards_size, &label, err);
+    int rc = pp_gguf_map(path, &shards, &shards_size, &label, err);
     if (rc < 0) return rc;
     if (rc == 0) {
         st_file *f = calloc(1, sizeof(*f));
@@ -312,7 +312,7 @@ int st_open(const char *path, st_file **out, char *err) {
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            st_close(f);
+            pp_st_close(f);
             return pp_fail(err, PP_EIO, "%s: mmap failed: %s", path, strerror(e));
         }
         f->map = m;
@@ -322,24 +322,24 @@ int st_open(const char *path, st_file **out, char *err) {
     return open_common(f, out, err);
 }
 
-void st_close(st_file *f) {
+void pp_st_close(st_file *f) {
     if (!f) return;
     if (f->map) munmap(f->map, f->size);
     pp_json_free(f->doc);
-    gguf_meta_free(f->gguf);
+    pp_gguf_meta_free(f->gguf);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
     free(f);
 }
 
-const char *st_path(const st_file *f) { return f->path; }
-size_t st_size(const st_file *f) { return f->size; }
-const void *st_base(const st_file *f) { return f->base; }
-size_t st_count(const st_file *f) { return f->count; }
-const st_tensor *st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
+const char *pp_st_path(const st_file *f) { return f->path; }
+size_t pp_st_size(const st_file *f) { return f->size; }
+const void *pp_st_base(const st_file *f) { return f->base; }
+size_t pp_st_count(const st_file *f) { return f->count; }
+const st_tensor *pp_st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 
-const st_tensor *st_find(const st_file *f, const char *name) {
+const st_tensor *pp_st_find(const st_file *f, const char *name) {
     size_t lo = 0, hi = f->count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -351,8 +351,8 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     return NULL;
 }
 
-const char *st_metadata(const st_file *f, const char *key) {
-    if (f->gguf) return gguf_meta_get(f->gguf, key);
+const char *pp_st_metadata(const st_file *f, const char *key) {
+    if (f->gguf) return pp_gguf_meta_get(f->gguf, key);
     const pp_json *v = pp_json_get(f->metadata, key);
     return v ? v->string : NULL;
 }
@@ -366,7 +366,7 @@ static int check_range(const st_file *f, const st_tensor *t, int64_t first, int6
     return 0;
 }
 
-int st_load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, float *dst, char *err) {
+int pp_st_load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, float *dst, char *err) {
     int rc = check_range(f, t, first, n, err);
     if (rc) return rc;
     const uint8_t *src = t->data;
@@ -384,7 +384,7 @@ int st_load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, 
         return 0;
     default:
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s, expected F32, F16 or BF16", f->path, t->name,
-                       st_dtype_name(t->dtype));
+                       pp_st_dtype_name(t->dtype));
     }
 }
 
@@ -413,18 +413,18 @@ static int64_t int_at(const uint8_t *src, st_dtype dt, int64_t k) {
     }
 }
 
-int st_load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t n, int64_t *dst, char *err) {
+int pp_st_load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t n, int64_t *dst, char *err) {
     int rc = check_range(f, t, first, n, err);
     if (rc) return rc;
     if (!is_int_dtype(t->dtype))
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s, expected an integer dtype", f->path, t->name,
-                       st_dtype_name(t->dtype));
+                       pp_st_dtype_name(t->dtype));
     for (int64_t i = 0; i < n; i++) dst[i] = int_at(t->data, t->dtype, first + i);
     return 0;
 }
 
-int st_expect(const st_file *f, const char *name, int ndim, const int64_t *shape, const st_tensor **out, char *err) {
-    const st_tensor *t = st_find(f, name);
+int pp_st_expect(const st_file *f, const char *name, int ndim, const int64_t *shape, const st_tensor **out, char *err) {
+    const st_tensor *t = pp_st_find(f, name);
     *out = NULL;
     if (!t) return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' not found", f->path, name);
     int same = t->ndim == ndim;

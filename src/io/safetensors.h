@@ -1,6 +1,6 @@
 /* safetensors: read-only access to a .safetensors file through mmap.
  *
- * st_open validates the whole container as spec/formats.md §1 lists it (header length,
+ * pp_st_open validates the whole container as spec/formats.md §1 lists it (header length,
  * JSON, dtype names, shapes, offsets contiguous and covering the buffer, duplicate keys,
  * __metadata__ string map) before returning, so every tensor handed out is in bounds.
  * Tensor data may be unaligned: read it with memcpy or the st_load_* helpers.
@@ -21,7 +21,7 @@ typedef enum {
     ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32, ST_F32,
     ST_I64, ST_U64, ST_F64, ST_C64, ST_F8_E4M3, ST_F8_E5M2, ST_F8_E8M0, ST_F8_E4M3FNUZ,
     ST_F8_E5M2FNUZ, ST_F6_E2M3, ST_F6_E3M2, ST_F4,
-    /* ggml block formats, from GGUF files only (io/gguf.h); st_dtype_bits gives 0 */
+    /* ggml block formats, from GGUF files only (io/gguf.h); pp_st_dtype_bits gives 0 */
     ST_Q4_0, ST_Q8_0, ST_Q4_K,
     ST_DTYPE_COUNT
 } st_dtype;
@@ -38,44 +38,44 @@ typedef struct st_tensor {
 
 typedef struct st_file st_file;
 
-int st_open(const char *path, st_file **out, char *err);
+int pp_st_open(const char *path, st_file **out, char *err);
 /* Same checks on a buffer in memory (the fuzzer's entry point); buf must outlive the file. */
-int st_open_memory(const void *buf, size_t len, const char *label, st_file **out, char *err);
-void st_close(st_file *f);
+int pp_st_open_memory(const void *buf, size_t len, const char *label, st_file **out, char *err);
+void pp_st_close(st_file *f);
 
-const char *st_path(const st_file *f);
-size_t st_size(const st_file *f); /* bytes of the file (of all its shards together) */
-/* The file in memory: st_size bytes from here hold every tensor's data (a GGUF shard read into
+const char *pp_st_path(const st_file *f);
+size_t pp_st_size(const st_file *f); /* bytes of the file (of all its shards together) */
+/* The file in memory: pp_st_size bytes from here hold every tensor's data (a GGUF shard read into
  * memory rather than mapped lies elsewhere). */
-const void *st_base(const st_file *f);
-size_t st_count(const st_file *f);
-const st_tensor *st_at(const st_file *f, size_t i); /* in header order */
-const st_tensor *st_find(const st_file *f, const char *name);
+const void *pp_st_base(const st_file *f);
+size_t pp_st_count(const st_file *f);
+const st_tensor *pp_st_at(const st_file *f, size_t i); /* in header order */
+const st_tensor *pp_st_find(const st_file *f, const char *name);
 /* __metadata__ value for key (GGUF: the KV value as text), or NULL. */
-const char *st_metadata(const st_file *f, const char *key);
+const char *pp_st_metadata(const st_file *f, const char *key);
 
-const char *st_dtype_name(st_dtype dt);
-int st_dtype_bits(st_dtype dt);
+const char *pp_st_dtype_name(st_dtype dt);
+int pp_st_dtype_bits(st_dtype dt);
 
 /* Converts n elements of a F32/F16/BF16 tensor, starting at element `first`, to float.
  * Returns PP_EUNSUPPORTED (with the tensor's name in err) for other dtypes. */
-int st_load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, float *dst, char *err);
+int pp_st_load_f32(const st_file *f, const st_tensor *t, int64_t first, int64_t n, float *dst, char *err);
 /* Reads an integer tensor (I64/I32/U8...) into int64. */
-int st_load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t n, int64_t *dst, char *err);
+int pp_st_load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t n, int64_t *dst, char *err);
 /* Fetches a tensor by name, checking dtype class and exact shape; err names file, tensor and both shapes. */
-int st_expect(const st_file *f, const char *name, int ndim, const int64_t *shape, const st_tensor **out, char *err);
+int pp_st_expect(const st_file *f, const char *name, int ndim, const int64_t *shape, const st_tensor **out, char *err);
 
 /* Writer: declare every tensor first (name, dtype, shape), then write their bytes in the
- * declared order. The header is written by st_writer_begin. */
+ * declared order. The header is written by pp_st_writer_begin. */
 typedef struct st_writer st_writer;
-int st_writer_create(const char *path, st_writer **out, char *err);
-int st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err);
-int st_writer_metadata(st_writer *w, const char *key, const char *value, char *err);
-int st_writer_begin(st_writer *w, char *err);
+int pp_st_writer_create(const char *path, st_writer **out, char *err);
+int pp_st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err);
+int pp_st_writer_metadata(st_writer *w, const char *key, const char *value, char *err);
+int pp_st_writer_begin(st_writer *w, char *err);
 /* Appends bytes of the current tensor; a tensor may be written in several calls. */
-int st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err);
+int pp_st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err);
 /* Checks every declared byte was written, closes the file. Frees w in all cases. */
-int st_writer_finish(st_writer *w, char *err);
-void st_writer_abort(st_writer *w); /* closes and removes the partial file */
+int pp_st_writer_finish(st_writer *w, char *err);
+void pp_st_writer_abort(st_writer *w); /* closes and removes the partial file */
 
 #endif

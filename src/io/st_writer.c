@@ -77,7 +77,7 @@ static void sb_json_str(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-int st_writer_create(const char *path, st_writer **out, char *err) {
+int pp_st_writer_create(const char *path, st_writer **out, char *err) {
     *out = NULL;
     st_writer *w = calloc(1, sizeof(*w));
     if (!w || !(w->path = strdup(path))) {
@@ -101,13 +101,13 @@ static int name_taken(const st_writer *w, const char *name) {
     return !strcmp(name, "__metadata__");
 }
 
-int st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err) {
-    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: tensor '%s' declared after st_writer_begin", w->path, name);
-    if ((unsigned)dt >= ST_DTYPE_COUNT || !st_dtype_bits(dt) || ndim < 0 || ndim > ST_MAX_DIMS)
+int pp_st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err) {
+    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: tensor '%s' declared after pp_st_writer_begin", w->path, name);
+    if ((unsigned)dt >= ST_DTYPE_COUNT || !pp_st_dtype_bits(dt) || ndim < 0 || ndim > ST_MAX_DIMS)
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad dtype or rank %d", w->path, name, ndim);
     if (name_taken(w, name)) return pp_fail(err, PP_EINVAL, "%s: tensor '%s' declared twice", w->path, name);
     st_decl d = {.dtype = dt, .ndim = ndim};
-    uint64_t numel = 1, bits = (uint64_t)st_dtype_bits(dt);
+    uint64_t numel = 1, bits = (uint64_t)pp_st_dtype_bits(dt);
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || (shape[i] && numel > (uint64_t)INT64_MAX / (uint64_t)shape[i]))
             return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad shape", w->path, name);
@@ -130,8 +130,8 @@ int st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, con
     return 0;
 }
 
-int st_writer_metadata(st_writer *w, const char *key, const char *value, char *err) {
-    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: metadata '%s' set after st_writer_begin", w->path, key);
+int pp_st_writer_metadata(st_writer *w, const char *key, const char *value, char *err) {
+    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: metadata '%s' set after pp_st_writer_begin", w->path, key);
     for (size_t i = 0; i < w->meta_count; i += 2)
         if (!strcmp(w->meta[i], key)) return pp_fail(err, PP_EINVAL, "%s: metadata '%s' set twice", w->path, key);
     if (w->meta_count + 2 > w->meta_cap) {
@@ -172,7 +172,7 @@ static void header_json(const st_writer *w, strbuf *b) {
         sep = ",";
         sb_json_str(b, d->name);
         sb_str(b, ":{\"dtype\":\"");
-        sb_str(b, st_dtype_name(d->dtype));
+        sb_str(b, pp_st_dtype_name(d->dtype));
         sb_str(b, "\",\"shape\":[");
         for (int k = 0; k < d->ndim; k++) {
             if (k) sb_str(b, ",");
@@ -189,8 +189,8 @@ static void header_json(const st_writer *w, strbuf *b) {
     while (b->len % 8) sb_str(b, " ");
 }
 
-int st_writer_begin(st_writer *w, char *err) {
-    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: st_writer_begin called twice", w->path);
+int pp_st_writer_begin(st_writer *w, char *err) {
+    if (w->begun) return pp_fail(err, PP_EINVAL, "%s: pp_st_writer_begin called twice", w->path);
     strbuf b = {0};
     header_json(w, &b);
     if (b.oom) {
@@ -207,8 +207,8 @@ int st_writer_begin(st_writer *w, char *err) {
     return 0;
 }
 
-int st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err) {
-    if (!w->begun) return pp_fail(err, PP_EINVAL, "%s: data written before st_writer_begin", w->path);
+int pp_st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err) {
+    if (!w->begun) return pp_fail(err, PP_EINVAL, "%s: data written before pp_st_writer_begin", w->path);
     if (nbytes > w->total - w->written)
         return pp_fail(err, PP_EINVAL, "%s: %zu bytes written past the %llu declared", w->path, nbytes,
                        (unsigned long long)w->total);
@@ -227,9 +227,9 @@ static void writer_free(st_writer *w) {
     free(w);
 }
 
-int st_writer_finish(st_writer *w, char *err) {
+int pp_st_writer_finish(st_writer *w, char *err) {
     int rc = 0;
-    if (!w->begun) rc = pp_fail(err, PP_EINVAL, "%s: finished before st_writer_begin", w->path);
+    if (!w->begun) rc = pp_fail(err, PP_EINVAL, "%s: finished before pp_st_writer_begin", w->path);
     else if (w->written != w->total)
         rc = pp_fail(err, PP_EINVAL, "%s: %llu of %llu declared bytes written", w->path,
                      (unsigned long long)w->written, (unsigned long long)w->total);
@@ -239,7 +239,7 @@ int st_writer_finish(st_writer *w, char *err) {
     return rc;
 }
 
-void st_writer_abort(st_writer *w) {
+void pp_st_writer_abort(st_writer *w) {
     if (!w) return;
     fclose(w->fp);
     remove(w->path);

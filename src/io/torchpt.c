@@ -377,7 +377,7 @@ static int run_pickle(pk *m) {
 /* ---- archive ---- */
 
 struct pt_file {
-    unsigned char *owned; /* pt_open's file buffer */
+    unsigned char *owned; /* pp_pt_open's file buffer */
     zip_archive *zip;
     pt_tensor *tensors;
     size_t count;
@@ -387,8 +387,8 @@ struct pt_file {
 /* The archive's single "<prefix>/data.pkl" entry; *prefix_len includes the '/'. */
 static int find_pickle(const zip_archive *z, const char *label, const zip_entry **out, size_t *prefix_len, char *err) {
     *out = NULL;
-    for (size_t i = 0; i < zip_count(z); i++) {
-        const zip_entry *e = zip_at(z, i);
+    for (size_t i = 0; i < pp_zip_count(z); i++) {
+        const zip_entry *e = pp_zip_at(z, i);
         const char *slash = strchr(e->name, '/');
         if (!slash || strcmp(slash, "/data.pkl") != 0) continue;
         if (*out) return pp_fail(err, PP_EFORMAT, "%s: more than one data.pkl in the archive", label);
@@ -413,7 +413,7 @@ static int bind_tensor(pt_file *f, const pk *m, uint32_t k, const zip_entry *pkl
     *names += key->b + 1;
     char path[1200];
     snprintf(path, sizeof path, "%.*sdata/%.*s", (int)prefix_len, pkl->name, (int)s->key_len, (const char *)m->p + s->key_off);
-    const zip_entry *e = zip_find(f->zip, path);
+    const zip_entry *e = pp_zip_find(f->zip, path);
     if (!e) return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': storage entry %s is missing", label, o->name, path);
     int64_t es = storage_types[s->type].size;
     if ((uint64_t)s->numel != e->size / es || e->size % es != 0)
@@ -444,7 +444,7 @@ static int bind_tensor(pt_file *f, const pk *m, uint32_t k, const zip_entry *pkl
 static int check_byteorder(const zip_archive *z, const zip_entry *pkl, size_t prefix_len, const char *label, char *err) {
     char path[1200];
     snprintf(path, sizeof path, "%.*sbyteorder", (int)prefix_len, pkl->name);
-    const zip_entry *e = zip_find(z, path);
+    const zip_entry *e = pp_zip_find(z, path);
     if (e && !(e->size == 6 && memcmp(e->data, "little", 6) == 0))
         return pp_fail(err, PP_EUNSUPPORTED, "%s: %s is not 'little' (big-endian archives are not supported)", label, path);
     return 0;
@@ -475,30 +475,30 @@ static int load_archive(pt_file *f, const char *label, char *err) {
     return rc;
 }
 
-int pt_open_memory(const void *buf, size_t len, const char *label, pt_file **out, char *err) {
+int pp_pt_open_memory(const void *buf, size_t len, const char *label, pt_file **out, char *err) {
     *out = NULL;
     /* Before torch 1.6, torch.save wrote bare pickles (magic number first), not zips. */
     if (len >= 2 && ((const uint8_t *)buf)[0] == 0x80 && ((const uint8_t *)buf)[1] == 0x02)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: legacy (pre-1.6) torch.save format; re-save it with a current torch", label);
     pt_file *f = calloc(1, sizeof *f);
     if (!f) return pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
-    int rc = zip_open_memory(buf, len, label, &f->zip, err);
+    int rc = pp_zip_open_memory(buf, len, label, &f->zip, err);
     if (rc == 0) rc = load_archive(f, label, err);
     if (rc) {
-        pt_close(f);
+        pp_pt_close(f);
         return rc;
     }
     *out = f;
     return 0;
 }
 
-int pt_open(const char *path, pt_file **out, char *err) {
+int pp_pt_open(const char *path, pt_file **out, char *err) {
     unsigned char *buf;
     size_t len;
     *out = NULL;
     int rc = pp_file_read_all(path, MAX_FILE, &buf, &len, err);
     if (rc) return rc;
-    rc = pt_open_memory(buf, len, path, out, err);
+    rc = pp_pt_open_memory(buf, len, path, out, err);
     if (rc) {
         free(buf);
         return rc;
@@ -507,19 +507,19 @@ int pt_open(const char *path, pt_file **out, char *err) {
     return 0;
 }
 
-void pt_close(pt_file *f) {
+void pp_pt_close(pt_file *f) {
     if (!f) return;
-    zip_close(f->zip);
+    pp_zip_close(f->zip);
     free(f->tensors);
     free(f->names);
     free(f->owned);
     free(f);
 }
 
-size_t pt_count(const pt_file *f) { return f->count; }
-const pt_tensor *pt_at(const pt_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
+size_t pp_pt_count(const pt_file *f) { return f->count; }
+const pt_tensor *pp_pt_at(const pt_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 
-const pt_tensor *pt_find(const pt_file *f, const char *name) {
+const pt_tensor *pp_pt_find(const pt_file *f, const char *name) {
     for (size_t i = 0; i < f->count; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
     return NULL;
@@ -619,7 +619,7 @@ static void put_tensor(pbuf *b, const pt_tensor *t, int storage, size_t key, int
 /* Checks t and returns its element count in *numel and storage type in *storage. */
 static int check_desc(const char *path, const pt_tensor *t, int64_t *numel, int *storage, char *err) {
     *storage = storage_index(t->dtype);
-    if (*storage < 0) return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': dtype %s has no torch storage class", path, t->name, st_dtype_name(t->dtype));
+    if (*storage < 0) return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': dtype %s has no torch storage class", path, t->name, pp_st_dtype_name(t->dtype));
     if (!t->name || strlen(t->name) > MAX_STR || t->ndim < 0 || t->ndim > ST_MAX_DIMS)
         return pp_fail(err, PP_EINVAL, "%s: bad tensor name or rank", path);
     *numel = 1;
@@ -631,7 +631,7 @@ static int check_desc(const char *path, const pt_tensor *t, int64_t *numel, int 
     return 0;
 }
 
-int pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err) {
+int pp_pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err) {
     if (n > MAX_TENSORS) return pp_fail(err, PP_EINVAL, "%s: too many tensors (%zu)", path, n);
     int64_t numel[MAX_TENSORS];
     int storage[MAX_TENSORS];
@@ -651,19 +651,19 @@ int pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err) {
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
     }
     zip_writer *w;
-    int rc = zip_writer_create(path, &w, err);
-    if (rc == 0) rc = zip_writer_add(w, "archive/data.pkl", b.p, b.n, err);
-    if (rc == 0) rc = zip_writer_add(w, "archive/byteorder", "little", 6, err);
+    int rc = pp_zip_writer_create(path, &w, err);
+    if (rc == 0) rc = pp_zip_writer_add(w, "archive/data.pkl", b.p, b.n, err);
+    if (rc == 0) rc = pp_zip_writer_add(w, "archive/byteorder", "little", 6, err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char name[48];
         snprintf(name, sizeof name, "archive/data/%zu", i);
-        rc = zip_writer_add(w, name, tensors[i].data, (size_t)numel[i] * (size_t)storage_types[storage[i]].size, err);
+        rc = pp_zip_writer_add(w, name, tensors[i].data, (size_t)numel[i] * (size_t)storage_types[storage[i]].size, err);
     }
-    if (rc == 0) rc = zip_writer_add(w, "archive/version", "3\n", 2, err);
+    if (rc == 0) rc = pp_zip_writer_add(w, "archive/version", "3\n", 2, err);
     free(b.p);
     if (rc) {
-        zip_writer_abort(w);
+        pp_zip_writer_abort(w);
         return rc;
     }
-    return zip_writer_finish(w, err);
+    return pp_zip_writer_finish(w, err);
 }

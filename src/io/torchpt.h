@@ -29,17 +29,17 @@ typedef struct pt_tensor {
 
 typedef struct pt_file pt_file;
 
-int pt_open(const char *path, pt_file **out, char *err);
+int pp_pt_open(const char *path, pt_file **out, char *err);
 /* Same on a buffer in memory (the fuzzer's entry point); buf must outlive the file. */
-int pt_open_memory(const void *buf, size_t len, const char *label, pt_file **out, char *err);
-void pt_close(pt_file *f);
+int pp_pt_open_memory(const void *buf, size_t len, const char *label, pt_file **out, char *err);
+void pp_pt_close(pt_file *f);
 
-size_t pt_count(const pt_file *f);
-const pt_tensor *pt_at(const pt_file *f, size_t i); /* in the dict's insertion order */
-const pt_tensor *pt_find(const pt_file *f, const char *name);
+size_t pp_pt_count(const pt_file *f);
+const pt_tensor *pp_pt_at(const pt_file *f, size_t i); /* in the dict's insertion order */
+const pt_tensor *pp_pt_find(const pt_file *f, const char *name);
 
 /* Writes a dict of n contiguous CPU tensors (name, dtype, ndim, shape, data; numel and nbytes
  * are recomputed) in torch's layout under the archive name "archive". Atomic. */
-int pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err);
+int pp_pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err);
 
 #endif

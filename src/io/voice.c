@@ -72,7 +72,7 @@ static int has_suffix(const char *s, const char *suffix) {
 
 static int pt_embeddings(const pt_tensor *t, int64_t dim, pp_voice *out, const char *label, char *err) {
     if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F32)
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: 'embeddings' is %s (need BF16, F16 or F32)", label, st_dtype_name(t->dtype));
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: 'embeddings' is %s (need BF16, F16 or F32)", label, pp_st_dtype_name(t->dtype));
     if (t->ndim != 4 || t->shape[1] != 1 || t->shape[2] != 1)
         return pp_fail(err, PP_EFORMAT, "%s: 'embeddings' must be [N,1,1,dim] (rank %d given)", label, t->ndim);
     int rc = check_dims(label, t->shape[0], t->shape[3], dim, err);
@@ -88,7 +88,7 @@ static int pt_embeddings(const pt_tensor *t, int64_t dim, pp_voice *out, const c
 }
 
 static int pt_cache(const pt_tensor *t, pp_voice *out, const char *label, char *err) {
-    if (t->dtype != ST_I64) return pp_fail(err, PP_EFORMAT, "%s: 'cache' is %s (need I64)", label, st_dtype_name(t->dtype));
+    if (t->dtype != ST_I64) return pp_fail(err, PP_EFORMAT, "%s: 'cache' is %s (need I64)", label, pp_st_dtype_name(t->dtype));
     if (t->ndim != 3 || t->shape[0] != 1 || t->shape[1] != PP_VOICE_STREAMS || t->shape[2] != PP_VOICE_RING)
         return pp_fail(err, PP_EFORMAT, "%s: 'cache' must be [1,%d,%d]", label, PP_VOICE_STREAMS, PP_VOICE_RING);
     for (int k = 0; k < PP_VOICE_STREAMS; k++)
@@ -100,11 +100,11 @@ static int pt_cache(const pt_tensor *t, pp_voice *out, const char *label, char *
 int pp_voice_load_pt_memory(const void *buf, size_t len, const char *label, int64_t dim, pp_voice *out, char *err) {
     memset(out, 0, sizeof *out);
     pt_file *f;
-    int rc = pt_open_memory(buf, len, label, &f, err);
+    int rc = pp_pt_open_memory(buf, len, label, &f, err);
     if (rc) return rc;
-    const pt_tensor *emb = pt_find(f, "embeddings"), *cache = pt_find(f, "cache");
-    for (size_t i = 0; i < pt_count(f) && rc == 0; i++) {
-        const char *name = pt_at(f, i)->name;
+    const pt_tensor *emb = pp_pt_find(f, "embeddings"), *cache = pp_pt_find(f, "cache");
+    for (size_t i = 0; i < pp_pt_count(f) && rc == 0; i++) {
+        const char *name = pp_pt_at(f, i)->name;
         if (strcmp(name, "embeddings") != 0 && strcmp(name, "cache") != 0)
             rc = pp_fail(err, PP_EFORMAT, "%s: unexpected key '%s' (a voice holds only 'embeddings' and 'cache')", label, name);
     }
@@ -112,7 +112,7 @@ int pp_voice_load_pt_memory(const void *buf, size_t len, const char *label, int6
         rc = pp_fail(err, PP_EFORMAT, "%s: missing '%s'", label, emb ? "cache" : "embeddings");
     if (rc == 0) rc = pt_embeddings(emb, dim, out, label, err);
     if (rc == 0) rc = pt_cache(cache, out, label, err);
-    pt_close(f);
+    pp_pt_close(f);
     if (rc) pp_voice_free(out);
     return rc;
 }
@@ -240,7 +240,7 @@ int pp_voice_save_pt(const char *path, const pp_voice *v, char *err) {
         {.name = "embeddings", .dtype = ST_BF16, .ndim = 4, .shape = {v->frames, 1, 1, v->dim}, .data = bf},
         {.name = "cache", .dtype = ST_I64, .ndim = 3, .shape = {1, PP_VOICE_STREAMS, PP_VOICE_RING}, .data = cache},
     };
-    rc = pt_save(path, t, 2, err);
+    rc = pp_pt_save(path, t, 2, err);
     free(bf);
     return rc;
 }

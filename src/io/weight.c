@@ -36,7 +36,7 @@ static int alt_name(const char *name, char *alt, size_t cap) {
 static const st_tensor *find_suffix(const st_file *f, const char *base, const char *suffix) {
     char key[KEY_LEN];
     int k = snprintf(key, sizeof key, "%s%s", base, suffix);
-    return k > 0 && (size_t)k < sizeof key ? st_find(f, key) : NULL;
+    return k > 0 && (size_t)k < sizeof key ? pp_st_find(f, key) : NULL;
 }
 
 typedef enum { LAYOUT_NONE, LAYOUT_DENSE, LAYOUT_NF2, LAYOUT_INT4, LAYOUT_NF4 } layout;
@@ -46,11 +46,11 @@ static layout detect(const st_file *f, const char *base) {
     if (find_suffix(f, base, ".packed")) return LAYOUT_NF2;
     if (find_suffix(f, base, ".__scales__")) return LAYOUT_INT4;
     if (find_suffix(f, base, ".quant_state.bitsandbytes__nf4") || find_suffix(f, base, ".absmax")) return LAYOUT_NF4;
-    if (st_find(f, base)) return LAYOUT_DENSE;
+    if (pp_st_find(f, base)) return LAYOUT_DENSE;
     return LAYOUT_NONE;
 }
 
-int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
+int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
                   char *err) {
     int64_t d[ST_MAX_DIMS];
     int nd = 0;
@@ -64,7 +64,7 @@ int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int nd
     }
     size_t l = strlen(got);
     snprintf(got + l, sizeof got - l, "]");
-    return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", st_path(f), key, got,
+    return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", pp_st_path(f), key, got,
                    (long long)rows, (long long)cols);
 }
 
@@ -89,9 +89,9 @@ static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_
         return pp_fail(err, PP_EUNSUPPORTED,
                        "%s: tensor '%s' is %s with no quantization keys beside it; expected F32, F16, BF16 or "
                        "(GGUF) Q4_0, Q8_0, Q4_K",
-                       st_path(f), t->name, st_dtype_name(t->dtype));
+                       pp_st_path(f), t->name, pp_st_dtype_name(t->dtype));
     }
-    int rc = wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
+    int rc = pp_wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
     if (rc) return rc;
     w->data = t->data;
     w->name = t->name;
@@ -101,18 +101,18 @@ static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_
 static int load_as(const st_file *f, const char *base, layout l, int64_t rows, int64_t cols, pp_weight *w,
                    char *err) {
     switch (l) {
-    case LAYOUT_DENSE: return load_dense(f, st_find(f, base), rows, cols, w, err);
-    case LAYOUT_NF2: return wl_load_nf2(f, base, rows, cols, w, err);
-    case LAYOUT_INT4: return wl_load_int4(f, base, rows, cols, w, err);
-    case LAYOUT_NF4: return wl_load_nf4(f, base, rows, cols, w, err);
+    case LAYOUT_DENSE: return load_dense(f, pp_st_find(f, base), rows, cols, w, err);
+    case LAYOUT_NF2: return pp_wl_load_nf2(f, base, rows, cols, w, err);
+    case LAYOUT_INT4: return pp_wl_load_int4(f, base, rows, cols, w, err);
+    case LAYOUT_NF4: return pp_wl_load_nf4(f, base, rows, cols, w, err);
     case LAYOUT_NONE: break;
     }
-    return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' not found", st_path(f), base);
+    return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' not found", pp_st_path(f), base);
 }
 
 int pp_weight_load(const st_file *f, const char *name, int64_t rows, int64_t cols, pp_weight *out, char *err) {
     if (rows <= 0 || cols <= 0)
-        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad expected shape [%lld, %lld]", st_path(f), name,
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': bad expected shape [%lld, %lld]", pp_st_path(f), name,
                        (long long)rows, (long long)cols);
     char alt[KEY_LEN];
     const char *base = name;
@@ -124,7 +124,7 @@ int pp_weight_load(const st_file *f, const char *name, int64_t rows, int64_t col
     if (l == LAYOUT_NONE)
         return pp_fail(err, PP_ENOTFOUND,
                        "%s: tensor '%s' not found (no dense key, no .packed, .__scales__ or bitsandbytes keys)",
-                       st_path(f), name);
+                       pp_st_path(f), name);
     pp_weight w;
     memset(&w, 0, sizeof w);
     w.rows = rows;
@@ -210,9 +210,9 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
     case PP_WF_Q4K:
         for (int64_t k = 0; k < len; k += w->group) {
             const uint8_t *blk = d + (e + k) / w->group * pp_wformat_block_bytes(w->fmt);
-            if (w->fmt == PP_WF_Q4_0) quant_q4_0_decode_block(blk, dst + k);
-            else if (w->fmt == PP_WF_Q8_0) quant_q8_0_decode_block(blk, dst + k);
-            else quant_q4_k_decode_block(blk, dst + k);
+            if (w->fmt == PP_WF_Q4_0) pp_quant_q4_0_decode_block(blk, dst + k);
+            else if (w->fmt == PP_WF_Q8_0) pp_quant_q8_0_decode_block(blk, dst + k);
+            else pp_quant_q4_k_decode_block(blk, dst + k);
         }
         return;
     case PP_WF_NF2:
@@ -227,13 +227,13 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
         float s;
         pp_weight_group_scales(w, g, 1, &s);
         if (w->fmt == PP_WF_NF2) {
-            quant_nf2_decode_group(d + g * (gs / 4), s, gs, w->np2, tmp, dst + k);
+            pp_quant_nf2_decode_group(d + g * (gs / 4), s, gs, w->np2, tmp, dst + k);
         } else if (w->fmt == PP_WF_INT4) {
-            quant_int4_decode_group(d + g * (gs / 2), s, gs, dst + k);
+            pp_quant_int4_decode_group(d + g * (gs / 2), s, gs, dst + k);
         } else {
             float table[16];
             for (int i = 0; i < 16; i++) table[i] = quant_ldf32(w->quant_map, (size_t)i);
-            quant_nf4_decode_block(d + g * (gs / 2), table, s, gs, dst + k);
+            pp_quant_nf4_decode_block(d + g * (gs / 2), table, s, gs, dst + k);
         }
     }
 }

@@ -19,15 +19,15 @@ static int need(const st_file *f, const char *base, const char *suffix, st_dtype
                 char *err) {
     char key[KEY_LEN];
     int k = snprintf(key, sizeof key, "%s%s", base, suffix);
-    if (k < 0 || (size_t)k >= sizeof key) return pp_fail(err, PP_EINVAL, "%s: key '%s%s' too long", st_path(f), base, suffix);
-    const st_tensor *t = st_find(f, key);
-    if (!t) return pp_fail(err, PP_EFORMAT, "%s: quantized tensor '%s' lacks its '%s' key", st_path(f), base, key);
+    if (k < 0 || (size_t)k >= sizeof key) return pp_fail(err, PP_EINVAL, "%s: key '%s%s' too long", pp_st_path(f), base, suffix);
+    const st_tensor *t = pp_st_find(f, key);
+    if (!t) return pp_fail(err, PP_EFORMAT, "%s: quantized tensor '%s' lacks its '%s' key", pp_st_path(f), base, key);
     int ok = want == ST_DTYPE_COUNT ? (t->dtype == ST_I64 || t->dtype == ST_I32 || t->dtype == ST_U8 ||
                                        t->dtype == ST_U32 || t->dtype == ST_U64 || t->dtype == ST_I16)
                                     : t->dtype == want;
     if (!ok)
-        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' is %s, expected %s", st_path(f), key, st_dtype_name(t->dtype),
-                       want == ST_DTYPE_COUNT ? "an integer dtype" : st_dtype_name(want));
+        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' is %s, expected %s", pp_st_path(f), key, pp_st_dtype_name(t->dtype),
+                       want == ST_DTYPE_COUNT ? "an integer dtype" : pp_st_dtype_name(want));
     *out = t;
     return PP_OK;
 }
@@ -38,8 +38,8 @@ static int need_scalar(const st_file *f, const char *base, const char *suffix, i
     int rc = need(f, base, suffix, ST_DTYPE_COUNT, &t, err);
     if (rc) return rc;
     if (t->numel != 1)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1", st_path(f), t->name, (long long)t->numel);
-    return st_load_i64(f, t, 0, 1, v, err);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1", pp_st_path(f), t->name, (long long)t->numel);
+    return pp_st_load_i64(f, t, 0, 1, v, err);
 }
 
 /* A shape key (.shape, .__shape__): up to ST_MAX_DIMS entries. */
@@ -48,10 +48,10 @@ static int need_shape(const st_file *f, const char *base, const char *suffix, in
     int rc = need(f, base, suffix, ST_DTYPE_COUNT, &t, err);
     if (rc) return rc;
     if (t->numel < 1 || t->numel > ST_MAX_DIMS)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1 to %d dims", st_path(f), t->name,
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1 to %d dims", pp_st_path(f), t->name,
                        (long long)t->numel, ST_MAX_DIMS);
     *ndim = (int)t->numel;
-    return st_load_i64(f, t, 0, t->numel, dims, err);
+    return pp_st_load_i64(f, t, 0, t->numel, dims, err);
 }
 
 /* Product of the positive dims, the loaders' convention for zero-padded shape keys. */
@@ -70,7 +70,7 @@ static int check_scales_f16(const st_file *f, const st_tensor *t, char *err) {
     for (int64_t g = 0; g < t->numel; g++) {
         float s = pp_f16_to_f32(quant_ld16(t->data, (size_t)g));
         if (!isfinite(s) || s < 0)
-            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: scales must be finite and >= 0", st_path(f), t->name,
+            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: scales must be finite and >= 0", pp_st_path(f), t->name,
                            (long long)g, s);
     }
     return PP_OK;
@@ -80,7 +80,7 @@ static int check_f32(const st_file *f, const st_tensor *t, int nonneg, char *err
     for (int64_t i = 0; i < t->numel; i++) {
         float v = quant_ldf32(t->data, (size_t)i);
         if (!isfinite(v) || (nonneg && v < 0))
-            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: values must be finite%s", st_path(f), t->name,
+            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: values must be finite%s", pp_st_path(f), t->name,
                            (long long)i, v, nonneg ? " and >= 0" : "");
     }
     return PP_OK;
@@ -88,9 +88,9 @@ static int check_f32(const st_file *f, const st_tensor *t, int nonneg, char *err
 
 static int check_group(const st_file *f, const char *key, int64_t gs, int64_t cols, char *err) {
     if (gs <= 0 || gs > (1 << 20))
-        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is out of range", st_path(f), key, (long long)gs);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is out of range", pp_st_path(f), key, (long long)gs);
     if (cols % gs)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld does not divide the row length %lld", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld does not divide the row length %lld", pp_st_path(f),
                        key, (long long)gs, (long long)cols);
     return PP_OK;
 }
@@ -119,7 +119,7 @@ static void nf2_histogram(const st_tensor *packed) {
     }
 }
 
-int wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
+int pp_wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     const st_tensor *packed = NULL, *scales = NULL;
     int64_t dims[ST_MAX_DIMS], gs = 0, np2 = 0, numel = 0;
     int ndim = 0, rc;
@@ -129,27 +129,27 @@ int wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, 
         return rc;
     int64_t want = dims_numel(dims, ndim);
     if (numel != want)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.numel' is %lld but '%s.shape' holds %lld elements", st_path(f), base,
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.numel' is %lld but '%s.shape' holds %lld elements", pp_st_path(f), base,
                        (long long)numel, base, (long long)want);
-    if ((rc = wl_check_dims(f, packed->name, dims, ndim, rows, cols, err))) return rc;
+    if ((rc = pp_wl_check_dims(f, packed->name, dims, ndim, rows, cols, err))) return rc;
     if ((rc = check_group(f, packed->name, gs, cols, err))) return rc;
     if (gs % 4)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.gs' = %lld is not a multiple of 4 codes per byte", st_path(f), base,
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.gs' = %lld is not a multiple of 4 codes per byte", pp_st_path(f), base,
                        (long long)gs);
     if (np2 < gs || (np2 & (np2 - 1)))
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.np2' = %lld is not a power of two >= the group size %lld", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.np2' = %lld is not a power of two >= the group size %lld", pp_st_path(f),
                        base, (long long)np2, (long long)gs);
     if (np2 > QUANT_MAX_NP2)
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: '%s.np2' = %lld exceeds the supported %d", st_path(f), base,
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: '%s.np2' = %lld exceeds the supported %d", pp_st_path(f), base,
                        (long long)np2, QUANT_MAX_NP2);
     int64_t groups = numel / gs;
     if (scales->numel != groups)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales, %lld elements in groups of %lld need %lld",
-                       st_path(f), scales->name, (long long)scales->numel, (long long)numel, (long long)gs,
+                       pp_st_path(f), scales->name, (long long)scales->numel, (long long)numel, (long long)gs,
                        (long long)groups);
     if (packed->numel != groups * (gs / 4))
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, expected %lld (truncated or wrong group size)",
-                       st_path(f), packed->name, (long long)packed->numel, (long long)(groups * (gs / 4)));
+                       pp_st_path(f), packed->name, (long long)packed->numel, (long long)(groups * (gs / 4)));
     if ((rc = check_scales_f16(f, scales, err))) return rc;
     nf2_histogram(packed);
     w->fmt = PP_WF_NF2;
@@ -161,7 +161,7 @@ int wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, 
     return PP_OK;
 }
 
-int wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
+int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     const st_tensor *packed = NULL, *scales = NULL;
     int64_t dims[ST_MAX_DIMS], numel = 0;
     int ndim = 0, rc;
@@ -171,20 +171,20 @@ int wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols,
         return rc;
     int64_t want = dims_numel(dims, ndim);
     if (numel != want)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.__numel__' is %lld but '%s.__shape__' holds %lld elements", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.__numel__' is %lld but '%s.__shape__' holds %lld elements", pp_st_path(f),
                        base, (long long)numel, base, (long long)want);
-    if ((rc = wl_check_dims(f, base, dims, ndim, rows, cols, err))) return rc;
+    if ((rc = pp_wl_check_dims(f, base, dims, ndim, rows, cols, err))) return rc;
     if (packed->numel * 2 != numel)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", pp_st_path(f),
                        base, (long long)packed->numel, (long long)numel, (long long)((numel + 1) / 2));
     /* The group size is not stored (§4.2): it follows from the byte and scale counts. */
     if (scales->numel <= 0 || numel % scales->numel)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales, which do not divide %lld elements into groups",
-                       st_path(f), scales->name, (long long)scales->numel, (long long)numel);
+                       pp_st_path(f), scales->name, (long long)scales->numel, (long long)numel);
     int64_t gs = numel / scales->numel;
     if ((rc = check_group(f, base, gs, cols, err))) return rc;
     if (gs % 2)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is odd, groups would split a byte", st_path(f), base,
+        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is odd, groups would split a byte", pp_st_path(f), base,
                        (long long)gs);
     if ((rc = check_scales_f16(f, scales, err))) return rc;
     /* The INT4 writer never emits nibble 0 (|x/s| <= 7); bitsandbytes NF4 codes do, often. */
@@ -220,32 +220,32 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
     pp_json_doc *doc;
     char jerr[PP_ERR_LEN];
     if (pp_json_parse((const char *)blob->data, blob->nbytes, &doc, jerr))
-        return pp_fail(err, PP_EFORMAT, "%s: '%s': %s", st_path(f), blob->name, jerr);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s': %s", pp_st_path(f), blob->name, jerr);
     const pp_json *root = pp_json_root(doc);
     const pp_json *qt = pp_json_get(root, "quant_type"), *shape = pp_json_get(root, "shape");
     const pp_json *off = pp_json_get(root, "nested_offset");
     int rc = PP_OK;
     memset(s, 0, sizeof *s);
     if (!qt || qt->type != PP_JSON_STRING || strcmp(qt->string, "nf4") != 0) {
-        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: '%s': quant_type %s%s%s, only \"nf4\" is supported", st_path(f),
+        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: '%s': quant_type %s%s%s, only \"nf4\" is supported", pp_st_path(f),
                      blob->name, qt && qt->type == PP_JSON_STRING ? "\"" : "",
                      qt && qt->type == PP_JSON_STRING ? qt->string : "missing",
                      qt && qt->type == PP_JSON_STRING ? "\"" : "");
     } else if (!json_int(pp_json_get(root, "blocksize"), &s->block) || s->block <= 0 || s->block % 2) {
-        rc = pp_fail(err, PP_EFORMAT, "%s: '%s': blocksize missing, odd or not a positive integer", st_path(f),
+        rc = pp_fail(err, PP_EFORMAT, "%s: '%s': blocksize missing, odd or not a positive integer", pp_st_path(f),
                      blob->name);
     } else if (!shape || shape->type != PP_JSON_ARRAY || shape->count < 1 || shape->count > ST_MAX_DIMS) {
-        rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape missing or not an array of 1 to %d dims", st_path(f),
+        rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape missing or not an array of 1 to %d dims", pp_st_path(f),
                      blob->name, ST_MAX_DIMS);
     } else {
         s->ndim = (int)shape->count;
         for (int i = 0; i < s->ndim && !rc; i++)
             if (!json_int(shape->items[i], &s->dims[i]) || s->dims[i] <= 0)
-                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape[%d] is not a positive integer", st_path(f), blob->name, i);
+                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape[%d] is not a positive integer", pp_st_path(f), blob->name, i);
         s->has_nested = json_int(pp_json_get(root, "nested_blocksize"), &s->nested_block);
         if (!rc && s->has_nested) {
             if (s->nested_block <= 0 || !off || off->type != PP_JSON_NUMBER || !isfinite(off->number))
-                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': nested_blocksize or nested_offset invalid", st_path(f),
+                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': nested_blocksize or nested_offset invalid", pp_st_path(f),
                              blob->name);
             else
                 s->offset = off->number;
@@ -255,7 +255,7 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
     return rc;
 }
 
-int wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
+int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     const st_tensor *packed = NULL, *absmax = NULL, *qmap = NULL, *blob = NULL, *nested = NULL, *nmap = NULL;
     nf4_state s;
     int rc;
@@ -267,27 +267,27 @@ int wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, 
     if (s.has_nested && ((rc = need(f, base, ".nested_absmax", ST_F32, &nested, err)) ||
                          (rc = need(f, base, ".nested_quant_map", ST_F32, &nmap, err))))
         return rc;
-    if ((rc = wl_check_dims(f, blob->name, s.dims, s.ndim, rows, cols, err))) return rc;
+    if ((rc = pp_wl_check_dims(f, blob->name, s.dims, s.ndim, rows, cols, err))) return rc;
     if ((rc = check_group(f, blob->name, s.block, cols, err))) return rc;
     int64_t numel = rows * cols, blocks = numel / s.block;
     if (packed->numel != numel / 2)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", pp_st_path(f),
                        base, (long long)packed->numel, (long long)numel, (long long)(numel / 2));
     if (absmax->numel != blocks)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, %lld blocks of %lld need %lld", st_path(f),
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, %lld blocks of %lld need %lld", pp_st_path(f),
                        absmax->name, (long long)absmax->numel, (long long)numel, (long long)s.block,
                        (long long)blocks);
     if (qmap->numel != 16)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 16", st_path(f), qmap->name,
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 16", pp_st_path(f), qmap->name,
                        (long long)qmap->numel);
     if ((rc = check_f32(f, qmap, 0, err))) return rc;
     if (s.has_nested) {
         int64_t nb = (blocks + s.nested_block - 1) / s.nested_block;
         if (nested->numel != nb)
-            return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected %lld", st_path(f), nested->name,
+            return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected %lld", pp_st_path(f), nested->name,
                            (long long)nested->numel, (long long)nb);
         if (nmap->numel != 256)
-            return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 256", st_path(f), nmap->name,
+            return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 256", pp_st_path(f), nmap->name,
                            (long long)nmap->numel);
         if ((rc = check_f32(f, nested, 1, err)) || (rc = check_f32(f, nmap, 0, err))) return rc;
     } else if ((rc = check_f32(f, absmax, 1, err))) {

@@ -8,12 +8,12 @@
 
 #include "io/weight.h"
 
-int wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
-int wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
-int wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int pp_wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
 
 /* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
-int wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
+int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
                   char *err);
 
 #endif

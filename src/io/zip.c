@@ -28,7 +28,7 @@
 
 struct zip_archive {
     zip_entry *entries;
-    zip_entry **sorted; /* by name, for zip_find and the duplicate check */
+    zip_entry **sorted; /* by name, for pp_zip_find and the duplicate check */
     size_t count;
     char *names;        /* all names, NUL-separated */
     uint8_t **inflated; /* DEFLATE entries' buffers (NULL for STORED) */
@@ -231,7 +231,7 @@ static int load_entry(zip_archive *z, size_t i, const uint8_t *b, uint64_t cd_of
     return 0;
 }
 
-int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive **out, char *err) {
+int pp_zip_open_memory(const void *buf, size_t len, const char *label, zip_archive **out, char *err) {
     const uint8_t *b = buf;
     uint64_t cd_off = 0, cd_size = 0, count = 0, cd_limit = 0;
     *out = NULL;
@@ -245,7 +245,7 @@ int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive 
     z->inflated = calloc(count + 1, sizeof *z->inflated);
     z->names = malloc(cd_size + 1); /* names are a subset of the directory bytes */
     if (!z->entries || !z->sorted || !z->inflated || !z->names) {
-        zip_close(z);
+        pp_zip_close(z);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
     }
     char *cursor = z->names;
@@ -266,14 +266,14 @@ int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive 
                 rc = pp_fail(err, PP_EFORMAT, "%s: zip entry '%s' appears twice", label, z->sorted[i]->name);
     }
     if (rc) {
-        zip_close(z);
+        pp_zip_close(z);
         return rc;
     }
     *out = z;
     return 0;
 }
 
-void zip_close(zip_archive *z) {
+void pp_zip_close(zip_archive *z) {
     if (!z) return;
     if (z->inflated)
         for (size_t i = 0; i < z->count; i++) free(z->inflated[i]);
@@ -284,10 +284,10 @@ void zip_close(zip_archive *z) {
     free(z);
 }
 
-size_t zip_count(const zip_archive *z) { return z->count; }
-const zip_entry *zip_at(const zip_archive *z, size_t i) { return i < z->count ? &z->entries[i] : NULL; }
+size_t pp_zip_count(const zip_archive *z) { return z->count; }
+const zip_entry *pp_zip_at(const zip_archive *z, size_t i) { return i < z->count ? &z->entries[i] : NULL; }
 
-const zip_entry *zip_find(const zip_archive *z, const char *name) {
+const zip_entry *pp_zip_find(const zip_archive *z, const char *name) {
     zip_entry key = {.name = name}, *kp = &key;
     zip_entry **hit = bsearch(&kp, z->sorted, z->count, sizeof *z->sorted, cmp_name);
     return hit ? *hit : NULL;
@@ -318,7 +318,7 @@ static int emit(zip_writer *w, const void *p, size_t n) {
     return w->failed;
 }
 
-int zip_writer_create(const char *path, zip_writer **out, char *err) {
+int pp_zip_writer_create(const char *path, zip_writer **out, char *err) {
     *out = NULL;
     zip_writer *w = calloc(1, sizeof *w);
     if (!w || !(w->path = strdup(path))) {
@@ -335,7 +335,7 @@ int zip_writer_create(const char *path, zip_writer **out, char *err) {
     return 0;
 }
 
-int zip_writer_add(zip_writer *w, const char *name, const void *data, size_t size, char *err) {
+int pp_zip_writer_add(zip_writer *w, const char *name, const void *data, size_t size, char *err) {
     size_t nl = strlen(name);
     if (nl == 0 || nl > MAX_NAME) return pp_fail(err, PP_EINVAL, "%s: bad zip entry name '%s'", w->path, name);
     if (w->count >= MAX_ENTRIES) return pp_fail(err, PP_EFULL, "%s: too many zip entries", w->path);
@@ -384,7 +384,7 @@ static void free_writer(zip_writer *w) {
     free(w);
 }
 
-int zip_writer_finish(zip_writer *w, char *err) {
+int pp_zip_writer_finish(zip_writer *w, char *err) {
     uint64_t cd_off = w->pos;
     for (size_t i = 0; i < w->count; i++) {
         const wr_rec *r = &w->recs[i];
@@ -422,7 +422,7 @@ int zip_writer_finish(zip_writer *w, char *err) {
     return rc;
 }
 
-void zip_writer_abort(zip_writer *w) {
+void pp_zip_writer_abort(zip_writer *w) {
     if (!w) return;
     pp_file_discard(w->path, w->f);
     free_writer(w);

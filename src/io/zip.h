@@ -1,7 +1,7 @@
 /* zip: the ZIP container that torch.save writes (PKWARE APPNOTE 6.3), read from memory and
  * written to a file.
  *
- * zip_open_memory validates the whole archive before returning: end-of-central-directory
+ * pp_zip_open_memory validates the whole archive before returning: end-of-central-directory
  * record (zip64 when present), every central directory entry, its local header (same name
  * and method, data inside the file and before the central directory), unique names, and the
  * CRC-32 of every entry. Entries are STORED (what torch writes; the data points into the
@@ -23,18 +23,18 @@ typedef struct zip_entry {
 typedef struct zip_archive zip_archive;
 
 /* buf must outlive the archive; label names the source in messages. */
-int zip_open_memory(const void *buf, size_t len, const char *label, zip_archive **out, char *err);
-void zip_close(zip_archive *z);
-size_t zip_count(const zip_archive *z);
-const zip_entry *zip_at(const zip_archive *z, size_t i); /* central directory order */
-const zip_entry *zip_find(const zip_archive *z, const char *name);
+int pp_zip_open_memory(const void *buf, size_t len, const char *label, zip_archive **out, char *err);
+void pp_zip_close(zip_archive *z);
+size_t pp_zip_count(const zip_archive *z);
+const zip_entry *pp_zip_at(const zip_archive *z, size_t i); /* central directory order */
+const zip_entry *pp_zip_find(const zip_archive *z, const char *name);
 
 /* Writer: add entries in order, then finish (atomically replaces path). */
 typedef struct zip_writer zip_writer;
-int zip_writer_create(const char *path, zip_writer **out, char *err);
-int zip_writer_add(zip_writer *w, const char *name, const void *data, size_t size, char *err);
+int pp_zip_writer_create(const char *path, zip_writer **out, char *err);
+int pp_zip_writer_add(zip_writer *w, const char *name, const void *data, size_t size, char *err);
 /* Writes the central directory and commits the file. Frees w in all cases. */
-int zip_writer_finish(zip_writer *w, char *err);
-void zip_writer_abort(zip_writer *w); /* frees w, removes the partial file */
+int pp_zip_writer_finish(zip_writer *w, char *err);
+void pp_zip_writer_abort(zip_writer *w); /* frees w, removes the partial file */
 
 #endif

@@ -7,7 +7,7 @@
 
 #define ALIGN_FLOATS 16 /* 64 bytes: a cache line, and an AVX-512 vector */
 
-void codec_arena_init(codec_arena *a, pp_backend *be) {
+void pp_codec_arena_init(codec_arena *a, pp_backend *be) {
     a->be = be;
     a->base = NULL;
     a->used = a->cap = 0;
@@ -15,9 +15,9 @@ void codec_arena_init(codec_arena *a, pp_backend *be) {
     a->catalog_ctx = NULL;
 }
 
-int codec_arena_sizing(const codec_arena *a) { return a->base == NULL; }
+int pp_codec_arena_sizing(const codec_arena *a) { return a->base == NULL; }
 
-int codec_arena_alloc(codec_arena *a, const char *what, char *err) {
+int pp_codec_arena_alloc(codec_arena *a, const char *what, char *err) {
     size_t n = a->used ? a->used : 1;
     a->base = a->be->ops->alloc(a->be, n * sizeof(float));
     if (!a->base) return pp_fail(err, PP_ENOMEM, "%s: cannot allocate %zu MB", what, n * sizeof(float) >> 20);
@@ -26,61 +26,61 @@ int codec_arena_alloc(codec_arena *a, const char *what, char *err) {
     return PP_OK;
 }
 
-void codec_arena_free(codec_arena *a) {
+void pp_codec_arena_free(codec_arena *a) {
     if (a->base) a->be->ops->release(a->be, a->base);
     a->base = NULL;
     a->used = a->cap = 0;
 }
 
-float *codec_arena_take(codec_arena *a, size_t n) {
+float *pp_codec_arena_take(codec_arena *a, size_t n) {
     size_t at = a->used;
     a->used += (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
     /* The filling pass replays the sizing pass's takes, so it never runs past cap. */
     return a->base ? a->base + at : NULL;
 }
 
-const float *codec_arena_put(codec_arena *a, const float *host, size_t n) {
-    float *dst = codec_arena_take(a, n);
+const float *pp_codec_arena_put(codec_arena *a, const float *host, size_t n) {
+    float *dst = pp_codec_arena_take(a, n);
     if (dst) a->be->ops->upload(a->be, dst, host, n * sizeof(float));
     return dst;
 }
 
-int codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
+int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
                       char *err) {
     if (a->catalog) {
         a->catalog(a->catalog_ctx, name, ndim, shape);
         return PP_OK;
     }
     const st_tensor *t;
-    return st_expect(f, name, ndim, shape, &t, err);
+    return pp_st_expect(f, name, ndim, shape, &t, err);
 }
 
-int codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
+int pp_codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
                           char *err) {
     const st_tensor *t;
-    int rc = st_expect(f, name, ndim, shape, &t, err);
+    int rc = pp_st_expect(f, name, ndim, shape, &t, err);
     if (rc) return rc;
-    return st_load_f32(f, t, 0, t->numel, host, err);
+    return pp_st_load_f32(f, t, 0, t->numel, host, err);
 }
 
-int codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
+int pp_codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
                        const float **out, char *err) {
     size_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
     *out = NULL;
-    if (codec_arena_sizing(a)) {
-        codec_arena_take(a, numel);
-        return codec_arena_check(a, f, name, ndim, shape, err);
+    if (pp_codec_arena_sizing(a)) {
+        pp_codec_arena_take(a, numel);
+        return pp_codec_arena_check(a, f, name, ndim, shape, err);
     }
     float *host = malloc(numel * sizeof(float) + 1);
-    if (!host) return pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory", st_path(f), name);
-    int rc = codec_arena_read_host(f, name, ndim, shape, host, err);
-    if (rc == PP_OK) *out = codec_arena_put(a, host, numel);
+    if (!host) return pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory", pp_st_path(f), name);
+    int rc = pp_codec_arena_read_host(f, name, ndim, shape, host, err);
+    if (rc == PP_OK) *out = pp_codec_arena_put(a, host, numel);
     free(host);
     return rc;
 }
 
-int codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
+int pp_codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
                        pp_weight *out, char *err) {
     if (a->catalog) {
         const int64_t shape[2] = {rows, cols};
@@ -89,6 +89,6 @@ int codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64
     }
     pp_weight host;
     int rc = pp_weight_load(f, name, rows, cols, &host, err);
-    if (rc || codec_arena_sizing(a)) return rc;
+    if (rc || pp_codec_arena_sizing(a)) return rc;
     return a->be->ops->weight_upload(a->be, &host, out, err);
 }

@@ -2,7 +2,7 @@
  * an offset: one for the shared weights, one per session for its state and scratch.
  *
  * The same loader code runs twice over an arena: a sizing pass (base NULL: tensors are only
- * looked up and shape-checked, takes are counted and return NULL), then codec_arena_alloc,
+ * looked up and shape-checked, takes are counted and return NULL), then pp_codec_arena_alloc,
  * then a filling pass that hands out the pointers and uploads the data. Sizes therefore come
  * from one table, the code that uses them, and can never disagree with it. A third mode, the
  * catalog, runs the loaders without a file and reports every tensor they would read (name and
@@ -27,31 +27,31 @@ typedef struct codec_arena {
 } codec_arena;
 
 /* Starts a sizing pass (be may be NULL for a catalog pass). */
-void codec_arena_init(codec_arena *a, pp_backend *be);
+void pp_codec_arena_init(codec_arena *a, pp_backend *be);
 /* Allocates what the sizing pass counted (zero-filled) and rewinds for the filling pass. */
-int codec_arena_alloc(codec_arena *a, const char *what, char *err);
-void codec_arena_free(codec_arena *a);
+int pp_codec_arena_alloc(codec_arena *a, const char *what, char *err);
+void pp_codec_arena_free(codec_arena *a);
 /* True in the sizing and catalog passes: nothing may be read or uploaded. */
-int codec_arena_sizing(const codec_arena *a);
+int pp_codec_arena_sizing(const codec_arena *a);
 
 /* n floats, 64-byte aligned; NULL while sizing. */
-float *codec_arena_take(codec_arena *a, size_t n);
+float *pp_codec_arena_take(codec_arena *a, size_t n);
 /* Takes n floats and uploads host data into them (nothing while sizing). */
-const float *codec_arena_put(codec_arena *a, const float *host, size_t n);
+const float *pp_codec_arena_put(codec_arena *a, const float *host, size_t n);
 /* Checks that tensor `name` exists with exactly this shape (catalog: records it). */
-int codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
+int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
                       char *err);
 /* Tensor `name` with exactly this shape (F32, or F16/BF16 converted), taken and uploaded;
  * err names the file, key and both shapes. */
-int codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
+int pp_codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
                        const float **out, char *err);
 /* Matrix `name` [rows][cols] as a pp_weight in its stored format, uploaded with
  * weight_upload in the filling pass (release it with weight_release). */
-int codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
+int pp_codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
                        pp_weight *out, char *err);
 /* Reads tensor `name` (exact shape, any float dtype) into host memory, for values the loader
  * transforms before putting them (codebooks). Filling pass only. */
-int codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
+int pp_codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
                           char *err);
 
 #endif

@@ -19,19 +19,19 @@ typedef struct mimi_conv {
 
 /* Loads `<prefix>.weight` ([cout][cin][k], or [cin][cout/groups][k] when transposed) and,
  * when has_bias, `<prefix>.bias` [cout] into the arena. err names the key and both shapes. */
-int conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride,
+int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride,
               int groups, int has_bias, int transposed, mimi_conv *out, char *err);
 
 /* Outputs for t inputs. */
-int conv_out_len(const mimi_conv *c, int t);
+int pp_conv_out_len(const mimi_conv *c, int t);
 /* Floats of state the conv carries between calls. */
-size_t conv_state_floats(const mimi_conv *c);
+size_t pp_conv_state_floats(const mimi_conv *c);
 /* Floats of scratch one call on t inputs needs. */
-size_t conv_scratch_floats(const mimi_conv *c, int t);
+size_t pp_conv_scratch_floats(const mimi_conv *c, int t);
 
-/* One streaming call: x [cin][t] -> y [cout][conv_out_len], updating state. flags
+/* One streaming call: x [cin][t] -> y [cout][pp_conv_out_len], updating state. flags
  * (PP_CONV_ACCUMULATE, PP_CONV_REPLICATE) apply to Conv1d only. */
-void conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
+void pp_conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
                int flags);
 
 #endif

@@ -65,26 +65,26 @@ pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
 /* A file with more layers or steps than the config would otherwise load silently truncated. */
 static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int value, char *err) {
     if (!pp_weight_exists(lm->file, name)) return PP_OK;
-    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", st_path(lm->file), key,
+    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", pp_st_path(lm->file), key,
                    value, name);
 }
 
 void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
-    const char *kv = st_metadata(f, "personaplex.block_count");
-    int gguf = st_metadata(f, "general.architecture") != NULL;
+    const char *kv = pp_st_metadata(f, "personaplex.block_count");
+    int gguf = pp_st_metadata(f, "general.architecture") != NULL;
     if (have_config && !gguf) return;
     char name[128];
     int n = 0;
     for (;; n++) {
         snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", n);
-        if (!st_find(f, name)) break;
+        if (!pp_st_find(f, name)) break;
     }
     if (!n) return; /* nothing to count: loading reports the missing tensors */
     if (kv && atoi(kv) != n)
         PP_INFO("lm", "%s: KV personaplex.block_count says %s, the file holds %d temporal layers: using %d",
-                st_path(f), kv, n, n);
+                pp_st_path(f), kv, n, n);
     if (n != c->num_layers)
-        PP_INFO("lm", "%s: %d temporal layers from the tensors (the %s said %d)", st_path(f), n,
+        PP_INFO("lm", "%s: %d temporal layers from the tensors (the %s said %d)", pp_st_path(f), n,
                 have_config ? "config" : "default config", c->num_layers);
     c->num_layers = n;
 }
@@ -167,7 +167,7 @@ static void log_weight_stats(const pp_lm *lm) {
     }
     pp_tf_weight_stats(&lm->temporal, &stats);
     pp_tf_weight_stats(&lm->depformer, &stats);
-    pp_weight_stats_log(&stats, "lm", st_path(lm->file));
+    pp_weight_stats_log(&stats, "lm", pp_st_path(lm->file));
 }
 
 static void release_weight(pp_backend *be, pp_weight *w) {
@@ -189,8 +189,8 @@ void pp_lm_close(pp_lm *lm) {
         if (k < PP_LM_MAX_DEP_Q - 1) release_weight(be, &lm->dep_emb[k]);
     }
     release_weight(be, &lm->dep_text_emb);
-    if (lm->in_place) be->ops->host_unmap(be, st_base(lm->file));
-    st_close(lm->file);
+    if (lm->in_place) be->ops->host_unmap(be, pp_st_base(lm->file));
+    pp_st_close(lm->file);
     free(lm);
 }
 
@@ -206,9 +206,9 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
         pp_lm_config_default(&lm->cfg);
         rc = pp_lm_config_validate(&lm->cfg, "default config", err);
     }
-    if (!rc) rc = st_open(weights_path, &lm->file, err);
+    if (!rc) rc = pp_st_open(weights_path, &lm->file, err);
     if (!rc) pp_lm_config_fit_file(&lm->cfg, lm->file, config_path != NULL);
-    if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, st_base(lm->file), st_size(lm->file));
+    if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
     if (rc) {
         pp_lm_close(lm);

@@ -47,7 +47,7 @@ struct mimi_state {
 
 /* ==== configuration ================================================================ */
 
-void mimi_config_default(mimi_config *c) {
+void pp_mimi_config_default(mimi_config *c) {
     memset(c, 0, sizeof *c);
     c->seanet = (seanet_config){.channels = 1, .dimension = 512, .n_filters = 64, .n_ratios = 4,
                                 .ratios = {8, 6, 5, 4}, .kernel_size = 7, .residual_kernel_size = 3,
@@ -178,7 +178,7 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     for (int i = 0; i < s->n_ratios && !big; i++) big = s->ratios[i] > 64;
     if (!big && (int64_t)s->n_filters << s->n_ratios > (1 << 16)) big = 1;
     if (big) return pp_fail(err, PP_EINVAL, "%s: a size in the codec configuration is out of range", label);
-    int hop = seanet_hop(s);
+    int hop = pp_seanet_hop(s);
     if (s->channels != 1)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: seanet.channels %d: only mono is supported", label, s->channels);
     if (s->n_filters < 1 || s->compress < 1 || s->dimension < 1 || s->kernel_size < 1 ||
@@ -214,7 +214,7 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     return PP_OK;
 }
 
-int mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err) {
+int pp_mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err) {
     pp_json_doc *doc = NULL;
     int rc = pp_json_parse(text, len, &doc, err);
     if (!rc && pp_json_root(doc)->type != PP_JSON_OBJECT) rc = pp_fail(err, PP_EFORMAT, "%s: not a JSON object", label);
@@ -224,11 +224,11 @@ int mimi_config_parse(const char *text, size_t len, const char *label, mimi_conf
     return rc;
 }
 
-int mimi_config_load(const char *path, mimi_config *cfg, char *err) {
+int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err) {
     unsigned char *text = NULL;
     size_t len = 0;
     int rc = pp_file_read_all(path, 1 << 20, &text, &len, err);
-    if (!rc) rc = mimi_config_parse((const char *)text, len, path, cfg, err);
+    if (!rc) rc = pp_mimi_config_parse((const char *)text, len, path, cfg, err);
     free(text);
     return rc;
 }
@@ -236,7 +236,7 @@ int mimi_config_load(const char *path, mimi_config *cfg, char *err) {
 /* config.json beside the weights when it describes a codec (has `seanet`), else defaults;
  * checked either way. */
 static int config_beside(const char *weights_path, mimi_config *cfg, char *err) {
-    mimi_config_default(cfg);
+    pp_mimi_config_default(cfg);
     char path[4096];
     const char *slash = strrchr(weights_path, '/');
     int dir_len = slash ? (int)(slash - weights_path) + 1 : 0, rc = PP_OK;
@@ -260,32 +260,32 @@ static int config_beside(const char *weights_path, mimi_config *cfg, char *err) 
 static int load_all(codec_arena *a, const st_file *f, mimi_model *m, char *err) {
     const mimi_config *c = &m->cfg;
     const int dim = c->seanet.dimension, s = m->steps;
-    int rc = seanet_load(a, f, &c->seanet, 0, &m->encoder, err);
-    if (!rc) rc = seanet_load(a, f, &c->seanet, 1, &m->decoder, err);
-    if (!rc) rc = mtr_load(a, f, "encoder_transformer", &c->transformer, &m->enc_tr, err);
-    if (!rc) rc = mtr_load(a, f, "decoder_transformer", &c->transformer, &m->dec_tr, err);
+    int rc = pp_seanet_load(a, f, &c->seanet, 0, &m->encoder, err);
+    if (!rc) rc = pp_seanet_load(a, f, &c->seanet, 1, &m->decoder, err);
+    if (!rc) rc = pp_mtr_load(a, f, "encoder_transformer", &c->transformer, &m->enc_tr, err);
+    if (!rc) rc = pp_mtr_load(a, f, "decoder_transformer", &c->transformer, &m->dec_tr, err);
     if (!rc && m->resample) {
-        rc = conv_load(a, f, "downsample.conv.conv.conv", dim, dim, 2 * s, s, 1, 0, 0, &m->downsample, err);
+        rc = pp_conv_load(a, f, "downsample.conv.conv.conv", dim, dim, 2 * s, s, 1, 0, 0, &m->downsample, err);
         /* upsample_channel_wise_bug: the released model's upsample is depthwise ([dim][1][k]);
          * a file holding the full [dim][dim][k] matrix gets the grouped-1 form. */
         const char *up = "upsample.convtr.convtr.convtr";
-        const st_tensor *t = f ? st_find(f, "upsample.convtr.convtr.convtr.weight") : NULL;
+        const st_tensor *t = f ? pp_st_find(f, "upsample.convtr.convtr.convtr.weight") : NULL;
         int groups = t && t->ndim == 3 && t->shape[1] == dim && dim > 1 ? 1 : dim;
-        if (!rc) rc = conv_load(a, f, up, dim, dim, 2 * s, s, groups, 0, 1, &m->upsample, err);
+        if (!rc) rc = pp_conv_load(a, f, up, dim, dim, 2 * s, s, groups, 0, 1, &m->upsample, err);
     }
-    if (!rc) rc = quantizer_load(a, f, &c->quantizer, &m->quant, err);
+    if (!rc) rc = pp_quantizer_load(a, f, &c->quantizer, &m->quant, err);
     return rc;
 }
 
 static void init_model(mimi_model *m, pp_backend *be, const mimi_config *cfg) {
     m->be = be;
     m->cfg = *cfg;
-    m->steps = cfg->frame_size / seanet_hop(&cfg->seanet);
+    m->steps = cfg->frame_size / pp_seanet_hop(&cfg->seanet);
     m->resample = m->steps > 1;
-    codec_arena_init(&m->weights, be);
+    pp_codec_arena_init(&m->weights, be);
 }
 
-int mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err) {
+int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err) {
     int rc = check_config(cfg, "mimi config", err);
     if (rc) return rc;
     mimi_model m;
@@ -296,41 +296,41 @@ int mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *e
     return load_all(&m.weights, NULL, &m, err);
 }
 
-int mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err) {
+int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err) {
     *out = NULL;
     mimi_config cfg;
-    mimi_config_default(&cfg);
-    int rc = config_path ? mimi_config_load(config_path, &cfg, err) : config_beside(weights_path, &cfg, err);
+    pp_mimi_config_default(&cfg);
+    int rc = config_path ? pp_mimi_config_load(config_path, &cfg, err) : config_beside(weights_path, &cfg, err);
     if (rc) return rc;
     mimi_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "mimi: out of memory");
     init_model(m, be, &cfg);
-    rc = st_open(weights_path, &m->file, err);
+    rc = pp_st_open(weights_path, &m->file, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
-    if (!rc) rc = codec_arena_alloc(&m->weights, weights_path, err);
+    if (!rc) rc = pp_codec_arena_alloc(&m->weights, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
     if (rc) {
-        mimi_close(m);
+        pp_mimi_close(m);
         return rc;
     }
     PP_INFO("mimi", "%s: %d codebooks, %d-sample frames, %zu MB of weights", weights_path,
-            cfg.quantizer.num_codebooks, cfg.frame_size, mimi_weight_bytes(m) >> 20);
+            cfg.quantizer.num_codebooks, cfg.frame_size, pp_mimi_weight_bytes(m) >> 20);
     *out = m;
     return PP_OK;
 }
 
-void mimi_close(mimi_model *m) {
+void pp_mimi_close(mimi_model *m) {
     if (!m) return;
-    mtr_free(m->be, &m->enc_tr);
-    mtr_free(m->be, &m->dec_tr);
-    codec_arena_free(&m->weights);
-    st_close(m->file);
+    pp_mtr_free(m->be, &m->enc_tr);
+    pp_mtr_free(m->be, &m->dec_tr);
+    pp_codec_arena_free(&m->weights);
+    pp_st_close(m->file);
     free(m);
 }
 
-const mimi_config *mimi_get_config(const mimi_model *m) { return &m->cfg; }
+const mimi_config *pp_mimi_get_config(const mimi_model *m) { return &m->cfg; }
 
-size_t mimi_weight_bytes(const mimi_model *m) {
+size_t pp_mimi_weight_bytes(const mimi_model *m) {
     size_t bytes = m->weights.cap * sizeof(float);
     const mtr_weights *trs[2] = {&m->enc_tr, &m->dec_tr};
     for (int i = 0; i < 2; i++)
@@ -347,33 +347,33 @@ size_t mimi_weight_bytes(const mimi_model *m) {
 /* Hands out the state's buffers from a (sizing or filling pass). */
 static void bind_state(codec_arena *a, const mimi_model *m, mimi_state *s) {
     const int dim = m->cfg.seanet.dimension, steps = m->steps;
-    seanet_state_bind(a, &m->encoder, m->cfg.frame_size, &s->enc);
-    mtr_state_bind(a, &m->enc_tr, steps, &s->enc_tr);
-    s->pcm_in = codec_arena_take(a, (size_t)m->cfg.frame_size);
-    s->emb_in = codec_arena_take(a, (size_t)dim * steps);
-    s->latent_in = codec_arena_take(a, (size_t)dim);
-    s->q_in = codec_arena_take(a, quantizer_scratch_floats(&m->quant));
-    seanet_state_bind(a, &m->decoder, steps, &s->dec);
-    mtr_state_bind(a, &m->dec_tr, steps, &s->dec_tr);
-    s->latent_out = codec_arena_take(a, (size_t)dim);
-    s->emb_out = codec_arena_take(a, (size_t)dim * steps);
-    s->pcm_out = codec_arena_take(a, (size_t)m->cfg.frame_size);
-    s->q_out = codec_arena_take(a, quantizer_scratch_floats(&m->quant));
+    pp_seanet_state_bind(a, &m->encoder, m->cfg.frame_size, &s->enc);
+    pp_mtr_state_bind(a, &m->enc_tr, steps, &s->enc_tr);
+    s->pcm_in = pp_codec_arena_take(a, (size_t)m->cfg.frame_size);
+    s->emb_in = pp_codec_arena_take(a, (size_t)dim * steps);
+    s->latent_in = pp_codec_arena_take(a, (size_t)dim);
+    s->q_in = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
+    pp_seanet_state_bind(a, &m->decoder, steps, &s->dec);
+    pp_mtr_state_bind(a, &m->dec_tr, steps, &s->dec_tr);
+    s->latent_out = pp_codec_arena_take(a, (size_t)dim);
+    s->emb_out = pp_codec_arena_take(a, (size_t)dim * steps);
+    s->pcm_out = pp_codec_arena_take(a, (size_t)m->cfg.frame_size);
+    s->q_out = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
     if (m->resample) {
-        s->down_carry = codec_arena_take(a, conv_state_floats(&m->downsample));
-        s->down_scratch = codec_arena_take(a, conv_scratch_floats(&m->downsample, steps));
-        s->up_carry = codec_arena_take(a, conv_state_floats(&m->upsample));
-        s->up_scratch = codec_arena_take(a, conv_scratch_floats(&m->upsample, 1));
+        s->down_carry = pp_codec_arena_take(a, pp_conv_state_floats(&m->downsample));
+        s->down_scratch = pp_codec_arena_take(a, pp_conv_scratch_floats(&m->downsample, steps));
+        s->up_carry = pp_codec_arena_take(a, pp_conv_state_floats(&m->upsample));
+        s->up_scratch = pp_codec_arena_take(a, pp_conv_scratch_floats(&m->upsample, 1));
     }
 }
 
-int mimi_state_create(const mimi_model *m, mimi_state **out, char *err) {
+int pp_mimi_state_create(const mimi_model *m, mimi_state **out, char *err) {
     mimi_state *s = calloc(1, sizeof *s);
     if (!s) return pp_fail(err, PP_ENOMEM, "mimi state: out of memory");
     s->m = m;
-    codec_arena_init(&s->arena, m->be);
+    pp_codec_arena_init(&s->arena, m->be);
     bind_state(&s->arena, m, s);
-    int rc = codec_arena_alloc(&s->arena, "mimi state", err);
+    int rc = pp_codec_arena_alloc(&s->arena, "mimi state", err);
     if (rc) {
         free(s);
         return rc;
@@ -383,45 +383,45 @@ int mimi_state_create(const mimi_model *m, mimi_state **out, char *err) {
     return PP_OK;
 }
 
-void mimi_state_reset(mimi_state *s) {
+void pp_mimi_state_reset(mimi_state *s) {
     /* One zeroing of the whole arena: every carry, ring and scratch buffer at once. */
     s->arena.be->ops->zero(s->arena.be, s->arena.base, s->arena.cap * sizeof(float));
     s->enc_tr.offset = s->dec_tr.offset = 0;
     s->started = 0;
 }
 
-void mimi_state_destroy(mimi_state *s) {
+void pp_mimi_state_destroy(mimi_state *s) {
     if (!s) return;
-    codec_arena_free(&s->arena);
+    pp_codec_arena_free(&s->arena);
     free(s);
 }
 
-size_t mimi_state_bytes(const mimi_state *s) { return s->arena.cap * sizeof(float); }
+size_t pp_mimi_state_bytes(const mimi_state *s) { return s->arena.cap * sizeof(float); }
 
 /* ==== frames ======================================================================= */
 
-int mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err) {
+int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err) {
     (void)err;
     const mimi_model *m = s->m;
     pp_backend *be = m->be;
     const int dim = m->cfg.seanet.dimension;
     be->ops->upload(be, s->pcm_in, pcm, (size_t)m->cfg.frame_size * sizeof(float));
-    seanet_step(be, &m->encoder, &s->enc, s->pcm_in, s->emb_in);
-    mtr_step(be, &m->enc_tr, &s->enc_tr, s->emb_in);
+    pp_seanet_step(be, &m->encoder, &s->enc, s->pcm_in, s->emb_in);
+    pp_mtr_step(be, &m->enc_tr, &s->enc_tr, s->emb_in);
     const float *z = s->emb_in;
     if (m->resample) {
         /* Replicate padding: the first frame's history is copies of its first column. */
-        conv_step(be, &m->downsample, s->down_carry, s->emb_in, m->steps, s->latent_in, s->down_scratch,
+        pp_conv_step(be, &m->downsample, s->down_carry, s->emb_in, m->steps, s->latent_in, s->down_scratch,
                   s->started ? 0 : PP_CONV_REPLICATE);
         s->started = 1;
         z = s->latent_in;
     }
     if (latent) be->ops->download(be, latent, z, (size_t)dim * sizeof(float));
-    quantizer_encode(be, &m->quant, z, codes, s->q_in);
+    pp_quantizer_encode(be, &m->quant, z, codes, s->q_in);
     return PP_OK;
 }
 
-int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err) {
+int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err) {
     const mimi_model *m = s->m;
     pp_backend *be = m->be;
     const quantizer_config *q = &m->cfg.quantizer;
@@ -429,23 +429,23 @@ int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err
         if (codes[i] < 0 || codes[i] >= q->bins)
             return pp_fail(err, PP_EINVAL, "mimi decode: code %d of the frame is %d, expected 0..%d", i,
                            (int)codes[i], q->bins - 1);
-    quantizer_decode(be, &m->quant, codes, s->latent_out, s->q_out);
+    pp_quantizer_decode(be, &m->quant, codes, s->latent_out, s->q_out);
     float *x = s->latent_out;
     if (m->resample) {
-        conv_step(be, &m->upsample, s->up_carry, s->latent_out, 1, s->emb_out, s->up_scratch, 0);
+        pp_conv_step(be, &m->upsample, s->up_carry, s->latent_out, 1, s->emb_out, s->up_scratch, 0);
         x = s->emb_out;
     }
-    mtr_step(be, &m->dec_tr, &s->dec_tr, x);
-    seanet_step(be, &m->decoder, &s->dec, x, s->pcm_out);
+    pp_mtr_step(be, &m->dec_tr, &s->dec_tr, x);
+    pp_seanet_step(be, &m->decoder, &s->dec, x, s->pcm_out);
     be->ops->download(be, pcm, s->pcm_out, (size_t)m->cfg.frame_size * sizeof(float));
     return PP_OK;
 }
 
-int mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err) {
+int pp_mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err) {
     const quantizer_config *q = &m->cfg.quantizer;
     for (int i = 0; i < q->num_codebooks; i++)
         if (codes[i] < 0 || codes[i] >= q->bins)
             return pp_fail(err, PP_EINVAL, "mimi code gaps: code %d is %d, expected 0..%d", i, (int)codes[i],
                            q->bins - 1);
-    return quantizer_code_gaps(m->be, &m->quant, latent, codes, gaps, err);
+    return pp_quantizer_code_gaps(m->be, &m->quant, latent, codes, gaps, err);
 }

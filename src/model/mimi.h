@@ -31,44 +31,44 @@ typedef struct mimi_model mimi_model;
 typedef struct mimi_state mimi_state;
 
 /* The released Mimi's configuration (spec/mimi.md §1). */
-void mimi_config_default(mimi_config *cfg);
+void pp_mimi_config_default(mimi_config *cfg);
 /* Reads a config.json with the reference's keys (`seanet`, `transformer`, `quantizer`,
  * `num_codebooks`, `frame_size` / `frame_rate`, `sample_rate`); keys it lacks keep the
  * default. Refuses options this implementation does not cover, naming the key. */
-int mimi_config_load(const char *path, mimi_config *cfg, char *err);
+int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err);
 /* The same from config.json text in memory (label names it in messages). */
-int mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err);
+int pp_mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err);
 
 /* Opens the codec. config_path NULL: `config.json` beside the weights when it has a `seanet`
- * section, else the released Mimi's values. The weights file stays mapped until mimi_close. */
-int mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err);
-void mimi_close(mimi_model *m);
-const mimi_config *mimi_get_config(const mimi_model *m);
+ * section, else the released Mimi's values. The weights file stays mapped until pp_mimi_close. */
+int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err);
+void pp_mimi_close(mimi_model *m);
+const mimi_config *pp_mimi_get_config(const mimi_model *m);
 /* Bytes of backend memory the weights use, and one state uses. */
-size_t mimi_weight_bytes(const mimi_model *m);
-size_t mimi_state_bytes(const mimi_state *s);
+size_t pp_mimi_weight_bytes(const mimi_model *m);
+size_t pp_mimi_state_bytes(const mimi_state *s);
 
 /* Calls fn for every tensor (name, shape) the codec reads under cfg, without a file: enough
  * to write a stand-in checkpoint of the real shapes. */
-int mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
+int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
 
 /* A session's state, fresh (as after reset). The model must outlive it. */
-int mimi_state_create(const mimi_model *m, mimi_state **out, char *err);
+int pp_mimi_state_create(const mimi_model *m, mimi_state **out, char *err);
 /* Back to the just-created state; later outputs are bit-identical to a fresh state's. */
-void mimi_state_reset(mimi_state *s);
-void mimi_state_destroy(mimi_state *s);
+void pp_mimi_state_reset(mimi_state *s);
+void pp_mimi_state_destroy(mimi_state *s);
 
 /* One frame: pcm (host) [frame_size] -> codes (host) [num_codebooks]. When latent (host,
  * [dimension]) is not NULL it receives the unquantised latent the codes come from. */
-int mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err);
+int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err);
 /* One frame: codes (host) [num_codebooks], each in [0, bins) -> pcm (host) [frame_size].
  * Out-of-range codes fail with PP_EINVAL and leave the state untouched. */
-int mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err);
+int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err);
 
 /* Golden-check diagnostic (allocates; not for the frame loop): for a latent from
- * mimi_encode_frame and another implementation's codes for it, how much farther each code's
+ * pp_mimi_encode_frame and another implementation's codes for it, how much farther each code's
  * row is than the nearest one, following those codes through the RVQ levels (see
- * quantizer_code_gaps). Codes must be in [0, bins). */
-int mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err);
+ * pp_quantizer_code_gaps). Codes must be in [0, bins). */
+int pp_mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err);
 
 #endif

@@ -14,7 +14,7 @@ static int load_vec(codec_arena *a, const st_file *f, const char *lp, const char
     char key[KEY_LEN];
     int64_t shape[1] = {d};
     snprintf(key, sizeof key, "%s%s", lp, name);
-    return codec_arena_tensor(a, f, key, 1, shape, out, err);
+    return pp_codec_arena_tensor(a, f, key, 1, shape, out, err);
 }
 
 static int load_layer(codec_arena *a, const st_file *f, const char *lp, const mtr_config *c, mtr_layer *l,
@@ -34,17 +34,17 @@ static int load_layer(codec_arena *a, const st_file *f, const char *lp, const mt
     for (int i = 0; i < 4; i++) {
         char key[KEY_LEN];
         snprintf(key, sizeof key, "%s%s", lp, mat_names[i]);
-        rc = codec_arena_matrix(a, f, key, dims[i][0], dims[i][1], mats[i], err);
+        rc = pp_codec_arena_matrix(a, f, key, dims[i][0], dims[i][1], mats[i], err);
         if (rc) {
-            /* Release this layer's matrices uploaded so far; mtr_free handles whole layers. */
-            for (int j = 0; j < i && !codec_arena_sizing(a); j++) a->be->ops->weight_release(a->be, mats[j]);
+            /* Release this layer's matrices uploaded so far; pp_mtr_free handles whole layers. */
+            for (int j = 0; j < i && !pp_codec_arena_sizing(a); j++) a->be->ops->weight_release(a->be, mats[j]);
             return rc;
         }
     }
     return PP_OK;
 }
 
-int mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
+int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
              char *err) {
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
@@ -56,12 +56,12 @@ int mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_con
         snprintf(lp, sizeof lp, "%s.transformer.layers.%d.", prefix, l);
         int rc = load_layer(a, f, lp, cfg, &w->layers[l], err);
         if (rc) return rc;
-        if (!codec_arena_sizing(a)) w->n_uploaded = l + 1;
+        if (!pp_codec_arena_sizing(a)) w->n_uploaded = l + 1;
     }
     return PP_OK;
 }
 
-void mtr_free(pp_backend *be, mtr_weights *w) {
+void pp_mtr_free(pp_backend *be, mtr_weights *w) {
     for (int l = 0; l < w->n_uploaded; l++) {
         mtr_layer *ly = &w->layers[l];
         be->ops->weight_release(be, &ly->in_proj);
@@ -72,20 +72,20 @@ void mtr_free(pp_backend *be, mtr_weights *w) {
     w->n_uploaded = 0;
 }
 
-void mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s) {
+void pp_mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s) {
     const mtr_config *c = &w->cfg;
     size_t ring = (size_t)c->context * c->d_model, row = (size_t)t * c->d_model;
     for (int l = 0; l < c->num_layers; l++) {
-        s->k[l] = codec_arena_take(a, ring);
-        s->v[l] = codec_arena_take(a, ring);
+        s->k[l] = pp_codec_arena_take(a, ring);
+        s->v[l] = pp_codec_arena_take(a, ring);
     }
     /* int32 positions share the float arena: same size, and only ever accessed as int32. */
-    s->pos = (int32_t *)codec_arena_take(a, (size_t)t);
-    s->x = codec_arena_take(a, row);
-    s->h = codec_arena_take(a, row);
-    s->qkv = codec_arena_take(a, 3 * row);
-    s->att = codec_arena_take(a, row);
-    s->ff = codec_arena_take(a, (size_t)t * c->dim_feedforward);
+    s->pos = (int32_t *)pp_codec_arena_take(a, (size_t)t);
+    s->x = pp_codec_arena_take(a, row);
+    s->h = pp_codec_arena_take(a, row);
+    s->qkv = pp_codec_arena_take(a, 3 * row);
+    s->att = pp_codec_arena_take(a, row);
+    s->ff = pp_codec_arena_take(a, (size_t)t * c->dim_feedforward);
     s->t = t;
     s->offset = 0;
 }
@@ -120,7 +120,7 @@ static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, 
     residual(be, s->x, s->h, l->scale2, t, d);
 }
 
-void mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x) {
+void pp_mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x) {
     const mtr_config *c = &w->cfg;
     int32_t pos[MTR_MAX_STEPS];
     for (int i = 0; i < s->t; i++) pos[i] = (int32_t)(s->offset + i);

@@ -34,7 +34,7 @@ typedef struct mtr_layer {
 
 typedef struct mtr_weights {
     mtr_config cfg;
-    int n_uploaded; /* layers whose matrices were uploaded (what mtr_free releases) */
+    int n_uploaded; /* layers whose matrices were uploaded (what pp_mtr_free releases) */
     mtr_layer layers[MTR_MAX_LAYERS];
 } mtr_weights;
 
@@ -47,13 +47,13 @@ typedef struct mtr_state {
 } mtr_state;
 
 /* Loads the layers under `prefix` ("encoder_transformer"); the matrices are uploaded in the
- * filling pass only. On failure call mtr_free. */
-int mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
+ * filling pass only. On failure call pp_mtr_free. */
+int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
              char *err);
-void mtr_free(pp_backend *be, mtr_weights *w);
+void pp_mtr_free(pp_backend *be, mtr_weights *w);
 /* Takes the state for calls of t steps from a state arena; offset starts at 0. */
-void mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s);
+void pp_mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s);
 /* One call: x [d][t] (channel-major, as the convs use it) is transformed in place. */
-void mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x);
+void pp_mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x);
 
 #endif

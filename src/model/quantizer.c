@@ -18,17 +18,17 @@ static int load_codebook(codec_arena *a, const st_file *f, const char *rvq, int 
     snprintf(usage_key, sizeof usage_key, "quantizer.%s.vq.layers.%d._codebook.cluster_usage", rvq, l);
     const int64_t sum_shape[2] = {c->bins, c->dimension}, usage_shape[1] = {c->bins};
     size_t n = (size_t)c->bins * c->dimension;
-    if (codec_arena_sizing(a)) {
-        int rc = codec_arena_check(a, f, sum_key, 2, sum_shape, err);
-        if (!rc) rc = codec_arena_check(a, f, usage_key, 1, usage_shape, err);
-        codec_arena_take(a, n);
-        codec_arena_take(a, (size_t)c->bins);
+    if (pp_codec_arena_sizing(a)) {
+        int rc = pp_codec_arena_check(a, f, sum_key, 2, sum_shape, err);
+        if (!rc) rc = pp_codec_arena_check(a, f, usage_key, 1, usage_shape, err);
+        pp_codec_arena_take(a, n);
+        pp_codec_arena_take(a, (size_t)c->bins);
         return rc;
     }
     float *emb = malloc(n * sizeof(float)), *usage = malloc((size_t)c->bins * sizeof(float));
     int rc = emb && usage ? PP_OK : pp_fail(err, PP_ENOMEM, "%s: out of memory", sum_key);
-    if (!rc) rc = codec_arena_read_host(f, sum_key, 2, sum_shape, emb, err);
-    if (!rc) rc = codec_arena_read_host(f, usage_key, 1, usage_shape, usage, err);
+    if (!rc) rc = pp_codec_arena_read_host(f, sum_key, 2, sum_shape, emb, err);
+    if (!rc) rc = pp_codec_arena_read_host(f, usage_key, 1, usage_shape, usage, err);
     if (!rc) {
         for (int b = 0; b < c->bins; b++) {
             float u = usage[b] > CODEBOOK_EPS ? usage[b] : CODEBOOK_EPS;
@@ -40,8 +40,8 @@ static int load_codebook(codec_arena *a, const st_file *f, const char *rvq, int 
             }
             usage[b] = (float)sq; /* reuse the buffer for the norms */
         }
-        out->codebook[l] = codec_arena_put(a, emb, n);
-        out->sq_norm[l] = codec_arena_put(a, usage, (size_t)c->bins);
+        out->codebook[l] = pp_codec_arena_put(a, emb, n);
+        out->sq_norm[l] = pp_codec_arena_put(a, usage, (size_t)c->bins);
     }
     free(emb);
     free(usage);
@@ -52,51 +52,51 @@ static int load_rvq(codec_arena *a, const st_file *f, const char *rvq, int n_lev
                     quantizer_rvq *out, char *err) {
     char prefix[KEY_LEN];
     snprintf(prefix, sizeof prefix, "quantizer.%s.input_proj", rvq);
-    int rc = conv_load(a, f, prefix, c->input_dimension, c->dimension, 1, 1, 1, 0, 0, &out->input_proj, err);
+    int rc = pp_conv_load(a, f, prefix, c->input_dimension, c->dimension, 1, 1, 1, 0, 0, &out->input_proj, err);
     if (rc) return rc;
     snprintf(prefix, sizeof prefix, "quantizer.%s.output_proj", rvq);
-    rc = conv_load(a, f, prefix, c->dimension, c->output_dimension, 1, 1, 1, 0, 0, &out->output_proj, err);
+    rc = pp_conv_load(a, f, prefix, c->dimension, c->output_dimension, 1, 1, 1, 0, 0, &out->output_proj, err);
     out->n_levels = n_levels;
     for (int l = 0; l < n_levels && !rc; l++) rc = load_codebook(a, f, rvq, l, c, out, err);
     return rc;
 }
 
-int quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err) {
+int pp_quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err) {
     q->cfg = *cfg;
     int rc = load_rvq(a, f, "rvq_first", 1, cfg, &q->first, err);
     return rc ? rc : load_rvq(a, f, "rvq_rest", cfg->num_codebooks - 1, cfg, &q->rest, err);
 }
 
-size_t quantizer_scratch_floats(const quantizer *q) {
+size_t pp_quantizer_scratch_floats(const quantizer *q) {
     const quantizer_config *c = &q->cfg;
     size_t conv = c->input_dimension > c->dimension ? c->input_dimension : c->dimension;
     return 2 * (size_t)c->dimension + conv;
 }
 
-void quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch) {
+void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch) {
     const quantizer_config *c = &q->cfg;
     float *u = scratch, *r = scratch + c->dimension, *conv = scratch + 2 * c->dimension;
-    conv_step(be, &q->first.input_proj, NULL, z, 1, u, conv, 0);
+    pp_conv_step(be, &q->first.input_proj, NULL, z, 1, u, conv, 0);
     be->ops->vq_nearest(be, q->first.codebook[0], q->first.sq_norm[0], c->bins, c->dimension, u, 0, &codes[0]);
     /* The acoustic RVQ quantizes the same latent, not the semantic residual. */
-    conv_step(be, &q->rest.input_proj, NULL, z, 1, r, conv, 0);
+    pp_conv_step(be, &q->rest.input_proj, NULL, z, 1, r, conv, 0);
     for (int l = 0; l < q->rest.n_levels; l++)
         be->ops->vq_nearest(be, q->rest.codebook[l], q->rest.sq_norm[l], c->bins, c->dimension, r, 1,
                             &codes[1 + l]);
 }
 
-void quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch) {
+void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch) {
     const quantizer_config *c = &q->cfg;
     float *sf = scratch, *sr = scratch + c->dimension, *conv = scratch + 2 * c->dimension;
     be->ops->zero(be, scratch, 2 * (size_t)c->dimension * sizeof(float));
     be->ops->vq_add_row(be, q->first.codebook[0], c->dimension, codes[0], sf);
     for (int l = 0; l < q->rest.n_levels; l++)
         be->ops->vq_add_row(be, q->rest.codebook[l], c->dimension, codes[1 + l], sr);
-    conv_step(be, &q->first.output_proj, NULL, sf, 1, z, conv, 0);
-    conv_step(be, &q->rest.output_proj, NULL, sr, 1, z, conv, PP_CONV_ACCUMULATE);
+    pp_conv_step(be, &q->first.output_proj, NULL, sf, 1, z, conv, 0);
+    pp_conv_step(be, &q->rest.output_proj, NULL, sr, 1, z, conv, PP_CONV_ACCUMULATE);
 }
 
-/* One RVQ's part of quantizer_code_gaps: w is [dimension][input_dimension], cb [bins][dimension]. */
+/* One RVQ's part of pp_quantizer_code_gaps: w is [dimension][input_dimension], cb [bins][dimension]. */
 static void rvq_gaps(pp_backend *be, const quantizer_rvq *rvq, const quantizer_config *c, const float *z,
                      const int32_t *codes, double *gaps, float *w, float *cb, double *r) {
     be->ops->download(be, w, rvq->input_proj.c.w, (size_t)c->dimension * c->input_dimension * sizeof(float));
@@ -122,7 +122,7 @@ static void rvq_gaps(pp_backend *be, const quantizer_rvq *rvq, const quantizer_c
     }
 }
 
-int quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
+int pp_quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
                         char *err) {
     const quantizer_config *c = &q->cfg;
     float *w = malloc((size_t)c->dimension * c->input_dimension * sizeof(float));

@@ -40,18 +40,18 @@ typedef struct quantizer {
 
 /* Loads both RVQs with only the levels num_codebooks uses (the caller has checked
  * 1 <= num_codebooks <= min(n_q, QUANTIZER_MAX_CODES)). */
-int quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err);
+int pp_quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err);
 /* Scratch floats for one encode or decode call. */
-size_t quantizer_scratch_floats(const quantizer *q);
+size_t pp_quantizer_scratch_floats(const quantizer *q);
 /* z [input_dimension] -> codes (host) [num_codebooks]. */
-void quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch);
+void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch);
 /* codes (host, each in [0, bins): the caller checks) -> z [output_dimension]. */
-void quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch);
+void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch);
 /* Golden-check diagnostic, not for the frame loop (it allocates and downloads codebooks):
  * follows the given codes (host, in range) through both RVQs on latent z (host), in double,
  * and writes per code how much farther its row is than the nearest one,
  * gaps[i] = (d_code − d_nearest) / d_nearest (0 when the code is the nearest). */
-int quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
+int pp_quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
                         char *err);
 
 #endif

@@ -7,7 +7,7 @@
 
 #define KEY_LEN 256
 
-int seanet_hop(const seanet_config *cfg) {
+int pp_seanet_hop(const seanet_config *cfg) {
     int hop = 1;
     for (int i = 0; i < cfg->n_ratios; i++) hop *= cfg->ratios[i];
     return hop;
@@ -18,7 +18,7 @@ static int add_conv(codec_arena *a, const st_file *f, seanet *net, int idx, cons
                     int k, int stride, int transposed, char *err) {
     char prefix[KEY_LEN];
     snprintf(prefix, sizeof prefix, "%s.model.%d%s", net->decoder ? "decoder" : "encoder", idx, suffix);
-    return conv_load(a, f, prefix, cin, cout, k, stride, 1, 1, transposed, &net->conv[net->n_conv++], err);
+    return pp_conv_load(a, f, prefix, cin, cout, k, stride, 1, 1, transposed, &net->conv[net->n_conv++], err);
 }
 
 static int add_resblock(codec_arena *a, const st_file *f, seanet *net, int idx, int dim, char *err) {
@@ -27,7 +27,7 @@ static int add_resblock(codec_arena *a, const st_file *f, seanet *net, int idx, 
     return rc ? rc : add_conv(a, f, net, idx, ".block.3.conv.conv", hidden, dim, 1, 1, 0, err);
 }
 
-int seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err) {
+int pp_seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err) {
     const int n = cfg->n_ratios, nf = cfg->n_filters;
     out->cfg = *cfg;
     out->decoder = decoder;
@@ -55,26 +55,26 @@ int seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int 
     return rc;
 }
 
-void seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s) {
+void pp_seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s) {
     size_t act = 0, scratch = 0;
     int t = t_in;
     /* The convs form one chain (residual convs keep the length), so walking them in order
      * visits every activation size. */
     for (int i = 0; i < net->n_conv; i++) {
         const mimi_conv *c = &net->conv[i];
-        int t_out = conv_out_len(c, t);
+        int t_out = pp_conv_out_len(c, t);
         size_t in = (size_t)c->c.cin * t, out = (size_t)c->c.cout * t_out;
         if (in > act) act = in;
         if (out > act) act = out;
-        if (conv_scratch_floats(c, t) > scratch) scratch = conv_scratch_floats(c, t);
-        s->carry[i] = codec_arena_take(a, conv_state_floats(c));
+        if (pp_conv_scratch_floats(c, t) > scratch) scratch = pp_conv_scratch_floats(c, t);
+        s->carry[i] = pp_codec_arena_take(a, pp_conv_state_floats(c));
         t = t_out;
     }
-    s->a = codec_arena_take(a, act);
-    s->b = codec_arena_take(a, act);
-    s->e = codec_arena_take(a, act);
-    s->h = codec_arena_take(a, act);
-    s->scratch = codec_arena_take(a, scratch);
+    s->a = pp_codec_arena_take(a, act);
+    s->b = pp_codec_arena_take(a, act);
+    s->e = pp_codec_arena_take(a, act);
+    s->h = pp_codec_arena_take(a, act);
+    s->scratch = pp_codec_arena_take(a, scratch);
     s->t_in = t_in;
 }
 
@@ -82,9 +82,9 @@ void seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state
 static int run_conv(pp_backend *be, const seanet *net, seanet_state *s, int *i, const float *x, int t, float *y,
                     int flags) {
     const mimi_conv *c = &net->conv[*i];
-    conv_step(be, c, s->carry[*i], x, t, y, s->scratch, flags);
+    pp_conv_step(be, c, s->carry[*i], x, t, y, s->scratch, flags);
     (*i)++;
-    return conv_out_len(c, t);
+    return pp_conv_out_len(c, t);
 }
 
 /* The activation ping-pong of one call: cur holds the running tensor. */
@@ -111,7 +111,7 @@ static int elu_conv(pp_backend *be, const seanet *net, seanet_state *s, int *i, 
     return t;
 }
 
-void seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y) {
+void pp_seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y) {
     seanet_bufs bf = {s->a, s->b};
     int i = 0, t = run_conv(be, net, s, &i, x, s->t_in, bf.cur, 0);
     for (int stage = 0; stage < net->cfg.n_ratios; stage++) {

@@ -40,12 +40,12 @@ typedef struct seanet_state {
 } seanet_state;
 
 /* Product of the ratios: samples per latent step. */
-int seanet_hop(const seanet_config *cfg);
-int seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err);
+int pp_seanet_hop(const seanet_config *cfg);
+int pp_seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err);
 /* Takes the state and scratch from a state arena (sizing or filling pass). */
-void seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s);
+void pp_seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s);
 /* Encoder: x [channels][t_in] -> y [dimension][t_in / hop]. Decoder: x [dimension][t_in] ->
  * y [channels][t_in · hop]. */
-void seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y);
+void pp_seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y);
 
 #endif

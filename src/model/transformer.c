@@ -25,16 +25,16 @@ int pp_tf_load_weight(pp_backend *be, const st_file *f, const char *name, int64_
 int pp_tf_load_alpha(pp_backend *be, const st_file *f, const char *name, int d, const char *cfg_keys, float **out,
                      char *err) {
     *out = NULL;
-    const st_tensor *t = st_find(f, name);
+    const st_tensor *t = pp_st_find(f, name);
     if (!t)
-        return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing (expected from config keys: %s)", st_path(f),
+        return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing (expected from config keys: %s)", pp_st_path(f),
                        name, cfg_keys);
     if (t->numel != d)
-        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' has %lld values but config keys %s give %d", st_path(f), name,
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' has %lld values but config keys %s give %d", pp_st_path(f), name,
                        (long long)t->numel, cfg_keys, d);
     float *host = malloc((size_t)d * sizeof *host);
     float *dev = be->ops->alloc(be, (size_t)d * sizeof *dev);
-    int rc = host && dev ? st_load_f32(f, t, 0, d, host, err) : pp_fail(err, PP_ENOMEM, "%s: out of memory", name);
+    int rc = host && dev ? pp_st_load_f32(f, t, 0, d, host, err) : pp_fail(err, PP_ENOMEM, "%s: out of memory", name);
     if (!rc) {
         be->ops->upload(be, dev, host, (size_t)d * sizeof *host);
         *out = dev;

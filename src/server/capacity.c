@@ -40,9 +40,9 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *er
         if (rc) return rc;
     }
     st_file *f;
-    if (!st_open(weights, &f, NULL)) { /* the layer count of a GGUF file (24 in sts-web's) */
+    if (!pp_st_open(weights, &f, NULL)) { /* the layer count of a GGUF file (24 in sts-web's) */
         pp_lm_config_fit_file(&c, f, have_config);
-        st_close(f);
+        pp_st_close(f);
     }
     /* K and V, one ring per layer; the depformer's rings hold dep_q steps and are tiny. */
     *out = 2ull * (uint64_t)c.num_layers * (uint64_t)c.context * (uint64_t)c.dim * sizeof(float);
@@ -99,9 +99,9 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     if (rc) return rc;
     st_file *f;
     p.weights = file_size(mimi);
-    if (!st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
-        p.weights += st_size(f);
-        st_close(f);
+    if (!pp_st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
+        p.weights += pp_st_size(f);
+        pp_st_close(f);
     }
     p.per_session = kv + CAPACITY_SESSION_EXTRA;
     const char *what = be->ops->mem_info ? "free" : "RAM available";

@@ -152,11 +152,11 @@ static int is_waveform_conv(const tensor_spec *t) {
  * out_scale. */
 static int write_tensors(const char *path, const tensor_list *l, st_dtype dtype, float out_scale, char *err) {
     st_writer *w;
-    int rc = st_writer_create(path, &w, err);
+    int rc = pp_st_writer_create(path, &w, err);
     if (rc) return rc;
-    for (int i = 0; i < l->n && !rc; i++) rc = st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
-    if (!rc) rc = st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
-    if (!rc) rc = st_writer_begin(w, err);
+    for (int i = 0; i < l->n && !rc; i++) rc = pp_st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
+    if (!rc) rc = pp_st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
     float buf[1024];
     uint16_t half[1024];
     for (int i = 0; i < l->n && !rc; i++) {
@@ -174,17 +174,17 @@ static int write_tensors(const char *path, const tensor_list *l, st_dtype dtype,
             for (int k = 0; k < n; k++) buf[k] = scale * (sigma > 0 ? (float)(sigma * gaussian(&state)) : value);
             if (dtype == ST_BF16) {
                 for (int k = 0; k < n; k++) half[k] = pp_f32_to_bf16(buf[k]);
-                rc = st_writer_write(w, half, (size_t)n * sizeof *half, err);
+                rc = pp_st_writer_write(w, half, (size_t)n * sizeof *half, err);
             } else {
-                rc = st_writer_write(w, buf, (size_t)n * sizeof *buf, err);
+                rc = pp_st_writer_write(w, buf, (size_t)n * sizeof *buf, err);
             }
         }
     }
     if (rc) {
-        st_writer_abort(w);
+        pp_st_writer_abort(w);
         return rc;
     }
-    return st_writer_finish(w, err);
+    return pp_st_writer_finish(w, err);
 }
 
 static int write_text(const char *path, const void *data, size_t len, char *err) {
@@ -206,8 +206,8 @@ static int measure_rms(const char *mimi_path, float *rms, char *err) {
     mimi_model *m = NULL;
     mimi_state *s = NULL;
     int rc = pp_backend_cpu_create(1, &be, err);
-    if (!rc) rc = mimi_open(be, mimi_path, NULL, &m, err);
-    if (!rc) rc = mimi_state_create(m, &s, err);
+    if (!rc) rc = pp_mimi_open(be, mimi_path, NULL, &m, err);
+    if (!rc) rc = pp_mimi_state_create(m, &s, err);
     double sum = 0;
     int count = 0;
     uint64_t state = 7;
@@ -215,11 +215,11 @@ static int measure_rms(const char *mimi_path, float *rms, char *err) {
     for (int f = 0; f < 12 && !rc; f++) {
         int32_t codes[PP_LM_AUDIO_CODEBOOKS];
         for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) codes[k] = (int32_t)(splitmix(&state) % 2048);
-        rc = mimi_decode_frame(s, codes, pcm, err);
+        rc = pp_mimi_decode_frame(s, codes, pcm, err);
         for (int i = 0; f >= 4 && !rc && i < PP_FRAME_SAMPLES; i++, count++) sum += (double)pcm[i] * pcm[i];
     }
-    mimi_state_destroy(s);
-    mimi_close(m);
+    pp_mimi_state_destroy(s);
+    pp_mimi_close(m);
     pp_backend_destroy(be);
     *rms = count ? (float)sqrt(sum / count) : 0.0f;
     return rc;
@@ -265,8 +265,8 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
     if (!rc) rc = make_dir(path, err);
     snprintf(path, sizeof path, "%s/mimi/config.json", dir);
     if (!rc) rc = write_text(path, g_mimi_config, sizeof g_mimi_config - 1, err);
-    if (!rc) rc = mimi_config_load(path, &mc, err);
-    if (!rc) rc = mimi_catalog(&mc, list_add, &codec, err);
+    if (!rc) rc = pp_mimi_config_load(path, &mc, err);
+    if (!rc) rc = pp_mimi_catalog(&mc, list_add, &codec, err);
     if (!rc && codec.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
     if (!rc) rc = write_tensors(out->mimi, &codec, ST_F32, 1.0f, err);
     float rms = 0.0f;

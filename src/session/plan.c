@@ -17,19 +17,19 @@
 /* Mean wall time of a Mimi encode + decode of one frame; *bytes gets the codec state's size. */
 static int time_codec(const pp_model *m, double *ms, size_t *bytes, char *err) {
     mimi_state *st = NULL;
-    int rc = mimi_state_create(pp_model_mimi(m), &st, err);
+    int rc = pp_mimi_state_create(pp_model_mimi(m), &st, err);
     if (rc) return rc;
-    *bytes = mimi_state_bytes(st);
+    *bytes = pp_mimi_state_bytes(st);
     static float pcm[PP_FRAME_SAMPLES]; /* silence: the codec's cost does not depend on the signal */
     int32_t codes[PP_LM_AUDIO_CODEBOOKS];
     double t0 = 0;
     for (int i = 0; !rc && i <= CODEC_FRAMES; i++) {
         if (i == 1) t0 = pp_now_ms();
-        rc = mimi_encode_frame(st, pcm, codes, NULL, err);
-        if (!rc) rc = mimi_decode_frame(st, codes, pcm, err);
+        rc = pp_mimi_encode_frame(st, pcm, codes, NULL, err);
+        if (!rc) rc = pp_mimi_decode_frame(st, codes, pcm, err);
     }
     *ms = (pp_now_ms() - t0) / CODEC_FRAMES;
-    mimi_state_destroy(st);
+    pp_mimi_state_destroy(st);
     return rc;
 }
 

@@ -94,7 +94,7 @@ void pp_model_close(pp_model *m) {
     pp_lmbatch_destroy(m->prefill);
     pthread_mutex_destroy(&m->prefill_lock);
     pp_lm_close(m->lm);
-    mimi_close(m->mimi);
+    pp_mimi_close(m->mimi);
     pp_spm_free(m->spm);
     free(m);
 }
@@ -112,11 +112,11 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     const char *slash = strrchr(paths->weights, '/');
     snprintf(config, sizeof config, "%.*sconfig.json", slash ? (int)(slash - paths->weights + 1) : 0, paths->weights);
     int rc = pp_lm_open(be, paths->weights, access(config, R_OK) == 0 ? config : NULL, &m->lm, err);
-    if (!rc) rc = mimi_open(be, paths->mimi, NULL, &m->mimi, err);
+    if (!rc) rc = pp_mimi_open(be, paths->mimi, NULL, &m->mimi, err);
     if (!rc) rc = pp_spm_load_file(&m->spm, paths->tokenizer, err);
-    if (!rc && mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
+    if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
-                     mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
+                     pp_mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
     if (!rc && pp_spm_vocab_size(m->spm) > pp_lm_get_config(m->lm)->text_card)
         rc = pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
                      pp_spm_vocab_size(m->spm), pp_lm_get_config(m->lm)->text_card);
@@ -169,7 +169,7 @@ void pp_model_prompt_cache_counts(const pp_model *m, pp_prompt_cache_counts *out
 void pp_session_destroy(pp_session *s) {
     if (!s) return;
     pp_lmgen_destroy(s->gen);
-    mimi_state_destroy(s->mimi);
+    pp_mimi_state_destroy(s->mimi);
     pp_voice_free(&s->voice);
     free(s->prompt);
     free(s);
@@ -212,7 +212,7 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     lp.text_seed = p->text_seed;
     lp.audio_seed = p->audio_seed;
     if (!rc) rc = pp_lmgen_create(m->lm, &lp, &s->gen, err);
-    if (!rc) rc = mimi_state_create(m->mimi, &s->mimi, err);
+    if (!rc) rc = pp_mimi_state_create(m->mimi, &s->mimi, err);
     if (rc) {
         pp_session_destroy(s);
         return rc;
@@ -277,7 +277,7 @@ int pp_session_prefill(pp_session *s, char *err) {
         if (s->m->cache) cache_store(s);
     }
     /* The reference resets the codec before the conversation (spec/lm.md §6.1). */
-    mimi_state_reset(s->mimi);
+    pp_mimi_state_reset(s->mimi);
     s->ready = 1;
     return 1;
 }
@@ -286,7 +286,7 @@ int pp_session_prefill(pp_session *s, char *err) {
 
 int pp_session_encode(pp_session *s, const float *pcm_in, char *err) {
     if (!s->ready) return pp_fail(err, PP_EINVAL, "session: step before the prompts have run");
-    int rc = mimi_encode_frame(s->mimi, pcm_in, s->user, NULL, err);
+    int rc = pp_mimi_encode_frame(s->mimi, pcm_in, s->user, NULL, err);
     s->stage = rc ? STAGE_IDLE : STAGE_ENCODED;
     return rc;
 }
@@ -300,7 +300,7 @@ int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE
         memset(pcm_out, 0, PP_FRAME_SAMPLES * sizeof *pcm_out);
         return PP_OK;
     }
-    int rc = mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
+    int rc = pp_mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
     if (rc) return rc;
     /* Padding ids (0 EPAD, 3 PAD) are not sent (spec/protocol.md §2.3). A piece that does not
      * fit is dropped rather than cut, so every message stays valid UTF-8. */

@@ -43,20 +43,20 @@ int pp_voice_clone_codes(const pp_lm *lm, const int32_t *codes, int64_t n_frames
 
 /* Resampled, normalised, zero-padded audio -> codes [frames][8]. */
 static int encode(const mimi_model *mimi, const float *pcm, int64_t n, int32_t *codes, int64_t frames, char *err) {
-    const mimi_config *mc = mimi_get_config(mimi);
+    const mimi_config *mc = pp_mimi_get_config(mimi);
     int fs = mc->frame_size, nq = mc->quantizer.num_codebooks;
     mimi_state *s = NULL;
     float *frame = malloc((size_t)fs * sizeof *frame);
     int32_t *all = malloc((size_t)nq * sizeof *all);
-    int rc = frame && all ? mimi_state_create(mimi, &s, err) : pp_fail(err, PP_ENOMEM, "voice clone: out of memory");
+    int rc = frame && all ? pp_mimi_state_create(mimi, &s, err) : pp_fail(err, PP_ENOMEM, "voice clone: out of memory");
     for (int64_t j = 0; j < frames && rc == 0; j++) {
         int64_t have = n - j * fs < fs ? n - j * fs : fs;
         memcpy(frame, pcm + j * fs, (size_t)have * sizeof *frame);
         memset(frame + have, 0, (size_t)(fs - have) * sizeof *frame);
-        rc = mimi_encode_frame(s, frame, all, NULL, err);
+        rc = pp_mimi_encode_frame(s, frame, all, NULL, err);
         if (rc == 0) memcpy(codes + j * PP_LM_AUDIO_CODEBOOKS, all, PP_LM_AUDIO_CODEBOOKS * sizeof *codes);
     }
-    mimi_state_destroy(s);
+    pp_mimi_state_destroy(s);
     free(frame);
     free(all);
     return rc;
@@ -65,7 +65,7 @@ static int encode(const mimi_model *mimi, const float *pcm, int64_t n, int32_t *
 int pp_voice_clone_audio(const pp_lm *lm, const mimi_model *mimi, const float *pcm, int64_t n, int rate, pp_voice *out,
                          double *gain_db, int64_t *n_frames, char *err) {
     memset(out, 0, sizeof *out);
-    const mimi_config *mc = mimi_get_config(mimi);
+    const mimi_config *mc = pp_mimi_get_config(mimi);
     if (mc->quantizer.num_codebooks < PP_LM_AUDIO_CODEBOOKS || mc->frame_size <= 0)
         return pp_fail(err, PP_EUNSUPPORTED, "voice clone: the codec gives %d codes per frame, the LM needs %d",
                        mc->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);

@@ -1,4 +1,4 @@
-/* fuzz_gguf: any byte string starting "GGUF" is refused by st_open_memory or yields tensors in
+/* fuzz_gguf: any byte string starting "GGUF" is refused by pp_st_open_memory or yields tensors in
  * bounds; every tensor whose dtype is a weight format loads as a [rows, row length] weight and
  * decodes completely (ggml blocks included). ASan reports any stray access. */
 #include <stddef.h>
@@ -29,17 +29,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 4 || memcmp(data, "GGUF", 4)) return 0; /* the safetensors target covers the rest */
     st_file *f = NULL;
     char err[PP_ERR_LEN];
-    if (st_open_memory(data, size, "fuzz.gguf", &f, err)) {
+    if (pp_st_open_memory(data, size, "fuzz.gguf", &f, err)) {
         if (f) abort();
         return 0;
     }
-    for (size_t i = 0; i < st_count(f); i++) {
-        const st_tensor *t = st_at(f, i);
-        if (st_find(f, t->name) != t) abort();
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const st_tensor *t = pp_st_at(f, i);
+        if (pp_st_find(f, t->name) != t) abort();
         if (t->nbytes && (t->data < data || t->data + t->nbytes > data + size)) abort();
         decode_all(f, t);
     }
-    (void)st_metadata(f, "general.architecture");
-    st_close(f);
+    (void)pp_st_metadata(f, "general.architecture");
+    pp_st_close(f);
     return 0;
 }

@@ -1,5 +1,5 @@
 /* fuzz_mimi_config: the Mimi codec's config.json parser (model/mimi.h) on arbitrary bytes.
- * Every input is refused or yields a configuration that mimi_catalog can list tensors for
+ * Every input is refused or yields a configuration that pp_mimi_catalog can list tensors for
  * without overflow (the checks keep every size product inside an int). */
 #include <stddef.h>
 #include <stdint.h>
@@ -23,10 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!quiet++) pp_log_set_level(PP_LOG_ERROR);
     mimi_config c;
     char err[PP_ERR_LEN];
-    mimi_config_default(&c);
-    if (mimi_config_parse((const char *)data, size, "fuzz", &c, err) != PP_OK) return 0;
+    pp_mimi_config_default(&c);
+    if (pp_mimi_config_parse((const char *)data, size, "fuzz", &c, err) != PP_OK) return 0;
     if (c.sample_rate <= 0 || c.frame_size <= 0) abort();
     int n = 0;
-    if (mimi_catalog(&c, count, &n, err) == PP_OK && n == 0) abort();
+    if (pp_mimi_catalog(&c, count, &n, err) == PP_OK && n == 0) abort();
     return 0;
 }

@@ -49,15 +49,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = (size_t)(p - zip);
     char err[PP_ERR_LEN];
     pt_file *f = NULL;
-    if (pt_open_memory(zip, len, "fuzz", &f, err) == 0) {
+    if (pp_pt_open_memory(zip, len, "fuzz", &f, err) == 0) {
         float s = 0;
-        for (size_t i = 0; i < pt_count(f); i++) {
-            const pt_tensor *t = pt_at(f, i);
+        for (size_t i = 0; i < pp_pt_count(f); i++) {
+            const pt_tensor *t = pp_pt_at(f, i);
             if (t->nbytes && (t->data < zip || t->data + t->nbytes > zip + len)) abort();
             for (size_t k = 0; k < t->nbytes; k++) s += t->data[k];
         }
         sink = s;
-        pt_close(f);
+        pp_pt_close(f);
     } else if (f) {
         abort();
     }

@@ -36,18 +36,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[PP_ERR_LEN];
     unsigned bytes = 0;
     zip_archive *z = NULL;
-    if (zip_open_memory(data, size, "fuzz", &z, err) == 0) {
-        for (size_t i = 0; i < zip_count(z); i++) {
-            const zip_entry *e = zip_at(z, i);
-            if (zip_find(z, e->name) != e) abort();
+    if (pp_zip_open_memory(data, size, "fuzz", &z, err) == 0) {
+        for (size_t i = 0; i < pp_zip_count(z); i++) {
+            const zip_entry *e = pp_zip_at(z, i);
+            if (pp_zip_find(z, e->name) != e) abort();
             bytes += touch(e->data, e->size);
         }
-        zip_close(z);
+        pp_zip_close(z);
     }
     pt_file *f = NULL;
-    if (pt_open_memory(data, size, "fuzz", &f, err) == 0) {
-        for (size_t i = 0; i < pt_count(f); i++) bytes += touch(pt_at(f, i)->data, pt_at(f, i)->nbytes);
-        pt_close(f);
+    if (pp_pt_open_memory(data, size, "fuzz", &f, err) == 0) {
+        for (size_t i = 0; i < pp_pt_count(f); i++) bytes += touch(pp_pt_at(f, i)->data, pp_pt_at(f, i)->nbytes);
+        pp_pt_close(f);
     }
     pp_voice v;
     check_voice(pp_voice_load_pt_memory(data, size, "fuzz", 0, &v, err), &v);
