@@ -16,12 +16,8 @@
 #include <stdint.h>
 
 #include "io/weight.h"
+#include "personaplex.h" /* pp_backend, pp_kv_format, creating and destroying a backend */
 
-typedef struct pp_backend pp_backend;
-
-/* Storage format of a KV ring (attn_step_kv). F32 is the reference; BF16 halves it; INT8 quarters
- * it with one scale per slot and head. */
-typedef enum pp_kv_format { PP_KV_F32 = 0, PP_KV_BF16 = 1, PP_KV_INT8 = 2 } pp_kv_format;
 
 /* One layer's KV ring in backend memory, described on the host. k and v hold
  * [capacity][n_heads·head_dim] elements of fmt (float, bf16 bits as uint16, int8). For INT8,
@@ -206,13 +202,6 @@ struct pp_backend {
     void *impl; /* backend-private context */
 };
 
-/* CPU backend with n_threads threads (0: one per online CPU). */
-int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err);
-/* CUDA backend on device `device`; PP_EUNSUPPORTED when built without CUDA or no GPU. */
-int pp_backend_cuda_create(int device, pp_backend **out, char *err);
-/* Picks by name ("cpu", "cuda", or "auto": CUDA when a GPU is present, else CPU). */
-int pp_backend_create(const char *name, int n_threads, pp_backend **out, char *err);
-void pp_backend_destroy(pp_backend *be);
 /* be->ops->run_recorded, or issue(arg) where the backend records nothing. */
 int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err);
 void pp_backend_forget_recorded(pp_backend *be, uint64_t key);

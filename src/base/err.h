@@ -6,19 +6,7 @@
 #ifndef PP_BASE_ERR_H
 #define PP_BASE_ERR_H
 
-#define PP_ERR_LEN 512
-
-enum {
-    PP_OK = 0,
-    PP_EINVAL = -1,       /* bad argument or malformed input */
-    PP_EIO = -2,          /* open/read/write/mmap failed */
-    PP_ENOMEM = -3,       /* allocation failed */
-    PP_EFORMAT = -4,      /* file content does not follow its format */
-    PP_ENOTFOUND = -5,    /* a named tensor, key, voice or file is missing */
-    PP_EUNSUPPORTED = -6, /* valid input we do not handle (dtype, option) */
-    PP_EFULL = -7,        /* capacity reached (sessions, queue, prompt length) */
-    PP_EDEVICE = -8,      /* accelerator error */
-};
+#include "personaplex.h" /* PP_ERR_LEN, the PP_E* codes, pp_strerror */
 
 /* Writes the printf-style message into err (if err is not NULL) and returns code. */
 int pp_fail(char *err, int code, const char *fmt, ...)
@@ -26,8 +14,5 @@ int pp_fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-
-/* A short name for a code: "invalid input", "I/O error", ... */
-const char *pp_strerror(int code);
 
 #endif

@@ -4,8 +4,8 @@
 #ifndef PP_BASE_FRAME_H
 #define PP_BASE_FRAME_H
 
-#define PP_SAMPLE_RATE 24000  /* Hz: Mimi's rate, the uplink's and the downlink's */
-#define PP_FRAME_SAMPLES 1920 /* samples per frame */
+#include "personaplex.h" /* PP_SAMPLE_RATE, PP_FRAME_SAMPLES */
+
 #define PP_FRAME_NS ((long long)PP_FRAME_SAMPLES * 1000000000LL / PP_SAMPLE_RATE) /* 80 ms */
 
 #endif

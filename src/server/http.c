@@ -14,6 +14,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 
+#include "backend/backend.h"
 #include "base/log.h"
 #include "io/voice.h"
 #include "server/lifecycle.h"

@@ -10,20 +10,6 @@
 #ifndef PP_SESSION_DEMO_H
 #define PP_SESSION_DEMO_H
 
-#define PP_DEMO_PATH_MAX 4096
-
-typedef struct pp_demo_files {
-    char weights[PP_DEMO_PATH_MAX];    /* dir/lm.safetensors (config.json beside it) */
-    char mimi[PP_DEMO_PATH_MAX];       /* dir/mimi/mimi.safetensors (config.json beside it) */
-    char tokenizer[PP_DEMO_PATH_MAX];  /* dir/tokenizer.model */
-    char voices_dir[PP_DEMO_PATH_MAX]; /* dir/voices */
-} pp_demo_files;
-
-/* Writes the demo model into dir (created if missing; existing files are replaced) and fills
- * out with the paths. */
-int pp_demo_write(const char *dir, pp_demo_files *out, char *err);
-/* The same with the LM's context (KV ring frames) set to lm_context (0: the default 3000), so
- * that tests outgrow the attention window in seconds. */
-int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err);
+#include "personaplex.h" /* pp_demo_files, pp_demo_write, pp_demo_write_context */
 
 #endif
