@@ -256,13 +256,16 @@ extern "C" int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int 
     return pk_launched();
 }
 
-__global__ void pk_vq_add_row_kernel(const float *__restrict__ row, int dim, float *y) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < dim) y[i] += row[i];
+/* The code is read on the device, so a recorded frame adds the row of the code it is given. */
+__global__ void pk_vq_add_row_kernel(const float *__restrict__ cb, int bins, int dim, const int32_t *__restrict__ code,
+                                     float *y) {
+    const int c = *code, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < 0 || c >= bins || i >= dim) return;
+    y[i] += cb[(size_t)c * dim + i];
 }
 
-extern "C" int pk_vq_add_row(const float *cb, int dim, int32_t code, float *y, cudaStream_t stream) {
+extern "C" int pk_vq_add_row(const float *cb, int bins, int dim, const int32_t *code, float *y, cudaStream_t stream) {
     if (dim <= 0) return 0;
-    PK_LAUNCH(pk_blocks((size_t)dim, 256), 256, 0, stream, pk_vq_add_row_kernel)(cb + (size_t)code * dim, dim, y);
+    PK_LAUNCH(pk_blocks((size_t)dim, 256), 256, 0, stream, pk_vq_add_row_kernel)(cb, bins, dim, code, y);
     return pk_launched();
 }

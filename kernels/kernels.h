@@ -85,7 +85,7 @@ int pk_scale_add(float *y, const float *x, const float *scale, int n, int d, cud
 /* code: device int32 that receives the index. */
 int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract, int32_t *code,
                   cudaStream_t stream);
-int pk_vq_add_row(const float *cb, int dim, int32_t code, float *y, cudaStream_t stream);
+int pk_vq_add_row(const float *cb, int bins, int dim, const int32_t *code, float *y, cudaStream_t stream);
 
 /* ---- sample.cu: tokens (device int32) of rows of n logits, see backend.h's sample ---- */
 /* backend.h's pp_sample_param, field for field (cuda.c checks the layout at compile time). */

@@ -432,19 +432,32 @@ static void test_vq(void) {
     twin tcb = twin_of(cb, (size_t)bins * dim), tsq = twin_of(sq, (size_t)bins);
     twin x = twin_of(cb + (size_t)77 * dim, (size_t)dim); /* starts on row 77: a known answer */
     int same = 1;
+    /* codes live in backend memory on both sides (host memory is the CPU backend's) */
+    int32_t *gcode = gpu->ops->alloc(gpu, sizeof(int32_t)), c1 = -1, c2 = -2;
     for (int level = 0; level < 4; level++) {
-        int32_t c1 = -1, c2 = -2;
         cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1);
-        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, &c2);
+        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, gcode);
+        gpu->ops->download(gpu, &c2, gcode, sizeof c2);
         if (level == 0) TEST_COND("vq_nearest finds the row x was copied from", c1 == 77);
         same &= c1 == c2;
-        cpu->ops->vq_add_row(cpu, tcb.c, dim, c1, x.c);
-        gpu->ops->vq_add_row(gpu, tcb.g, dim, c1, x.g);
+        cpu->ops->vq_add_row(cpu, tcb.c, bins, dim, &c1, x.c);
+        gpu->ops->vq_add_row(gpu, tcb.g, bins, dim, gcode, x.g);
         cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1); /* subtract again: next level */
-        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, &c2);
+        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, gcode);
+        gpu->ops->download(gpu, &c2, gcode, sizeof c2);
         same &= c1 == c2;
     }
     TEST_COND("vq_nearest codes identical over 8 levels", same);
+    /* a code outside the codebook adds nothing (a device cannot refuse it) */
+    float before[256], after[256];
+    c1 = bins;
+    gpu->ops->download(gpu, before, x.g, sizeof before);
+    gpu->ops->upload(gpu, gcode, &c1, sizeof c1);
+    cpu->ops->vq_add_row(cpu, tcb.c, bins, dim, &c1, x.c);
+    gpu->ops->vq_add_row(gpu, tcb.g, bins, dim, gcode, x.g);
+    gpu->ops->download(gpu, after, x.g, sizeof after);
+    TEST_COND("vq_add_row of a code past the codebook adds nothing", !memcmp(before, after, sizeof after));
+    gpu->ops->release(gpu, gcode);
     compare("vq residual after 8 levels", x.g, x.c, x.n, REDUCE);
     free(cb);
     twin_free(&tcb);

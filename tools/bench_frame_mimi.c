@@ -48,6 +48,7 @@ struct bench_mimi {
     float *a, *b, *h, *scratch;         /* activations (channel-major) and conv scratch */
     float *xt, *tq, *tqkv, *tatt, *tff; /* transformer buffers (time-major) */
     float *lat, *u[2], *sum[2];
+    int32_t *codes; /* backend [N_CODES]: a frame's codes between the quantizer and one transfer */
     size_t scratch_floats, weight_bytes;
     uint64_t rng;
     int first_encode;
@@ -144,6 +145,7 @@ int bench_mimi_create(pp_backend *be, uint64_t seed, bench_mimi **out, char *err
         if (!rc) rc = dense(m, D, CB_DIM, &m->proj_out[i]);
         if (!rc && (!(m->u[i] = rbuf(m, CB_DIM, 0)) || !(m->sum[i] = rbuf(m, CB_DIM, 0)))) rc = PP_ENOMEM;
     }
+    if (!rc && !(m->codes = (int32_t *)rbuf(m, N_CODES, 0))) rc = PP_ENOMEM;
     for (int i = 0; i < N_CODES && !rc; i++)
         if (!(m->cb[i] = rbuf(m, (size_t)BINS * CB_DIM, 1.0f)) || !(m->cb_sq[i] = rbuf(m, BINS, 1.0f))) rc = PP_ENOMEM;
     size_t act = (size_t)1024 * FRAME;
@@ -194,7 +196,7 @@ void bench_mimi_destroy(bench_mimi *m) {
         rel(m, m->cb[i]);
         rel(m, m->cb_sq[i]);
     }
-    void *p[] = {m->a, m->b, m->h, m->scratch, m->xt, m->tq, m->tqkv, m->tatt, m->tff, m->lat};
+    void *p[] = {m->a, m->b, m->h, m->scratch, m->xt, m->tq, m->tqkv, m->tatt, m->tff, m->lat, m->codes};
     for (size_t j = 0; j < sizeof p / sizeof *p; j++) rel(m, p[j]);
     free(m);
 }
@@ -270,7 +272,8 @@ void bench_mimi_encode(bench_mimi *m, int32_t codes[8]) {
     m->first_encode = 0;
     for (int q = 0; q < 2; q++) op->matmul(be, &m->proj_in[q], m->lat, 1, m->u[q]);
     for (int c = 0; c < N_CODES; c++)
-        op->vq_nearest(be, m->cb[c], m->cb_sq[c], BINS, CB_DIM, m->u[c ? 1 : 0], c > 0, &codes[c]);
+        op->vq_nearest(be, m->cb[c], m->cb_sq[c], BINS, CB_DIM, m->u[c ? 1 : 0], c > 0, &m->codes[c]);
+    op->download(be, codes, m->codes, N_CODES * sizeof *codes);
 }
 
 void bench_mimi_decode(bench_mimi *m, const int32_t codes[8]) {
@@ -278,7 +281,8 @@ void bench_mimi_decode(bench_mimi *m, const int32_t codes[8]) {
     const pp_backend_ops *op = be->ops;
     m->cursor = 15; /* the decoder's convs follow the encoder's 15 in the list (upsample first) */
     for (int q = 0; q < 2; q++) op->zero(be, m->sum[q], CB_DIM * sizeof(float));
-    for (int c = 0; c < N_CODES; c++) op->vq_add_row(be, m->cb[c], CB_DIM, codes[c], m->sum[c ? 1 : 0]);
+    op->upload(be, m->codes, codes, N_CODES * sizeof *codes);
+    for (int c = 0; c < N_CODES; c++) op->vq_add_row(be, m->cb[c], BINS, CB_DIM, &m->codes[c], m->sum[c ? 1 : 0]);
     op->matmul(be, &m->proj_out[0], m->sum[0], 1, m->lat);
     op->matmul(be, &m->proj_out[1], m->sum[1], 1, m->h);
     op->add(be, m->lat, m->h, D);

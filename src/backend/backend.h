@@ -147,11 +147,12 @@ typedef struct pp_backend_ops {
     void (*scale_add)(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
     /* Nearest row of codebook cb [bins][dim] to x [dim] by Euclidean distance, computed as
      * sqrt(max(|x|² − 2x·e + |e|², 0)) with cb_sq [bins] = |e|², first index on ties; writes it to
-     * *code (host). When subtract, x −= that row (the residual for the next RVQ level). */
+     * *code (backend memory: a frame's codes stay there and leave in one download). When
+     * subtract, x −= that row (the residual for the next RVQ level). */
     void (*vq_nearest)(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
                        int subtract, int32_t *code);
-    /* y [dim] += cb row `code` (host index, 0 <= code < rows). */
-    void (*vq_add_row)(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
+    /* y [dim] += cb row *code (code: backend memory); a code outside 0..bins-1 adds nothing. */
+    void (*vq_add_row)(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y);
 
     /* ---- sampling (text and audio tokens; logits never leave the backend) ---- */
     /* For each row r < rows: tokens[r] (backend int32) = forced[r] when forced (backend, may be
@@ -172,8 +173,8 @@ typedef struct pp_backend_ops {
     /* Recorded frames: run_recorded runs the operations issue(arg) issues as the frame `key`
      * (nonzero, the caller's name for one shape of its work): the backend may record them the
      * first times and replay the recording later instead of calling issue (graph_cache.h says
-     * when). Recorded operations keep their arguments (vq_add_row's host code too), so
-     * positions, ids and sampling settings come from backend memory, uploads happen before
+     * when). Recorded operations keep their arguments, so
+     * positions, ids, codes and sampling settings come from backend memory, uploads happen before
      * the call, and nothing issue does downloads, syncs or allocates. forget_recorded: the key
      * will not run again. Use pp_backend_run_recorded, which runs issue plainly on a backend
      * without recordings. */

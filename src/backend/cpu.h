@@ -67,7 +67,7 @@ void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float 
 void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
 void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
                     int32_t *code);
-void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y);
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y);
 
 /* pp_cpu_sample.c */
 void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,

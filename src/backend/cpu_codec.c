@@ -510,7 +510,8 @@ void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int 
         for (int i = 0; i < dim; i++) x[i] -= cb[(size_t)*code * dim + i];
 }
 
-void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y) {
     (void)be;
-    for (int i = 0; i < dim; i++) y[i] += cb[(size_t)code * dim + i];
+    if (*code < 0 || *code >= bins) return;
+    for (int i = 0; i < dim; i++) y[i] += cb[(size_t)*code * dim + i];
 }

@@ -53,7 +53,6 @@ typedef struct cuda_ctx {
     cublasHandle_t blas;
     float *ws; /* kernels' workspace: NF2 rotations, dequantized tiles, attention splits */
     size_t ws_floats;
-    int32_t *code_dev, *code_host; /* vq_nearest's result on its way to the host */
     void *stage[2];
     cudaEvent_t stage_done[2];
     cudaGraphExec_t graph[GRAPH_SLOTS];
@@ -485,15 +484,11 @@ static void cuda_scale_add(pp_backend *be, float *y, const float *x, const float
 
 static void cuda_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
                             int subtract, int32_t *code) {
-    cuda_ctx *c = ctx_of(be);
-    *code = 0;
-    CUDA_NOTE(c, pk_vq_nearest(cb, cb_sq, bins, dim, x, subtract, c->code_dev, c->stream));
-    cuda_download(be, c->code_host, c->code_dev, sizeof(int32_t));
-    *code = *c->code_host;
+    CUDA_NOTE(ctx_of(be), pk_vq_nearest(cb, cb_sq, bins, dim, x, subtract, code, ctx_of(be)->stream));
 }
 
-static void cuda_vq_add_row(pp_backend *be, const float *cb, int dim, int32_t code, float *y) {
-    CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, dim, code, y, ctx_of(be)->stream));
+static void cuda_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, bins, dim, code, y, ctx_of(be)->stream));
 }
 
 _Static_assert(sizeof(pk_sample_param) == sizeof(pp_sample_param) &&
@@ -652,8 +647,6 @@ static void ctx_free(cuda_ctx *c) {
         if (c->stage[i]) cudaFreeHost(c->stage[i]);
         if (c->stage_done[i]) cudaEventDestroy(c->stage_done[i]);
     }
-    if (c->code_host) cudaFreeHost(c->code_host);
-    cudaFree(c->code_dev);
     cudaFree(c->ws);
     if (c->blas) cublasDestroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -690,8 +683,6 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     c->ws_floats = WS_INITIAL;
     c->graphs = pp_graph_cache_create(GRAPH_SLOTS);
     if (!c->graphs) return pp_fail(err, PP_ENOMEM, "cuda backend: out of memory");
-    PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->code_dev, sizeof(int32_t)));
-    PP_CUDA_TRY(c, err, cudaMallocHost((void **)&c->code_host, sizeof(int32_t)));
     for (int i = 0; i < 2; i++) {
         PP_CUDA_TRY(c, err, cudaMallocHost(&c->stage[i], STAGE_BYTES));
         PP_CUDA_TRY(c, err, cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));

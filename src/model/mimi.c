@@ -37,13 +37,17 @@ struct mimi_state {
     float *emb_in;    /* [dimension][steps] */
     float *latent_in; /* [dimension] */
     float *q_in;      /* quantizer scratch */
+    int32_t *codes_in; /* [num_codebooks], in the arena: an int32 per float slot */
     int started;      /* the downsample has seen its first frame since reset */
     /* decoder side */
     seanet_state dec;
     mtr_state dec_tr;
     float *up_carry, *up_scratch;
     float *latent_out, *emb_out, *pcm_out, *q_out;
+    int32_t *codes_out; /* [num_codebooks] */
 };
+
+_Static_assert(sizeof(int32_t) == sizeof(float), "codes take float slots of the codec arena");
 
 /* ==== configuration ================================================================ */
 
@@ -353,12 +357,15 @@ static void bind_state(codec_arena *a, const mimi_model *m, mimi_state *s) {
     s->emb_in = pp_codec_arena_take(a, (size_t)dim * steps);
     s->latent_in = pp_codec_arena_take(a, (size_t)dim);
     s->q_in = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
+    /* a frame's codes, kept in backend memory between the quantizer and one transfer */
+    s->codes_in = (int32_t *)pp_codec_arena_take(a, (size_t)m->cfg.quantizer.num_codebooks);
     pp_seanet_state_bind(a, &m->decoder, steps, &s->dec);
     pp_mtr_state_bind(a, &m->dec_tr, steps, &s->dec_tr);
     s->latent_out = pp_codec_arena_take(a, (size_t)dim);
     s->emb_out = pp_codec_arena_take(a, (size_t)dim * steps);
     s->pcm_out = pp_codec_arena_take(a, (size_t)m->cfg.frame_size);
     s->q_out = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
+    s->codes_out = (int32_t *)pp_codec_arena_take(a, (size_t)m->cfg.quantizer.num_codebooks);
     if (m->resample) {
         s->down_carry = pp_codec_arena_take(a, pp_conv_state_floats(&m->downsample));
         s->down_scratch = pp_codec_arena_take(a, pp_conv_scratch_floats(&m->downsample, steps));
@@ -417,7 +424,8 @@ int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float 
         z = s->latent_in;
     }
     if (latent) be->ops->download(be, latent, z, (size_t)dim * sizeof(float));
-    pp_quantizer_encode(be, &m->quant, z, codes, s->q_in);
+    pp_quantizer_encode(be, &m->quant, z, s->codes_in, s->q_in);
+    be->ops->download(be, codes, s->codes_in, (size_t)m->cfg.quantizer.num_codebooks * sizeof *codes);
     return PP_OK;
 }
 
@@ -429,7 +437,8 @@ int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *
         if (codes[i] < 0 || codes[i] >= q->bins)
             return pp_fail(err, PP_EINVAL, "mimi decode: code %d of the frame is %d, expected 0..%d", i,
                            (int)codes[i], q->bins - 1);
-    pp_quantizer_decode(be, &m->quant, codes, s->latent_out, s->q_out);
+    be->ops->upload(be, s->codes_out, codes, (size_t)q->num_codebooks * sizeof *codes);
+    pp_quantizer_decode(be, &m->quant, s->codes_out, s->latent_out, s->q_out);
     float *x = s->latent_out;
     if (m->resample) {
         pp_conv_step(be, &m->upsample, s->up_carry, s->latent_out, 1, s->emb_out, s->up_scratch, 0);

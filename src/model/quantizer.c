@@ -89,9 +89,9 @@ void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *code
     const quantizer_config *c = &q->cfg;
     float *sf = scratch, *sr = scratch + c->dimension, *conv = scratch + 2 * c->dimension;
     be->ops->zero(be, scratch, 2 * (size_t)c->dimension * sizeof(float));
-    be->ops->vq_add_row(be, q->first.codebook[0], c->dimension, codes[0], sf);
+    be->ops->vq_add_row(be, q->first.codebook[0], c->bins, c->dimension, &codes[0], sf);
     for (int l = 0; l < q->rest.n_levels; l++)
-        be->ops->vq_add_row(be, q->rest.codebook[l], c->dimension, codes[1 + l], sr);
+        be->ops->vq_add_row(be, q->rest.codebook[l], c->bins, c->dimension, &codes[1 + l], sr);
     pp_conv_step(be, &q->first.output_proj, NULL, sf, 1, z, conv, 0);
     pp_conv_step(be, &q->rest.output_proj, NULL, sr, 1, z, conv, PP_CONV_ACCUMULATE);
 }

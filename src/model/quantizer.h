@@ -43,9 +43,9 @@ typedef struct quantizer {
 int pp_quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err);
 /* Scratch floats for one encode or decode call. */
 size_t pp_quantizer_scratch_floats(const quantizer *q);
-/* z [input_dimension] -> codes (host) [num_codebooks]. */
+/* z [input_dimension] -> codes [num_codebooks] (backend memory, like z). */
 void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch);
-/* codes (host, each in [0, bins): the caller checks) -> z [output_dimension]. */
+/* codes [num_codebooks] (backend memory; the caller checks each is in [0, bins)) -> z [output_dimension]. */
 void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch);
 /* Golden-check diagnostic, not for the frame loop (it allocates and downloads codebooks):
  * follows the given codes (host, in range) through both RVQs on latent z (host), in double,
