@@ -21,16 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int sh_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 int sh_get(const char *path, wc_http *h, double timeout_ms) {
     memset(h, 0, sizeof *h);
     h->path = path;
@@ -42,7 +32,7 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     memset(s, 0, sizeof *s);
     s->tls = tls;
     snprintf(s->dir, sizeof s->dir, "/tmp/pp-test-XXXXXX");
-    if (!mkdtemp(s->dir) || !(s->port = sh_free_port())) return -1;
+    if (!mkdtemp(s->dir) || (s->port = sp_free_port()) < 0) return -1;
     char port[16], log[300];
     snprintf(port, sizeof port, "%d", s->port);
     snprintf(log, sizeof log, "%s/server.log", s->dir);
@@ -51,40 +41,13 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     int n = 10;
     if (!tls) argv[n++] = "--no-tls";
     for (int i = 0; extra && extra[i] && n < 63; i++) argv[n++] = extra[i];
-    s->pid = fork();
-    if (s->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a crashed or killed test takes its server along */
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
+    argv[n] = NULL;
+    s->pid = sp_spawn(argv, log);
     if (s->pid < 0 || wc_init(tls, s->port)) return -1;
-    for (int i = 0; i < 600; i++) {
-        wc_http h;
-        int ok = sh_get("/health", &h, 2000) == 200 && h.body && strstr(h.body, "\"ready\":true");
-        wc_http_free(&h);
-        if (ok) return 0;
-        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) return -1;
-        usleep(100000);
-    }
-    return -1;
+    return sp_wait_ready(s->pid, 60) ? 0 : -1;
 }
 
-int sh_stop_pid(pid_t pid) {
-    int status = 0;
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; i++) usleep(100000);
-    if (waitpid(pid, &status, WNOHANG) == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int sh_stop(sh_server *s) { return sh_stop_pid(s->pid); }
+int sh_stop(sh_server *s) { return sp_stop(s->pid); }
 
 void sh_cleanup(sh_server *s, int keep) {
     char cmd[400];
@@ -157,46 +120,6 @@ int sh_active(void) {
     }
     wc_http_free(&h);
     return active;
-}
-
-static int add_msg(sh_msgs *l, const uint8_t *page, size_t len) {
-    wc_msg *m = &l->m[l->n];
-    if (!(m->data = malloc(len + 1))) return -1;
-    m->data[0] = 0x01;
-    memcpy(m->data + 1, page, len);
-    m->len = len + 1;
-    m->text = 0;
-    l->n++;
-    return 0;
-}
-
-int sh_uplink_wav(const char *wav, int frames, sh_msgs *out) {
-    pp_wav w;
-    char err[PP_ERR_LEN];
-    memset(out, 0, sizeof *out);
-    if (pp_wav_read(wav, PP_WAV_MIX, &w, err)) return -1;
-    pp_downlink *d = NULL;
-    int rc = w.rate == PP_SAMPLE_RATE && w.frames >= PP_FRAME_SAMPLES ? pp_downlink_open(&d, 0, err) : -1;
-    if (!rc && !(out->m = calloc((size_t)frames + 2, sizeof *out->m))) rc = -1;
-    uint8_t page[PP_DOWNLINK_MAX_PAGE];
-    size_t len;
-    for (int i = 0; !rc && i < 2; i++)
-        rc = pp_downlink_header(d, i, page, sizeof page, &len, err) || add_msg(out, page, len);
-    int64_t whole = w.frames / PP_FRAME_SAMPLES;
-    for (int f = 0; !rc && f < frames; f++)
-        rc = pp_downlink_encode(d, w.pcm + (size_t)(f % whole) * PP_FRAME_SAMPLES, page, sizeof page, &len, err) ||
-             add_msg(out, page, len);
-    pp_downlink_close(d);
-    pp_wav_free(&w);
-    if (rc) sh_msgs_free(out);
-    return rc ? -1 : 0;
-}
-
-void sh_msgs_free(sh_msgs *l) {
-    for (int i = 0; i < l->n; i++) free(l->m[i].data);
-    free(l->m);
-    l->m = NULL;
-    l->n = 0;
 }
 
 int sh_reply_pages(const wc_conn *c) {

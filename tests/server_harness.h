@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "server_process.h" /* sp_free_port, sp_stop, sp_uplink_wav, sp_msgs */
 #include "ws_client.h"
 
 typedef struct sh_server {
@@ -23,8 +24,6 @@ typedef struct sh_server {
     char dir[256]; /* state directory; server.log inside */
 } sh_server;
 
-/* A loopback TCP port that was free a moment ago, or 0. */
-int sh_free_port(void);
 /* Starts `bin --demo` (--no-tls unless tls) with extra (NULL-terminated, may be NULL) options
  * and waits until /health says ready; wc_init must not have been called yet (it is called
  * here with the server's port). Returns 0, or -1 when it never became ready. */
@@ -32,8 +31,6 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra);
 /* SIGTERM, then waits (SIGKILL after 30 s). Returns the exit status (128 + signal when killed
  * by one, -1 when it had to be killed). */
 int sh_stop(sh_server *s);
-/* The same for any child process. */
-int sh_stop_pid(pid_t pid);
 /* Removes the state directory, or keeps it when keep, printing where and the log's tail. */
 void sh_cleanup(sh_server *s, int keep);
 
@@ -49,15 +46,6 @@ int sh_fd_count(const sh_server *s);
 double sh_metric(const char *name);
 /* The "active" count of /health, or -1. */
 int sh_active(void);
-
-/* Uplink messages: OpusHead, OpusTags, then one page per 80 ms frame of the WAV, looped to
- * `frames` frames. */
-typedef struct sh_msgs {
-    wc_msg *m;
-    int n;
-} sh_msgs;
-int sh_uplink_wav(const char *wav, int frames, sh_msgs *out);
-void sh_msgs_free(sh_msgs *l);
 
 /* The audio pages of a reply stream, or -1 (and a line on stderr) when it is broken: the
  * OpusHead page as the browser reads it (one lacing value, mono), OpusTags, serial, page

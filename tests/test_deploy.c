@@ -155,7 +155,7 @@ static void notify_read(int fd, char *out, size_t cap) {
 /* ---- drain --------------------------------------------------------------------------------------- */
 
 static void run_drain(const char *server, int n_extra, char **extra) {
-    int port = sh_free_port();
+    int port = sp_free_port();
     char port_s[16], log[300];
     snprintf(port_s, sizeof port_s, "%d", port);
     snprintf(log, sizeof log, "%s/server.log", g_dir);
@@ -208,7 +208,7 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     waitpid(silent, NULL, 0);
     int st = 0, exited = 0;
     for (int i = 0; i < 300 && !(exited = waitpid(pid, &st, WNOHANG) == pid); i++) usleep(100000);
-    int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : sh_stop_pid(pid);
+    int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : sp_stop(pid);
     TEST_COND("the server exits 0 after the drain", rc == 0);
     TEST_COND("the log tells the drain", file_contains(log, "draining 2 conversations"));
 #ifdef PP_HAVE_SYSTEMD
@@ -281,7 +281,7 @@ static int shipped_conf_valid(const char *nginx, const char *source) {
              "'%s/tools/deploy/nginx.conf' > site.conf && printf 'pid %s/t.pid;\\nevents {}\\nhttp {\\n"
              "client_body_temp_path %s/t1; proxy_temp_path %s/t2;\\ninclude %s/site.conf;\\n}\\n' > example.conf && "
              "'%s' -t -q -e '%s/nginx-t.log' -p '%s' -c '%s/example.conf' >>'%s/nginx-t.log' 2>&1",
-             g_dir, g_dir, g_dir, sh_free_port(), sh_free_port(), source, g_dir, g_dir, g_dir, g_dir, nginx, g_dir, g_dir,
+             g_dir, g_dir, g_dir, sp_free_port(), sp_free_port(), source, g_dir, g_dir, g_dir, g_dir, nginx, g_dir, g_dir,
              g_dir, g_dir);
     return system(cmd) == 0;
 }
@@ -291,7 +291,7 @@ static void run_proxy(const char *server, const char *source) {
     if (!nginx) TEST_SKIP("nginx is not installed (apt-get install nginx)");
     TEST_COND("the shipped tools/deploy/nginx.conf passes nginx -t", shipped_conf_valid(nginx, source));
 
-    int pa = sh_free_port(), pb = sh_free_port(), pn = sh_free_port();
+    int pa = sp_free_port(), pb = sp_free_port(), pn = sp_free_port();
     pid_t a = start_instance(server, "a", pa, "1"), b = start_instance(server, "b", pb, "2");
     TEST_COND("instance A ready", wait_health(pa, "\"status\":\"ok\"", a));
     TEST_COND("instance B ready", wait_health(pb, "\"status\":\"ok\"", b));
@@ -347,9 +347,9 @@ static void run_proxy(const char *server, const char *source) {
 
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
-    sh_stop_pid(ng);
-    TEST_COND("A exits 0 on SIGTERM", sh_stop_pid(a) == 0);
-    TEST_COND("B exits 0 on SIGTERM", sh_stop_pid(b) == 0);
+    sp_stop(ng);
+    TEST_COND("A exits 0 on SIGTERM", sp_stop(a) == 0);
+    TEST_COND("B exits 0 on SIGTERM", sp_stop(b) == 0);
 }
 
 int main(int argc, char **argv) {

@@ -94,7 +94,7 @@ static int read_live(const wc_http *h, double *p90, double *work, double *units)
 
 /* One live conversation streaming `seconds`; its /metrics read just before its end. With
  * joiners, they connect `join_at` seconds in. */
-static int live_run(const sh_msgs *up, int frames, wc_conn *joiners, int n_joiners, double join_at, wc_http *h,
+static int live_run(const sp_msgs *up, int frames, wc_conn *joiners, int n_joiners, double join_at, wc_http *h,
                     wc_conn *live) {
     *live = (wc_conn){.path = "/api/chat", .wait_handshake = 1, .extra = up->m, .n_extra = 2, .audio = up->m + 2,
                       .n_audio = frames, .interval_ms = 80, .linger_ms = 2000, .expect_pages = frames + 1};
@@ -113,8 +113,8 @@ static int live_run(const sh_msgs *up, int frames, wc_conn *joiners, int n_joine
 
 static void test_burst(void) {
     enum { FRAMES = 20 }; /* 1.6 s: the joins' work covers most of it */
-    sh_msgs up;
-    TEST_COND("the uplink audio", sh_uplink_wav(SPEECH, FRAMES, &up) == 0);
+    sp_msgs up;
+    TEST_COND("the uplink audio", sp_uplink_wav(SPEECH, FRAMES, &up, NULL) == 0);
     if (test_failed) return;
     /* The figure before any burst (and the voice's prompt state lands in the cache). */
     wc_conn alone;
@@ -154,7 +154,7 @@ static void test_burst(void) {
               p90 <= base + JOIN_UNITS_MARGIN * unit);
     wc_conn_free(&live);
     wc_http_free(&h1);
-    sh_msgs_free(&up);
+    sp_msgs_free(&up);
 }
 
 /* ---- echo: the client's loudspeaker and microphone ---- */
@@ -210,8 +210,8 @@ static void test_echo(void) {
     enum { FRAMES = 150 }; /* 12 s */
     char err[PP_ERR_LEN];
     echo_client ec = {0};
-    sh_msgs head;
-    TEST_COND("the uplink headers", sh_uplink_wav(SPEECH, 1, &head) == 0);
+    sp_msgs head;
+    TEST_COND("the uplink headers", sp_uplink_wav(SPEECH, 1, &head, NULL) == 0);
     if (test_failed) return;
     TEST_COND("the client's codec", pp_uplink_open(&ec.down, 1 << 20, err) == 0 && pp_downlink_open(&ec.up, 0, err) == 0);
     wc_conn echo = {.path = "/api/chat?echo_cancel=1", .wait_handshake = 1, .extra = head.m, .n_extra = 2,
@@ -238,11 +238,11 @@ static void test_echo(void) {
     pp_uplink_close(ec.down);
     pp_downlink_close(ec.up);
     free(ec.heard);
-    sh_msgs_free(&head);
+    sp_msgs_free(&head);
 }
 
 /* n conversations at once: prompts, a second of speech, close. */
-static void memory_burst(const sh_msgs *up, int n, int *done) {
+static void memory_burst(const sp_msgs *up, int n, int *done) {
     enum { FRAMES = 12 };
     wc_conn c[MEMORY_CONVS];
     wc_conn *list[MEMORY_CONVS];
@@ -267,8 +267,8 @@ static void settle(void) {
 }
 
 static void test_memory(void) {
-    sh_msgs up;
-    TEST_COND("the uplink audio", sh_uplink_wav(SPEECH, 12, &up) == 0);
+    sp_msgs up;
+    TEST_COND("the uplink audio", sp_uplink_wav(SPEECH, 12, &up, NULL) == 0);
     if (test_failed) return;
     int done;
     memory_burst(&up, 1, &done); /* warm-up: code pages, one prompt state, lws buffers */
@@ -286,7 +286,7 @@ static void test_memory(void) {
     TEST_COND("GET /metrics", sh_get("/metrics", &h, 5000) == 200 && h.body);
     if (test_failed) {
         wc_http_free(&h);
-        sh_msgs_free(&up);
+        sp_msgs_free(&up);
         return;
     }
     double resident = find_metric(h.body, "personaplex_resident_memory_bytes ", NULL),
@@ -305,7 +305,7 @@ static void test_memory(void) {
         TEST_COND("RSS back within 32 MiB of its level before the bursts", rss[b] - before < 32 * 1024);
     TEST_COND("no ratchet: the last burst within 8 MiB of the first", rss[BURSTS - 1] - rss[0] < 8 * 1024);
 #endif
-    sh_msgs_free(&up);
+    sp_msgs_free(&up);
 }
 
 int main(int argc, char **argv) {

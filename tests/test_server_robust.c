@@ -118,7 +118,7 @@ static int closed_within(int fd, int ms) {
 
 /* A client streaming audio at real time that never reads. */
 typedef struct deaf_client {
-    const sh_msgs *audio;
+    const sp_msgs *audio;
     int fd;
     double dropped_after_s; /* when a send failed (the server dropped it); -1: never */
 } deaf_client;
@@ -146,7 +146,7 @@ static void wait_idle(const char *what) {
     TEST_COND("every conversation has ended", active == 0);
 }
 
-static void good_conversation(wc_conn *c, const sh_msgs *audio) {
+static void good_conversation(wc_conn *c, const sp_msgs *audio) {
     memset(c, 0, sizeof *c);
     c->path = "/api/chat";
     c->wait_handshake = 1;
@@ -165,7 +165,7 @@ static void check_good(const wc_conn *c, int frames) {
     TEST_COND("good client: every frame answered in a valid stream", pages == frames - 1);
 }
 
-static void bad_round(int round, const sh_msgs *speech, const sh_msgs *burst) {
+static void bad_round(int round, const sp_msgs *speech, const sp_msgs *burst) {
     printf("-- round %d\n", round);
     int silent_tcp = raw_connect(0), half_open = g_srv.tls ? -1 : raw_upgrade(0), stalled_tls = -1;
     TEST_COND("raw connections open", silent_tcp >= 0 && (g_srv.tls || half_open >= 0));
@@ -218,8 +218,8 @@ static void bad_round(int round, const sh_msgs *speech, const sh_msgs *burst) {
 }
 
 static void run_bad_clients(void) {
-    sh_msgs speech, burst;
-    TEST_COND("uplink audio encodes", sh_uplink_wav(SPEECH, 100, &speech) == 0 && sh_uplink_wav(SPEECH, 300, &burst) == 0);
+    sp_msgs speech, burst;
+    TEST_COND("uplink audio encodes", sp_uplink_wav(SPEECH, 100, &speech, NULL) == 0 && sp_uplink_wav(SPEECH, 300, &burst, NULL) == 0);
     wc_conn warm;
     good_conversation(&warm, &speech);
     wc_conn *l[] = {&warm};
@@ -247,8 +247,8 @@ static void run_bad_clients(void) {
 #else
     TEST_COND("RSS flat from round 1 to round 2 (< 8 MB)", rss[1] - rss[0] < 8 * 1024);
 #endif
-    sh_msgs_free(&speech);
-    sh_msgs_free(&burst);
+    sp_msgs_free(&speech);
+    sp_msgs_free(&burst);
 }
 
 /* ---- TLS policy and certificate reload ---------------------------------------------------------- */
@@ -323,9 +323,9 @@ static void run_tls_checks(void) {
 /* ---- a conversation past the LM context -------------------------------------------------------- */
 
 static void run_long(void) {
-    sh_msgs speech;
+    sp_msgs speech;
     enum { FRAMES = 300 };
-    TEST_COND("uplink audio encodes", sh_uplink_wav(SPEECH, FRAMES, &speech) == 0);
+    TEST_COND("uplink audio encodes", sp_uplink_wav(SPEECH, FRAMES, &speech, NULL) == 0);
     double frames0 = sh_metric("personaplex_frames_total"), late0 = sh_metric("personaplex_late_frames_total");
     wc_conn c;
     good_conversation(&c, &speech);
@@ -342,7 +342,7 @@ static void run_long(void) {
            c.n_out - 2, frames, lates, late[0], late[1], sh_max_gap_ms(&c));
     TEST_COND("no more late replies past the context than before it", late[1] <= late[0] + FRAMES / 20);
     wc_conn_free(&c);
-    sh_msgs_free(&speech);
+    sp_msgs_free(&speech);
 }
 
 int main(int argc, char **argv) {

@@ -24,6 +24,7 @@
  * timing is reported, never judged (slow machines are slow, not broken). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
+#include "server_process.h"
 #include "ws_client.h"
 
 #include "audio/opus.h"
@@ -57,106 +58,21 @@ typedef struct lt_opts {
     double seconds, slack_ms, burst_at;
 } lt_opts;
 
-/* ---- the uplink: a WAV as Ogg Opus pages, one wc_msg each ---- */
-
-static int add_msg(wc_msg *m, const uint8_t *page, size_t len) {
-    m->data = malloc(len + 1);
-    if (!m->data) return -1;
-    m->data[0] = 0x01;
-    memcpy(m->data + 1, page, len);
-    m->len = len + 1;
-    m->text = 0;
-    return 0;
-}
-
-/* head[2]: OpusHead and OpusTags; audio[frames]: the WAV looped to `frames` 80 ms frames. */
-static int encode_uplink(const char *wav_path, int frames, wc_msg head[2], wc_msg *audio, char *err) {
-    pp_wav w;
-    pp_downlink *d = NULL;
-    int rc = pp_wav_read(wav_path, PP_WAV_MIX, &w, err);
-    if (rc) return rc;
-    if (w.rate != PP_SAMPLE_RATE || w.frames < 1) {
-        pp_wav_free(&w);
-        return pp_fail(err, PP_EINVAL, "%s: %d Hz; the uplink needs 24000 Hz audio", wav_path, w.rate);
-    }
-    rc = pp_downlink_open(&d, 0, err);
-    uint8_t page[PP_DOWNLINK_MAX_PAGE];
-    size_t len;
-    for (int i = 0; !rc && i < 2; i++) {
-        rc = pp_downlink_header(d, i, page, sizeof page, &len, err);
-        if (!rc && add_msg(&head[i], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
-    }
-    float pcm[PP_FRAME_SAMPLES];
-    int64_t at = 0;
-    for (int f = 0; !rc && f < frames; f++) {
-        for (int i = 0; i < PP_FRAME_SAMPLES; i++, at = (at + 1) % w.frames) pcm[i] = w.pcm[at];
-        rc = pp_downlink_encode(d, pcm, page, sizeof page, &len, err);
-        if (!rc && add_msg(&audio[f], page, len)) rc = pp_fail(err, PP_ENOMEM, "out of memory");
-    }
-    pp_downlink_close(d);
-    pp_wav_free(&w);
-    return rc;
-}
-
 /* ---- the server process (--server) ---- */
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 static pid_t start_server(const lt_opts *o, const char *dir) {
     char port[16], max[16], log[600];
     snprintf(port, sizeof port, "%d", o->port);
     snprintf(max, sizeof max, "%d", o->clients + o->burst);
     snprintf(log, sizeof log, "%s/server.log", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        const char *argv[16] = {o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir,
-                                "--max-sessions", max, o->tls ? NULL : "--no-tls"};
-        execv(o->server, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Polls /health until the server says ready (or it exits, or 60 s pass). */
-static int wait_ready(pid_t pid) {
-    for (int i = 0; i < 600; i++) {
-        wc_http h = {.path = "/health"};
-        wc_run(NULL, 0, (wc_http *[]){&h}, 1, 2000);
-        int ok = h.done && h.status == 200 && h.body && strstr(h.body, "\"ready\":true");
-        wc_http_free(&h);
-        if (ok) return 1;
-        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
-        usleep(100000);
-    }
-    return 0;
+    const char *argv[16] = {o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir,
+                            "--max-sessions", max, o->tls ? NULL : "--no-tls"};
+    return sp_spawn(argv, log);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
-}
-
-static int stop_server(pid_t pid) {
-    kill(pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 300 && waitpid(pid, &status, WNOHANG) == 0; i++) usleep(100000);
-    if (waitpid(pid, &status, WNOHANG) == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* ---- what came back ---- */
@@ -354,37 +270,34 @@ int main(int argc, char **argv) {
     }
     char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-loadtest-XXXXXX";
     int frames = (int)(o.seconds * 1000 / FRAME_MS + 0.5);
-    wc_msg head[2] = {{0}};
-    wc_msg *audio = calloc((size_t)frames, sizeof *audio);
-    int rc = audio ? encode_uplink(o.wav, frames, head, audio, err) : pp_fail(err, PP_ENOMEM, "out of memory");
+    sp_msgs up; /* OpusHead, OpusTags, then the frames */
+    int rc = sp_uplink_wav(o.wav, frames, &up, err);
     pid_t pid = -1;
     if (!rc && o.server) {
-        o.port = free_port();
+        o.port = sp_free_port();
         if (o.port < 0 || !mkdtemp(dir)) rc = pp_fail(err, PP_EIO, "no free loopback port or temporary directory");
         else pid = start_server(&o, dir);
     }
     int status = 1;
     if (!rc && wc_init(o.tls, o.port) != 0) rc = pp_fail(err, PP_EIO, "cannot create the lws client context");
     if (!rc) {
-        if (pid > 0 && !wait_ready(pid)) {
+        if (pid > 0 && !sp_wait_ready(pid, 60)) {
             fprintf(stderr, "loadtest: the server did not become ready (log: %s/server.log)\n", dir);
         } else {
             printf("loadtest: %d clients, %.0f s of %s each, %s://127.0.0.1:%d", o.clients, o.seconds, o.wav,
                    o.tls ? "wss" : "ws", o.port);
             if (o.burst) printf("; %d more join at once after %.1f s", o.burst, o.burst_at);
             printf("\n");
-            status = drive(&o, head, audio, frames);
+            status = drive(&o, up.m, up.m + 2, frames);
         }
         wc_shutdown();
     }
     if (pid > 0) {
-        int st = stop_server(pid);
+        int st = sp_stop(pid);
         if (st != 0) fprintf(stderr, "loadtest: the server exited with status %d (log: %s/server.log)\n", st, dir);
         if (st == 0 && status == 0) nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); /* keep it to debug a failure */
     }
     if (rc) fprintf(stderr, "loadtest: %s\n", err);
-    for (int i = 0; i < 2; i++) free(head[i].data);
-    for (int i = 0; audio && i < frames; i++) free(audio[i].data);
-    free(audio);
+    if (!rc) sp_msgs_free(&up);
     return rc ? 2 : status;
 }

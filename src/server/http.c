@@ -17,7 +17,6 @@
 #include "backend/backend.h"
 #include "base/log.h"
 #include "io/voice.h"
-#include "server/lifecycle.h"
 #include "server/memory.h"
 
 #include <limits.h>
@@ -101,7 +100,7 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pthread_mutex_lock(&s->lock);
     int failed = s->failed;
     pthread_mutex_unlock(&s->lock);
-    int active = e ? engine_active(e) : 0, draining = lifecycle_draining();
+    int active = e ? engine_active(e) : 0, draining = server_draining(s);
     const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
                          : !engine_has_room(e) ? "full" : "ok";
     int accepting = strcmp(status, "ok") == 0;

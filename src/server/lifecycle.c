@@ -13,7 +13,6 @@
 
 /* Process-wide like the signals they stand for. */
 static atomic_int g_stop_requests; /* SIGTERM/SIGINT received so far */
-static atomic_int g_draining;
 static atomic_int g_exiting;       /* lifecycle_stop: the signal thread returns */
 static atomic_int g_reload_tls;    /* SIGHUP: reload the certificate on the service thread */
 static pthread_t g_thread;
@@ -79,16 +78,14 @@ int lifecycle_start(server *s, void (*wake)(void *arg), void *arg, char *err) {
 
 void lifecycle_ready(const char *status) { notify_ready(status); }
 
-int lifecycle_draining(void) { return g_draining; }
-
 int lifecycle_poll(server *s) {
     char err[PP_ERR_LEN];
     if (atomic_exchange(&g_reload_tls, 0) && s->cert_path && tls_reload(s->ctx, s->cert_path, s->key_path, err))
         PP_ERROR("tls", "SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
     int requests = g_stop_requests;
     if (requests >= 2) return 1;
-    if (requests == 1 && !g_draining) {
-        g_draining = 1;
+    if (requests == 1 && !server_draining(s)) {
+        server_start_draining(s);
         int open = ws_close_all(s, CLOSE_GOING_AWAY, "server shutting down");
         char status[128];
         snprintf(status, sizeof status, "draining %d conversation%s", open, open == 1 ? "" : "s");
@@ -97,7 +94,7 @@ int lifecycle_poll(server *s) {
         g_deadline_ns = pp_now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
         lws_sul_schedule(g_ctx, 0, &g_deadline_sul, deadline_cb, (lws_usec_t)s->opt->drain_seconds * 1000000);
     }
-    if (!g_draining) return 0;
+    if (!server_draining(s)) return 0;
     if (!s->live) return 1;
     if (pp_now_ns() >= g_deadline_ns) {
         PP_WARN("server", "drain timed out after %d s; closing the remaining conversations", s->opt->drain_seconds);

@@ -18,8 +18,6 @@
 int lifecycle_start(server *s, void (*wake)(void *arg), void *arg, char *err);
 /* Loader thread: the model is loaded (READY=1 with the status line). */
 void lifecycle_ready(const char *status);
-/* A drain has begun (any thread). */
-int lifecycle_draining(void);
 /* Service thread, after every lws_service: starts the drain when one was asked for.
  * Returns 1 when the serving loop should end. */
 int lifecycle_poll(server *s);

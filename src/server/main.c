@@ -48,14 +48,6 @@ typedef struct app {
     pp_demo_files demo;
 } app;
 
-engine *server_engine(server *s, pp_model **model) {
-    pthread_mutex_lock(&s->lock);
-    engine *e = s->engine;
-    *model = s->model;
-    pthread_mutex_unlock(&s->lock);
-    return e;
-}
-
 /* Engine thread: output is queued for some socket. */
 static void wake_service(void *arg) {
     server *s = arg;
@@ -196,14 +188,7 @@ static void *load_main(void *arg) {
     if (!rc) rc = capacity_check(a->backend, mp.weights, mp.mimi, 1, !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
     if (!rc) rc = start_engine(a, model, &e, &capacity, err);
-    pthread_mutex_lock(&s->lock);
-    if (rc) {
-        s->failed = 1;
-        snprintf(s->load_error, sizeof s->load_error, "%s", err);
-    }
-    s->model = model;
-    s->engine = e;
-    pthread_mutex_unlock(&s->lock);
+    server_publish(s, model, e, rc ? err : NULL);
     if (rc) {
         PP_ERROR("server", "cannot load the model: %s", err);
         g_stop = 1;

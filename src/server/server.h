@@ -8,7 +8,9 @@
 #define PP_SERVER_SERVER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <libwebsockets.h>
 
@@ -37,14 +39,22 @@ typedef struct server {
     char load_error[PP_ERR_LEN];
     int ctx_alive;           /* ctx may be woken with lws_cancel_service */
 
+    atomic_int draining;     /* a stop signal came: new conversations are refused (any thread) */
+
     /* lws service thread only */
     uint64_t next_id;
     ws_pss *live;            /* open /api/chat sockets */
     char scratch[SERVER_MAX_HEADER]; /* one decoded query fragment at a time */
 } server;
 
-/* The published engine and model, or NULLs while loading (any thread). */
+/* server.c. The published engine and model, or NULLs while loading (any thread). */
 engine *server_engine(server *s, pp_model **model);
+/* Loader thread: publishes the loaded model and its engine, or (load_error not NULL) the
+ * reason there are none. */
+void server_publish(server *s, pp_model *model, engine *e, const char *load_error);
+/* A drain has begun: refuse new conversations, /health says "draining" (any thread). */
+int server_draining(const server *s);
+void server_start_draining(server *s);
 
 /* lws protocol callbacks (service thread). */
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

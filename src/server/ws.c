@@ -13,7 +13,6 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/conn.h"
-#include "server/lifecycle.h"
 #include "server/peer.h"
 #include "server/ws_input.h"
 
@@ -120,7 +119,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     int rc = read_query(s, wsi, &params, err);
     if (rc) {
         ws_input_reject(&pss->in, CLOSE_POLICY, err);
-    } else if (lifecycle_draining()) {
+    } else if (server_draining(s)) {
         conn_fail(pss->c, CLOSE_GOING_AWAY, "server shutting down");
         pss->in.closing = 1;
     } else if (!e) {
@@ -163,9 +162,9 @@ static void on_closed(server *s, ws_pss *pss) {
 static int refuse_upgrade_if_busy(server *s, struct lws *wsi) {
     pp_model *model;
     engine *e = server_engine(s, &model);
-    if (e && !lifecycle_draining() && engine_has_room(e)) return 0;
-    PP_INFO("ws", "upgrade refused with 503: %s", !e ? "loading" : lifecycle_draining() ? "draining" : "full");
-    if (e && !lifecycle_draining()) metrics_session_rejected(s->metrics);
+    if (e && !server_draining(s) && engine_has_room(e)) return 0;
+    PP_INFO("ws", "upgrade refused with 503: %s", !e ? "loading" : server_draining(s) ? "draining" : "full");
+    if (e && !server_draining(s)) metrics_session_rejected(s->metrics);
     lws_return_http_status(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, NULL);
     return 1;
 }

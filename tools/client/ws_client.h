@@ -1,13 +1,13 @@
 /* ws_client: a scripted WebSocket and HTTP client on libwebsockets' client API, for the
- * server's end-to-end tests.
+ * server's end-to-end tests and personaplex-loadtest.
  *
  * A wc_conn is a script plus what came back: connect to `path`, optionally wait for the 0x00
  * handshake, send the `extra` messages, then the `audio` messages one per `interval_ms` (the
  * pace a browser or Kyutai's clients keep), then linger for the reply and close. Everything
  * the server sends is recorded with arrival times. wc_http fetches one URL. wc_run drives any
  * number of both on one lws context until all are done or a deadline passes. */
-#ifndef PP_TESTS_WS_CLIENT_H
-#define PP_TESTS_WS_CLIENT_H
+#ifndef PP_TOOLS_WS_CLIENT_H
+#define PP_TOOLS_WS_CLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
