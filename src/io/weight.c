@@ -50,24 +50,6 @@ static layout detect(const st_file *f, const char *base) {
     return LAYOUT_NONE;
 }
 
-int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
-                  char *err) {
-    int64_t d[ST_MAX_DIMS];
-    int nd = 0;
-    for (int i = 0; i < ndim && nd < ST_MAX_DIMS; i++)
-        if (dims[i] > 0) d[nd++] = dims[i];
-    if (nd == 2 && d[0] == rows && d[1] == cols) return PP_OK;
-    char got[128] = "[";
-    for (int i = 0; i < nd; i++) {
-        size_t l = strlen(got);
-        snprintf(got + l, sizeof got - l, "%s%lld", i ? ", " : "", (long long)d[i]);
-    }
-    size_t l = strlen(got);
-    snprintf(got + l, sizeof got - l, "]");
-    return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", pp_st_path(f), key, got,
-                   (long long)rows, (long long)cols);
-}
-
 int pp_wformat_block_bytes(pp_wformat fmt) {
     switch (fmt) {
     case PP_WF_Q4_0: return QUANT_Q4_0_BYTES;

@@ -14,6 +14,6 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
 
 /* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
 int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
-                  char *err);
+                     char *err);
 
 #endif

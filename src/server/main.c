@@ -157,9 +157,17 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
-    engine_config cfg = {model,        a->srv.metrics, plan.sessions,         a->opt.max_prompt_tokens,
-                         wake_service, &a->srv,        a->opt.idle_timeout,  a->opt.trim_after_ms,
-                         (echo_cancel_mode)echo_cancel_parse(a->opt.echo_cancel)};
+    engine_config cfg = {
+        .model = model,
+        .metrics = a->srv.metrics,
+        .max_sessions = plan.sessions,
+        .max_prompt_tokens = a->opt.max_prompt_tokens,
+        .notify = wake_service,
+        .notify_arg = &a->srv,
+        .idle_timeout = a->opt.idle_timeout,
+        .trim_after_ms = a->opt.trim_after_ms,
+        .echo_cancel = (echo_cancel_mode)echo_cancel_parse(a->opt.echo_cancel),
+    };
     return engine_create(&cfg, out, err);
 }
 
@@ -171,7 +179,8 @@ static void *load_main(void *arg) {
     pp_model *model = NULL;
     engine *e = NULL;
     int capacity = 0;
-    pp_model_paths mp = {a->paths[0], a->paths[1], a->paths[2], a->paths[3], NULL};
+    pp_model_paths mp = {.weights = a->paths[0], .mimi = a->paths[1], .tokenizer = a->paths[2],
+                         .voices_dir = a->paths[3]};
     /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
     if (a->opt.weights_in_host_memory) setenv("PP_WEIGHTS_IN_HOST_MEMORY", "1", 1);
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
@@ -180,7 +189,8 @@ static void *load_main(void *arg) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
         rc = pp_demo_write_context(dir, a->opt.demo_context, &a->demo, err);
-        mp = (pp_model_paths){a->demo.weights, a->demo.mimi, a->demo.tokenizer, a->demo.voices_dir, "demo"};
+        mp = (pp_model_paths){.weights = a->demo.weights, .mimi = a->demo.mimi, .tokenizer = a->demo.tokenizer,
+                              .voices_dir = a->demo.voices_dir, .name = "demo"};
         if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
     }
     /* Before the load: the weights and one f32 conversation must fit. How many conversations

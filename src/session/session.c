@@ -161,7 +161,8 @@ void pp_model_prompt_cache_counts(const pp_model *m, pp_prompt_cache_counts *out
     if (!m->cache) return;
     pp_prompt_cache_stats st;
     pp_prompt_cache_stats_get(m->cache, &st);
-    *out = (pp_prompt_cache_counts){st.hits, st.misses, st.evictions, st.entries, st.bytes, st.budget};
+    *out = (pp_prompt_cache_counts){.hits = st.hits, .misses = st.misses, .evictions = st.evictions,
+                                    .entries = st.entries, .bytes = st.bytes, .budget = st.budget};
 }
 
 /* ---- session: creation and prompts ---------------------------------------------------------- */
@@ -217,8 +218,14 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
         pp_session_destroy(s);
         return rc;
     }
-    s->schedule = (pp_lmgen_prompt){s->voice.embeddings, s->voice.frames ? &s->voice.cache[0][0] : NULL,
-                                    (int)s->voice.frames, PP_LMGEN_SILENCE_FRAMES, s->prompt, s->n_prompt};
+    s->schedule = (pp_lmgen_prompt){
+        .voice_emb = s->voice.embeddings,
+        .voice_cache = s->voice.frames ? &s->voice.cache[0][0] : NULL,
+        .n_voice = (int)s->voice.frames,
+        .silence = PP_LMGEN_SILENCE_FRAMES,
+        .text = s->prompt,
+        .n_text = s->n_prompt,
+    };
     *out = s;
     return PP_OK;
 }
@@ -228,7 +235,8 @@ int pp_session_prompt_done(const pp_session *s) { return s->done; }
 int pp_session_prompt_cached(const pp_session *s) { return s->cached; }
 
 static pp_prompt_key cache_key(const pp_session *s) {
-    return (pp_prompt_key){s->m->identity, s->voice_id, s->kv, s->prompt, s->n_prompt};
+    return (pp_prompt_key){.model = s->m->identity, .voice = s->voice_id, .kv = s->kv, .text = s->prompt,
+                           .n_text = s->n_prompt};
 }
 
 int pp_session_shares_prompt(const pp_session *a, const pp_session *b) {
@@ -329,7 +337,7 @@ int pp_session_step(pp_session *s, const float *pcm_in, float *pcm_out, char pie
     double t2 = pp_now_ms();
     if (!rc) rc = pp_session_decode(s, pcm_out, piece, err);
     if (rc) return rc;
-    if (times) *times = (pp_step_times){t1 - t0, t2 - t1, pp_now_ms() - t2};
+    if (times) *times = (pp_step_times){.encode_ms = t1 - t0, .lm_ms = t2 - t1, .decode_ms = pp_now_ms() - t2};
     return PP_OK;
 }
 
