@@ -89,6 +89,18 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
     c->num_layers = n;
 }
 
+int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c, char *err) {
+    int rc;
+    if (config_path) {
+        rc = pp_lm_config_load(config_path, c, err);
+    } else {
+        pp_lm_config_default(c);
+        rc = pp_lm_config_validate(c, "default config", err);
+    }
+    if (!rc) pp_lm_config_fit_file(c, f, config_path != NULL);
+    return rc;
+}
+
 static pp_tf_shape temporal_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
         .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
@@ -199,15 +211,8 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     pp_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     lm->be = be;
-    int rc;
-    if (config_path) {
-        rc = pp_lm_config_load(config_path, &lm->cfg, err);
-    } else {
-        pp_lm_config_default(&lm->cfg);
-        rc = pp_lm_config_validate(&lm->cfg, "default config", err);
-    }
-    if (!rc) rc = pp_st_open(weights_path, &lm->file, err);
-    if (!rc) pp_lm_config_fit_file(&lm->cfg, lm->file, config_path != NULL);
+    int rc = pp_st_open(weights_path, &lm->file, err);
+    if (!rc) rc = pp_lm_config_for(config_path, lm->file, &lm->cfg, err);
     if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
     if (rc) {

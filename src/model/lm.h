@@ -37,6 +37,9 @@ void pp_lm_close(pp_lm *lm);
  * logs what it used and where the file's KV `personaplex.block_count` disagrees. A config
  * given beside safetensors weights stays authoritative (a mismatch is refused at load). */
 void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
+/* The configuration the checkpoint f runs with: config_path's (NULL: the defaults), fitted to
+ * f's tensors as above. What pp_lm_open uses, for tools that check a file without loading it. */
+int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c, char *err);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
 pp_backend *pp_lm_backend(const pp_lm *lm);
 

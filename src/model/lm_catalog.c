@@ -29,8 +29,12 @@ static const char *const NAMES[PP_LM_PART_COUNT][2] = {
     [PP_LM_DEP_TEXT_EMB] = {"depformer_text_emb.weight"},
 };
 
+/* moshi.cpp stores each depformer step's attention projections apart (layer, step). */
+#define STEP_IN_PROJ "depformer.layers.%d.self_attn.in_projs.%d.weight"
+#define STEP_OUT_PROJ "depformer.layers.%d.self_attn.out_projs.%d.weight"
+
 /* Other spellings of catalogued tensors that files in the wild use, for find: the attention
- * input as a module weight, and moshi.cpp's per-step depformer projections. */
+ * input as a module weight, and the per-step depformer projections. */
 static const struct {
     pp_lm_part part;
     int depformer;
@@ -38,9 +42,24 @@ static const struct {
 } ALIASES[] = {
     {PP_LM_ATTN_IN, 0, "transformer.layers.%d.self_attn.in_proj.weight"},
     {PP_LM_ATTN_IN, 1, "depformer.layers.%d.self_attn.in_proj.weight"},
-    {PP_LM_ATTN_IN, 1, "depformer.layers.%d.self_attn.in_projs.%d.weight"},
-    {PP_LM_ATTN_OUT, 1, "depformer.layers.%d.self_attn.out_projs.%d.weight"},
+    {PP_LM_ATTN_IN, 1, STEP_IN_PROJ},
+    {PP_LM_ATTN_OUT, 1, STEP_OUT_PROJ},
 };
+
+void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size_t cap) {
+    snprintf(buf, cap, t->part == PP_LM_ATTN_IN ? STEP_IN_PROJ : STEP_OUT_PROJ, t->layer, step);
+}
+
+const char *pp_lm_part_name(pp_lm_part part) {
+    static const char *const names[PP_LM_PART_COUNT] = {
+        [PP_LM_EMB] = "emb",           [PP_LM_TEXT_EMB] = "text_emb", [PP_LM_TEXT_LINEAR] = "text_linear",
+        [PP_LM_OUT_NORM] = "out_norm", [PP_LM_NORM1] = "norm1",       [PP_LM_NORM2] = "norm2",
+        [PP_LM_ATTN_IN] = "attn_in",   [PP_LM_ATTN_OUT] = "attn_out", [PP_LM_FFN_IN] = "ffn_in",
+        [PP_LM_FFN_OUT] = "ffn_out",   [PP_LM_DEP_IN] = "dep_in",     [PP_LM_LINEAR] = "linears",
+        [PP_LM_DEP_EMB] = "dep_emb",   [PP_LM_DEP_TEXT_EMB] = "dep_text_emb",
+    };
+    return part >= 0 && part < PP_LM_PART_COUNT ? names[part] : "?";
+}
 
 int pp_lm_part_in_layer(pp_lm_part part) { return part >= PP_LM_NORM1 && part <= PP_LM_FFN_OUT; }
 

@@ -7,6 +7,7 @@
 #ifndef PP_MODEL_LM_CATALOG_H
 #define PP_MODEL_LM_CATALOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/lm_config.h"
@@ -40,6 +41,8 @@ typedef struct pp_lm_tensor {
     const char *cfg_keys; /* the configuration keys the shape follows, for messages */
 } pp_lm_tensor;
 
+/* A short name for logs and tools: "emb", "attn_in", ... */
+const char *pp_lm_part_name(pp_lm_part part);
 /* A layer part (norms, attention and feed-forward projections). */
 int pp_lm_part_in_layer(pp_lm_part part);
 /* A projection of a transformer layer: what bitsandbytes' 4-bit recipe quantises when only
@@ -48,6 +51,9 @@ int pp_lm_part_is_linear(pp_lm_part part);
 
 /* A token embedding table (rows are looked up, not multiplied). */
 int pp_lm_part_is_embedding(pp_lm_part part);
+/* moshi.cpp stores each depformer step's attention projections apart, where the release
+ * stacks them: the name of step `step`'s part of the depformer's ATTN_IN or ATTN_OUT entry t. */
+void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size_t cap);
 /* The stored shape: [rows, cols], or a norm's [1, 1, d]; returns ndim. */
 int pp_lm_tensor_shape(const pp_lm_tensor *t, int64_t shape[3]);
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A config file larger than this is not a config file. */
 #define CONFIG_MAX_BYTES (1 << 20)
@@ -274,4 +275,11 @@ int pp_lm_config_max_delay(const pp_lm_config *c) {
     for (int k = 0; k < PP_LM_STREAMS; k++)
         if (c->delays[k] > m) m = c->delays[k];
     return m;
+}
+
+const char *pp_lm_config_beside(const char *weights_path, char *buf, size_t cap) {
+    const char *slash = strrchr(weights_path, '/');
+    int dir = slash ? (int)(slash - weights_path + 1) : 0;
+    if ((size_t)snprintf(buf, cap, "%.*sconfig.json", dir, weights_path) >= cap) return NULL;
+    return access(buf, R_OK) == 0 ? buf : NULL;
 }

@@ -65,28 +65,29 @@ int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err) {
     return ok ? PP_OK : pp_fail(err, PP_ENOMEM, "%s: out of memory", shape->prefix);
 }
 
-/* moshi.cpp stores each depformer step's attention projections apart (`in_projs.{s}`,
- * `out_projs.{s}`) where the release stacks them: both load, at the catalogue's in_proj. */
+/* moshi.cpp's per-step depformer projections (lm_catalog.h) all load at the catalogue's in_proj
+ * entry t: in_projs.{s} [3 d, d] and out_projs.{s} [d, d] for every step s. */
 static int load_step_projections(pp_backend *be, const st_file *f, const pp_tf_shape *s, const pp_lm_tensor *t,
                                  pp_tf_layer *L, char *err) {
-    int l = t->layer;
     char name[256];
     int64_t d = s->dim;
+    pp_lm_tensor out = *t;
+    out.part = PP_LM_ATTN_OUT;
     if (!(L->step_proj = calloc(2 * (size_t)s->n_steps, sizeof *L->step_proj)))
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", s->prefix);
     for (int st = 0; st < s->n_steps; st++) {
-        snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.%d.weight", s->prefix, l, st);
+        pp_lm_step_projection_name(t, st, name, sizeof name);
         int rc = pp_tf_load_weight(be, f, name, 3 * d, d, t->cfg_keys, &L->step_proj[2 * st], err);
         if (rc) return rc;
-        snprintf(name, sizeof name, "%s.layers.%d.self_attn.out_projs.%d.weight", s->prefix, l, st);
+        pp_lm_step_projection_name(&out, st, name, sizeof name);
         if ((rc = pp_tf_load_weight(be, f, name, d, d, t->cfg_keys, &L->step_proj[2 * st + 1], err))) return rc;
     }
     return PP_OK;
 }
 
-static int has_step_projections(const st_file *f, const pp_tf_shape *s, int l) {
+static int has_step_projections(const st_file *f, const pp_tf_shape *s, const pp_lm_tensor *t) {
     char name[256];
-    snprintf(name, sizeof name, "%s.layers.%d.self_attn.in_projs.0.weight", s->prefix, l);
+    pp_lm_step_projection_name(t, 0, name, sizeof name);
     return s->n_steps > 1 && pp_weight_exists(f, name);
 }
 
@@ -100,7 +101,7 @@ int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_t
     case PP_LM_NORM1: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm1, err);
     case PP_LM_NORM2: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm2, err);
     case PP_LM_ATTN_IN:
-        if (has_step_projections(f, s, t->layer)) return load_step_projections(be, f, s, t, L, err);
+        if (has_step_projections(f, s, t)) return load_step_projections(be, f, s, t, L, err);
         return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->in_proj, err);
     case PP_LM_ATTN_OUT:
         if (L->step_proj) return PP_OK; /* loaded with the step's in_proj */

@@ -109,9 +109,7 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     file_identity(paths->weights, m->identity, sizeof m->identity);
     /* The LM's architecture comes from a config.json beside its weights, if there is one. */
     char config[4200];
-    const char *slash = strrchr(paths->weights, '/');
-    snprintf(config, sizeof config, "%.*sconfig.json", slash ? (int)(slash - paths->weights + 1) : 0, paths->weights);
-    int rc = pp_lm_open(be, paths->weights, access(config, R_OK) == 0 ? config : NULL, &m->lm, err);
+    int rc = pp_lm_open(be, paths->weights, pp_lm_config_beside(paths->weights, config, sizeof config), &m->lm, err);
     if (!rc) rc = pp_mimi_open(be, paths->mimi, NULL, &m->mimi, err);
     if (!rc) rc = pp_spm_load_file(&m->spm, paths->tokenizer, err);
     if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
