@@ -8,7 +8,8 @@
 # is built in GGML_SRC_DIR/build-bench. BUILD_DIR (default build/) holds personaplex-bench.
 # Prints the raw figures and, per pair, our weights/s over ggml's (> 1: faster per weight).
 # A developer tool: nothing in the test suite runs it. Pairs (format here / ggml type):
-#   nf2 / q2_K, int4 / q4_K, nf4 / iq4_nl, bf16 / bf16
+#   nf2 / q2_K, int4 / q4_K, nf4 / iq4_nl, bf16 / bf16, and the GGUF formats against themselves:
+#   q4_k / q4_K, q4_0 / q4_0, q8_0 / q8_0
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,7 @@ build="${2:-$root/build}"
 threads="$(nproc)"
 repeat="${REPEAT:-3}"
 rows=4096 cols=14336
-pairs=("nf2 q2_K" "int4 q4_K" "nf4 iq4_nl" "bf16 bf16")
+pairs=("nf2 q2_K" "int4 q4_K" "nf4 iq4_nl" "bf16 bf16" "q4_k q4_K" "q4_0 q4_0" "q8_0 q8_0")
 batches=(1 2 4 8)
 
 ggml_bin="$ggml/build-bench/bin/test-backend-ops"

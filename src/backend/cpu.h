@@ -34,10 +34,12 @@ void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float 
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
- * word of codes); buffers sized by the caller (pp_cpu_vnni_sizes: rows padded to whole blocks). */
+ * word of codes; Q4_K: per 256-input block, plus the sub-blocks' sums); buffers sized by the
+ * caller (pp_cpu_vnni_sizes: rows padded to whole blocks). */
 typedef struct cpu_vnni_x {
     int16_t *q;
     float *scale;
+    float *sums; /* Q4_K: each 32-input sub-block's Σx (set by prepare, inside the scale buffer) */
 } cpu_vnni_x;
 int pp_cpu_vnni_handles(const pp_weight *w);
 void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);

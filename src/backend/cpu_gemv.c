@@ -276,13 +276,13 @@ static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const fl
 void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
+#if CPU_HAVE_AVX2
+    if (vnni_matmul(be, g, w, x, n, y)) return;
+#endif
     if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt)) {
         run_rows(be, w, x, NULL, n, y, NULL);
         return;
     }
-#if CPU_HAVE_AVX2
-    if (vnni_matmul(be, g, w, x, n, y)) return;
-#endif
     if (w->fmt == PP_WF_INT4) {
         run_rows(be, w, x, NULL, n, y, &g->int4_lut[0][0]);
         return;

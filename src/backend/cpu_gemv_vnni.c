@@ -25,7 +25,17 @@
  *
  * Overflow cannot happen: a lane adds 2·K products per block (K codes per word): NF2 16 of at
  * most 944·32767, INT4 8 of 8·32767, NF4 8 of 16383·16383 = 2,147,221,512 in all, which still
- * fits an int32. */
+ * fits an int32.
+ *
+ * Q4_K (ggml's 4-bit k-quant, from GGUF files) has its own pass (run_pass_q4k):
+ * a Q4_K weight is d·sc_j·q − dmin·m_j in sub-block j (32 weights) of a 256-weight block, so
+ *   w·x = d·Σ_j sc_j·Σ(q·x) − dmin·Σ_j m_j·Σx.
+ * The activations of each 256-block are rounded to int16 with one scale (1/32767 of its largest
+ * |x|: an error of at most 1.5e-5 of it per input) and each sub-block's Σx is kept in float. A
+ * row's 32 code bytes of a sub-block pair widen to 16-bit lanes (low nibbles: sub-block 2p, high
+ * nibbles: 2p + 1), are multiplied by their 6-bit scale (q·sc <= 945) and meet the activations
+ * in vpdpwssd, so a whole block accumulates in int32 before one conversion to float. Overflow
+ * cannot happen: a lane adds 16 products of at most 945·32767 per block, 4.95e8 < 2^31. */
 #include "backend/cpu.h"
 
 #if CPU_HAVE_AVX2
@@ -44,6 +54,9 @@
 #define SCALE_SPAN 2048   /* columns whose group scales are fetched at once (before rounding up) */
 #define NF2_UNIT 0.0016f  /* the NF2 centroids are ±283 and ±944 of these */
 #define NF4_TABLE_MAX 16383
+#define Q4K_BLOCK QUANT_Q4_K_BLOCK
+#define Q4K_SUBS 8 /* sub-blocks per block */
+#define Q4K_ACT_MAX 32767.0f
 
 /* Layout facts of a format: W weights per word, K = W codes decoded per word. */
 static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
@@ -53,7 +66,37 @@ static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_p
 /* A row may end in a half block (16 words): its codes are loaded masked and its activations
  * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
  * block lies within one group or holds whole groups. */
+/* ---- Q4_K ---- */
+
+static void q4k_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
+    size_t blocks = (size_t)n * (size_t)(w->cols / Q4K_BLOCK);
+    *q = blocks * Q4K_BLOCK;
+    *scales = blocks * (1 + Q4K_SUBS); /* per block its scale, then its sub-blocks' Σx */
+}
+
+CPU_VNNI static void q4k_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+    int64_t blocks = (int64_t)n * (w->cols / Q4K_BLOCK);
+    float *sums = out->sums = out->scale + blocks;
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *src = x + b * Q4K_BLOCK;
+        float m = 0;
+        for (int t = 0; t < Q4K_BLOCK; t++) m = fmaxf(m, fabsf(src[t]));
+        float inv = m > 0 ? Q4K_ACT_MAX / m : 0;
+        for (int t = 0; t < Q4K_BLOCK; t++)
+            out->q[b * Q4K_BLOCK + t] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
+        out->scale[b] = m / Q4K_ACT_MAX;
+        for (int j = 0; j < Q4K_SUBS; j++) {
+            float s = 0;
+            for (int t = 0; t < Q4K_BLOCK / Q4K_SUBS; t++) s += src[j * (Q4K_BLOCK / Q4K_SUBS) + t];
+            sums[b * Q4K_SUBS + j] = s;
+        }
+    }
+}
+
+/* ---- NF2, INT4, NF4 ---- */
+
 int pp_cpu_vnni_handles(const pp_weight *w) {
+    if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
     if (g <= 0 || g % run || (b % g && g % b)) return 0;
@@ -67,6 +110,10 @@ static int64_t padded_cols(const pp_weight *w) {
 }
 
 void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
+    if (w->fmt == PP_WF_Q4K) {
+        q4k_sizes(w, n, q, runs);
+        return;
+    }
     *q = (size_t)n * (size_t)padded_cols(w);
     *runs = *q / (size_t)(2 * weights_per_word(w->fmt));
 }
@@ -84,6 +131,10 @@ static float table_unit(const pp_weight *w) {
 }
 
 CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+    if (w->fmt == PP_WF_Q4K) {
+        q4k_prepare(w, x, n, out);
+        return;
+    }
     int W = weights_per_word(w->fmt), run = 2 * W;
     int64_t B = block_weights(w->fmt), cols = padded_cols(w), runs = cols / run;
     float top = act_max(w->fmt), unit = table_unit(w);
@@ -228,36 +279,120 @@ VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
 }
 
-/* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
-VNNI_FN void run_shape(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
-    if (rb == 4 && nb == 1)
-        run_pass(p, fmt, 4, 1, y);
-    else if (rb == 4)
-        run_pass(p, fmt, 4, 2, y);
-    else if (rb == 2)
-        run_pass(p, fmt, 2, 4, y);
-    else if (nb == 4)
-        run_pass(p, fmt, 1, 4, y);
-    else if (nb == 2)
-        run_pass(p, fmt, 1, 2, y);
-    else
-        run_pass(p, fmt, 1, 1, y);
+/* The eight 6-bit scales (bytes of *sc) and mins (*mins) of a block's 12 packed bytes: scales
+ * 0..3 and mins 0..3 are the low 6 bits of bytes 0..3 and 4..7; scales and mins 4..7 take their
+ * low 4 bits from the nibbles of bytes 8..11 and their top 2 bits from the top of bytes 0..3 and
+ * 4..7 (the layout quant_q4_k_scale_min reads one at a time). */
+static inline void unpack_scales(const uint8_t *packed, uint64_t *sc, uint64_t *mins) {
+    uint32_t w[3];
+    memcpy(w, packed, sizeof w);
+    const uint32_t six = 0x3f3f3f3fu, four = 0x0f0f0f0fu, two = 0x03030303u;
+    uint32_t sc_hi = (w[2] & four) | (((w[0] >> 6) & two) << 4);
+    uint32_t m_hi = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
+    *sc = (uint64_t)(w[0] & six) | (uint64_t)sc_hi << 32;
+    *mins = (uint64_t)(w[1] & six) | (uint64_t)m_hi << 32;
 }
+
+/* rb rows × nb inputs over whole rows. */
+VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    (void)fmt;
+    const pp_weight *w = p->w;
+    const int64_t nblk = w->cols / Q4K_BLOCK;
+    const uint8_t *row[ROWS];
+    for (int k = 0; k < rb; k++)
+        row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / Q4K_BLOCK * QUANT_Q4_K_BYTES;
+    const float *sums = p->x->sums;
+    __m512 acc[ROWS][INPUTS];
+    __m256 macc[ROWS][INPUTS];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps(), macc[k][q] = _mm256_setzero_ps();
+    const __m512i low = _mm512_set1_epi16(15);
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i sum[ROWS][INPUTS];
+        float d[ROWS], dmin[ROWS];
+        uint64_t sc[ROWS], mins[ROWS];
+        for (int k = 0; k < rb; k++) {
+            const uint8_t *blk = row[k] + b * QUANT_Q4_K_BYTES;
+            uint32_t dd;
+            memcpy(&dd, blk, sizeof dd);
+            __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));
+            d[k] = _mm_cvtss_f32(f), dmin[k] = _mm_cvtss_f32(_mm_movehdup_ps(f));
+            unpack_scales(blk + 4, &sc[k], &mins[k]);
+            for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
+        }
+        for (int pair = 0; pair < Q4K_SUBS / 2; pair++)
+            for (int k = 0; k < rb; k++) {
+                const uint8_t *qs = row[k] + b * QUANT_Q4_K_BYTES + 16 + 32 * pair;
+                __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qs));
+                __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(codes, low),
+                                                _mm512_set1_epi16((short)(sc[k] >> (16 * pair) & 63)));
+                __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(codes, 4),
+                                                _mm512_set1_epi16((short)(sc[k] >> (16 * pair + 8) & 63)));
+                for (int q = 0; q < nb; q++) {
+                    const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * nblk + b) * Q4K_BLOCK + 64 * pair;
+                    sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], lo, _mm512_loadu_si512(xq));
+                    sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], hi, _mm512_loadu_si512(xq + 32));
+                }
+            }
+        for (int k = 0; k < rb; k++) {
+            __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mins[k])));
+            for (int q = 0; q < nb; q++) {
+                int64_t xb = (int64_t)(p->i + q) * nblk + b;
+                acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(d[k] * p->x->scale[xb]),
+                                            acc[k][q]);
+                macc[k][q] = _mm256_fmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(dmin[k])),
+                                             _mm256_loadu_ps(sums + xb * Q4K_SUBS), macc[k][q]);
+            }
+        }
+    }
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) {
+            __m256 m = macc[k][q];
+            __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - _mm_cvtss_f32(s);
+        }
+}
+
+
+/* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
+#define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \
+    do {                                                                                                               \
+        if ((rb) == 4 && (nb) == 1)                                                                                    \
+            run(p, fmt, 4, 1, y);                                                                                      \
+        else if ((rb) == 4)                                                                                            \
+            run(p, fmt, 4, 2, y);                                                                                      \
+        else if ((rb) == 2)                                                                                            \
+            run(p, fmt, 2, 4, y);                                                                                      \
+        else if ((nb) == 4)                                                                                            \
+            run(p, fmt, 1, 4, y);                                                                                      \
+        else if ((nb) == 2)                                                                                            \
+            run(p, fmt, 1, 2, y);                                                                                      \
+        else                                                                                                           \
+            run(p, fmt, 1, 1, y);                                                                                      \
+    } while (0)
 
 CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
     switch (p->w->fmt) {
-    case PP_WF_NF2: run_shape(p, PP_WF_NF2, rb, nb, y); break;
-    case PP_WF_INT4: run_shape(p, PP_WF_INT4, rb, nb, y); break;
-    default: run_shape(p, PP_WF_NF4, rb, nb, y); break;
+    case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
+    case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
+    case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
+    default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
     }
 }
 
 CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
-    int run = 2 * weights_per_word(w->fmt);
-    int32_t lane_group[LANES];
-    for (int l = 0; l < LANES; l++) lane_group[l] = w->group >= block_weights(w->fmt) ? 0 : (int32_t)(l * run / w->group);
-    pass p = {.w = w, .x = x, .table = value_table(w), .lane_group = _mm512_loadu_si512(lane_group)};
-    for (int k = 0; k < weights_per_word(w->fmt); k++) p.shift_ctl[k] = shift_control(w->fmt, k);
+    pass p = {.w = w, .x = x};
+    if (w->fmt != PP_WF_Q4K) { /* the decode tables of the code formats */
+        int run = 2 * weights_per_word(w->fmt);
+        int32_t lane_group[LANES];
+        for (int l = 0; l < LANES; l++)
+            lane_group[l] = w->group >= block_weights(w->fmt) ? 0 : (int32_t)(l * run / w->group);
+        p.table = value_table(w);
+        p.lane_group = _mm512_loadu_si512(lane_group);
+        for (int k = 0; k < weights_per_word(w->fmt); k++) p.shift_ctl[k] = shift_control(w->fmt, k);
+    }
     for (p.r = r0; p.r < r1;) {
         int rb = r1 - p.r >= ROWS ? ROWS : 1;
         for (p.i = 0; p.i < n;) {
