@@ -1,5 +1,5 @@
 /* decode_int4: symmetric INT4, two per byte, low nibble = even element, value nibble − 8
- * before the group's f16 scale (spec/formats.md §4). */
+ * before the group's f16 scale (docs/formats.md §4). */
 #ifndef PP_KERNELS_DECODE_INT4_CUH
 #define PP_KERNELS_DECODE_INT4_CUH
 

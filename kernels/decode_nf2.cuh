@@ -1,4 +1,4 @@
-/* decode_nf2: NF2 + WHT codes, 4 per byte, least-significant first (spec/formats.md §3).
+/* decode_nf2: NF2 + WHT codes, 4 per byte, least-significant first (docs/formats.md §3).
  *
  * The decoders return scale-free centroids C[q] of the ROTATED domain: a product dots them
  * with the Walsh-Hadamard-transformed activation (w·x = s·C[q]·(H x)), so the weight is never

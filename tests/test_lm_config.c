@@ -20,7 +20,7 @@ static void test_parse(void) {
     pp_lm_config c;
     char err[PP_ERR_LEN] = "";
     TEST_COND("empty object parses", parse("{}", &c, err) == 0);
-    /* spec/lm.md §1: 2·int(4.125·4096)/3 = 11264 and 2·int(4.125·1024)/3 = 2816 */
+    /* docs/model.md §1: 2·int(4.125·4096)/3 = 11264 and 2·int(4.125·1024)/3 = 2816 */
     TEST_COND("PersonaPlex temporal FFN width 11264", c.ffn_hidden == 11264);
     TEST_COND("PersonaPlex depformer FFN width 2816", c.dep_ffn_hidden == 2816);
     TEST_COND("PersonaPlex context 3000 and dep_q 16", c.context == 3000 && c.dep_q == 16);

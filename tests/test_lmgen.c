@@ -1,5 +1,5 @@
 /* test_lmgen: the generation state machine's bookkeeping (token ring, delays, forcing, prompt
- * phases, output alignment) against expectations worked out by hand from spec/lm.md §5-6, on
+ * phases, output alignment) against expectations worked out by hand from docs/model.md §5-6, on
  * the tiny lm-bf16 model (dim 64, text_card 100, card 2048, context 6). The numerics are the
  * golden runner's job; here only which token goes where is checked. */
 #include "test.h"

@@ -1,10 +1,10 @@
 /* test_long_session: conversations longer than the LM's 3000-frame context.
  *
- * 1. The attention window at S >= 2999 (spec/lm.md §3.4): the CPU backend's attn_step on a
+ * 1. The attention window at S >= 2999 (docs/model.md §3.4): the CPU backend's attn_step on a
  *    ring of the real capacity 3000 (tiny heads) for 3100 positions matches a naive attention
  *    over the whole history restricted to positions max(0, S−2998)..S; a naive window of 3000
  *    keys (current Moshi's rule) does not match from S = 2999 on, so the check can tell.
- * 2. RoPE at long-session positions (spec/lm.md §3.3, spec/mimi.md §10): the backend's angles
+ * 2. RoPE at long-session positions (docs/model.md §3.3, docs/codec.md §10): the backend's angles
  *    are float32(pos)·freq in float32, bit for bit, at positions of an hour and more; angles in
  *    double would differ there, so the float32 rule is what this pins.
  * 3. Positions keep growing: a generator on the small golden LM (context 6) runs 3100 frames,

@@ -5,7 +5,7 @@
  *   same output as the whole run.
  * - Mimi (the mimi-synth golden model): two interleaved sessions equal two separate runs;
  *   reset is bit-identical to a fresh state; bad codes are refused without touching state.
- * - The catalog of tensors the released configuration reads matches spec/mimi.md §2's
+ * - The catalog of tensors the released configuration reads matches docs/codec.md §2's
  *   parameter count; unsupported config keys are refused; BF16 weights are converted. */
 #include "test.h"
 
@@ -290,7 +290,7 @@ static void test_catalog(void) {
     catalog_count c = {0, 0};
     char err[PP_ERR_LEN];
     TEST_COND("catalog of the released config", pp_mimi_catalog(&cfg, count_tensor, &c, err) == 0);
-    /* spec/mimi.md §2: 318 tensors, 96,151,393 values. Not read: the 32 `_initialized` flags
+    /* docs/codec.md §2: 318 tensors, 96,151,393 values. Not read: the 32 `_initialized` flags
      * and the 24 unused acoustic levels' embedding_sum [2048,256] and cluster_usage [2048]. */
     TEST_COND("catalog tensor count", c.tensors == 318 - 32 - 24 * 2);
     TEST_COND("catalog value count", c.values == 96151393LL - 32 - 24LL * (2048 * 256 + 2048));
@@ -341,7 +341,7 @@ static void test_bad_configs(pp_backend *be) {
     unlink(path);
 }
 
-/* A BF16 copy of mimi-synth's weights (spec/mimi.md §2: convert if ever found) loads and
+/* A BF16 copy of mimi-synth's weights (docs/codec.md §2: convert if ever found) loads and
  * encodes close to the F32 model: BF16 keeps 8 bits of mantissa (0.4% relative error per
  * weight); the latent moved by 0.42% of its range when measured, so 3% catches a wrong
  * conversion (wrong byte order or scale gives errors of order 1) without flaking. */

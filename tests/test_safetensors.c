@@ -1,5 +1,5 @@
 /* test_safetensors: the container reader and writer. A written file reads back exactly;
- * every golden checkpoint opens; each malformation spec/formats.md §1 forbids is refused
+ * every golden checkpoint opens; each malformation docs/formats.md §1 forbids is refused
  * with a one-line message; the fp16/bf16 conversions round to nearest even. */
 #include <stdint.h>
 #include <string.h>

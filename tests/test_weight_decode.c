@@ -1,6 +1,6 @@
 /* test_weight_decode: the decode of each quantized layout and the quantizers against
  * tests/data/quant/fixtures.safetensors, written by an independent NumPy implementation of
- * spec/formats.md (tests/data/quant/make_fixtures.py); and the loader's refusal of malformed
+ * docs/formats.md (tests/data/quant/make_fixtures.py); and the loader's refusal of malformed
  * quantized tensors, each with a message naming the tensor. */
 #include "base/err.h"
 #include "base/log.h"

@@ -109,7 +109,7 @@ static void usage(void) {
     fprintf(stderr, "usage: personaplex-bench codec [--threads N] [--frames N] [--warmup N] [--config config.json] "
                     "[--device cpu|cuda]\n"
                     "  Times Mimi encode and decode per frame on random weights of the configuration's shapes\n"
-                    "  (default: the released Mimi, spec/mimi.md section 1), one session.\n");
+                    "  (default: the released Mimi, docs/codec.md §1), one session.\n");
 }
 
 int bench_codec(int argc, char **argv) {

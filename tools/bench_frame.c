@@ -32,7 +32,7 @@ typedef struct dims {
     int dim, heads, hidden, layers, dep_dim, dep_heads, dep_hidden, dep_layers, card, text_card;
 } dims;
 
-/* PersonaPlex-7B (spec/lm.md); --small divides the widths by 8 for a quick CPU run. */
+/* PersonaPlex-7B (docs/model.md); --small divides the widths by 8 for a quick CPU run. */
 static const dims full_dims = {4096, 32, 11264, 32, 1024, 16, 2816, 6, 2048, 32000};
 static const dims small_dims = {512, 4, 1408, 32, 128, 2, 384, 6, 2048, 4000}; /* widths: multiples of 128 */
 

@@ -15,7 +15,7 @@ void bench_fill(uint64_t *state, float *v, size_t n, float scale);
 /* A backend buffer of n random floats (NULL when out of memory). */
 float *bench_rand_buffer(pp_backend *be, uint64_t *state, size_t n, float scale);
 
-/* The Mimi codec's operations for one 80 ms frame (spec/mimi.md §4): SEANet encoder, the
+/* The Mimi codec's operations for one 80 ms frame (docs/codec.md §4): SEANet encoder, the
  * 8-layer encoder transformer over 2 steps, downsample, projections and 8 nearest-neighbour
  * searches; and the reverse for decoding. Real shapes, random f32 weights, device state. */
 typedef struct bench_mimi bench_mimi;

@@ -1,5 +1,5 @@
 /* bench_frame_mimi: the Mimi codec's per-frame work for `personaplex-bench frame`, as the
- * sequence of backend operations spec/mimi.md §4 lists, with its real shapes and random f32
+ * sequence of backend operations docs/codec.md §4 lists, with its real shapes and random f32
  * weights (no checkpoint needed). It times what the codec costs on a backend; it is not the
  * codec (src/model/mimi.c is), so its output is noise. */
 #include "bench_frame.h"
@@ -102,7 +102,7 @@ static int tstack_init(bench_mimi *m, tstack *s) {
     return rc;
 }
 
-/* SEANet layers in call order (spec/mimi.md §2.1-2.2): per stage a ResBlock's two convs, then
+/* SEANet layers in call order (docs/codec.md §2.1-2.2): per stage a ResBlock's two convs, then
  * the strided conv. t tracks each conv's input length for the scratch size. */
 static int seanet_init(bench_mimi *m) {
     static const int ratios[4] = {4, 5, 6, 8};

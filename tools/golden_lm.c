@@ -185,7 +185,7 @@ static int run_steps(pp_lmgen *gen, const pp_lm_config *c, const lm_golden *g, c
 /* clone.safetensors (when present): the voice-cloning path after the codec. Each frame's codes
  * go in as the agent's stream (text PAD, user sine) from a fresh conversation; the input
  * embeddings of the computing calls and the final ring are what a voices/NAME.pt stores. */
-/* The voice-cloning path after the codec (spec/lm.md §6.1) through the library's own
+/* The voice-cloning path after the codec (docs/model.md §6.1) through the library's own
  * pp_voice_clone_codes: the saved embeddings and token ring must be the reference's. */
 static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *ring_ok, char *err) {
     const pp_lm_config *c = pp_lm_get_config(lm);

@@ -14,11 +14,11 @@
 
 /* Row-relative tolerance (max|a-b| / max|b| per frame) for the latent and the decoded PCM.
  * Both sides compute in float32 but sum in different orders (im2col dot products here,
- * oneDNN/BLAS blocking there) through ~40 layers; spec/mimi.md §10 measured about 1e-6 for an
+ * oneDNN/BLAS blocking there) through ~40 layers; docs/codec.md §10 measured about 1e-6 for an
  * independent implementation, so 1e-4 leaves two orders of margin while any wrong layer,
  * window or padding rule gives errors of 1e-2 and more. */
 #define MIMI_REL_TOL 1e-4
-/* Codes must be equal, except at a near tie (spec/mimi.md §10): where the reference's code,
+/* Codes must be equal, except at a near tie (docs/codec.md §10): where the reference's code,
  * followed through the RVQ levels on our latent, lies within 0.1% of the nearest distance.
  * The latent agrees to ~1e-6 of its range, but the deepest acoustic residuals are ~1% of the
  * latent, so their distances are only known to ~1e-4 relative: below that, which row wins is

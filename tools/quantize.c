@@ -1,5 +1,5 @@
 /* personaplex-quantize: converts a BF16/F16/F32 safetensors checkpoint into the NF2+WHT, INT4
- * or bitsandbytes NF4 layout (spec/formats.md), tensor by tensor with bounded memory. A
+ * or bitsandbytes NF4 layout (docs/formats.md), tensor by tensor with bounded memory. A
  * progress bar goes to stderr; stdout gets one line per quantized tensor with the cosine of
  * its decode against the source, then the worst and mean cosine.
  *   personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4 [--group N] */

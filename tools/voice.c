@@ -1,5 +1,5 @@
 /* personaplex-voice: clones a voice from a speech clip into a voices/NAME.pt file (the layout
- * of the released voices, so the server and the reference both load it) — spec/lm.md §6.1.
+ * of the released voices, so the server and the reference both load it) — docs/model.md §6.1.
  *   personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors
  *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
  *                     [--device cpu|cuda|auto] [--threads N]

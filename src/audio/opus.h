@@ -1,4 +1,4 @@
-/* opus: the server's two audio pipes over libopus and the Ogg layer (spec/protocol.md §2).
+/* opus: the server's two audio pipes over libopus and the Ogg layer (docs/protocol.md §2).
  *
  * pp_uplink: payloads of 0x01 messages in (any split), exact 1920-sample 24 kHz mono float
  * frames out. It demultiplexes Ogg, skips OpusHead/OpusTags packets (a new OpusHead resets

@@ -7,7 +7,7 @@
  *
  * NF2 never applies the inverse Walsh-Hadamard transform to the weight: each group slice of
  * the input gets the (self-inverse) normalised transform once per call instead, since
- * w_g·x_g = s_g · C[q_g]·(H x_g) (spec/formats.md §3.4). The transformed copy lives in a
+ * w_g·x_g = s_g · C[q_g]·(H x_g) (docs/formats.md §3.4). The transformed copy lives in a
  * grow-only scratch owned by the backend.
  *
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run

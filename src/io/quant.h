@@ -1,4 +1,4 @@
-/* quant: the arithmetic of the packed weight formats (spec/formats.md §3-§5), on plain memory.
+/* quant: the arithmetic of the packed weight formats (docs/formats.md §3-§5), on plain memory.
  *
  * Group decoders turn one stored group into f32 values; quantizers turn f32 values into the
  * stored bytes exactly as the published writers do. They are shared by the loader's decode

@@ -1,7 +1,7 @@
 /* quant_file: converts a dense (BF16/F16/F32) safetensors checkpoint into one of the quantized
  * layouts, tensor by tensor, with bounded memory (personaplex-quantize's engine).
  *
- * Which tensors are quantized follows the published files (spec/formats.md):
+ * Which tensors are quantized follows the published files (docs/formats.md):
  *   nf2, int4: every 2-D tensor (all linears and embeddings, in_proj_weight included);
  *   nf4 (bitsandbytes, double quantization): only the temporal transformer's linears
  *   (self_attn in_proj/out_proj, gating linear_in/linear_out).

@@ -1,4 +1,4 @@
-/* safetensors: see safetensors.h. The reader validates the header against spec/formats.md §1
+/* safetensors: see safetensors.h. The reader validates the header against docs/formats.md §1
  * once, then hands out tensors whose data pointers are known to lie inside the buffer. */
 #include "io/safetensors.h"
 

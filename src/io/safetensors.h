@@ -1,6 +1,6 @@
 /* safetensors: read-only access to a .safetensors file through mmap.
  *
- * pp_st_open validates the whole container as spec/formats.md §1 lists it (header length,
+ * pp_st_open validates the whole container as docs/formats.md §1 lists it (header length,
  * JSON, dtype names, shapes, offsets contiguous and covering the buffer, duplicate keys,
  * __metadata__ string map) before returning, so every tensor handed out is in bounds.
  * Tensor data may be unaligned: read it with memcpy or the st_load_* helpers.

@@ -1,4 +1,4 @@
-/* voice: voice prompts (spec/lm.md §6.2): the per-position input embeddings a voice clip
+/* voice: voice prompts (docs/model.md §6.2): the per-position input embeddings a voice clip
  * produced in the temporal transformer plus the 17x4 token ring it left behind.
  *
  * Two on-disk forms are read:

@@ -1,6 +1,6 @@
 /* weight: a 2-D weight matrix in whichever stored format the checkpoint uses, kept packed.
  *
- * pp_weight_load finds NAME in a safetensors file in any supported layout (spec/formats.md:
+ * pp_weight_load finds NAME in a safetensors file in any supported layout (docs/formats.md:
  * dense F32/F16/BF16, NF2+WHT `.packed/.scales/...`, INT4 `.__scales__/...`, bitsandbytes NF4
  * `.weight.absmax/...`), checks it against the expected [rows, cols] and fills a descriptor
  * whose pointers address the mapping: nothing is dequantized. Backends copy the bytes to

@@ -1,5 +1,5 @@
 /* weight_layout: see weight_layout.h. Every check names the key at fault; the sanity checks of
- * spec/formats.md §7 refuse what cannot be decoded (bad scales) and warn about what decodes
+ * docs/formats.md §7 refuse what cannot be decoded (bad scales) and warn about what decodes
  * but looks like a different layout (code histograms). */
 #include "io/weight_layout.h"
 

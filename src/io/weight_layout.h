@@ -2,7 +2,7 @@
  *
  * Each takes the base key X under which the layout's keys were found, validates every key
  * (dtype, lengths, group size, shape against [rows, cols]), runs the load-time sanity checks
- * of spec/formats.md §7 and fills the descriptor. */
+ * of docs/formats.md §7 and fills the descriptor. */
 #ifndef PP_IO_WEIGHT_LAYOUT_H
 #define PP_IO_WEIGHT_LAYOUT_H
 

@@ -1,4 +1,4 @@
-/* lm: see lm.h. Key names and shapes follow spec/lm.md §2. */
+/* lm: see lm.h. Key names and shapes follow docs/model.md §2. */
 #include "model/lm.h"
 
 #include "base/err.h"

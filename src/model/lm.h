@@ -1,4 +1,4 @@
-/* lm: the PersonaPlex language model: weights (spec/lm.md §2) and the per-frame compute
+/* lm: the PersonaPlex language model: weights (docs/model.md §2) and the per-frame compute
  * (temporal transformer §3, text head, depformer §4) on a backend.
  *
  * pp_lm holds the immutable weights, shared by every conversation. pp_lm_ctx is one

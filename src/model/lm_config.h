@@ -1,4 +1,4 @@
-/* lm_config: the language model's hyper-parameters (spec/lm.md §1).
+/* lm_config: the language model's hyper-parameters (docs/model.md §1).
  *
  * Read from a config.json that uses the reference's key names (`dim`, `num_heads`,
  * `depformer_dim`, `delays`, ...); keys absent from the file keep the PersonaPlex-7B values.
@@ -33,7 +33,7 @@ typedef struct pp_lm_config {
     int dep_ffn_hidden;  /* derived */
 } pp_lm_config;
 
-/* The PersonaPlex-7B values of spec/lm.md §1. */
+/* The PersonaPlex-7B values of docs/model.md §1. */
 void pp_lm_config_default(pp_lm_config *c);
 /* Fills c with the defaults, then the keys of config.json text (label names it in messages),
  * and validates the result. */

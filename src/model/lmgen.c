@@ -1,5 +1,5 @@
 /* lmgen: see lmgen.h. Mirrors the reference's LMGen.prepare_step_input and
- * process_transformer_output (spec/lm.md §5.1) on the same ring, so the ring can be compared
+ * process_transformer_output (docs/model.md §5.1) on the same ring, so the ring can be compared
  * with the reference's and restored from a voices/NAME.pt cache. */
 #include "model/lmgen.h"
 

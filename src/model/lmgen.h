@@ -1,4 +1,4 @@
-/* lmgen: one conversation's generation loop over the LM (spec/lm.md §5-6), the reference's
+/* lmgen: one conversation's generation loop over the LM (docs/model.md §5-6), the reference's
  * `LMGen` state machine.
  *
  * The state is a ring of the token table X[k][p] (k = 0..16 streams: text, 8 agent, 8 user;
@@ -81,7 +81,7 @@ int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err);
 /* One forced frame per text id (agent silence, user sine). */
 int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err);
 
-/* The whole prompt schedule (spec/lm.md §6) as data, for pp_lmgen_prefill: n_voice stored voice
+/* The whole prompt schedule (docs/model.md §6) as data, for pp_lmgen_prefill: n_voice stored voice
  * embeddings (host [n_voice][dim]) then the ring restore from voice_cache ([17][4]; both unused
  * when n_voice is 0), `silence` forced silence frames, one frame per text id, `silence` frames. */
 typedef struct pp_lmgen_prompt {

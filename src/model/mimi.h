@@ -1,5 +1,5 @@
 /* mimi: the Mimi neural audio codec (moshi models/compression.py MimiModel) as PersonaPlex
- * runs it: streaming, one frame per call. spec/mimi.md is the reference.
+ * runs it: streaming, one frame per call. docs/codec.md is the reference.
  *
  *   encode: pcm [frame_size] -> SEANet encoder -> encoder transformer -> learnt downsample
  *           (replicate start-up) -> latent [dimension] -> split RVQ -> codes [num_codebooks]
@@ -30,7 +30,7 @@ typedef struct mimi_config {
 typedef struct mimi_model mimi_model;
 typedef struct mimi_state mimi_state;
 
-/* The released Mimi's configuration (spec/mimi.md §1). */
+/* The released Mimi's configuration (docs/codec.md §1). */
 void pp_mimi_config_default(mimi_config *cfg);
 /* Reads a config.json with the reference's keys (`seanet`, `transformer`, `quantizer`,
  * `num_codebooks`, `frame_size` / `frame_rate`, `sample_rate`); keys it lacks keep the

@@ -4,7 +4,7 @@
  *   x += scale_1 ⊙ out_proj(Attn(RoPE(q, k), v))   over LayerNorm1(x)
  *   x += scale_2 ⊙ linear2(GELU(linear1(LayerNorm2(x))))
  * with interleaved RoPE and a ring KV cache of `context` slots that reproduces PersonaPlex's
- * window quirk (spec/mimi.md §5.4): in a call that ends at step E a query at position q sees
+ * window quirk (docs/codec.md §5.4): in a call that ends at step E a query at position q sees
  * the keys max(0, E − context + 1) .. q. Weights are shared; mtr_state is one session's. */
 #ifndef PP_MODEL_MIMI_TRANSFORMER_H
 #define PP_MODEL_MIMI_TRANSFORMER_H

@@ -1,7 +1,7 @@
 /* prompt_cache: conversation states right after their prompts, kept to start new conversations.
  *
  * Every conversation with the same model, KV format, voice prompt and text prompt runs the same
- * prompt frames (spec/lm.md §6: nothing is sampled there), so the state they leave (KV slots,
+ * prompt frames (docs/model.md §6: nothing is sampled there), so the state they leave (KV slots,
  * token ring, counter: a pp_lmgen_snapshot) is the same too. The cache keeps such snapshots under
  * a key of those four things and copies one into a new conversation instead of running its
  * prompts again. Entries live in host memory; the least recently used go first when a new one

@@ -1,7 +1,7 @@
 /* transformer: a stack of pre-norm streaming transformer layers, one token per row and call.
  *
  * Each layer does x += Wo·Attn(RoPE?(Wqkv·RMSNorm1(x))) and x += Wout·(silu(g)·v) with
- * [g; v] = Win·RMSNorm2(x) (spec/lm.md §3.3-3.5). Attention reads a ring KV cache of
+ * [g; v] = Win·RMSNorm2(x) (docs/model.md §3.3-3.5). Attention reads a ring KV cache of
  * `capacity` slots and sees `window` keys including the query's own (the reference's ring
  * quirk: window = capacity − 1). The same code runs the temporal transformer (RoPE, one weight
  * set) and the depformer (no positional embedding, one weight set per step, `multi_linear`).

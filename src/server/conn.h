@@ -20,7 +20,7 @@
 
 struct lws;
 
-/* Message kinds of spec/protocol.md §2.1 (byte 0 of every binary message). */
+/* Message kinds of docs/protocol.md §2.1 (byte 0 of every binary message). */
 enum {
     MSG_HANDSHAKE = 0x00,
     MSG_AUDIO = 0x01,

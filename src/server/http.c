@@ -10,7 +10,7 @@
  * Static paths are checked here, not only by lws's URI clean-up: no segment may start with a
  * dot (no "..", no hidden files), no backslash, and the resolved file must lie inside the
  * static directory (symlinks included). Types come from a fixed table; the browser needs
- * exact JavaScript and WebAssembly types (spec/protocol.md §2.5 item 1). */
+ * exact JavaScript and WebAssembly types (docs/protocol.md §1.1). */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 

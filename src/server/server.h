@@ -20,7 +20,7 @@
 #include "server/options.h"
 
 /* Request headers lws may hold: the web client's text_prompt (1000 characters) percent-encoded
- * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (spec/protocol.md §2.5 item 2). */
+ * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (docs/protocol.md §1.3). */
 #define SERVER_MAX_HEADER 32768
 
 typedef struct ws_pss ws_pss;

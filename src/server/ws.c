@@ -1,4 +1,4 @@
-/* ws: the /api/chat WebSocket protocol (spec/protocol.md §2), lws service thread only.
+/* ws: the /api/chat WebSocket protocol (docs/protocol.md §2), lws service thread only.
  *
  * Upgrade: only at /api/chat, no subprotocol needed. On ESTABLISHED the query is read into
  * the session parameters, and the conversation is handed to the engine, or refused with an
@@ -105,7 +105,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     pss->next = s->live;
     s->live = pss;
     /* lws disables Nagle on accepted sockets already; this states the requirement here too:
-     * every 80 ms page must leave at once (spec/protocol.md §2.5 item 6). */
+     * every 80 ms page must leave at once (docs/protocol.md §2.3). */
     int one = 1, sndbuf = SEND_BUFFER;
     setsockopt(lws_get_socket_fd(wsi), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);

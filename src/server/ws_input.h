@@ -1,4 +1,4 @@
-/* ws_input: what a chat socket does with the client's messages (spec/protocol.md §2.1), kept
+/* ws_input: what a chat socket does with the client's messages (docs/protocol.md §2.1), kept
  * apart from lws so that the dispatch can be driven without a socket (tests/fuzz/fuzz_ws.c).
  *
  * The lws callback hands every received piece (a whole message or one fragment of it) to

@@ -276,7 +276,7 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
     if (!rc) rc = pp_spm_make_demo(DEMO_VOCAB, &spm, &spm_len, err);
     if (!rc) rc = write_text(out->tokenizer, spm, spm_len, err);
     if (!rc) rc = make_dir(out->voices_dir, err);
-    /* Every preset of the official client's voice menu (spec/protocol.md §3.5), so any choice
+    /* Every preset of the official client's voice menu (docs/protocol.md §3), so any choice
      * there starts a conversation; NATF2 and NATM1 keep seeds 1 and 2 so their prompts stay
      * as before. */
     static const char *const voices[] = {"NATF2", "NATM1", "NATF0", "NATF1", "NATF3", "NATM0",

@@ -125,7 +125,7 @@ static void set_seed(uint64_t *a, uint64_t *b, const char *key, const char *valu
     if (b) *b = (uint64_t)v;
 }
 
-/* Keys clients send that this model does not use (spec/protocol.md §1.4). */
+/* Keys clients send that this model does not use (docs/protocol.md §1.4). */
 static const char *const g_ignored[] = {"pad_mult", "repetition_penalty", "repetition_penalty_context",
                                         "worker_auth_id", "email"};
 

@@ -1,5 +1,5 @@
 /* params: the settings of one conversation (persona, voice, sampling, seeds) and how a
- * client's /api/chat query string sets them (spec/protocol.md §1.4, §2.5 item 3).
+ * client's /api/chat query string sets them (docs/protocol.md §1.4).
  *
  * Every parameter is optional; the server fills the defaults first. Sampling values out of
  * range are clamped and logged, malformed numbers and unknown keys are logged and ignored,

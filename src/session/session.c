@@ -1,6 +1,6 @@
 /* session: the shared model, one conversation's prompt schedule and its frame stages.
  *
- * One conversation frame (spec/protocol.md §1.5, spec/lm.md §5-6):
+ * One conversation frame (docs/protocol.md §1.5, docs/model.md §5-6):
  *   user pcm [1920] --Mimi encode--> user codes [8] --LM step--> text token + agent codes [8]
  *   agent codes --Mimi decode--> model pcm [1920];  text token --SentencePiece--> piece
  * The prompt schedule (voice embeddings, 6 silence frames, one frame per prompt token, 6
@@ -282,7 +282,7 @@ int pp_session_prefill(pp_session *s, char *err) {
         if (s->done < total) return 0;
         if (s->m->cache) cache_store(s);
     }
-    /* The reference resets the codec before the conversation (spec/lm.md §6.1). */
+    /* The reference resets the codec before the conversation (docs/model.md §6.1). */
     pp_mimi_state_reset(s->mimi);
     s->ready = 1;
     return 1;
@@ -308,7 +308,7 @@ int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE
     }
     int rc = pp_mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
     if (rc) return rc;
-    /* Padding ids (0 EPAD, 3 PAD) are not sent (spec/protocol.md §2.3). A piece that does not
+    /* Padding ids (0 EPAD, 3 PAD) are not sent (docs/protocol.md §2.4). A piece that does not
      * fit is dropped rather than cut, so every message stays valid UTF-8. */
     if (out->text != 0 && out->text != PP_LMGEN_TEXT_PAD &&
         pp_spm_piece(s->m->spm, out->text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)

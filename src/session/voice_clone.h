@@ -1,4 +1,4 @@
-/* voice_clone: a voice prompt made from a speech clip (spec/lm.md §6.1), the same thing the
+/* voice_clone: a voice prompt made from a speech clip (docs/model.md §6.1), the same thing the
  * released voices/NAME.pt files hold (§6.2), so a clone can be saved with pp_voice_save_pt
  * and used like a preset.
  *

@@ -1,5 +1,5 @@
 /* spm: a C API over libsentencepiece (the project's only C++), plus the PersonaPlex text
- * prompt wrapping (spec/lm.md §6.3) and a tiny deterministic tokenizer for --demo mode.
+ * prompt wrapping (docs/model.md §6.3) and a tiny deterministic tokenizer for --demo mode.
  *
  * Every entry point catches C++ exceptions; none escapes into C. A loaded pp_spm is
  * read-only and may be shared by threads. */

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes fixtures.safetensors: small tensors in each quantized layout with their expected decode.
 
-An independent NumPy implementation of spec/formats.md sections 3-5 (it shares no code with the
+An independent NumPy implementation of docs/formats.md sections 3-5 (it shares no code with the
 C loader). For each case NAME the file holds the layout's keys, `NAME.source` (the f32 values
 that were quantized, for the C quantizers to match) and `NAME.expect` (the decode, computed here
 in float64 from the stored bytes). Run: /usr/bin/python3 make_fixtures.py (needs python3-numpy).
