@@ -112,13 +112,14 @@ static int values_per_chunk(int fmt) {
     case PK_BF16: return pk_fmt<PK_BF16>::V;
     case PK_NF2: return pk_fmt<PK_NF2>::V;
     case PK_INT4: return pk_fmt<PK_INT4>::V;
+    case PK_INT8: return pk_fmt<PK_INT8>::V;
     default: return pk_fmt<PK_NF4>::V;
     }
 }
 
 /* The chunked kernel needs every row to start on a chunk (16 bytes) and chunks inside groups. */
 static int chunkable(const pk_weight *w, const float *x) {
-    if (w->fmt >= PK_Q4_0) return 0; /* ggml blocks: the per-row kernel */
+    if (w->fmt == PK_Q4_0 || w->fmt == PK_Q8_0 || w->fmt == PK_Q4K) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)x & 15) || ((uintptr_t)w->data & 15)) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
@@ -157,6 +158,7 @@ extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     case PK_Q4_0: return numel / 32 * 18;
     case PK_Q8_0: return numel / 32 * 34;
     case PK_Q4K: return numel / 256 * 144;
+    case PK_INT8: return numel + numel / (size_t)w->group * 4;
     default: return numel / 2 + numel / (size_t)w->group * (w->nested_absmax ? 1 : 4);
     }
 }
@@ -217,6 +219,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, fl
     case PK_NF2: launch_chunked<PK_NF2>(w, x, n, y, stream); break;
     case PK_INT4: launch_chunked<PK_INT4>(w, x, n, y, stream); break;
     case PK_NF4: launch_chunked<PK_NF4>(w, x, n, y, stream); break;
+    case PK_INT8: launch_chunked<PK_INT8>(w, x, n, y, stream); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return pk_launched();

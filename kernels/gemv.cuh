@@ -14,6 +14,7 @@
 #include "decode_dense.cuh"
 #include "decode_ggml.cuh"
 #include "decode_int4.cuh"
+#include "decode_int8.cuh"
 #include "decode_nf2.cuh"
 #include "decode_nf4.cuh"
 
@@ -26,6 +27,7 @@ template <> struct pk_fmt<PK_BF16> { enum { V = 8, BITS = 16, RPW = 2, QUANT = 0
 template <> struct pk_fmt<PK_NF2> { enum { V = 64, BITS = 2, RPW = 4, QUANT = 1 }; };
 template <> struct pk_fmt<PK_INT4> { enum { V = 32, BITS = 4, RPW = 4, QUANT = 1 }; };
 template <> struct pk_fmt<PK_NF4> { enum { V = 32, BITS = 4, RPW = 4, QUANT = 1 }; };
+template <> struct pk_fmt<PK_INT8> { enum { V = 16, BITS = 8, RPW = 4, QUANT = 1 }; };
 
 template <int FMT>
 __device__ __forceinline__ float pk_decode(const uint4 &r, int e, const float *lut) {
@@ -34,12 +36,14 @@ __device__ __forceinline__ float pk_decode(const uint4 &r, int e, const float *l
     if (FMT == PK_BF16) return pk_dec_bf16(r, e);
     if (FMT == PK_NF2) return pk_dec_nf2(r, e);
     if (FMT == PK_INT4) return pk_dec_int4(r, e);
+    if (FMT == PK_INT8) return pk_dec_int8(r, e);
     return pk_dec_nf4(r, e, lut);
 }
 
 /* f32 scale of group (block) g. */
 __device__ __forceinline__ float pk_group_scale(const pk_weight &w, int64_t g) {
     if (w.fmt == PK_NF4) return pk_nf4_absmax(w, g);
+    if (w.fmt == PK_INT8) return __ldg((const float *)w.scales + g) * (1.0f / 127.0f);
     return pk_f16(__ldg((const unsigned short *)w.scales + g));
 }
 
@@ -53,6 +57,7 @@ __device__ __forceinline__ float pk_weight_elem(const pk_weight &w, int64_t e, c
     case PK_BF16: return pk_bf16(((const uint16_t *)d)[e]);
     case PK_NF2: return pk_nf2_code_at(d, e) * pk_group_scale(w, e / w.group);
     case PK_INT4: return pk_int4_code_at(d, e) * pk_group_scale(w, e / w.group);
+    case PK_INT8: return pk_int8_code_at(d, e) * pk_group_scale(w, e / w.group);
     case PK_Q4_0:
     case PK_Q8_0:
     case PK_Q4K: return pk_ggml_elem(w.fmt, d, e);

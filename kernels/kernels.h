@@ -19,13 +19,13 @@ extern "C" {
 
 /* A packed weight as the kernels see it: the same fields as io/weight.h's pp_weight, with
  * device pointers. Format numbers equal pp_wformat (cuda.c checks this at compile time). */
-enum { PK_F32, PK_F16, PK_BF16, PK_NF2, PK_INT4, PK_NF4, PK_Q4_0, PK_Q8_0, PK_Q4K };
+enum { PK_F32, PK_F16, PK_BF16, PK_NF2, PK_INT4, PK_NF4, PK_Q4_0, PK_Q8_0, PK_Q4K, PK_INT8 };
 
 typedef struct pk_weight {
     int fmt, group, np2, nested_block;
     int64_t rows, cols, elem0;
     const void *data;           /* values or packed codes of the whole stored tensor */
-    const void *scales;         /* f16 per group (NF2, INT4); u8 codes or f32 per block (NF4) */
+    const void *scales;         /* f16 per group (NF2, INT4); u8 codes or f32 per block (NF4); f32 absmax (INT8) */
     const float *quant_map;     /* NF4 [16] */
     const float *nested_absmax; /* NF4 nested only */
     const float *nested_map;    /* NF4 nested only, [256] */

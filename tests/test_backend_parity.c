@@ -136,6 +136,10 @@ static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, in
             pp_quant_nf2_quantize(src, (int64_t)groups, group, np2, h->data, h->scales);
         else
             pp_quant_int4_quantize(src, (int64_t)groups, group, h->data, h->scales);
+    } else if (fmt == PP_WF_INT8) {
+        h->data = malloc(n);
+        h->scales = malloc(groups * sizeof(float));
+        pp_quant_int8_quantize(src, rows, cols, group, h->data, h->scales);
     } else if (pp_wformat_block_bytes(fmt)) { /* ggml blocks hold their scales */
         h->data = malloc(groups * (size_t)pp_wformat_block_bytes(fmt));
         if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, (int64_t)groups, h->data);
@@ -196,6 +200,8 @@ static const wcase wcases[] = {
     {PP_WF_Q4_0, 32, 0, 0, "q4_0 (element path)"},
     {PP_WF_Q8_0, 32, 0, 0, "q8_0 (element path)"},
     {PP_WF_Q4K, 256, 0, 0, "q4_k"},
+    {PP_WF_INT8, 512, 0, 0, "int8 per row"},
+    {PP_WF_INT8, 128, 0, 0, "int8 block 128"},
 };
 
 /* matmul at batch 1, 3 (the batched kernel), 12 (dequantized tiles + cuBLAS), on a row view

@@ -50,6 +50,12 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
     int64_t groups = gs ? (int64_t)n / gs : 0;
     if (fmt == PP_WF_F32) {
         m->w.data = src;
+    } else if (fmt == PP_WF_INT8) {
+        int8_t *codes = own(m, 0, n);
+        float *absmax = own(m, 1, (size_t)groups * sizeof(float));
+        pp_quant_int8_quantize(src, rows, cols, gs, codes, absmax);
+        m->w.data = codes;
+        m->w.scales = absmax;
     } else if (fmt == PP_WF_Q4K) {
         uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
         pp_quant_q4_k_quantize(src, groups, blk);
@@ -168,6 +174,9 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_NF4, 9, 192, 32, 0, 0, "nf4 half block"},
         {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
         {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
+        {PP_WF_INT8, 13, 1024, 1024, 0, 0, "int8 per row"},
+        {PP_WF_INT8, 13, 1024, 128, 0, 0, "int8 block 128"},
+        {PP_WF_INT8, 7, 60, 12, 0, 0, "int8 g12 (portable)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;

@@ -147,6 +147,13 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
         h->w.group = block;
         break;
     }
+    case PP_WF_INT8: { /* blocks of 128 along each row */
+        int64_t block = 128;
+        if (cols % block || !(h->data = malloc(n)) || !(h->scales = malloc(n / (size_t)block * 4))) return -1;
+        pp_quant_int8_quantize(src, rows, cols, block, h->data, h->scales);
+        h->w.group = (int)block;
+        break;
+    }
     case PP_WF_COUNT: return -1;
     }
     h->w.data = h->data;
@@ -169,7 +176,7 @@ static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, in
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
-                    "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k] [--small | --shape ROWSxCOLS]\n");
+                    "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k,int8] [--small | --shape ROWSxCOLS]\n");
     return 2;
 }
 
@@ -177,7 +184,7 @@ int bench_gemv(int argc, char **argv) {
     int threads = 0, batch = 1, small = 0;
     shape custom = {0, 0, "--shape"};
     double seconds = 1.0;
-    const char *formats = "f32,bf16,nf2,int4,nf4,q4_k";
+    const char *formats = "f32,bf16,nf2,int4,nf4,q4_k,int8";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);

@@ -31,6 +31,8 @@ int pp_cpu_gemv_avx2_handles(const pp_weight *w);
 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 /* cpu_gemv_kquant.c (x86-64): the same for Q4_K weights (pp_cpu_gemv_rows_avx2 hands them on). */
 void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* cpu_gemv_int8.c (x86-64): the same for INT8 weights. */
+void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit

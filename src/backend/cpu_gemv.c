@@ -167,6 +167,25 @@ static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
     }
 }
 
+/* INT8: each group's Σ q·x, then the group's scale once. */
+static void int8_rows(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+    const int8_t *q = w->data;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t e0 = w->elem0 + r * w->cols;
+        for (int i = 0; i < n; i++) y[i * w->rows + r] = 0;
+        for (int64_t c = 0; c < w->cols; c += w->group) {
+            float s;
+            pp_weight_group_scales(w, (e0 + c) / w->group, 1, &s);
+            for (int i = 0; i < n; i++) {
+                const float *xi = x + i * w->cols + c;
+                float acc = 0;
+                for (int64_t k = 0; k < w->group; k++) acc += (float)q[e0 + c + k] * xi[k];
+                y[i * w->rows + r] += acc * s;
+            }
+        }
+    }
+}
+
 /* Rows [r0, r1) decoded in block-aligned chunks and dotted: the ggml block formats' loop (their
  * scales sit inside each block), and the fallback of a quantized product whose scratch could
  * not be allocated (slower, same result). */
@@ -200,6 +219,8 @@ static void gemv_task(void *ctx, int task) {
 #endif
     if (j->w->fmt <= PP_WF_BF16)
         dense_rows(j, r0, r1);
+    else if (j->w->fmt == PP_WF_INT8)
+        int8_rows(j->w, j->x, j->n, j->y, r0, r1);
     else if (pp_wformat_block_bytes(j->w->fmt))
         decoded_rows(j->w, j->x, j->n, j->y, r0, r1);
     else
@@ -279,7 +300,7 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
 #if CPU_HAVE_AVX2
     if (vnni_matmul(be, g, w, x, n, y)) return;
 #endif
-    if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt)) {
+    if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt) || w->fmt == PP_WF_INT8) {
         run_rows(be, w, x, NULL, n, y, NULL);
         return;
     }
@@ -313,7 +334,9 @@ void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, in
     (void)be;
     float buf[QUANT_MAX_NP2];
     int64_t cols = table->cols;
-    int64_t chunk = table->fmt <= PP_WF_BF16 ? QUANT_MAX_NP2 : QUANT_MAX_NP2 / table->group * table->group;
+    /* dense and INT8 rows decode from any column; the other formats by whole groups */
+    int64_t chunk = table->fmt <= PP_WF_BF16 || table->fmt == PP_WF_INT8 ? QUANT_MAX_NP2
+                                                                          : QUANT_MAX_NP2 / table->group * table->group;
     for (int i = 0; i < n; i++) {
         float *dst = y + (int64_t)i * cols;
         /* As ScaledEmbedding: id -1 embeds to exact zeros, other negative ids read row 0. An id

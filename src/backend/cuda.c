@@ -24,7 +24,8 @@
 
 _Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
                    (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4 &&
-                   (int)PK_Q4_0 == (int)PP_WF_Q4_0 && (int)PK_Q8_0 == (int)PP_WF_Q8_0 && (int)PK_Q4K == (int)PP_WF_Q4K,
+                   (int)PK_Q4_0 == (int)PP_WF_Q4_0 && (int)PK_Q8_0 == (int)PP_WF_Q8_0 && (int)PK_Q4K == (int)PP_WF_Q4K &&
+                   (int)PK_INT8 == (int)PP_WF_INT8,
                "kernels.h format numbers follow pp_wformat");
 _Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV_BF16 &&
                    (int)PK_KV_INT8 == (int)PP_KV_INT8,
@@ -236,7 +237,8 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
  * scales and NF4's tables. */
 static void weight_parts(const pp_weight *h, part p[5]) {
     size_t numel = (size_t)(h->elem0 + h->rows * h->cols), groups = 0;
-    static const int bits[PP_WF_COUNT] = {32, 16, 16, 2, 4, 4};
+    static const int bits[PP_WF_COUNT] = {[PP_WF_F32] = 32, [PP_WF_F16] = 16, [PP_WF_BF16] = 16, [PP_WF_NF2] = 2,
+                                          [PP_WF_INT4] = 4, [PP_WF_NF4] = 4, [PP_WF_INT8] = 8};
     memset(p, 0, 5 * sizeof *p);
     p[0].src = h->data;
     int block_bytes = pp_wformat_block_bytes(h->fmt);
@@ -248,7 +250,7 @@ static void weight_parts(const pp_weight *h, part p[5]) {
     if (h->fmt >= PP_WF_NF2 && !block_bytes) {
         groups = (numel + (size_t)h->group - 1) / (size_t)h->group;
         p[1].src = h->scales;
-        p[1].bytes = groups * (h->fmt != PP_WF_NF4 ? 2 : h->nested_absmax ? 1 : 4);
+        p[1].bytes = groups * (h->fmt == PP_WF_INT8 ? 4 : h->fmt != PP_WF_NF4 ? 2 : h->nested_absmax ? 1 : 4);
     }
     if (h->fmt == PP_WF_NF4) {
         p[2] = (part){h->quant_map, 16 * sizeof(float), 0};

@@ -100,6 +100,19 @@ void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *p
     }
 }
 
+/* ---- INT8 ---- */
+
+void pp_quant_int8_quantize(const float *x, int64_t rows, int64_t cols, int64_t group, int8_t *codes, float *absmax) {
+    for (int64_t g = 0; g < rows * (cols / group); g++) {
+        const float *v = x + g * group;
+        float m = 0;
+        for (int64_t j = 0; j < group; j++) m = fmaxf(m, fabsf(v[j]));
+        absmax[g] = m;
+        float k = m > 0 ? 127.0f / m : 0;
+        for (int64_t j = 0; j < group; j++) codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(v[j] * k), -127), 127);
+    }
+}
+
 /* ---- bitsandbytes NF4 ---- */
 
 void pp_quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst) {

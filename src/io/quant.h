@@ -44,6 +44,11 @@ void pp_quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, ui
 void pp_quant_int4_decode_group(const uint8_t *packed, float scale, int gs, float *dst);
 void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales_f16);
 
+/* ---- INT8 (docs/formats.md §8): int8 codes, one f32 absmax per group, w = q·absmax/127 ---- */
+/* rows × cols values of x in groups of `group` columns (group divides cols): codes round(x·127/absmax)
+ * (half to even, as bitsandbytes' int8 quantiser) and each group's absmax. */
+void pp_quant_int8_quantize(const float *x, int64_t rows, int64_t cols, int64_t group, int8_t *codes, float *absmax);
+
 /* ---- bitsandbytes NF4: high nibble = even element, table[code]*absmax (§5) ---- */
 void pp_quant_nf4_decode_block(const uint8_t *packed, const float *table, float absmax, int bs, float *dst);
 /* Block absmax values and codes of n_blocks blocks of bs values; absmax[n_blocks] is f32. */

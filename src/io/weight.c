@@ -14,7 +14,7 @@
 #define KEY_LEN 512
 
 const char *pp_wformat_name(pp_wformat fmt) {
-    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4", "q4_0", "q8_0", "q4_k"};
+    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4", "q4_0", "q8_0", "q4_k", "int8"};
     return (unsigned)fmt < PP_WF_COUNT ? names[fmt] : "?";
 }
 
@@ -39,13 +39,14 @@ static const st_tensor *find_suffix(const st_file *f, const char *base, const ch
     return k > 0 && (size_t)k < sizeof key ? pp_st_find(f, key) : NULL;
 }
 
-typedef enum { LAYOUT_NONE, LAYOUT_DENSE, LAYOUT_NF2, LAYOUT_INT4, LAYOUT_NF4 } layout;
+typedef enum { LAYOUT_NONE, LAYOUT_DENSE, LAYOUT_NF2, LAYOUT_INT4, LAYOUT_NF4, LAYOUT_INT8 } layout;
 
 /* The metadata keys decide: a quantized layout's bare key (INT4, NF4) is itself a U8 tensor. */
 static layout detect(const st_file *f, const char *base) {
     if (find_suffix(f, base, ".packed")) return LAYOUT_NF2;
     if (find_suffix(f, base, ".__scales__")) return LAYOUT_INT4;
     if (find_suffix(f, base, ".quant_state.bitsandbytes__nf4") || find_suffix(f, base, ".absmax")) return LAYOUT_NF4;
+    if (pp_wl_int8_scales(f, base)) return LAYOUT_INT8;
     if (pp_st_find(f, base)) return LAYOUT_DENSE;
     return LAYOUT_NONE;
 }
@@ -87,6 +88,7 @@ static int load_as(const st_file *f, const char *base, layout l, int64_t rows, i
     case LAYOUT_NF2: return pp_wl_load_nf2(f, base, rows, cols, w, err);
     case LAYOUT_INT4: return pp_wl_load_int4(f, base, rows, cols, w, err);
     case LAYOUT_NF4: return pp_wl_load_nf4(f, base, rows, cols, w, err);
+    case LAYOUT_INT8: return pp_wl_load_int8(f, base, rows, cols, w, err);
     case LAYOUT_NONE: break;
     }
     return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' not found", pp_st_path(f), base);
@@ -105,7 +107,7 @@ int pp_weight_load(const st_file *f, const char *name, int64_t rows, int64_t col
     }
     if (l == LAYOUT_NONE)
         return pp_fail(err, PP_ENOTFOUND,
-                       "%s: tensor '%s' not found (no dense key, no .packed, .__scales__ or bitsandbytes keys)",
+                       "%s: tensor '%s' not found (no dense key, no .packed, .__scales__, bitsandbytes or .SCB keys)",
                        pp_st_path(f), name);
     pp_weight w;
     memset(&w, 0, sizeof w);
@@ -147,13 +149,16 @@ size_t pp_weight_bytes(const pp_weight *w) {
     case PP_WF_Q4_0:
     case PP_WF_Q8_0:
     case PP_WF_Q4K: return numel / (size_t)w->group * (size_t)pp_wformat_block_bytes(w->fmt);
+    case PP_WF_INT8: return numel + numel / (size_t)w->group * 4;
     case PP_WF_COUNT: break;
     }
     return 0;
 }
 
 void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out) {
-    if (w->fmt != PP_WF_NF4) {
+    if (w->fmt == PP_WF_INT8) {
+        for (int64_t i = 0; i < n; i++) out[i] = quant_ldf32(w->scales, (size_t)(g0 + i)) / 127.0f;
+    } else if (w->fmt != PP_WF_NF4) {
         for (int64_t i = 0; i < n; i++) out[i] = pp_f16_to_f32(quant_ld16(w->scales, (size_t)(g0 + i)));
     } else if (!w->nested_absmax) {
         for (int64_t i = 0; i < n; i++) out[i] = quant_ldf32(w->scales, (size_t)(g0 + i));
@@ -195,6 +200,13 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
             if (w->fmt == PP_WF_Q4_0) pp_quant_q4_0_decode_block(blk, dst + k);
             else if (w->fmt == PP_WF_Q8_0) pp_quant_q8_0_decode_block(blk, dst + k);
             else pp_quant_q4_k_decode_block(blk, dst + k);
+        }
+        return;
+    case PP_WF_INT8: /* any span: a row's group may be the whole row */
+        for (int64_t i = 0; i < len; i++) {
+            float s;
+            pp_weight_group_scales(w, (e + i) / w->group, 1, &s);
+            dst[i] = (float)(int8_t)d[e + i] * s;
         }
         return;
     case PP_WF_NF2:

@@ -28,6 +28,7 @@ typedef enum {
     PP_WF_Q4_0,
     PP_WF_Q8_0,
     PP_WF_Q4K,
+    PP_WF_INT8, /* int8 codes, f32 absmax per group (a row, or a block along it): w = q·absmax/127 (docs/formats.md §8) */
     PP_WF_COUNT
 } pp_wformat;
 
@@ -36,7 +37,8 @@ typedef struct pp_weight {
     int64_t rows, cols;
     int64_t elem0;       /* flat index of element [0][0] within the stored tensor */
     const void *data;    /* dense values, or packed codes, of the whole stored tensor */
-    const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks]; ggml: NULL */
+    const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks]; INT8: f32
+                          * absmax[n_groups]; ggml: NULL */
     int group;           /* NF2/INT4 group size, NF4 or ggml block size (from the file, never assumed) */
     int np2;             /* NF2: Walsh-Hadamard length (power of two >= group) */
     /* NF4 only */

@@ -325,3 +325,40 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
     w->name = packed->name;
     return PP_OK;
 }
+
+/* ---- INT8: bitsandbytes' Linear8bitLt state dict (P.weight I8 [out, in], P.SCB F32 [out], one absmax per
+ * row) and its block form (P.SCB [out, in/B], one absmax per B inputs); w = q·absmax/127 (docs/formats.md §8) ---- */
+
+const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base) {
+    char key[KEY_LEN];
+    size_t n = strlen(base), stem = n > 7 && !strcmp(base + n - 7, ".weight") ? n - 7 : n;
+    if (snprintf(key, sizeof key, "%.*s.SCB", (int)stem, base) >= (int)sizeof key) return NULL;
+    return pp_st_find(f, key);
+}
+
+int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
+    const st_tensor *codes = pp_st_find(f, base), *scb = pp_wl_int8_scales(f, base);
+    if (!codes)
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' has INT8 scales but no codes tensor", pp_st_path(f), base);
+    if (codes->dtype != ST_I8)
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s; INT8 codes (beside '%s') must be I8", pp_st_path(f), base,
+                       pp_st_dtype_name(codes->dtype), scb->name);
+    int rc = pp_wl_check_dims(f, base, codes->shape, codes->ndim, rows, cols, err);
+    if (rc) return rc;
+    if (scb->dtype != ST_F32)
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s; INT8 absmax scales must be F32", pp_st_path(f), scb->name,
+                       pp_st_dtype_name(scb->dtype));
+    int64_t per_row = scb->ndim == 2 ? scb->shape[1] : 1;
+    if (scb->ndim < 1 || scb->ndim > 2 || scb->shape[0] != rows || per_row < 1 || cols % per_row)
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales as [%lld%s]; expected [%lld] (one per row) or "
+                       "[%lld, blocks] with blocks dividing %lld", pp_st_path(f), scb->name, (long long)scb->numel,
+                       (long long)(scb->ndim ? scb->shape[0] : 0), scb->ndim == 2 ? ", ..." : "", (long long)rows,
+                       (long long)rows, (long long)cols);
+    if ((rc = check_group(f, base, cols / per_row, cols, err)) || (rc = check_f32(f, scb, 1, err))) return rc;
+    w->fmt = PP_WF_INT8;
+    w->data = codes->data;
+    w->scales = scb->data;
+    w->group = (int)(cols / per_row);
+    w->name = codes->name;
+    return PP_OK;
+}

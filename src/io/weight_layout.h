@@ -11,6 +11,9 @@
 int pp_wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
 int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
 int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err);
+/* INT8's absmax tensor of base key X (bitsandbytes' `P.SCB` beside `P.weight`), or NULL. */
+const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base);
 
 /* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
 int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
