@@ -1,7 +1,7 @@
 /* test_quantize: pp_quantize_file round trip on the golden BF16 LM. Each quantized tensor
  * reloads through pp_weight_load in the expected format, and its decode has a cosine to the
- * source of at least 0.93 (NF2: 2 bits, the spec's ~0.94 on Gaussian groups) or 0.99 (INT4,
- * NF4); tensors the format leaves alone come through byte for byte. */
+ * source of at least 0.93 (NF2: 2 bits, the spec's ~0.94 on Gaussian groups), 0.99 (INT4,
+ * NF4) or 0.9999 (INT8); tensors the format leaves alone come through byte for byte. */
 #include "base/err.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
@@ -25,13 +25,13 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
     if (s->count++ == 0 || cosine < s->worst) s->worst = cosine;
 }
 
-static void round_trip(pp_wformat fmt, double min_cos, int want_quantized) {
+static void round_trip(pp_wformat fmt, int group, double min_cos, int want_quantized) {
     char err[PP_ERR_LEN], path[] = "/tmp/pp_test_quantize_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return;
     close(fd);
     seen s = {0};
-    pp_quantize_opts o = {.fmt = fmt, .group = 64, .report = on_report, .user = &s};
+    pp_quantize_opts o = {.fmt = fmt, .group = group, .report = on_report, .user = &s};
     int rc = pp_quantize_file(SRC, path, &o, err);
     if (rc) fprintf(stderr, "%s\n", err);
     TEST_COND("quantize", rc == PP_OK);
@@ -80,14 +80,20 @@ static void round_trip(pp_wformat fmt, double min_cos, int want_quantized) {
 
 int main(void) {
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
-    round_trip(PP_WF_NF2, 0.93, 146);
-    round_trip(PP_WF_INT4, 0.99, 146);
-    round_trip(PP_WF_NF4, 0.99, 12);
+    round_trip(PP_WF_NF2, 64, 0.93, 146);
+    round_trip(PP_WF_INT4, 64, 0.99, 146);
+    round_trip(PP_WF_NF4, 64, 0.99, 12);
+    /* INT8 in blocks and per row (the bitsandbytes layout): half a step of 1/127 at most */
+    round_trip(PP_WF_INT8, 32, 0.9999, 146);
+    round_trip(PP_WF_INT8, PP_QUANTIZE_ROW, 0.9999, 146);
     char err[PP_ERR_LEN];
     pp_quantize_opts o = {.fmt = PP_WF_NF2, .group = 128};
     int rc = pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err);
     printf("group 128 on 64-wide rows -> %s\n", err);
     TEST_COND("group must divide rows", rc == PP_EINVAL && strstr(err, "not a multiple of the group size"));
     TEST_COND("no partial file", access("/tmp/pp_test_quantize_never", F_OK) != 0);
+    o = (pp_quantize_opts){.fmt = PP_WF_NF4, .group = PP_QUANTIZE_ROW};
+    TEST_COND("one scale per row is INT8's", pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err) == PP_EINVAL &&
+                                                strstr(err, "INT8"));
     return test_report();
 }

@@ -1,8 +1,8 @@
-/* personaplex-quantize: converts a BF16/F16/F32 safetensors checkpoint into the NF2+WHT, INT4
- * or bitsandbytes NF4 layout (docs/formats.md), tensor by tensor with bounded memory. A
+/* personaplex-quantize: converts a BF16/F16/F32 safetensors checkpoint into the NF2+WHT, INT4,
+ * bitsandbytes NF4 or INT8 layout (docs/formats.md), tensor by tensor with bounded memory. A
  * progress bar goes to stderr; stdout gets one line per quantized tensor with the cosine of
  * its decode against the source, then the worst and mean cosine.
- *   personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4 [--group N] */
+ *   personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4|int8 [--group N|row] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,10 +44,12 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4 [--group N]\n"
+    fprintf(stderr, "usage: personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4|int8 [--group N]\n"
                     "  nf2   NF2+WHT 2-bit (turbo2bit layout), every 2-D weight, group 128\n"
                     "  int4  symmetric INT4 (personaplex-7b-nf4 layout), every 2-D weight, group 64\n"
-                    "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n");
+                    "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n"
+                    "  int8  bitsandbytes Linear8bitLt layout, every 2-D weight, one absmax per block of 128\n"
+                    "        inputs (--group N), or per row as bitsandbytes stores it (--group row)\n");
     return 2;
 }
 
@@ -57,6 +59,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             format = argv[++i];
+        } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc && strcmp(argv[i + 1], "row") == 0) {
+            o.group = PP_QUANTIZE_ROW;
+            i++;
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
             char *end;
             long g = strtol(argv[++i], &end, 10);
@@ -79,6 +84,8 @@ int main(int argc, char **argv) {
         o.fmt = PP_WF_INT4;
     else if (strcmp(format, "nf4") == 0)
         o.fmt = PP_WF_NF4;
+    else if (strcmp(format, "int8") == 0)
+        o.fmt = PP_WF_INT8;
     else
         return usage();
     ui u = {.tty = isatty(2), .last_pct = -1, .last_decile = -1};

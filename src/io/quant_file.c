@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "io/quant.h"
 #include "io/safetensors.h"
+#include "io/weight_layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,12 +73,20 @@ static int declare_tensor(job *j, const st_tensor *t, char *err) {
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s; only F32, F16 and BF16 can be quantized",
                        pp_st_path(j->in), t->name, pp_st_dtype_name(t->dtype));
-    int64_t cols = t->shape[1], numel = t->numel, groups = numel / j->gs;
-    if (cols % j->gs)
+    int64_t cols = t->shape[1], numel = t->numel, gs = j->gs == PP_QUANTIZE_ROW ? cols : j->gs, groups = numel / gs;
+    if (cols % gs)
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s': row length %lld is not a multiple of the group size %d "
                        "(pick another --group)", pp_st_path(j->in), t->name, (long long)cols, j->gs);
     int64_t one = 1, four = 4, two = 2;
     int rc;
+    if (fmt == PP_WF_INT8) {
+        char key[KEY_LEN];
+        int64_t scb[2] = {t->shape[0], cols / gs};
+        if ((rc = pp_wl_int8_scales_key(t->name, key, sizeof key)))
+            return pp_fail(err, rc, "tensor name '%s' too long", t->name);
+        if ((rc = pp_st_writer_declare(j->w, t->name, ST_I8, 2, t->shape, err))) return rc;
+        return pp_st_writer_declare(j->w, key, ST_F32, j->gs == PP_QUANTIZE_ROW ? 1 : 2, scb, err);
+    }
     if (fmt == PP_WF_NF2) {
         int64_t np = groups * j->gs / 4;
         if ((rc = declare(j, t->name, ".packed", ST_U8, 1, &np, err)) ||
@@ -115,6 +124,15 @@ static void progress(job *j, uint64_t bytes) {
 
 static int64_t chunk_rows(int64_t cols) { return cols >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / cols; }
 
+/* The sums a tensor's cosine (source x against its decode y) is made of. */
+static void accumulate_cosine(const float *x, const float *y, int64_t n, double *sxy, double *sxx, double *syy) {
+    for (int64_t i = 0; i < n; i++) {
+        *sxy += (double)x[i] * y[i];
+        *sxx += (double)x[i] * x[i];
+        *syy += (double)y[i] * y[i];
+    }
+}
+
 /* NF2 and INT4: groups are local to a chunk, so a chunk decodes on its own. */
 static int write_grouped(job *j, const st_tensor *t, char *err) {
     int64_t rows = t->shape[0], cols = t->shape[1], gs = j->gs;
@@ -136,11 +154,7 @@ static int write_grouped(job *j, const st_tensor *t, char *err) {
         pp_weight d = {.fmt = nf2 ? PP_WF_NF2 : PP_WF_INT4, .rows = nr, .cols = cols, .data = j->packed,
                        .scales = scales + g0, .group = (int)gs, .np2 = np2, .name = t->name};
         if ((rc = pp_weight_decode_rows(&d, 0, nr, j->dec, err))) break;
-        for (int64_t i = 0; i < n; i++) {
-            sxy += (double)j->x[i] * j->dec[i];
-            sxx += (double)j->x[i] * j->x[i];
-            syy += (double)j->dec[i] * j->dec[i];
-        }
+        accumulate_cosine(j->x, j->dec, n, &sxy, &sxx, &syy);
         progress(j, (uint64_t)n * t->nbytes / (uint64_t)t->numel);
     }
     if (!rc) rc = pp_st_writer_write(j->w, scales, sizeof *scales * (size_t)(t->numel / gs), err);
@@ -219,20 +233,47 @@ static int write_nf4(job *j, const st_tensor *t, char *err) {
     return rc;
 }
 
+/* INT8: codes chunk by chunk, every group's absmax once all are known. */
+static int write_int8(job *j, const st_tensor *t, char *err) {
+    int64_t rows = t->shape[0], cols = t->shape[1], gs = j->gs == PP_QUANTIZE_ROW ? cols : j->gs;
+    float *absmax = malloc(sizeof(float) * (size_t)(t->numel / gs));
+    if (!absmax) return pp_fail(err, PP_ENOMEM, "tensor '%s': out of memory for scales", t->name);
+    double sxy = 0, sxx = 0, syy = 0;
+    int rc = PP_OK;
+    for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
+        int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols), n = nr * cols, g0 = r0 * cols / gs;
+        if ((rc = pp_st_load_f32(j->in, t, r0 * cols, n, j->x, err))) break;
+        pp_quant_int8_quantize(j->x, nr, cols, gs, (int8_t *)j->packed, absmax + g0);
+        if ((rc = pp_st_writer_write(j->w, j->packed, (size_t)n, err))) break;
+        pp_weight d = {.fmt = PP_WF_INT8, .rows = nr, .cols = cols, .data = j->packed, .scales = absmax + g0,
+                       .group = (int)gs, .name = t->name};
+        if ((rc = pp_weight_decode_rows(&d, 0, nr, j->dec, err))) break;
+        accumulate_cosine(j->x, j->dec, n, &sxy, &sxx, &syy);
+        progress(j, (uint64_t)n * t->nbytes / (uint64_t)t->numel);
+    }
+    if (!rc) rc = pp_st_writer_write(j->w, absmax, sizeof(float) * (size_t)(t->numel / gs), err);
+    free(absmax);
+    if (!rc && j->o->report) j->o->report(j->o->user, t->name, rows, cols, sxy / sqrt(sxx * syy + 1e-300));
+    return rc;
+}
+
 static int write_tensor(job *j, const st_tensor *t, char *err) {
     if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim)) {
         int rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
         progress(j, t->nbytes);
         return rc;
     }
+    if (j->o->fmt == PP_WF_INT8) return write_int8(j, t, err);
     return j->o->fmt == PP_WF_NF4 ? write_nf4(j, t, err) : write_grouped(j, t, err);
 }
 
 int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantize_opts *o, char *err) {
-    if (o->fmt != PP_WF_NF2 && o->fmt != PP_WF_INT4 && o->fmt != PP_WF_NF4)
+    if (o->fmt != PP_WF_NF2 && o->fmt != PP_WF_INT4 && o->fmt != PP_WF_NF4 && o->fmt != PP_WF_INT8)
         return pp_fail(err, PP_EINVAL, "quantize: format %s is not a quantized layout", pp_wformat_name(o->fmt));
-    int gs = o->group ? o->group : o->fmt == PP_WF_NF2 ? 128 : 64;
-    if (gs < 2 || gs > QUANT_MAX_NP2 || gs % (o->fmt == PP_WF_NF2 ? 4 : 2))
+    int gs = o->group ? o->group : o->fmt == PP_WF_NF2 || o->fmt == PP_WF_INT8 ? 128 : 64;
+    if (gs == PP_QUANTIZE_ROW && o->fmt != PP_WF_INT8)
+        return pp_fail(err, PP_EINVAL, "quantize: one scale per row is an INT8 layout only");
+    if (gs != PP_QUANTIZE_ROW && (gs < 2 || gs > QUANT_MAX_NP2 || gs % (o->fmt == PP_WF_NF2 ? 4 : 2)))
         return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [4, %d]", gs,
                        o->fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
     st_file *in;
@@ -242,7 +283,7 @@ int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantiz
     for (size_t i = 0; i < pp_st_count(in); i++) j.total += pp_st_at(in, i)->nbytes;
     j.x = malloc(sizeof(float) * CHUNK_ELEMS);
     j.dec = malloc(sizeof(float) * CHUNK_ELEMS);
-    j.packed = malloc(CHUNK_ELEMS / 2);
+    j.packed = malloc(CHUNK_ELEMS); /* INT8 codes take a byte each */
     if (!j.x || !j.dec || !j.packed) rc = pp_fail(err, PP_ENOMEM, "quantize: out of memory for chunk buffers");
     /* A row longer than a chunk is handled as one chunk of that row; make room for it. */
     for (size_t i = 0; i < pp_st_count(in) && !rc; i++) {

@@ -4,16 +4,20 @@
  * Which tensors are quantized follows the published files (docs/formats.md):
  *   nf2, int4: every 2-D tensor (all linears and embeddings, in_proj_weight included);
  *   nf4 (bitsandbytes, double quantization): only the temporal transformer's linears
- *   (self_attn in_proj/out_proj, gating linear_in/linear_out).
+ *   (self_attn in_proj/out_proj, gating linear_in/linear_out);
+ *   int8 (bitsandbytes Linear8bitLt layout): every 2-D tensor, per block of `group` inputs or
+ *   (group PP_QUANTIZE_ROW) per row as bitsandbytes stores it.
  * Everything else (the norms' alpha, ...) is copied through unchanged. */
 #ifndef PP_IO_QUANT_FILE_H
 #define PP_IO_QUANT_FILE_H
 
 #include "io/weight.h"
 
+#define PP_QUANTIZE_ROW (-1) /* INT8: one scale per row */
+
 typedef struct pp_quantize_opts {
-    pp_wformat fmt; /* PP_WF_NF2, PP_WF_INT4 or PP_WF_NF4 */
-    int group;      /* group (block) size; 0 = the published file's (128, 64, 64) */
+    pp_wformat fmt; /* PP_WF_NF2, PP_WF_INT4, PP_WF_NF4 or PP_WF_INT8 */
+    int group;      /* group (block) size; 0 = the published file's (128, 64, 64), INT8's 128 */
     /* Called after each chunk with source bytes done and total (may be NULL). */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     /* Called once per quantized tensor with the cosine of its decode against the source. */

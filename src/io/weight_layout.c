@@ -329,11 +329,15 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
 /* ---- INT8: bitsandbytes' Linear8bitLt state dict (P.weight I8 [out, in], P.SCB F32 [out], one absmax per
  * row) and its block form (P.SCB [out, in/B], one absmax per B inputs); w = q·absmax/127 (docs/formats.md §8) ---- */
 
+int pp_wl_int8_scales_key(const char *base, char *key, size_t cap) {
+    size_t n = strlen(base), stem = n > 7 && !strcmp(base + n - 7, ".weight") ? n - 7 : n;
+    int k = snprintf(key, cap, "%.*s.SCB", (int)stem, base);
+    return k < 0 || (size_t)k >= cap ? PP_EINVAL : PP_OK;
+}
+
 const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base) {
     char key[KEY_LEN];
-    size_t n = strlen(base), stem = n > 7 && !strcmp(base + n - 7, ".weight") ? n - 7 : n;
-    if (snprintf(key, sizeof key, "%.*s.SCB", (int)stem, base) >= (int)sizeof key) return NULL;
-    return pp_st_find(f, key);
+    return pp_wl_int8_scales_key(base, key, sizeof key) ? NULL : pp_st_find(f, key);
 }
 
 int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
