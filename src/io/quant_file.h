@@ -11,9 +11,8 @@
 #ifndef PP_IO_QUANT_FILE_H
 #define PP_IO_QUANT_FILE_H
 
+#include "io/quant_tensor.h" /* PP_QUANTIZE_ROW */
 #include "io/weight.h"
-
-#define PP_QUANTIZE_ROW (-1) /* INT8: one scale per row */
 
 typedef struct pp_quantize_opts {
     pp_wformat fmt; /* PP_WF_NF2, PP_WF_INT4, PP_WF_NF4 or PP_WF_INT8 */

@@ -1,0 +1,132 @@
+/* quant_tensor: see quant_tensor.h. */
+#include "io/quant_tensor.h"
+
+#include "base/err.h"
+#include "io/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_ELEMS (1 << 22) /* 16 MiB of f32 source per chunk */
+#define NF4_NESTED_BLOCK 256  /* bitsandbytes' double-quantization block */
+
+int pp_quantize_default_group(pp_wformat fmt) { return fmt == PP_WF_NF2 || fmt == PP_WF_INT8 ? 128 : 64; }
+
+int pp_quantize_check(pp_wformat fmt, int gs, char *err) {
+    if (fmt != PP_WF_NF2 && fmt != PP_WF_INT4 && fmt != PP_WF_NF4 && fmt != PP_WF_INT8)
+        return pp_fail(err, PP_EINVAL, "quantize: format %s is not a quantized layout", pp_wformat_name(fmt));
+    if (gs == PP_QUANTIZE_ROW)
+        return fmt == PP_WF_INT8 ? PP_OK : pp_fail(err, PP_EINVAL, "quantize: one scale per row is an INT8 layout only");
+    if (gs < 2 || gs > QUANT_MAX_NP2 || gs % (fmt == PP_WF_NF2 ? 4 : 2))
+        return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [4, %d]", gs,
+                       fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
+    return PP_OK;
+}
+
+static int64_t chunk_rows(int64_t cols) { return cols >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / cols; }
+
+/* Codes and per-group scales of source rows [r0, r0 + nr) (x holds them), at their offsets. */
+static void quantize_rows(pp_qtensor *q, const float *x, int64_t r0, int64_t nr, float *absmax) {
+    const pp_weight *w = &q->w;
+    int64_t n = nr * w->cols, e0 = r0 * w->cols, gs = w->group, g0 = e0 / gs;
+    uint8_t *codes = q->codes;
+    switch (w->fmt) {
+    case PP_WF_NF2: pp_quant_nf2_quantize(x, n / gs, (int)gs, w->np2, codes + e0 / 4, (uint16_t *)q->scales + g0); break;
+    case PP_WF_INT4: pp_quant_int4_quantize(x, n / gs, (int)gs, codes + e0 / 2, (uint16_t *)q->scales + g0); break;
+    case PP_WF_NF4: pp_quant_nf4_quantize(x, n / gs, (int)gs, codes + e0 / 2, absmax + g0); break;
+    default: pp_quant_int8_quantize(x, nr, w->cols, gs, (int8_t *)codes + e0, (float *)q->scales + g0); break;
+    }
+}
+
+static int alloc_buffers(pp_qtensor *q, float **absmax) {
+    const pp_weight *w = &q->w;
+    size_t numel = (size_t)(w->rows * w->cols), groups = numel / (size_t)w->group;
+    q->codes_bytes = w->fmt == PP_WF_NF2 ? numel / 4 : w->fmt == PP_WF_INT8 ? numel : numel / 2;
+    q->scales_bytes = groups * (w->fmt == PP_WF_INT8 ? 4 : w->fmt == PP_WF_NF4 ? 1 : 2);
+    q->codes = malloc(q->codes_bytes);
+    q->scales = malloc(q->scales_bytes);
+    if (!q->codes || !q->scales) return 0;
+    if (w->fmt != PP_WF_NF4) return 1;
+    size_t nested = (groups + NF4_NESTED_BLOCK - 1) / NF4_NESTED_BLOCK;
+    q->nested_bytes = nested * sizeof(float);
+    q->nested = malloc(q->nested_bytes);
+    q->nested_map = malloc(256 * sizeof(float));
+    *absmax = malloc(groups * sizeof(float)); /* before double quantization */
+    return q->nested && q->nested_map && *absmax;
+}
+
+/* NF4's double quantization, once every block's absmax is known. */
+static void nest(pp_qtensor *q, const float *absmax) {
+    pp_weight *w = &q->w;
+    int64_t blocks = w->rows * w->cols / w->group;
+    pp_quant_nf4_dynamic_map(q->nested_map);
+    w->nested_offset = pp_quant_nf4_nest(absmax, blocks, NF4_NESTED_BLOCK, q->nested_map, q->scales, q->nested);
+    w->quant_map = pp_quant_nf4_table;
+    w->nested_absmax = q->nested;
+    w->nested_map = q->nested_map;
+    w->nested_block = NF4_NESTED_BLOCK;
+}
+
+/* The decode against the source, chunk by chunk (a second read of the source). */
+static int cosine(const st_file *f, const st_tensor *t, pp_qtensor *q, float *x, float *dec, char *err) {
+    int64_t rows = q->w.rows, cols = q->w.cols;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows(cols)) {
+        int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols), n = nr * cols;
+        int rc = pp_st_load_f32(f, t, r0 * cols, n, x, err);
+        if (!rc) rc = pp_weight_decode_rows(&q->w, r0, nr, dec, err);
+        if (rc) return rc;
+        for (int64_t i = 0; i < n; i++) {
+            sxy += (double)x[i] * dec[i];
+            sxx += (double)x[i] * x[i];
+            syy += (double)dec[i] * dec[i];
+        }
+    }
+    q->cosine = sxy / sqrt(sxx * syy + 1e-300);
+    return PP_OK;
+}
+
+int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err) {
+    memset(q, 0, sizeof *q);
+    int rc = pp_quantize_check(fmt, group, err);
+    if (rc) return rc;
+    if (t->ndim != 2 || (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s with %d dims; only 2-D F32, F16 and BF16 tensors "
+                       "can be quantized", pp_st_path(f), t->name, pp_st_dtype_name(t->dtype), t->ndim);
+    int64_t rows = t->shape[0], cols = t->shape[1], gs = group == PP_QUANTIZE_ROW ? cols : group;
+    if (cols > CHUNK_ELEMS)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': rows of %lld exceed %d elements", pp_st_path(f), t->name,
+                       (long long)cols, CHUNK_ELEMS);
+    if (cols % gs)
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': row length %lld is not a multiple of the group size %lld "
+                       "(pick another group)", pp_st_path(f), t->name, (long long)cols, (long long)gs);
+    int np2 = 1;
+    while (np2 < gs) np2 *= 2;
+    q->w = (pp_weight){.fmt = fmt, .rows = rows, .cols = cols, .group = (int)gs, .np2 = fmt == PP_WF_NF2 ? np2 : 0,
+                       .name = t->name};
+    float *absmax = NULL, *x = malloc(sizeof(float) * CHUNK_ELEMS), *dec = malloc(sizeof(float) * CHUNK_ELEMS);
+    if (!x || !dec || !alloc_buffers(q, &absmax))
+        rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);
+    for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
+        int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols);
+        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err))) quantize_rows(q, x, r0, nr, absmax);
+    }
+    q->w.data = q->codes;
+    q->w.scales = q->scales;
+    if (!rc && fmt == PP_WF_NF4) nest(q, absmax);
+    if (!rc) rc = cosine(f, t, q, x, dec, err);
+    free(absmax);
+    free(x);
+    free(dec);
+    if (rc) pp_qtensor_free(q);
+    return rc;
+}
+
+void pp_qtensor_free(pp_qtensor *q) {
+    free(q->codes);
+    free(q->scales);
+    free(q->nested);
+    free(q->nested_map);
+    memset(q, 0, sizeof *q);
+}

@@ -1,0 +1,32 @@
+/* quant_tensor: one dense tensor of a checkpoint (F32/F16/BF16, [rows, cols]) quantized in memory
+ * into NF2+WHT, INT4, bitsandbytes NF4 or INT8 (docs/formats.md), reading the source in bounded
+ * chunks. personaplex-quantize writes these buffers to a file and the model loader uploads them
+ * when the server quantizes at start-up (`--quantize`), so both give the same bytes. */
+#ifndef PP_IO_QUANT_TENSOR_H
+#define PP_IO_QUANT_TENSOR_H
+
+#include "io/safetensors.h"
+#include "io/weight.h"
+
+#define PP_QUANTIZE_ROW (-1) /* INT8: one scale per row */
+
+typedef struct pp_qtensor {
+    pp_weight w;      /* the quantized weight; its pointers address the buffers below */
+    void *codes;      /* packed codes (NF2, INT4, NF4) or int8 codes */
+    void *scales;     /* NF2/INT4: f16 per group; NF4: u8 nested codes per block; INT8: f32 absmax */
+    float *nested;    /* NF4: f32 absmax per nested block */
+    float *nested_map; /* NF4: the 256-entry dynamic map */
+    size_t codes_bytes, scales_bytes, nested_bytes;
+    double cosine;    /* of the decode against the source */
+} pp_qtensor;
+
+/* The group (block) size a format uses when none is asked for: 128 (NF2, INT8), 64 (INT4, NF4). */
+int pp_quantize_default_group(pp_wformat fmt);
+/* Checks a format and group size: PP_EINVAL with the reason when they cannot be used. */
+int pp_quantize_check(pp_wformat fmt, int group, char *err);
+/* Quantizes tensor t of f into q (group as pp_quantize_check accepts; the row length must be a
+ * multiple). On failure q holds nothing. */
+int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err);
+void pp_qtensor_free(pp_qtensor *q);
+
+#endif
