@@ -136,6 +136,12 @@ typedef struct pp_model_paths {
     const char *tokenizer;  /* SentencePiece model */
     const char *voices_dir; /* NULL: only the built-in silence voice is available */
     const char *name;       /* reported by pp_model_name (e.g. "demo"); NULL: the weights' file name */
+    /* NULL: the weights as stored. "nf2", "int4", "nf4" or "int8": a BF16/F16/F32 checkpoint is
+     * quantized while it loads, tensor by tensor, exactly as personaplex-quantize would write it
+     * (host memory stays near the quantized size plus one tensor); a quantized file is refused. */
+    const char *quantize;
+    int quantize_group;         /* 0: the format's default (128 for nf2 and int8, 64 for int4 and nf4); -1: int8 per row */
+    int quantize_temporal_only; /* only the temporal transformer's projections (bitsandbytes' 4-bit recipe) */
 } pp_model_paths;
 
 /* Loads the shared weights onto be (which must outlive the model). */

@@ -196,7 +196,7 @@ typedef struct dep_load {
 static int load_dep_tensor(void *ctx, const pp_lm_tensor *t) {
     dep_load *d = ctx;
     if (!t->depformer || !pp_lm_part_in_layer(t->part)) return 0;
-    return pp_tf_load_tensor(d->be, d->f, d->tf, t, d->err);
+    return pp_tf_load_tensor(d->be, d->f, NULL, d->tf, t, d->err);
 }
 
 /* The depformer stack of f alone, loaded as the LM loads it: its catalogue entries. */

@@ -1,5 +1,6 @@
 /* safetensors: see safetensors.h. The reader validates the header against docs/formats.md §1
  * once, then hands out tensors whose data pointers are known to lie inside the buffer. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -336,6 +337,13 @@ void pp_st_close(st_file *f) {
 const char *pp_st_path(const st_file *f) { return f->path; }
 size_t pp_st_size(const st_file *f) { return f->size; }
 const void *pp_st_base(const st_file *f) { return f->base; }
+
+void pp_st_release(const st_file *f, const st_tensor *t) {
+    (void)f;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, b = a + t->nbytes;
+    uintptr_t first = (a + page - 1) / page * page, last = b / page * page; /* only pages wholly its */
+    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
+}
 size_t pp_st_count(const st_file *f) { return f->count; }
 const st_tensor *pp_st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 

@@ -48,6 +48,10 @@ size_t pp_st_size(const st_file *f); /* bytes of the file (of all its shards tog
 /* The file in memory: pp_st_size bytes from here hold every tensor's data (a GGUF shard read into
  * memory rather than mapped lies elsewhere). */
 const void *pp_st_base(const st_file *f);
+/* Tells the kernel t's bytes will not be read again soon: the mapped pages it owns alone go back
+ * (they are the file's, read again on a later access). Quantizing at load calls it after each
+ * source tensor, so the dense source never stays resident. */
+void pp_st_release(const st_file *f, const st_tensor *t);
 size_t pp_st_count(const st_file *f);
 const st_tensor *pp_st_at(const st_file *f, size_t i); /* in header order */
 const st_tensor *pp_st_find(const st_file *f, const char *name);

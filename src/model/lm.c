@@ -25,6 +25,7 @@ struct pp_lm {
     pp_weight dep_text_emb;                 /* [text_card+1, dep_dim] */
     pp_weight dep_emb[PP_LM_MAX_DEP_Q - 1]; /* [card+1, dep_dim] */
     pp_weight linears[PP_LM_MAX_DEP_Q];     /* [card, dep_dim] */
+    pp_tf_quant *quant;                     /* quantizing at load; holds what the backend reads in place */
 };
 
 struct pp_lm_ctx {
@@ -135,14 +136,30 @@ static pp_weight *weight_slot(pp_lm *lm, const pp_lm_tensor *t) {
     }
 }
 
+const pp_weight *pp_lm_weight(const pp_lm *lm, const pp_lm_tensor *t) {
+    if (!pp_lm_part_in_layer(t->part)) return t->part == PP_LM_OUT_NORM ? NULL : weight_slot((pp_lm *)lm, t);
+    const pp_tf *tf = t->depformer ? &lm->depformer : &lm->temporal;
+    if (t->layer < 0 || t->layer >= tf->shape.num_layers) return NULL;
+    const pp_tf_layer *L = &tf->layers[t->layer];
+    int step = t->index < 0 ? 0 : t->index;
+    switch (t->part) {
+    case PP_LM_ATTN_IN: return L->step_proj ? NULL : &L->in_proj;
+    case PP_LM_ATTN_OUT: return L->step_proj ? NULL : &L->out_proj;
+    case PP_LM_FFN_IN: return &L->ffn_in[step];
+    case PP_LM_FFN_OUT: return &L->ffn_out[step];
+    default: return NULL;
+    }
+}
+
 static int load_tensor(void *ctx, const pp_lm_tensor *t) {
     loader *L = ctx;
     pp_lm *lm = L->lm;
     if (pp_lm_part_in_layer(t->part))
-        return pp_tf_load_tensor(lm->be, lm->file, t->depformer ? &lm->depformer : &lm->temporal, t, L->err);
+        return pp_tf_load_tensor(lm->be, lm->file, lm->quant, t->depformer ? &lm->depformer : &lm->temporal, t,
+                                 L->err);
     if (t->part == PP_LM_OUT_NORM)
         return pp_tf_load_alpha(lm->be, lm->file, t->name, (int)t->cols, t->cfg_keys, &lm->out_norm, L->err);
-    return pp_tf_load_weight(lm->be, lm->file, t->name, t->rows, t->cols, t->cfg_keys, weight_slot(lm, t), L->err);
+    return pp_tf_load_weight(lm->be, lm->file, lm->quant, t, t->name, t->rows, t->cols, weight_slot(lm, t), L->err);
 }
 
 static int load_weights(pp_lm *lm, char *err) {
@@ -203,15 +220,32 @@ void pp_lm_close(pp_lm *lm) {
     release_weight(be, &lm->dep_text_emb);
     if (lm->in_place) be->ops->host_unmap(be, pp_st_base(lm->file));
     pp_st_close(lm->file);
+    if (lm->quant) pp_tf_quant_free(lm->quant);
+    free(lm->quant);
     free(lm);
 }
 
 int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path, pp_lm **out, char *err) {
+    return pp_lm_open_quantized(be, weights_path, config_path, NULL, out, err);
+}
+
+int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *config_path,
+                         const pp_lm_quantize *quantize, pp_lm **out, char *err) {
     *out = NULL;
     pp_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     lm->be = be;
-    int rc = pp_st_open(weights_path, &lm->file, err);
+    int rc = PP_OK;
+    if (quantize) {
+        int group = quantize->group ? quantize->group : pp_quantize_default_group(quantize->fmt);
+        lm->quant = calloc(1, sizeof *lm->quant);
+        if (!lm->quant) rc = pp_fail(err, PP_ENOMEM, "lm: out of memory");
+        else rc = pp_quantize_check(quantize->fmt, group, err);
+        if (lm->quant)
+            lm->quant->opts = (pp_lm_quantize){.fmt = quantize->fmt, .group = group,
+                                               .temporal_only = quantize->temporal_only};
+    }
+    if (!rc) rc = pp_st_open(weights_path, &lm->file, err);
     if (!rc) rc = pp_lm_config_for(config_path, lm->file, &lm->cfg, err);
     if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
@@ -221,6 +255,11 @@ int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path
     }
     const pp_lm_config *c = &lm->cfg;
     log_weight_stats(lm);
+    if (lm->quant)
+        PP_INFO("lm", "%s: quantized %d tensors to %s while loading (%s): %.2f GiB -> %.2f GiB", weights_path,
+                lm->quant->tensors, pp_wformat_name(lm->quant->opts.fmt),
+                lm->quant->opts.temporal_only ? "the temporal transformer's projections" : "as personaplex-quantize would",
+                (double)lm->quant->source_bytes / (1 << 30), (double)lm->quant->quantized_bytes / (1 << 30));
     if (lm->in_place && be->ops->mem_info) {
         size_t copied, buffers, workspace, dev_free, dev_total, in_place;
         be->ops->mem_info(be, &copied, &buffers, &workspace, &dev_free, &dev_total, &in_place);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/lm_catalog.h"
 #include "model/lm_config.h"
 
 typedef struct pp_lm pp_lm;
@@ -31,6 +32,11 @@ typedef struct pp_lm_work pp_lm_work;
  * NULL uses the PersonaPlex-7B defaults) and uploads them to be, which must outlive the model.
  * Every tensor is checked against the config; a mismatch names the key and the tensor. */
 int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path, pp_lm **out, char *err);
+/* The same, quantizing the weights while they load when quantize is not NULL: each chosen tensor of a BF16/F16/F32 checkpoint is
+ * quantized exactly as personaplex-quantize would, uploaded, and its source pages released, so
+ * host memory peaks near the quantized size plus one tensor. A quantized checkpoint is refused. */
+int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *config_path,
+                         const pp_lm_quantize *quantize, pp_lm **out, char *err);
 void pp_lm_close(pp_lm *lm);
 /* A GGUF checkpoint, or weights opened without a config, sets the temporal layer count from
  * its tensors (`transformer.layers.N.*`: sts-web's 24-layer file says 32 in its KV block);
@@ -41,6 +47,9 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
  * f's tensors as above. What pp_lm_open uses, for tools that check a file without loading it. */
 int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c, char *err);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
+/* The weight a catalogued matrix of the model loaded as (backend memory; NULL for a norm scale or
+ * moshi.cpp's per-step projections): for tools and tests that look at what was loaded. */
+const pp_weight *pp_lm_weight(const pp_lm *lm, const pp_lm_tensor *t);
 pp_backend *pp_lm_backend(const pp_lm *lm);
 
 /* One conversation's temporal KV rings in format kv. */

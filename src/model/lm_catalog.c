@@ -1,6 +1,8 @@
 /* lm_catalog: see lm_catalog.h. */
 #include "model/lm_catalog.h"
 
+#include "io/quant_file.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -216,4 +218,10 @@ int pp_lm_catalog_find(const char *name, pp_lm_tensor *out) {
             return 0;
         }
     return -1;
+}
+
+int pp_lm_quantizes(const pp_lm_quantize *q, const char *name, int ndim) {
+    pp_lm_tensor t;
+    if (!q || !pp_quantize_selects(q->fmt, name, ndim)) return 0;
+    return !q->temporal_only || (!pp_lm_catalog_find(name, &t) && pp_lm_part_is_linear(t.part) && !t.depformer);
 }

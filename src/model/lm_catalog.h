@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/weight.h"
 #include "model/lm_config.h"
 
 typedef enum pp_lm_part {
@@ -56,6 +57,19 @@ int pp_lm_part_is_embedding(pp_lm_part part);
 void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size_t cap);
 /* The stored shape: [rows, cols], or a norm's [1, 1, d]; returns ndim. */
 int pp_lm_tensor_shape(const pp_lm_tensor *t, int64_t shape[3]);
+
+/* Quantizing while loading (the server's --quantize): the format (NF2, INT4, NF4 or INT8), its group (0: the format's
+ * default; PP_QUANTIZE_ROW: INT8 per row), and whether only the temporal transformer's
+ * projections are quantized (bitsandbytes' 4-bit recipe) rather than what the offline tool does. */
+typedef struct pp_lm_quantize {
+    pp_wformat fmt;
+    int group;
+    int temporal_only;
+} pp_lm_quantize;
+/* Whether quantizing with q covers the stored tensor NAME of ndim dims: what personaplex-quantize
+ * quantizes for the format (every matrix; bitsandbytes NF4 the temporal projections), narrowed
+ * to the temporal transformer's projections when q->temporal_only. */
+int pp_lm_quantizes(const pp_lm_quantize *q, const char *name, int ndim);
 
 /* Calls fn once per tensor under c, in the released checkpoint's order; stops at the first
  * nonzero return of fn and returns it (0 when all ran). */

@@ -7,8 +7,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pp_tf_load_weight(pp_backend *be, const st_file *f, const char *name, int64_t rows, int64_t cols,
-                      const char *cfg_keys, pp_weight *out, char *err) {
+void pp_tf_quant_free(pp_tf_quant *q) {
+    for (size_t i = 0; i < q->n_held; i++) pp_qtensor_free(&q->held[i]);
+    free(q->held);
+    q->held = NULL;
+    q->n_held = q->cap_held = 0;
+}
+
+/* The dense host weight quantized, uploaded, and its source pages let go. */
+static int upload_quantized(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_weight *host, pp_weight *out,
+                            char *err) {
+    if (host->fmt > PP_WF_BF16)
+        return pp_fail(err, PP_EINVAL, "%s: --quantize %s needs a BF16, F16 or F32 checkpoint, but tensor '%s' is "
+                       "stored as %s (run the file as it is, without --quantize)", pp_st_path(f),
+                       pp_wformat_name(q->opts.fmt), host->name, pp_wformat_name(host->fmt));
+    const st_tensor *src = pp_st_find(f, host->name);
+    if (q->n_held == q->cap_held) {
+        size_t cap = q->cap_held ? 2 * q->cap_held : 64;
+        pp_qtensor *h = realloc(q->held, cap * sizeof *h);
+        if (!h) return pp_fail(err, PP_ENOMEM, "%s: out of memory quantizing '%s'", pp_st_path(f), host->name);
+        q->held = h;
+        q->cap_held = cap;
+    }
+    pp_qtensor *qt = &q->held[q->n_held];
+    int rc = pp_quantize_tensor(f, src, q->opts.fmt, q->opts.group, qt, err);
+    if (rc) return rc;
+    pp_st_release(f, src);
+    rc = be->ops->weight_upload(be, &qt->w, out, err);
+    q->tensors++;
+    q->source_bytes += src->nbytes;
+    q->quantized_bytes += pp_weight_bytes(&qt->w);
+    if (!rc && out->data == qt->w.data) q->n_held++; /* the backend reads the buffers as they are */
+    else pp_qtensor_free(qt);
+    return rc;
+}
+
+int pp_tf_load_weight(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_lm_tensor *t, const char *name,
+                      int64_t rows, int64_t cols, pp_weight *out, char *err) {
     pp_weight host;
     memset(out, 0, sizeof *out);
     int rc = pp_weight_load(f, name, rows, cols, &host, err);
@@ -16,9 +51,10 @@ int pp_tf_load_weight(pp_backend *be, const st_file *f, const char *name, int64_
         /* The expected shape comes from config.json: say which keys set it. */
         char inner[PP_ERR_LEN];
         snprintf(inner, sizeof inner, "%s", err ? err : "");
-        return pp_fail(err, rc, "%s (the shape follows config keys: %s)", inner, cfg_keys);
+        return pp_fail(err, rc, "%s (the shape follows config keys: %s)", inner, t->cfg_keys);
     }
     if (rc) return rc;
+    if (q && pp_lm_quantizes(&q->opts, name, 2)) return upload_quantized(be, f, q, &host, out, err);
     return be->ops->weight_upload(be, &host, out, err);
 }
 
@@ -67,8 +103,8 @@ int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err) {
 
 /* moshi.cpp's per-step depformer projections (lm_catalog.h) all load at the catalogue's in_proj
  * entry t: in_projs.{s} [3 d, d] and out_projs.{s} [d, d] for every step s. */
-static int load_step_projections(pp_backend *be, const st_file *f, const pp_tf_shape *s, const pp_lm_tensor *t,
-                                 pp_tf_layer *L, char *err) {
+static int load_step_projections(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_tf_shape *s,
+                                 const pp_lm_tensor *t, pp_tf_layer *L, char *err) {
     char name[256];
     int64_t d = s->dim;
     pp_lm_tensor out = *t;
@@ -77,10 +113,10 @@ static int load_step_projections(pp_backend *be, const st_file *f, const pp_tf_s
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", s->prefix);
     for (int st = 0; st < s->n_steps; st++) {
         pp_lm_step_projection_name(t, st, name, sizeof name);
-        int rc = pp_tf_load_weight(be, f, name, 3 * d, d, t->cfg_keys, &L->step_proj[2 * st], err);
+        int rc = pp_tf_load_weight(be, f, q, t, name, 3 * d, d, &L->step_proj[2 * st], err);
         if (rc) return rc;
         pp_lm_step_projection_name(&out, st, name, sizeof name);
-        if ((rc = pp_tf_load_weight(be, f, name, d, d, t->cfg_keys, &L->step_proj[2 * st + 1], err))) return rc;
+        if ((rc = pp_tf_load_weight(be, f, q, &out, name, d, d, &L->step_proj[2 * st + 1], err))) return rc;
     }
     return PP_OK;
 }
@@ -91,7 +127,8 @@ static int has_step_projections(const st_file *f, const pp_tf_shape *s, const pp
     return s->n_steps > 1 && pp_weight_exists(f, name);
 }
 
-int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_tensor *t, char *err) {
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t,
+                      char *err) {
     const pp_tf_shape *s = &tf->shape;
     if (t->layer < 0 || t->layer >= s->num_layers || (t->index >= s->n_steps))
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is outside the %d layers", s->prefix, t->name, s->num_layers);
@@ -101,14 +138,14 @@ int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_t
     case PP_LM_NORM1: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm1, err);
     case PP_LM_NORM2: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm2, err);
     case PP_LM_ATTN_IN:
-        if (has_step_projections(f, s, t)) return load_step_projections(be, f, s, t, L, err);
-        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->in_proj, err);
+        if (has_step_projections(f, s, t)) return load_step_projections(be, f, q, s, t, L, err);
+        return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->in_proj, err);
     case PP_LM_ATTN_OUT:
         if (L->step_proj) return PP_OK; /* loaded with the step's in_proj */
-        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->out_proj, err);
-    case PP_LM_FFN_IN: return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->ffn_in[step], err);
+        return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->out_proj, err);
+    case PP_LM_FFN_IN: return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->ffn_in[step], err);
     case PP_LM_FFN_OUT:
-        return pp_tf_load_weight(be, f, t->name, t->rows, t->cols, t->cfg_keys, &L->ffn_out[step], err);
+        return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->ffn_out[step], err);
     default: return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is not a layer's", s->prefix, t->name);
     }
 }

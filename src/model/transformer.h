@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "io/quant_tensor.h"
 #include "io/safetensors.h"
 #include "model/lm_catalog.h"
 
@@ -55,12 +56,24 @@ typedef struct pp_tf_scratch {
     float *h, *qkv, *att, *tmp, *u, *m; /* backend [rows][...] */
 } pp_tf_scratch;
 
+/* Quantization while loading (the server's --quantize): the format, its group, and what it
+ * covers; the tensors chosen must be stored dense (F32, F16, BF16). */
+typedef struct pp_tf_quant {
+    pp_lm_quantize opts; /* its group resolved (never 0) */
+    pp_qtensor *held;  /* quantized buffers a backend reads in place (the CPU's), freed by pp_tf_quant_free */
+    size_t n_held, cap_held;
+    int tensors;       /* quantized so far, */
+    uint64_t source_bytes, quantized_bytes; /* from this many bytes to this many */
+} pp_tf_quant;
+void pp_tf_quant_free(pp_tf_quant *q);
+
 /* Loading, driven by the LM catalogue: pp_tf_init sizes tf for shape (no weights yet; on
  * failure pp_tf_free it); pp_tf_load_tensor loads and uploads one catalogued layer tensor
  * into its place; pp_tf_link, once all are in, points each step at its weights. pp_tf_free
  * releases whatever was loaded. */
 int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err);
-int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf *tf, const pp_lm_tensor *t, char *err);
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t,
+                      char *err);
 void pp_tf_link(pp_tf *tf);
 void pp_tf_free(pp_backend *be, pp_tf *tf);
 /* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */
@@ -89,10 +102,11 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches, int n, float *x,
                    const int32_t *pos, int step, float *layer_out);
 
-/* Loads the 2-D weight `name` as [rows, cols] and uploads it; a shape mismatch is reported as a
- * contradiction between the config keys cfg_keys and the tensor. */
-int pp_tf_load_weight(pp_backend *be, const st_file *f, const char *name, int64_t rows, int64_t cols,
-                      const char *cfg_keys, pp_weight *out, char *err);
+/* Loads the 2-D weight `name` as [rows, cols] (catalogue entry t: what part it is) and uploads
+ * it, quantized first when q (may be NULL) covers it; a shape mismatch is reported as a
+ * contradiction between t's config keys and the tensor. */
+int pp_tf_load_weight(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_lm_tensor *t, const char *name,
+                      int64_t rows, int64_t cols, pp_weight *out, char *err);
 /* Loads an RMSNorm scale (`NAME` of d values, any float dtype) into a new backend buffer. */
 int pp_tf_load_alpha(pp_backend *be, const st_file *f, const char *name, int d, const char *cfg_keys, float **out,
                      char *err);

@@ -180,7 +180,9 @@ static void *load_main(void *arg) {
     engine *e = NULL;
     int capacity = 0;
     pp_model_paths mp = {.weights = a->paths[0], .mimi = a->paths[1], .tokenizer = a->paths[2],
-                         .voices_dir = a->paths[3]};
+                         .voices_dir = a->paths[3], .quantize = a->opt.quantize,
+                         .quantize_group = a->opt.quantize_group,
+                         .quantize_temporal_only = a->opt.quantize_temporal_only};
     /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
     if (a->opt.weights_in_host_memory) setenv("PP_WEIGHTS_IN_HOST_MEMORY", "1", 1);
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
@@ -190,7 +192,9 @@ static void *load_main(void *arg) {
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
         rc = pp_demo_write_context(dir, a->opt.demo_context, &a->demo, err);
         mp = (pp_model_paths){.weights = a->demo.weights, .mimi = a->demo.mimi, .tokenizer = a->demo.tokenizer,
-                              .voices_dir = a->demo.voices_dir, .name = "demo"};
+                              .voices_dir = a->demo.voices_dir, .name = "demo", .quantize = a->opt.quantize,
+                              .quantize_group = a->opt.quantize_group,
+                              .quantize_temporal_only = a->opt.quantize_temporal_only};
         if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
     }
     /* Before the load: the weights and one f32 conversation must fit. How many conversations

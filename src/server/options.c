@@ -51,6 +51,20 @@ static const opt_spec g_opts[] = {
     {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
      "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
      "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
+    {"quantize", "FORMAT", OPT_STRING, F(quantize), 0, 0, NULL, NULL,
+     "Quantize a BF16/F16/F32 checkpoint while it loads, tensor by tensor: nf2, int4, nf4 or int8 "
+     "(bitsandbytes' 8-bit layout, one scale per 128 inputs). The weights come out exactly as "
+     "personaplex-quantize would write them, and host memory stays near their quantized size plus one "
+     "tensor, so the BF16 release runs on a 16 GB GPU (int8) or smaller (nf4, int4, nf2) without a "
+     "separate conversion. nf2, int4 and int8 cover every matrix, nf4 the temporal transformer's "
+     "projections as bitsandbytes' 4-bit recipe does. A checkpoint already quantized is refused."},
+    {"quantize-group", "N", OPT_INT, F(quantize_group), -1, 4096, "0", NULL,
+     "With --quantize: the group (block) of inputs that share a scale; it must divide every row. "
+     "0: the format's own (128 for nf2 and int8, 64 for int4 and nf4); -1: int8 with one scale per "
+     "row, as bitsandbytes stores it."},
+    {"quantize-temporal-only", NULL, OPT_FLAG, F(quantize_temporal_only), 0, 1, NULL, NULL,
+     "With --quantize: quantize only the temporal transformer's projections, keeping the depformer "
+     "and the embeddings as stored (the bitsandbytes 4-bit recipe's choice, for any format)."},
     {"weights-in-host-memory", NULL, OPT_FLAG, F(weights_in_host_memory), 0, 1, NULL, NULL,
      "CUDA: read the weights in place from the mapped file over the bus instead of copying them "
      "into GPU memory (slow on a discrete GPU: for tests, or when the GPU cannot hold them). An "

@@ -46,6 +46,9 @@ typedef struct server_options {
     int demo_context;   /* LM context of the --demo model (0: its default) */
     int skip_memory_check;
     int weights_in_host_memory; /* CUDA reads the weights from the mapped file (backend.h host_map) */
+    char *quantize;             /* NULL, or the layout a dense checkpoint is quantized to while loading */
+    int quantize_group;         /* 0: the format's default; -1: int8 per row */
+    int quantize_temporal_only;
     int help;
     int version;
 } server_options;
