@@ -24,6 +24,12 @@ int pp_quantize_check(pp_wformat fmt, int gs, char *err) {
     return PP_OK;
 }
 
+uint64_t pp_quantized_bytes(pp_wformat fmt, int group, int64_t rows, int64_t cols) {
+    pp_weight w = {.fmt = fmt, .rows = rows, .cols = cols, .group = group == PP_QUANTIZE_ROW ? (int)cols : group,
+                   .nested_absmax = fmt == PP_WF_NF4 ? pp_quant_nf4_table : NULL, .nested_block = NF4_NESTED_BLOCK};
+    return pp_weight_bytes(&w);
+}
+
 static int64_t chunk_rows(int64_t cols) { return cols >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / cols; }
 
 /* Codes and per-group scales of source rows [r0, r0 + nr) (x holds them), at their offsets. */

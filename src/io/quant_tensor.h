@@ -22,6 +22,8 @@ typedef struct pp_qtensor {
 
 /* The group (block) size a format uses when none is asked for: 128 (NF2, INT8), 64 (INT4, NF4). */
 int pp_quantize_default_group(pp_wformat fmt);
+/* Bytes a [rows, cols] tensor takes quantized to fmt with group (codes, scales and tables). */
+uint64_t pp_quantized_bytes(pp_wformat fmt, int group, int64_t rows, int64_t cols);
 /* Checks a format and group size: PP_EINVAL with the reason when they cannot be used. */
 int pp_quantize_check(pp_wformat fmt, int group, char *err);
 /* Quantizes tensor t of f into q (group as pp_quantize_check accepts; the row length must be a

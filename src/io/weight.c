@@ -39,6 +39,15 @@ static const st_tensor *find_suffix(const st_file *f, const char *base, const ch
     return k > 0 && (size_t)k < sizeof key ? pp_st_find(f, key) : NULL;
 }
 
+int pp_wformat_parse(const char *name, pp_wformat *out) {
+    for (int f = 0; f < PP_WF_COUNT; f++)
+        if (!strcmp(name, pp_wformat_name((pp_wformat)f))) {
+            *out = (pp_wformat)f;
+            return PP_OK;
+        }
+    return PP_ENOTFOUND;
+}
+
 typedef enum { LAYOUT_NONE, LAYOUT_DENSE, LAYOUT_NF2, LAYOUT_INT4, LAYOUT_NF4, LAYOUT_INT8 } layout;
 
 /* The metadata keys decide: a quantized layout's bare key (INT4, NF4) is itself a U8 tensor. */

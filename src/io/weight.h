@@ -61,6 +61,8 @@ pp_weight pp_weight_rows(const pp_weight *w, int64_t r0, int64_t n);
 /* Bytes the packed weight occupies (data + scales + tables), for logs and benchmarks. */
 size_t pp_weight_bytes(const pp_weight *w);
 const char *pp_wformat_name(pp_wformat fmt);
+/* The format named name (as pp_wformat_name spells it); PP_ENOTFOUND when none is. */
+int pp_wformat_parse(const char *name, pp_wformat *out);
 
 /* Reference decode of rows [r0, r0+n) into dst[n][cols] (f32), host memory only. Used by
  * the CPU backend's embedding lookup (one row), by tests and by the quantizer's report. */

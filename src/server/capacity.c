@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/quant_tensor.h"
 #include "model/lm.h"
 #include "model/lm_config.h"
 
@@ -88,7 +89,25 @@ static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *to
     read_meminfo(total, avail);
 }
 
+/* Bytes the checkpoint's weights take once loaded: as stored, or quantized where q covers them. */
+static uint64_t loaded_bytes(const st_file *f, const pp_lm_quantize *q) {
+    if (!q) return pp_st_size(f);
+    uint64_t bytes = 0;
+    int group = q->group ? q->group : pp_quantize_default_group(q->fmt);
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const st_tensor *t = pp_st_at(f, i);
+        bytes += pp_lm_quantizes(q, t->name, t->ndim) ? pp_quantized_bytes(q->fmt, group, t->shape[0], t->shape[1])
+                                                      : t->nbytes;
+    }
+    return bytes;
+}
+
 int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err) {
+    return capacity_check_quantized(be, weights, mimi, NULL, max_sessions, enforce, err);
+}
+
+int capacity_check_quantized(pp_backend *be, const char *weights, const char *mimi, const pp_lm_quantize *quantize,
+                             int max_sessions, int enforce, char *err) {
     char dev[256];
     capacity_plan p = {0};
     uint64_t total, kv;
@@ -100,7 +119,7 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, int ma
     st_file *f;
     p.weights = file_size(mimi);
     if (!pp_st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
-        p.weights += pp_st_size(f);
+        p.weights += loaded_bytes(f, quantize);
         pp_st_close(f);
     }
     p.per_session = kv + CAPACITY_SESSION_EXTRA;

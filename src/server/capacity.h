@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/lm_catalog.h"
 
 /* Per-conversation allowance beyond the KV rings: Mimi streaming state, depformer caches,
  * activations (each a few MB; 64 MiB covers them with room). */
@@ -34,5 +35,9 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *er
 /* Logs the device, its memory and the plan. With enforce, PP_EFULL when max_sessions do
  * not fit; err then gives the numbers and what would fit. */
 int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err);
+/* The same for a dense checkpoint quantized while it loads (quantize not NULL): its weights count
+ * at their quantized size. */
+int capacity_check_quantized(pp_backend *be, const char *weights, const char *mimi, const pp_lm_quantize *quantize,
+                             int max_sessions, int enforce, char *err);
 
 #endif

@@ -199,7 +199,11 @@ static void *load_main(void *arg) {
     }
     /* Before the load: the weights and one f32 conversation must fit. How many conversations
      * fit in the chosen KV format, and in real time, is measured once the model is in. */
-    if (!rc) rc = capacity_check(a->backend, mp.weights, mp.mimi, 1, !a->opt.skip_memory_check, err);
+    pp_lm_quantize q = {.group = mp.quantize_group, .temporal_only = mp.quantize_temporal_only};
+    int quantize = mp.quantize && !pp_wformat_parse(mp.quantize, &q.fmt);
+    if (!rc)
+        rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, 1,
+                                      !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
     if (!rc) rc = start_engine(a, model, &e, &capacity, err);
     server_publish(s, model, e, rc ? err : NULL);

@@ -99,17 +99,6 @@ void pp_model_close(pp_model *m) {
     free(m);
 }
 
-/* The quantized layout a --quantize name asks for. */
-static int quantize_format(const char *name, pp_wformat *fmt, char *err) {
-    static const pp_wformat layouts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
-    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
-        if (!strcmp(name, pp_wformat_name(layouts[i]))) {
-            *fmt = layouts[i];
-            return PP_OK;
-        }
-    return pp_fail(err, PP_EINVAL, "quantize: '%s' is not nf2, int4, nf4 or int8", name);
-}
-
 int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, char *err) {
     pp_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "model: out of memory");
@@ -121,7 +110,9 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     /* The LM's architecture comes from a config.json beside its weights, if there is one. */
     char config[4200];
     pp_lm_quantize q = {.group = paths->quantize_group, .temporal_only = paths->quantize_temporal_only};
-    int rc = paths->quantize ? quantize_format(paths->quantize, &q.fmt, err) : PP_OK;
+    int rc = paths->quantize && pp_wformat_parse(paths->quantize, &q.fmt)
+                 ? pp_fail(err, PP_EINVAL, "quantize: '%s' is not nf2, int4, nf4 or int8", paths->quantize)
+                 : PP_OK;
     if (!rc)
         rc = pp_lm_open_quantized(be, paths->weights, pp_lm_config_beside(paths->weights, config, sizeof config),
                                   paths->quantize ? &q : NULL, &m->lm, err);
