@@ -6,6 +6,8 @@
 #include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "io/weight.h"
+#include "model/lm.h"
+#include "model/lm_export.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -78,6 +80,62 @@ static void round_trip(pp_wformat fmt, int group, double min_cos, int want_quant
     unlink(path);
 }
 
+/* --format bf16 on a checkpoint of each layout: every catalogued tensor of the output is the
+ * BF16 rounding of the source's decode, exactly, under the release's names. */
+typedef struct exported {
+    const st_file *src, *out;
+    int tensors, differ;
+} exported;
+
+static int compare_export(void *ctx, const pp_lm_tensor *t) {
+    exported *x = ctx;
+    char err[PP_ERR_LEN];
+    int64_t n = t->rows * t->cols;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    const st_tensor *o = pp_st_find(x->out, t->name);
+    int ok = o && o->dtype == ST_BF16 && o->numel == n && pp_st_load_f32(x->out, o, 0, n, b, err) == 0;
+    if (ok && t->ndim == 3) {
+        ok = pp_st_load_f32(x->src, pp_st_find(x->src, t->name), 0, n, a, err) == 0;
+    } else if (ok) {
+        pp_weight w;
+        ok = pp_weight_load(x->src, t->name, t->rows, t->cols, &w, err) == 0 &&
+             pp_weight_decode_rows(&w, 0, t->rows, a, err) == 0;
+    }
+    for (int64_t i = 0; ok && i < n; i++) ok = pp_bf16_to_f32(pp_f32_to_bf16(a[i])) == b[i];
+    x->tensors++;
+    x->differ += !ok;
+    free(a);
+    free(b);
+    return 0;
+}
+
+static void export_bf16(const char *case_dir, const char *weights) {
+    char err[PP_ERR_LEN], src_path[512], cfg_path[512], path[] = "/tmp/pp_test_export_XXXXXX";
+    int fd = mkstemp(path), layers = 0;
+    if (fd < 0) return;
+    close(fd);
+    snprintf(src_path, sizeof src_path, "%s/%s/%s", PP_TEST_DATA "/golden", case_dir, weights);
+    snprintf(cfg_path, sizeof cfg_path, "%s/%s/config.json", PP_TEST_DATA "/golden", case_dir);
+    st_file *src = NULL, *out = NULL;
+    pp_lm_config c;
+    int rc = pp_lm_export_bf16(src_path, path, &layers, err);
+    if (!rc) rc = pp_st_open(src_path, &src, err);
+    if (!rc) rc = pp_st_open(path, &out, err);
+    if (!rc) rc = pp_lm_config_for(cfg_path, src, &c, err);
+    if (rc) fprintf(stderr, "%s: %s\n", case_dir, err);
+    TEST_COND("export to bf16", rc == PP_OK);
+    if (!rc) {
+        exported x = {.src = src, .out = out};
+        pp_lm_catalog(&c, compare_export, &x);
+        printf("%s -> bf16: %d tensors, %d differ from the rounded decode (%zu in the file)\n", case_dir, x.tensors,
+               x.differ, pp_st_count(out));
+        TEST_COND("bf16 export is the rounded decode", x.differ == 0 && x.tensors == (int)pp_st_count(out));
+    }
+    pp_st_close(src);
+    pp_st_close(out);
+    unlink(path);
+}
+
 int main(void) {
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
@@ -95,5 +153,9 @@ int main(void) {
     o = (pp_quantize_opts){.fmt = PP_WF_NF4, .group = PP_QUANTIZE_ROW};
     TEST_COND("one scale per row is INT8's", pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err) == PP_EINVAL &&
                                                 strstr(err, "INT8"));
+    export_bf16("lm-nf2", "model.safetensors");
+    export_bf16("lm-nf4", "model.safetensors");
+    export_bf16("lm-int8b", "model.safetensors");
+    export_bf16("lm-q4k", "model.gguf");
     return test_report();
 }

@@ -1,15 +1,19 @@
 /* personaplex-quantize: converts a BF16/F16/F32 safetensors checkpoint into the NF2+WHT, INT4,
  * bitsandbytes NF4 or INT8 layout (docs/formats.md), tensor by tensor with bounded memory. A
  * progress bar goes to stderr; stdout gets one line per quantized tensor with the cosine of
- * its decode against the source, then the worst and mean cosine.
- *   personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4|int8 [--group N|row] */
+ * its decode against the source, then the worst and mean cosine. --format bf16 goes the other
+ * way: any LM checkpoint the server reads (every layout, GGUF included) is decoded, tensor by
+ * tensor along the model's catalogue, into a plain BF16 safetensors file with the release's names.
+ *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "io/quant_file.h"
+#include "model/lm_export.h"
 
 typedef struct {
     int tty, last_pct, last_decile, count;
@@ -44,12 +48,14 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-quantize IN.safetensors OUT.safetensors --format nf2|int4|nf4|int8 [--group N]\n"
+    fprintf(stderr, "usage: personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row]\n"
                     "  nf2   NF2+WHT 2-bit (turbo2bit layout), every 2-D weight, group 128\n"
                     "  int4  symmetric INT4 (personaplex-7b-nf4 layout), every 2-D weight, group 64\n"
                     "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n"
                     "  int8  bitsandbytes Linear8bitLt layout, every 2-D weight, one absmax per block of 128\n"
-                    "        inputs (--group N), or per row as bitsandbytes stores it (--group row)\n");
+                    "        inputs (--group N), or per row as bitsandbytes stores it (--group row)\n"
+                    "  bf16  any checkpoint the server reads (a quantized layout, GGUF) decoded to dense BF16\n"
+                    "        with the release's tensor names (a config.json beside IN sets the shapes)\n");
     return 2;
 }
 
@@ -86,13 +92,23 @@ int main(int argc, char **argv) {
         o.fmt = PP_WF_NF4;
     else if (strcmp(format, "int8") == 0)
         o.fmt = PP_WF_INT8;
-    else
+    else if (strcmp(format, "bf16") != 0)
         return usage();
+    char err[PP_ERR_LEN];
+    if (strcmp(format, "bf16") == 0) {
+        pp_log_set_level(PP_LOG_WARN);
+        int layers = 0;
+        if (!pp_lm_export_bf16(in, out, &layers, err)) {
+            printf("%s: %d temporal layers decoded to BF16 in %s\n", in, layers, out);
+            return 0;
+        }
+        fprintf(stderr, "personaplex-quantize: %s\n", err);
+        return 1;
+    }
     ui u = {.tty = isatty(2), .last_pct = -1, .last_decile = -1};
     o.progress = on_progress;
     o.report = on_report;
     o.user = &u;
-    char err[PP_ERR_LEN];
     int rc = pp_quantize_file(in, out, &o, err);
     if (u.tty) fprintf(stderr, "\n");
     if (rc) {
