@@ -153,6 +153,10 @@ int main(void) {
     o = (pp_quantize_opts){.fmt = PP_WF_NF4, .group = PP_QUANTIZE_ROW};
     TEST_COND("one scale per row is INT8's", pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err) == PP_EINVAL &&
                                                 strstr(err, "INT8"));
+    /* the report alone: the same cosines, no file */
+    seen r = {0};
+    o = (pp_quantize_opts){.fmt = PP_WF_INT4, .group = 64, .report = on_report, .user = &r};
+    TEST_COND("report", pp_quantize_report(SRC, &o, err) == PP_OK && r.count == 146 && r.worst > 0.99);
     export_bf16("lm-nf2", "model.safetensors");
     export_bf16("lm-nf4", "model.safetensors");
     export_bf16("lm-int8b", "model.safetensors");

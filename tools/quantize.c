@@ -49,6 +49,8 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row]\n"
+                    "       personaplex-quantize IN --format nf2|int4|nf4|int8 [--group N|row] --report\n"
+                    "  (--report: each tensor's and the model's cosine to the source, no file written)\n"
                     "  nf2   NF2+WHT 2-bit (turbo2bit layout), every 2-D weight, group 128\n"
                     "  int4  symmetric INT4 (personaplex-7b-nf4 layout), every 2-D weight, group 64\n"
                     "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n"
@@ -61,10 +63,13 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *format = NULL;
+    int report_only = 0;
     pp_quantize_opts o = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             format = argv[++i];
+        } else if (strcmp(argv[i], "--report") == 0) {
+            report_only = 1;
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc && strcmp(argv[i + 1], "row") == 0) {
             o.group = PP_QUANTIZE_ROW;
             i++;
@@ -83,7 +88,7 @@ int main(int argc, char **argv) {
             return usage();
         }
     }
-    if (!in || !out || !format) return usage();
+    if (!in || !format || (!out && !report_only) || (out && report_only)) return usage();
     if (strcmp(format, "nf2") == 0)
         o.fmt = PP_WF_NF2;
     else if (strcmp(format, "int4") == 0)
@@ -109,12 +114,13 @@ int main(int argc, char **argv) {
     o.progress = on_progress;
     o.report = on_report;
     o.user = &u;
-    int rc = pp_quantize_file(in, out, &o, err);
+    int rc = report_only ? pp_quantize_report(in, &o, err) : pp_quantize_file(in, out, &o, err);
     if (u.tty) fprintf(stderr, "\n");
     if (rc) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
         return 1;
     }
-    if (u.count) printf("%d tensors quantized: worst cos %.5f, mean %.5f\n", u.count, u.worst, u.sum / u.count);
+    if (u.count) printf("%d tensors %s: worst cos %.5f, mean %.5f\n", u.count, report_only ? "measured" : "quantized",
+                        u.worst, u.sum / u.count);
     return 0;
 }

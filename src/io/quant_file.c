@@ -182,3 +182,26 @@ int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantiz
     pp_st_close(in);
     return rc;
 }
+
+int pp_quantize_report(const char *in_path, const pp_quantize_opts *o, char *err) {
+    int gs = o->group ? o->group : pp_quantize_default_group(o->fmt);
+    if (pp_quantize_check(o->fmt, gs, err)) return PP_EINVAL;
+    st_file *in = NULL;
+    int rc = pp_st_open(in_path, &in, err);
+    uint64_t done = 0, total = 0;
+    for (size_t i = 0; !rc && i < pp_st_count(in); i++) total += pp_st_at(in, i)->nbytes;
+    for (size_t i = 0; !rc && i < pp_st_count(in); i++) {
+        const st_tensor *t = pp_st_at(in, i);
+        if (pp_quantize_selects(o->fmt, t->name, t->ndim)) {
+            pp_qtensor q;
+            if (!(rc = pp_quantize_tensor(in, t, o->fmt, gs, &q, err))) {
+                if (o->report) o->report(o->user, t->name, q.w.rows, q.w.cols, q.cosine);
+                pp_qtensor_free(&q);
+            }
+        }
+        done += t->nbytes;
+        if (o->progress) o->progress(o->user, done, total);
+    }
+    if (in) pp_st_close(in);
+    return rc;
+}

@@ -28,5 +28,7 @@ typedef struct pp_quantize_opts {
 int pp_quantize_selects(pp_wformat fmt, const char *name, int ndim);
 
 int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantize_opts *opts, char *err);
+/* The same quantization without a file: opts->report gets every tensor's cosine. */
+int pp_quantize_report(const char *in_path, const pp_quantize_opts *opts, char *err);
 
 #endif
