@@ -4,6 +4,8 @@
  * its decode against the source, then the worst and mean cosine. --format bf16 goes the other
  * way: any LM checkpoint the server reads (every layout, GGUF included) is decoded, tensor by
  * tensor along the model's catalogue, into a plain BF16 safetensors file with the release's names.
+ * A quantized or GGUF input to the other formats is first decoded that way into a staging file
+ * beside the output (as large as the BF16 model), which is removed afterwards.
  *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "io/quant_file.h"
+#include "io/safetensors.h"
 #include "model/lm_export.h"
 
 typedef struct {
@@ -45,6 +48,20 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
     if (u->count++ == 0 || cosine < u->worst) u->worst = cosine;
     u->sum += cosine;
     u->last_pct = -1; /* redraw the bar under the line */
+}
+
+/* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata,
+ * i.e. the file is not already in a quantized layout or a GGUF block type. */
+static int is_dense(const char *path, char *err) {
+    st_file *f;
+    if (pp_st_open(path, &f, err)) return -1;
+    int dense = 1;
+    for (size_t i = 0; i < pp_st_count(f) && dense; i++) {
+        st_dtype dt = pp_st_at(f, i)->dtype;
+        dense = dt == ST_F32 || dt == ST_F16 || dt == ST_BF16;
+    }
+    pp_st_close(f);
+    return dense;
 }
 
 static int usage(void) {
@@ -110,11 +127,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
         return 1;
     }
+    /* A checkpoint in another layout is decoded to BF16 beside the output first (as --format bf16). */
+    char staged[4200] = "";
+    int dense = is_dense(in, err), layers;
+    if (dense < 0) {
+        fprintf(stderr, "personaplex-quantize: %s\n", err);
+        return 1;
+    }
+    if (!dense) {
+        snprintf(staged, sizeof staged, "%s.bf16-staging", out ? out : in);
+        fprintf(stderr, "personaplex-quantize: %s is not dense; decoding it to BF16 in %s first\n", in, staged);
+        if (pp_lm_export_bf16(in, staged, &layers, err)) {
+            fprintf(stderr, "personaplex-quantize: %s\n", err);
+            return 1;
+        }
+        in = staged;
+    }
     ui u = {.tty = isatty(2), .last_pct = -1, .last_decile = -1};
     o.progress = on_progress;
     o.report = on_report;
     o.user = &u;
     int rc = report_only ? pp_quantize_report(in, &o, err) : pp_quantize_file(in, out, &o, err);
+    if (staged[0]) unlink(staged);
     if (u.tty) fprintf(stderr, "\n");
     if (rc) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
