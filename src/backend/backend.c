@@ -27,6 +27,13 @@ void pp_backend_destroy(pp_backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+int pp_backend_uses_host_memory(pp_backend *be) {
+    int shared = !be->ops->mem_info;
+    char name[64];
+    if (be->ops->describe) be->ops->describe(be, name, sizeof name, &shared);
+    return shared;
+}
+
 int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err) {
     if (be->ops->run_recorded) return be->ops->run_recorded(be, key, issue, arg, err);
     issue(arg);

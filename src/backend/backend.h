@@ -203,6 +203,8 @@ struct pp_backend {
     void *impl; /* backend-private context */
 };
 
+/* Whether the backend's buffers take host memory: the CPU's, or an integrated GPU's (describe). */
+int pp_backend_uses_host_memory(pp_backend *be);
 /* be->ops->run_recorded, or issue(arg) where the backend records nothing. */
 int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err);
 void pp_backend_forget_recorded(pp_backend *be, uint64_t key);

@@ -60,7 +60,7 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
     if (rc) return rc;
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
-    if (strcmp(pp_model_backend(m), "cpu") == 0)
+    if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
         lim.mem_free = lim.mem_free > reserved_host ? lim.mem_free - reserved_host : 1;
     lim.hard_max = hard_max > 0 && hard_max < PP_PLAN_MAX ? hard_max : PP_PLAN_MAX;
     /* Never calibrate more conversations than the memory holds (they are real allocations). */
