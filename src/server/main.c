@@ -128,9 +128,10 @@ static int resolve_model_paths(app *a, char *err) {
 }
 
 /* --kv-cache: auto is f32 on the CPU (the reference's numerics; RAM is plentiful there and one
- * conversation is the bound anyway) and int8 on a GPU, where memory bounds the conversations. */
-static int kv_format(const char *name, const char *backend, pp_kv_format *out, char *err) {
-    if (strcmp(name, "auto") == 0) *out = strcmp(backend, "cpu") == 0 ? PP_KV_F32 : PP_KV_INT8;
+ * conversation is the bound anyway) and int8 on a device with its own memory accounting (a GPU),
+ * where memory bounds the conversations. */
+static int kv_format(const char *name, const pp_backend *be, pp_kv_format *out, char *err) {
+    if (strcmp(name, "auto") == 0) *out = be->ops->mem_info ? PP_KV_INT8 : PP_KV_F32;
     else if (strcmp(name, "f32") == 0) *out = PP_KV_F32;
     else if (strcmp(name, "bf16") == 0) *out = PP_KV_BF16;
     else if (strcmp(name, "int8") == 0) *out = PP_KV_INT8;
@@ -143,7 +144,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     static const char *const kv_names[] = {"f32", "bf16", "int8"};
     pp_kv_format kv = PP_KV_F32;
     size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
-    int rc = kv_format(a->opt.kv_cache, pp_model_backend(model), &kv, err);
+    int rc = kv_format(a->opt.kv_cache, pp_model_get_backend(model), &kv, err);
     if (!rc) rc = pp_model_set_kv_cache(model, kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     pp_plan plan;
