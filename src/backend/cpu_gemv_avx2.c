@@ -26,13 +26,6 @@
 #define INPUTS 4   /* inputs per pass */
 #define CHUNK 1024 /* columns whose group scales are fetched at once */
 
-INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* acc[q] += w · x[q][col] for the pass's nb inputs. */
 INLINE void fma_inputs(__m256 *acc, __m256 w, const float *const *x, int nb, int64_t col) {
     for (int q = 0; q < nb; q++) acc[q] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[q] + col), acc[q]);
@@ -56,7 +49,7 @@ typedef struct pass {
 /* y = the accumulators' sums, plus the scalar tail's when there is one. */
 INLINE void store_sums(const pass *p, __m256 acc[ROWS][INPUTS], float (*tail)[INPUTS], int rb, int nb) {
     for (int k = 0; k < rb; k++)
-        for (int q = 0; q < nb; q++) p->y[q][p->r + k] = hsum(acc[k][q]) + (tail ? tail[k][q] : 0.0f);
+        for (int q = 0; q < nb; q++) p->y[q][p->r + k] = cpu_hsum8(acc[k][q]) + (tail ? tail[k][q] : 0.0f);
 }
 
 /* Dense formats: rb rows × nb inputs over the whole row; a scalar loop takes cols % 8. */

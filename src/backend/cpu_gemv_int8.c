@@ -13,13 +13,6 @@
 #define ROWS 4
 #define INPUTS 2
 
-CPU_AVX2 static float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Rows [r, r + rb) for inputs [i, i + nb): each eight inputs' values are loaded once for all rows. */
 CPU_AVX2 static inline __attribute__((always_inline)) void pass(const pp_weight *w, const float *x, int64_t r, int rb,
                                                                 int i, int nb, float *y) {
@@ -50,7 +43,7 @@ CPU_AVX2 static inline __attribute__((always_inline)) void pass(const pp_weight 
         }
     }
     for (int k = 0; k < rb; k++)
-        for (int m = 0; m < nb; m++) y[(int64_t)(i + m) * w->rows + r + k] = hsum8(total[k][m]);
+        for (int m = 0; m < nb; m++) y[(int64_t)(i + m) * w->rows + r + k] = cpu_hsum8(total[k][m]);
 }
 
 CPU_AVX2 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0,

@@ -18,13 +18,6 @@
 #define INPUTS 4
 #define ROWS 2 /* rows per pass: each x vector loaded feeds both */
 
-INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Eight codes (bytes 0..15) as floats. */
 INLINE __m256 codes8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
 
@@ -86,7 +79,7 @@ INLINE void rows_pass(const pp_weight *w, int64_t r, int rb, const float *const 
         for (int k = 0; k < rb; k++) rw[k].blk += QUANT_Q4_K_BYTES;
     }
     for (int k = 0; k < rb; k++)
-        for (int i = 0; i < nb; i++) y[i][r + k] = hsum(acc[k][i]);
+        for (int i = 0; i < nb; i++) y[i][r + k] = cpu_hsum8(acc[k][i]);
 }
 
 CPU_AVX2 void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {

@@ -346,13 +346,8 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
         }
     }
     for (int k = 0; k < rb; k++)
-        for (int q = 0; q < nb; q++) {
-            __m256 m = macc[k][q];
-            __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - _mm_cvtss_f32(s);
-        }
+        for (int q = 0; q < nb; q++)
+            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(macc[k][q]);
 }
 
 

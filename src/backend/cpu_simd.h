@@ -28,6 +28,14 @@ typedef enum {
 #define CPU_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=fast")))
 #endif
 #define CPU_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#include <immintrin.h>
+/* The sum of a vector's eight floats: the SIMD loops' row totals. */
+__attribute__((target("avx2"), always_inline)) static inline float cpu_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 #else
 #define CPU_HAVE_AVX2 0
 #endif
