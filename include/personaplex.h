@@ -78,14 +78,14 @@ typedef enum pp_kv_format { PP_KV_F32 = 0, PP_KV_BF16 = 1, PP_KV_INT8 = 2 } pp_k
 #define PP_PARAMS_MAX_VOICE 64
 
 typedef struct pp_session_params {
-    char voice[PP_PARAMS_MAX_VOICE];          /* voice name, e.g. "NATF2" or "NATF2.pt" */
+    char voice[PP_PARAMS_MAX_VOICE];            /* voice name, e.g. "NATF2" or "NATF2.pt" */
     char text_prompt[PP_PARAMS_MAX_PROMPT + 1]; /* UTF-8, not yet <system>-wrapped */
-    float text_temperature;                   /* [0, 2]; 0 is greedy */
-    int text_topk;                            /* [1, 32000] */
-    float audio_temperature;                  /* [0, 2] */
-    int audio_topk;                           /* [1, 2048] */
+    float text_temperature;                     /* [0, 2]; 0 is greedy */
+    int text_topk;                              /* [1, 32000] */
+    float audio_temperature;                    /* [0, 2] */
+    int audio_topk;                             /* [1, 2048] */
     uint64_t text_seed, audio_seed;
-    int echo_cancel;                          /* echo_cancel=: 1 asks for it, 0 refuses it, -1 unset */
+    int echo_cancel; /* echo_cancel=: 1 asks for it, 0 refuses it, -1 unset */
 } pp_session_params;
 
 /* The reference sampling (text 0.7 / top-25, audio 0.8 / top-250), voice "NATF2", an empty
@@ -124,7 +124,7 @@ int pp_params_parse_query(pp_session_params *p, const char *query, size_t len, c
  * for bit on the CPU backend). Sessions are independent: any number may exist, each used by
  * one thread at a time; nothing is allocated per frame. */
 
-#define PP_SESSION_PIECE_MAX 64 /* bytes of one text piece, NUL included */
+#define PP_SESSION_PIECE_MAX 64    /* bytes of one text piece, NUL included */
 #define PP_SESSION_PREFILL_ROWS 32 /* prompt frames per pp_session_prefill call (one LM pass) */
 
 typedef struct pp_model pp_model;
@@ -140,7 +140,7 @@ typedef struct pp_model_paths {
      * quantized while it loads, tensor by tensor, exactly as personaplex-quantize would write it
      * (host memory stays near the quantized size plus one tensor); a quantized file is refused. */
     const char *quantize;
-    int quantize_group;         /* 0: the format's default (128 for nf2 and int8, 64 for int4 and nf4); -1: int8 per row */
+    int quantize_group; /* 0: the format's default (128 for nf2 and int8, 64 for int4 and nf4); -1: int8 per row */
     int quantize_temporal_only; /* only the temporal transformer's projections (bitsandbytes' 4-bit recipe) */
 } pp_model_paths;
 
@@ -174,8 +174,7 @@ typedef struct pp_step_times {
 /* Creates a conversation: resolves the voice, tokenizes the prompt (more than
  * max_prompt_tokens is PP_EFULL with a message fit for the client), allocates the state.
  * Heavy model work waits for pp_session_prefill. */
-int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_tokens, pp_session **out,
-                      char *err);
+int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_tokens, pp_session **out, char *err);
 void pp_session_destroy(pp_session *s);
 
 /* Runs the next PP_SESSION_PREFILL_ROWS prompt frames, or all of them at once from the prompt

@@ -142,9 +142,12 @@ static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, in
         pp_quant_int8_quantize(src, rows, cols, group, h->data, h->scales);
     } else if (pp_wformat_block_bytes(fmt)) { /* ggml blocks hold their scales */
         h->data = malloc(groups * (size_t)pp_wformat_block_bytes(fmt));
-        if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, (int64_t)groups, h->data);
-        else if (fmt == PP_WF_Q8_0) pp_quant_q8_0_quantize(src, (int64_t)groups, h->data);
-        else pp_quant_q4_k_quantize(src, (int64_t)groups, h->data);
+        if (fmt == PP_WF_Q4_0)
+            pp_quant_q4_0_quantize(src, (int64_t)groups, h->data);
+        else if (fmt == PP_WF_Q8_0)
+            pp_quant_q8_0_quantize(src, (int64_t)groups, h->data);
+        else
+            pp_quant_q4_k_quantize(src, (int64_t)groups, h->data);
     } else {
         float *absmax = malloc(groups * sizeof *absmax);
         h->data = malloc(n / 2);

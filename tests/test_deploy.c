@@ -281,8 +281,8 @@ static int shipped_conf_valid(const char *nginx, const char *source) {
              "'%s/tools/deploy/nginx.conf' > site.conf && printf 'pid %s/t.pid;\\nevents {}\\nhttp {\\n"
              "client_body_temp_path %s/t1; proxy_temp_path %s/t2;\\ninclude %s/site.conf;\\n}\\n' > example.conf && "
              "'%s' -t -q -e '%s/nginx-t.log' -p '%s' -c '%s/example.conf' >>'%s/nginx-t.log' 2>&1",
-             g_dir, g_dir, g_dir, sp_free_port(), sp_free_port(), source, g_dir, g_dir, g_dir, g_dir, nginx, g_dir, g_dir,
-             g_dir, g_dir);
+             g_dir, g_dir, g_dir, sp_free_port(), sp_free_port(), source, g_dir, g_dir, g_dir, g_dir, nginx, g_dir,
+             g_dir, g_dir, g_dir);
     return system(cmd) == 0;
 }
 

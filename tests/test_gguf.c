@@ -100,8 +100,9 @@ static buf write_variant(const st_file *src, const variant *v) {
     size_t n = pp_st_count(src), kept = 0;
     char name[256];
     for (size_t i = 0; i < n; i++)
-        kept += split_name(v, pp_st_at(src, i)->name, name, sizeof name) ? DEP_STEPS
-                                                                     : rename_tensor(v, pp_st_at(src, i)->name, name, sizeof name);
+        kept += split_name(v, pp_st_at(src, i)->name, name, sizeof name)
+                    ? DEP_STEPS
+                    : rename_tensor(v, pp_st_at(src, i)->name, name, sizeof name);
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, kept);
@@ -201,8 +202,8 @@ static int load_dep_tensor(void *ctx, const pp_lm_tensor *t) {
 
 /* The depformer stack of f alone, loaded as the LM loads it: its catalogue entries. */
 static int load_depformer(pp_backend *be, const st_file *f, const pp_tf_shape *sh, pp_tf *tf, char *err) {
-    pp_lm_config c = {.dep_dim = sh->dim, .dep_num_layers = sh->num_layers, .dep_q = sh->n_steps,
-                      .dep_ffn_hidden = sh->hidden};
+    pp_lm_config c = {
+        .dep_dim = sh->dim, .dep_num_layers = sh->num_layers, .dep_q = sh->n_steps, .dep_ffn_hidden = sh->hidden};
     dep_load d = {.be = be, .f = f, .tf = tf, .err = err};
     int rc = pp_tf_init(sh, tf, err);
     if (!rc) rc = pp_lm_catalog(&c, load_dep_tensor, &d);
@@ -217,10 +218,16 @@ static int same_steps(const st_file *src, const char *path) {
     st_file *f = NULL;
     char err[PP_ERR_LEN] = "";
     pp_tf a = {0}, b = {0};
-    pp_tf_shape sh = {.prefix = "depformer", .dim = 256, .num_heads = 2, .hidden = 512, .num_layers = 1,
-                      .n_steps = DEP_STEPS, .eps = 1e-8f};
-    int ok = !pp_backend_cpu_create(1, &be, err) && !pp_st_open(path, &f, err) && !load_depformer(be, src, &sh, &a, err) &&
-             !load_depformer(be, f, &sh, &b, err) && !a.layers[0].step_proj && b.layers[0].step_proj;
+    pp_tf_shape sh = {.prefix = "depformer",
+                      .dim = 256,
+                      .num_heads = 2,
+                      .hidden = 512,
+                      .num_layers = 1,
+                      .n_steps = DEP_STEPS,
+                      .eps = 1e-8f};
+    int ok = !pp_backend_cpu_create(1, &be, err) && !pp_st_open(path, &f, err) &&
+             !load_depformer(be, src, &sh, &a, err) && !load_depformer(be, f, &sh, &b, err) && !a.layers[0].step_proj &&
+             b.layers[0].step_proj;
     static float x[768 * 256], y[768 * 256];
     for (int st = 0; ok && st < DEP_STEPS; st++) {
         const pp_tf_step *p = &a.layers[0].steps[st], *q = &b.layers[0].steps[st];

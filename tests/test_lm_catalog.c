@@ -56,8 +56,8 @@ int main(void) {
     TEST_COND("every name found as itself", y.mismatched == 0);
     /* 16.74 GB of BF16 in the release (header and norms aside): 8.37 G values */
     TEST_COND("values of the 7B release", y.values > 8300000000LL && y.values < 8400000000LL);
-    TEST_COND("temporal in_proj is [3 dim, dim]", y.in_proj0.rows == 3 * 4096 && y.in_proj0.cols == 4096 &&
-                                                     y.in_proj0.layer == 0 && !y.in_proj0.depformer);
+    TEST_COND("temporal in_proj is [3 dim, dim]",
+              y.in_proj0.rows == 3 * 4096 && y.in_proj0.cols == 4096 && y.in_proj0.layer == 0 && !y.in_proj0.depformer);
     TEST_COND("depformer step FFN out is [dep_dim, hidden]",
               y.dep_ffn_out.depformer && y.dep_ffn_out.index == 15 && y.dep_ffn_out.layer == 5 &&
                   y.dep_ffn_out.rows == c.dep_dim && y.dep_ffn_out.cols == c.dep_ffn_hidden);
@@ -74,7 +74,8 @@ int main(void) {
     TEST_COND("emb", finds("emb.15.weight", PP_LM_EMB, 0, -1, 15));
     TEST_COND("depformer_emb", finds("depformer_emb.14.weight", PP_LM_DEP_EMB, 0, -1, 14));
     TEST_COND("temporal gating", finds("transformer.layers.31.gating.linear_in.weight", PP_LM_FFN_IN, 0, 31, -1));
-    TEST_COND("in_proj.weight spelling", finds("transformer.layers.3.self_attn.in_proj.weight", PP_LM_ATTN_IN, 0, 3, -1));
+    TEST_COND("in_proj.weight spelling",
+              finds("transformer.layers.3.self_attn.in_proj.weight", PP_LM_ATTN_IN, 0, 3, -1));
     TEST_COND("moshi.cpp per-step in_projs",
               finds("depformer.layers.1.self_attn.in_projs.7.weight", PP_LM_ATTN_IN, 1, 1, 7));
     TEST_COND("moshi.cpp per-step out_projs",
@@ -85,9 +86,17 @@ int main(void) {
     TEST_COND("embedding parts", pp_lm_part_is_embedding(PP_LM_DEP_TEXT_EMB) && !pp_lm_part_is_embedding(PP_LM_LINEAR));
 
     static const char *const not_lm[] = {
-        "emb.01.weight", "emb..weight", "emb.-1.weight", "emb.3.weight.absmax", "transformer.layers.x.norm1.alpha",
-        "transformer.layers.1.gating.2.linear_in.weight", "depformer.layers.1.gating.linear_in.weight",
-        "encoder.model.0.conv.conv.weight", "", "text_emb.weight2", "emb.99999999999.weight",
+        "emb.01.weight",
+        "emb..weight",
+        "emb.-1.weight",
+        "emb.3.weight.absmax",
+        "transformer.layers.x.norm1.alpha",
+        "transformer.layers.1.gating.2.linear_in.weight",
+        "depformer.layers.1.gating.linear_in.weight",
+        "encoder.model.0.conv.conv.weight",
+        "",
+        "text_emb.weight2",
+        "emb.99999999999.weight",
     };
     int refused = 0;
     pp_lm_tensor t;

@@ -306,8 +306,7 @@ static void test_downlink(void) {
         size_t n = ref.len / sizeof(float);
         printf("opusdec: %zu samples\n", n);
         /* opusdec honours the pre-skip and the last granule: (25*3840 - 3840) / 2. */
-        TEST_COND("opusdec decodes the downlink at the right length",
-                  n == (size_t)(FRAMES - 1) * PP_FRAME_SAMPLES);
+        TEST_COND("opusdec decodes the downlink at the right length", n == (size_t)(FRAMES - 1) * PP_FRAME_SAMPLES);
         if (n == pcm.n) {
             double e = rms_diff_ratio(pcm.x, (const float *)ref.data, n);
             printf("downlink, ours vs opusdec: rms(diff)/rms = %.3g\n", e);

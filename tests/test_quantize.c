@@ -151,8 +151,8 @@ int main(void) {
     TEST_COND("group must divide rows", rc == PP_EINVAL && strstr(err, "not a multiple of the group size"));
     TEST_COND("no partial file", access("/tmp/pp_test_quantize_never", F_OK) != 0);
     o = (pp_quantize_opts){.fmt = PP_WF_NF4, .group = PP_QUANTIZE_ROW};
-    TEST_COND("one scale per row is INT8's", pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err) == PP_EINVAL &&
-                                                strstr(err, "INT8"));
+    TEST_COND("one scale per row is INT8's",
+              pp_quantize_file(SRC, "/tmp/pp_test_quantize_never", &o, err) == PP_EINVAL && strstr(err, "INT8"));
     /* the report alone: the same cosines, no file */
     seen r = {0};
     o = (pp_quantize_opts){.fmt = PP_WF_INT4, .group = 64, .report = on_report, .user = &r};

@@ -84,8 +84,7 @@ static void check(pp_wformat fmt, int group, int temporal_only, int want_quantiz
         pp_lm_catalog(pp_lm_get_config(lm), compare, &k);
         printf("%s: %d quantized as the offline tool writes them (%d differ), %d as stored\n", what, k.quantized,
                k.differ, k.as_stored);
-        snprintf(what, sizeof what, "%s group %d: byte-identical to personaplex-quantize", pp_wformat_name(fmt),
-                 group);
+        snprintf(what, sizeof what, "%s group %d: byte-identical to personaplex-quantize", pp_wformat_name(fmt), group);
         TEST_COND(what, k.differ == 0 && k.quantized == want_quantized);
     }
     pp_lm_close(lm);

@@ -129,9 +129,8 @@ static void test_edge_cases(void) {
     int64_t want[2] = {0, 5}, wrong[2] = {5, 0};
     TEST_COND("pp_st_expect ok", pp_st_expect(f, "e", 2, want, &t, err) == 0 && t == e);
     rc = pp_st_expect(f, "e", 2, wrong, &t, err);
-    TEST_COND("pp_st_expect names both shapes",
-              rc == PP_EFORMAT && !t && strstr(err, "edge") && strstr(err, "'e'") && strstr(err, "[0, 5]") &&
-                  strstr(err, "[5, 0]"));
+    TEST_COND("pp_st_expect names both shapes", rc == PP_EFORMAT && !t && strstr(err, "edge") && strstr(err, "'e'") &&
+                                                    strstr(err, "[0, 5]") && strstr(err, "[5, 0]"));
     TEST_COND("pp_st_expect missing", pp_st_expect(f, "zz", 0, NULL, &t, err) == PP_ENOTFOUND && strstr(err, "'zz'"));
     pp_st_close(f);
 
@@ -174,7 +173,8 @@ static void test_round_trip(void) {
     rc = pp_st_open(path, &f, err);
     TEST_COND("written file opens", rc == 0);
     if (!rc) {
-        const st_tensor *ta = pp_st_find(f, "layer.a"), *tb = pp_st_find(f, "b \"quoted\"\n"), *ti = pp_st_find(f, "ints");
+        const st_tensor *ta = pp_st_find(f, "layer.a"), *tb = pp_st_find(f, "b \"quoted\"\n"),
+                        *ti = pp_st_find(f, "ints");
         float ra[6], rb[3];
         int64_t ri[2];
         TEST_COND("names, dtypes, shapes", ta && tb && ti && ta->dtype == ST_F32 && ta->ndim == 2 &&
@@ -184,8 +184,8 @@ static void test_round_trip(void) {
         TEST_COND("bf16 round trip", tb && pp_st_load_f32(f, tb, 0, 3, rb, err) == 0 && rb[0] == 1.0f &&
                                          rb[1] == -3.5f && rb[2] == 65536.0f);
         TEST_COND("partial load", ta && pp_st_load_f32(f, ta, 4, 2, ra, err) == 0 && ra[1] == 1e-3f);
-        TEST_COND("i32 round trip", ti && pp_st_load_i64(f, ti, 0, 2, ri, err) == 0 && ri[0] == -7 &&
-                                        ri[1] == 2000000000);
+        TEST_COND("i32 round trip",
+                  ti && pp_st_load_i64(f, ti, 0, 2, ri, err) == 0 && ri[0] == -7 && ri[1] == 2000000000);
         TEST_COND("metadata round trip", pp_st_metadata(f, "format") && !strcmp(pp_st_metadata(f, "format"), "pt"));
     }
     pp_st_close(f);
@@ -195,8 +195,8 @@ static void test_round_trip(void) {
     rc = rc ? rc : pp_st_writer_declare(w, "x", ST_F32, 1, sh, err);
     rc = rc ? rc : pp_st_writer_begin(w, err);
     rc = rc ? rc : pp_st_writer_write(w, a, 4, err);
-    TEST_COND("short file refused at finish", rc == 0 && pp_st_writer_finish(w, err) == PP_EINVAL &&
-                                                  access(path, F_OK) != 0);
+    TEST_COND("short file refused at finish",
+              rc == 0 && pp_st_writer_finish(w, err) == PP_EINVAL && access(path, F_OK) != 0);
     rc = pp_st_writer_create(path, &w, err);
     if (!rc) pp_st_writer_abort(w);
     TEST_COND("abort removes the file", rc == 0 && access(path, F_OK) != 0);

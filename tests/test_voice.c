@@ -42,7 +42,8 @@ static int golden_voice(const char *cas, pp_voice *v) {
         v->frames = e->shape[0];
         v->dim = e->shape[1];
         v->embeddings = malloc((size_t)e->numel * sizeof(float));
-        rc = pp_st_load_f32(f, e, 0, e->numel, v->embeddings, err) || pp_st_load_i64(f, c, 0, c->numel, &v->cache[0][0], err);
+        rc = pp_st_load_f32(f, e, 0, e->numel, v->embeddings, err) ||
+             pp_st_load_i64(f, c, 0, c->numel, &v->cache[0][0], err);
         for (int64_t i = 0; !rc && i < e->numel; i++) v->embeddings[i] = pp_bf16_to_f32(pp_f32_to_bf16(v->embeddings[i]));
     }
     pp_st_close(f);
@@ -129,7 +130,8 @@ static unsigned char *variant(const char *from, size_t from_len, const char *to,
     char err[PP_ERR_LEN], path[600];
     zip_archive *z;
     if (pp_zip_open_memory(golden_bytes, golden_len, "golden", &z, err)) return NULL;
-    const zip_entry *pkl = pp_zip_find(z, "voice/data.pkl"), *d0 = pp_zip_find(z, "voice/data/0"), *d1 = pp_zip_find(z, "voice/data/1");
+    const zip_entry *pkl = pp_zip_find(z, "voice/data.pkl"), *d0 = pp_zip_find(z, "voice/data/0"),
+                    *d1 = pp_zip_find(z, "voice/data/1");
     unsigned char *p = malloc(pkl->size + to_len + 1);
     size_t n = pkl->size;
     int found = from == NULL;

@@ -107,7 +107,8 @@ int main(void) {
     pp_backend *be = NULL;
     pp_lm *lm = NULL;
     mimi_model *mimi = NULL;
-    if (pp_backend_cpu_create(0, &be, err) || pp_lm_open(be, GOLDEN "lm-bf16/model.safetensors", GOLDEN "lm-bf16/config.json", &lm, err) ||
+    if (pp_backend_cpu_create(0, &be, err) ||
+        pp_lm_open(be, GOLDEN "lm-bf16/model.safetensors", GOLDEN "lm-bf16/config.json", &lm, err) ||
         pp_mimi_open(be, GOLDEN "mimi-speech/model.safetensors", GOLDEN "mimi-speech/config.json", &mimi, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;

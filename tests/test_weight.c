@@ -224,10 +224,10 @@ static void test_int8(void) {
         return;
     }
     pp_weight a, b, x;
-    TEST_COND("load int8 per row", pp_weight_load(f, "row.weight", R, C, &a, err) == 0 && a.fmt == PP_WF_INT8 &&
-                                       a.group == C);
-    TEST_COND("load int8 blocks", pp_weight_load(f, "blk.in_proj_weight", R, C, &b, err) == 0 &&
-                                      b.fmt == PP_WF_INT8 && b.group == B);
+    TEST_COND("load int8 per row",
+              pp_weight_load(f, "row.weight", R, C, &a, err) == 0 && a.fmt == PP_WF_INT8 && a.group == C);
+    TEST_COND("load int8 blocks",
+              pp_weight_load(f, "blk.in_proj_weight", R, C, &b, err) == 0 && b.fmt == PP_WF_INT8 && b.group == B);
     float *d = malloc(sizeof v);
     int ok = pp_weight_decode_rows(&a, 0, R, d, err) == 0;
     for (int i = 0; ok && i < R * C; i++) ok = d[i] == (float)row_q[i] * (row_absmax[i / C] / 127.0f);
@@ -246,12 +246,12 @@ static void test_int8(void) {
         check_matmul(&b, nb, "int8 block matmul");
     }
     check_embed(&a, "int8 embed");
-    TEST_COND("int8 scales of the wrong length", pp_weight_load(f, "short.weight", R, C, &x, err) == PP_EFORMAT &&
-                                                     strstr(err, "short.SCB"));
-    TEST_COND("int8 non-finite scale", pp_weight_load(f, "nan.weight", R, C, &x, err) == PP_EFORMAT &&
-                                           strstr(err, "nan.SCB"));
-    TEST_COND("int8 codes not I8", pp_weight_load(f, "u8.weight", R, C, &x, err) == PP_EFORMAT &&
-                                       strstr(err, "u8.weight"));
+    TEST_COND("int8 scales of the wrong length",
+              pp_weight_load(f, "short.weight", R, C, &x, err) == PP_EFORMAT && strstr(err, "short.SCB"));
+    TEST_COND("int8 non-finite scale",
+              pp_weight_load(f, "nan.weight", R, C, &x, err) == PP_EFORMAT && strstr(err, "nan.SCB"));
+    TEST_COND("int8 codes not I8",
+              pp_weight_load(f, "u8.weight", R, C, &x, err) == PP_EFORMAT && strstr(err, "u8.weight"));
     TEST_COND("I8 without its scales", pp_weight_load(f, "noscb.weight", R, C, &x, err) == PP_EUNSUPPORTED &&
                                            strstr(err, "noscb.weight") && strstr(err, "I8"));
     TEST_COND("int8 shape mismatch", pp_weight_load(f, "row.weight", C, R, &x, err) == PP_EFORMAT);

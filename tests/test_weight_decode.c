@@ -125,7 +125,8 @@ static int write_keys(const char *path, const char *base, const key_spec *k, int
     }
     if (!rc) rc = pp_st_writer_begin(w, err);
     for (int i = 0; i < n && !rc; i++)
-        if (k[i].len >= 0) rc = pp_st_writer_write(w, k[i].data, (size_t)(k[i].len * pp_st_dtype_bits(k[i].dt) / 8), err);
+        if (k[i].len >= 0)
+            rc = pp_st_writer_write(w, k[i].data, (size_t)(k[i].len * pp_st_dtype_bits(k[i].dt) / 8), err);
     if (rc) {
         pp_st_writer_abort(w);
         return rc;
@@ -216,7 +217,9 @@ static void check_malformed(void) {
     static const char fp4[] = "{\"quant_type\": \"fp4\", \"blocksize\": 64, \"shape\": [2, 128]}";
     static const char nf4[] = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"shape\": [2, 128]}";
     float absmax[4] = {1, 1, 1, 1};
-    key_spec b4[] = {{"", ST_U8, 128, p4}, {".absmax", ST_F32, 4, absmax}, {".quant_map", ST_F32, 16, pp_quant_nf4_table},
+    key_spec b4[] = {{"", ST_U8, 128, p4},
+                     {".absmax", ST_F32, 4, absmax},
+                     {".quant_map", ST_F32, 16, pp_quant_nf4_table},
                      {".quant_state.bitsandbytes__nf4", ST_U8, (int64_t)strlen(fp4), fp4}};
     expect_refused(path, "b.weight", b4, 4, "fp4", "nf4 quant_type fp4");
     b4[3].data = nf4, b4[3].len = (int64_t)strlen(nf4), b4[1].len = -1;

@@ -189,8 +189,8 @@ int bench_codec(int argc, char **argv) {
         if (threads > 0) snprintf(th, sizeof th, "%d", threads);
         printf("mimi on %s, threads %s: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB weights, "
                "%zu MB state; %d frames after %d warm-up\n",
-               be->ops->name, th, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers,
-               nq, pp_mimi_weight_bytes(m) >> 20, pp_mimi_state_bytes(s) >> 20, frames, warmup);
+               be->ops->name, th, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers, nq,
+               pp_mimi_weight_bytes(m) >> 20, pp_mimi_state_bytes(s) >> 20, frames, warmup);
         report("encode", enc_ms, frames, frame_ms);
         report("decode", dec_ms, frames, frame_ms);
         printf("decoded pcm rms %.3g (finite: %s)\n", sqrt(rms / ((double)(warmup + frames) * fs)),

@@ -230,10 +230,22 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
     memset(m, 0, sizeof *m);
     m->be = be;
     m->d = *d;
-    pp_tf_shape ts = {.prefix = "transformer", .dim = d->dim, .num_heads = d->heads, .hidden = d->hidden,
-                      .num_layers = d->layers, .n_steps = 1, .rope = 1, .max_period = 10000.0f, .eps = 1e-8f};
-    pp_tf_shape ds = {.prefix = "depformer", .dim = d->dep_dim, .num_heads = d->dep_heads, .hidden = d->dep_hidden,
-                      .num_layers = d->dep_layers, .n_steps = DEP_Q, .eps = 1e-8f};
+    pp_tf_shape ts = {.prefix = "transformer",
+                      .dim = d->dim,
+                      .num_heads = d->heads,
+                      .hidden = d->hidden,
+                      .num_layers = d->layers,
+                      .n_steps = 1,
+                      .rope = 1,
+                      .max_period = 10000.0f,
+                      .eps = 1e-8f};
+    pp_tf_shape ds = {.prefix = "depformer",
+                      .dim = d->dep_dim,
+                      .num_heads = d->dep_heads,
+                      .hidden = d->dep_hidden,
+                      .num_layers = d->dep_layers,
+                      .n_steps = DEP_Q,
+                      .eps = 1e-8f};
     int rc = build_tf(s, fmt, &ts, &m->temporal, err);
     if (!rc) rc = build_tf(s, fmt, &ds, &m->depformer, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dim, &m->text_emb, err);

@@ -141,9 +141,12 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
     case PP_WF_Q4K: {
         int block = fmt == PP_WF_Q4K ? QUANT_Q4_K_BLOCK : QUANT_Q4_0_BLOCK;
         if (cols % block || !(h->data = malloc(n / (size_t)block * (size_t)pp_wformat_block_bytes(fmt)))) return -1;
-        if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, (int64_t)n / block, h->data);
-        else if (fmt == PP_WF_Q8_0) pp_quant_q8_0_quantize(src, (int64_t)n / block, h->data);
-        else pp_quant_q4_k_quantize(src, (int64_t)n / block, h->data);
+        if (fmt == PP_WF_Q4_0)
+            pp_quant_q4_0_quantize(src, (int64_t)n / block, h->data);
+        else if (fmt == PP_WF_Q8_0)
+            pp_quant_q8_0_quantize(src, (int64_t)n / block, h->data);
+        else
+            pp_quant_q4_k_quantize(src, (int64_t)n / block, h->data);
         h->w.group = block;
         break;
     }

@@ -85,7 +85,7 @@ static int inspect(const char *path, int stats) {
 
 typedef struct lm_tally {
     const st_file *f;
-    int steps; /* depformer steps */
+    int steps;                                     /* depformer steps */
     int tensors[PP_LM_PART_COUNT][2][PP_WF_COUNT]; /* [part][depformer][format] */
     uint64_t bytes;
     int found, missing, refused;
@@ -94,8 +94,10 @@ typedef struct lm_tally {
 #define MISSING_LISTED 8 /* names listed; the rest are counted */
 
 static void note_missing(lm_tally *y, const char *name) {
-    if (++y->missing <= MISSING_LISTED) printf("  missing: %s\n", name);
-    else if (y->missing == MISSING_LISTED + 1) printf("  missing: ... (the count below has them all)\n");
+    if (++y->missing <= MISSING_LISTED)
+        printf("  missing: %s\n", name);
+    else if (y->missing == MISSING_LISTED + 1)
+        printf("  missing: ... (the count below has them all)\n");
 }
 
 static pp_wformat scale_format(st_dtype dt) {
@@ -109,10 +111,13 @@ static int check_tensor(void *ctx, const pp_lm_tensor *t) {
     char err[PP_ERR_LEN] = "", name[256];
     if (t->ndim == 3) {
         const st_tensor *a = pp_st_find(y->f, t->name);
-        if (!a) note_missing(y, t->name);
-        else if (a->numel != t->cols) y->refused++, printf("  refused: %s has %lld values, expected %lld\n", t->name,
-                                                            (long long)a->numel, (long long)t->cols);
-        else y->found++, y->tensors[t->part][t->depformer][scale_format(a->dtype)]++, y->bytes += a->nbytes;
+        if (!a)
+            note_missing(y, t->name);
+        else if (a->numel != t->cols)
+            y->refused++, printf("  refused: %s has %lld values, expected %lld\n", t->name, (long long)a->numel,
+                                 (long long)t->cols);
+        else
+            y->found++, y->tensors[t->part][t->depformer][scale_format(a->dtype)]++, y->bytes += a->nbytes;
         return 0;
     }
     pp_weight w;
@@ -123,9 +128,12 @@ static int check_tensor(void *ctx, const pp_lm_tensor *t) {
         if (pp_weight_exists(y->f, name)) load = name, rows = t->rows / y->steps; /* step 0's stands for all */
     }
     int rc = pp_weight_load(y->f, load, rows, t->cols, &w, err);
-    if (rc == PP_ENOTFOUND) note_missing(y, t->name);
-    else if (rc) y->refused++, printf("  refused: %s\n", err);
-    else y->found++, y->tensors[t->part][t->depformer][w.fmt]++, y->bytes += pp_weight_bytes(&w);
+    if (rc == PP_ENOTFOUND)
+        note_missing(y, t->name);
+    else if (rc)
+        y->refused++, printf("  refused: %s\n", err);
+    else
+        y->found++, y->tensors[t->part][t->depformer][w.fmt]++, y->bytes += pp_weight_bytes(&w);
     return 0;
 }
 
@@ -151,11 +159,12 @@ static int inspect_lm(const char *path, const char *config) {
                 if (y.tensors[p][dep][fmt] && len < sizeof line)
                     len += (size_t)snprintf(line + len, sizeof line - len, "%s %d  ", pp_wformat_name((pp_wformat)fmt),
                                             y.tensors[p][dep][fmt]);
-            if (len) printf("  %-14s %-10s %s\n", pp_lm_part_name((pp_lm_part)p),
-                            pp_lm_part_in_layer((pp_lm_part)p) ? (dep ? "depformer" : "temporal") : "", line);
+            if (len)
+                printf("  %-14s %-10s %s\n", pp_lm_part_name((pp_lm_part)p),
+                       pp_lm_part_in_layer((pp_lm_part)p) ? (dep ? "depformer" : "temporal") : "", line);
         }
-    printf("  %d catalogued tensors load (%.2f GiB); %d missing; %d refused\n", y.found,
-           (double)y.bytes / (1 << 30), y.missing, y.refused);
+    printf("  %d catalogued tensors load (%.2f GiB); %d missing; %d refused\n", y.found, (double)y.bytes / (1 << 30),
+           y.missing, y.refused);
     pp_st_close(f);
     return y.missing || y.refused ? 1 : 0;
 }
@@ -172,8 +181,10 @@ int main(int argc, char **argv) {
     pp_log_set_level(PP_LOG_WARN);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--stats")) stats = 1;
-        else if (!strcmp(argv[i], "--lm")) lm = 1;
-        else if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
+        else if (!strcmp(argv[i], "--lm"))
+            lm = 1;
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            config = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(0);
         else if (argv[i][0] == '-') return usage(2);
         else files++;

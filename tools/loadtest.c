@@ -65,8 +65,17 @@ static pid_t start_server(const lt_opts *o, const char *dir) {
     snprintf(port, sizeof port, "%d", o->port);
     snprintf(max, sizeof max, "%d", o->clients + o->burst);
     snprintf(log, sizeof log, "%s/server.log", dir);
-    const char *argv[16] = {o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir,
-                            "--max-sessions", max, o->tls ? NULL : "--no-tls"};
+    const char *argv[16] = {o->server,
+                            "--demo",
+                            "--host",
+                            "127.0.0.1",
+                            "--port",
+                            port,
+                            "--state-dir",
+                            dir,
+                            "--max-sessions",
+                            max,
+                            o->tls ? NULL : "--no-tls"};
     return sp_spawn(argv, log);
 }
 

@@ -154,7 +154,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
         return 1;
     }
-    if (u.count) printf("%d tensors %s: worst cos %.5f, mean %.5f\n", u.count, report_only ? "measured" : "quantized",
-                        u.worst, u.sum / u.count);
+    if (u.count)
+        printf("%d tensors %s: worst cos %.5f, mean %.5f\n", u.count, report_only ? "measured" : "quantized", u.worst,
+               u.sum / u.count);
     return 0;
 }

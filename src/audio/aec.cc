@@ -15,7 +15,7 @@ extern "C" {
 #include <cmath>
 
 namespace {
-constexpr size_t kChunk = PP_SAMPLE_RATE / 100;          // 10 ms, the module's unit
+constexpr size_t kChunk = PP_SAMPLE_RATE / 100;        // 10 ms, the module's unit
 constexpr size_t kPendingMax = PP_AEC_FAR_MAX_MS / 10; // far chunks waiting for their near chunk
 constexpr size_t kMaxLag = PP_AEC_MAX_DELAY_MS / 10;   // the coarse search, in chunks
 constexpr size_t kRing = 256;                          // > kPendingMax + kMaxLag

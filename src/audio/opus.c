@@ -243,8 +243,8 @@ int pp_downlink_header(const pp_downlink *d, int index, uint8_t *out, size_t cap
     return 0;
 }
 
-int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap,
-                       size_t *len, char *err) {
+int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap, size_t *len,
+                       char *err) {
     *len = 0;
     /* A non-finite sample from the model must not reach the encoder. */
     for (int i = 0; i < PP_FRAME_SAMPLES; i++) d->pcm[i] = isfinite(pcm[i]) ? pcm[i] : 0.0f;

@@ -63,7 +63,7 @@ int pp_downlink_header(const pp_downlink *d, int index, uint8_t *out, size_t cap
                        char *err);
 /* Encodes one frame into one page (sequence 2, 3, ...) written to out; cap >=
  * PP_DOWNLINK_MAX_PAGE always suffices. Sets *len. */
-int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap,
-                       size_t *len, char *err);
+int pp_downlink_encode(pp_downlink *d, const float pcm[PP_FRAME_SAMPLES], uint8_t *out, size_t cap, size_t *len,
+                       char *err);
 
 #endif

@@ -18,7 +18,6 @@
 #include "io/weight.h"
 #include "personaplex.h" /* pp_backend, pp_kv_format, creating and destroying a backend */
 
-
 /* One layer's KV ring in backend memory, described on the host. k and v hold
  * [capacity][n_heads·head_dim] elements of fmt (float, bf16 bits as uint16, int8). For INT8,
  * kscale and vscale [capacity][n_heads] hold each stored head's scale: value = q · scale with

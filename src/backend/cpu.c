@@ -116,4 +116,3 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
     *out = be;
     return PP_OK;
 }
-

@@ -51,30 +51,29 @@ void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
 void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-              float max_period);
+                 float max_period);
 void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                   int capacity, int window, const int32_t *pos, float *out);
+                      int capacity, int window, const int32_t *pos, float *out);
 void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                      const int32_t *pos, float *out);
+                         const int32_t *pos, float *out);
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 
 /* cpu_codec.c */
 void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                int flags);
-void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
-                   float *scratch);
+                   int flags);
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y, float *scratch);
 void pp_cpu_elu(pp_backend *be, const float *x, float *y, size_t n);
 void pp_cpu_gelu(pp_backend *be, float *x, size_t n);
 void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
-                    float *y);
+                       float *y);
 void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y);
 void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
 void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
-                    int32_t *code);
+                       int32_t *code);
 void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y);
 
 /* pp_cpu_sample.c */
 void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
-                const int32_t *forced, int32_t *tokens);
+                   const int32_t *forced, int32_t *tokens);
 
 #endif

@@ -236,7 +236,7 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
 }
 
 void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                int flags) {
+                   int flags) {
     int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
     if (flags & PP_CONV_REPLICATE)
         for (int i = 0; i < c->cin; i++)
@@ -347,8 +347,7 @@ INLINE void convtr_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(convtr_task)
 
-void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
-                   float *scratch) {
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y, float *scratch) {
     int k = c->k, s = c->stride, p = k - s, span = t * s + p;
     int depthwise = c->groups != 1;
     float *z = scratch, *full = depthwise ? scratch : scratch + (size_t)t * c->cout * k;
@@ -427,7 +426,7 @@ void pp_cpu_gelu(pp_backend *be, float *x, size_t n) {
 }
 
 void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
-                    float *y) {
+                       float *y) {
     (void)be;
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * d;
@@ -495,7 +494,7 @@ INLINE void vq_task_body(void *ctx, int task) {
 CPU_TASK_VARIANTS(vq_task)
 
 void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
-                    int32_t *code) {
+                       int32_t *code) {
     vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x, .xx = dot(x, x, dim), .bins = bins, .dim = dim};
     int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
     job.per_task = (bins + n_tasks - 1) / n_tasks;

@@ -336,7 +336,7 @@ void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, in
     int64_t cols = table->cols;
     /* dense and INT8 rows decode from any column; the other formats by whole groups */
     int64_t chunk = table->fmt <= PP_WF_BF16 || table->fmt == PP_WF_INT8 ? QUANT_MAX_NP2
-                                                                          : QUANT_MAX_NP2 / table->group * table->group;
+                                                                         : QUANT_MAX_NP2 / table->group * table->group;
     for (int i = 0; i < n; i++) {
         float *dst = y + (int64_t)i * cols;
         /* As ScaledEmbedding: id -1 embeds to exact zeros, other negative ids read row 0. An id

@@ -46,8 +46,7 @@ CPU_AVX2 static inline __attribute__((always_inline)) void pass(const pp_weight 
         for (int m = 0; m < nb; m++) y[(int64_t)(i + m) * w->rows + r + k] = cpu_hsum8(total[k][m]);
 }
 
-CPU_AVX2 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0,
-                                         int64_t r1) {
+CPU_AVX2 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1;) {
         int rb = r1 - r >= ROWS ? ROWS : 1;
         for (int i = 0; i < n; i += INPUTS) {

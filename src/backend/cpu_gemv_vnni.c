@@ -338,8 +338,8 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
             __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mins[k])));
             for (int q = 0; q < nb; q++) {
                 int64_t xb = (int64_t)(p->i + q) * nblk + b;
-                acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(d[k] * p->x->scale[xb]),
-                                            acc[k][q]);
+                acc[k][q] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(d[k] * p->x->scale[xb]), acc[k][q]);
                 macc[k][q] = _mm256_fmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(dmin[k])),
                                              _mm256_loadu_ps(sums + xb * Q4K_SUBS), macc[k][q]);
             }
@@ -349,7 +349,6 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
         for (int q = 0; q < nb; q++)
             y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(macc[k][q]);
 }
-
 
 /* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
 #define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \

@@ -21,7 +21,7 @@ void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, i
 }
 
 void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-              float max_period) {
+                 float max_period) {
     (void)be;
     int half = head_dim / 2;
     /* The reference forms freq_j = exp(j·c) with c rounded to fp32, then angle = freq_j·t in fp32. */
@@ -139,7 +139,7 @@ static void attn_head(void *ctx, int h) {
 }
 
 void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                      const int32_t *pos, float *out) {
+                         const int32_t *pos, float *out) {
     int dim = n_heads * head_dim;
     int64_t s = pos[0];
     size_t slot = (size_t)(s % ring->capacity);
@@ -155,7 +155,7 @@ void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head
 }
 
 void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                   int capacity, int window, const int32_t *pos, float *out) {
+                      int capacity, int window, const int32_t *pos, float *out) {
     pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
     pp_cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
 }

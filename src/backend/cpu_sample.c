@@ -64,7 +64,7 @@ static int32_t sample_row(const float *logits, int n, const pp_sample_param *p, 
 }
 
 void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,
-                const int32_t *forced, int32_t *tokens) {
+                   const int32_t *forced, int32_t *tokens) {
     (void)be;
     for (int r = 0; r < rows; r++)
         tokens[r] = forced && forced[r] >= 0 ? forced[r]

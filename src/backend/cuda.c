@@ -24,8 +24,8 @@
 
 _Static_assert((int)PK_F32 == (int)PP_WF_F32 && (int)PK_F16 == (int)PP_WF_F16 && (int)PK_BF16 == (int)PP_WF_BF16 &&
                    (int)PK_NF2 == (int)PP_WF_NF2 && (int)PK_INT4 == (int)PP_WF_INT4 && (int)PK_NF4 == (int)PP_WF_NF4 &&
-                   (int)PK_Q4_0 == (int)PP_WF_Q4_0 && (int)PK_Q8_0 == (int)PP_WF_Q8_0 && (int)PK_Q4K == (int)PP_WF_Q4K &&
-                   (int)PK_INT8 == (int)PP_WF_INT8,
+                   (int)PK_Q4_0 == (int)PP_WF_Q4_0 && (int)PK_Q8_0 == (int)PP_WF_Q8_0 &&
+                   (int)PK_Q4K == (int)PP_WF_Q4K && (int)PK_INT8 == (int)PP_WF_INT8,
                "kernels.h format numbers follow pp_wformat");
 _Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV_BF16 &&
                    (int)PK_KV_INT8 == (int)PP_KV_INT8,
@@ -238,7 +238,7 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 static void weight_parts(const pp_weight *h, part p[5]) {
     size_t numel = (size_t)(h->elem0 + h->rows * h->cols), groups = 0;
     static const int bits[PP_WF_COUNT] = {[PP_WF_F32] = 32, [PP_WF_F16] = 16, [PP_WF_BF16] = 16, [PP_WF_NF2] = 2,
-                                          [PP_WF_INT4] = 4, [PP_WF_NF4] = 4, [PP_WF_INT8] = 8};
+                                          [PP_WF_INT4] = 4, [PP_WF_NF4] = 4,  [PP_WF_INT8] = 8};
     memset(p, 0, 5 * sizeof *p);
     p[0].src = h->data;
     int block_bytes = pp_wformat_block_bytes(h->fmt);

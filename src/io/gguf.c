@@ -254,7 +254,7 @@ static int read_info(cursor *c, st_tensor *t, char **names_at, uint64_t *offset)
 }
 
 int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
-               gguf_meta **meta, char *err) {
+                  gguf_meta **meta, char *err) {
     *tensors = NULL;
     *count = 0;
     *meta = NULL;

@@ -23,7 +23,7 @@ typedef struct gguf_meta gguf_meta;
 /* Parses the GGUF bytes [base, base+size). On success *tensors (count entries, header order)
  * and *meta (owning the names and metadata strings) are the caller's to free (pp_gguf_meta_free). */
 int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
-               gguf_meta **meta, char *err);
+                  gguf_meta **meta, char *err);
 void pp_gguf_meta_free(gguf_meta *m);
 /* Value of KV key as text (numbers in decimal), or NULL. */
 const char *pp_gguf_meta_get(const gguf_meta *m, const char *key);

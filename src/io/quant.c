@@ -10,10 +10,22 @@
 const float pp_quant_nf2_codebook[4] = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
 
 const float pp_quant_nf4_table[16] = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f,
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
 };
 
 void pp_quant_fwht(float *v, int n) {
@@ -67,8 +79,7 @@ void pp_quant_nf2_quantize(const float *x, int64_t n_groups, int gs, int np2, ui
         pp_quant_fwht(tmp, np2);
         uint8_t *p = packed + g * (gs / 4);
         for (int j = 0; j < gs / 4; j++) p[j] = 0;
-        for (int j = 0; j < gs; j++)
-            p[j >> 2] |= (uint8_t)(nearest(pp_quant_nf2_codebook, 4, tmp[j]) << (2 * (j & 3)));
+        for (int j = 0; j < gs; j++) p[j >> 2] |= (uint8_t)(nearest(pp_quant_nf2_codebook, 4, tmp[j]) << (2 * (j & 3)));
     }
 }
 
@@ -109,7 +120,8 @@ void pp_quant_int8_quantize(const float *x, int64_t rows, int64_t cols, int64_t 
         for (int64_t j = 0; j < group; j++) m = fmaxf(m, fabsf(v[j]));
         absmax[g] = m;
         float k = m > 0 ? 127.0f / m : 0;
-        for (int64_t j = 0; j < group; j++) codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(v[j] * k), -127), 127);
+        for (int64_t j = 0; j < group; j++)
+            codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(v[j] * k), -127), 127);
     }
 }
 
@@ -163,7 +175,7 @@ void pp_quant_nf4_dynamic_map(float map[256]) {
 }
 
 float pp_quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
-                     float *nested) {
+                        float *nested) {
     double sum = 0;
     for (int64_t b = 0; b < n_blocks; b++) sum += absmax[b];
     float offset = n_blocks ? (float)(sum / n_blocks) : 0.0f;

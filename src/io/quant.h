@@ -59,7 +59,7 @@ void pp_quant_nf4_dynamic_map(float map[256]);
  * quantized to the dynamic map against their own absmax. Writes codes[n_blocks] and
  * nested[ceil(n_blocks/nbs)]; returns the offset. */
 float pp_quant_nf4_nest(const float *absmax, int64_t n_blocks, int nbs, const float map[256], uint8_t *codes,
-                     float *nested);
+                        float *nested);
 
 /* ---- ggml block formats (GGUF files): each block holds its own f16 scales ---- */
 /* Elements and bytes per block: Q4_0 32/18 (d, 16 nibble bytes, low nibbles first), Q8_0

@@ -67,14 +67,17 @@ static int nf4_state(char *buf, size_t cap, const st_tensor *t, int bs, float of
 
 static int declare_tensor(job *j, const st_tensor *t, char *err) {
     pp_wformat fmt = j->o->fmt;
-    if (!pp_quantize_selects(fmt, t->name, t->ndim)) return pp_st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
+    if (!pp_quantize_selects(fmt, t->name, t->ndim))
+        return pp_st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s; only F32, F16 and BF16 can be quantized",
                        pp_st_path(j->in), t->name, pp_st_dtype_name(t->dtype));
     int64_t cols = t->shape[1], numel = t->numel, gs = j->gs == PP_QUANTIZE_ROW ? cols : j->gs, groups = numel / gs;
     if (cols % gs)
-        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': row length %lld is not a multiple of the group size %d "
-                       "(pick another --group)", pp_st_path(j->in), t->name, (long long)cols, j->gs);
+        return pp_fail(err, PP_EINVAL,
+                       "%s: tensor '%s': row length %lld is not a multiple of the group size %d "
+                       "(pick another --group)",
+                       pp_st_path(j->in), t->name, (long long)cols, j->gs);
     int64_t one = 1, four = 4, two = 2;
     int rc;
     if (fmt == PP_WF_INT8) {
@@ -131,16 +134,18 @@ static int write_quantized(job *j, const st_tensor *t, char *err) {
         rc = pp_st_writer_write(j->w, q.scales, q.scales_bytes, err);
     if (rc) {
     } else if (w->fmt == PP_WF_NF2) {
-        if (!(rc = pp_st_writer_write(j->w, shape4, sizeof shape4, err)) && !(rc = pp_st_writer_write(j->w, &g, 8, err)) &&
-            !(rc = pp_st_writer_write(j->w, &np2, 8, err)))
+        if (!(rc = pp_st_writer_write(j->w, shape4, sizeof shape4, err)) &&
+            !(rc = pp_st_writer_write(j->w, &g, 8, err)) && !(rc = pp_st_writer_write(j->w, &np2, 8, err)))
             rc = pp_st_writer_write(j->w, &numel, 8, err);
     } else if (w->fmt == PP_WF_INT4) {
         if (!(rc = pp_st_writer_write(j->w, shape4, 16, err))) rc = pp_st_writer_write(j->w, &numel, 8, err);
     } else if (w->fmt == PP_WF_NF4) {
         char blob[512];
-        int blen = nf4_state(blob, sizeof blob, t, (int)g, w->nested_offset), want = nf4_state(NULL, 0, t, (int)g, 0.0f);
+        int blen = nf4_state(blob, sizeof blob, t, (int)g, w->nested_offset),
+            want = nf4_state(NULL, 0, t, (int)g, 0.0f);
         if (blen != want)
-            rc = pp_fail(err, PP_EINVAL, "tensor '%s': nested offset %g is not finite", t->name, (double)w->nested_offset);
+            rc = pp_fail(err, PP_EINVAL, "tensor '%s': nested offset %g is not finite", t->name,
+                         (double)w->nested_offset);
         if (!rc && !(rc = pp_st_writer_write(j->w, q.nested, q.nested_bytes, err)) &&
             !(rc = pp_st_writer_write(j->w, q.nested_map, 256 * sizeof(float), err)) &&
             !(rc = pp_st_writer_write(j->w, pp_quant_nf4_table, 16 * sizeof(float), err)))

@@ -17,7 +17,8 @@ int pp_quantize_check(pp_wformat fmt, int gs, char *err) {
     if (fmt != PP_WF_NF2 && fmt != PP_WF_INT4 && fmt != PP_WF_NF4 && fmt != PP_WF_INT8)
         return pp_fail(err, PP_EINVAL, "quantize: format %s is not a quantized layout", pp_wformat_name(fmt));
     if (gs == PP_QUANTIZE_ROW)
-        return fmt == PP_WF_INT8 ? PP_OK : pp_fail(err, PP_EINVAL, "quantize: one scale per row is an INT8 layout only");
+        return fmt == PP_WF_INT8 ? PP_OK
+                                 : pp_fail(err, PP_EINVAL, "quantize: one scale per row is an INT8 layout only");
     if (gs < 2 || gs > QUANT_MAX_NP2 || gs % (fmt == PP_WF_NF2 ? 4 : 2))
         return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [4, %d]", gs,
                        fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
@@ -25,8 +26,12 @@ int pp_quantize_check(pp_wformat fmt, int gs, char *err) {
 }
 
 uint64_t pp_quantized_bytes(pp_wformat fmt, int group, int64_t rows, int64_t cols) {
-    pp_weight w = {.fmt = fmt, .rows = rows, .cols = cols, .group = group == PP_QUANTIZE_ROW ? (int)cols : group,
-                   .nested_absmax = fmt == PP_WF_NF4 ? pp_quant_nf4_table : NULL, .nested_block = NF4_NESTED_BLOCK};
+    pp_weight w = {.fmt = fmt,
+                   .rows = rows,
+                   .cols = cols,
+                   .group = group == PP_QUANTIZE_ROW ? (int)cols : group,
+                   .nested_absmax = fmt == PP_WF_NF4 ? pp_quant_nf4_table : NULL,
+                   .nested_block = NF4_NESTED_BLOCK};
     return pp_weight_bytes(&w);
 }
 
@@ -38,7 +43,9 @@ static void quantize_rows(pp_qtensor *q, const float *x, int64_t r0, int64_t nr,
     int64_t n = nr * w->cols, e0 = r0 * w->cols, gs = w->group, g0 = e0 / gs;
     uint8_t *codes = q->codes;
     switch (w->fmt) {
-    case PP_WF_NF2: pp_quant_nf2_quantize(x, n / gs, (int)gs, w->np2, codes + e0 / 4, (uint16_t *)q->scales + g0); break;
+    case PP_WF_NF2:
+        pp_quant_nf2_quantize(x, n / gs, (int)gs, w->np2, codes + e0 / 4, (uint16_t *)q->scales + g0);
+        break;
     case PP_WF_INT4: pp_quant_int4_quantize(x, n / gs, (int)gs, codes + e0 / 2, (uint16_t *)q->scales + g0); break;
     case PP_WF_NF4: pp_quant_nf4_quantize(x, n / gs, (int)gs, codes + e0 / 2, absmax + g0); break;
     default: pp_quant_int8_quantize(x, nr, w->cols, gs, (int8_t *)codes + e0, (float *)q->scales + g0); break;
@@ -98,19 +105,23 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
     int rc = pp_quantize_check(fmt, group, err);
     if (rc) return rc;
     if (t->ndim != 2 || (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s with %d dims; only 2-D F32, F16 and BF16 tensors "
-                       "can be quantized", pp_st_path(f), t->name, pp_st_dtype_name(t->dtype), t->ndim);
+        return pp_fail(err, PP_EUNSUPPORTED,
+                       "%s: tensor '%s' is %s with %d dims; only 2-D F32, F16 and BF16 tensors "
+                       "can be quantized",
+                       pp_st_path(f), t->name, pp_st_dtype_name(t->dtype), t->ndim);
     int64_t rows = t->shape[0], cols = t->shape[1], gs = group == PP_QUANTIZE_ROW ? cols : group;
     if (cols > CHUNK_ELEMS)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': rows of %lld exceed %d elements", pp_st_path(f), t->name,
                        (long long)cols, CHUNK_ELEMS);
     if (cols % gs)
-        return pp_fail(err, PP_EINVAL, "%s: tensor '%s': row length %lld is not a multiple of the group size %lld "
-                       "(pick another group)", pp_st_path(f), t->name, (long long)cols, (long long)gs);
+        return pp_fail(err, PP_EINVAL,
+                       "%s: tensor '%s': row length %lld is not a multiple of the group size %lld "
+                       "(pick another group)",
+                       pp_st_path(f), t->name, (long long)cols, (long long)gs);
     int np2 = 1;
     while (np2 < gs) np2 *= 2;
-    q->w = (pp_weight){.fmt = fmt, .rows = rows, .cols = cols, .group = (int)gs, .np2 = fmt == PP_WF_NF2 ? np2 : 0,
-                       .name = t->name};
+    q->w = (pp_weight){
+        .fmt = fmt, .rows = rows, .cols = cols, .group = (int)gs, .np2 = fmt == PP_WF_NF2 ? np2 : 0, .name = t->name};
     float *absmax = NULL, *x = malloc(sizeof(float) * CHUNK_ELEMS), *dec = malloc(sizeof(float) * CHUNK_ELEMS);
     if (!x || !dec || !alloc_buffers(q, &absmax))
         rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);

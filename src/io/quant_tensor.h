@@ -11,13 +11,13 @@
 #define PP_QUANTIZE_ROW (-1) /* INT8: one scale per row */
 
 typedef struct pp_qtensor {
-    pp_weight w;      /* the quantized weight; its pointers address the buffers below */
-    void *codes;      /* packed codes (NF2, INT4, NF4) or int8 codes */
-    void *scales;     /* NF2/INT4: f16 per group; NF4: u8 nested codes per block; INT8: f32 absmax */
-    float *nested;    /* NF4: f32 absmax per nested block */
+    pp_weight w;       /* the quantized weight; its pointers address the buffers below */
+    void *codes;       /* packed codes (NF2, INT4, NF4) or int8 codes */
+    void *scales;      /* NF2/INT4: f16 per group; NF4: u8 nested codes per block; INT8: f32 absmax */
+    float *nested;     /* NF4: f32 absmax per nested block */
     float *nested_map; /* NF4: the 256-entry dynamic map */
     size_t codes_bytes, scales_bytes, nested_bytes;
-    double cosine;    /* of the decode against the source */
+    double cosine; /* of the decode against the source */
 } pp_qtensor;
 
 /* The group (block) size a format uses when none is asked for: 128 (NF2, INT8), 64 (INT4, NF4). */

@@ -18,11 +18,32 @@
 #define ST_MAX_DIMS 8
 
 typedef enum {
-    ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32, ST_F32,
-    ST_I64, ST_U64, ST_F64, ST_C64, ST_F8_E4M3, ST_F8_E5M2, ST_F8_E8M0, ST_F8_E4M3FNUZ,
-    ST_F8_E5M2FNUZ, ST_F6_E2M3, ST_F6_E3M2, ST_F4,
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_I16,
+    ST_U16,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_U32,
+    ST_F32,
+    ST_I64,
+    ST_U64,
+    ST_F64,
+    ST_C64,
+    ST_F8_E4M3,
+    ST_F8_E5M2,
+    ST_F8_E8M0,
+    ST_F8_E4M3FNUZ,
+    ST_F8_E5M2FNUZ,
+    ST_F6_E2M3,
+    ST_F6_E3M2,
+    ST_F4,
     /* ggml block formats, from GGUF files only (io/gguf.h); pp_st_dtype_bits gives 0 */
-    ST_Q4_0, ST_Q8_0, ST_Q4_K,
+    ST_Q4_0,
+    ST_Q8_0,
+    ST_Q4_K,
     ST_DTYPE_COUNT
 } st_dtype;
 

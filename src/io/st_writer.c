@@ -229,7 +229,8 @@ static void writer_free(st_writer *w) {
 
 int pp_st_writer_finish(st_writer *w, char *err) {
     int rc = 0;
-    if (!w->begun) rc = pp_fail(err, PP_EINVAL, "%s: finished before pp_st_writer_begin", w->path);
+    if (!w->begun)
+        rc = pp_fail(err, PP_EINVAL, "%s: finished before pp_st_writer_begin", w->path);
     else if (w->written != w->total)
         rc = pp_fail(err, PP_EINVAL, "%s: %llu of %llu declared bytes written", w->path,
                      (unsigned long long)w->written, (unsigned long long)w->total);

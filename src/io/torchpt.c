@@ -619,7 +619,9 @@ static void put_tensor(pbuf *b, const pt_tensor *t, int storage, size_t key, int
 /* Checks t and returns its element count in *numel and storage type in *storage. */
 static int check_desc(const char *path, const pt_tensor *t, int64_t *numel, int *storage, char *err) {
     *storage = storage_index(t->dtype);
-    if (*storage < 0) return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': dtype %s has no torch storage class", path, t->name, pp_st_dtype_name(t->dtype));
+    if (*storage < 0)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': dtype %s has no torch storage class", path, t->name,
+                       pp_st_dtype_name(t->dtype));
     if (!t->name || strlen(t->name) > MAX_STR || t->ndim < 0 || t->ndim > ST_MAX_DIMS)
         return pp_fail(err, PP_EINVAL, "%s: bad tensor name or rank", path);
     *numel = 1;
@@ -657,7 +659,8 @@ int pp_pt_save(const char *path, const pt_tensor *tensors, size_t n, char *err) 
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char name[48];
         snprintf(name, sizeof name, "archive/data/%zu", i);
-        rc = pp_zip_writer_add(w, name, tensors[i].data, (size_t)numel[i] * (size_t)storage_types[storage[i]].size, err);
+        rc =
+            pp_zip_writer_add(w, name, tensors[i].data, (size_t)numel[i] * (size_t)storage_types[storage[i]].size, err);
     }
     if (rc == 0) rc = pp_zip_writer_add(w, "archive/version", "3\n", 2, err);
     free(b.p);

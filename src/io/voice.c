@@ -72,7 +72,8 @@ static int has_suffix(const char *s, const char *suffix) {
 
 static int pt_embeddings(const pt_tensor *t, int64_t dim, pp_voice *out, const char *label, char *err) {
     if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F32)
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: 'embeddings' is %s (need BF16, F16 or F32)", label, pp_st_dtype_name(t->dtype));
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: 'embeddings' is %s (need BF16, F16 or F32)", label,
+                       pp_st_dtype_name(t->dtype));
     if (t->ndim != 4 || t->shape[1] != 1 || t->shape[2] != 1)
         return pp_fail(err, PP_EFORMAT, "%s: 'embeddings' must be [N,1,1,dim] (rank %d given)", label, t->ndim);
     int rc = check_dims(label, t->shape[0], t->shape[3], dim, err);
@@ -88,7 +89,8 @@ static int pt_embeddings(const pt_tensor *t, int64_t dim, pp_voice *out, const c
 }
 
 static int pt_cache(const pt_tensor *t, pp_voice *out, const char *label, char *err) {
-    if (t->dtype != ST_I64) return pp_fail(err, PP_EFORMAT, "%s: 'cache' is %s (need I64)", label, pp_st_dtype_name(t->dtype));
+    if (t->dtype != ST_I64)
+        return pp_fail(err, PP_EFORMAT, "%s: 'cache' is %s (need I64)", label, pp_st_dtype_name(t->dtype));
     if (t->ndim != 3 || t->shape[0] != 1 || t->shape[1] != PP_VOICE_STREAMS || t->shape[2] != PP_VOICE_RING)
         return pp_fail(err, PP_EFORMAT, "%s: 'cache' must be [1,%d,%d]", label, PP_VOICE_STREAMS, PP_VOICE_RING);
     for (int k = 0; k < PP_VOICE_STREAMS; k++)

@@ -14,7 +14,8 @@
 #define KEY_LEN 512
 
 const char *pp_wformat_name(pp_wformat fmt) {
-    static const char *names[PP_WF_COUNT] = {"f32", "f16", "bf16", "nf2", "int4", "nf4", "q4_0", "q8_0", "q4_k", "int8"};
+    static const char *names[PP_WF_COUNT] = {"f32", "f16",  "bf16", "nf2",  "int4",
+                                             "nf4", "q4_0", "q8_0", "q4_k", "int8"};
     return (unsigned)fmt < PP_WF_COUNT ? names[fmt] : "?";
 }
 
@@ -206,9 +207,12 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
     case PP_WF_Q4K:
         for (int64_t k = 0; k < len; k += w->group) {
             const uint8_t *blk = d + (e + k) / w->group * pp_wformat_block_bytes(w->fmt);
-            if (w->fmt == PP_WF_Q4_0) pp_quant_q4_0_decode_block(blk, dst + k);
-            else if (w->fmt == PP_WF_Q8_0) pp_quant_q8_0_decode_block(blk, dst + k);
-            else pp_quant_q4_k_decode_block(blk, dst + k);
+            if (w->fmt == PP_WF_Q4_0)
+                pp_quant_q4_0_decode_block(blk, dst + k);
+            else if (w->fmt == PP_WF_Q8_0)
+                pp_quant_q8_0_decode_block(blk, dst + k);
+            else
+                pp_quant_q4_k_decode_block(blk, dst + k);
         }
         return;
     case PP_WF_INT8: /* any span: a row's group may be the whole row */

@@ -28,7 +28,8 @@ typedef enum {
     PP_WF_Q4_0,
     PP_WF_Q8_0,
     PP_WF_Q4K,
-    PP_WF_INT8, /* int8 codes, f32 absmax per group (a row, or a block along it): w = q·absmax/127 (docs/formats.md §8) */
+    PP_WF_INT8, /* int8 codes, f32 absmax per group (a row, or a block along it): w = q·absmax/127 (docs/formats.md §8)
+                 */
     PP_WF_COUNT
 } pp_wformat;
 

@@ -37,14 +37,16 @@ static int need(const st_file *f, const char *base, const char *suffix, st_dtype
                 char *err) {
     char key[KEY_LEN];
     int k = snprintf(key, sizeof key, "%s%s", base, suffix);
-    if (k < 0 || (size_t)k >= sizeof key) return pp_fail(err, PP_EINVAL, "%s: key '%s%s' too long", pp_st_path(f), base, suffix);
+    if (k < 0 || (size_t)k >= sizeof key)
+        return pp_fail(err, PP_EINVAL, "%s: key '%s%s' too long", pp_st_path(f), base, suffix);
     const st_tensor *t = pp_st_find(f, key);
     if (!t) return pp_fail(err, PP_EFORMAT, "%s: quantized tensor '%s' lacks its '%s' key", pp_st_path(f), base, key);
     int ok = want == ST_DTYPE_COUNT ? (t->dtype == ST_I64 || t->dtype == ST_I32 || t->dtype == ST_U8 ||
                                        t->dtype == ST_U32 || t->dtype == ST_U64 || t->dtype == ST_I16)
                                     : t->dtype == want;
     if (!ok)
-        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' is %s, expected %s", pp_st_path(f), key, pp_st_dtype_name(t->dtype),
+        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' is %s, expected %s", pp_st_path(f), key,
+                       pp_st_dtype_name(t->dtype),
                        want == ST_DTYPE_COUNT ? "an integer dtype" : pp_st_dtype_name(want));
     *out = t;
     return PP_OK;
@@ -56,7 +58,8 @@ static int need_scalar(const st_file *f, const char *base, const char *suffix, i
     int rc = need(f, base, suffix, ST_DTYPE_COUNT, &t, err);
     if (rc) return rc;
     if (t->numel != 1)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1", pp_st_path(f), t->name, (long long)t->numel);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 1", pp_st_path(f), t->name,
+                       (long long)t->numel);
     return pp_st_load_i64(f, t, 0, 1, v, err);
 }
 
@@ -88,8 +91,8 @@ static int check_scales_f16(const st_file *f, const st_tensor *t, char *err) {
     for (int64_t g = 0; g < t->numel; g++) {
         float s = pp_f16_to_f32(quant_ld16(t->data, (size_t)g));
         if (!isfinite(s) || s < 0)
-            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: scales must be finite and >= 0", pp_st_path(f), t->name,
-                           (long long)g, s);
+            return pp_fail(err, PP_EFORMAT, "%s: '%s'[%lld] = %g: scales must be finite and >= 0", pp_st_path(f),
+                           t->name, (long long)g, s);
     }
     return PP_OK;
 }
@@ -147,16 +150,16 @@ int pp_wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t col
         return rc;
     int64_t want = dims_numel(dims, ndim);
     if (numel != want)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.numel' is %lld but '%s.shape' holds %lld elements", pp_st_path(f), base,
-                       (long long)numel, base, (long long)want);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.numel' is %lld but '%s.shape' holds %lld elements", pp_st_path(f),
+                       base, (long long)numel, base, (long long)want);
     if ((rc = pp_wl_check_dims(f, packed->name, dims, ndim, rows, cols, err))) return rc;
     if ((rc = check_group(f, packed->name, gs, cols, err))) return rc;
     if (gs % 4)
         return pp_fail(err, PP_EFORMAT, "%s: '%s.gs' = %lld is not a multiple of 4 codes per byte", pp_st_path(f), base,
                        (long long)gs);
     if (np2 < gs || (np2 & (np2 - 1)))
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.np2' = %lld is not a power of two >= the group size %lld", pp_st_path(f),
-                       base, (long long)np2, (long long)gs);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.np2' = %lld is not a power of two >= the group size %lld",
+                       pp_st_path(f), base, (long long)np2, (long long)gs);
     if (np2 > QUANT_MAX_NP2)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: '%s.np2' = %lld exceeds the supported %d", pp_st_path(f), base,
                        (long long)np2, QUANT_MAX_NP2);
@@ -189,12 +192,12 @@ int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t co
         return rc;
     int64_t want = dims_numel(dims, ndim);
     if (numel != want)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s.__numel__' is %lld but '%s.__shape__' holds %lld elements", pp_st_path(f),
-                       base, (long long)numel, base, (long long)want);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s.__numel__' is %lld but '%s.__shape__' holds %lld elements",
+                       pp_st_path(f), base, (long long)numel, base, (long long)want);
     if ((rc = pp_wl_check_dims(f, base, dims, ndim, rows, cols, err))) return rc;
     if (packed->numel * 2 != numel)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", pp_st_path(f),
-                       base, (long long)packed->numel, (long long)numel, (long long)((numel + 1) / 2));
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)",
+                       pp_st_path(f), base, (long long)packed->numel, (long long)numel, (long long)((numel + 1) / 2));
     /* The group size is not stored (§4.2): it follows from the byte and scale counts. */
     if (scales->numel <= 0 || numel % scales->numel)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales, which do not divide %lld elements into groups",
@@ -202,8 +205,8 @@ int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t co
     int64_t gs = numel / scales->numel;
     if ((rc = check_group(f, base, gs, cols, err))) return rc;
     if (gs % 2)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is odd, groups would split a byte", pp_st_path(f), base,
-                       (long long)gs);
+        return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is odd, groups would split a byte", pp_st_path(f),
+                       base, (long long)gs);
     if ((rc = check_scales_f16(f, scales, err))) return rc;
     /* The INT4 writer never emits nibble 0 (|x/s| <= 7); bitsandbytes NF4 codes do, often. */
     int64_t zeros = 0;
@@ -259,7 +262,8 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
         s->ndim = (int)shape->count;
         for (int i = 0; i < s->ndim && !rc; i++)
             if (!json_int(shape->items[i], &s->dims[i]) || s->dims[i] <= 0)
-                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape[%d] is not a positive integer", pp_st_path(f), blob->name, i);
+                rc = pp_fail(err, PP_EFORMAT, "%s: '%s': shape[%d] is not a positive integer", pp_st_path(f),
+                             blob->name, i);
         s->has_nested = json_int(pp_json_get(root, "nested_blocksize"), &s->nested_block);
         if (!rc && s->has_nested) {
             if (s->nested_block <= 0 || !off || off->type != PP_JSON_NUMBER || !isfinite(off->number))
@@ -289,12 +293,11 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
     if ((rc = check_group(f, blob->name, s.block, cols, err))) return rc;
     int64_t numel = rows * cols, blocks = numel / s.block;
     if (packed->numel != numel / 2)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)", pp_st_path(f),
-                       base, (long long)packed->numel, (long long)numel, (long long)(numel / 2));
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)",
+                       pp_st_path(f), base, (long long)packed->numel, (long long)numel, (long long)(numel / 2));
     if (absmax->numel != blocks)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, %lld blocks of %lld need %lld", pp_st_path(f),
-                       absmax->name, (long long)absmax->numel, (long long)numel, (long long)s.block,
-                       (long long)blocks);
+                       absmax->name, (long long)absmax->numel, (long long)numel, (long long)s.block, (long long)blocks);
     if (qmap->numel != 16)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld values, expected 16", pp_st_path(f), qmap->name,
                        (long long)qmap->numel);
@@ -342,8 +345,7 @@ const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base) {
 
 int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     const st_tensor *codes = pp_st_find(f, base), *scb = pp_wl_int8_scales(f, base);
-    if (!codes)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' has INT8 scales but no codes tensor", pp_st_path(f), base);
+    if (!codes) return pp_fail(err, PP_EFORMAT, "%s: '%s' has INT8 scales but no codes tensor", pp_st_path(f), base);
     if (codes->dtype != ST_I8)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s; INT8 codes (beside '%s') must be I8", pp_st_path(f), base,
                        pp_st_dtype_name(codes->dtype), scb->name);
@@ -354,10 +356,11 @@ int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t co
                        pp_st_dtype_name(scb->dtype));
     int64_t per_row = scb->ndim == 2 ? scb->shape[1] : 1;
     if (scb->ndim < 1 || scb->ndim > 2 || scb->shape[0] != rows || per_row < 1 || cols % per_row)
-        return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales as [%lld%s]; expected [%lld] (one per row) or "
-                       "[%lld, blocks] with blocks dividing %lld", pp_st_path(f), scb->name, (long long)scb->numel,
-                       (long long)(scb->ndim ? scb->shape[0] : 0), scb->ndim == 2 ? ", ..." : "", (long long)rows,
-                       (long long)rows, (long long)cols);
+        return pp_fail(err, PP_EFORMAT,
+                       "%s: '%s' holds %lld scales as [%lld%s]; expected [%lld] (one per row) or "
+                       "[%lld, blocks] with blocks dividing %lld",
+                       pp_st_path(f), scb->name, (long long)scb->numel, (long long)(scb->ndim ? scb->shape[0] : 0),
+                       scb->ndim == 2 ? ", ..." : "", (long long)rows, (long long)rows, (long long)cols);
     if ((rc = check_group(f, base, cols / per_row, cols, err)) || (rc = check_f32(f, scb, 1, err))) return rc;
     w->fmt = PP_WF_INT8;
     w->data = codes->data;

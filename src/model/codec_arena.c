@@ -46,7 +46,7 @@ const float *pp_codec_arena_put(codec_arena *a, const float *host, size_t n) {
 }
 
 int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
-                      char *err) {
+                         char *err) {
     if (a->catalog) {
         a->catalog(a->catalog_ctx, name, ndim, shape);
         return PP_OK;
@@ -56,7 +56,7 @@ int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int
 }
 
 int pp_codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
-                          char *err) {
+                             char *err) {
     const st_tensor *t;
     int rc = pp_st_expect(f, name, ndim, shape, &t, err);
     if (rc) return rc;
@@ -64,7 +64,7 @@ int pp_codec_arena_read_host(const st_file *f, const char *name, int ndim, const
 }
 
 int pp_codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
-                       const float **out, char *err) {
+                          const float **out, char *err) {
     size_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
     *out = NULL;
@@ -81,7 +81,7 @@ int pp_codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, in
 }
 
 int pp_codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
-                       pp_weight *out, char *err) {
+                          pp_weight *out, char *err) {
     if (a->catalog) {
         const int64_t shape[2] = {rows, cols};
         a->catalog(a->catalog_ctx, name, 2, shape);

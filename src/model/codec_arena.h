@@ -39,19 +39,18 @@ float *pp_codec_arena_take(codec_arena *a, size_t n);
 /* Takes n floats and uploads host data into them (nothing while sizing). */
 const float *pp_codec_arena_put(codec_arena *a, const float *host, size_t n);
 /* Checks that tensor `name` exists with exactly this shape (catalog: records it). */
-int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
-                      char *err);
+int pp_codec_arena_check(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape, char *err);
 /* Tensor `name` with exactly this shape (F32, or F16/BF16 converted), taken and uploaded;
  * err names the file, key and both shapes. */
 int pp_codec_arena_tensor(codec_arena *a, const st_file *f, const char *name, int ndim, const int64_t *shape,
-                       const float **out, char *err);
+                          const float **out, char *err);
 /* Matrix `name` [rows][cols] as a pp_weight in its stored format, uploaded with
  * weight_upload in the filling pass (release it with weight_release). */
 int pp_codec_arena_matrix(codec_arena *a, const st_file *f, const char *name, int64_t rows, int64_t cols,
-                       pp_weight *out, char *err);
+                          pp_weight *out, char *err);
 /* Reads tensor `name` (exact shape, any float dtype) into host memory, for values the loader
  * transforms before putting them (codebooks). Filling pass only. */
 int pp_codec_arena_read_host(const st_file *f, const char *name, int ndim, const int64_t *shape, float *host,
-                          char *err);
+                             char *err);
 
 #endif

@@ -7,8 +7,8 @@
 
 #define KEY_LEN 256
 
-int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride,
-              int groups, int has_bias, int transposed, mimi_conv *out, char *err) {
+int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride, int groups,
+                 int has_bias, int transposed, mimi_conv *out, char *err) {
     char key[KEY_LEN];
     /* Streaming needs k >= stride (a non-negative carry) and, for depthwise, cin = cout. */
     if (k < stride || stride < 1 || (groups != 1 && (groups != cin || groups != cout)))
@@ -43,7 +43,7 @@ size_t pp_conv_state_floats(const mimi_conv *c) {
 size_t pp_conv_scratch_floats(const mimi_conv *c, int t) { return pp_conv_scratch(&c->c, t, c->transposed); }
 
 void pp_conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
-               int flags) {
+                  int flags) {
     if (c->transposed)
         be->ops->conv_tr1d(be, &c->c, x, t, state, y, scratch);
     else

@@ -19,8 +19,8 @@ typedef struct mimi_conv {
 
 /* Loads `<prefix>.weight` ([cout][cin][k], or [cin][cout/groups][k] when transposed) and,
  * when has_bias, `<prefix>.bias` [cout] into the arena. err names the key and both shapes. */
-int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride,
-              int groups, int has_bias, int transposed, mimi_conv *out, char *err);
+int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, int cout, int k, int stride, int groups,
+                 int has_bias, int transposed, mimi_conv *out, char *err);
 
 /* Outputs for t inputs. */
 int pp_conv_out_len(const mimi_conv *c, int t);
@@ -32,6 +32,6 @@ size_t pp_conv_scratch_floats(const mimi_conv *c, int t);
 /* One streaming call: x [cin][t] -> y [cout][pp_conv_out_len], updating state. flags
  * (PP_CONV_ACCUMULATE, PP_CONV_REPLICATE) apply to Conv1d only. */
 void pp_conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
-               int flags);
+                  int flags);
 
 #endif

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 struct pp_lm {
     pp_backend *be;
     st_file *file;
@@ -104,16 +103,29 @@ int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c,
 
 static pp_tf_shape temporal_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
-        .prefix = "transformer", .dim = c->dim, .num_heads = c->num_heads, .hidden = c->ffn_hidden,
-        .num_layers = c->num_layers, .n_steps = 1, .rope = 1, .max_period = (float)c->max_period,
+        .prefix = "transformer",
+        .dim = c->dim,
+        .num_heads = c->num_heads,
+        .hidden = c->ffn_hidden,
+        .num_layers = c->num_layers,
+        .n_steps = 1,
+        .rope = 1,
+        .max_period = (float)c->max_period,
         .eps = c->norm_eps,
     };
 }
 
 static pp_tf_shape depformer_shape(const pp_lm_config *c) {
     return (pp_tf_shape){
-        .prefix = "depformer", .dim = c->dep_dim, .num_heads = c->dep_num_heads, .hidden = c->dep_ffn_hidden,
-        .num_layers = c->dep_num_layers, .n_steps = c->dep_q, .rope = 0, .max_period = 0, .eps = c->norm_eps,
+        .prefix = "depformer",
+        .dim = c->dep_dim,
+        .num_heads = c->dep_num_heads,
+        .hidden = c->dep_ffn_hidden,
+        .num_layers = c->dep_num_layers,
+        .n_steps = c->dep_q,
+        .rope = 0,
+        .max_period = 0,
+        .eps = c->norm_eps,
     };
 }
 
@@ -155,8 +167,7 @@ static int load_tensor(void *ctx, const pp_lm_tensor *t) {
     loader *L = ctx;
     pp_lm *lm = L->lm;
     if (pp_lm_part_in_layer(t->part))
-        return pp_tf_load_tensor(lm->be, lm->file, lm->quant, t->depformer ? &lm->depformer : &lm->temporal, t,
-                                 L->err);
+        return pp_tf_load_tensor(lm->be, lm->file, lm->quant, t->depformer ? &lm->depformer : &lm->temporal, t, L->err);
     if (t->part == PP_LM_OUT_NORM)
         return pp_tf_load_alpha(lm->be, lm->file, t->name, (int)t->cols, t->cfg_keys, &lm->out_norm, L->err);
     return pp_tf_load_weight(lm->be, lm->file, lm->quant, t, t->name, t->rows, t->cols, weight_slot(lm, t), L->err);
@@ -239,11 +250,13 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
     if (quantize) {
         int group = quantize->group ? quantize->group : pp_quantize_default_group(quantize->fmt);
         lm->quant = calloc(1, sizeof *lm->quant);
-        if (!lm->quant) rc = pp_fail(err, PP_ENOMEM, "lm: out of memory");
-        else rc = pp_quantize_check(quantize->fmt, group, err);
+        if (!lm->quant)
+            rc = pp_fail(err, PP_ENOMEM, "lm: out of memory");
+        else
+            rc = pp_quantize_check(quantize->fmt, group, err);
         if (lm->quant)
-            lm->quant->opts = (pp_lm_quantize){.fmt = quantize->fmt, .group = group,
-                                               .temporal_only = quantize->temporal_only};
+            lm->quant->opts =
+                (pp_lm_quantize){.fmt = quantize->fmt, .group = group, .temporal_only = quantize->temporal_only};
     }
     if (!rc) rc = pp_st_open(weights_path, &lm->file, err);
     if (!rc) rc = pp_lm_config_for(config_path, lm->file, &lm->cfg, err);
@@ -258,7 +271,8 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
     if (lm->quant)
         PP_INFO("lm", "%s: quantized %d tensors to %s while loading (%s): %.2f GiB -> %.2f GiB", weights_path,
                 lm->quant->tensors, pp_wformat_name(lm->quant->opts.fmt),
-                lm->quant->opts.temporal_only ? "the temporal transformer's projections" : "as personaplex-quantize would",
+                lm->quant->opts.temporal_only ? "the temporal transformer's projections"
+                                              : "as personaplex-quantize would",
                 (double)lm->quant->source_bytes / (1 << 30), (double)lm->quant->quantized_bytes / (1 << 30));
     if (lm->in_place && be->ops->mem_info) {
         size_t copied, buffers, workspace, dev_free, dev_total, in_place;

@@ -32,9 +32,9 @@ typedef struct pp_lm_work pp_lm_work;
  * NULL uses the PersonaPlex-7B defaults) and uploads them to be, which must outlive the model.
  * Every tensor is checked against the config; a mismatch names the key and the tensor. */
 int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path, pp_lm **out, char *err);
-/* The same, quantizing the weights while they load when quantize is not NULL: each chosen tensor of a BF16/F16/F32 checkpoint is
- * quantized exactly as personaplex-quantize would, uploaded, and its source pages released, so
- * host memory peaks near the quantized size plus one tensor. A quantized checkpoint is refused. */
+/* The same, quantizing the weights while they load when quantize is not NULL: each chosen tensor of a BF16/F16/F32
+ * checkpoint is quantized exactly as personaplex-quantize would, uploaded, and its source pages released, so host
+ * memory peaks near the quantized size plus one tensor. A quantized checkpoint is refused. */
 int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *config_path,
                          const pp_lm_quantize *quantize, pp_lm **out, char *err);
 void pp_lm_close(pp_lm *lm);

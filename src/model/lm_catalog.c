@@ -22,7 +22,8 @@ static const char *const NAMES[PP_LM_PART_COUNT][2] = {
                        "depformer.layers.%d.self_attn.in_proj_weight"},
     [PP_LM_ATTN_OUT] = {"transformer.layers.%d.self_attn.out_proj.weight",
                         "depformer.layers.%d.self_attn.out_proj.weight"},
-    [PP_LM_FFN_IN] = {"transformer.layers.%d.gating.linear_in.weight", "depformer.layers.%d.gating.%d.linear_in.weight"},
+    [PP_LM_FFN_IN] = {"transformer.layers.%d.gating.linear_in.weight",
+                      "depformer.layers.%d.gating.%d.linear_in.weight"},
     [PP_LM_FFN_OUT] = {"transformer.layers.%d.gating.linear_out.weight",
                        "depformer.layers.%d.gating.%d.linear_out.weight"},
     [PP_LM_DEP_IN] = {"depformer_in.%d.weight"},
@@ -54,11 +55,20 @@ void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size
 
 const char *pp_lm_part_name(pp_lm_part part) {
     static const char *const names[PP_LM_PART_COUNT] = {
-        [PP_LM_EMB] = "emb",           [PP_LM_TEXT_EMB] = "text_emb", [PP_LM_TEXT_LINEAR] = "text_linear",
-        [PP_LM_OUT_NORM] = "out_norm", [PP_LM_NORM1] = "norm1",       [PP_LM_NORM2] = "norm2",
-        [PP_LM_ATTN_IN] = "attn_in",   [PP_LM_ATTN_OUT] = "attn_out", [PP_LM_FFN_IN] = "ffn_in",
-        [PP_LM_FFN_OUT] = "ffn_out",   [PP_LM_DEP_IN] = "dep_in",     [PP_LM_LINEAR] = "linears",
-        [PP_LM_DEP_EMB] = "dep_emb",   [PP_LM_DEP_TEXT_EMB] = "dep_text_emb",
+        [PP_LM_EMB] = "emb",
+        [PP_LM_TEXT_EMB] = "text_emb",
+        [PP_LM_TEXT_LINEAR] = "text_linear",
+        [PP_LM_OUT_NORM] = "out_norm",
+        [PP_LM_NORM1] = "norm1",
+        [PP_LM_NORM2] = "norm2",
+        [PP_LM_ATTN_IN] = "attn_in",
+        [PP_LM_ATTN_OUT] = "attn_out",
+        [PP_LM_FFN_IN] = "ffn_in",
+        [PP_LM_FFN_OUT] = "ffn_out",
+        [PP_LM_DEP_IN] = "dep_in",
+        [PP_LM_LINEAR] = "linears",
+        [PP_LM_DEP_EMB] = "dep_emb",
+        [PP_LM_DEP_TEXT_EMB] = "dep_text_emb",
     };
     return part >= 0 && part < PP_LM_PART_COUNT ? names[part] : "?";
 }
@@ -91,10 +101,14 @@ static void describe(const pp_lm_config *c, pp_lm_part part, int depformer, int 
     t->layer = pp_lm_part_in_layer(part) ? layer : -1;
     t->index = part_has_index(part, depformer) ? index : -1;
     const char *fmt = NAMES[part][depformer];
-    if (t->layer >= 0 && t->index >= 0) snprintf(t->name, sizeof t->name, fmt, layer, index);
-    else if (t->layer >= 0) snprintf(t->name, sizeof t->name, fmt, layer);
-    else if (t->index >= 0) snprintf(t->name, sizeof t->name, fmt, index);
-    else snprintf(t->name, sizeof t->name, "%s", fmt);
+    if (t->layer >= 0 && t->index >= 0)
+        snprintf(t->name, sizeof t->name, fmt, layer, index);
+    else if (t->layer >= 0)
+        snprintf(t->name, sizeof t->name, fmt, layer);
+    else if (t->index >= 0)
+        snprintf(t->name, sizeof t->name, fmt, index);
+    else
+        snprintf(t->name, sizeof t->name, "%s", fmt);
     int64_t d = depformer ? c->dep_dim : c->dim, hidden = depformer ? c->dep_ffn_hidden : c->ffn_hidden;
     int64_t steps = depformer ? c->dep_q : 1; /* the depformer's attention holds every step's */
     t->ndim = 2;
@@ -123,8 +137,10 @@ static void describe(const pp_lm_config *c, pp_lm_part part, int depformer, int 
 }
 
 int pp_lm_tensor_shape(const pp_lm_tensor *t, int64_t shape[3]) {
-    if (t->ndim == 3) shape[0] = 1, shape[1] = 1, shape[2] = t->cols;
-    else shape[0] = t->rows, shape[1] = t->cols;
+    if (t->ndim == 3)
+        shape[0] = 1, shape[1] = 1, shape[2] = t->cols;
+    else
+        shape[0] = t->rows, shape[1] = t->cols;
     return t->ndim;
 }
 
@@ -178,8 +194,7 @@ static int match(const char *fmt, const char *name, int num[2]) {
     num[0] = num[1] = -1;
     while (*fmt) {
         if (fmt[0] == '%' && fmt[1] == 'd') {
-            if (*name < '0' || *name > '9' || (name[0] == '0' && name[1] >= '0' && name[1] <= '9') || n == 2)
-                return 0;
+            if (*name < '0' || *name > '9' || (name[0] == '0' && name[1] >= '0' && name[1] <= '9') || n == 2) return 0;
             long v = 0;
             for (; *name >= '0' && *name <= '9'; name++)
                 if ((v = v * 10 + (*name - '0')) > 1000000) return 0;

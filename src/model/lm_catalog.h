@@ -14,15 +14,15 @@
 #include "model/lm_config.h"
 
 typedef enum pp_lm_part {
-    PP_LM_EMB,          /* emb.{i}: audio stream i's embedding, i < n_q */
-    PP_LM_TEXT_EMB,     /* text token embedding */
-    PP_LM_TEXT_LINEAR,  /* text logits */
-    PP_LM_OUT_NORM,     /* the temporal transformer's final norm */
-    PP_LM_NORM1,        /* layer parts: of the temporal transformer or the depformer */
+    PP_LM_EMB,         /* emb.{i}: audio stream i's embedding, i < n_q */
+    PP_LM_TEXT_EMB,    /* text token embedding */
+    PP_LM_TEXT_LINEAR, /* text logits */
+    PP_LM_OUT_NORM,    /* the temporal transformer's final norm */
+    PP_LM_NORM1,       /* layer parts: of the temporal transformer or the depformer */
     PP_LM_NORM2,
-    PP_LM_ATTN_IN,      /* Q, K, V stacked; the depformer's holds every step's */
+    PP_LM_ATTN_IN, /* Q, K, V stacked; the depformer's holds every step's */
     PP_LM_ATTN_OUT,
-    PP_LM_FFN_IN,       /* gate and value stacked; the depformer has one per step */
+    PP_LM_FFN_IN, /* gate and value stacked; the depformer has one per step */
     PP_LM_FFN_OUT,
     PP_LM_DEP_IN,       /* depformer_in.{k}: temporal output into depformer step k */
     PP_LM_LINEAR,       /* linears.{k}: codebook k's logits */

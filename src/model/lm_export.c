@@ -61,8 +61,10 @@ int pp_lm_export_bf16(const char *in_path, const char *out_path, int *layers, ch
     d.writing = 1;
     if (!rc) rc = pp_lm_catalog(&c, dequant_tensor, &d);
     if (d.w) {
-        if (rc) pp_st_writer_abort(d.w);
-        else rc = pp_st_writer_finish(d.w, err);
+        if (rc)
+            pp_st_writer_abort(d.w);
+        else
+            rc = pp_st_writer_finish(d.w, err);
     }
     if (!rc) *layers = c.num_layers;
     free(d.row);

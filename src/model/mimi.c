@@ -317,8 +317,8 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
         pp_mimi_close(m);
         return rc;
     }
-    PP_INFO("mimi", "%s: %d codebooks, %d-sample frames, %zu MB of weights", weights_path,
-            cfg.quantizer.num_codebooks, cfg.frame_size, pp_mimi_weight_bytes(m) >> 20);
+    PP_INFO("mimi", "%s: %d codebooks, %d-sample frames, %zu MB of weights", weights_path, cfg.quantizer.num_codebooks,
+            cfg.frame_size, pp_mimi_weight_bytes(m) >> 20);
     *out = m;
     return PP_OK;
 }
@@ -419,7 +419,7 @@ int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float 
     if (m->resample) {
         /* Replicate padding: the first frame's history is copies of its first column. */
         pp_conv_step(be, &m->downsample, s->down_carry, s->emb_in, m->steps, s->latent_in, s->down_scratch,
-                  s->started ? 0 : PP_CONV_REPLICATE);
+                     s->started ? 0 : PP_CONV_REPLICATE);
         s->started = 1;
         z = s->latent_in;
     }

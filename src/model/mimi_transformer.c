@@ -45,7 +45,7 @@ static int load_layer(codec_arena *a, const st_file *f, const char *lp, const mt
 }
 
 int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
-             char *err) {
+                char *err) {
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
     if (cfg->num_layers < 0 || cfg->num_layers > MTR_MAX_LAYERS)

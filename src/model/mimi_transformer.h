@@ -48,8 +48,7 @@ typedef struct mtr_state {
 
 /* Loads the layers under `prefix` ("encoder_transformer"); the matrices are uploaded in the
  * filling pass only. On failure call pp_mtr_free. */
-int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w,
-             char *err);
+int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w, char *err);
 void pp_mtr_free(pp_backend *be, mtr_weights *w);
 /* Takes the state for calls of t steps from a state arena; offset starts at 0. */
 void pp_mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s);

@@ -123,7 +123,7 @@ static void rvq_gaps(pp_backend *be, const quantizer_rvq *rvq, const quantizer_c
 }
 
 int pp_quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
-                        char *err) {
+                           char *err) {
     const quantizer_config *c = &q->cfg;
     float *w = malloc((size_t)c->dimension * c->input_dimension * sizeof(float));
     float *cb = malloc((size_t)c->bins * c->dimension * sizeof(float));

@@ -52,6 +52,6 @@ void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *code
  * and writes per code how much farther its row is than the nearest one,
  * gaps[i] = (d_code − d_nearest) / d_nearest (0 when the code is the nearest). */
 int pp_quantizer_code_gaps(pp_backend *be, const quantizer *q, const float *z, const int32_t *codes, double *gaps,
-                        char *err);
+                           char *err);
 
 #endif

@@ -18,9 +18,10 @@ void pp_tf_quant_free(pp_tf_quant *q) {
 static int upload_quantized(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_weight *host, pp_weight *out,
                             char *err) {
     if (host->fmt > PP_WF_BF16)
-        return pp_fail(err, PP_EINVAL, "%s: --quantize %s needs a BF16, F16 or F32 checkpoint, but tensor '%s' is "
-                       "stored as %s (run the file as it is, without --quantize)", pp_st_path(f),
-                       pp_wformat_name(q->opts.fmt), host->name, pp_wformat_name(host->fmt));
+        return pp_fail(err, PP_EINVAL,
+                       "%s: --quantize %s needs a BF16, F16 or F32 checkpoint, but tensor '%s' is "
+                       "stored as %s (run the file as it is, without --quantize)",
+                       pp_st_path(f), pp_wformat_name(q->opts.fmt), host->name, pp_wformat_name(host->fmt));
     const st_tensor *src = pp_st_find(f, host->name);
     if (q->n_held == q->cap_held) {
         size_t cap = q->cap_held ? 2 * q->cap_held : 64;
@@ -37,8 +38,10 @@ static int upload_quantized(pp_backend *be, const st_file *f, pp_tf_quant *q, co
     q->tensors++;
     q->source_bytes += src->nbytes;
     q->quantized_bytes += pp_weight_bytes(&qt->w);
-    if (!rc && out->data == qt->w.data) q->n_held++; /* the backend reads the buffers as they are */
-    else pp_qtensor_free(qt);
+    if (!rc && out->data == qt->w.data)
+        q->n_held++; /* the backend reads the buffers as they are */
+    else
+        pp_qtensor_free(qt);
     return rc;
 }
 
@@ -66,8 +69,8 @@ int pp_tf_load_alpha(pp_backend *be, const st_file *f, const char *name, int d, 
         return pp_fail(err, PP_ENOTFOUND, "%s: tensor '%s' is missing (expected from config keys: %s)", pp_st_path(f),
                        name, cfg_keys);
     if (t->numel != d)
-        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' has %lld values but config keys %s give %d", pp_st_path(f), name,
-                       (long long)t->numel, cfg_keys, d);
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' has %lld values but config keys %s give %d", pp_st_path(f),
+                       name, (long long)t->numel, cfg_keys, d);
     float *host = malloc((size_t)d * sizeof *host);
     float *dev = be->ops->alloc(be, (size_t)d * sizeof *dev);
     int rc = host && dev ? pp_st_load_f32(f, t, 0, d, host, err) : pp_fail(err, PP_ENOMEM, "%s: out of memory", name);
@@ -127,8 +130,7 @@ static int has_step_projections(const st_file *f, const pp_tf_shape *s, const pp
     return s->n_steps > 1 && pp_weight_exists(f, name);
 }
 
-int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t,
-                      char *err) {
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t, char *err) {
     const pp_tf_shape *s = &tf->shape;
     if (t->layer < 0 || t->layer >= s->num_layers || (t->index >= s->n_steps))
         return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is outside the %d layers", s->prefix, t->name, s->num_layers);
@@ -144,8 +146,7 @@ int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *t
         if (L->step_proj) return PP_OK; /* loaded with the step's in_proj */
         return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->out_proj, err);
     case PP_LM_FFN_IN: return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->ffn_in[step], err);
-    case PP_LM_FFN_OUT:
-        return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->ffn_out[step], err);
+    case PP_LM_FFN_OUT: return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->ffn_out[step], err);
     default: return pp_fail(err, PP_EINVAL, "%s: tensor '%s' is not a layer's", s->prefix, t->name);
     }
 }

@@ -60,9 +60,9 @@ typedef struct pp_tf_scratch {
  * covers; the tensors chosen must be stored dense (F32, F16, BF16). */
 typedef struct pp_tf_quant {
     pp_lm_quantize opts; /* its group resolved (never 0) */
-    pp_qtensor *held;  /* quantized buffers a backend reads in place (the CPU's), freed by pp_tf_quant_free */
+    pp_qtensor *held;    /* quantized buffers a backend reads in place (the CPU's), freed by pp_tf_quant_free */
     size_t n_held, cap_held;
-    int tensors;       /* quantized so far, */
+    int tensors;                            /* quantized so far, */
     uint64_t source_bytes, quantized_bytes; /* from this many bytes to this many */
 } pp_tf_quant;
 void pp_tf_quant_free(pp_tf_quant *q);
@@ -72,8 +72,7 @@ void pp_tf_quant_free(pp_tf_quant *q);
  * into its place; pp_tf_link, once all are in, points each step at its weights. pp_tf_free
  * releases whatever was loaded. */
 int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err);
-int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t,
-                      char *err);
+int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t, char *err);
 void pp_tf_link(pp_tf *tf);
 void pp_tf_free(pp_backend *be, pp_tf *tf);
 /* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */

@@ -330,8 +330,7 @@ static void job_free(engine *e, job *j) {
             "%llu uplink packets (%llu concealed), %d bad pages",
             (unsigned long long)conn_id(j->c), ms_between(j->t_open, pp_now_ns()) / 1000.0,
             (unsigned long long)j->frames, (unsigned long long)j->pace.silent_frames, (unsigned long long)j->late,
-            (unsigned long long)j->bytes_out,
-            (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
+            (unsigned long long)j->bytes_out, (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
             (unsigned long long)up.concealed, up.ogg.errors);
     pp_session_destroy(j->session);
     pp_downlink_close(j->down);

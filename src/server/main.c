@@ -131,7 +131,8 @@ static int resolve_model_paths(app *a, char *err) {
  * conversation is the bound anyway) and int8 on a device with its own memory accounting (a GPU),
  * where memory bounds the conversations. */
 static int kv_format(const char *name, const pp_backend *be, pp_kv_format *out, char *err) {
-    if (strcmp(name, "auto") == 0) *out = be->ops->mem_info ? PP_KV_INT8 : PP_KV_F32;
+    if (strcmp(name, "auto") == 0)
+        *out = be->ops->mem_info ? PP_KV_INT8 : PP_KV_F32;
     else if (strcmp(name, "f32") == 0) *out = PP_KV_F32;
     else if (strcmp(name, "bf16") == 0) *out = PP_KV_BF16;
     else if (strcmp(name, "int8") == 0) *out = PP_KV_INT8;
@@ -180,8 +181,11 @@ static void *load_main(void *arg) {
     pp_model *model = NULL;
     engine *e = NULL;
     int capacity = 0;
-    pp_model_paths mp = {.weights = a->paths[0], .mimi = a->paths[1], .tokenizer = a->paths[2],
-                         .voices_dir = a->paths[3], .quantize = a->opt.quantize,
+    pp_model_paths mp = {.weights = a->paths[0],
+                         .mimi = a->paths[1],
+                         .tokenizer = a->paths[2],
+                         .voices_dir = a->paths[3],
+                         .quantize = a->opt.quantize,
                          .quantize_group = a->opt.quantize_group,
                          .quantize_temporal_only = a->opt.quantize_temporal_only};
     /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
@@ -192,8 +196,12 @@ static void *load_main(void *arg) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
         rc = pp_demo_write_context(dir, a->opt.demo_context, &a->demo, err);
-        mp = (pp_model_paths){.weights = a->demo.weights, .mimi = a->demo.mimi, .tokenizer = a->demo.tokenizer,
-                              .voices_dir = a->demo.voices_dir, .name = "demo", .quantize = a->opt.quantize,
+        mp = (pp_model_paths){.weights = a->demo.weights,
+                              .mimi = a->demo.mimi,
+                              .tokenizer = a->demo.tokenizer,
+                              .voices_dir = a->demo.voices_dir,
+                              .name = "demo",
+                              .quantize = a->opt.quantize,
                               .quantize_group = a->opt.quantize_group,
                               .quantize_temporal_only = a->opt.quantize_temporal_only};
         if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;

@@ -39,7 +39,7 @@ typedef struct server {
     char load_error[PP_ERR_LEN];
     int ctx_alive;           /* ctx may be woken with lws_cancel_service */
 
-    atomic_int draining;     /* a stop signal came: new conversations are refused (any thread) */
+    atomic_int draining; /* a stop signal came: new conversations are refused (any thread) */
 
     /* lws service thread only */
     uint64_t next_id;

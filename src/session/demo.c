@@ -154,7 +154,8 @@ static int write_tensors(const char *path, const tensor_list *l, st_dtype dtype,
     st_writer *w;
     int rc = pp_st_writer_create(path, &w, err);
     if (rc) return rc;
-    for (int i = 0; i < l->n && !rc; i++) rc = pp_st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
+    for (int i = 0; i < l->n && !rc; i++)
+        rc = pp_st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
     if (!rc) rc = pp_st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
     if (!rc) rc = pp_st_writer_begin(w, err);
     float buf[1024];

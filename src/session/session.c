@@ -165,8 +165,12 @@ void pp_model_prompt_cache_counts(const pp_model *m, pp_prompt_cache_counts *out
     if (!m->cache) return;
     pp_prompt_cache_stats st;
     pp_prompt_cache_stats_get(m->cache, &st);
-    *out = (pp_prompt_cache_counts){.hits = st.hits, .misses = st.misses, .evictions = st.evictions,
-                                    .entries = st.entries, .bytes = st.bytes, .budget = st.budget};
+    *out = (pp_prompt_cache_counts){.hits = st.hits,
+                                    .misses = st.misses,
+                                    .evictions = st.evictions,
+                                    .entries = st.entries,
+                                    .bytes = st.bytes,
+                                    .budget = st.budget};
 }
 
 /* ---- session: creation and prompts ---------------------------------------------------------- */
@@ -239,8 +243,8 @@ int pp_session_prompt_done(const pp_session *s) { return s->done; }
 int pp_session_prompt_cached(const pp_session *s) { return s->cached; }
 
 static pp_prompt_key cache_key(const pp_session *s) {
-    return (pp_prompt_key){.model = s->m->identity, .voice = s->voice_id, .kv = s->kv, .text = s->prompt,
-                           .n_text = s->n_prompt};
+    return (pp_prompt_key){
+        .model = s->m->identity, .voice = s->voice_id, .kv = s->kv, .text = s->prompt, .n_text = s->n_prompt};
 }
 
 int pp_session_shares_prompt(const pp_session *a, const pp_session *b) {

@@ -137,7 +137,8 @@ static void on_message(wc_conn *c, const uint8_t *m, size_t len) {
         break;
     case 0x02:
         c->texts++;
-        if (!pp_utf8_valid((const char *)p, n)) c->bad_texts++;
+        if (!pp_utf8_valid((const char *)p, n))
+            c->bad_texts++;
         else if (strlen(c->transcript) + n < sizeof c->transcript)
             strncat(c->transcript, (const char *)p, n);
         break;
@@ -145,8 +146,7 @@ static void on_message(wc_conn *c, const uint8_t *m, size_t len) {
         if (!c->errors++) copy_text(c->first_error, sizeof c->first_error, p, n);
         copy_text(c->last_error, sizeof c->last_error, p, n);
         break;
-    default:
-        c->other_kinds++;
+    default: c->other_kinds++;
     }
 }
 
@@ -171,8 +171,7 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
             c->rx_len = 0;
         }
         return 0;
-    case LWS_CALLBACK_CLIENT_WRITEABLE:
-        return on_writeable(c, wsi);
+    case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(c, wsi);
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         if (len >= 2) c->close_code = ((const uint8_t *)in)[0] << 8 | ((const uint8_t *)in)[1];
         return 0;
@@ -187,8 +186,7 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
         c->wsi = NULL;
         lws_sul_cancel(&c->sul);
         return 0;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -207,11 +205,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         int n = sizeof buf - LWS_PRE;
         return lws_http_client_read(wsi, &p, &n) < 0 ? -1 : 0;
     }
-    case LWS_CALLBACK_RECEIVE_CLIENT_HTTP_READ:
-        return append((uint8_t **)&h->body, &h->len, &h->cap, in, len) ? -1 : 0;
-    case LWS_CALLBACK_COMPLETED_CLIENT_HTTP:
-        h->done = 1;
-        return -1; /* no keep-alive: h must not outlive its request */
+    case LWS_CALLBACK_RECEIVE_CLIENT_HTTP_READ: return append((uint8_t **)&h->body, &h->len, &h->cap, in, len) ? -1 : 0;
+    case LWS_CALLBACK_COMPLETED_CLIENT_HTTP: h->done = 1; return -1; /* no keep-alive: h must not outlive its request */
     case LWS_CALLBACK_CLOSED_CLIENT_HTTP:
         h->done = 1;
         h->wsi = NULL;
@@ -220,8 +215,7 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         h->failed = 1;
         h->wsi = NULL;
         return 0;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 

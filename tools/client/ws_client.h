@@ -17,16 +17,16 @@
 typedef struct wc_msg {
     uint8_t *data; /* kind byte + payload (or the text for a text frame) */
     size_t len;
-    int text;      /* send as a text frame */
+    int text; /* send as a text frame */
 } wc_msg;
 
 typedef struct wc_conn {
     /* ---- script ---- */
-    char *path;              /* "/api/chat?..." (malloc'd or static) */
-    int wait_handshake;      /* hold extra and audio until 0x00 arrives (the web client) */
-    const wc_msg *extra;     /* sent first, back to back */
+    char *path;          /* "/api/chat?..." (malloc'd or static) */
+    int wait_handshake;  /* hold extra and audio until 0x00 arrives (the web client) */
+    const wc_msg *extra; /* sent first, back to back */
     int n_extra;
-    const wc_msg *audio;     /* then one per interval_ms */
+    const wc_msg *audio; /* then one per interval_ms */
     int n_audio;
     /* When set, gives audio message `index` instead of audio[index], made when it is due (an
      * uplink built from what came back); NULL fails the conversation. */
@@ -40,30 +40,30 @@ typedef struct wc_conn {
 
     /* ---- results ---- */
     int established, failed, closed;
-    int close_code;          /* from the server's close frame, 0 if none */
+    int close_code; /* from the server's close frame, 0 if none */
     char fail_reason[256];
     int64_t t_established, t_handshake, t_last_send; /* ns, CLOCK_MONOTONIC */
-    int handshake_len;       /* payload bytes of the 0x00 message */
+    int handshake_len;                               /* payload bytes of the 0x00 message */
     int handshakes;
     int audio_before_handshake;
-    uint8_t *out;            /* every 0x01 payload, concatenated */
+    uint8_t *out; /* every 0x01 payload, concatenated */
     size_t out_len, out_cap;
-    int n_out;               /* 0x01 messages */
-    int64_t *out_times;      /* [n_out] arrival times */
+    int n_out;                /* 0x01 messages */
+    int64_t *out_times;       /* [n_out] arrival times */
     int out_before_last_send; /* 0x01 messages that arrived before the last audio was sent */
-    int bad_pages;           /* 0x01 messages that were not exactly one Ogg page */
-    int texts, bad_texts;    /* 0x02 messages; ones that were not valid UTF-8 */
+    int bad_pages;            /* 0x01 messages that were not exactly one Ogg page */
+    int texts, bad_texts;     /* 0x02 messages; ones that were not valid UTF-8 */
     char transcript[8192];
-    int errors;              /* 0x05 messages */
+    int errors; /* 0x05 messages */
     char first_error[256], last_error[256];
-    int other_kinds;         /* any other kind */
+    int other_kinds; /* any other kind */
 
     /* ---- internal ---- */
     struct lws *wsi;
     lws_sorted_usec_list_t sul;
     int connecting, started, next_extra, next_audio, closing;
     int64_t t_next, t_deadline;
-    uint8_t *rx;             /* message being reassembled */
+    uint8_t *rx; /* message being reassembled */
     size_t rx_len, rx_cap;
 } wc_conn;
 
@@ -71,7 +71,7 @@ typedef struct wc_http {
     const char *path;
     int status;
     char type[128];
-    char *body;              /* NUL-terminated */
+    char *body; /* NUL-terminated */
     size_t len, cap;
     int done, failed;
     double connect_after_ms; /* send the request this long after wc_run starts */
