@@ -56,38 +56,40 @@
 #define NF4_TABLE_MAX 16383
 #define Q4K_BLOCK QUANT_Q4_K_BLOCK
 #define Q4K_SUBS 8 /* sub-blocks per block */
-#define Q4K_ACT_MAX 32767.0f
+#define Q4K_ACT_MAX 32767.0f /* and INT8's */
+#define INT8_BLOCK 128       /* INT8's activation block: groups are whole blocks (a row, or 128n) */
 
 /* Layout facts of a format: W weights per word, K = W codes decoded per word. */
 static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
 
 static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_per_word(fmt); }
 
-/* A row may end in a half block (16 words): its codes are loaded masked and its activations
- * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
- * block lies within one group or holds whole groups. */
-/* ---- Q4_K ---- */
+/* ---- Q4_K and INT8: activations in natural order, one scale per block of inputs ---- */
 
-static void q4k_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
-    size_t blocks = (size_t)n * (size_t)(w->cols / Q4K_BLOCK);
-    *q = blocks * Q4K_BLOCK;
-    *scales = blocks * (1 + Q4K_SUBS); /* per block its scale, then its sub-blocks' Σx */
+/* Inputs per activation block: Q4_K's block, or for INT8 a block within every weight group. */
+static int64_t act_block(const pp_weight *w) { return w->fmt == PP_WF_Q4K ? Q4K_BLOCK : INT8_BLOCK; }
+
+static void blocks_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
+    int64_t B = act_block(w);
+    size_t blocks = (size_t)n * (size_t)(w->cols / B);
+    *q = blocks * (size_t)B;
+    *scales = blocks * (w->fmt == PP_WF_Q4K ? 1 + Q4K_SUBS : 1); /* Q4_K: then its sub-blocks' Σx */
 }
 
-CPU_VNNI static void q4k_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
-    int64_t blocks = (int64_t)n * (w->cols / Q4K_BLOCK);
-    float *sums = out->sums = out->scale + blocks;
+CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+    int64_t B = act_block(w), blocks = (int64_t)n * (w->cols / B);
+    float *sums = out->sums = w->fmt == PP_WF_Q4K ? out->scale + blocks : NULL;
     for (int64_t b = 0; b < blocks; b++) {
-        const float *src = x + b * Q4K_BLOCK;
+        const float *src = x + b * B;
         float m = 0;
-        for (int t = 0; t < Q4K_BLOCK; t++) m = fmaxf(m, fabsf(src[t]));
+        for (int t = 0; t < B; t++) m = fmaxf(m, fabsf(src[t]));
         float inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        for (int t = 0; t < Q4K_BLOCK; t++)
-            out->q[b * Q4K_BLOCK + t] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
+        for (int t = 0; t < B; t++)
+            out->q[b * B + t] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
         out->scale[b] = m / Q4K_ACT_MAX;
-        for (int j = 0; j < Q4K_SUBS; j++) {
+        for (int j = 0; sums && j < Q4K_SUBS; j++) {
             float s = 0;
-            for (int t = 0; t < Q4K_BLOCK / Q4K_SUBS; t++) s += src[j * (Q4K_BLOCK / Q4K_SUBS) + t];
+            for (int t = 0; t < B / Q4K_SUBS; t++) s += src[j * (B / Q4K_SUBS) + t];
             sums[b * Q4K_SUBS + j] = s;
         }
     }
@@ -95,8 +97,13 @@ CPU_VNNI static void q4k_prepare(const pp_weight *w, const float *x, int n, cpu_
 
 /* ---- NF2, INT4, NF4 ---- */
 
+/* A row may end in a half block (16 words): its codes are loaded masked and its activations
+ * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
+ * block lies within one group or holds whole groups. */
+
 int pp_cpu_vnni_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
+    if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
     if (g <= 0 || g % run || (b % g && g % b)) return 0;
@@ -110,8 +117,8 @@ static int64_t padded_cols(const pp_weight *w) {
 }
 
 void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
-    if (w->fmt == PP_WF_Q4K) {
-        q4k_sizes(w, n, q, runs);
+    if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
+        blocks_sizes(w, n, q, runs);
         return;
     }
     *q = (size_t)n * (size_t)padded_cols(w);
@@ -131,8 +138,8 @@ static float table_unit(const pp_weight *w) {
 }
 
 CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
-    if (w->fmt == PP_WF_Q4K) {
-        q4k_prepare(w, x, n, out);
+    if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
+        blocks_prepare(w, x, n, out);
         return;
     }
     int W = weights_per_word(w->fmt), run = 2 * W;
@@ -350,6 +357,44 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
             y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(macc[k][q]);
 }
 
+/* INT8: rb rows × nb inputs. Per activation block each row's 128 codes widen to 16 bits in four
+ * steps and meet the int16 activations in vpdpwssd (|q·x| <= 127·32767: 4 steps of pairs stay
+ * far inside int32); the block's sum then takes the weight group's and the block's scales. */
+VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    (void)fmt;
+    const pp_weight *w = p->w;
+    const int64_t nblk = w->cols / INT8_BLOCK;
+    const int8_t *row[ROWS];
+    for (int k = 0; k < rb; k++) row[k] = (const int8_t *)w->data + w->elem0 + (p->r + k) * w->cols;
+    __m512 acc[ROWS][INPUTS];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps();
+    float ws[ROWS] = {0};
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i sum[ROWS][INPUTS];
+        for (int k = 0; k < rb; k++) {
+            int64_t e = w->elem0 + (p->r + k) * w->cols + b * INT8_BLOCK;
+            if (b == 0 || e % w->group == 0) pp_weight_group_scales(w, e / w->group, 1, &ws[k]);
+            for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
+        }
+        for (int part = 0; part < INT8_BLOCK / 32; part++)
+            for (int k = 0; k < rb; k++) {
+                __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row[k] + b * INT8_BLOCK + 32 * part)));
+                for (int q = 0; q < nb; q++) {
+                    const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * nblk + b) * INT8_BLOCK + 32 * part;
+                    sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], v, _mm512_loadu_si512(xq));
+                }
+            }
+        for (int k = 0; k < rb; k++)
+            for (int q = 0; q < nb; q++) {
+                float s = ws[k] * p->x->scale[(int64_t)(p->i + q) * nblk + b];
+                acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(s), acc[k][q]);
+            }
+    }
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
+}
+
 /* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
 #define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \
     do {                                                                                                               \
@@ -372,13 +417,14 @@ CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
     case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
     case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
     case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
+    case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
     default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
     }
 }
 
 CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
     pass p = {.w = w, .x = x};
-    if (w->fmt != PP_WF_Q4K) { /* the decode tables of the code formats */
+    if (w->fmt != PP_WF_Q4K && w->fmt != PP_WF_INT8) { /* the decode tables of the code formats */
         int run = 2 * weights_per_word(w->fmt);
         int32_t lane_group[LANES];
         for (int l = 0; l < LANES; l++)
