@@ -184,13 +184,25 @@ static int static_path(const server *s, const char *uri, char *out, size_t cap) 
     return stat(real, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
 }
 
-static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
-    char path[PATH_MAX + 64];
+/* A page opened with ?token= gets the key as a cookie, so its assets and its WebSocket carry it
+ * (a browser cannot set headers on a WebSocket). */
+static int token_cookie(struct lws *wsi, char *out, size_t cap) {
+    char arg[APIKEYS_MAX_KEY + 8];
+    const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* past "token=" */
+    if (!token) return 0;
+    int n = snprintf(out, cap, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict%s\r\n", APIKEYS_COOKIE, token,
+                     lws_is_ssl(wsi) ? "; Secure" : "");
+    return n > 0 && (size_t)n < cap ? n : 0;
+}
+
+static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri, int set_cookie) {
+    char path[PATH_MAX + 64], cookie[APIKEYS_MAX_KEY + 128];
     if (static_path(s, uri, path, sizeof path) != 0) {
         static const char nf[] = "not found\n";
         return respond(wsi, pss, HTTP_STATUS_NOT_FOUND, "text/plain; charset=utf-8", nf, sizeof nf - 1);
     }
-    int n = lws_serve_http_file(wsi, path, mime_type(path), NULL, 0);
+    int extra = set_cookie ? token_cookie(wsi, cookie, sizeof cookie) : 0;
+    int n = lws_serve_http_file(wsi, path, mime_type(path), extra ? cookie : NULL, extra);
     if (n < 0) return -1;
     if (n > 0 && lws_http_transaction_completed(wsi)) return -1;
     return 0;
@@ -204,13 +216,18 @@ static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
     }
     if (strcmp(uri, "/health") == 0) return route_health(s, wsi, pss, 0);
     if (strcmp(uri, "/health/live") == 0) return route_health(s, wsi, pss, 1);
+    int from_query;
+    if (!server_authorized(s, wsi, &from_query)) {
+        static const char no[] = "a valid API key is needed (Authorization: Bearer KEY, or ?token=KEY)\n";
+        return respond(wsi, pss, HTTP_STATUS_UNAUTHORIZED, "text/plain; charset=utf-8", no, sizeof no - 1);
+    }
     if (strcmp(uri, "/metrics") == 0) return route_metrics(s, wsi, pss);
     if (strcmp(uri, "/api/voices") == 0) return route_voices(s, wsi, pss);
     if (strcmp(uri, "/api/chat") == 0) {
         static const char up[] = "this endpoint is a WebSocket (GET with Upgrade: websocket)\n";
         return respond(wsi, pss, HTTP_STATUS_BAD_REQUEST, "text/plain; charset=utf-8", up, sizeof up - 1);
     }
-    return route_static(s, wsi, pss, uri);
+    return route_static(s, wsi, pss, uri, from_query);
 }
 
 static int on_writeable(struct lws *wsi, http_pss *pss) {

@@ -14,7 +14,7 @@
 /* Process-wide like the signals they stand for. */
 static atomic_int g_stop_requests; /* SIGTERM/SIGINT received so far */
 static atomic_int g_exiting;       /* lifecycle_stop: the signal thread returns */
-static atomic_int g_reload_tls;    /* SIGHUP: reload the certificate on the service thread */
+static atomic_int g_reload;        /* SIGHUP: reload the certificate and API keys on the service thread */
 static pthread_t g_thread;
 static int g_have_thread;
 static void (*g_wake)(void *);
@@ -40,7 +40,7 @@ static void *signal_main(void *arg) {
             if (g_log_file && pp_log_open(g_log_file) != 0)
                 fprintf(stderr, "personaplex-server: SIGHUP: cannot reopen %s\n", g_log_file);
             PP_INFO("server", "SIGHUP: log reopened");
-            g_reload_tls = 1;
+            g_reload = 1;
             g_wake(g_wake_arg);
             continue;
         }
@@ -80,8 +80,12 @@ void lifecycle_ready(const char *status) { notify_ready(status); }
 
 int lifecycle_poll(server *s) {
     char err[PP_ERR_LEN];
-    if (atomic_exchange(&g_reload_tls, 0) && s->cert_path && tls_reload(s->ctx, s->cert_path, s->key_path, err))
-        PP_ERROR("tls", "SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
+    if (atomic_exchange(&g_reload, 0)) {
+        if (s->cert_path && tls_reload(s->ctx, s->cert_path, s->key_path, err))
+            PP_ERROR("tls", "SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
+        if (s->keys && apikeys_reload(s->keys, err))
+            PP_ERROR("server", "SIGHUP: API keys not reloaded, the old ones stay in force: %s", err);
+    }
     int requests = g_stop_requests;
     if (requests >= 2) return 1;
     if (requests == 1 && !server_draining(s)) {

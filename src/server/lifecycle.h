@@ -1,7 +1,8 @@
 /* lifecycle: signals, the SIGTERM drain and the systemd watchdog.
  *
  * A signal thread owns SIGINT, SIGTERM and SIGHUP (main blocks them in every thread).
- * SIGHUP reopens --log-file, for log rotation, and reloads the TLS certificate (tls.h). The first SIGTERM or SIGINT starts a drain:
+ * SIGHUP reopens --log-file, for log rotation, and reloads the TLS certificate (tls.h) and the
+ * API keys (apikeys.h). The first SIGTERM or SIGINT starts a drain:
  * new conversations are refused, /health answers 503 "draining", and every open
  * conversation gets an 0x05 "server shutting down" message and a close (1001); the serving
  * loop ends once none is left or after --drain-seconds. A second stop signal ends it at

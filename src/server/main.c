@@ -295,7 +295,14 @@ static int run(app *a) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
     }
-    if (metrics_create(&s->metrics, err)) return 1;
+    if (o->api_keys && apikeys_load(o->api_keys, &s->keys, err)) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        return 2;
+    }
+    if (metrics_create(&s->metrics, err)) {
+        apikeys_free(s->keys);
+        return 1;
+    }
     s->opt = o;
     pthread_mutex_init(&s->lock, NULL);
 
@@ -309,6 +316,7 @@ static int run(app *a) {
     if (!s->ctx) {
         PP_ERROR("server", "%s", err);
         metrics_destroy(s->metrics);
+        apikeys_free(s->keys);
         return 1;
     }
     s->ctx_alive = 1;
@@ -340,6 +348,7 @@ static int run(app *a) {
     pp_model_close(s->model);
     pp_backend_destroy(a->backend);
     metrics_destroy(s->metrics);
+    apikeys_free(s->keys);
     int failed = s->failed;
     pthread_mutex_destroy(&s->lock);
     PP_INFO("server", "stopped");

@@ -47,7 +47,7 @@ struct metrics_conv {
 struct metrics {
     pthread_mutex_t lock;
     int active;
-    uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input;
+    uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input, unauthorized;
     histogram stage[METRICS_STAGES];
     histogram tick, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
     histogram join_wait;
@@ -188,6 +188,12 @@ void metrics_bytes(metrics *m, uint64_t in, uint64_t out) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_unauthorized(metrics *m) {
+    pthread_mutex_lock(&m->lock);
+    m->unauthorized++;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_bad_input(metrics *m) {
     pthread_mutex_lock(&m->lock);
     m->bad_input++;
@@ -258,6 +264,8 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
                 m->bytes_out);
     put_counter(&o, "personaplex_bad_input_total", "counter",
                 "Malformed messages, pages or queries answered with an error.", m->bad_input);
+    put_counter(&o, "personaplex_unauthorized_total", "counter",
+                "Requests refused with 401 for want of a valid API key (--api-keys).", m->unauthorized);
     put(&o, "# HELP personaplex_frame_stage_seconds Time per conversation frame, by stage.\n"
             "# TYPE personaplex_frame_stage_seconds histogram\n");
     for (int s = 0; s < METRICS_STAGES; s++) {

@@ -51,6 +51,8 @@ void metrics_conv_close(metrics *m, metrics_conv *c);
  * comes in, less while the client speaks. */
 void metrics_conv_echo(metrics *m, metrics_conv *c, double energy_in, double energy_out);
 void metrics_bad_input(metrics *m);
+/* A request refused for want of a valid API key. */
+void metrics_unauthorized(metrics *m);
 
 int metrics_active(metrics *m);
 

@@ -116,6 +116,12 @@ static const opt_spec g_opts[] = {
      "refuse a chat upgrade with HTTP 503 rather than an 0x05 message when no conversation can "
      "start now (loading, full, draining), so the proxy retries another instance (nginx: "
      "proxy_next_upstream http_503). Never set it when clients reach the server directly."},
+    {"api-keys", "FILE", OPT_STRING, F(api_keys), 0, 0, NULL, NULL,
+     "Require a key on every endpoint but /health and /health/live: FILE holds one key per line "
+     "(blank lines and # comments ignored) and is read again on SIGHUP. A client presents one as "
+     "`Authorization: Bearer KEY`, or, where it cannot set headers (a browser), as ?token=KEY; a page "
+     "opened with ?token= gets a cookie so its assets and its WebSocket carry the key. Requests without "
+     "a valid key get 401 and are counted in /metrics; keys never appear in the log."},
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},

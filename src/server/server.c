@@ -24,3 +24,18 @@ void server_publish(server *s, pp_model *model, engine *e, const char *load_erro
 int server_draining(const server *s) { return atomic_load(&s->draining); }
 
 void server_start_draining(server *s) { atomic_store(&s->draining, 1); }
+
+int server_authorized(server *s, struct lws *wsi, int *from_query) {
+    *from_query = 0;
+    if (!s->keys) return 1;
+    char auth[APIKEYS_MAX_KEY + 64] = "", arg[APIKEYS_MAX_KEY + 8] = "", cookie[1024] = "";
+    int has_auth = lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0;
+    const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* points into arg, past "token=" */
+    int has_cookie = lws_hdr_copy(wsi, cookie, sizeof cookie, WSI_TOKEN_HTTP_COOKIE) > 0;
+    size_t len = 0;
+    const char *key = apikeys_presented(has_auth ? auth : NULL, token, has_cookie ? cookie : NULL, &len);
+    *from_query = token && key == token;
+    if (key && apikeys_check(s->keys, key, len)) return 1;
+    metrics_unauthorized(s->metrics);
+    return 0;
+}

@@ -15,6 +15,7 @@
 #include <libwebsockets.h>
 
 #include "base/err.h"
+#include "server/apikeys.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/options.h"
@@ -31,6 +32,7 @@ typedef struct server {
     metrics *metrics;
     struct lws_context *ctx;
     const char *cert_path, *key_path; /* the TLS pair (reloaded on SIGHUP); NULL without TLS */
+    apikeys *keys;           /* --api-keys (reloaded on SIGHUP); NULL: no key needed */
 
     pthread_mutex_t lock;    /* guards the fields up to the next comment */
     engine *engine;          /* NULL until the model is loaded */
@@ -55,6 +57,9 @@ void server_publish(server *s, pp_model *model, engine *e, const char *load_erro
 /* A drain has begun: refuse new conversations, /health says "draining" (any thread). */
 int server_draining(const server *s);
 void server_start_draining(server *s);
+/* Whether the request on wsi may proceed: no --api-keys, or a valid key presented (apikeys.h).
+ * *from_query is set when the key came as ?token= (the page then gets the cookie). */
+int server_authorized(server *s, struct lws *wsi, int *from_query);
 
 /* lws protocol callbacks (service thread). */
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

@@ -74,6 +74,7 @@ static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *er
         }
         char *eq = strchr(s->scratch, '=');
         if (eq) *eq = '\0';
+        if (!strcmp(s->scratch, "token")) continue; /* the API key (server_authorized), never a setting */
         int rc = pp_params_set(p, s->scratch, eq ? eq + 1 : "", err);
         if (rc) return rc;
     }
@@ -173,11 +174,17 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     server *s = server_of(wsi);
     ws_pss *pss = user;
     char uri[64];
+    int from_query;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/api/chat") != 0) {
             PP_WARN("ws", "WebSocket upgrade refused outside /api/chat");
             metrics_bad_input(s->metrics);
+            return 1;
+        }
+        if (!server_authorized(s, wsi, &from_query)) {
+            PP_WARN("ws", "WebSocket upgrade refused: no valid API key");
+            lws_return_http_status(wsi, HTTP_STATUS_UNAUTHORIZED, NULL);
             return 1;
         }
         return s->opt->behind_proxy ? refuse_upgrade_if_busy(s, wsi) : 0;

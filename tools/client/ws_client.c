@@ -150,10 +150,19 @@ static void on_message(wc_conn *c, const uint8_t *m, size_t len) {
     }
 }
 
+/* A request header (value, or NULL for none), while lws writes the request. */
+static int add_header(struct lws *wsi, enum lws_token_indexes token, const char *value, void *in, size_t len) {
+    if (!value) return 0;
+    unsigned char **p = in, *end = *p + len;
+    return lws_add_http_header_by_token(wsi, token, (const unsigned char *)value, (int)strlen(value), p, end) ? -1 : 0;
+}
+
 static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     wc_conn *c = user;
     if (!c) return 0;
     switch (reason) {
+    case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+        return add_header(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, c->authorization, in, len);
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
         c->established = 1;
         c->t_established = wc_now_ns();
@@ -196,9 +205,15 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     wc_http *h = user;
     if (!h) return 0;
     switch (reason) {
+    case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+        return add_header(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, h->authorization, in, len) ||
+                       add_header(wsi, WSI_TOKEN_HTTP_COOKIE, h->cookie, in, len)
+                   ? -1
+                   : 0;
     case LWS_CALLBACK_ESTABLISHED_CLIENT_HTTP:
         h->status = (int)lws_http_client_http_response(wsi);
         if (lws_hdr_copy(wsi, h->type, sizeof h->type, WSI_TOKEN_HTTP_CONTENT_TYPE) < 0) h->type[0] = '\0';
+        if (lws_hdr_copy(wsi, h->set_cookie, sizeof h->set_cookie, WSI_TOKEN_HTTP_SET_COOKIE) < 0) h->set_cookie[0] = '\0';
         return 0;
     case LWS_CALLBACK_RECEIVE_CLIENT_HTTP: {
         char buf[LWS_PRE + 4096], *p = buf + LWS_PRE;

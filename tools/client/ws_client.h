@@ -23,6 +23,7 @@ typedef struct wc_msg {
 typedef struct wc_conn {
     /* ---- script ---- */
     char *path;          /* "/api/chat?..." (malloc'd or static) */
+    const char *authorization; /* an Authorization header's value (e.g. "Bearer KEY"), or NULL */
     int wait_handshake;  /* hold extra and audio until 0x00 arrives (the web client) */
     const wc_msg *extra; /* sent first, back to back */
     int n_extra;
@@ -69,6 +70,9 @@ typedef struct wc_conn {
 
 typedef struct wc_http {
     const char *path;
+    const char *authorization; /* an Authorization header's value, or NULL */
+    const char *cookie;        /* a Cookie header's value, or NULL */
+    char set_cookie[512];      /* the response's Set-Cookie, "" if none */
     int status;
     char type[128];
     char *body; /* NUL-terminated */

@@ -1,0 +1,157 @@
+/* apikeys: see apikeys.h. */
+#include "server/apikeys.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct keyset {
+    char (*keys)[APIKEYS_MAX_KEY + 1];
+    int n;
+} keyset;
+
+struct apikeys {
+    char *path;
+    pthread_rwlock_t lock;
+    keyset set;
+};
+
+static int read_keys(const char *path, keyset *out, char *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return pp_fail(err, PP_EIO, "--api-keys %s: cannot read it", path);
+    keyset s = {0};
+    int cap = 0, rc = PP_OK, line_no = 0;
+    char line[1024];
+    while (!rc && fgets(line, sizeof line, f)) {
+        line_no++;
+        char *a = line, *b = line + strlen(line);
+        while (*a && isspace((unsigned char)*a)) a++;
+        while (b > a && isspace((unsigned char)b[-1])) b--;
+        if (a == b || *a == '#') continue;
+        if (b - a > APIKEYS_MAX_KEY) {
+            rc = pp_fail(err, PP_EINVAL, "--api-keys %s: line %d: a key longer than %d bytes", path, line_no,
+                         APIKEYS_MAX_KEY);
+            break;
+        }
+        /* cookie-safe: the page gets the key back as a cookie (RFC 6265 cookie-octets) */
+        for (const char *c = a; c < b && !rc; c++)
+            if (*c < 0x21 || *c > 0x7e || *c == '"' || *c == ',' || *c == ';' || *c == '\\')
+                rc = pp_fail(err, PP_EINVAL, "--api-keys %s: line %d: a key may hold only visible ASCII other than "
+                             "quotes, commas, semicolons and backslashes", path, line_no);
+        if (rc) break;
+        if (s.n == cap) {
+            cap = cap ? 2 * cap : 8;
+            void *k = realloc(s.keys, (size_t)cap * sizeof *s.keys);
+            if (!k) {
+                rc = pp_fail(err, PP_ENOMEM, "--api-keys %s: out of memory", path);
+                break;
+            }
+            s.keys = k;
+        }
+        memset(s.keys[s.n], 0, sizeof s.keys[s.n]);
+        memcpy(s.keys[s.n++], a, (size_t)(b - a));
+    }
+    fclose(f);
+    if (!rc && s.n == 0) rc = pp_fail(err, PP_EINVAL, "--api-keys %s: no key in the file", path);
+    if (rc) free(s.keys);
+    else *out = s;
+    return rc;
+}
+
+int apikeys_load(const char *path, apikeys **out, char *err) {
+    apikeys *k = calloc(1, sizeof *k);
+    if (!k || !(k->path = strdup(path))) {
+        free(k);
+        return pp_fail(err, PP_ENOMEM, "--api-keys: out of memory");
+    }
+    int rc = read_keys(path, &k->set, err);
+    if (rc) {
+        free(k->path);
+        free(k);
+        return rc;
+    }
+    pthread_rwlock_init(&k->lock, NULL);
+    PP_INFO("server", "--api-keys %s: %d key%s; every endpoint but /health needs one", path, k->set.n,
+            k->set.n == 1 ? "" : "s");
+    *out = k;
+    return PP_OK;
+}
+
+int apikeys_reload(apikeys *k, char *err) {
+    keyset s;
+    int rc = read_keys(k->path, &s, err);
+    if (rc) return rc;
+    pthread_rwlock_wrlock(&k->lock);
+    keyset old = k->set;
+    k->set = s;
+    pthread_rwlock_unlock(&k->lock);
+    free(old.keys);
+    PP_INFO("server", "--api-keys %s: reloaded, %d key%s", k->path, s.n, s.n == 1 ? "" : "s");
+    return PP_OK;
+}
+
+void apikeys_free(apikeys *k) {
+    if (!k) return;
+    pthread_rwlock_destroy(&k->lock);
+    free(k->set.keys);
+    free(k->path);
+    free(k);
+}
+
+int apikeys_count(apikeys *k) {
+    pthread_rwlock_rdlock(&k->lock);
+    int n = k->set.n;
+    pthread_rwlock_unlock(&k->lock);
+    return n;
+}
+
+/* Equal in time that depends only on the stored key's fixed size, not on where they differ. */
+static int same_key(const char stored[APIKEYS_MAX_KEY + 1], const char *key, size_t len) {
+    unsigned diff = len > APIKEYS_MAX_KEY;
+    for (size_t i = 0; i < APIKEYS_MAX_KEY; i++) diff |= (unsigned char)stored[i] ^ (unsigned char)(i < len ? key[i] : 0);
+    return diff == 0;
+}
+
+int apikeys_check(apikeys *k, const char *key, size_t len) {
+    int ok = 0;
+    pthread_rwlock_rdlock(&k->lock);
+    for (int i = 0; i < k->set.n; i++) ok |= same_key(k->set.keys[i], key, len);
+    pthread_rwlock_unlock(&k->lock);
+    return ok;
+}
+
+/* The value of cookie `name` in a Cookie header ("a=1; b=2"). */
+static const char *cookie_value(const char *cookie, const char *name, size_t *len) {
+    size_t n = strlen(name);
+    for (const char *p = cookie; p && *p;) {
+        while (*p == ' ' || *p == ';') p++;
+        const char *end = strchr(p, ';');
+        if (!end) end = p + strlen(p);
+        if ((size_t)(end - p) > n && !strncmp(p, name, n) && p[n] == '=') {
+            *len = (size_t)(end - p - (ptrdiff_t)n - 1);
+            return p + n + 1;
+        }
+        p = end;
+    }
+    return NULL;
+}
+
+const char *apikeys_presented(const char *authorization, const char *token, const char *cookie, size_t *len) {
+    if (authorization && !strncmp(authorization, "Bearer ", 7)) {
+        const char *k = authorization + 7;
+        while (*k == ' ') k++;
+        *len = strlen(k);
+        while (*len && k[*len - 1] == ' ') (*len)--;
+        return k;
+    }
+    if (token) {
+        *len = strlen(token);
+        return token;
+    }
+    return cookie ? cookie_value(cookie, APIKEYS_COOKIE, len) : NULL;
+}

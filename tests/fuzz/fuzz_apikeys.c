@@ -1,0 +1,48 @@
+/* fuzz_apikeys: the API-key extraction from an Authorization header, a token query value and a
+ * Cookie header (three NUL-separated parts of the input), then the check against a key set. The
+ * presented key must lie inside the part it came from, and only a key of the set may pass. */
+#include "base/err.h"
+#include "base/log.h"
+#include "server/apikeys.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KEY "k3y-for-the-fuzzer"
+
+static apikeys *keys(void) {
+    static apikeys *k;
+    if (k) return k;
+    char path[] = "/tmp/fuzz_apikeys_XXXXXX", err[PP_ERR_LEN];
+    int fd = mkstemp(path);
+    static const char file[] = "# comment\n\n  " KEY "  \n";
+    if (fd < 0 || write(fd, file, sizeof file - 1) != (ssize_t)(sizeof file - 1)) abort();
+    close(fd);
+    if (apikeys_load(path, &k, err)) abort();
+    unlink(path);
+    return k;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int quiet;
+    if (!quiet++) pp_log_set_level(PP_LOG_ERROR);
+    char *buf = malloc(size + 3), *part[3];
+    memcpy(buf, data, size);
+    buf[size] = buf[size + 1] = buf[size + 2] = '\0';
+    part[0] = buf;
+    for (int i = 1; i < 3; i++) part[i] = part[i - 1] + strlen(part[i - 1]) + 1;
+    size_t len = 0;
+    const char *k = apikeys_presented(part[0][0] ? part[0] : NULL, part[1][0] ? part[1] : NULL,
+                                      part[2][0] ? part[2] : NULL, &len);
+    if (k) {
+        int inside = 0;
+        for (int i = 0; i < 3; i++) inside |= k >= part[i] && k + len <= part[i] + strlen(part[i]);
+        if (!inside) abort();
+        if (apikeys_check(keys(), k, len) != (len == strlen(KEY) && !memcmp(k, KEY, len))) abort();
+    }
+    free(buf);
+    return 0;
+}

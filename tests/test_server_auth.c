@@ -1,0 +1,122 @@
+/* test_server_auth: personaplex-server --demo --api-keys FILE on loopback.
+ *
+ * usage: test_server_auth SERVER_BINARY
+ *
+ * /health answers without a key; /metrics, /api/voices and the web UI need one: none or a
+ * wrong one gets 401, a key as `Authorization: Bearer`, as ?token= or as the cookie a page
+ * opened with ?token= receives gets through. A conversation's WebSocket upgrade is refused
+ * without a key and reaches its handshake with one (header or ?token=). Refusals are counted
+ * in /metrics. SIGHUP reloads the file: a removed key stops working, a new one starts. No key
+ * ever appears in the log, and the server exits cleanly on SIGTERM. */
+#define _DEFAULT_SOURCE
+#include "server_harness.h"
+#include "test.h"
+#include "ws_client.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static sh_server g_srv;
+
+/* GET path with an Authorization value (or NULL); the status, -1 when no answer came. */
+static int get(const char *path, const char *authorization, wc_http *h) {
+    memset(h, 0, sizeof *h);
+    h->path = path;
+    h->authorization = authorization;
+    wc_http *list[] = {h};
+    wc_run(NULL, 0, list, 1, 10000);
+    return h->done ? h->status : -1;
+}
+
+static int status(const char *path, const char *authorization) {
+    wc_http h;
+    int st = get(path, authorization, &h);
+    wc_http_free(&h);
+    return st;
+}
+
+/* A conversation on /api/chat (path with its query): 1 when the handshake arrived. */
+static int converse(const char *path, const char *authorization) {
+    wc_conn c = {.path = (char *)path, .authorization = authorization, .wait_handshake = 1, .close_at_once = 0,
+                 .linger_ms = 300};
+    wc_conn *list[] = {&c};
+    wc_run(list, 1, NULL, 0, 30000);
+    int ok = c.handshakes == 1;
+    wc_conn_free(&c);
+    return ok;
+}
+
+static double unauthorized(void) {
+    wc_http h;
+    double v = -1;
+    if (get("/metrics", "Bearer alpha-key-1", &h) == 200 && h.body) {
+        const char *p = strstr(h.body, "\npersonaplex_unauthorized_total ");
+        if (p) v = atof(p + strlen("\npersonaplex_unauthorized_total "));
+    }
+    wc_http_free(&h);
+    return v;
+}
+
+static int write_keys(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) TEST_SKIP("usage: test_server_auth SERVER_BINARY");
+    char keys[] = "/tmp/pp-keys-XXXXXX";
+    int fd = mkstemp(keys);
+    if (fd < 0) TEST_SKIP("no temporary file");
+    close(fd);
+    TEST_COND("key file", write_keys(keys, "# the test's keys\nalpha-key-1\n\n  beta-key-2  \n") == 0);
+    const char *extra[] = {"--api-keys", keys, NULL};
+    if (sh_start(&g_srv, argv[1], 0, extra) != 0) {
+        sh_cleanup(&g_srv, 1);
+        unlink(keys);
+        TEST_COND("server starts", 0);
+        return test_report();
+    }
+    TEST_COND("/health needs no key", status("/health", NULL) == 200);
+    TEST_COND("/metrics without a key: 401", status("/metrics", NULL) == 401);
+    TEST_COND("/api/voices with a wrong key: 401", status("/api/voices", "Bearer nope") == 401);
+    TEST_COND("a Bearer key gets through", status("/api/voices", "Bearer alpha-key-1") == 200);
+    TEST_COND("?token= gets through", status("/api/voices?token=beta-key-2", NULL) == 200);
+    TEST_COND("the page without a key: 401", status("/", NULL) == 401);
+    wc_http page;
+    TEST_COND("the page with ?token=", get("/?token=alpha-key-1", NULL, &page) == 200);
+    TEST_COND("... sets the key as a cookie", strstr(page.set_cookie, "pp_token=alpha-key-1") != NULL);
+    wc_http_free(&page);
+    wc_http asset = {.path = "/", .cookie = "pp_token=alpha-key-1"};
+    wc_http *list[] = {&asset};
+    wc_run(NULL, 0, list, 1, 10000);
+    TEST_COND("the cookie gets the page's assets through", asset.done && asset.status == 200);
+    wc_http_free(&asset);
+    double refused = unauthorized();
+    TEST_COND("refusals are counted", refused == 3); /* /metrics, /api/voices, / */
+    TEST_COND("a conversation without a key is refused", !converse("/api/chat?text_prompt=hi", NULL));
+    TEST_COND("a conversation with a Bearer key starts", converse("/api/chat?text_prompt=hi", "Bearer alpha-key-1"));
+    TEST_COND("a conversation with ?token= starts", converse("/api/chat?token=beta-key-2&text_prompt=hi", NULL));
+    TEST_COND("the refused upgrade is counted", unauthorized() >= refused + 1);
+
+    TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0);
+    kill(g_srv.pid, SIGHUP);
+    int reloaded = 0;
+    for (int i = 0; i < 50 && !reloaded; i++) {
+        usleep(100000);
+        reloaded = status("/api/voices", "Bearer gamma-key-3") == 200;
+    }
+    TEST_COND("SIGHUP: the new key works", reloaded);
+    TEST_COND("SIGHUP: the removed key is refused", status("/api/voices", "Bearer alpha-key-1") == 401);
+    TEST_COND("no key in the log", sh_log_count(&g_srv, "alpha-key-1") == 0 && sh_log_count(&g_srv, "beta-key-2") == 0 &&
+                                       sh_log_count(&g_srv, "gamma-key-3") == 0);
+    wc_shutdown();
+    int st = sh_stop(&g_srv);
+    TEST_COND("clean exit", st == 0);
+    sh_cleanup(&g_srv, st != 0 || test_failed);
+    unlink(keys);
+    return test_report();
+}
