@@ -144,6 +144,11 @@ int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err) {
     return pp_ogg_reader_feed(u->ogg, data, len, on_packet, u, err);
 }
 
+void pp_uplink_push_pcm(pp_uplink *u, const float *pcm, size_t n) {
+    u->st.samples += n;
+    fifo_push(u, pcm, n);
+}
+
 int pp_uplink_frame(pp_uplink *u, float pcm[PP_FRAME_SAMPLES]) {
     if (u->count < PP_FRAME_SAMPLES) return 0;
     u->overflowing = 0;

@@ -44,6 +44,8 @@ void pp_uplink_close(pp_uplink *u);
 /* Feeds one 0x01 payload (or any piece of the byte stream). 0, or a negative code once the
  * Ogg stream has failed for good (err says why). */
 int pp_uplink_push(pp_uplink *u, const uint8_t *data, size_t len, char *err);
+/* Appends n decoded samples (24 kHz) that came some other way than Ogg Opus. */
+void pp_uplink_push_pcm(pp_uplink *u, const float *pcm, size_t n);
 /* Copies the next frame into pcm and returns 1, or returns 0 if fewer than
  * PP_FRAME_SAMPLES samples are buffered. */
 int pp_uplink_frame(pp_uplink *u, float pcm[PP_FRAME_SAMPLES]);

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -428,4 +430,54 @@ const char *pp_json_dup_key(const pp_json *obj) {
         if (!strcmp(sorted[i - 1], sorted[i])) dup = sorted[i];
     free(sorted);
     return dup;
+}
+
+void pp_jw_init(pp_jw *w, char *buf, size_t cap) {
+    w->buf = buf;
+    w->cap = cap;
+    w->len = 0;
+    w->overflow = cap == 0;
+}
+
+void pp_jw_raw(pp_jw *w, const char *fmt, ...) {
+    if (w->overflow) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(w->buf + w->len, w->cap - w->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= w->cap - w->len)
+        w->overflow = 1;
+    else
+        w->len += (size_t)n;
+}
+
+static void jw_byte(pp_jw *w, char c) {
+    if (w->overflow || w->len + 1 >= w->cap)
+        w->overflow = 1;
+    else
+        w->buf[w->len++] = c;
+}
+
+void pp_jw_str(pp_jw *w, const char *s, size_t len) {
+    jw_byte(w, '"');
+    for (size_t i = 0; i < len && !w->overflow; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            jw_byte(w, '\\');
+            jw_byte(w, (char)c);
+        } else if (c == '\n') {
+            pp_jw_raw(w, "\\n");
+        } else if (c < 0x20 || c == 0x7f) {
+            pp_jw_raw(w, "\\u%04x", c);
+        } else {
+            jw_byte(w, (char)c);
+        }
+    }
+    jw_byte(w, '"');
+}
+
+long pp_jw_end(pp_jw *w) {
+    if (w->overflow) return -1;
+    w->buf[w->len] = '\0';
+    return (long)w->len;
 }

@@ -1,6 +1,7 @@
-/* json: a strict RFC 8259 parser into a read-only tree, for safetensors headers and
- * config.json. One allocation arena per document; strings are NUL-terminated UTF-8 with
- * escapes resolved. Depth and size limits keep hostile input bounded. */
+/* json: a strict RFC 8259 parser into a read-only tree, for safetensors headers,
+ * config.json and the JSON events of /v1/realtime and /v1/twilio, and a writer of events. One allocation arena per
+ * document; strings are NUL-terminated UTF-8 with escapes resolved. Depth and size limits keep hostile input bounded.
+ */
 #ifndef PP_BASE_JSON_H
 #define PP_BASE_JSON_H
 
@@ -36,5 +37,26 @@ void pp_json_free(pp_json_doc *doc);
 const pp_json *pp_json_get(const pp_json *obj, const char *key);
 /* Returns a key that appears more than once in obj, or NULL. */
 const char *pp_json_dup_key(const pp_json *obj);
+
+/* A writer of JSON text into a fixed buffer (the server's JSON events). Appends stop at the
+ * first that does not fit; pp_jw_end then fails. */
+typedef struct pp_jw {
+    char *buf;
+    size_t cap, len;
+    int overflow;
+} pp_jw;
+
+void pp_jw_init(pp_jw *w, char *buf, size_t cap);
+/* Appends text as it is (punctuation, keys, numbers), formatted as printf does. */
+void pp_jw_raw(pp_jw *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Appends len bytes of UTF-8 as a quoted JSON string (quote, backslash and control characters
+ * escaped; other bytes copied). */
+void pp_jw_str(pp_jw *w, const char *s, size_t len);
+/* NUL-terminates; returns the length, or -1 when something did not fit. */
+long pp_jw_end(pp_jw *w);
 
 #endif

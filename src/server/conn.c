@@ -3,6 +3,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/json.h"
 #include "base/log.h"
 
 #include <libwebsockets.h>
@@ -20,16 +21,25 @@
 #define READY_RING 256
 
 typedef struct slot {
-    size_t len;                                /* kind byte + payload */
-    unsigned char buf[LWS_PRE + CONN_MSG_MAX]; /* message starts at buf + LWS_PRE */
+    size_t len; /* chat: kind byte + payload; JSON: the text */
+    int text;   /* a JSON text message */
 } slot;
 
 struct conn {
     uint64_t id;
+    conn_protocol protocol;
+    size_t msg_max;      /* the largest message: CONN_MSG_MAX or CONN_JSON_MAX */
+    audio_format format; /* set before admission, read-only afterwards */
+    char stream[64];
     pthread_mutex_t lock; /* guards everything below */
     pp_uplink *uplink;
     slot *slots;          /* [CONN_SLOTS] ring */
+    unsigned char *bufs;  /* [CONN_SLOTS][LWS_PRE + msg_max]: a message starts LWS_PRE in */
     int head, count;
+    uint64_t events; /* JSON event ids handed out */
+    int restart;     /* a restart was asked for, with restart_params */
+    pp_session_params restart_params;
+    char close_reason[124]; /* Twilio: why the socket closes (RFC 6455 allows 123 bytes) */
     int close_code;       /* close once drained; 0: keep open */
     int gone;             /* the socket has closed */
     int stalled;          /* the ring overflowed: drop the socket */
@@ -39,15 +49,20 @@ struct conn {
     int64_t ready_ns[READY_RING];
 };
 
-int conn_create(uint64_t id, conn **out, char *err) {
+int conn_create(uint64_t id, conn_protocol protocol, conn **out, char *err) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "connection %llu: out of memory", (unsigned long long)id);
     c->id = id;
+    c->protocol = protocol;
+    c->msg_max = protocol == CONN_CHAT ? CONN_MSG_MAX : CONN_JSON_MAX;
     c->last_input_ns = pp_now_ns();
     c->slots = malloc(CONN_SLOTS * sizeof *c->slots);
-    int rc = c->slots ? pp_uplink_open(&c->uplink, 0, err) : pp_fail(err, PP_ENOMEM, "connection: out of memory");
+    c->bufs = malloc(CONN_SLOTS * (LWS_PRE + c->msg_max));
+    int rc =
+        c->slots && c->bufs ? pp_uplink_open(&c->uplink, 0, err) : pp_fail(err, PP_ENOMEM, "connection: out of memory");
     if (rc) {
         free(c->slots);
+        free(c->bufs);
         free(c);
         return rc;
     }
@@ -61,26 +76,92 @@ void conn_destroy(conn *c) {
     pp_uplink_close(c->uplink);
     pthread_mutex_destroy(&c->lock);
     free(c->slots);
+    free(c->bufs);
     free(c);
 }
 
 uint64_t conn_id(const conn *c) { return c->id; }
+conn_protocol conn_get_protocol(const conn *c) { return c->protocol; }
 
-static int queue_locked(conn *c, int kind, const void *payload, size_t len) {
-    if (len + 1 > CONN_MSG_MAX) return PP_EFULL;
+void conn_set_output(conn *c, audio_format format, const char *stream) {
+    c->format = format;
+    snprintf(c->stream, sizeof c->stream, "%s", stream);
+}
+
+audio_format conn_output_format(const conn *c) { return c->format; }
+const char *conn_stream(const conn *c) { return c->stream; }
+
+static unsigned char *slot_buf(conn *c, int i) { return c->bufs + (size_t)i * (LWS_PRE + c->msg_max) + LWS_PRE; }
+
+/* The next free slot, or NULL when the ring is full (the conn is then stalled). */
+static slot *claim_locked(conn *c) {
     if (c->count == CONN_SLOTS) {
         if (!c->dropped++)
             PP_WARN("conn", "session %llu: client is not reading (%d messages queued); dropping the session",
                     (unsigned long long)c->id, CONN_SLOTS);
         c->stalled = 1;
-        return PP_EFULL;
+        return NULL;
     }
-    slot *s = &c->slots[(c->head + c->count) % CONN_SLOTS];
-    s->buf[LWS_PRE] = (unsigned char)kind;
-    if (len) memcpy(s->buf + LWS_PRE + 1, payload, len);
-    s->len = len + 1;
     c->count++;
+    return &c->slots[(c->head + c->count - 1) % CONN_SLOTS];
+}
+
+static int queue_locked(conn *c, int kind, const void *payload, size_t len) {
+    if (len + 1 > c->msg_max) return PP_EFULL;
+    slot *s = claim_locked(c);
+    if (!s) return PP_EFULL;
+    unsigned char *buf = slot_buf(c, (int)(s - c->slots));
+    buf[0] = (unsigned char)kind;
+    if (len) memcpy(buf + 1, payload, len);
+    s->len = len + 1;
+    s->text = 0;
     return PP_OK;
+}
+
+static int queue_json_locked(conn *c, const char *json, size_t len) {
+    if (len > c->msg_max) return PP_EFULL;
+    slot *s = claim_locked(c);
+    if (!s) return PP_EFULL;
+    memcpy(slot_buf(c, (int)(s - c->slots)), json, len);
+    s->len = len;
+    s->text = 1;
+    return PP_OK;
+}
+
+int conn_queue_json(conn *c, const char *json, size_t len) {
+    pthread_mutex_lock(&c->lock);
+    int rc = queue_json_locked(c, json, len);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static void event_id_locked(conn *c, char out[32]) { snprintf(out, 32, "evt_%llu", (unsigned long long)++c->events); }
+
+void conn_event_id(conn *c, char out[32]) {
+    pthread_mutex_lock(&c->lock);
+    event_id_locked(c, out);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* A realtime `error` event: client mistakes (the close codes of bad input) are
+ * invalid_request_error, the rest server_error. */
+static void queue_error_event_locked(conn *c, int close_code, const char *text, size_t len) {
+    char id[32], json[1024];
+    event_id_locked(c, id);
+    int client =
+        close_code == 0 || close_code == CLOSE_POLICY || close_code == CLOSE_BAD_DATA || close_code == CLOSE_TOO_BIG;
+    pp_jw w;
+    pp_jw_init(&w, json, sizeof json);
+    pp_jw_raw(&w, "{\"type\":\"error\",\"event_id\":\"%s\",\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":", id,
+              client ? "invalid_request_error" : "server_error",
+              close_code == CLOSE_TRY_LATER    ? "server_busy"
+              : close_code == CLOSE_GOING_AWAY ? "server_shutting_down"
+              : client                         ? "invalid_request"
+                                               : "server_error");
+    pp_jw_str(&w, text, len);
+    pp_jw_raw(&w, ",\"param\":null,\"event_id\":null}}");
+    long n = pp_jw_end(&w);
+    if (n > 0) queue_json_locked(c, json, (size_t)n);
 }
 
 int conn_queue(conn *c, int kind, const void *payload, size_t len) {
@@ -99,7 +180,13 @@ void conn_fail(conn *c, int close_code, const char *fmt, ...) {
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof text) n = sizeof text - 1;
     pthread_mutex_lock(&c->lock);
-    queue_locked(c, MSG_ERROR, text, (size_t)n);
+    switch (c->protocol) {
+    case CONN_CHAT: queue_locked(c, MSG_ERROR, text, (size_t)n); break;
+    case CONN_REALTIME: queue_error_event_locked(c, close_code, text, (size_t)n); break;
+    case CONN_TWILIO: /* the stream has no error message: the close frame says why */
+        if (close_code && !c->close_code) snprintf(c->close_reason, sizeof c->close_reason, "%.123s", text);
+        break;
+    }
     if (close_code && !c->close_code) c->close_code = close_code;
     pthread_mutex_unlock(&c->lock);
 }
@@ -139,34 +226,64 @@ int64_t conn_last_input_ns(conn *c) {
     return t;
 }
 
+/* Stamps the frames that just became whole; returns how many whole frames are buffered. */
+static int stamp_frames_locked(conn *c) {
+    uint64_t whole = pp_uplink_buffered(c->uplink) / PP_FRAME_SAMPLES;
+    int64_t now = pp_now_ns();
+    while (c->frames_marked < c->frames_taken + whole) c->ready_ns[c->frames_marked++ % READY_RING] = now;
+    return (int)whole;
+}
+
 int conn_push_audio(conn *c, const uint8_t *data, size_t len, int *page_errors, char *err) {
     pthread_mutex_lock(&c->lock);
     c->last_input_ns = pp_now_ns();
     int before = pp_uplink_get_stats(c->uplink).ogg.errors;
     int rc = pp_uplink_push(c->uplink, data, len, err);
     *page_errors = pp_uplink_get_stats(c->uplink).ogg.errors - before;
-    if (rc == PP_OK) {
-        uint64_t whole = pp_uplink_buffered(c->uplink) / PP_FRAME_SAMPLES;
-        int64_t now = pp_now_ns();
-        while (c->frames_marked < c->frames_taken + whole) c->ready_ns[c->frames_marked++ % READY_RING] = now;
-        rc = (int)whole;
-    }
+    if (rc == PP_OK) rc = stamp_frames_locked(c);
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+int conn_push_pcm(conn *c, const float *pcm, size_t n) {
+    pthread_mutex_lock(&c->lock);
+    c->last_input_ns = pp_now_ns();
+    pp_uplink_push_pcm(c->uplink, pcm, n);
+    int whole = stamp_frames_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return whole;
+}
+
+void conn_request_restart(conn *c, const pp_session_params *params) {
+    pthread_mutex_lock(&c->lock);
+    c->restart = 1;
+    c->restart_params = *params;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int conn_take_restart(conn *c, pp_session_params *params) {
+    pthread_mutex_lock(&c->lock);
+    int r = c->restart;
+    if (r) *params = c->restart_params;
+    c->restart = 0;
+    pthread_mutex_unlock(&c->lock);
+    return r;
 }
 
 int conn_write_next(conn *c, struct lws *wsi) {
     pthread_mutex_lock(&c->lock);
     if (!c->count) {
         int code = c->close_code;
+        char reason[sizeof c->close_reason];
+        memcpy(reason, c->close_reason, sizeof reason);
         pthread_mutex_unlock(&c->lock);
         if (!code) return 0;
-        lws_close_reason(wsi, (enum lws_close_status)code, NULL, 0);
+        lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)reason, strlen(reason));
         return -1;
     }
     slot *s = &c->slots[c->head];
     /* lws_write takes the whole message or buffers the rest itself: one call, one frame. */
-    int n = lws_write(wsi, s->buf + LWS_PRE, s->len, LWS_WRITE_BINARY);
+    int n = lws_write(wsi, slot_buf(c, c->head), s->len, s->text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
     int ok = n >= (int)s->len;
     c->head = (c->head + 1) % CONN_SLOTS;
     c->count--;
@@ -178,6 +295,21 @@ int conn_write_next(conn *c, struct lws *wsi) {
     }
     if (more) lws_callback_on_writable(wsi);
     return 0;
+}
+
+int conn_dequeue(conn *c, uint8_t *out, size_t cap, size_t *len, int *text) {
+    pthread_mutex_lock(&c->lock);
+    int got = c->count > 0;
+    if (got) {
+        slot *s = &c->slots[c->head];
+        memcpy(out, slot_buf(c, c->head), s->len < cap ? s->len : cap);
+        *len = s->len;
+        *text = s->text;
+        c->head = (c->head + 1) % CONN_SLOTS;
+        c->count--;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return got;
 }
 
 void conn_mark_gone(conn *c) {

@@ -1,11 +1,14 @@
 /* conn: the mailbox between the lws service thread and the engine thread for one WebSocket.
  *
- * Uplink: the service thread pushes each 0x01 payload into the conn's pp_uplink (Ogg demux +
- * Opus decode, under the conn lock) and stamps the time each 1920-sample frame became
+ * A conn speaks one protocol: /api/chat (binary messages, a kind byte first), /v1/realtime or
+ * /v1/twilio (JSON text messages). Uplink: the service thread pushes each chat 0x01 payload
+ * into the conn's pp_uplink (Ogg demux + Opus decode, under the conn lock), or the 24 kHz
+ * samples a JSON protocol decoded, and stamps the time each 1920-sample frame became
  * complete; the engine takes whole frames. Downlink: the engine queues finished messages
- * (kind byte + payload, with LWS_PRE headroom) in a fixed ring of slots and wakes the service
- * thread; the service thread writes exactly one message per WRITEABLE callback, so each Ogg
- * page leaves as its own WebSocket message, immediately. Closing: either side may ask for a
+ * (with LWS_PRE headroom) in a fixed ring of slots and wakes the service thread; the service
+ * thread writes exactly one message per WRITEABLE callback, so each Ogg page leaves as its
+ * own WebSocket message, immediately. A JSON protocol may also ask the engine to restart the
+ * conversation from its prompts with new settings (response.cancel, session.update). Closing: either side may ask for a
  * close after the queue drains (conn_fail); the service thread marks the conn gone when the
  * socket closes, and from then on only the engine touches it and frees it.
  *
@@ -17,6 +20,7 @@
 #include <stdint.h>
 
 #include "audio/opus.h"
+#include "personaplex.h"
 
 struct lws;
 
@@ -42,15 +46,31 @@ enum {
     CLOSE_TRY_LATER = 1013,
 };
 
-#define CONN_MSG_MAX (1 + PP_DOWNLINK_MAX_PAGE) /* kind byte + the largest downlink page */
+#define CONN_MSG_MAX (1 + PP_DOWNLINK_MAX_PAGE) /* chat: kind byte + the largest downlink page */
+/* JSON protocols: an audio delta (80 ms of 16-bit PCM in base64, 5 KiB) with its envelope, or a
+ * session description that repeats the longest text prompt. */
+#define CONN_JSON_MAX 16384
+
+typedef enum { CONN_CHAT, CONN_REALTIME, CONN_TWILIO } conn_protocol;
+
+/* Audio on a JSON socket: 16-bit PCM at 24 kHz (Mimi's rate), or G.711 at 8 kHz. */
+typedef enum { AUDIO_PCM16, AUDIO_ULAW, AUDIO_ALAW } audio_format;
+#define AUDIO_FORMAT_RATE(f) ((f) == AUDIO_PCM16 ? PP_SAMPLE_RATE : 8000)
 
 typedef struct conn conn;
 
 /* Allocates a conn with its uplink and message ring. Service thread. */
-int conn_create(uint64_t id, conn **out, char *err);
+int conn_create(uint64_t id, conn_protocol protocol, conn **out, char *err);
 /* Frees everything. Called by whichever thread owns the conn last (see the file comment). */
 void conn_destroy(conn *c);
 uint64_t conn_id(const conn *c);
+conn_protocol conn_get_protocol(const conn *c);
+
+/* Before admission (service thread), what the engine's downlink needs of a JSON protocol: the
+ * output format, and the stream's name (Twilio's streamSid; "" otherwise). Fixed afterwards. */
+void conn_set_output(conn *c, audio_format format, const char *stream);
+audio_format conn_output_format(const conn *c);
+const char *conn_stream(const conn *c);
 
 /* ---- any thread ---- */
 
@@ -58,8 +78,13 @@ uint64_t conn_id(const conn *c);
  * when the ring is full: the message is dropped and counted, and the conn is stalled (the
  * client is not reading; the service thread then drops the socket). */
 int conn_queue(conn *c, int kind, const void *payload, size_t len);
-/* Queues an 0x05 error with the formatted text; with close_code != 0 the socket is closed
- * with that code once the queue has drained. */
+/* Queues one JSON text message (JSON protocols). Same results as conn_queue. */
+int conn_queue_json(conn *c, const char *json, size_t len);
+/* A fresh event id ("evt_N") for a JSON message, unique on this conn. */
+void conn_event_id(conn *c, char out[32]);
+/* Queues an error with the formatted text (chat: 0x05; realtime: an `error` event; Twilio has
+ * no error message: the text is logged and becomes the close reason); with close_code != 0
+ * the socket is closed with that code once the queue has drained. */
 void conn_fail(conn *c, int close_code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -83,10 +108,20 @@ int64_t conn_last_input_ns(conn *c);
  * buffered (>= 0), or a negative code once the Ogg stream is unusable (err says why).
  * *page_errors receives how many recoverable Ogg errors this call added. */
 int conn_push_audio(conn *c, const uint8_t *data, size_t len, int *page_errors, char *err);
+/* Pushes n samples at 24 kHz (a JSON protocol's decoded audio). Returns the number of whole
+ * frames now buffered. */
+int conn_push_pcm(conn *c, const float *pcm, size_t n);
+/* Asks the engine to restart the conversation from its prompts with params (the latest ask
+ * wins). */
+void conn_request_restart(conn *c, const pp_session_params *params);
 /* Writes the oldest queued message on wsi. Returns 0 to keep the socket, -1 to close it (a
  * pending close after the last message, or a write error). Re-arms WRITEABLE if more is
  * queued. */
 int conn_write_next(conn *c, struct lws *wsi);
+/* Takes the oldest queued message without a socket (tests and fuzzers): copies at most cap
+ * bytes of it into out and sets *len (its whole length) and *text. Returns 1, or 0 when none
+ * is queued. */
+int conn_dequeue(conn *c, uint8_t *out, size_t cap, size_t *len, int *text);
 /* The socket closed: the service thread lets go of c. */
 void conn_mark_gone(conn *c);
 
@@ -96,6 +131,8 @@ int conn_is_gone(conn *c);
 /* Copies the next whole uplink frame into pcm and sets *ready_ns (CLOCK_MONOTONIC) to when its
  * last sample arrived. Returns 1, or 0 when no whole frame is buffered. */
 int conn_take_frame(conn *c, float pcm[PP_FRAME_SAMPLES], int64_t *ready_ns);
+/* Takes a pending restart: 1 and *params set, or 0. */
+int conn_take_restart(conn *c, pp_session_params *params);
 /* Uplink counters, for the session's end-of-call log line. */
 pp_uplink_stats conn_uplink_stats(conn *c);
 

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "server/memory.h"
 #include "server/pacing.h"
+#include "server/wire.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -33,9 +34,10 @@ typedef struct job {
     job_state state;
     pp_session_params params;
     pp_session *session;
-    pp_downlink *down;
+    wire *wire;                          /* its socket's output format */
     pp_aec *aec;                         /* the uplink's echo canceller; NULL when off */
-    int64_t t_open, t_ready;             /* admission, handshake (CLOCK_MONOTONIC ns) */
+    int64_t t_start;                     /* admission (CLOCK_MONOTONIC ns) */
+    int64_t t_open, t_ready;             /* admission or the last restart, handshake */
     int64_t t_frame;                     /* when the frame in this tick became complete */
     int64_t t_expect;                    /* when its next uplink frame should be complete */
     int64_t t_first_work;                /* its first unit of background work; 0 before */
@@ -43,8 +45,8 @@ typedef struct job {
     double encode_ms;                    /* its encode */
     pacing pace;                         /* silence frames and the idle timeout */
     uint64_t frames, late, bytes_out;
+    int from_client; /* pcm_in came from the client (not silence) */
     float pcm_in[PP_FRAME_SAMPLES], pcm_out[PP_FRAME_SAMPLES];
-    uint8_t page[PP_DOWNLINK_MAX_PAGE];
 } job;
 
 struct engine {
@@ -69,11 +71,11 @@ struct engine {
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
 
-static void job_send(engine *e, job *j, int kind, const void *payload, size_t len) {
-    if (conn_queue(j->c, kind, payload, len) == PP_OK) {
-        j->bytes_out += len + 1;
-        metrics_bytes(e->cfg.metrics, 0, len + 1);
-    }
+/* Counts what the wire queued. */
+static void job_sent(engine *e, job *j, long bytes) {
+    if (bytes <= 0) return;
+    j->bytes_out += (uint64_t)bytes;
+    metrics_bytes(e->cfg.metrics, 0, (size_t)bytes);
 }
 
 static void job_fail(engine *e, job *j, int close_code, const char *what, const char *err) {
@@ -92,8 +94,8 @@ static void job_start(engine *e, job *j) {
         job_fail(e, j, client ? CLOSE_POLICY : CLOSE_INTERNAL, "cannot start the conversation", err);
         return;
     }
-    if ((rc = pp_downlink_open(&j->down, 0, err))) {
-        job_fail(e, j, CLOSE_INTERNAL, "cannot open the Opus encoder", err);
+    if (!j->wire && (rc = wire_open(j->c, &j->params, &j->wire, err))) {
+        job_fail(e, j, CLOSE_INTERNAL, "cannot open the downlink", err);
         return;
     }
     int echo = e->cfg.echo_cancel == ECHO_CANCEL_ON ? j->params.echo_cancel != 0
@@ -102,7 +104,7 @@ static void job_start(engine *e, job *j) {
     if (j->params.echo_cancel == 1 && e->cfg.echo_cancel == ECHO_CANCEL_OFF)
         PP_INFO("engine", "session %llu: echo cancellation asked for but off on this server (--echo-cancel)",
                 (unsigned long long)conn_id(j->c));
-    if (echo && pp_aec_create(&j->aec, err)) /* the conversation goes on without it */
+    if (echo && !j->aec && pp_aec_create(&j->aec, err)) /* the conversation goes on without it */
         PP_WARN("engine", "session %llu: %s", (unsigned long long)conn_id(j->c), err);
     PP_INFO("engine", "session %llu: prompts started (voice %s, %d prompt frames%s)", (unsigned long long)conn_id(j->c),
             j->params.voice, pp_session_prompt_frames(j->session), j->aec ? ", echo cancellation" : "");
@@ -138,13 +140,13 @@ static int job_prefill(engine *e, job *j) {
         return 1;
     }
     if (rc == 0) return 1;
-    /* Prompts done: the handshake, then the stream's two header pages (spec §2.5 item 6). */
-    job_send(e, j, MSG_HANDSHAKE, NULL, 0);
-    for (int i = 0; i < 2; i++) {
-        size_t len;
-        if (pp_downlink_header(j->down, i, j->page, sizeof j->page, &len, err) == PP_OK)
-            job_send(e, j, MSG_AUDIO, j->page, len);
+    /* Prompts done: the chat handshake and the stream's two header pages (docs/protocol.md §2.5). */
+    long sent = wire_ready(j->wire, err);
+    if (sent < 0) {
+        job_fail(e, j, CLOSE_INTERNAL, "cannot start the downlink", err);
+        return 1;
     }
+    job_sent(e, j, sent);
     j->t_ready = pp_now_ns();
     j->t_expect = j->t_ready;
     pacing_start(&j->pace, j->t_ready);
@@ -200,35 +202,51 @@ static int job_quiet(engine *e, job *j) {
     case PACING_SILENCE: break;
     }
     memset(j->pcm_in, 0, sizeof j->pcm_in);
+    j->from_client = 0;
     j->t_frame = now;
     job_encode_frame(e, j, 0);
     return 1;
+}
+
+/* The client asked for a fresh start (response.cancel, or a new voice or prompt): the
+ * conversation goes back to its prompts, which the prompt cache usually has ready. */
+static void job_restart(engine *e, job *j, const pp_session_params *params) {
+    if (j->state == JOB_FAILED) return;
+    PP_INFO("engine", "session %llu: restarting from the prompts (voice %s)", (unsigned long long)conn_id(j->c),
+            params->voice);
+    if (j->wire) job_sent(e, j, wire_restart(j->wire, params));
+    pp_session_destroy(j->session);
+    j->session = NULL;
+    j->params = *params;
+    j->state = JOB_NEW;
+    j->t_open = pp_now_ns();
+    j->t_first_work = 0;
+    e->cfg.notify(e->cfg.notify_arg);
 }
 
 /* Takes j's next uplink frame (or silence) into the tick. Returns 1 when it did work. */
 static int job_encode(engine *e, job *j) {
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
     pacing_frame(&j->pace, pp_now_ns());
+    j->from_client = 1;
     job_encode_frame(e, j, 1);
     return 1;
 }
 
-/* Stage 3 of a frame: decode, Opus page, text piece, metrics. */
+/* Stage 3 of a frame: decode, the wire's messages, metrics. */
 static void job_output(engine *e, job *j, double lm_ms) {
     char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
     int64_t t0 = pp_now_ns();
-    size_t len = 0;
     int rc = pp_session_decode(j->session, j->pcm_out, piece, err);
     double decode_ms = ms_between(t0, pp_now_ns());
-    if (!rc) rc = pp_downlink_encode(j->down, j->pcm_out, j->page, sizeof j->page, &len, err);
+    long sent = rc ? 0 : wire_frame(j->wire, j->pcm_in, j->from_client, j->pcm_out, piece, err);
+    if (sent < 0) rc = (int)sent;
     if (!rc && j->aec) rc = pp_aec_far(j->aec, j->pcm_out, PP_FRAME_SAMPLES, err); /* what will come back */
     if (rc) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
         return;
     }
-    /* Text first: the reference sends a frame's piece just before its audio page. */
-    if (piece[0]) job_send(e, j, MSG_TEXT, piece, strlen(piece));
-    job_send(e, j, MSG_AUDIO, j->page, len);
+    job_sent(e, j, sent);
     /* Audio that arrived during the prompts waited for them; time it from the handshake. */
     int64_t done = pp_now_ns(), start = j->t_frame > j->t_ready ? j->t_frame : j->t_ready;
     int late = done - start > PP_FRAME_NS;
@@ -328,12 +346,12 @@ static void job_free(engine *e, job *j) {
     PP_INFO("engine",
             "session %llu ended: %.1f s, %llu frames (%llu silent), %llu late, %llu bytes out, %llu dropped, "
             "%llu uplink packets (%llu concealed), %d bad pages",
-            (unsigned long long)conn_id(j->c), ms_between(j->t_open, pp_now_ns()) / 1000.0,
+            (unsigned long long)conn_id(j->c), ms_between(j->t_start, pp_now_ns()) / 1000.0,
             (unsigned long long)j->frames, (unsigned long long)j->pace.silent_frames, (unsigned long long)j->late,
             (unsigned long long)j->bytes_out, (unsigned long long)conn_dropped(j->c), (unsigned long long)up.packets,
             (unsigned long long)up.concealed, up.ogg.errors);
     pp_session_destroy(j->session);
-    pp_downlink_close(j->down);
+    wire_close(j->wire);
     pp_aec_destroy(j->aec);
     conn_destroy(j->c);
     metrics_conv_close(e->cfg.metrics, j->conv);
@@ -370,6 +388,11 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->lock);
         int worked = 0, running = 0, deferred = 0;
         for (job *j = e->jobs; j; j = j->next) {
+            pp_session_params restart;
+            if (!conn_is_gone(j->c) && conn_take_restart(j->c, &restart)) {
+                job_restart(e, j, &restart);
+                worked = 1;
+            }
             if (j->state != JOB_RUN || conn_is_gone(j->c)) continue;
             worked |= job_encode(e, j);
             running = 1;
@@ -453,7 +476,7 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
     if (!j) return pp_fail(err, PP_ENOMEM, "out of memory for a new conversation");
     j->c = c;
     j->params = *params;
-    j->t_open = pp_now_ns();
+    j->t_open = j->t_start = pp_now_ns();
     j->conv = metrics_conv_open(e->cfg.metrics, conn_id(c));
     pthread_mutex_lock(&e->lock);
     if (e->count - e->departed >= e->cfg.max_sessions) {

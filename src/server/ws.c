@@ -1,10 +1,13 @@
-/* ws: the /api/chat WebSocket protocol (docs/protocol.md §2), lws service thread only.
+/* ws: the WebSocket endpoints, lws service thread only: /api/chat (docs/protocol.md §2),
+ * /v1/realtime (§4) and /v1/twilio (§5).
  *
- * Upgrade: only at /api/chat, no subprotocol needed. On ESTABLISHED the query is read into
- * the session parameters, and the conversation is handed to the engine, or refused with an
- * 0x05 message and a close when the server is full, still loading, or the parameters are
- * unusable. Input goes through ws_input.c (0x01 payloads to the conn's uplink as they arrive,
- * even before the handshake: the prompts may still be running and the audio is kept). Output:
+ * Upgrade: only at those paths, no subprotocol needed. On ESTABLISHED the query is read into
+ * the session parameters. A chat conversation is handed to the engine at once; a JSON one once
+ * its client has said how it wants it (json_socket.h). Either is refused with an error message
+ * and a close when the server is full, still loading, or the parameters are unusable. Chat
+ * input goes through ws_input.c (0x01 payloads to the conn's uplink as they arrive, even
+ * before the handshake: the prompts may still be running and the audio is kept), JSON input
+ * through json_socket.c. Output:
  * one queued message per WRITEABLE callback (conn_write_next). A client that stops reading
  * (its conn stalls) is dropped at once; a close that waits for the queue to drain is bounded by
  * the lws timeout. */
@@ -13,11 +16,13 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/conn.h"
+#include "server/json_socket.h"
 #include "server/peer.h"
 #include "server/ws_input.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -30,8 +35,10 @@ struct ws_pss {
     ws_pss *next;          /* in server.live */
     struct lws *wsi;
     conn *c;
+    conn_protocol protocol;
     int admitted;          /* the engine owns c's model side; it frees c once gone */
     ws_input in;           /* message dispatch; in.closing: a close is queued */
+    json_socket *js;       /* the JSON protocols' input; NULL for chat */
     int close_timer;       /* the pending close has its drain timeout */
 };
 
@@ -54,8 +61,36 @@ static void want_write(server *s, ws_pss *p) {
     if (conn_wants_write(p->c)) lws_callback_on_writable(p->wsi);
 }
 
-/* Acts on ws_input's WS_INPUT_* bits. */
+/* Hands the conversation to the engine, or refuses it (the client is told why). */
+static void admit(server *s, ws_pss *pss, const pp_session_params *params) {
+    char err[PP_ERR_LEN];
+    pp_model *model;
+    engine *e = server_engine(s, &model);
+    int rc;
+    if (server_draining(s)) {
+        conn_fail(pss->c, CLOSE_GOING_AWAY, "server shutting down");
+        pss->in.closing = 1;
+    } else if (!e) {
+        conn_fail(pss->c, CLOSE_TRY_LATER, "the model is still loading; try again in a moment");
+        pss->in.closing = 1;
+    } else if ((rc = engine_admit(e, pss->c, params, err))) {
+        PP_WARN("ws", "session %llu: refused: %s", (unsigned long long)conn_id(pss->c), err);
+        if (rc == PP_EFULL) metrics_session_rejected(s->metrics);
+        conn_fail(pss->c, CLOSE_TRY_LATER, "%s", err);
+        pss->in.closing = 1;
+    } else {
+        pss->admitted = 1;
+    }
+}
+
+/* Acts on the input's WS_INPUT_* / JSON_SOCKET_* bits. */
 static void after_input(server *s, ws_pss *pss, int todo) {
+    if (todo & JSON_SOCKET_ADMIT) {
+        conn_set_output(pss->c, pss->js->out_format, pss->js->stream);
+        admit(s, pss, &pss->js->params);
+        if (pss->admitted) lws_set_timeout(pss->wsi, NO_PENDING_TIMEOUT, 0); /* the engine's idle rule from now on */
+        todo |= WS_INPUT_WRITE;
+    }
     pp_model *model;
     engine *e = todo & WS_INPUT_WAKE ? server_engine(s, &model) : NULL;
     if (e) engine_wake(e);
@@ -93,12 +128,23 @@ static void defaults_from_options(const server_options *o, pp_session_params *p)
     }
 }
 
-/* Sets up a new chat socket; returns nonzero to drop it. */
+/* The endpoint of a request path, or -1. */
+static int protocol_of(const char *path) {
+    return !strcmp(path, "/api/chat")      ? CONN_CHAT
+           : !strcmp(path, "/v1/realtime") ? CONN_REALTIME
+           : !strcmp(path, "/v1/twilio")   ? CONN_TWILIO
+                                           : -1;
+}
+
+/* Sets up a new socket; returns nonzero to drop it. */
 static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
-    char err[PP_ERR_LEN], peer[160];
+    char err[PP_ERR_LEN], peer[160], path[64];
     memset(pss, 0, sizeof *pss);
     pss->wsi = wsi;
-    if (conn_create(++s->next_id, &pss->c, err)) {
+    int protocol = lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ? -1 : protocol_of(path);
+    if (protocol < 0) return -1; /* the filter let only the three paths through */
+    pss->protocol = (conn_protocol)protocol;
+    if (conn_create(++s->next_id, pss->protocol, &pss->c, err)) {
         PP_ERROR("ws", "%s", err);
         return -1;
     }
@@ -111,30 +157,26 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     setsockopt(lws_get_socket_fd(wsi), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     peer_address(wsi, s->opt->behind_proxy, peer, sizeof peer);
-    PP_INFO("ws", "session %llu: connected from %s", (unsigned long long)conn_id(pss->c), peer);
+    PP_INFO("ws", "session %llu: %s connected from %s", (unsigned long long)conn_id(pss->c), path, peer);
 
     pp_session_params params;
     defaults_from_options(s->opt, &params);
     pp_model *model;
-    engine *e = server_engine(s, &model);
-    int rc = read_query(s, wsi, &params, err);
-    if (rc) {
+    if (read_query(s, wsi, &params, err)) {
         ws_input_reject(&pss->in, CLOSE_POLICY, err);
-    } else if (server_draining(s)) {
-        conn_fail(pss->c, CLOSE_GOING_AWAY, "server shutting down");
-        pss->in.closing = 1;
-    } else if (!e) {
-        conn_fail(pss->c, CLOSE_TRY_LATER, "the model is still loading; try again in a moment");
-        pss->in.closing = 1;
-    } else if ((rc = engine_admit(e, pss->c, &params, err))) {
-        PP_WARN("ws", "session %llu: refused: %s", (unsigned long long)conn_id(pss->c), err);
-        if (rc == PP_EFULL) metrics_session_rejected(s->metrics);
-        conn_fail(pss->c, CLOSE_TRY_LATER, "%s", err);
-        pss->in.closing = 1;
+    } else if (pss->protocol == CONN_CHAT) {
+        admit(s, pss, &params);
+    } else if (server_draining(s) || !server_engine(s, &model)) {
+        admit(s, pss, &params); /* refused now rather than after the client's setup */
+    } else if ((pss->js = malloc(sizeof *pss->js))) {
+        json_socket_init(pss->js, &pss->in, pss->protocol, &params);
+        /* A client that never starts its conversation is held no longer than a silent one. */
+        if (s->opt->idle_timeout > 0) lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, s->opt->idle_timeout);
     } else {
-        pss->admitted = 1;
+        conn_fail(pss->c, CLOSE_INTERNAL, "out of memory for the socket");
+        pss->in.closing = 1;
     }
-    if (pss->in.closing) want_write(s, pss);
+    want_write(s, pss);
     return 0;
 }
 
@@ -146,6 +188,11 @@ static void on_closed(server *s, ws_pss *pss) {
             break;
         }
     PP_INFO("ws", "session %llu: socket closed", (unsigned long long)conn_id(pss->c));
+    if (pss->js) {
+        json_socket_free(pss->js);
+        free(pss->js);
+        pss->js = NULL;
+    }
     if (pss->admitted) {
         pp_model *model;
         engine *e = server_engine(s, &model);
@@ -177,8 +224,8 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     int from_query;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/api/chat") != 0) {
-            PP_WARN("ws", "WebSocket upgrade refused outside /api/chat");
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || protocol_of(uri) < 0) {
+            PP_WARN("ws", "WebSocket upgrade refused outside /api/chat, /v1/realtime and /v1/twilio");
             metrics_bad_input(s->metrics);
             return 1;
         }
@@ -194,7 +241,10 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         on_closed(s, pss);
         return 0;
     case LWS_CALLBACK_RECEIVE:
-        if (pss->c)
+        if (pss->c && pss->js)
+            after_input(s, pss,
+                        json_socket_receive(pss->js, in, len, lws_frame_is_binary(wsi), lws_is_final_fragment(wsi)));
+        else if (pss->c)
             after_input(s, pss, ws_input_receive(&pss->in, in, len, lws_frame_is_binary(wsi), lws_is_final_fragment(wsi)));
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:

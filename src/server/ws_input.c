@@ -30,11 +30,13 @@ int ws_input_reject(ws_input *in, int close_code, const char *what) {
     return WS_INPUT_WRITE;
 }
 
-/* True when the client has sent more than WS_INPUT_MAX_AHEAD_S of audio beyond real time. */
-static int too_fast(const ws_input *in) {
+int ws_input_check_pace(ws_input *in) {
     double sent = (double)conn_uplink_stats(in->c).samples / PP_SAMPLE_RATE;
     double elapsed = (double)(pp_now_ns() - in->t_open) / 1e9;
-    return sent - elapsed > WS_INPUT_MAX_AHEAD_S;
+    if (sent - elapsed <= WS_INPUT_MAX_AHEAD_S) return 0;
+    char what[128];
+    snprintf(what, sizeof what, "audio arrives faster than real time (over %d s ahead)", WS_INPUT_MAX_AHEAD_S);
+    return ws_input_reject(in, CLOSE_POLICY, what);
 }
 
 static int on_audio(ws_input *in, const uint8_t *data, size_t len) {
@@ -42,11 +44,8 @@ static int on_audio(ws_input *in, const uint8_t *data, size_t len) {
     int page_errors = 0;
     int frames = conn_push_audio(in->c, data, len, &page_errors, err);
     if (frames < 0) return ws_input_reject(in, CLOSE_BAD_DATA, err);
-    if (too_fast(in)) {
-        char what[128];
-        snprintf(what, sizeof what, "audio arrives faster than real time (over %d s ahead)", WS_INPUT_MAX_AHEAD_S);
-        return ws_input_reject(in, CLOSE_POLICY, what);
-    }
+    int pace = ws_input_check_pace(in);
+    if (pace) return pace;
     int todo = frames > 0 ? WS_INPUT_WAKE : 0;
     if (page_errors) todo |= ws_input_reject(in, 0, "malformed Ogg data skipped (bad page, CRC or stream order)");
     return todo;

@@ -55,5 +55,8 @@ int ws_input_receive(ws_input *in, const uint8_t *data, size_t len, int binary, 
 /* Reports one malformed input `what` (log, count, 0x05) and closes with close_code, or past
  * the limit when close_code is 0. Returns WS_INPUT_WRITE. */
 int ws_input_reject(ws_input *in, int close_code, const char *what);
+/* The audio-ahead-of-real-time check (any protocol, after pushing audio): closes the socket
+ * and returns WS_INPUT_WRITE when the client is too far ahead, else 0. */
+int ws_input_check_pace(ws_input *in);
 
 #endif

@@ -9,14 +9,11 @@
 // (0x05) as an error; then the same call over wss:// with a self-signed certificate. Screenshots go
 // to the --out directory for review. Exit 0 pass, 1 fail, 77 skipped (no chromium, no npm package).
 
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, copyFileSync, createWriteStream, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { get as httpGet } from 'node:http';
-import { get as httpsGet } from 'node:https';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join, dirname, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
+import { npmInstall, sleep, startServer } from '../node/demo_server.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
@@ -39,78 +36,9 @@ function parseArgs(argv) {
 }
 
 const log = (...m) => console.log('[browser-test]', ...m);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// playwright-core (no browser download) is installed into the output directory, one copy per build
-// tree, so parallel ctest runs of several build trees never share a node_modules.
-async function loadPlaywright(out) {
-  const entry = join(out, 'node_modules/playwright-core/index.mjs');
-  if (!existsSync(entry)) {
-    for (const f of ['package.json', 'package-lock.json']) copyFileSync(join(here, f), join(out, f));
-    log('installing playwright-core from npm into', out);
-    const r = spawnSync('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: out, stdio: 'inherit' });
-    if (r.status !== 0 || !existsSync(entry)) return null;
-  }
-  return import(pathToFileURL(entry).href);
-}
-
-async function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)); });
-    s.on('error', rej);
-  });
-}
-
-// Starts the server and waits for /health; returns { url, stop }.
-async function startServer(bin, out, { tls, name }) {
-  const port = await freePort();
-  const args = ['--demo', '--host', '127.0.0.1', '--port', String(port), '--max-sessions', '1',
-    '--state-dir', join(out, `state-${name}`), ...(tls ? [] : ['--no-tls'])];
-  const logFile = join(out, `server-${name}.log`);
-  log('starting', bin, args.join(' '), '(log:', logFile + ')');
-  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const sink = createWriteStream(logFile);
-  proc.stdout.pipe(sink);
-  proc.stderr.pipe(sink);
-  let exited = null;
-  proc.on('exit', (code, sig) => { exited = `exit ${code ?? sig}`; });
-  const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}/`;
-  const deadline = Date.now() + 90000;
-  for (;;) {
-    if (exited) throw new Error(`server ${exited} before it was ready; see ${logFile}`);
-    if (Date.now() > deadline) { proc.kill('SIGTERM'); throw new Error(`server not ready after 90 s; see ${logFile}`); }
-    if (await healthy(url)) break;
-    await sleep(300);
-  }
-  // Stops the server; returns the problems its exit showed (a bad status, a sanitizer report).
-  const stop = async () => {
-    if (!exited) {
-      proc.kill('SIGTERM');
-      for (let i = 0; i < 100 && !exited; i++) await sleep(100);
-      if (!exited) { proc.kill('SIGKILL'); return [`server ${name} ignored SIGTERM for 10 s`]; }
-    }
-    await new Promise((r) => sink.end(r));
-    const found = [];
-    if (exited !== 'exit 0') found.push(`server ${name} ended with ${exited}; see ${logFile}`);
-    if (/AddressSanitizer|LeakSanitizer|runtime error:/.test(readFileSync(logFile, 'utf8'))) {
-      found.push(`sanitizer report in ${logFile}`);
-    }
-    return found;
-  };
-  return { url, stop };
-}
-
-// True once GET /health answers 200 (the demo server's certificate is self-signed: not checked).
-function healthy(base) {
-  const url = new URL('/health', base);
-  const get = url.protocol === 'https:' ? httpsGet : httpGet;
-  return new Promise((res) => {
-    const req = get(url, { rejectUnauthorized: false, timeout: 2000 }, (r) => { r.resume(); res(r.statusCode === 200); });
-    req.on('error', () => res(false));
-    req.on('timeout', () => { req.destroy(); res(false); });
-  });
-}
+// playwright-core (no browser download), installed into the output directory.
+const loadPlaywright = (out) => npmInstall(here, out, 'node_modules/playwright-core/index.mjs', log);
 
 async function waitFor(page, what, fn, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
@@ -234,7 +162,7 @@ async function main() {
     log('chromium', browser.version());
     let base = args.url;
     if (!base) {
-      const s = await startServer(args.server, args.out, { tls: false, name: 'http' });
+      const s = await startServer(args.server, args.out, { tls: false, name: 'http' }, log);
       servers.push(s);
       base = s.url;
     }
@@ -242,7 +170,7 @@ async function main() {
     problems.push(...await checkServerFull(browser, base, args.out));
     if (args.server && args.tls) {
       problems.push(...await servers.pop().stop());
-      const s = await startServer(args.server, args.out, { tls: true, name: 'https' });
+      const s = await startServer(args.server, args.out, { tls: true, name: 'https' }, log);
       servers.push(s);
       problems.push(...await checkCall(browser, s.url, args.out, 'https'));
     }

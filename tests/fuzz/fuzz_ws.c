@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "ws_pieces.h"
 #include "server/conn.h"
 #include "server/ws_input.h"
 
@@ -23,18 +24,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[PP_ERR_LEN];
     if (!m && metrics_create(&m, err)) abort();
     conn *c;
-    if (conn_create(1, &c, err)) abort();
+    if (conn_create(1, CONN_CHAT, &c, err)) abort();
     ws_input in;
     ws_input_init(&in, c, m);
     static float pcm[PP_FRAME_SAMPLES];
-    for (size_t at = 0; at + 3 <= size;) {
-        int flags = data[at];
-        size_t len = (size_t)data[at + 1] | (size_t)data[at + 2] << 8;
-        at += 3;
-        if (len > size - at) len = size - at;
+    ws_piece piece;
+    for (size_t at = 0; ws_next_piece(data, size, &at, &piece);) {
         int was_closing = in.closing;
-        int todo = ws_input_receive(&in, data + at, len, flags & 1, (flags & 2) != 0);
-        at += len;
+        int todo = ws_input_receive(&in, piece.data, piece.len, piece.binary, piece.final);
         if (was_closing && (todo || !in.closing)) abort();
         int64_t ready;
         if (todo & WS_INPUT_WAKE)

@@ -1,0 +1,72 @@
+/* json_socket: the client side of the JSON protocols, /v1/realtime (OpenAI Realtime events,
+ * docs/protocol.md §4) and /v1/twilio (Twilio Media Streams, §5), kept apart from lws so that
+ * tests and tests/fuzz/fuzz_json_socket.c drive it without a socket. Service thread only.
+ *
+ * Each message is one JSON object in a text frame (fragments are joined, up to
+ * JSON_SOCKET_MAX_MESSAGE). Audio in it is base64: 16-bit little-endian PCM at 24 kHz, or
+ * G.711 at 8 kHz, which a windowed-sinc resampler brings to 24 kHz; the samples go to the
+ * conn's uplink. The conversation is not admitted when the socket opens: the client first says
+ * how it wants it (realtime: session.update; Twilio: the `start` event's customParameters),
+ * and its first audio (or response.create, or `start`) asks the caller to admit it
+ * (JSON_SOCKET_ADMIT). Later settings that change the voice, prompt or sampling restart the
+ * conversation from its prompts (conn_request_restart), as response.cancel does.
+ *
+ * Bad input (malformed JSON, an unknown or unsupported event, base64 that does not decode,
+ * audio over the size limit, a format change once audio flows, events out of order) gets a
+ * realtime `error` event naming the problem (Twilio's stream has none: it is logged), is
+ * counted in /metrics, and the conversation goes on; past WS_INPUT_MAX_BAD of them the socket
+ * closes (1008). */
+#ifndef PP_SERVER_JSON_SOCKET_H
+#define PP_SERVER_JSON_SOCKET_H
+
+#include "audio/resample.h"
+#include "base/json.h"
+#include "server/ws_input.h"
+
+/* The largest message: 2 s of 24 kHz PCM in base64 is 128 KiB; OpenAI clients send 20-100 ms. */
+#define JSON_SOCKET_MAX_MESSAGE (256 * 1024)
+
+typedef struct json_socket {
+    ws_input *in; /* the socket's counters, closing flag and pace check */
+    conn_protocol protocol;
+    pp_session_params params; /* what the conversation starts (or restarts) with */
+    int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
+    audio_format in_format, out_format;
+    pp_resampler *from_8k; /* G.711 input */
+    int from_8k_format;    /* the format from_8k was opened for; -1 none */
+    char *msg;             /* the message being joined */
+    size_t msg_len, msg_cap;
+    int skipping;    /* the message grew past the limit: drop to its end */
+    char stream[64]; /* Twilio's streamSid */
+    unsigned items;  /* input item ids handed out (realtime) */
+} json_socket;
+
+/* What the caller must do after a call, beyond ws_input's bits. */
+enum { JSON_SOCKET_ADMIT = 4 /* admit the conversation with js->params now */ };
+
+/* params: the server's defaults and the query's settings. Queues realtime's session.created. */
+void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params);
+void json_socket_free(json_socket *js);
+/* One received piece of a message. Returns WS_INPUT_* and JSON_SOCKET_* bits. */
+int json_socket_receive(json_socket *js, const uint8_t *data, size_t len, int binary, int final);
+
+/* ---- the protocols' event handlers (realtime.c, twilio.c), for json_socket.c ---- */
+
+void realtime_open(json_socket *js);
+int realtime_event(json_socket *js, const pp_json *ev, const char *type);
+int twilio_event(json_socket *js, const pp_json *ev, const char *type);
+
+/* ---- shared by the handlers ---- */
+
+/* Reports one bad input (realtime: an `error` event with code and the formatted text). */
+int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Decodes base64 audio in `format` and pushes it to the uplink. Returns ws_input bits. */
+int json_socket_audio(json_socket *js, const pp_json *b64, audio_format format);
+/* A string member, or NULL. */
+const char *json_socket_string(const pp_json *obj, const char *key);
+
+#endif

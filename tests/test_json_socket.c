@@ -1,0 +1,370 @@
+/* test_json_socket: the JSON endpoints without a socket. The client side (json_socket.c,
+ * realtime.c, twilio.c): events in, what lands in the conn (frames of the right samples,
+ * restarts, settings) and every answer out, each a JSON event of the expected type and error
+ * code. The server side (wire.c): frames of speech and quiet in, the realtime turn's events,
+ * transcript deltas whole in UTF-8, Twilio media, marks and barge-in `clear` out. */
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "audio/g711.h"
+#include "base/base64.h"
+#include "base/err.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "server/json_socket.h"
+#include "server/wire.h"
+
+static uint8_t g_msg[CONN_JSON_MAX];
+
+/* Takes every queued message: each must be JSON text; copies the types (or Twilio events) and
+ * error codes, space-separated, into out. Returns how many. */
+static int drain(conn *c, char *out, size_t cap) {
+    size_t len, used = 0;
+    int text, n = 0;
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        char err[PP_ERR_LEN];
+        int ok = text && len <= sizeof g_msg && !pp_json_parse((const char *)g_msg, len, &doc, err);
+        TEST_COND("every message is JSON text", ok);
+        if (!ok) continue;
+        const pp_json *root = pp_json_root(doc);
+        const char *type = json_socket_string(root, conn_get_protocol(c) == CONN_TWILIO ? "event" : "type");
+        const char *code = json_socket_string(pp_json_get(root, "error"), "code");
+        used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s%s%s", n ? " " : "", type ? type : "?",
+                                 code ? ":" : "", code ? code : "");
+        if (conn_get_protocol(c) == CONN_REALTIME)
+            TEST_COND("every realtime event has an id", json_socket_string(root, "event_id"));
+        pp_json_free(doc);
+        n++;
+    }
+    return n;
+}
+
+/* A JSON socket on a fresh conn with the default settings (realtime queues session.created). */
+static conn *open_socket(conn_protocol protocol, uint64_t id, metrics *m, ws_input *in, json_socket *js) {
+    char err[PP_ERR_LEN];
+    conn *c;
+    if (conn_create(id, protocol, &c, err)) abort();
+    ws_input_init(in, c, m);
+    pp_session_params p;
+    pp_params_defaults(&p);
+    json_socket_init(js, in, protocol, &p);
+    return c;
+}
+
+static int send_text(json_socket *js, const char *text) {
+    return json_socket_receive(js, (const uint8_t *)text, strlen(text), 0, 1);
+}
+
+/* Sends before + the base64 of n bytes + after as one message. */
+static int send_audio(json_socket *js, const char *before, const uint8_t *bytes, size_t n, const char *after) {
+    static char json[PP_BASE64_LEN(2 * 4800) + 128];
+    int at = snprintf(json, sizeof json, "%s", before);
+    at += (int)pp_base64_encode(bytes, n, json + at, sizeof json - (size_t)at);
+    snprintf(json + at, sizeof json - (size_t)at, "%s", after);
+    return send_text(js, json);
+}
+
+/* An input_audio_buffer.append of n samples of value v as 16-bit PCM. */
+static int append_pcm(json_socket *js, int n, int16_t v) {
+    static uint8_t pcm[2 * 4800];
+    for (int i = 0; i < n; i++) {
+        pcm[2 * i] = (uint8_t)(v & 0xFF);
+        pcm[2 * i + 1] = (uint8_t)((uint16_t)v >> 8);
+    }
+    return send_audio(js, "{\"type\":\"input_audio_buffer.append\",\"audio\":\"", pcm, (size_t)(2 * n), "\"}");
+}
+
+static void check_realtime_input(metrics *m) {
+    char seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 7, m, &in, &js);
+    drain(c, seen, sizeof seen);
+    TEST_COND("session.created on open", !strcmp(seen, "session.created"));
+
+    int todo =
+        send_text(&js, "{\"type\":\"session.update\",\"session\":{\"type\":\"realtime\",\"instructions\":\"Be kind.\","
+                       "\"audio\":{\"output\":{\"voice\":\"NATM1\"}},\"temperature\":0.6}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("session.update answered by session.updated",
+              !strcmp(seen, "session.updated") && (todo & WS_INPUT_WRITE));
+    TEST_COND("instructions, voice and temperature taken", !strcmp(js.params.text_prompt, "Be kind.") &&
+                                                               !strcmp(js.params.voice, "NATM1") &&
+                                                               fabsf(js.params.audio_temperature - 0.6f) < 1e-6f);
+    TEST_COND("no admission before audio", !(todo & JSON_SOCKET_ADMIT));
+
+    todo = append_pcm(&js, 1000, 16384);
+    TEST_COND("the first audio asks for admission", (todo & JSON_SOCKET_ADMIT) && !(todo & WS_INPUT_WAKE));
+    todo = append_pcm(&js, 920, 16384);
+    TEST_COND("a whole frame wakes the engine", (todo & WS_INPUT_WAKE) && !(todo & JSON_SOCKET_ADMIT));
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    TEST_COND("the frame is there, 16384 / 32768",
+              conn_take_frame(c, frame, &ready) && frame[0] == 0.5f && frame[1919] == 0.5f);
+
+    /* the beta names and G.711: the format is fixed once audio flows */
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"input_audio_format\":\"g711_ulaw\"}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a format change once audio flows is refused", !strcmp(seen, "error:invalid_value"));
+    TEST_COND("and the format stays", js.in_format == AUDIO_PCM16);
+
+    pp_session_params restart;
+    TEST_COND("no restart yet", !conn_take_restart(c, &restart));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATF0\"}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a new voice restarts the conversation", conn_take_restart(c, &restart) &&
+                                                           !strcmp(restart.voice, "NATF0") &&
+                                                           !strcmp(restart.text_prompt, "Be kind."));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATF0\"}}");
+    TEST_COND("the same settings again do not", !conn_take_restart(c, &restart));
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    TEST_COND("response.cancel restarts", conn_take_restart(c, &restart) && !strcmp(restart.voice, "NATF0"));
+    drain(c, seen, sizeof seen);
+
+    send_text(&js, "{\"type\":\"input_audio_buffer.commit\"}");
+    send_text(&js, "{\"type\":\"input_audio_buffer.clear\"}");
+    send_text(&js, "{\"type\":\"response.create\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("commit and clear acknowledged, response.create accepted",
+              !strcmp(seen, "input_audio_buffer.committed input_audio_buffer.cleared"));
+
+    const char *bad[][2] = {
+        {"{\"type\":", "error:invalid_json"},
+        {"", "error:invalid_json"},
+        {"[1,2]", "error:invalid_event"},
+        {"{\"event\":\"x\"}", "error:invalid_event"},
+        {"{\"type\":\"no.such\"}", "error:unknown_event"},
+        {"{\"type\":\"conversation.item.create\",\"item\":{}}", "error:unsupported_event"},
+        {"{\"type\":\"input_audio_buffer.append\",\"audio\":\"%%%%\"}", "error:invalid_audio"},
+        {"{\"type\":\"input_audio_buffer.append\",\"audio\":\"AA==\"}", "error:invalid_audio"},
+        {"{\"type\":\"input_audio_buffer.append\"}", "error:invalid_audio"},
+        {"{\"type\":\"session.update\",\"session\":{\"output_audio_format\":\"mp3\"}}", "error:invalid_value"},
+        {"{\"type\":\"session.update\",\"session\":{\"type\":\"transcription\"}}", "error:unsupported_value"},
+        {"{\"type\":\"session.update\",\"session\":{\"instructions\":\"\xff\"}}", "error:invalid_json"},
+        {"{\"type\":\"session.update\",\"session\":{\"tools\":[{\"type\":\"function\"}]}}",
+         "error:unsupported_value session.updated"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        send_text(&js, bad[i][0]);
+        drain(c, seen, sizeof seen);
+        if (strcmp(seen, bad[i][1])) fprintf(stderr, "  %s -> %s (expected %s)\n", bad[i][0], seen, bad[i][1]);
+        TEST_COND("each bad event gets its error", !strcmp(seen, bad[i][1]));
+    }
+    int before = in.bad;
+    TEST_COND("a binary message is refused",
+              json_socket_receive(&js, (const uint8_t *)"\x01", 1, 1, 1) & WS_INPUT_WRITE);
+    /* a message over the limit, in fragments */
+    static char big[64 * 1024];
+    memset(big, ' ', sizeof big);
+    for (int k = 0; k < 5; k++) json_socket_receive(&js, (const uint8_t *)big, sizeof big, 0, k == 4);
+    drain(c, seen, sizeof seen);
+    TEST_COND("binary and oversized messages refused",
+              !strcmp(seen, "error:invalid_event error:message_too_large") && in.bad == before + 2);
+    TEST_COND("the socket still listens", !in.closing);
+    send_text(&js, "{\"type\":\"input_audio_buffer.commit\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("and answers after bad input", !strcmp(seen, "input_audio_buffer.committed"));
+    while (!in.closing) send_text(&js, "{\"type\":\"no.such\"}");
+    TEST_COND("past the limit the socket closes", in.bad == WS_INPUT_MAX_BAD + 1 && conn_closing(c));
+    TEST_COND("and ignores what follows", send_text(&js, "{\"type\":\"response.create\"}") == 0);
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+static void check_realtime_g711(metrics *m) {
+    char seen[1024];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 8, m, &in, &js);
+    send_text(&js,
+              "{\"type\":\"session.update\",\"session\":{\"audio\":{\"input\":{\"format\":{\"type\":\"audio/pcma\"}},"
+              "\"output\":{\"format\":{\"type\":\"audio/pcmu\"}}}}}");
+    TEST_COND("GA format objects taken", js.in_format == AUDIO_ALAW && js.out_format == AUDIO_ULAW);
+    uint8_t alaw[800];
+    for (int i = 0; i < 800; i++) alaw[i] = pp_alaw_encode(8192);
+    int todo = send_audio(&js, "{\"type\":\"input_audio_buffer.append\",\"audio\":\"", alaw, sizeof alaw, "\"}");
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    TEST_COND("100 ms of A-law at 8 kHz is a whole frame at 24 kHz",
+              (todo & WS_INPUT_WAKE) && conn_take_frame(c, frame, &ready));
+    /* after the resampler's start-up, the constant comes through at its level */
+    TEST_COND("at the level it was sent", fabsf(frame[1500] - pp_alaw_decode(pp_alaw_encode(8192)) / 32768.0f) < 2e-3f);
+    drain(c, seen, sizeof seen);
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+static void check_twilio_input(metrics *m) {
+    char seen[1024];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_TWILIO, 9, m, &in, &js);
+    TEST_COND("connected is quiet",
+              send_text(&js, "{\"event\":\"connected\",\"protocol\":\"Call\",\"version\":\"1.0.0\"}") == 0);
+    TEST_COND("media before start refused",
+              send_text(&js, "{\"event\":\"media\",\"media\":{\"payload\":\"//8=\"}}") == WS_INPUT_WRITE &&
+                  in.bad == 1);
+    TEST_COND("a start without streamSid refused",
+              send_text(&js, "{\"event\":\"start\",\"start\":{}}") == WS_INPUT_WRITE);
+    TEST_COND(
+        "a start in another format refused",
+        send_text(&js,
+                  "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ1\",\"mediaFormat\":{\"encoding\":\"audio/x-l16\","
+                  "\"sampleRate\":16000}}}") == WS_INPUT_WRITE);
+    int todo =
+        send_text(&js, "{\"event\":\"start\",\"streamSid\":\"MZ1\",\"start\":{\"streamSid\":\"MZ1\",\"mediaFormat\":"
+                       "{\"encoding\":\"audio/x-mulaw\",\"sampleRate\":8000,\"channels\":1},\"customParameters\":"
+                       "{\"voice\":\"NATM2\",\"prompt\":\"You answer the phone.\",\"text_topk\":\"50\"}}}");
+    TEST_COND("start admits with the custom parameters",
+              (todo & JSON_SOCKET_ADMIT) && !strcmp(js.stream, "MZ1") && !strcmp(js.params.voice, "NATM2") &&
+                  !strcmp(js.params.text_prompt, "You answer the phone.") && js.params.text_topk == 50);
+    uint8_t ulaw[160];
+    memset(ulaw, 0xFF, sizeof ulaw);
+    const char *media = "{\"event\":\"media\",\"media\":{\"track\":\"inbound\",\"payload\":\"";
+    int wakes = 0;
+    for (int k = 0; k < 4; k++) wakes += (send_audio(&js, media, ulaw, sizeof ulaw, "\"}}") & WS_INPUT_WAKE) != 0;
+    TEST_COND("four 20 ms media messages make one frame", wakes == 1 && conn_uplink_stats(c).samples == 4 * 480);
+    TEST_COND("marks and dtmf are quiet", send_text(&js, "{\"event\":\"mark\",\"mark\":{\"name\":\"turn-1\"}}") == 0 &&
+                                              send_text(&js, "{\"event\":\"dtmf\",\"dtmf\":{\"digit\":\"1\"}}") == 0);
+    TEST_COND("an unknown event is counted", send_text(&js, "{\"event\":\"bogus\"}") == WS_INPUT_WRITE);
+    send_text(&js, "{\"event\":\"stop\",\"streamSid\":\"MZ1\"}");
+    TEST_COND("stop closes the stream normally", in.closing && conn_closing(c));
+    TEST_COND("Twilio gets no error messages (it has none)", drain(c, seen, sizeof seen) == 0);
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+static float g_quiet[PP_FRAME_SAMPLES], g_loud[PP_FRAME_SAMPLES];
+
+/* A wire on a fresh conn, after the stream's settings; fills the test frames. */
+static wire *open_wire(conn_protocol protocol, audio_format format, const char *stream, uint64_t id, conn **c) {
+    char err[PP_ERR_LEN];
+    if (conn_create(id, protocol, c, err)) abort();
+    conn_set_output(*c, format, stream);
+    pp_session_params p;
+    pp_params_defaults(&p);
+    wire *w;
+    if (wire_open(*c, &p, &w, err)) abort();
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) g_loud[i] = 0.3f * (float)sin(0.2 * i);
+    return w;
+}
+
+/* Takes every queued message; appends the transcript deltas' text to out (cap bytes). When
+ * pcm_check is set, checks each audio delta is that frame as 16-bit PCM. */
+static void take_transcript(conn *c, char *out, size_t cap, const float *pcm_check) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc);
+        const char *type = json_socket_string(r, "type"), *delta = json_socket_string(r, "delta");
+        if (!strcmp(type, "response.output_audio_transcript.delta")) strncat(out, delta, cap - strlen(out) - 1);
+        if (!strcmp(type, "response.output_audio.delta") && pcm_check) {
+            uint8_t pcm[2 * PP_FRAME_SAMPLES + 3];
+            long b = pp_base64_decode(delta, strlen(delta), pcm, sizeof pcm);
+            int16_t s100 = (int16_t)(pcm[200] | pcm[201] << 8);
+            TEST_COND("an audio delta is one frame of 16-bit PCM",
+                      b == 2 * PP_FRAME_SAMPLES && abs(s100 - (int)lrintf(pcm_check[100] * 32768)) <= 1);
+        }
+        pp_json_free(doc);
+    }
+}
+
+/* The realtime wire over a turn: speech frames, a piece split inside a character, quiet. */
+static void check_realtime_wire(void) {
+    char err[PP_ERR_LEN], seen[4096], transcript[64] = "";
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 10, &c);
+    const float *quiet = g_quiet, *loud = g_loud;
+    TEST_COND("nothing before the prompts are done", wire_ready(w, err) == 0 && drain(c, seen, sizeof seen) == 0);
+    wire_frame(w, quiet, 1, quiet, "", err);
+    TEST_COND("quiet frames send nothing", drain(c, seen, sizeof seen) == 0);
+    long n = wire_frame(w, quiet, 1, loud, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("speech opens a turn", n > 0 && !strcmp(seen, "response.created response.output_item.added "
+                                                            "response.content_part.added output_audio_buffer.started "
+                                                            "response.output_audio.delta"));
+    wire_frame(w, quiet, 1, loud, "caf\xc3", err); /* "café" cut inside the é */
+    take_transcript(c, transcript, sizeof transcript, loud);
+    TEST_COND("the cut character waits", !strcmp(transcript, "caf"));
+    wire_frame(w, quiet, 1, loud, "\xa9 \xff!", err);
+    transcript[0] = '\0';
+    take_transcript(c, transcript, sizeof transcript, NULL);
+    TEST_COND("then comes whole; a bad byte becomes U+FFFD", !strcmp(transcript, "\xc3\xa9 \xef\xbf\xbd!"));
+    for (int k = 0; k < 7; k++) wire_frame(w, quiet, 1, quiet, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("the turn's tail is still sent",
+              !strncmp(seen, "response.output_audio.delta", 27) && !strstr(seen, "done"));
+    wire_frame(w, quiet, 1, quiet, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("8 quiet frames end the turn",
+              !strcmp(seen,
+                      "response.output_audio.delta response.output_audio.done response.output_audio_transcript.done "
+                      "response.content_part.done response.output_item.done response.done "
+                      "output_audio_buffer.stopped"));
+    wire_frame(w, quiet, 1, loud, "", err);
+    drain(c, seen, sizeof seen);
+    pp_session_params p;
+    pp_params_defaults(&p);
+    wire_restart(w, &p);
+    size_t len;
+    int text, cancelled = 0;
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text))
+        cancelled |= strstr((char *)g_msg, "\"cancelled\"") != NULL;
+    TEST_COND("a restart ends the open turn as cancelled", cancelled);
+    wire_close(w);
+    conn_destroy(c);
+}
+
+static void check_twilio_wire(void) {
+    char err[PP_ERR_LEN], seen[4096];
+    conn *c;
+    wire *w = open_wire(CONN_TWILIO, AUDIO_ULAW, "MZ9", 11, &c);
+    const float *quiet = g_quiet, *loud = g_loud;
+    wire_frame(w, quiet, 1, quiet, "", err);
+    size_t len;
+    int text;
+    TEST_COND("every frame is a media message", conn_dequeue(c, g_msg, sizeof g_msg, &len, &text));
+    pp_json_doc *doc;
+    TEST_COND("JSON", !pp_json_parse((const char *)g_msg, len, &doc, err));
+    const pp_json *r = pp_json_root(doc);
+    const char *payload = json_socket_string(pp_json_get(r, "media"), "payload");
+    uint8_t ulaw[700];
+    TEST_COND("naming the stream", !strcmp(json_socket_string(r, "streamSid"), "MZ9"));
+    TEST_COND("with 640 μ-law bytes of silence",
+              payload && pp_base64_decode(payload, strlen(payload), ulaw, sizeof ulaw) == 640 && ulaw[639] == 0xFF);
+    pp_json_free(doc);
+    wire_frame(w, quiet, 1, loud, "", err);
+    wire_frame(w, loud, 1, loud, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("one loud caller frame is not a barge-in", !strcmp(seen, "media media"));
+    wire_frame(w, loud, 1, loud, "", err);
+    wire_frame(w, loud, 1, loud, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("two in a row over a turn send one clear", !strcmp(seen, "media clear media"));
+    for (int k = 0; k < 8; k++) wire_frame(w, quiet, 1, quiet, "", err);
+    drain(c, seen, sizeof seen);
+    TEST_COND("the turn's end is marked", strstr(seen, "mark") != NULL);
+    wire_close(w);
+    conn_destroy(c);
+}
+
+int main(void) {
+    pp_log_set_level(PP_LOG_ERROR);
+    char err[PP_ERR_LEN];
+    metrics *m;
+    if (metrics_create(&m, err)) return 1;
+    check_realtime_input(m);
+    check_realtime_g711(m);
+    check_twilio_input(m);
+    check_realtime_wire();
+    check_twilio_wire();
+    metrics_destroy(m);
+    return test_report();
+}
