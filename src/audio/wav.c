@@ -166,6 +166,11 @@ void pp_wav_free(pp_wav *w) {
 static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static void put32(uint8_t *p, uint32_t v) { put16(p, v & 0xFFFF), put16(p + 2, v >> 16); }
 
+int16_t pp_pcm16_sample(float x) {
+    float s = roundf((isfinite(x) ? x : 0.0f) * 32768.0f);
+    return (int16_t)(s > 32767.0f ? 32767.0f : s < -32768.0f ? -32768.0f : s);
+}
+
 int pp_wav_write(const char *path, const float *pcm, int64_t frames, int channels, int rate, pp_wav_format fmt, char *err) {
     int bytes = fmt == PP_WAV_PCM16 ? 2 : 4;
     if (channels < 1 || channels > MAX_CHANNELS || rate < MIN_RATE || rate > MAX_RATE || frames < 0)
@@ -195,8 +200,7 @@ int pp_wav_write(const char *path, const float *pcm, int64_t frames, int channel
     for (size_t i = 0; i < total; i++) {
         float x = pcm[i];
         if (fmt == PP_WAV_PCM16) {
-            float s = roundf((isfinite(x) ? x : 0.0f) * 32768.0f);
-            put16(chunk + n, (uint16_t)(int16_t)(s > 32767.0f ? 32767.0f : s < -32768.0f ? -32768.0f : s));
+            put16(chunk + n, (uint16_t)pp_pcm16_sample(x));
         } else {
             uint32_t u;
             memcpy(&u, &x, 4);

@@ -32,6 +32,8 @@ int pp_wav_read(const char *path, pp_wav_channels how, pp_wav *out, char *err);
 int pp_wav_parse(const void *buf, size_t len, const char *label, pp_wav_channels how, pp_wav *out, char *err);
 void pp_wav_free(pp_wav *w);
 
+/* A float sample as 16-bit PCM: scaled by 32768, rounded, clipped; not-a-number is silence. */
+int16_t pp_pcm16_sample(float x);
 /* Writes frames x channels interleaved samples. Atomic (a temporary file renamed over path). */
 int pp_wav_write(const char *path, const float *pcm, int64_t frames, int channels, int rate, pp_wav_format fmt, char *err);
 

@@ -8,4 +8,11 @@
 
 #define PP_FRAME_NS ((long long)PP_FRAME_SAMPLES * 1000000000LL / PP_SAMPLE_RATE) /* 80 ms */
 
+/* The sum of squares of one frame's samples (echo metrics, speech detection). */
+static inline double pp_frame_energy(const float *pcm) {
+    double e = 0;
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) e += (double)pcm[i] * pcm[i];
+    return e;
+}
+
 #endif

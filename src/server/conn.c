@@ -106,6 +106,15 @@ static slot *claim_locked(conn *c) {
     return &c->slots[(c->head + c->count - 1) % CONN_SLOTS];
 }
 
+/* The oldest queued message's slot, taken off the ring (its buffer stays valid until the slot
+ * is claimed again, which needs the lock). count > 0. */
+static slot *pop_locked(conn *c) {
+    slot *s = &c->slots[c->head];
+    c->head = (c->head + 1) % CONN_SLOTS;
+    c->count--;
+    return s;
+}
+
 static int queue_locked(conn *c, int kind, const void *payload, size_t len) {
     if (len + 1 > c->msg_max) return PP_EFULL;
     slot *s = claim_locked(c);
@@ -143,25 +152,37 @@ void conn_event_id(conn *c, char out[32]) {
     pthread_mutex_unlock(&c->lock);
 }
 
-/* A realtime `error` event: client mistakes (the close codes of bad input) are
- * invalid_request_error, the rest server_error. */
-static void queue_error_event_locked(conn *c, int close_code, const char *text, size_t len) {
+/* A realtime `error` event (docs/protocol.md §4.4). */
+static void error_event_locked(conn *c, const char *type, const char *code, const char *text, size_t len) {
     char id[32], json[1024];
     event_id_locked(c, id);
-    int client =
-        close_code == 0 || close_code == CLOSE_POLICY || close_code == CLOSE_BAD_DATA || close_code == CLOSE_TOO_BIG;
     pp_jw w;
     pp_jw_init(&w, json, sizeof json);
-    pp_jw_raw(&w, "{\"type\":\"error\",\"event_id\":\"%s\",\"error\":{\"type\":\"%s\",\"code\":\"%s\",\"message\":", id,
-              client ? "invalid_request_error" : "server_error",
-              close_code == CLOSE_TRY_LATER    ? "server_busy"
-              : close_code == CLOSE_GOING_AWAY ? "server_shutting_down"
-              : client                         ? "invalid_request"
-                                               : "server_error");
+    pp_jw_raw(&w, "{\"type\":\"error\",\"event_id\":\"%s\",\"error\":{\"type\":\"%s\",\"code\":", id, type);
+    pp_jw_str(&w, code, strlen(code));
+    pp_jw_raw(&w, ",\"message\":");
     pp_jw_str(&w, text, len);
     pp_jw_raw(&w, ",\"param\":null,\"event_id\":null}}");
     long n = pp_jw_end(&w);
     if (n > 0) queue_json_locked(c, json, (size_t)n);
+}
+
+void conn_queue_error(conn *c, const char *type, const char *code, const char *text) {
+    pthread_mutex_lock(&c->lock);
+    error_event_locked(c, type, code, text, strlen(text));
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* conn_fail's realtime event: client mistakes (the close codes of bad input) are
+ * invalid_request_error, the rest server_error. */
+static void fail_event_locked(conn *c, int close_code, const char *text, size_t len) {
+    int client =
+        close_code == 0 || close_code == CLOSE_POLICY || close_code == CLOSE_BAD_DATA || close_code == CLOSE_TOO_BIG;
+    const char *code = close_code == CLOSE_TRY_LATER    ? "server_busy"
+                       : close_code == CLOSE_GOING_AWAY ? "server_shutting_down"
+                       : client                         ? "invalid_request"
+                                                        : "server_error";
+    error_event_locked(c, client ? "invalid_request_error" : "server_error", code, text, len);
 }
 
 int conn_queue(conn *c, int kind, const void *payload, size_t len) {
@@ -182,7 +203,7 @@ void conn_fail(conn *c, int close_code, const char *fmt, ...) {
     pthread_mutex_lock(&c->lock);
     switch (c->protocol) {
     case CONN_CHAT: queue_locked(c, MSG_ERROR, text, (size_t)n); break;
-    case CONN_REALTIME: queue_error_event_locked(c, close_code, text, (size_t)n); break;
+    case CONN_REALTIME: fail_event_locked(c, close_code, text, (size_t)n); break;
     case CONN_TWILIO: /* the stream has no error message: the close frame says why */
         if (close_code && !c->close_code) snprintf(c->close_reason, sizeof c->close_reason, "%.123s", text);
         break;
@@ -281,12 +302,11 @@ int conn_write_next(conn *c, struct lws *wsi) {
         lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)reason, strlen(reason));
         return -1;
     }
-    slot *s = &c->slots[c->head];
+    int i = c->head;
+    slot *s = pop_locked(c);
     /* lws_write takes the whole message or buffers the rest itself: one call, one frame. */
-    int n = lws_write(wsi, slot_buf(c, c->head), s->len, s->text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
+    int n = lws_write(wsi, slot_buf(c, i), s->len, s->text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
     int ok = n >= (int)s->len;
-    c->head = (c->head + 1) % CONN_SLOTS;
-    c->count--;
     int more = c->count > 0 || c->close_code;
     pthread_mutex_unlock(&c->lock);
     if (!ok) {
@@ -301,12 +321,11 @@ int conn_dequeue(conn *c, uint8_t *out, size_t cap, size_t *len, int *text) {
     pthread_mutex_lock(&c->lock);
     int got = c->count > 0;
     if (got) {
-        slot *s = &c->slots[c->head];
-        memcpy(out, slot_buf(c, c->head), s->len < cap ? s->len : cap);
+        int i = c->head;
+        slot *s = pop_locked(c);
+        memcpy(out, slot_buf(c, i), s->len < cap ? s->len : cap);
         *len = s->len;
         *text = s->text;
-        c->head = (c->head + 1) % CONN_SLOTS;
-        c->count--;
     }
     pthread_mutex_unlock(&c->lock);
     return got;

@@ -159,24 +159,19 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
-static double frame_energy(const float pcm[PP_FRAME_SAMPLES]) {
-    double e = 0;
-    for (int i = 0; i < PP_FRAME_SAMPLES; i++) e += (double)pcm[i] * pcm[i];
-    return e;
-}
-
 /* Stage 1 of a frame: encodes j->pcm_in (the client's audio less the echo of ours, or
  * silence) and adds j to the tick. */
 static void job_encode_frame(engine *e, job *j, int from_client) {
     char err[PP_ERR_LEN];
     int64_t t0 = pp_now_ns();
+    j->from_client = from_client;
     if (from_client && j->aec) {
-        double before = frame_energy(j->pcm_in);
+        double before = pp_frame_energy(j->pcm_in);
         if (pp_aec_near(j->aec, j->pcm_in, PP_FRAME_SAMPLES, err)) {
             job_fail(e, j, CLOSE_INTERNAL, "echo cancellation failed", err);
             return;
         }
-        metrics_conv_echo(e->cfg.metrics, j->conv, before, frame_energy(j->pcm_in));
+        metrics_conv_echo(e->cfg.metrics, j->conv, before, pp_frame_energy(j->pcm_in));
     }
     if (pp_session_encode(j->session, j->pcm_in, err)) {
         job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
@@ -202,7 +197,6 @@ static int job_quiet(engine *e, job *j) {
     case PACING_SILENCE: break;
     }
     memset(j->pcm_in, 0, sizeof j->pcm_in);
-    j->from_client = 0;
     j->t_frame = now;
     job_encode_frame(e, j, 0);
     return 1;
@@ -228,7 +222,6 @@ static void job_restart(engine *e, job *j, const pp_session_params *params) {
 static int job_encode(engine *e, job *j) {
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
     pacing_frame(&j->pace, pp_now_ns());
-    j->from_client = 1;
     job_encode_frame(e, j, 1);
     return 1;
 }

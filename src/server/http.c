@@ -15,6 +15,7 @@
 #include "server/server.h"
 
 #include "backend/backend.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "io/voice.h"
 #include "server/memory.h"
@@ -74,21 +75,6 @@ static int respond(struct lws *wsi, http_pss *pss, unsigned status, const char *
     return 0;
 }
 
-/* Appends s to b as a JSON string literal. */
-static void json_string(char *b, size_t cap, const char *s) {
-    size_t o = strlen(b);
-    if (o + 2 >= cap) return;
-    b[o++] = '"';
-    for (; *s && o + 8 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') o += (size_t)snprintf(b + o, cap - o, "\\%c", c);
-        else if (c < 0x20) o += (size_t)snprintf(b + o, cap - o, "\\u%04x", c);
-        else b[o++] = (char)c;
-    }
-    b[o++] = '"';
-    b[o] = '\0';
-}
-
 /* /health: 200 only when a new conversation would be accepted, so a load balancer or a
  * readiness probe skips an instance that is loading, full or draining (503, same JSON).
  * /health/live: 200 unless the model failed to load, for liveness probes: a full instance
@@ -96,7 +82,7 @@ static void json_string(char *b, size_t cap, const char *s) {
 static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pp_model *model;
     engine *e = server_engine(s, &model);
-    char body[1024];
+    char body[4096]; /* room for a file-name model name escaped at 6 bytes a byte */
     pthread_mutex_lock(&s->lock);
     int failed = s->failed;
     pthread_mutex_unlock(&s->lock);
@@ -104,16 +90,21 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
                          : !engine_has_room(e) ? "full" : "ok";
     int accepting = strcmp(status, "ok") == 0;
-    snprintf(body, sizeof body, "{\"status\":\"%s\",\"ready\":%s,\"model\":", status, e ? "true" : "false");
-    json_string(body, sizeof body, s->opt->demo ? "demo" : model ? pp_model_name(model) : "");
-    strncat(body, ",\"backend\":", sizeof body - strlen(body) - 1);
-    json_string(body, sizeof body, model ? pp_model_backend(model) : "");
-    size_t o = strlen(body);
-    snprintf(body + o, sizeof body - o, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION,
-             active, e ? engine_capacity(e) : 0);
+    const char *name = s->opt->demo ? "demo" : model ? pp_model_name(model) : "";
+    const char *backend = model ? pp_model_backend(model) : "";
+    pp_jw w;
+    pp_jw_init(&w, body, sizeof body);
+    pp_jw_raw(&w, "{\"status\":\"%s\",\"ready\":%s,\"model\":", status, e ? "true" : "false");
+    pp_jw_str(&w, name, strlen(name));
+    pp_jw_raw(&w, ",\"backend\":");
+    pp_jw_str(&w, backend, strlen(backend));
+    pp_jw_raw(&w, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION, active,
+              e ? engine_capacity(e) : 0);
+    long len = pp_jw_end(&w);
+    if (len < 0) return -1;
     int ok = live ? !failed : accepting;
     return respond(wsi, pss, ok ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
-                   strlen(body));
+                   (size_t)len);
 }
 
 /* Appends the device memory gauges when the backend reports them (the CUDA backend). */
@@ -150,21 +141,25 @@ static int route_voices(server *s, struct lws *wsi, http_pss *pss) {
     char **names = NULL, err[PP_ERR_LEN];
     size_t count = 0;
     if (dir && pp_voice_list(dir, &names, &count, err) != PP_OK) PP_WARN("http", "/api/voices: %s", err);
-    size_t cap = 64 + count * (PP_VOICE_NAME_MAX + 4) + PP_VOICE_NAME_MAX;
+    /* every name escaped at worst (6 bytes a byte) */
+    size_t cap = 64 + count * (6 * PP_VOICE_NAME_MAX + 4) + 6 * strlen(s->opt->voice);
     char *body = malloc(cap);
     if (!body) {
         free(names);
         return -1;
     }
-    strcpy(body, "{\"voices\":[");
+    pp_jw w;
+    pp_jw_init(&w, body, cap);
+    pp_jw_raw(&w, "{\"voices\":[");
     for (size_t i = 0; i < count; i++) {
-        if (i) strcat(body, ",");
-        json_string(body, cap, names[i]);
+        if (i) pp_jw_raw(&w, ",");
+        pp_jw_str(&w, names[i], strlen(names[i]));
     }
-    strcat(body, "],\"default\":");
-    json_string(body, cap, s->opt->voice);
-    strcat(body, "}\n");
-    int rc = respond(wsi, pss, HTTP_STATUS_OK, "application/json", body, strlen(body));
+    pp_jw_raw(&w, "],\"default\":");
+    pp_jw_str(&w, s->opt->voice, strlen(s->opt->voice));
+    pp_jw_raw(&w, "}\n");
+    long len = pp_jw_end(&w);
+    int rc = len < 0 ? -1 : respond(wsi, pss, HTTP_STATUS_OK, "application/json", body, (size_t)len);
     free(body);
     free(names);
     return rc;

@@ -55,18 +55,7 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...) 
         return WS_INPUT_WRITE;
     }
     PP_WARN("realtime", "session %llu: %s", id, what);
-    char json[1024], eid[32];
-    conn_event_id(in->c, eid);
-    pp_jw w;
-    pp_jw_init(&w, json, sizeof json);
-    pp_jw_raw(&w,
-              "{\"type\":\"error\",\"event_id\":\"%s\",\"error\":{\"type\":\"invalid_request_error\",\"code\":", eid);
-    pp_jw_str(&w, code, strlen(code));
-    pp_jw_raw(&w, ",\"message\":");
-    pp_jw_str(&w, what, strlen(what));
-    pp_jw_raw(&w, ",\"param\":null,\"event_id\":null}}");
-    long n = pp_jw_end(&w);
-    if (n > 0) conn_queue_json(in->c, json, (size_t)n);
+    conn_queue_error(in->c, "invalid_request_error", code, what);
     return WS_INPUT_WRITE;
 }
 

@@ -17,6 +17,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A format's beta name. */
+static const char *beta_format(audio_format f) {
+    return f == AUDIO_ULAW ? "g711_ulaw" : f == AUDIO_ALAW ? "g711_alaw" : "pcm16";
+}
+
 /* The session as session.created / session.updated describe it (both namings). */
 static void session_event(json_socket *js, const char *type) {
     static char json[CONN_JSON_MAX];
@@ -26,12 +31,6 @@ static void session_event(json_socket *js, const char *type) {
     conn_event_id(c, eid);
     pp_jw w;
     pp_jw_init(&w, json, sizeof json);
-    const char *beta_in = js->in_format == AUDIO_ULAW   ? "g711_ulaw"
-                          : js->in_format == AUDIO_ALAW ? "g711_alaw"
-                                                        : "pcm16";
-    const char *beta_out = js->out_format == AUDIO_ULAW   ? "g711_ulaw"
-                           : js->out_format == AUDIO_ALAW ? "g711_alaw"
-                                                          : "pcm16";
     pp_jw_raw(
         &w,
         "{\"type\":\"%s\",\"event_id\":\"%s\",\"session\":{\"object\":\"realtime.session\",\"type\":\"realtime\","
@@ -49,7 +48,7 @@ static void session_event(json_socket *js, const char *type) {
     pp_jw_raw(&w,
               ",\"input_audio_format\":\"%s\",\"output_audio_format\":\"%s\",\"temperature\":%.3g,"
               "\"tools\":[],\"tool_choice\":\"none\",\"max_output_tokens\":\"inf\",\"turn_detection\":null}}",
-              beta_in, beta_out, p->audio_temperature);
+              beta_format(js->in_format), beta_format(js->out_format), p->audio_temperature);
     long n = pp_jw_end(&w);
     if (n > 0) conn_queue_json(c, json, (size_t)n);
 }
@@ -73,21 +72,21 @@ static int parse_format(const pp_json *f, const char **why) {
     return AUDIO_PCM16;
 }
 
-/* Sets *format from the GA path (audio.<dir>.format) or the beta key; 1 when given. */
-static int format_from(json_socket *js, const pp_json *session, const char *dir, const char *beta_key,
-                       audio_format *format, int *bad) {
+/* Sets *format from the GA path (audio.<dir>.format) or the beta key when either is given;
+ * an unusable one is reported and sets *bad. */
+static void format_from(json_socket *js, const pp_json *session, const char *dir, const char *beta_key,
+                        audio_format *format, int *bad) {
     const pp_json *audio = pp_json_get(session, "audio"), *f = pp_json_get(pp_json_get(audio, dir), "format");
     if (!f) f = pp_json_get(session, beta_key);
-    if (!f || f->type == PP_JSON_NULL) return 0;
+    if (!f || f->type == PP_JSON_NULL) return;
     const char *why;
     int v = parse_format(f, &why);
     if (v < 0) {
         json_socket_reject(js, "invalid_value", "session.%s: %s", beta_key, why);
         *bad = 1;
-        return 0;
+        return;
     }
     *format = (audio_format)v;
-    return 1;
 }
 
 static int session_update(json_socket *js, const pp_json *ev) {

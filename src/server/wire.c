@@ -3,8 +3,10 @@
 
 #include "audio/g711.h"
 #include "audio/resample.h"
+#include "audio/wav.h"
 #include "base/base64.h"
 #include "base/err.h"
+#include "base/frame.h"
 #include "base/json.h"
 #include "session/params.h"
 
@@ -256,8 +258,7 @@ static int encode_audio(wire *w, const float *pcm, char *b64, size_t cap) {
     size_t n = 0;
     if (w->format == AUDIO_PCM16) {
         for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
-            float v = pcm[i] * 32768.0f;
-            int16_t s = (int16_t)(v > 32767.0f ? 32767 : v < -32768.0f ? -32768 : lrintf(v));
+            int16_t s = pp_pcm16_sample(pcm[i]);
             ((uint8_t *)w->json)[n++] = (uint8_t)(s & 0xFF); /* little-endian, staged in json */
             ((uint8_t *)w->json)[n++] = (uint8_t)((uint16_t)s >> 8);
         }
@@ -265,19 +266,14 @@ static int encode_audio(wire *w, const float *pcm, char *b64, size_t cap) {
         float tel[TELEPHONE_SAMPLES];
         int m = pp_resampler_process(w->to_8k, pcm, PP_FRAME_SAMPLES, tel, TELEPHONE_SAMPLES);
         for (int i = 0; i < m; i++) {
-            float v = tel[i] * 32768.0f;
-            int16_t s = (int16_t)(v > 32767.0f ? 32767 : v < -32768.0f ? -32768 : lrintf(v));
+            int16_t s = pp_pcm16_sample(tel[i]);
             ((uint8_t *)w->json)[n++] = w->format == AUDIO_ULAW ? pp_ulaw_encode(s) : pp_alaw_encode(s);
         }
     }
     return pp_base64_encode((const uint8_t *)w->json, n, b64, cap) < 0 ? -1 : 0;
 }
 
-static float rms(const float *pcm) {
-    double e = 0;
-    for (int i = 0; i < PP_FRAME_SAMPLES; i++) e += (double)pcm[i] * pcm[i];
-    return (float)sqrt(e / PP_FRAME_SAMPLES);
-}
+static float rms(const float *pcm) { return (float)sqrt(pp_frame_energy(pcm) / PP_FRAME_SAMPLES); }
 
 static long json_frame(wire *w, const float *pcm_in, int from_client, const float *pcm_out, const char *piece,
                        char *err) {
