@@ -56,9 +56,11 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
         pp_quant_int8_quantize(src, rows, cols, gs, codes, absmax);
         m->w.data = codes;
         m->w.scales = absmax;
-    } else if (fmt == PP_WF_Q4K) {
-        uint8_t *blk = own(m, 0, (size_t)groups * QUANT_Q4_K_BYTES);
-        pp_quant_q4_k_quantize(src, groups, blk);
+    } else if (fmt == PP_WF_Q4K || fmt == PP_WF_Q4_0 || fmt == PP_WF_Q8_0) {
+        uint8_t *blk = own(m, 0, (size_t)groups * pp_wformat_block_bytes(fmt));
+        if (fmt == PP_WF_Q4K) pp_quant_q4_k_quantize(src, groups, blk);
+        if (fmt == PP_WF_Q4_0) pp_quant_q4_0_quantize(src, groups, blk);
+        if (fmt == PP_WF_Q8_0) pp_quant_q8_0_quantize(src, groups, blk);
         m->w.data = blk;
     } else if (fmt == PP_WF_F16 || fmt == PP_WF_BF16) {
         uint16_t *h = own(m, 0, n * 2);
@@ -174,6 +176,12 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_NF4, 9, 192, 32, 0, 0, "nf4 half block"},
         {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
         {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
+        {PP_WF_Q4_0, 37, 512, 32, 0, 0, "q4_0"},
+        {PP_WF_Q4_0, 6, 4096, 32, 0, 0, "q4_0 long"},
+        {PP_WF_Q4_0, 9, 96, 32, 0, 0, "q4_0 odd pair (AVX2 only)"},
+        {PP_WF_Q8_0, 37, 512, 32, 0, 0, "q8_0"},
+        {PP_WF_Q8_0, 6, 4096, 32, 0, 0, "q8_0 long"},
+        {PP_WF_Q8_0, 9, 96, 32, 0, 0, "q8_0 odd pair (AVX2 only)"},
         {PP_WF_INT8, 13, 1024, 1024, 0, 0, "int8 per row"},
         {PP_WF_INT8, 13, 1024, 128, 0, 0, "int8 block 128"},
         {PP_WF_INT8, 7, 60, 12, 0, 0, "int8 g12 (portable)"},

@@ -29,19 +29,22 @@ void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, in
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
 int pp_cpu_gemv_avx2_handles(const pp_weight *w);
 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
-/* cpu_gemv_kquant.c (x86-64): the same for Q4_K weights (pp_cpu_gemv_rows_avx2 hands them on). */
-void pp_cpu_gemv_q4k_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* cpu_gemv_blocks.c (x86-64): the same for the ggml block formats Q4_K, Q4_0 and Q8_0
+ * (pp_cpu_gemv_rows_avx2 hands them on). */
+void pp_cpu_gemv_block_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 /* cpu_gemv_int8.c (x86-64): the same for INT8 weights. */
 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
- * word of codes; Q4_K: per 256-input block, plus the sub-blocks' sums); buffers sized by the
+ * word of codes; Q4_K: per 256-input block, plus the sub-blocks' sums; Q4_0, Q8_0: per pair of
+ * 32-input blocks); buffers sized by the
  * caller (pp_cpu_vnni_sizes: rows padded to whole blocks). */
 typedef struct cpu_vnni_x {
     int16_t *q;
     float *scale;
-    float *sums; /* Q4_K: each 32-input sub-block's Σx (set by prepare, inside the scale buffer) */
+    float *sums;   /* Q4_K: each 32-input sub-block's Σx (set by prepare, inside the scale buffer) */
+    int32_t *bias; /* Q4_0: each pair of blocks' lane sums of −8·x (set by prepare, inside it too) */
 } cpu_vnni_x;
 int pp_cpu_vnni_handles(const pp_weight *w);
 void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);

@@ -209,16 +209,18 @@ int pp_cpu_gemv_avx2_handles(const pp_weight *w) {
     case PP_WF_NF2: return w->group % 16 == 0;
     case PP_WF_INT4:
     case PP_WF_NF4: return w->group % 8 == 0;
-    case PP_WF_Q4K: return 1; /* cpu_gemv_kquant.c */
+    case PP_WF_Q4K:
+    case PP_WF_Q4_0:
+    case PP_WF_Q8_0: return 1;                                      /* cpu_gemv_blocks.c */
     case PP_WF_INT8: return w->group % 8 == 0 && w->elem0 % 8 == 0; /* cpu_gemv_int8.c */
-    default: break; /* Q4_0, Q8_0: cpu_gemv.c's decoded rows */
+    default: break;
     }
     return 0;
 }
 
 CPU_AVX2 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
-    if (w->fmt == PP_WF_Q4K) {
-        pp_cpu_gemv_q4k_rows_avx2(w, x, n, y, r0, r1);
+    if (pp_wformat_block_bytes(w->fmt)) {
+        pp_cpu_gemv_block_rows_avx2(w, x, n, y, r0, r1);
         return;
     }
     if (w->fmt == PP_WF_INT8) {

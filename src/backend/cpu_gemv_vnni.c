@@ -35,7 +35,16 @@
  * row's 32 code bytes of a sub-block pair widen to 16-bit lanes (low nibbles: sub-block 2p, high
  * nibbles: 2p + 1), are multiplied by their 6-bit scale (q·sc <= 945) and meet the activations
  * in vpdpwssd, so a whole block accumulates in int32 before one conversion to float. Overflow
- * cannot happen: a lane adds 16 products of at most 945·32767 per block, 4.95e8 < 2^31. */
+ * cannot happen: a lane adds 16 products of at most 945·32767 per block, 4.95e8 < 2^31.
+ *
+ * Q4_0 and Q8_0 (ggml's 32-weight blocks, one f16 scale d each) go two blocks A, B at a time
+ * (run_pass_b32): their codes widen to two vectors of 16-bit lanes, [A 0-15 | B 0-15] and
+ * [A 16-31 | B 16-31] (Q4_0: the low and the high nibbles of both blocks' 16 bytes; Q8_0: both
+ * halves of each block's 32 bytes), the order pairs_prepare stores the activations in, one
+ * scale per pair. So int32 lanes 0-7 of vpdpwssd sum block A and lanes 8-15 block B, and one
+ * conversion per pair takes [dA ×8 | dB ×8] times the pair's activation scale. Q4_0's offset
+ * (w = d·(q − 8)) costs nothing in the loop: each pair's lane sums start at −8·Σx of the lane's
+ * activations, prepared with them. A lane adds 4 products of at most 128·32767. */
 #include "backend/cpu.h"
 
 #if CPU_HAVE_AVX2
@@ -58,6 +67,8 @@
 #define Q4K_SUBS 8 /* sub-blocks per block */
 #define Q4K_ACT_MAX 32767.0f /* and INT8's */
 #define INT8_BLOCK 128       /* INT8's activation block: groups are whole blocks (a row, or 128n) */
+#define B32 32               /* Q4_0 and Q8_0 weights per block */
+#define PAIR (2 * B32)       /* their activation block: a pair of blocks */
 
 /* Layout facts of a format: W weights per word, K = W codes decoded per word. */
 static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
@@ -95,6 +106,40 @@ CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, c
     }
 }
 
+/* ---- Q4_0 and Q8_0: activations per pair of blocks, halves interleaved ---- */
+
+static int is_b32(pp_wformat fmt) { return fmt == PP_WF_Q4_0 || fmt == PP_WF_Q8_0; }
+
+/* Floats of the scale buffer per pair: its scale, and for Q4_0 the 16 int32 lane offsets. */
+static size_t pair_floats(pp_wformat fmt) { return fmt == PP_WF_Q4_0 ? 1 + LANES : 1; }
+
+static void pairs_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
+    size_t pairs = (size_t)n * (size_t)(w->cols / PAIR);
+    *q = pairs * PAIR;
+    *scales = pairs * pair_floats(w->fmt);
+}
+
+/* Input c of a pair (block c / 32, weight c % 32) goes where run_pass_b32's code vectors put its
+ * weight: vector (c % 32) / 16, lane half c / 32, word c % 16. */
+static int pair_slot(int c) { return (c % B32) / 16 * B32 + c / B32 * 16 + c % 16; }
+
+CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+    int64_t pairs = (int64_t)n * (w->cols / PAIR);
+    out->bias = w->fmt == PP_WF_Q4_0 ? (int32_t *)(void *)(out->scale + pairs) : NULL;
+    for (int64_t b = 0; b < pairs; b++) {
+        const float *src = x + b * PAIR;
+        int16_t *dst = out->q + b * PAIR;
+        float m = 0;
+        for (int t = 0; t < PAIR; t++) m = fmaxf(m, fabsf(src[t]));
+        float inv = m > 0 ? Q4K_ACT_MAX / m : 0;
+        for (int t = 0; t < PAIR; t++)
+            dst[pair_slot(t)] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
+        out->scale[b] = m / Q4K_ACT_MAX;
+        for (int l = 0; out->bias && l < LANES; l++) /* lane l multiplies words 2l, 2l+1 of both vectors */
+            out->bias[b * LANES + l] = -8 * (dst[2 * l] + dst[2 * l + 1] + dst[B32 + 2 * l] + dst[B32 + 2 * l + 1]);
+    }
+}
+
 /* ---- NF2, INT4, NF4 ---- */
 
 /* A row may end in a half block (16 words): its codes are loaded masked and its activations
@@ -104,6 +149,7 @@ CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, c
 int pp_cpu_vnni_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
     if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0;
+    if (is_b32(w->fmt)) return w->cols % PAIR == 0 && w->elem0 % PAIR == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
     if (g <= 0 || g % run || (b % g && g % b)) return 0;
@@ -119,6 +165,10 @@ static int64_t padded_cols(const pp_weight *w) {
 void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
     if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
         blocks_sizes(w, n, q, runs);
+        return;
+    }
+    if (is_b32(w->fmt)) {
+        pairs_sizes(w, n, q, runs);
         return;
     }
     *q = (size_t)n * (size_t)padded_cols(w);
@@ -140,6 +190,10 @@ static float table_unit(const pp_weight *w) {
 CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
     if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
         blocks_prepare(w, x, n, out);
+        return;
+    }
+    if (is_b32(w->fmt)) {
+        pairs_prepare(w, x, n, out);
         return;
     }
     int W = weights_per_word(w->fmt), run = 2 * W;
@@ -395,6 +449,83 @@ VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float 
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
 }
 
+/* The f32 scales d of `count` consecutive Q4_0/Q8_0 blocks from `first` (`bytes` apart; their
+ * 32-bit gathers keep the low halves), times the pair's activation scale xs[b / 2] when xs is
+ * given, then LANES zeros (read by the last pair's permute). */
+VNNI_FN void stage_b32_scales(const uint8_t *first, int bytes, int64_t count, __m512i stride, const float *xs,
+                              float *sc) {
+    const __m512i pair_of = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    int64_t j = 0;
+    for (; j + LANES <= count; j += LANES) {
+        __m512i d = _mm512_i32gather_epi32(stride, first + j * bytes, 1);
+        __m512 v = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        if (xs)
+            v = _mm512_mul_ps(v, _mm512_permutexvar_ps(pair_of, _mm512_castps256_ps512(_mm256_loadu_ps(xs + j / 2))));
+        _mm512_storeu_ps(sc + j, v);
+    }
+    for (; j < count; j++) sc[j] = _cvtsh_ss(quant_ld16(first + j * bytes, 0)) * (xs ? xs[j / 2] : 1.0f);
+    _mm512_storeu_ps(sc + count, _mm512_setzero_ps());
+}
+
+/* Q4_0 and Q8_0: rb rows × nb inputs, a pair of blocks at a time (see the top of the file). The
+ * rows' scales are staged as f32 a span of blocks at a time, so the pair's lane vector of scales
+ * is one permute. */
+VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    const pp_weight *w = p->w;
+    const int bytes = fmt == PP_WF_Q4_0 ? QUANT_Q4_0_BYTES : QUANT_Q8_0_BYTES;
+    const int64_t npairs = w->cols / PAIR, span = SCALE_SPAN / PAIR;
+    const uint8_t *row[ROWS];
+    for (int k = 0; k < rb; k++) row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / B32 * bytes;
+    __m512 acc[ROWS][INPUTS];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi16(15),
+                  halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    float sc[ROWS][2 * SCALE_SPAN / PAIR + LANES];
+    const __m512i stride = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(bytes));
+    for (int64_t c = 0; c < npairs; c += span) {
+        int64_t len = npairs - c < span ? npairs - c : span;
+        /* one input: its pair scales are folded into the staged ones */
+        const float *xs1 = nb == 1 ? p->x->scale + (int64_t)p->i * npairs + c : NULL;
+        for (int k = 0; k < rb; k++) stage_b32_scales(row[k] + 2 * c * bytes, bytes, 2 * len, stride, xs1, sc[k]);
+        for (int64_t j = c; j < c + len; j++) {
+            __m512i lo[ROWS], hi[ROWS];
+            for (int k = 0; k < rb; k++) {
+                const uint8_t *a = row[k] + 2 * j * bytes + 2, *b = a + bytes;
+                if (fmt == PP_WF_Q4_0) {
+                    __m512i v = _mm512_cvtepu8_epi16(
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                                _mm_loadu_si128((const __m128i *)b), 1));
+                    lo[k] = _mm512_and_si512(v, low), hi[k] = _mm512_srli_epi16(v, 4);
+                } else {
+                    lo[k] = _mm512_cvtepi8_epi16(
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                                _mm_loadu_si128((const __m128i *)b), 1));
+                    hi[k] = _mm512_cvtepi8_epi16(
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16))),
+                                                _mm_loadu_si128((const __m128i *)(b + 16)), 1));
+                }
+            }
+            for (int q = 0; q < nb; q++) {
+                int64_t xb = (int64_t)(p->i + q) * npairs + j;
+                const int16_t *xq = p->x->q + xb * PAIR;
+                __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + B32);
+                __m512 xs = _mm512_set1_ps(p->x->scale[xb]);
+                for (int k = 0; k < rb; k++) {
+                    __m512i s =
+                        fmt == PP_WF_Q4_0 ? _mm512_loadu_si512(p->x->bias + xb * LANES) : _mm512_setzero_si512();
+                    s = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s, lo[k], x0), hi[k], x1);
+                    __m512 d = _mm512_permutexvar_ps(halves, _mm512_loadu_ps(sc[k] + 2 * (j - c)));
+                    acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), nb == 1 ? d : _mm512_mul_ps(d, xs), acc[k][q]);
+                }
+            }
+        }
+    }
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
+}
+
 /* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
 #define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \
     do {                                                                                                               \
@@ -418,13 +549,15 @@ CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
     case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
     case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
     case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
+    case PP_WF_Q4_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q4_0, rb, nb, y); break;
+    case PP_WF_Q8_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q8_0, rb, nb, y); break;
     default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
     }
 }
 
 CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
     pass p = {.w = w, .x = x};
-    if (w->fmt != PP_WF_Q4K && w->fmt != PP_WF_INT8) { /* the decode tables of the code formats */
+    if (w->fmt != PP_WF_Q4K && w->fmt != PP_WF_INT8 && !is_b32(w->fmt)) { /* the decode tables of the code formats */
         int run = 2 * weights_per_word(w->fmt);
         int32_t lane_group[LANES];
         for (int l = 0; l < LANES; l++)
