@@ -296,6 +296,56 @@ static void test_codec(cpu_simd simd) {
     free(q);
 }
 
+/* One query against a ring of each format, in both variants, after `fill` keys were stored
+ * (the ring wraps once fill exceeds capacity; window < capacity hides the oldest). The float
+ * loop and the portable double loop differ by float rounding of the scores and the weighted
+ * sums: at most 1e-7 absolute measured, with keys and values below VALUE_MAX; 1e-6·VALUE_MAX
+ * leaves margin, and a wrong slot, scale or block boundary gives errors above 1e-3. */
+#define VALUE_MAX 2.0f
+static void check_attn(cpu_simd simd, pp_kv_format fmt, int heads, int head_dim, int capacity, int window, int fill) {
+    size_t dim = (size_t)heads * head_dim, size = fmt == PP_KV_INT8 ? 1 : fmt == PP_KV_BF16 ? 2 : 4;
+    float *qkv = randv(3 * dim, 1.0f), *out[2];
+    double err = 0;
+    for (int v = 0; v < 2; v++) {
+        pp_kv_ring r = {.fmt = fmt, .capacity = capacity, .window = window};
+        r.k = calloc((size_t)capacity * dim, size), r.v = calloc((size_t)capacity * dim, size);
+        r.kscale = calloc((size_t)capacity * heads, sizeof(float)),
+        r.vscale = calloc((size_t)capacity * heads, sizeof(float));
+        out[v] = malloc(sizeof(float) * dim);
+        uint64_t keep = rng;
+        set_simd(v ? simd : CPU_SIMD_PORTABLE);
+        for (int32_t p = 0; p < fill; p++) { /* the same keys and values in both runs */
+            for (size_t i = dim; i < 3 * dim; i++) qkv[i] = frand() * VALUE_MAX;
+            be->ops->attn_step_kv(be, qkv, heads, head_dim, &r, &p, out[v]);
+        }
+        if (v == 0) rng = keep;
+        free(r.k), free(r.v), free(r.kscale), free(r.vscale);
+    }
+    for (size_t i = 0; i < dim; i++) {
+        err = fmax(err, fabs((double)out[1][i] - out[0][i]));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attention %s heads %d x %d, capacity %d window %d, %d keys",
+             fmt == PP_KV_INT8   ? "int8"
+             : fmt == PP_KV_BF16 ? "bf16"
+                                 : "f32",
+             heads, head_dim, capacity, window, fill);
+    if (!(err <= 1e-6 * VALUE_MAX)) fprintf(stderr, "%s: |diff| %g\n", what, err);
+    TEST_COND(what, err <= 1e-6 * VALUE_MAX);
+    free(out[0]), free(out[1]), free(qkv);
+}
+
+static void test_attention(cpu_simd simd) {
+    for (pp_kv_format f = PP_KV_F32; f <= PP_KV_INT8; f++) {
+        check_attn(simd, f, 4, 128, 3000, 3000, 1);    /* one key */
+        check_attn(simd, f, 4, 128, 3000, 3000, 77);   /* a partial block */
+        check_attn(simd, f, 2, 128, 3000, 3000, 3000); /* the full temporal context */
+        check_attn(simd, f, 3, 64, 100, 100, 250);     /* the ring wrapped: blocks split at its end */
+        check_attn(simd, f, 2, 64, 1000, 1000, 1700);  /* wrapped, and split across the pool's tasks */
+        check_attn(simd, f, 2, 24, 50, 40, 123);       /* a window inside the ring, head size 24 */
+    }
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     if (pp_backend_cpu_create(2, &be, err)) {
@@ -314,6 +364,7 @@ int main(void) {
         test_matmul(s);
     }
     test_codec(best);
+    test_attention(best);
     pp_backend_destroy(be);
     return test_report();
 }

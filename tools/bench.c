@@ -2,9 +2,12 @@
  *
  *   personaplex-bench MODE [options]     (personaplex-bench MODE --help for a mode's options)
  *
- * Modes: gemv (CPU matrix products per weight format), and codec / lm when built in. Speed is
- * measured here, never asserted by tests. */
+ * Modes: gemv (CPU matrix products per weight format), and attn, codec, lm, frame, batch when
+ * built in. Speed is measured here, never asserted by tests. */
 #include "bench.h"
+
+#include "base/err.h"
+#include "personaplex.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,39 @@ static int cmp_double(const void *a, const void *b) {
 
 void bench_sort(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); }
 
+double bench_memcpy_gbps(void) {
+    size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t = bench_now();
+        memcpy(rep & 1 ? a : b, rep & 1 ? b : a, n);
+        t = bench_now() - t;
+        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
+    }
+    free(a);
+    free(b);
+    return best / 1e9;
+}
+
+pp_backend *bench_cpu_backend(int threads, double *bw) {
+    char err[PP_ERR_LEN];
+    pp_backend *be;
+    if (pp_backend_cpu_create(threads, &be, err)) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+        return NULL;
+    }
+    *bw = bench_memcpy_gbps();
+    return be;
+}
+
 typedef struct {
     const char *name, *what;
     int (*run)(int argc, char **argv);
@@ -31,6 +67,9 @@ typedef struct {
 
 static const bench_mode modes[] = {
     {"gemv", "CPU GEMV of every weight format on the real PersonaPlex shapes", bench_gemv},
+#ifdef PP_BENCH_ATTN
+    {"attn", "CPU attention over a filled KV ring per ring format and context", bench_attn},
+#endif
 #ifdef PP_BENCH_CODEC
     {"codec", "Mimi encode/decode frame times", bench_codec},
 #endif

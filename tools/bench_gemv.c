@@ -47,29 +47,6 @@ static float gauss(void) { /* sum of 4 uniforms: Gaussian enough for code histog
     return s * 0.035f;
 }
 
-/* memcpy bandwidth over buffers far larger than any cache, counting bytes read + written. */
-static double memcpy_gbps(void) {
-    size_t n = (size_t)256 << 20;
-    char *a = malloc(n), *b = malloc(n);
-    if (!a || !b) {
-        free(a);
-        free(b);
-        return 0;
-    }
-    memset(a, 1, n);
-    memset(b, 2, n);
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t = bench_now();
-        memcpy(rep & 1 ? a : b, rep & 1 ? b : a, n);
-        t = bench_now() - t;
-        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
-    }
-    free(a);
-    free(b);
-    return best / 1e9;
-}
-
 /* Owns the buffers behind one in-memory weight. */
 typedef struct {
     pp_weight w;
@@ -210,13 +187,9 @@ int bench_gemv(int argc, char **argv) {
     }
     /* quantized formats need whole groups (128 for NF2) */
     if (batch < 1 || threads < 0 || (custom.rows && (small || custom.cols % 128))) return usage();
-    char err[PP_ERR_LEN];
-    pp_backend *be;
-    if (pp_backend_cpu_create(threads, &be, err)) {
-        fprintf(stderr, "personaplex-bench: %s\n", err);
-        return 1;
-    }
-    double bw = memcpy_gbps();
+    double bw;
+    pp_backend *be = bench_cpu_backend(threads, &bw);
+    if (!be) return 1;
     printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
     printf("%-28s %-6s %10s %10s %9s %8s %9s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% memcpy",
            "Gw/s");

@@ -35,6 +35,12 @@ void pp_cpu_gemv_block_rows_avx2(const pp_weight *w, const float *x, int n, floa
 /* cpu_gemv_int8.c (x86-64): the same for INT8 weights. */
 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
+/* cpu_attn_avx2.c (x86-64): every head's attention over ring positions [first, last] (q and
+ * out: [n_heads·head_dim]), as cpu_lm.c's loop computes it, on the pool; for head sizes that
+ * are multiples of 8. -1 (nothing done) without memory for its scratch. */
+int pp_cpu_attn_avx2(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
+                     int64_t last, float *out);
+
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
  * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
  * word of codes; Q4_K: per 256-input block, plus the sub-blocks' sums; Q4_0, Q8_0: per pair of

@@ -1,0 +1,198 @@
+/* cpu_attn_avx2: the AVX2+FMA twin of cpu_lm.c's attention of one query over a KV ring (f32,
+ * bf16 or int8), for head sizes that are multiples of 8 up to CPU_ATTN_MAX_HEAD.
+ *
+ * The time of this operation is reading the ring: at context 3000 the temporal transformer's
+ * 32 layers read 774 MiB of int8 keys and values per frame. A ring slot holds every head's key
+ * side by side, so the portable loop, which walks one head's keys, jumps a whole slot (4 KiB or
+ * more: a new page each time, which no prefetcher follows) per key. Here the visible positions
+ * are split into a few ranges, one pool task each, and a task walks its range slot by slot
+ * through every head, so the ring streams from memory in address order:
+ *   - a block of BLOCK slots: every head's scores (q·k in float, q scaled by 1/sqrt(head_dim)
+ *     once; int8 keys' scales applied to the sum);
+ *   - per head, one rescaling of its running output if the block raised its maximum, then the
+ *     block's weights by a vector exp (int8: the value scale folded in);
+ *   - head by head, the block's weighted values added to the head's output, SPAN values at a
+ *     time in registers (the block's values were prefetched into L2 while its keys streamed).
+ * Each task keeps its own maximum, sum and output per head (flash-decoding's split), merged at
+ * the end. Results differ from the portable loop by float rounding (test_cpu_simd states the
+ * bound). */
+#include "backend/cpu.h"
+
+#if CPU_HAVE_AVX2
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INLINE CPU_AVX2 static inline __attribute__((always_inline))
+#define BLOCK 32      /* slots per block: the scores of every head stay in L1 */
+#define MIN_RANGE 128 /* positions per task at least: fewer do not pay for a task */
+#define MAX_TASKS 16
+#define SPAN 32 /* output values kept in registers while a block's values are added */
+
+/* exp(x) of 8 values x <= 0 (clamped at -87, where it is ~1.6e-38): 2^k·exp(r), x = k·ln2 + r
+ * with |r| <= ln2/2 (Cody-Waite split of ln2) and exp(r) by its Taylor series to r^8
+ * (truncation below 1e-9 relative). */
+INLINE __m256 exp8_nonpositive(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187e-6f), r);
+    static const float c[] = {1.0f / 40320, 1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+    __m256 p = _mm256_set1_ps(c[0]);
+    for (int i = 1; i < 9; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c[i]));
+    __m256i two = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(two));
+}
+
+/* Eight stored values from element d of a row, as floats. */
+INLINE __m256 load8(pp_kv_format fmt, const void *row, int d) {
+    if (fmt == PP_KV_INT8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)row + d))));
+    if (fmt == PP_KV_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d))), 16));
+    return _mm256_loadu_ps((const float *)row + d);
+}
+
+static size_t elem_size(pp_kv_format fmt) { return fmt == PP_KV_INT8 ? 1 : fmt == PP_KV_BF16 ? 2 : 4; }
+
+typedef struct split_job {
+    const pp_kv_ring *r;
+    int n_heads, head_dim, tasks;
+    const float *q;      /* every head's query, scaled */
+    int64_t first, last; /* visible positions, inclusive */
+    float *part;         /* per task: output [H·D], max [H], sum [H], then the block's scores [H][BLOCK] */
+} split_job;
+
+static size_t part_floats(int n_heads, int head_dim) { return (size_t)n_heads * ((size_t)head_dim + 2 + BLOCK); }
+
+/* q·(row's D values), in float; two sums so the multiply-adds overlap. */
+INLINE float dot(pp_kv_format fmt, const float *q, const void *row, int D) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= D; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(fmt, row, d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(fmt, row, d + 8), a1);
+    }
+    if (d < D) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(fmt, row, d), a0);
+    return cpu_hsum8(_mm256_add_ps(a0, a1));
+}
+
+/* Slots [slot, slot + n) of the ring (n <= BLOCK) into a task's running outputs o, maxima m,
+ * sums l; s: its score scratch. */
+INLINE void block(pp_kv_format fmt, const split_job *j, size_t slot, int n, float *o, float *m, float *l, float *s) {
+    const pp_kv_ring *r = j->r;
+    const int H = j->n_heads, D = j->head_dim;
+    const size_t size = elem_size(fmt), head_bytes = (size_t)D * size, slot_bytes = (size_t)H * head_bytes;
+    const char *k = (const char *)r->k + slot * slot_bytes, *v = (const char *)r->v + slot * slot_bytes;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++) {
+            /* the block's values, read head by head below, come in while the keys stream */
+            for (size_t b = 0; b < head_bytes; b += 64)
+                _mm_prefetch(v + (size_t)i * slot_bytes + (size_t)h * head_bytes + b, _MM_HINT_T1);
+            float x = dot(fmt, j->q + (size_t)h * D, k + (size_t)i * slot_bytes + (size_t)h * head_bytes, D);
+            s[h * BLOCK + i] = fmt == PP_KV_INT8 ? x * r->kscale[(slot + (size_t)i) * (size_t)H + (size_t)h] : x;
+        }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int h = 0; h < H; h++) {
+        float *sh = s + h * BLOCK, bm = sh[0];
+        for (int i = 1; i < n; i++) bm = sh[i] > bm ? sh[i] : bm;
+        if (bm > m[h]) { /* the running sums were relative to a smaller maximum */
+            float f = expf(m[h] - bm);
+            for (int d = 0; d < D; d++) o[(size_t)h * D + d] *= f;
+            l[h] *= f;
+            m[h] = bm;
+        }
+        __m256 sum = _mm256_setzero_ps(), mv = _mm256_set1_ps(m[h]);
+        for (int i = 0; i < n; i += 8) { /* lanes past n are masked to 0 */
+            __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), lane));
+            __m256 e = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sh + i), mv)), live);
+            sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(sh + i, e);
+        }
+        l[h] += cpu_hsum8(sum);
+        if (fmt == PP_KV_INT8)
+            for (int i = 0; i < n; i++) sh[i] *= r->vscale[(slot + (size_t)i) * (size_t)H + (size_t)h];
+    }
+    for (int h = 0; h < H; h++) { /* head by head from L2, a span of the output in registers */
+        const float *w = s + h * BLOCK;
+        for (int d0 = 0; d0 < D; d0 += SPAN) {
+            int len = D - d0 < SPAN ? D - d0 : SPAN;
+            float *oh = o + (size_t)h * D + d0;
+            __m256 acc[SPAN / 8];
+            for (int c = 0; c < len / 8; c++) acc[c] = _mm256_loadu_ps(oh + 8 * c);
+            for (int i = 0; i < n; i++) {
+                const char *vr = v + (size_t)i * slot_bytes + (size_t)h * head_bytes;
+                __m256 wi = _mm256_set1_ps(w[i]);
+                for (int c = 0; c < len / 8; c++) acc[c] = _mm256_fmadd_ps(wi, load8(fmt, vr, d0 + 8 * c), acc[c]);
+            }
+            for (int c = 0; c < len / 8; c++) _mm256_storeu_ps(oh + 8 * c, acc[c]);
+        }
+    }
+}
+
+INLINE void range_of(pp_kv_format fmt, const split_job *j, int task) {
+    const int H = j->n_heads, D = j->head_dim;
+    int64_t n = j->last - j->first + 1, p = j->first + n * task / j->tasks, end = j->first + n * (task + 1) / j->tasks;
+    float *o = j->part + (size_t)task * part_floats(H, D), *m = o + (size_t)H * D, *l = m + H, *s = l + H;
+    memset(o, 0, (size_t)H * D * sizeof *o);
+    for (int h = 0; h < H; h++) m[h] = -INFINITY, l[h] = 0;
+    while (p < end) {
+        size_t slot = (size_t)(p % j->r->capacity);
+        int64_t len = end - p < BLOCK ? end - p : BLOCK;
+        if ((int64_t)((size_t)j->r->capacity - slot) < len)
+            len = j->r->capacity - (int64_t)slot; /* to the ring's end */
+        block(fmt, j, slot, (int)len, o, m, l, s);
+        p += len;
+    }
+}
+
+CPU_AVX2 static void range_task(void *ctx, int task) {
+    const split_job *j = ctx;
+    switch (j->r->fmt) {
+    case PP_KV_INT8: range_of(PP_KV_INT8, j, task); break;
+    case PP_KV_BF16: range_of(PP_KV_BF16, j, task); break;
+    default: range_of(PP_KV_F32, j, task); break;
+    }
+}
+
+int pp_cpu_attn_avx2(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
+                     int64_t last, float *out) {
+    int64_t n = last - first + 1, tasks = (n + MIN_RANGE - 1) / MIN_RANGE,
+            most = 2 * (pool ? pp_pool_threads(pool) : 1);
+    if (tasks > most) tasks = most;
+    if (tasks > MAX_TASKS) tasks = MAX_TASKS;
+    const size_t dim = (size_t)n_heads * (size_t)head_dim, per = part_floats(n_heads, head_dim);
+    float *buf = malloc(sizeof(float) * (dim + (size_t)tasks * per));
+    if (!buf) return -1;
+    float scale = (float)(1.0 / sqrt((double)head_dim));
+    for (size_t i = 0; i < dim; i++) buf[i] = q[i] * scale;
+    split_job j = {.r = r,
+                   .n_heads = n_heads,
+                   .head_dim = head_dim,
+                   .tasks = (int)tasks,
+                   .q = buf,
+                   .first = first,
+                   .last = last,
+                   .part = buf + dim};
+    pp_pool_run(pool, (int)tasks, range_task, &j);
+    for (int h = 0; h < n_heads; h++) { /* the tasks' softmax pieces, relative to the largest maximum */
+        float top = -INFINITY, total = 0;
+        for (int t = 0; t < tasks; t++) top = fmaxf(top, j.part[(size_t)t * per + dim + (size_t)h]);
+        float *oh = out + (size_t)h * head_dim;
+        memset(oh, 0, sizeof(float) * (size_t)head_dim);
+        for (int t = 0; t < tasks; t++) {
+            const float *pt = j.part + (size_t)t * per;
+            float mt = pt[dim + (size_t)h], f = mt == -INFINITY ? 0 : expf(mt - top);
+            total += pt[dim + (size_t)n_heads + (size_t)h] * f;
+            for (int d = 0; d < head_dim; d++) oh[d] += pt[(size_t)h * head_dim + d] * f;
+        }
+        for (int d = 0; d < head_dim; d++) oh[d] /= total;
+    }
+    free(buf);
+    return 0;
+}
+
+#endif
