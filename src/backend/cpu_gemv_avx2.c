@@ -64,7 +64,10 @@ INLINE void dense_pass(const pass *p, pp_wformat fmt, int rb, int nb) {
         for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 8 <= w->cols; c += 8)
-        for (int k = 0; k < rb; k++) fma_inputs(acc[k], dense8(fmt, row[k] + c * size), p->x, nb, c);
+        for (int k = 0; k < rb; k++) {
+            cpu_fetch_ahead(row[k] + c * size);
+            fma_inputs(acc[k], dense8(fmt, row[k] + c * size), p->x, nb, c);
+        }
     for (; c < w->cols; c++)
         for (int k = 0; k < rb; k++) {
             float v;
@@ -157,7 +160,11 @@ INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const grou
         for (int k = 0; k < rb; k++) group_scales(w, fmt, g0[k] + c / gs, len / gs, scales[k]);
         for (int64_t g = 0; g < len; g += gs) {
             group_tab tab[ROWS];
-            for (int k = 0; k < rb; k++) tab[k] = make_tab(fmt, scales[k][g / gs], base);
+            for (int k = 0; k < rb; k++) {
+                tab[k] = make_tab(fmt, scales[k][g / gs], base);
+                const uint8_t *codes = row[k] + (c + g) / (fmt == PP_WF_NF2 ? 4 : 2);
+                for (int64_t b = 0; b < gs / (fmt == PP_WF_NF2 ? 4 : 2); b += 64) cpu_fetch_ahead(codes + b);
+            }
             group_span(p, fmt, rb, nb, row, tab, c + g, gs, acc);
         }
     }

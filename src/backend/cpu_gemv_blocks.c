@@ -41,6 +41,7 @@ typedef struct {
 /* Unit j of the row's current block: its codes in w, its scale and offset. */
 INLINE void unit_of(pp_wformat fmt, const row_at *rw, int j, __m256 w[4], float *scale, float *offset) {
     const __m128i low = _mm_set1_epi8(15);
+    cpu_fetch_ahead(rw->blk + (fmt == PP_WF_Q4K ? 16 + 32 * (j / 2) : 0));
     if (fmt == PP_WF_Q4K) {
         int high = j & 1, sc, m;
         const uint8_t *qs = rw->blk + 16 + 32 * (j / 2);

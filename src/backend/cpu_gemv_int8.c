@@ -32,6 +32,7 @@ CPU_AVX2 static inline __attribute__((always_inline)) void pass(const pp_weight 
             __m256 xv[INPUTS];
             for (int m = 0; m < nb; m++) xv[m] = _mm256_loadu_ps(x + (int64_t)(i + m) * w->cols + j);
             for (int k = 0; k < rb; k++) {
+                cpu_fetch_ahead(q[k] + j);
                 __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q[k] + j))));
                 for (int m = 0; m < nb; m++) acc[k][m] = _mm256_fmadd_ps(v, xv[m], acc[k][m]);
             }

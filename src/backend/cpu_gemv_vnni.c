@@ -316,8 +316,11 @@ VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
             for (int k = 0; k < rb; k++)
                 for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
             __mmask32 words = b + B <= w->cols ? 0xffffffffu : 0xffffu;
-            for (int k = 0; k < rb; k++)
-                codes[k] = _mm512_maskz_loadu_epi16(words, row[k] + b / (fmt == PP_WF_NF2 ? 4 : 2));
+            for (int k = 0; k < rb; k++) {
+                const uint8_t *at = row[k] + b / (fmt == PP_WF_NF2 ? 4 : 2);
+                codes[k] = _mm512_maskz_loadu_epi16(words, at);
+                cpu_fetch_ahead(at);
+            }
             for (int t = 0; t < W; t++)
                 for (int k = 0; k < rb; k++) {
                     __m512i v = decode(fmt, codes[k], t, p);
@@ -384,6 +387,7 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
         for (int pair = 0; pair < Q4K_SUBS / 2; pair++)
             for (int k = 0; k < rb; k++) {
                 const uint8_t *qs = row[k] + b * QUANT_Q4_K_BYTES + 16 + 32 * pair;
+                cpu_fetch_ahead(qs);
                 __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qs));
                 __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(codes, low),
                                                 _mm512_set1_epi16((short)(sc[k] >> (16 * pair) & 63)));
@@ -433,7 +437,9 @@ VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float 
         }
         for (int part = 0; part < INT8_BLOCK / 32; part++)
             for (int k = 0; k < rb; k++) {
-                __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row[k] + b * INT8_BLOCK + 32 * part)));
+                const int8_t *at = row[k] + b * INT8_BLOCK + 32 * part;
+                cpu_fetch_ahead(at);
+                __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)at));
                 for (int q = 0; q < nb; q++) {
                     const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * nblk + b) * INT8_BLOCK + 32 * part;
                     sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], v, _mm512_loadu_si512(xq));
@@ -493,6 +499,7 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
             __m512i lo[ROWS], hi[ROWS];
             for (int k = 0; k < rb; k++) {
                 const uint8_t *a = row[k] + 2 * j * bytes + 2, *b = a + bytes;
+                cpu_fetch_ahead(a);
                 if (fmt == PP_WF_Q4_0) {
                     __m512i v = _mm512_cvtepu8_epi16(
                         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
