@@ -1,5 +1,8 @@
-/* pool: see pool.h. Workers sleep on a condition variable between jobs; a job hands out
- * task indices through an atomic counter so uneven tasks balance themselves. */
+/* pool: see pool.h. A job hands out task indices through an atomic counter so uneven tasks
+ * balance themselves. Between jobs a worker first spins for about SPIN_NS watching the job
+ * generation, then sleeps on a condition variable; the caller waits for the workers the same
+ * way. A frame is hundreds of short jobs (the depformer's products take tens of microseconds
+ * each), and a sleep and wake-up per job cost as much as the job. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/pool.h"
 
@@ -8,7 +11,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#define SPIN_NS 200000 /* long enough to span the gap between a frame's jobs, short beside a frame */
 
 struct pp_pool {
     int n_threads;
@@ -16,14 +22,52 @@ struct pp_pool {
     pthread_mutex_t lock;     /* guards the job fields below */
     pthread_cond_t wake, done;
     pthread_mutex_t run_lock; /* serialises pp_pool_run callers */
-    unsigned long generation; /* bumped for every job */
-    int stopping;
+    atomic_ulong generation;  /* bumped for every job (under lock) */
+    atomic_int stopping;
     pp_pool_fn fn;
     void *ctx;
     int n_tasks;
     atomic_int next_task;
-    int busy_workers;
+    atomic_int busy_workers;
 };
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins while waiting(p, arg) holds, for SPIN_NS at most; the caller then sleeps if it must. */
+static void spin(pp_pool *p, int (*waiting)(pp_pool *, unsigned long), unsigned long arg) {
+    long long until = 0;
+    for (int i = 0; waiting(p, arg); i++) {
+        relax();
+        if (i % 64 == 0) { /* the clock now and then: reading it costs more than a pause */
+            long long t = now_ns();
+            if (!until)
+                until = t + SPIN_NS;
+            else if (t > until)
+                return;
+        }
+    }
+}
+
+static int no_new_job(pp_pool *p, unsigned long seen) {
+    return atomic_load(&p->generation) == seen && !atomic_load(&p->stopping);
+}
+
+static int workers_busy(pp_pool *p, unsigned long unused) {
+    (void)unused;
+    return atomic_load(&p->busy_workers) > 0;
+}
 
 static void drain_tasks(pp_pool *p) {
     for (;;) {
@@ -36,15 +80,19 @@ static void drain_tasks(pp_pool *p) {
 static void *worker_main(void *arg) {
     pp_pool *p = arg;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stopping && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stopping) break;
-        seen = p->generation;
+        spin(p, no_new_job, seen);
+        pthread_mutex_lock(&p->lock);
+        while (no_new_job(p, seen)) pthread_cond_wait(&p->wake, &p->lock);
+        if (atomic_load(&p->stopping)) break;
+        seen = atomic_load(&p->generation);
         pthread_mutex_unlock(&p->lock);
         drain_tasks(p);
-        pthread_mutex_lock(&p->lock);
-        if (--p->busy_workers == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->busy_workers, 1) == 1) { /* the last one out tells a sleeping caller */
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -83,7 +131,7 @@ int pp_pool_create(int n_threads, pp_pool **out, char *err) {
 void pp_pool_destroy(pp_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stopping = 1;
+    atomic_store(&p->stopping, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; p->workers && i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
@@ -109,13 +157,14 @@ void pp_pool_run(pp_pool *p, int n_tasks, pp_pool_fn fn, void *ctx) {
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store(&p->next_task, 0);
-    p->busy_workers = p->n_threads - 1;
-    p->generation++;
+    atomic_store(&p->busy_workers, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1); /* after the job's fields: a spinning worker reads them next */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     drain_tasks(p);
+    spin(p, workers_busy, 0);
     pthread_mutex_lock(&p->lock);
-    while (p->busy_workers > 0) pthread_cond_wait(&p->done, &p->lock);
+    while (atomic_load(&p->busy_workers) > 0) pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->run_lock);
 }
