@@ -371,10 +371,15 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps(), macc[k][q] = _mm256_setzero_ps();
     const __m512i low = _mm512_set1_epi16(15);
+    /* vpmultishiftqb controls giving each 16-bit lane (a code byte b) b >> 4: its low byte takes
+     * the lane's bits 4..11, its high byte the lane's zero high byte; port 5 rather than the
+     * shift's port 0, which the products keep busy */
+    const __m512i high_nibble = _mm512_set1_epi64(0x3834282418140804ll);
     for (int64_t b = 0; b < nblk; b++) {
         __m512i sum[ROWS][INPUTS];
         float d[ROWS], dmin[ROWS];
         uint64_t sc[ROWS], mins[ROWS];
+        int32_t sc2[ROWS][Q4K_SUBS]; /* each scale in both halves: a 32-bit broadcast from memory is a load only */
         for (int k = 0; k < rb; k++) {
             const uint8_t *blk = row[k] + b * QUANT_Q4_K_BYTES;
             uint32_t dd;
@@ -382,6 +387,8 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
             __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));
             d[k] = _mm_cvtss_f32(f), dmin[k] = _mm_cvtss_f32(_mm_movehdup_ps(f));
             unpack_scales(blk + 4, &sc[k], &mins[k]);
+            __m256i s8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc[k]));
+            _mm256_storeu_si256((__m256i *)sc2[k], _mm256_or_si256(s8, _mm256_slli_epi32(s8, 16)));
             for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
         }
         for (int pair = 0; pair < Q4K_SUBS / 2; pair++)
@@ -389,10 +396,9 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
                 const uint8_t *qs = row[k] + b * QUANT_Q4_K_BYTES + 16 + 32 * pair;
                 cpu_fetch_ahead(qs);
                 __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qs));
-                __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(codes, low),
-                                                _mm512_set1_epi16((short)(sc[k] >> (16 * pair) & 63)));
-                __m512i hi = _mm512_mullo_epi16(_mm512_srli_epi16(codes, 4),
-                                                _mm512_set1_epi16((short)(sc[k] >> (16 * pair + 8) & 63)));
+                __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(codes, low), _mm512_set1_epi32(sc2[k][2 * pair]));
+                __m512i hi = _mm512_mullo_epi16(_mm512_multishift_epi64_epi8(high_nibble, codes),
+                                                _mm512_set1_epi32(sc2[k][2 * pair + 1]));
                 for (int q = 0; q < nb; q++) {
                     const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * nblk + b) * Q4K_BLOCK + 64 * pair;
                     sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], lo, _mm512_loadu_si512(xq));
