@@ -8,7 +8,14 @@
  * attends over min(C, 2999) past frames.
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
  *       [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
- *       [--small] [--no-mimi] */
+ *       [--small] [--no-mimi] [--project GBPS,CORES]
+ * With --project (CPU) each format's contexts run again on one thread, and the tool ends with
+ * the frame time projected for a machine of GBPS copy bandwidth and CORES cores like these:
+ *   T = max(t1 / CORES, bytes / GBPS)
+ * t1 the one-thread LM frame time (a core's throughput, its share of memory stalls included),
+ * bytes what the frame reads (weights and KV); the same formula for this machine sits beside
+ * the measured time, so its error shows. */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "bench.h"
 #include "bench_frame.h"
 
@@ -19,9 +26,11 @@
 #include "io/weight.h"
 #include "model/transformer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEP_Q 16
 #define CAPACITY 3000 /* the temporal KV ring: PersonaPlex's context */
@@ -353,14 +362,23 @@ static void stats(double *v, int n, double *p50, double *p99) {
 enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
 
 typedef struct run_opts {
-    int frames, mimi;
+    int frames, mimi, threads;
     double copy_bw;
 } run_opts;
 
-static void run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o, uint64_t lm_bytes,
-                        uint64_t mimi_bytes, const char *fmt) {
+/* Bytes the LM reads per frame at a context: its weights and the temporal keys and values it
+ * attends over (the depformer's 16-slot cache is noise beside them). */
+static double lm_read_bytes(const lm *m, uint64_t weight_bytes, int context, pp_kv_format kv) {
+    int keys = context + 1 < CAPACITY - 1 ? context + 1 : CAPACITY - 1;
+    return (double)weight_bytes + (double)pp_tf_cache_bytes(&m->temporal.shape, keys, kv);
+}
+
+/* Times `frames` frames at a context and prints the table's row; returns the LM's median
+ * seconds per frame (temporal step + depformer). */
+static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o, double lm_bytes, uint64_t mimi_bytes,
+                          const char *fmt) {
     double *t[T_COUNT], *all = calloc((size_t)o->frames * T_COUNT, sizeof(double));
-    if (!all) return;
+    if (!all) return 0;
     for (int i = 0; i < T_COUNT; i++) t[i] = all + (size_t)i * o->frames;
     int32_t codes[8] = {0};
     for (int f = -2; f < o->frames; f++) { /* 2 warm-up frames */
@@ -386,12 +404,14 @@ static void run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o,
     }
     double p50[T_COUNT] = {0}, p99[T_COUNT] = {0};
     for (int i = 0; i < T_COUNT; i++) stats(t[i], o->frames, &p50[i], &p99[i]);
-    double lm_s = (p50[T_TEMPORAL] + p50[T_DEP]) / 1e3, gbps = lm_s > 0 ? (double)lm_bytes / lm_s / 1e9 : 0;
-    printf("%-5s %5d | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %8.1f %6.1f %7.1f %5.0f%%\n",
-           fmt, context, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP], p50[T_ENC], p99[T_ENC], p50[T_DEC],
-           p99[T_DEC], p50[T_FRAME], p99[T_FRAME], (double)lm_bytes / 1e6, (double)mimi_bytes / 1e6, gbps,
+    double lm_s = (p50[T_TEMPORAL] + p50[T_DEP]) / 1e3, gbps = lm_s > 0 ? lm_bytes / lm_s / 1e9 : 0;
+    printf("%-5s %5d %3d | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %8.1f %6.1f %7.1f "
+           "%5.0f%%\n",
+           fmt, context, o->threads, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP], p50[T_ENC], p99[T_ENC],
+           p50[T_DEC], p99[T_DEC], p50[T_FRAME], p99[T_FRAME], lm_bytes / 1e6, (double)mimi_bytes / 1e6, gbps,
            o->copy_bw > 0 ? 100.0 * gbps / o->copy_bw : 0);
     free(all);
+    return lm_s;
 }
 
 static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
@@ -410,7 +430,7 @@ static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
                     "[--dep-layers N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
-                    "[--kv f32|bf16|int8] [--small] [--no-mimi]\n");
+                    "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES]\n");
     return 2;
 }
 
@@ -425,9 +445,56 @@ static int parse_format(const char *s, size_t len, pp_wformat *out) {
     return 0;
 }
 
+#define MAX_CONTEXTS 16
+#define REAL_TIME_S 0.080 /* a frame's audio */
+
+static int count_contexts(const char *list) {
+    int n = 0;
+    for (const char *c = list; *c && n < MAX_CONTEXTS; n++) c += strcspn(c, ","), c += *c == ',';
+    return n;
+}
+
+static int context_at(const char *list, int i) {
+    const char *c = list;
+    for (; i > 0; i--) c += strcspn(c, ","), c += *c == ',';
+    return atoi(c);
+}
+
+/* One format's rows at every context on backend be: the LM's seconds per frame in t[] and the
+ * bytes it read in bytes[]. */
+static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_format kv, const dims *d,
+                      const char *contexts, const run_opts *o, double *t, double *bytes, char *err) {
+    synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
+    pp_quant_nf4_dynamic_map(s.nested_map);
+    lm m;
+    int rc = lm_build(&s, fmt, kv, d, &m, err);
+    for (int c = 0; !rc && c < count_contexts(contexts); c++) {
+        int context = context_at(contexts, c);
+        bytes[c] = lm_read_bytes(&m, s.lm_bytes, context, kv);
+        t[c] =
+            run_context(&m, mimi, context, o, bytes[c], mimi ? bench_mimi_weight_bytes(mimi) : 0, pp_wformat_name(fmt));
+    }
+    if (!rc) print_memory(be, &m, kv);
+    lm_free(&m);
+    synth_free(&s);
+    return rc;
+}
+
+/* T = max(t1 / cores, bytes / bandwidth): for this machine beside the measured time, for the
+ * machine asked about, and what real time (REAL_TIME_S a frame) needs. */
+static void print_projection(const char *fmt, int context, double t1, double tn, double bytes, const run_opts *o,
+                             double gbps, int cores) {
+    double here = fmax(t1 / o->threads, bytes / (o->copy_bw * 1e9)), there = fmax(t1 / cores, bytes / (gbps * 1e9));
+    printf("projection %s ctx %d: one core %.0f ms, %.2f GB read per frame; here (%d cores, %.1f GB/s) %.0f ms "
+           "(measured %.0f); with %d cores and %.0f GB/s %.0f ms%s; real time needs %.1f cores and %.0f GB/s\n",
+           fmt, context, 1e3 * t1, bytes / 1e9, o->threads, o->copy_bw, 1e3 * here, 1e3 * tn, cores, gbps, 1e3 * there,
+           there <= REAL_TIME_S ? " (real time)" : "", t1 / REAL_TIME_S, bytes / REAL_TIME_S / 1e9);
+}
+
 int bench_frame(int argc, char **argv) {
     const char *device = "auto", *formats = "nf2,int4,nf4,bf16", *contexts = "100,3000", *kv_name = "f32";
-    int threads = 0, layers = -1, dep_layers = -1, small = 0;
+    int threads = 0, layers = -1, dep_layers = -1, small = 0, project_cores = 0;
+    double project_gbps = 0;
     run_opts o = {.frames = 50, .mimi = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -442,7 +509,12 @@ int bench_frame(int argc, char **argv) {
         else if (strcmp(a, "--frames") == 0) o.frames = atoi(argv[++i]);
         else if (strcmp(a, "--contexts") == 0) contexts = argv[++i];
         else if (strcmp(a, "--kv") == 0) kv_name = argv[++i];
-        else return usage();
+        else if (strcmp(a, "--project") == 0) {
+            if (sscanf(argv[++i], "%lf,%d", &project_gbps, &project_cores) != 2 || project_gbps <= 0 ||
+                project_cores < 1)
+                return usage();
+        } else
+            return usage();
     }
     dims d = small ? small_dims : full_dims;
     if (layers > 0) d.layers = layers;
@@ -458,15 +530,25 @@ int bench_frame(int argc, char **argv) {
         return 1;
     }
     o.copy_bw = copy_gbps(be);
+    o.threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
-           "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99)\n",
+           "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99);\n"
+           "LM MB/fr: weights and temporal KV read per frame\n",
            be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, DEP_Q,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
-    printf("%-5s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "temporal step",
-           "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec", "LM GB/s", "%copy");
+    printf("%-5s %5s %3s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "thr",
+           "temporal step", "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec", "LM GB/s",
+           "%copy");
     int rc = 0;
     bench_mimi *mimi = NULL;
     if (o.mimi && (rc = bench_mimi_create(be, 99, &mimi, err))) fprintf(stderr, "personaplex-bench: %s\n", err);
+    pp_backend *one = NULL; /* --project: the one-thread CPU backend */
+    if (project_cores && strcmp(be->ops->name, "cpu") != 0) {
+        fprintf(stderr, "personaplex-bench: --project measures the CPU backend (--device cpu)\n");
+        rc = 2;
+    } else if (project_cores && (rc = pp_backend_create("cpu", 1, &one, err))) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+    }
     for (const char *f = formats; !rc && *f;) {
         size_t len = strcspn(f, ",");
         pp_wformat fmt;
@@ -475,26 +557,18 @@ int bench_frame(int argc, char **argv) {
             rc = 2;
             break;
         }
-        synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
-        pp_quant_nf4_dynamic_map(s.nested_map);
-        lm m;
-        rc = lm_build(&s, fmt, kv, &d, &m, err);
-        if (rc) {
-            fprintf(stderr, "personaplex-bench: %s\n", err);
-        } else {
-            for (const char *c = contexts; *c;) {
-                run_context(&m, mimi, atoi(c), &o, s.lm_bytes, mimi ? bench_mimi_weight_bytes(mimi) : 0,
-                            pp_wformat_name(fmt));
-                c += strcspn(c, ",");
-                c += *c == ',';
-            }
-            print_memory(be, &m, kv);
-        }
-        lm_free(&m);
-        synth_free(&s);
+        double t_n[MAX_CONTEXTS], t_1[MAX_CONTEXTS], bytes[MAX_CONTEXTS];
+        rc = run_format(be, mimi, fmt, kv, &d, contexts, &o, t_n, bytes, err);
+        run_opts o1 = {.frames = o.frames < 3 ? o.frames : 3, .threads = 1, .copy_bw = o.copy_bw};
+        if (!rc && one) rc = run_format(one, NULL, fmt, kv, &d, contexts, &o1, t_1, bytes, err);
+        if (rc) fprintf(stderr, "personaplex-bench: %s\n", err);
+        for (int c = 0; !rc && one && c < count_contexts(contexts); c++)
+            print_projection(pp_wformat_name(fmt), context_at(contexts, c), t_1[c], t_n[c], bytes[c], &o, project_gbps,
+                             project_cores);
         f += len;
         f += *f == ',';
     }
+    if (one) pp_backend_destroy(one);
     bench_mimi_destroy(mimi);
     if (!rc && be->ops->last_error && be->ops->last_error(be, err)) {
         fprintf(stderr, "personaplex-bench: %s\n", err);
