@@ -1,5 +1,5 @@
 /* cpu_attn_avx2: the AVX2+FMA twin of cpu_lm.c's attention of one query over a KV ring (f32,
- * bf16 or int8), for head sizes that are multiples of 8 up to CPU_ATTN_MAX_HEAD.
+ * bf16 or int8), for head sizes that are multiples of 8.
  *
  * The time of this operation is reading the ring: at context 3000 the temporal transformer's
  * 32 layers read 774 MiB of int8 keys and values per frame. A ring slot holds every head's key
