@@ -142,13 +142,13 @@ INLINE void group_span(const pass *p, pp_wformat fmt, int rb, int nb, const uint
 /* Quantized formats: the whole row, CHUNK columns' group scales at a time. */
 INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const group_tab *base) {
     const pp_weight *w = p->w;
-    int gs = w->group;
+    const int gs = w->group, per_byte = fmt == PP_WF_NF2 ? 4 : 2;
     int64_t chunk = gs >= CHUNK ? gs : CHUNK / gs * gs;
     const uint8_t *row[ROWS];
     int64_t g0[ROWS];
     for (int k = 0; k < rb; k++) {
         int64_t e = w->elem0 + (p->r + k) * w->cols;
-        row[k] = (const uint8_t *)w->data + e / (fmt == PP_WF_NF2 ? 4 : 2);
+        row[k] = (const uint8_t *)w->data + e / per_byte;
         g0[k] = e / gs;
     }
     __m256 acc[ROWS][INPUTS];
@@ -162,8 +162,7 @@ INLINE void quant_pass(const pass *p, pp_wformat fmt, int rb, int nb, const grou
             group_tab tab[ROWS];
             for (int k = 0; k < rb; k++) {
                 tab[k] = make_tab(fmt, scales[k][g / gs], base);
-                const uint8_t *codes = row[k] + (c + g) / (fmt == PP_WF_NF2 ? 4 : 2);
-                for (int64_t b = 0; b < gs / (fmt == PP_WF_NF2 ? 4 : 2); b += 64) cpu_fetch_ahead(codes + b);
+                for (int64_t b = 0; b < gs / per_byte; b += 64) cpu_fetch_ahead(row[k] + (c + g) / per_byte + b);
             }
             group_span(p, fmt, rb, nb, row, tab, c + g, gs, acc);
         }

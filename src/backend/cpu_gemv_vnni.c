@@ -65,7 +65,7 @@
 #define NF4_TABLE_MAX 16383
 #define Q4K_BLOCK QUANT_Q4_K_BLOCK
 #define Q4K_SUBS 8 /* sub-blocks per block */
-#define Q4K_ACT_MAX 32767.0f /* and INT8's */
+#define Q4K_ACT_MAX 32767.0f /* and INT8's, Q4_0's and Q8_0's */
 #define INT8_BLOCK 128       /* INT8's activation block: groups are whole blocks (a row, or 128n) */
 #define B32 32               /* Q4_0 and Q8_0 weights per block */
 #define PAIR (2 * B32)       /* their activation block: a pair of blocks */
@@ -74,6 +74,17 @@
 static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
 
 static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_per_word(fmt); }
+
+/* ---- every format: an activation run rounded to int16 against its largest |x| ---- */
+
+static float absmax(const float *v, int n) {
+    float m = 0;
+    for (int t = 0; t < n; t++) m = fmaxf(m, fabsf(v[t]));
+    return m;
+}
+
+/* x·inv rounded, within ±top (inv = top / the run's largest |x|, or 0 for a run of zeros). */
+static int16_t act_round(float x, float inv, float top) { return (int16_t)lrintf(fminf(fmaxf(x * inv, -top), top)); }
 
 /* ---- Q4_K and INT8: activations in natural order, one scale per block of inputs ---- */
 
@@ -92,11 +103,8 @@ CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, c
     float *sums = out->sums = w->fmt == PP_WF_Q4K ? out->scale + blocks : NULL;
     for (int64_t b = 0; b < blocks; b++) {
         const float *src = x + b * B;
-        float m = 0;
-        for (int t = 0; t < B; t++) m = fmaxf(m, fabsf(src[t]));
-        float inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        for (int t = 0; t < B; t++)
-            out->q[b * B + t] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
+        float m = absmax(src, (int)B), inv = m > 0 ? Q4K_ACT_MAX / m : 0;
+        for (int t = 0; t < B; t++) out->q[b * B + t] = act_round(src[t], inv, Q4K_ACT_MAX);
         out->scale[b] = m / Q4K_ACT_MAX;
         for (int j = 0; sums && j < Q4K_SUBS; j++) {
             float s = 0;
@@ -129,11 +137,8 @@ CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cp
     for (int64_t b = 0; b < pairs; b++) {
         const float *src = x + b * PAIR;
         int16_t *dst = out->q + b * PAIR;
-        float m = 0;
-        for (int t = 0; t < PAIR; t++) m = fmaxf(m, fabsf(src[t]));
-        float inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        for (int t = 0; t < PAIR; t++)
-            dst[pair_slot(t)] = (int16_t)lrintf(fminf(fmaxf(src[t] * inv, -Q4K_ACT_MAX), Q4K_ACT_MAX));
+        float m = absmax(src, PAIR), inv = m > 0 ? Q4K_ACT_MAX / m : 0;
+        for (int t = 0; t < PAIR; t++) dst[pair_slot(t)] = act_round(src[t], inv, Q4K_ACT_MAX);
         out->scale[b] = m / Q4K_ACT_MAX;
         for (int l = 0; out->bias && l < LANES; l++) /* lane l multiplies words 2l, 2l+1 of both vectors */
             out->bias[b * LANES + l] = -8 * (dst[2 * l] + dst[2 * l + 1] + dst[B32 + 2 * l] + dst[B32 + 2 * l + 1]);
@@ -206,17 +211,11 @@ CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu
     for (int i = 0; i < n; i++)
         for (int64_t r = 0; r < w->cols / run; r++) {
             const float *src = x + (int64_t)i * w->cols + r * run;
-            float m = 0;
-            for (int t = 0; t < run; t++) m = fmaxf(m, fabsf(src[t]));
-            float inv = m > 0 ? top / m : 0;
+            float m = absmax(src, run), inv = m > 0 ? top / m : 0;
             int64_t block = r * run / B * B, lane = r % LANES;
             int16_t *dst = out->q + (int64_t)i * cols + block;
-            for (int t = 0; t < run; t++) {
-                float v = fminf(fmaxf(src[t] * inv, -top), top);
-                int16_t q = (int16_t)lrintf(v);
-                /* weight W·word + k of the block, word = 2·lane + t / W, k = t % W */
-                dst[(t % W) * WORDS + 2 * lane + t / W] = q;
-            }
+            /* weight W·word + k of the block, word = 2·lane + t / W, k = t % W */
+            for (int t = 0; t < run; t++) dst[(t % W) * WORDS + 2 * lane + t / W] = act_round(src[t], inv, top);
             out->scale[(size_t)i * (size_t)runs + (size_t)r] = m > 0 ? m / top * unit : 0;
         }
 }
@@ -479,6 +478,12 @@ VNNI_FN void stage_b32_scales(const uint8_t *first, int bytes, int64_t count, __
     _mm512_storeu_ps(sc + count, _mm512_setzero_ps());
 }
 
+/* 16 bytes at a, then 16 at b. */
+VNNI_FN __m256i two_halves(const uint8_t *a, const uint8_t *b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                   _mm_loadu_si128((const __m128i *)b), 1);
+}
+
 /* Q4_0 and Q8_0: rb rows × nb inputs, a pair of blocks at a time (see the top of the file). The
  * rows' scales are staged as f32 a span of blocks at a time, so the pair's lane vector of scales
  * is one permute. */
@@ -507,17 +512,11 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
                 const uint8_t *a = row[k] + 2 * j * bytes + 2, *b = a + bytes;
                 cpu_fetch_ahead(a);
                 if (fmt == PP_WF_Q4_0) {
-                    __m512i v = _mm512_cvtepu8_epi16(
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
-                                                _mm_loadu_si128((const __m128i *)b), 1));
+                    __m512i v = _mm512_cvtepu8_epi16(two_halves(a, b));
                     lo[k] = _mm512_and_si512(v, low), hi[k] = _mm512_srli_epi16(v, 4);
                 } else {
-                    lo[k] = _mm512_cvtepi8_epi16(
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
-                                                _mm_loadu_si128((const __m128i *)b), 1));
-                    hi[k] = _mm512_cvtepi8_epi16(
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16))),
-                                                _mm_loadu_si128((const __m128i *)(b + 16)), 1));
+                    lo[k] = _mm512_cvtepi8_epi16(two_halves(a, b));
+                    hi[k] = _mm512_cvtepi8_epi16(two_halves(a + 16, b + 16));
                 }
             }
             for (int q = 0; q < nb; q++) {
@@ -525,10 +524,10 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
                 const int16_t *xq = p->x->q + xb * PAIR;
                 __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + B32);
                 __m512 xs = _mm512_set1_ps(p->x->scale[xb]);
+                __m512i start =
+                    fmt == PP_WF_Q4_0 ? _mm512_loadu_si512(p->x->bias + xb * LANES) : _mm512_setzero_si512();
                 for (int k = 0; k < rb; k++) {
-                    __m512i s =
-                        fmt == PP_WF_Q4_0 ? _mm512_loadu_si512(p->x->bias + xb * LANES) : _mm512_setzero_si512();
-                    s = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s, lo[k], x0), hi[k], x1);
+                    __m512i s = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(start, lo[k], x0), hi[k], x1);
                     __m512 d = _mm512_permutexvar_ps(halves, _mm512_loadu_ps(sc[k] + 2 * (j - c)));
                     acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), nb == 1 ? d : _mm512_mul_ps(d, xs), acc[k][q]);
                 }

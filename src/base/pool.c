@@ -6,12 +6,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base/pool.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SPIN_NS 200000 /* long enough to span the gap between a frame's jobs, short beside a frame */
@@ -31,12 +31,6 @@ struct pp_pool {
     atomic_int busy_workers;
 };
 
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -47,11 +41,11 @@ static inline void relax(void) {
 
 /* Spins while waiting(p, arg) holds, for SPIN_NS at most; the caller then sleeps if it must. */
 static void spin(pp_pool *p, int (*waiting)(pp_pool *, unsigned long), unsigned long arg) {
-    long long until = 0;
+    int64_t until = 0;
     for (int i = 0; waiting(p, arg); i++) {
         relax();
         if (i % 64 == 0) { /* the clock now and then: reading it costs more than a pause */
-            long long t = now_ns();
+            int64_t t = pp_now_ns();
             if (!until)
                 until = t + SPIN_NS;
             else if (t > until)
