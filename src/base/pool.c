@@ -1,8 +1,9 @@
 /* pool: see pool.h. A job hands out task indices through an atomic counter so uneven tasks
- * balance themselves. Between jobs a worker first spins for about SPIN_NS watching the job
- * generation, then sleeps on a condition variable; the caller waits for the workers the same
- * way. A frame is hundreds of short jobs (the depformer's products take tens of microseconds
- * each), and a sleep and wake-up per job cost as much as the job. */
+ * balance themselves. Between jobs a worker first polls for about SPIN_NS, yielding the core
+ * at each look, watching the job generation, then sleeps on a condition variable; the caller
+ * waits for the workers the same way. A frame is hundreds of short jobs (the depformer's
+ * products take tens of microseconds each), and a sleep and wake-up per job cost as much as
+ * the job. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/pool.h"
 
@@ -10,6 +11,7 @@
 #include "base/err.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -31,27 +33,12 @@ struct pp_pool {
     atomic_int busy_workers;
 };
 
-static inline void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Spins while waiting(p, arg) holds, for SPIN_NS at most; the caller then sleeps if it must. */
+/* Waits while waiting(p, arg) holds, for SPIN_NS at most, giving the core away at every look
+ * (sched_yield), so a thread with work to do runs at once: the server's other threads must not
+ * wait behind an idle worker. The caller then sleeps if it must. */
 static void spin(pp_pool *p, int (*waiting)(pp_pool *, unsigned long), unsigned long arg) {
-    int64_t until = 0;
-    for (int i = 0; waiting(p, arg); i++) {
-        relax();
-        if (i % 64 == 0) { /* the clock now and then: reading it costs more than a pause */
-            int64_t t = pp_now_ns();
-            if (!until)
-                until = t + SPIN_NS;
-            else if (t > until)
-                return;
-        }
-    }
+    int64_t until = pp_now_ns() + SPIN_NS;
+    while (waiting(p, arg) && pp_now_ns() < until) sched_yield();
 }
 
 static int no_new_job(pp_pool *p, unsigned long seen) {
