@@ -135,6 +135,7 @@ typedef struct pp_model_paths {
     const char *mimi;       /* Mimi weights; a mimi config.json may sit beside them */
     const char *tokenizer;  /* SentencePiece model */
     const char *voices_dir; /* NULL: only the built-in silence voice is available */
+    const char *prompts;    /* NULL, or a system_prompts.bin: a text prompt "@NAME" selects its prompt NAME */
     const char *name;       /* reported by pp_model_name (e.g. "demo"); NULL: the weights' file name */
     /* NULL: the weights as stored. "nf2", "int4", "nf4" or "int8": a BF16/F16/F32 checkpoint is
      * quantized while it loads, tensor by tensor, exactly as personaplex-quantize would write it
@@ -151,6 +152,9 @@ const char *pp_model_name(const pp_model *m);
 const char *pp_model_backend(const pp_model *m);
 pp_backend *pp_model_get_backend(const pp_model *m);
 const char *pp_model_voices_dir(const pp_model *m);
+/* The named system prompts ("@NAME" text prompts): how many, and the i-th name (NULL past the end). */
+size_t pp_model_prompt_count(const pp_model *m);
+const char *pp_model_prompt_name(const pp_model *m, size_t i);
 /* KV ring format of the sessions created from now on (default f32, the reference). bf16 and
  * int8 need a backend with attn_step_kv (PP_EUNSUPPORTED otherwise). */
 int pp_model_set_kv_cache(pp_model *m, pp_kv_format kv, char *err);

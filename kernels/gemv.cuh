@@ -57,7 +57,9 @@ __device__ __forceinline__ float pk_weight_elem(const pk_weight &w, int64_t e, c
     case PK_BF16: return pk_bf16(((const uint16_t *)d)[e]);
     case PK_NF2: return pk_nf2_code_at(d, e) * pk_group_scale(w, e / w.group);
     case PK_INT4: return pk_int4_code_at(d, e) * pk_group_scale(w, e / w.group);
-    case PK_INT8: return pk_int8_code_at(d, e) * pk_group_scale(w, e / w.group);
+    case PK_INT8:
+        return (pk_int8_code_at(d, e) - (w.zeros ? (float)w.zeros[e / w.group] : 0.0f)) *
+               pk_group_scale(w, e / w.group);
     case PK_Q4_0:
     case PK_Q8_0:
     case PK_Q4K: return pk_ggml_elem(w.fmt, d, e);
@@ -98,11 +100,13 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
 #pragma unroll
         for (int r = 0; r < F::RPW; r++)
             raw[r] = __ldg((const uint4 *)(base + (e0[r] + c * F::V) * F::BITS / 8));
-        float part[NB][F::RPW];
+        float part[NB][F::RPW], xsum[NB]; /* xsum: Σ x of the chunk, for INT8's zero points */
 #pragma unroll
-        for (int i = 0; i < NB; i++)
+        for (int i = 0; i < NB; i++) {
+            xsum[i] = 0.0f;
 #pragma unroll
             for (int r = 0; r < F::RPW; r++) part[i][r] = 0.0f;
+        }
 #pragma unroll
         for (int q = 0; q < F::V / 4; q++) {
             float4 xv[NB];
@@ -110,6 +114,9 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
             for (int i = 0; i < NB; i++)
                 xv[i] = i < n ? __ldg((const float4 *)(x + (int64_t)i * w.cols + c * F::V) + q)
                               : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (FMT == PK_INT8)
+#pragma unroll
+                for (int i = 0; i < NB; i++) xsum[i] += xv[i].x + xv[i].y + xv[i].z + xv[i].w;
 #pragma unroll
             for (int r = 0; r < F::RPW; r++) {
                 float v0 = pk_decode<FMT>(raw[r], 4 * q, lut), v1 = pk_decode<FMT>(raw[r], 4 * q + 1, lut);
@@ -121,9 +128,11 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
         }
 #pragma unroll
         for (int r = 0; r < F::RPW; r++) {
-            float s = F::QUANT ? pk_group_scale(w, (e0[r] + c * F::V) / w.group) : 1.0f;
+            const int64_t g = (e0[r] + c * F::V) / w.group;
+            float s = F::QUANT ? pk_group_scale(w, g) : 1.0f;
+            float z = FMT == PK_INT8 && w.zeros ? (float)w.zeros[g] : 0.0f;
 #pragma unroll
-            for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * part[i][r] : part[i][r];
+            for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * (part[i][r] - z * xsum[i]) : part[i][r];
         }
     }
     /* Only the n live inputs' sums: n is the same in every lane, so the shuffles stay converged. */

@@ -26,6 +26,7 @@ typedef struct pk_weight {
     int64_t rows, cols, elem0;
     const void *data;           /* values or packed codes of the whole stored tensor */
     const void *scales;         /* f16 per group (NF2, INT4); u8 codes or f32 per block (NF4); f32 absmax (INT8) */
+    const int8_t *zeros;        /* INT8: zero point per group, NULL when symmetric */
     const float *quant_map;     /* NF4 [16] */
     const float *nested_absmax; /* NF4 nested only */
     const float *nested_map;    /* NF4 nested only, [256] */

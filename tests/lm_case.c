@@ -1,6 +1,8 @@
 /* lm_case: see lm_case.h. */
 #include "lm_case.h"
 
+#include "golden_case.h"
+
 #include "base/err.h"
 #include "io/safetensors.h"
 
@@ -89,9 +91,7 @@ int lm_case_open(const char *dir, int threads, lm_case *c, char *err) {
     const char *g = strstr(c->dir, "/golden/");
     c->name = g ? g + 8 : c->dir;
     char wpath[600], cpath[600];
-    snprintf(wpath, sizeof wpath, "%s/model.gguf", dir); /* a GGUF case (lm-q4k) */
-    if (access(wpath, F_OK)) snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
-    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    golden_case_paths(dir, wpath, sizeof wpath, cpath, sizeof cpath);
     int rc = pp_backend_create(LM_CASE_DEVICE, threads, &c->be, err);
     if (!rc) rc = pp_lm_open(c->be, wpath, cpath, &c->lm, err);
     if (!rc) {

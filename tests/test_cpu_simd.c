@@ -40,7 +40,7 @@ static void mem_free(mem_weight *m) {
 
 static void *own(mem_weight *m, int slot, size_t bytes) { return m->bufs[slot] = calloc(1, bytes ? bytes : 1); }
 
-/* fmt at group size gs (np2 for NF2; NF4 nests its absmax when nest > 0). */
+/* fmt at group size gs (np2 for NF2; NF4 nests its absmax when nest > 0, INT8 gets zero points). */
 static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int gs, int np2, int nest) {
     size_t n = (size_t)(rows * cols);
     memset(m, 0, sizeof *m);
@@ -56,6 +56,11 @@ static void make(mem_weight *m, pp_wformat fmt, int64_t rows, int64_t cols, int 
         pp_quant_int8_quantize(src, rows, cols, gs, codes, absmax);
         m->w.data = codes;
         m->w.scales = absmax;
+        if (nest) { /* asymmetric: a zero point per group (ONNX Runtime's blocks) */
+            int8_t *zeros = own(m, 2, (size_t)groups);
+            for (int64_t g = 0; g < groups; g++) zeros[g] = (int8_t)(frand() * 40);
+            m->w.zeros = zeros;
+        }
     } else if (fmt == PP_WF_Q4K || fmt == PP_WF_Q4_0 || fmt == PP_WF_Q8_0) {
         uint8_t *blk = own(m, 0, (size_t)groups * pp_wformat_block_bytes(fmt));
         if (fmt == PP_WF_Q4K) pp_quant_q4_k_quantize(src, groups, blk);
@@ -185,6 +190,8 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_INT8, 13, 1024, 1024, 0, 0, "int8 per row"},
         {PP_WF_INT8, 13, 1024, 128, 0, 0, "int8 block 128"},
         {PP_WF_INT8, 7, 60, 12, 0, 0, "int8 g12 (portable)"},
+        {PP_WF_INT8, 13, 1024, 128, 0, 1, "int8 block 128, zero points"},
+        {PP_WF_INT8, 9, 512, 32, 0, 1, "int8 block 32, zero points"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;

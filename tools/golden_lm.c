@@ -10,6 +10,7 @@
  * state, the scratch destroyed, the snapshot restored into a fresh conversation, which then
  * replays the steps: the same comparisons prove the cached start gives the reference's outputs. */
 #include "golden.h"
+#include "golden_case.h"
 
 #include "io/voice.h"
 #include "model/lmgen.h"
@@ -219,9 +220,7 @@ static int run_clone(const pp_lm *lm, const char *dir, double *emb_err, int *rin
 
 int golden_lm_run(const char *dir, const golden_opts *o, char *err) {
     char wpath[4096], cpath[4096];
-    snprintf(wpath, sizeof wpath, "%s/model.gguf", dir); /* a GGUF case (lm-q4k) */
-    if (access(wpath, F_OK)) snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
-    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    golden_case_paths(dir, wpath, sizeof wpath, cpath, sizeof cpath);
     pp_backend *be = NULL;
     pp_lm *lm = NULL;
     pp_lmgen *gen = NULL;

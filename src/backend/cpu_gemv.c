@@ -167,7 +167,7 @@ static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-/* INT8: each group's Σ q·x, then the group's scale once. */
+/* INT8: each group's Σ (q − zero)·x, then the group's scale once. */
 static void int8_rows(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
     const int8_t *q = w->data;
     for (int64_t r = r0; r < r1; r++) {
@@ -175,11 +175,13 @@ static void int8_rows(const pp_weight *w, const float *x, int n, float *y, int64
         for (int i = 0; i < n; i++) y[i * w->rows + r] = 0;
         for (int64_t c = 0; c < w->cols; c += w->group) {
             float s;
-            pp_weight_group_scales(w, (e0 + c) / w->group, 1, &s);
+            int64_t g = (e0 + c) / w->group;
+            pp_weight_group_scales(w, g, 1, &s);
+            int zero = w->zeros ? w->zeros[g] : 0;
             for (int i = 0; i < n; i++) {
                 const float *xi = x + i * w->cols + c;
                 float acc = 0;
-                for (int64_t k = 0; k < w->group; k++) acc += (float)q[e0 + c + k] * xi[k];
+                for (int64_t k = 0; k < w->group; k++) acc += (float)(q[e0 + c + k] - zero) * xi[k];
                 y[i * w->rows + r] += acc * s;
             }
         }

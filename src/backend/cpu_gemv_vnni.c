@@ -153,7 +153,8 @@ CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cp
 
 int pp_cpu_vnni_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
-    if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0;
+    /* INT8 with zero points: the AVX2 loop */
+    if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0 && !w->zeros;
     if (is_b32(w->fmt)) return w->cols % PAIR == 0 && w->elem0 % PAIR == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;

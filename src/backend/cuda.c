@@ -102,9 +102,19 @@ static int cuda_fail(cuda_ctx *c, char *err, int rc, const char *file, int line,
 
 static pk_weight to_pk(const pp_weight *w) {
     pk_weight k = {
-        .fmt = (int)w->fmt, .group = w->group, .np2 = w->np2, .nested_block = w->nested_block,
-        .rows = w->rows, .cols = w->cols, .elem0 = w->elem0, .data = w->data, .scales = w->scales,
-        .quant_map = w->quant_map, .nested_absmax = w->nested_absmax, .nested_map = w->nested_map,
+        .fmt = (int)w->fmt,
+        .group = w->group,
+        .np2 = w->np2,
+        .nested_block = w->nested_block,
+        .rows = w->rows,
+        .cols = w->cols,
+        .elem0 = w->elem0,
+        .data = w->data,
+        .scales = w->scales,
+        .zeros = w->zeros,
+        .quant_map = w->quant_map,
+        .nested_absmax = w->nested_absmax,
+        .nested_map = w->nested_map,
         .nested_offset = w->nested_offset,
     };
     return k;
@@ -234,7 +244,7 @@ typedef struct part {
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The pieces of a stored weight: values or codes of elements [0, elem0 + rows·cols), then the
- * scales and NF4's tables. */
+ * scales, and NF4's tables or INT8's zero points. */
 static void weight_parts(const pp_weight *h, part p[5]) {
     size_t numel = (size_t)(h->elem0 + h->rows * h->cols), groups = 0;
     static const int bits[PP_WF_COUNT] = {[PP_WF_F32] = 32, [PP_WF_F16] = 16, [PP_WF_BF16] = 16, [PP_WF_NF2] = 2,
@@ -252,6 +262,7 @@ static void weight_parts(const pp_weight *h, part p[5]) {
         p[1].src = h->scales;
         p[1].bytes = groups * (h->fmt == PP_WF_INT8 ? 4 : h->fmt != PP_WF_NF4 ? 2 : h->nested_absmax ? 1 : 4);
     }
+    if (h->fmt == PP_WF_INT8 && h->zeros) p[2] = (part){h->zeros, groups, 0};
     if (h->fmt == PP_WF_NF4) {
         p[2] = (part){h->quant_map, 16 * sizeof(float), 0};
         if (h->nested_absmax) {
@@ -283,6 +294,14 @@ static const void *device_address(const cuda_ctx *c, const void *p, size_t bytes
     return m->dev + ((const uint8_t *)p - m->base);
 }
 
+/* The third part is INT8's zero points or NF4's table. */
+static void set_third_part(pp_weight *dev, const void *device_ptr) {
+    if (dev->fmt == PP_WF_INT8)
+        dev->zeros = device_ptr;
+    else
+        dev->quant_map = device_ptr;
+}
+
 /* Points dev at the weight's bytes in a mapped host range when every part lies in one and is
  * 16-byte aligned (the kernels load 16 bytes at a time); 0 when it must be copied. */
 static int upload_in_place(cuda_ctx *c, const pp_weight *host, const part *p, pp_weight *dev) {
@@ -295,7 +314,7 @@ static int upload_in_place(cuda_ctx *c, const pp_weight *host, const part *p, pp
     *dev = *host;
     dev->data = device_address(c, p[0].src, p[0].bytes);
     dev->scales = p[1].bytes ? device_address(c, p[1].src, p[1].bytes) : NULL;
-    dev->quant_map = p[2].bytes ? device_address(c, p[2].src, p[2].bytes) : NULL;
+    set_third_part(dev, p[2].bytes ? device_address(c, p[2].src, p[2].bytes) : NULL);
     dev->nested_absmax = p[3].bytes ? device_address(c, p[3].src, p[3].bytes) : NULL;
     dev->nested_map = p[4].bytes ? device_address(c, p[4].src, p[4].bytes) : NULL;
     c->in_place_bytes += bytes;
@@ -340,7 +359,7 @@ static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *
     *dev = *host;
     dev->data = base + p[0].off;
     dev->scales = p[1].bytes ? base + p[1].off : NULL;
-    dev->quant_map = p[2].bytes ? (const float *)(base + p[2].off) : NULL;
+    set_third_part(dev, p[2].bytes ? base + p[2].off : NULL);
     dev->nested_absmax = p[3].bytes ? (const float *)(base + p[3].off) : NULL;
     dev->nested_map = p[4].bytes ? (const float *)(base + p[4].off) : NULL;
     c->weight_bytes += total;

@@ -2,8 +2,12 @@
 #include "io/file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 
@@ -75,4 +79,27 @@ void pp_file_discard(const char *path, FILE *f) {
     char tmp[4096];
     if (f) fclose(f);
     if (tmp_name(path, tmp, sizeof tmp, NULL) == 0) remove(tmp);
+}
+
+int pp_file_map(const char *path, void **map, size_t *size, char *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pp_fail(err, PP_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return pp_fail(err, PP_EIO, "%s: not a regular file", path);
+    }
+    *size = (size_t)sb.st_size;
+    *map = NULL;
+    if (*size) {
+        void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return pp_fail(err, PP_EIO, "%s: mmap failed: %s", path, strerror(e));
+        }
+        *map = p;
+    }
+    close(fd);
+    return 0;
 }

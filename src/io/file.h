@@ -10,6 +10,10 @@
  * text parsers may rely on it). Files larger than max_bytes are refused with PP_EFULL. */
 int pp_file_read_all(const char *path, size_t max_bytes, unsigned char **out, size_t *len, char *err);
 
+/* Maps the regular file path read-only: *map (NULL for an empty file) and its *size bytes;
+ * release with munmap(*map, *size). */
+int pp_file_map(const char *path, void **map, size_t *size, char *err);
+
 /* Atomic replacement: pp_file_create opens "<path>.tmp" for writing; pp_file_commit flushes,
  * closes and renames it over path (readers never see a half-written file); pp_file_discard
  * closes and removes it. Both take ownership of f. */

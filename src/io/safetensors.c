@@ -14,7 +14,9 @@
 
 #include "base/err.h"
 #include "base/json.h"
+#include "io/file.h"
 #include "io/gguf.h"
+#include "io/onnx_bundle.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data with memcpy: big-endian hosts are not supported"
@@ -33,6 +35,7 @@ struct st_file {
     st_tensor *tensors;      /* header order */
     st_tensor **by_name;     /* sorted by name, for pp_st_find */
     gguf_meta *gguf;         /* a GGUF file's names and metadata, NULL for safetensors */
+    onnx_bundle *bundle;     /* an ONNX bundle's converted tensors (io/onnx_bundle.h), else NULL */
 };
 
 static const struct {
@@ -236,9 +239,8 @@ static int parse_header(st_file *f, char *err) {
     return rc;
 }
 
-static int parse_gguf(st_file *f, char *err) {
-    int rc = pp_gguf_parse(f->base, f->size, f->path, &f->tensors, &f->count, &f->gguf, err);
-    if (rc) return rc;
+/* GGUF and ONNX bundles fill the tensor table themselves: sort it for pp_st_find, refuse duplicates. */
+static int index_names(st_file *f, char *err) {
     f->by_name = calloc(f->count ? f->count : 1, sizeof(*f->by_name));
     if (!f->by_name) return pp_fail(err, PP_ENOMEM, "%s: out of memory for %zu tensors", f->path, f->count);
     for (size_t i = 0; i < f->count; i++) f->by_name[i] = &f->tensors[i];
@@ -246,6 +248,29 @@ static int parse_gguf(st_file *f, char *err) {
     for (size_t i = 1; i < f->count; i++)
         if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
             return pp_fail(err, PP_EFORMAT, "%s: duplicate tensor '%s'", f->path, f->by_name[i]->name);
+    return 0;
+}
+
+static int parse_gguf(st_file *f, char *err) {
+    int rc = pp_gguf_parse(f->base, f->size, f->path, &f->tensors, &f->count, &f->gguf, err);
+    return rc ? rc : index_names(f, err);
+}
+
+static int open_bundle(const char *path, st_file **out, char *err) {
+    st_file *f = calloc(1, sizeof(*f));
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
+    }
+    const void *base;
+    int rc = pp_onnx_bundle_load(path, &f->tensors, &f->count, &base, &f->size, &f->bundle, err);
+    f->base = base;
+    if (!rc) rc = index_names(f, err);
+    if (rc) {
+        pp_st_close(f);
+        return rc;
+    }
+    *out = f;
     return 0;
 }
 
@@ -276,6 +301,7 @@ int pp_st_open_memory(const void *buf, size_t len, const char *label, st_file **
 
 int pp_st_open(const char *path, st_file **out, char *err) {
     *out = NULL;
+    if (pp_onnx_bundle_is(path)) return open_bundle(path, out, err);
     void *shards;
     size_t shards_size;
     char *label;
@@ -294,32 +320,17 @@ int pp_st_open(const char *path, st_file **out, char *err) {
         f->size = shards_size;
         return open_common(f, out, err);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pp_fail(err, PP_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return pp_fail(err, PP_EIO, "%s: not a regular file", path);
-    }
+    void *map;
+    size_t size;
+    rc = pp_file_map(path, &map, &size, err);
+    if (rc) return rc;
     st_file *f = calloc(1, sizeof(*f));
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        close(fd);
+        if (map) munmap(map, size);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
     }
-    f->size = (size_t)sb.st_size;
-    if (f->size) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            pp_st_close(f);
-            return pp_fail(err, PP_EIO, "%s: mmap failed: %s", path, strerror(e));
-        }
-        f->map = m;
-        f->base = m;
-    }
-    close(fd);
+    f->map = map, f->base = map, f->size = size;
     return open_common(f, out, err);
 }
 
@@ -328,6 +339,7 @@ void pp_st_close(st_file *f) {
     if (f->map) munmap(f->map, f->size);
     pp_json_free(f->doc);
     pp_gguf_meta_free(f->gguf);
+    pp_onnx_bundle_free(f->bundle);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
@@ -339,7 +351,7 @@ size_t pp_st_size(const st_file *f) { return f->size; }
 const void *pp_st_base(const st_file *f) { return f->base; }
 
 void pp_st_release(const st_file *f, const st_tensor *t) {
-    (void)f;
+    if (f->bundle) return; /* the bundle's converted tensors are memory of its own, not the file's pages */
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, b = a + t->nbytes;
     uintptr_t first = (a + page - 1) / page * page, last = b / page * page; /* only pages wholly its */
     if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);

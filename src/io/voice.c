@@ -21,6 +21,9 @@
 static const char SUFFIX_PT[] = ".pt";
 static const char SUFFIX_BIN[] = ".embeddings.bin";
 static const char SUFFIX_JSON[] = ".cache.json";
+static const char SUFFIX_SC[] = ".bin"; /* speech-core's bundles (not the pair's .embeddings.bin) */
+#define SC_MAGIC 0x50506558u
+#define SC_HEADER (16 + 8 * PP_VOICE_STREAMS * PP_VOICE_RING + 8)
 
 /* ---- shared checks ---- */
 
@@ -190,6 +193,36 @@ int pp_voice_load_pair_memory(const void *bin, size_t bin_len, const char *json,
     return rc;
 }
 
+/* ---- speech-core's voices/<name>.bin: u32 magic, version 1, streams 17, history 4, i64 cache[17·4],
+ * u32 frames, u32 dim, f32 embeddings[frames·dim], all little endian ---- */
+
+static int is_sc(const char *path) { return has_suffix(path, SUFFIX_SC) && !has_suffix(path, SUFFIX_BIN); }
+
+int pp_voice_load_sc_memory(const void *buf, size_t len, const char *label, int64_t dim, pp_voice *out, char *err) {
+    memset(out, 0, sizeof *out);
+    const uint8_t *p = buf;
+    if (len < SC_HEADER) return pp_fail(err, PP_EFORMAT, "%s: %zu bytes, shorter than a voice header", label, len);
+    uint32_t magic = (uint32_t)rd_le(p, 4), version = (uint32_t)rd_le(p + 4, 4);
+    uint32_t streams = (uint32_t)rd_le(p + 8, 4), history = (uint32_t)rd_le(p + 12, 4);
+    if (magic != SC_MAGIC) return pp_fail(err, PP_EFORMAT, "%s: magic 0x%08x is not a voice file's", label, magic);
+    if (version != 1 || streams != PP_VOICE_STREAMS || history != PP_VOICE_RING)
+        return pp_fail(err, PP_EFORMAT, "%s: version %u with %u x %u cache; expected version 1 with %d x %d", label,
+                       version, streams, history, PP_VOICE_STREAMS, PP_VOICE_RING);
+    const uint8_t *frames_at = p + SC_HEADER - 8;
+    int64_t frames = (int64_t)rd_le(frames_at, 4), width = (int64_t)rd_le(frames_at + 4, 4);
+    int rc = check_dims(label, frames, width, dim, err);
+    if (rc) return rc;
+    if ((uint64_t)(len - SC_HEADER) != (uint64_t)frames * (uint64_t)width * 4)
+        return pp_fail(err, PP_EFORMAT, "%s: %zu bytes of embeddings for %lld x %lld floats", label, len - SC_HEADER,
+                       (long long)frames, (long long)width);
+    if ((rc = alloc_embeddings(out, frames, width, label, err))) return rc;
+    for (int i = 0; i < PP_VOICE_STREAMS * PP_VOICE_RING; i++)
+        out->cache[i / PP_VOICE_RING][i % PP_VOICE_RING] = (int64_t)rd_le(p + 16 + 8 * i, 8);
+    for (int64_t i = 0; i < frames * width; i++) out->embeddings[i] = f32_of((uint32_t)rd_le(p + SC_HEADER + 4 * i, 4));
+    if ((rc = check_finite(out, label, err))) pp_voice_free(out);
+    return rc;
+}
+
 static int load_pair(const char *bin_path, int64_t dim, pp_voice *out, char *err) {
     char json_path[4096];
     size_t stem = strlen(bin_path) - strlen(SUFFIX_BIN);
@@ -209,13 +242,14 @@ static int load_pair(const char *bin_path, int64_t dim, pp_voice *out, char *err
 int pp_voice_load(const char *path, int64_t dim, pp_voice *out, char *err) {
     memset(out, 0, sizeof *out);
     if (has_suffix(path, SUFFIX_BIN)) return load_pair(path, dim, out, err);
-    if (!has_suffix(path, SUFFIX_PT))
-        return pp_fail(err, PP_EINVAL, "%s: a voice file ends in .pt or .embeddings.bin", path);
+    if (!has_suffix(path, SUFFIX_PT) && !is_sc(path))
+        return pp_fail(err, PP_EINVAL, "%s: a voice file ends in .pt, .embeddings.bin or .bin", path);
     unsigned char *buf;
     size_t len;
     int rc = pp_file_read_all(path, MAX_VOICE_FILE, &buf, &len, err);
     if (rc) return rc;
-    rc = pp_voice_load_pt_memory(buf, len, path, dim, out, err);
+    rc = is_sc(path) ? pp_voice_load_sc_memory(buf, len, path, dim, out, err)
+                     : pp_voice_load_pt_memory(buf, len, path, dim, out, err);
     free(buf);
     return rc;
 }
@@ -283,6 +317,8 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
     size_t n = strlen(name);
     if (has_suffix(name, SUFFIX_PT)) n -= strlen(SUFFIX_PT);
     else if (has_suffix(name, SUFFIX_BIN)) n -= strlen(SUFFIX_BIN);
+    else if (is_sc(name))
+        n -= strlen(SUFFIX_SC);
     if (!valid_stem(name, n))
         return pp_fail(err, PP_EINVAL, "bad voice name '%.80s' (letters, digits, '_', '-', '.'; at most %d; no paths)",
                        name, PP_VOICE_NAME_MAX);
@@ -292,6 +328,7 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
         join(path_out, path_cap, dir, name, n, SUFFIX_BIN);
         return 0;
     }
+    if (join(path_out, path_cap, dir, name, n, SUFFIX_SC) && is_file(path_out)) return 0;
     return pp_fail(err, PP_ENOTFOUND, "voice '%.*s' not found in %s", (int)n, name, dir);
 }
 
@@ -304,9 +341,15 @@ static size_t entry_stem(const char *dir, const char *name) {
         char p[4096];
         if (join(p, sizeof p, dir, name, len, "") && is_file(p)) return len - strlen(SUFFIX_PT);
     }
-    if (has_suffix(name, SUFFIX_BIN) && valid_stem(name, len - strlen(SUFFIX_BIN)) &&
-        pair_exists(dir, name, len - strlen(SUFFIX_BIN)))
-        return len - strlen(SUFFIX_BIN);
+    if (has_suffix(name, SUFFIX_BIN)) {
+        if (valid_stem(name, len - strlen(SUFFIX_BIN)) && pair_exists(dir, name, len - strlen(SUFFIX_BIN)))
+            return len - strlen(SUFFIX_BIN);
+        return 0;
+    }
+    if (is_sc(name) && valid_stem(name, len - strlen(SUFFIX_SC))) {
+        char p[4096];
+        if (join(p, sizeof p, dir, name, len, "") && is_file(p)) return len - strlen(SUFFIX_SC);
+    }
     return 0;
 }
 

@@ -6,7 +6,9 @@
  *                                        "cache": I64 [1,17,4]}), the released voices;
  *   NAME.embeddings.bin      raw little-endian f32 [N, dim]
  *   + NAME.cache.json        [[17 x 4 ints]] (or [1,17,4] nesting), the pair other ports ship;
- *                            sts-web's {"num_frames": N, "dim": D, "cache": ...} must match the .bin.
+ *                            sts-web's {"num_frames": N, "dim": D, "cache": ...} must match the .bin;
+ *   NAME.bin                 speech-core's ONNX bundles: u32 magic 0x50506558, version 1, 17, 4,
+ *                            i64 cache[17·4], u32 frames, u32 dim, f32 embeddings (little endian).
  * pp_voice_save_pt writes the .pt form (BF16 embeddings, as the released voices), so a cloned
  * voice is interchangeable with a preset. Voice names are bare file stems: letters, digits,
  * '_', '-' and '.', at most 64 bytes, not starting with '.'. */
@@ -38,18 +40,20 @@ int pp_voice_load_pt_memory(const void *buf, size_t len, const char *label, int6
 /* The raw pair from memory: bin is the f32 data, json the cache document. */
 int pp_voice_load_pair_memory(const void *bin, size_t bin_len, const char *json, size_t json_len, const char *label,
                               int64_t dim, pp_voice *out, char *err);
+/* speech-core's NAME.bin from memory (the fuzzer's entry point). */
+int pp_voice_load_sc_memory(const void *buf, size_t len, const char *label, int64_t dim, pp_voice *out, char *err);
 void pp_voice_free(pp_voice *v);
 
 /* Writes v as a .pt (embeddings rounded to BF16 [N,1,1,dim], cache I64 [1,17,4]). Atomic. */
 int pp_voice_save_pt(const char *path, const pp_voice *v, char *err);
 
-/* Resolves a voice name ("NATF2", "NATF2.pt" or "NATF2.embeddings.bin") in dir to the path
- * of an existing file: NAME.pt is preferred over the pair. Names that are paths ("a/b",
+/* Resolves a voice name ("NATF2", "NATF2.pt", "NATF2.embeddings.bin" or "NATF2.bin") in dir to
+ * the path of an existing file: NAME.pt first, then the pair, then NAME.bin. Names that are paths ("a/b",
  * "../x", "/abs"), empty, too long or hold other characters are refused with PP_EINVAL;
  * a valid name with no file gives PP_ENOTFOUND. */
 int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t path_cap, char *err);
 
-/* Sorted, de-duplicated names of the voices in dir (NAME.pt files and complete
+/* Sorted, de-duplicated names of the voices in dir (NAME.pt and NAME.bin files and complete
  * NAME.embeddings.bin + NAME.cache.json pairs with valid names). *names is one malloc'd
  * block (array followed by strings): free it with free(). */
 int pp_voice_list(const char *dir, char ***names, size_t *count, char *err);

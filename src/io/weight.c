@@ -159,7 +159,7 @@ size_t pp_weight_bytes(const pp_weight *w) {
     case PP_WF_Q4_0:
     case PP_WF_Q8_0:
     case PP_WF_Q4K: return numel / (size_t)w->group * (size_t)pp_wformat_block_bytes(w->fmt);
-    case PP_WF_INT8: return numel + numel / (size_t)w->group * 4;
+    case PP_WF_INT8: return numel + numel / (size_t)w->group * (w->zeros ? 5 : 4);
     case PP_WF_COUNT: break;
     }
     return 0;
@@ -218,8 +218,9 @@ void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t le
     case PP_WF_INT8: /* any span: a row's group may be the whole row */
         for (int64_t i = 0; i < len; i++) {
             float s;
-            pp_weight_group_scales(w, (e + i) / w->group, 1, &s);
-            dst[i] = (float)(int8_t)d[e + i] * s;
+            int64_t g = (e + i) / w->group;
+            pp_weight_group_scales(w, g, 1, &s);
+            dst[i] = (float)((int8_t)d[e + i] - (w->zeros ? w->zeros[g] : 0)) * s;
         }
         return;
     case PP_WF_NF2:

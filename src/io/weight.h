@@ -40,6 +40,8 @@ typedef struct pp_weight {
     const void *data;    /* dense values, or packed codes, of the whole stored tensor */
     const void *scales;  /* NF2/INT4: f16[n_groups]; NF4: u8[n_blocks] (nested) or f32[n_blocks]; INT8: f32
                           * absmax[n_groups]; ggml: NULL */
+    const int8_t *zeros; /* INT8 only: a zero point per group, w = (q − zero)·absmax/127 (ONNX Runtime's
+                          * asymmetric blocks); NULL when symmetric */
     int group;           /* NF2/INT4 group size, NF4 or ggml block size (from the file, never assumed) */
     int np2;             /* NF2: Walsh-Hadamard length (power of two >= group) */
     /* NF4 only */

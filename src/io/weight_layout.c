@@ -330,13 +330,17 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
 }
 
 /* ---- INT8: bitsandbytes' Linear8bitLt state dict (P.weight I8 [out, in], P.SCB F32 [out], one absmax per
- * row) and its block form (P.SCB [out, in/B], one absmax per B inputs); w = q·absmax/127 (docs/formats.md §8) ---- */
+ * row) and its block form (P.SCB [out, in/B], one absmax per B inputs); w = q·absmax/127 (docs/formats.md §8).
+ * An optional P.zero_point I8 shaped as P.SCB makes it asymmetric: w = (q − zero)·absmax/127. ---- */
 
-int pp_wl_int8_scales_key(const char *base, char *key, size_t cap) {
+static int int8_key(const char *base, const char *suffix, char *key, size_t cap) {
     size_t n = strlen(base), stem = n > 7 && !strcmp(base + n - 7, ".weight") ? n - 7 : n;
-    int k = snprintf(key, cap, "%.*s.SCB", (int)stem, base);
+    int k = snprintf(key, cap, "%.*s.%s", (int)stem, base, suffix);
     return k < 0 || (size_t)k >= cap ? PP_EINVAL : PP_OK;
 }
+
+int pp_wl_int8_scales_key(const char *base, char *key, size_t cap) { return int8_key(base, "SCB", key, cap); }
+int pp_wl_int8_zeros_key(const char *base, char *key, size_t cap) { return int8_key(base, "zero_point", key, cap); }
 
 const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base) {
     char key[KEY_LEN];
@@ -362,6 +366,13 @@ int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t co
                        pp_st_path(f), scb->name, (long long)scb->numel, (long long)(scb->ndim ? scb->shape[0] : 0),
                        scb->ndim == 2 ? ", ..." : "", (long long)rows, (long long)rows, (long long)cols);
     if ((rc = check_group(f, base, cols / per_row, cols, err)) || (rc = check_f32(f, scb, 1, err))) return rc;
+    char zkey[KEY_LEN];
+    const st_tensor *zeros = pp_wl_int8_zeros_key(base, zkey, sizeof zkey) ? NULL : pp_st_find(f, zkey);
+    if (zeros && (zeros->dtype != ST_I8 || zeros->numel != scb->numel))
+        return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s with %lld values; zero points must be I8, one per scale (%lld)",
+                       pp_st_path(f), zeros->name, pp_st_dtype_name(zeros->dtype), (long long)zeros->numel,
+                       (long long)scb->numel);
+    w->zeros = zeros ? (const int8_t *)(const void *)zeros->data : NULL;
     w->fmt = PP_WF_INT8;
     w->data = codes->data;
     w->scales = scb->data;

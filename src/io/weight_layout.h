@@ -15,6 +15,7 @@ int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t co
 /* INT8's absmax tensor of base key X (bitsandbytes' `P.SCB` beside `P.weight`), or NULL; its key. */
 const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base);
 int pp_wl_int8_scales_key(const char *base, char *key, size_t cap);
+int pp_wl_int8_zeros_key(const char *base, char *key, size_t cap); /* P.zero_point, asymmetric INT8 */
 
 /* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
 int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,

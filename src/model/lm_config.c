@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A config file larger than this is not a config file. */
@@ -280,6 +281,11 @@ int pp_lm_config_max_delay(const pp_lm_config *c) {
 const char *pp_lm_config_beside(const char *weights_path, char *buf, size_t cap) {
     const char *slash = strrchr(weights_path, '/');
     int dir = slash ? (int)(slash - weights_path + 1) : 0;
-    if ((size_t)snprintf(buf, cap, "%.*sconfig.json", dir, weights_path) >= cap) return NULL;
+    struct stat sb;
+    if (!stat(weights_path, &sb) && S_ISDIR(sb.st_mode)) { /* an ONNX bundle: inside the folder */
+        if ((size_t)snprintf(buf, cap, "%s/config.json", weights_path) >= cap) return NULL;
+    } else if ((size_t)snprintf(buf, cap, "%.*sconfig.json", dir, weights_path) >= cap) {
+        return NULL;
+    }
     return access(buf, R_OK) == 0 ? buf : NULL;
 }

@@ -40,8 +40,8 @@ void pp_lm_config_default(pp_lm_config *c);
 int pp_lm_config_parse(const char *text, size_t len, const char *label, pp_lm_config *c, char *err);
 /* Reads and parses the file at path. */
 int pp_lm_config_load(const char *path, pp_lm_config *c, char *err);
-/* The config.json beside a checkpoint (same directory), written into buf: buf when it is
- * readable, else NULL (the checkpoint runs with the defaults). */
+/* The config.json beside a checkpoint (same directory; inside it for an ONNX bundle folder),
+ * written into buf: buf when it is readable, else NULL (the checkpoint runs with the defaults). */
 const char *pp_lm_config_beside(const char *weights_path, char *buf, size_t cap);
 /* Checks ranges and derives the hidden widths; called by both functions above. */
 int pp_lm_config_validate(pp_lm_config *c, const char *label, char *err);

@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/onnx_bundle.h"
 #include "io/quant_tensor.h"
 #include "model/lm.h"
 #include "model/lm_config.h"
@@ -31,17 +32,16 @@ int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_ses
 int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *err) {
     pp_lm_config c;
     pp_lm_config_default(&c);
-    char cfg[4200];
-    snprintf(cfg, sizeof cfg, "%s", weights);
-    char *slash = strrchr(cfg, '/');
-    snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
-    int have_config = access(cfg, R_OK) == 0;
+    char buf[4200];
+    const char *cfg = pp_lm_config_beside(weights, buf, sizeof buf);
+    int have_config = cfg != NULL;
     if (have_config) {
         int rc = pp_lm_config_load(cfg, &c, err);
         if (rc) return rc;
     }
     st_file *f;
-    if (!pp_st_open(weights, &f, NULL)) { /* the layer count of a GGUF file (24 in sts-web's) */
+    /* the layer count of a GGUF file (24 in sts-web's); a bundle is not opened (that converts it) */
+    if (!pp_onnx_bundle_is(weights) && !pp_st_open(weights, &f, NULL)) {
         pp_lm_config_fit_file(&c, f, have_config);
         pp_st_close(f);
     }
@@ -118,7 +118,10 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
     if (rc) return rc;
     st_file *f;
     p.weights = file_size(mimi);
-    if (!pp_st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
+    size_t bundle_bytes;
+    if (pp_onnx_bundle_is(weights)) { /* sized from its graphs: opening it would convert every weight */
+        if (!pp_onnx_bundle_size(weights, &bundle_bytes, NULL)) p.weights += bundle_bytes;
+    } else if (!pp_st_open(weights, &f, NULL)) { /* a GGUF file's shards count together */
         p.weights += loaded_bytes(f, quantize);
         pp_st_close(f);
     }

@@ -142,7 +142,8 @@ static int route_voices(server *s, struct lws *wsi, http_pss *pss) {
     size_t count = 0;
     if (dir && pp_voice_list(dir, &names, &count, err) != PP_OK) PP_WARN("http", "/api/voices: %s", err);
     /* every name escaped at worst (6 bytes a byte) */
-    size_t cap = 64 + count * (6 * PP_VOICE_NAME_MAX + 4) + 6 * strlen(s->opt->voice);
+    size_t prompts = model ? pp_model_prompt_count(model) : 0;
+    size_t cap = 96 + (count + prompts) * (6 * PP_VOICE_NAME_MAX + 4) + 6 * strlen(s->opt->voice);
     char *body = malloc(cap);
     if (!body) {
         free(names);
@@ -157,6 +158,15 @@ static int route_voices(server *s, struct lws *wsi, http_pss *pss) {
     }
     pp_jw_raw(&w, "],\"default\":");
     pp_jw_str(&w, s->opt->voice, strlen(s->opt->voice));
+    if (prompts) { /* a bundle's named system prompts, for text_prompt "@NAME" */
+        pp_jw_raw(&w, ",\"prompts\":[");
+        for (size_t i = 0; i < prompts; i++) {
+            const char *name = pp_model_prompt_name(model, i);
+            if (i) pp_jw_raw(&w, ",");
+            pp_jw_str(&w, name, strlen(name));
+        }
+        pp_jw_raw(&w, "]");
+    }
     pp_jw_raw(&w, "}\n");
     long len = pp_jw_end(&w);
     int rc = len < 0 ? -1 : respond(wsi, pss, HTTP_STATUS_OK, "application/json", body, (size_t)len);

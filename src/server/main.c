@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "base/log.h"
+#include "io/onnx_bundle.h"
 #include "audio/aec.h"
 #include "server/capacity.h"
 #include "server/cert.h"
@@ -44,7 +45,7 @@ typedef struct app {
     server_options opt;
     pp_backend *backend;
     char state_dir[4096];
-    char paths[4][4096]; /* weights, mimi, tokenizer, voices dir as resolved */
+    char paths[5][4096]; /* weights, mimi, tokenizer, voices dir, system prompts ("" none) as resolved */
     pp_demo_files demo;
 } app;
 
@@ -109,13 +110,15 @@ static void find_state_dir(const server_options *o, char *out, size_t cap) {
     else snprintf(out, cap, "%s/.local/state/personaplex", home && *home ? home : ".");
 }
 
-/* Fills a->paths from the options: the released file names beside --weights by default. */
+/* Fills a->paths from the options: the released file names (and system_prompts.bin when there is
+ * one) beside --weights by default, or inside it when it is an ONNX bundle folder. */
 static int resolve_model_paths(app *a, char *err) {
     const server_options *o = &a->opt;
     if (!o->weights) return pp_fail(err, PP_EINVAL, "--weights FILE is required (or --demo for the built-in model)");
     const char *slash = strrchr(o->weights, '/');
-    int dir = slash ? (int)(slash - o->weights) : 1;
-    const char *base = slash ? o->weights : ".";
+    int bundle = pp_onnx_bundle_is(o->weights);
+    int dir = bundle ? (int)strlen(o->weights) : slash ? (int)(slash - o->weights) : 1;
+    const char *base = bundle || slash ? o->weights : ".";
     const char *given[4] = {o->weights, o->mimi, o->tokenizer, o->voices_dir};
     const char *beside[4] = {NULL, MIMI_FILE, TOKENIZER_FILE, "voices"};
     for (int i = 0; i < 4; i++) {
@@ -124,6 +127,14 @@ static int resolve_model_paths(app *a, char *err) {
                          : snprintf(a->paths[i], cap, "%.*s/%s", dir, base, beside[i]);
         if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", o->weights);
     }
+    /* named system prompts: a bundle's, or one personaplex-convert wrote beside the checkpoint */
+    snprintf(a->paths[4], sizeof a->paths[4], "%.*s/%s", dir, base, PP_ONNX_PROMPTS);
+    if (access(a->paths[4], R_OK)) a->paths[4][0] = '\0';
+    if (bundle && !o->mimi && access(a->paths[1], R_OK))
+        return pp_fail(err, PP_ENOTFOUND,
+                       "%s: an ONNX bundle's codec graphs (mimi_*.onnx) are not read; put %s in the bundle "
+                       "folder or pass --mimi FILE",
+                       o->weights, MIMI_FILE);
     return PP_OK;
 }
 
@@ -185,6 +196,7 @@ static void *load_main(void *arg) {
                          .mimi = a->paths[1],
                          .tokenizer = a->paths[2],
                          .voices_dir = a->paths[3],
+                         .prompts = a->paths[4][0] ? a->paths[4] : NULL,
                          .quantize = a->opt.quantize,
                          .quantize_group = a->opt.quantize_group,
                          .quantize_temporal_only = a->opt.quantize_temporal_only};

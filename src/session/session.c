@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "io/prompts.h"
 #include "io/voice.h"
 #include "model/lmgen.h"
 #include "model/mimi.h"
@@ -33,6 +34,7 @@ struct pp_model {
     pp_lm *lm;
     mimi_model *mimi;
     pp_spm *spm;
+    pp_prompts *prompts; /* named token prompts ("@NAME"), NULL when none */
     char name[256];
     char voices_dir[4096]; /* "" when none */
     char identity[IDENTITY_MAX]; /* the LM weights file: prompt cache entries are tied to it */
@@ -96,6 +98,7 @@ void pp_model_close(pp_model *m) {
     pp_lm_close(m->lm);
     pp_mimi_close(m->mimi);
     pp_spm_free(m->spm);
+    pp_prompts_free(m->prompts);
     free(m);
 }
 
@@ -118,6 +121,7 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
                                   paths->quantize ? &q : NULL, &m->lm, err);
     if (!rc) rc = pp_mimi_open(be, paths->mimi, NULL, &m->mimi, err);
     if (!rc) rc = pp_spm_load_file(&m->spm, paths->tokenizer, err);
+    if (!rc && paths->prompts) rc = pp_prompts_load(paths->prompts, &m->prompts, err);
     if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
                      pp_mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
@@ -136,6 +140,8 @@ const char *pp_model_name(const pp_model *m) { return m->name; }
 const char *pp_model_backend(const pp_model *m) { return m->be->ops->name; }
 pp_backend *pp_model_get_backend(const pp_model *m) { return m->be; }
 const char *pp_model_voices_dir(const pp_model *m) { return m->voices_dir[0] ? m->voices_dir : NULL; }
+size_t pp_model_prompt_count(const pp_model *m) { return pp_prompts_count(m->prompts); }
+const char *pp_model_prompt_name(const pp_model *m, size_t i) { return pp_prompts_name(m->prompts, i); }
 const pp_lm *pp_model_lm(const pp_model *m) { return m->lm; }
 const mimi_model *pp_model_mimi(const pp_model *m) { return m->mimi; }
 pp_kv_format pp_model_kv_cache(const pp_model *m) { return m->kv; }
@@ -205,7 +211,18 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     int rc = load_voice(s, p->voice, err);
     if (!rc && !(s->prompt = malloc((size_t)max_prompt_tokens * sizeof *s->prompt)))
         rc = pp_fail(err, PP_ENOMEM, "session: out of memory");
-    if (!rc) {
+    if (!rc && p->text_prompt[0] == '@') { /* a named prompt: token ids as stored */
+        const int32_t *ids;
+        rc = pp_prompts_find(m->prompts, p->text_prompt + 1, &ids, &n, err);
+        if (!rc && n > (size_t)max_prompt_tokens)
+            rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", p->text_prompt + 1, n,
+                         max_prompt_tokens);
+        for (size_t i = 0; !rc && i < n; i++)
+            if (ids[i] >= pp_lm_get_config(m->lm)->text_card)
+                rc = pp_fail(err, PP_EINVAL, "system prompt '%s': token %d is past the text vocabulary (%d)",
+                             p->text_prompt + 1, ids[i], pp_lm_get_config(m->lm)->text_card);
+        if (!rc) memcpy(s->prompt, ids, n * sizeof *ids);
+    } else if (!rc) {
         rc = pp_spm_encode_prompt(m->spm, p->text_prompt, s->prompt, (size_t)max_prompt_tokens, &n, err);
         if (rc == PP_EFULL)
             pp_fail(err, PP_EFULL, "the text prompt is too long: the limit is %d tokens", max_prompt_tokens);

@@ -1,0 +1,68 @@
+/* fuzz_onnx: the readers of an ONNX bundle's files. The first byte picks one:
+ *   0  a pair of graphs (u32 little-endian length of temporal_step.onnx, its bytes, then
+ *      depformer_step.onnx): parsed (io/protobuf, io/onnx), mapped by structure and converted
+ *      (io/onnx_bundle), every tensor of every graph walked;
+ *   1  a voices/NAME.bin;   2  a system_prompts.bin.
+ * Each input is refused with a message or read within its bounds; ASan reports any stray access. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "io/onnx.h"
+#include "io/onnx_bundle.h"
+#include "io/prompts.h"
+#include "io/voice.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void walk(const uint8_t *buf, size_t len) {
+    pp_onnx_model *m;
+    char err[PP_ERR_LEN];
+    if (pp_onnx_parse(buf, len, "fuzz.onnx", &m, err)) return;
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < pp_onnx_node_count(m); i++) {
+        const pp_onnx_node *n = pp_onnx_node_at(m, i);
+        for (int k = 0; k < n->n_in; k++) {
+            const pp_onnx_tensor *t = pp_onnx_constant(m, n->in[k]);
+            if (t && t->data && t->nbytes) sink ^= t->data[0] ^ t->data[t->nbytes - 1];
+        }
+    }
+    (void)sink;
+    pp_onnx_close(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    char err[PP_ERR_LEN];
+    const uint8_t *p = data + 1;
+    size_t n = size - 1;
+    switch (data[0]) {
+    case 0: {
+        if (n < 4) return 0;
+        size_t first = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+        if (first > n - 4) return 0;
+        walk(p + 4, first);
+        walk(p + 4 + first, n - 4 - first);
+        pp_onnx_bundle_check_memory(p + 4, first, p + 4 + first, n - 4 - first, err);
+        return 0;
+    }
+    case 1: {
+        pp_voice v;
+        if (!pp_voice_load_sc_memory(p, n, "fuzz.bin", 0, &v, err)) pp_voice_free(&v);
+        return 0;
+    }
+    case 2: {
+        pp_prompts *ps;
+        if (pp_prompts_parse(p, n, "fuzz_prompts.bin", &ps, err)) return 0;
+        const int32_t *ids;
+        size_t count;
+        for (size_t i = 0; i < pp_prompts_count(ps); i++)
+            if (pp_prompts_find(ps, pp_prompts_name(ps, i), &ids, &count, err)) abort();
+        pp_prompts_free(ps);
+        return 0;
+    }
+    default: return 0;
+    }
+}

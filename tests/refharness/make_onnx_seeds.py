@@ -1,0 +1,47 @@
+"""Seeds for tests/fuzz/fuzz_onnx: micro bundles (every tensor inline) of each variant, a voice and a prompts file."""
+import os
+import struct
+import sys
+import tempfile
+
+import common  # noqa: F401
+import onnx
+import torch
+import onnx_bundle
+from gen_lm import TINY
+from moshi.models.lm import LMModel
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+for kind in ("int8", "int4", "mixed"):
+    torch.manual_seed(1)
+    cfg = dict(TINY, dim=16, num_heads=2, num_layers=1, card=8, text_card=8, depformer_dim=16,
+               depformer_num_heads=2, depformer_num_layers=1, depformer_dim_feedforward=24, hidden_scale=1.5)
+    lm = LMModel(device="cpu", dtype=torch.float32, **cfg).eval()
+    with torch.no_grad():
+        for n, p in lm.named_parameters():
+            if n.endswith("alpha"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_bundle.BLOCKS = {"int8": 16, "int4": 16}
+        onnx_bundle.build(lm, kind, os.path.join(tmp, "b"), tmp)
+        blobs = []
+        for f in ("temporal_step.onnx", "depformer_step.onnx"):
+            m = onnx.load(os.path.join(tmp, "b", f))  # external data read back in
+            for init in m.graph.initializer:
+                if init.data_location == onnx.TensorProto.EXTERNAL:
+                    init.data_location = onnx.TensorProto.DEFAULT
+                    del init.external_data[:]
+            blobs.append(m.SerializeToString())
+    with open(os.path.join(out, f"bundle-{kind}"), "wb") as f:
+        f.write(b"\0" + struct.pack("<I", len(blobs[0])) + blobs[0] + blobs[1])
+voice = os.path.join(out, "voice")
+onnx_bundle.write_voice(voice + ".tmp", [[0.5, -1.0]], [[i for i in range(4)]] * 17)
+with open(voice + ".tmp", "rb") as f, open(voice, "wb") as g:
+    g.write(b"\1" + f.read())
+os.remove(voice + ".tmp")
+prompts = os.path.join(out, "prompts")
+onnx_bundle.write_prompts(prompts + ".tmp", [("helpful", [1, 2, 3]), ("warm", [])])
+with open(prompts + ".tmp", "rb") as f, open(prompts, "wb") as g:
+    g.write(b"\2" + f.read())
+os.remove(prompts + ".tmp")

@@ -1,0 +1,264 @@
+/* onnx: the protobuf reader's bounds, the ONNX model reader (external data, locations that leave
+ * the folder), the bundle mapper's refusals naming the node or file at fault, speech-core's voice
+ * and prompt files, and a named prompt selected in a session. The bundles' numerics are the
+ * golden cases' (golden_lm-onnx-*). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "io/file.h"
+#include "io/onnx.h"
+#include "io/onnx_bundle.h"
+#include "io/prompts.h"
+#include "io/protobuf.h"
+#include "io/safetensors.h"
+#include "io/voice.h"
+#include "personaplex.h"
+#include "test.h"
+
+#define BUNDLE PP_TEST_DATA "/golden/lm-onnx-int8/bundle"
+#define SEEDS PP_TEST_DATA "/../fuzz/corpus/fuzz_onnx"
+
+static void test_protobuf(void) {
+    char err[PP_ERR_LEN];
+    pp_pb_field f;
+    /* field 1 varint 150, field 2 bytes "hi", field 3 fixed32 */
+    const uint8_t ok[] = {0x08, 0x96, 0x01, 0x12, 0x02, 'h', 'i', 0x1d, 1, 2, 3, 4};
+    pp_pb c = pp_pb_open(ok, sizeof ok);
+    int a = pp_pb_next(&c, &f, "t", err) == 1 && f.number == 1 && f.u == 150;
+    int b = pp_pb_next(&c, &f, "t", err) == 1 && f.number == 2 && f.len == 2 && !memcmp(f.bytes, "hi", 2);
+    int d = pp_pb_next(&c, &f, "t", err) == 1 && f.wire == PP_PB_FIXED32 && f.u == 0x04030201;
+    TEST_COND("protobuf: varint, bytes, fixed32 fields read", a && b && d && pp_pb_next(&c, &f, "t", err) == 0);
+    const uint8_t past[] = {0x12, 0x05, 'h', 'i'};
+    c = pp_pb_open(past, sizeof past);
+    TEST_COND("protobuf: a length past the end is refused",
+              pp_pb_next(&c, &f, "t", err) == PP_EFORMAT && strstr(err, "past the"));
+    const uint8_t group[] = {0x0b};
+    c = pp_pb_open(group, sizeof group);
+    TEST_COND("protobuf: groups are refused", pp_pb_next(&c, &f, "t", err) == PP_EFORMAT && strstr(err, "wire type 3"));
+    const uint8_t overlong[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    c = pp_pb_open(overlong, sizeof overlong);
+    TEST_COND("protobuf: an 11-byte varint is refused", pp_pb_next(&c, &f, "t", err) == PP_EFORMAT);
+    const uint8_t truncated[] = {0x08, 0x80};
+    c = pp_pb_open(truncated, sizeof truncated);
+    TEST_COND("protobuf: a truncated varint is refused", pp_pb_next(&c, &f, "t", err) == PP_EFORMAT);
+}
+
+static void test_model(void) {
+    char err[PP_ERR_LEN];
+    pp_onnx_model *m = NULL;
+    int rc = pp_onnx_open(BUNDLE "/temporal_step.onnx", &m, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("temporal_step.onnx opens with its external data", rc == 0);
+    if (rc) return;
+    const pp_onnx_value *in = pp_onnx_input_at(m, 0);
+    TEST_COND("graph inputs with shapes (text_token [1, 1], past_k_all [L, 1, H, T, hd] with T symbolic)",
+              pp_onnx_input_count(m) == 4 && !strcmp(in->name, "text_token") && in->ndim == 2 &&
+                  pp_onnx_input_at(m, 2)->ndim == 5 && pp_onnx_input_at(m, 2)->dims[3] == -1);
+    size_t nbits = 0, external = 0;
+    for (size_t i = 0; i < pp_onnx_node_count(m); i++) {
+        const pp_onnx_node *n = pp_onnx_node_at(m, i);
+        if (strcmp(n->op_type, "MatMulNBits")) continue;
+        nbits++;
+        const pp_onnx_tensor *b = pp_onnx_constant(m, n->in[1]);
+        const pp_onnx_attr *bits = pp_onnx_attr_find(n, "bits");
+        external += b && b->data && b->nbytes == (size_t)b->numel && bits && bits->i == 8 &&
+                    !strcmp(n->domain, "com.microsoft");
+    }
+    TEST_COND("13 MatMulNBits nodes, their B read from the .data file", nbits == 13 && external == 13);
+    pp_onnx_close(m);
+
+    /* a tensor whose external location leaves the folder */
+    char dir[] = "/tmp/pp-onnx-XXXXXX", path[256];
+    if (!mkdtemp(dir)) return;
+    /* ModelProto{graph{initializer{dims 1, data_type 1, name "w", data_location 1,
+     * external_data{key "location", value "../x"}}}} */
+    const uint8_t model[] = {0x3a, 29,  0x2a, 27,  0x08, 0x01, 0x10, 0x01, 0x42, 0x01, 'w', 0x70, 0x01, 0x6a, 16, 0x0a,
+                             8,    'l', 'o',  'c', 'a',  't',  'i',  'o',  'n',  0x12, 4,   '.',  '.',  '/',  'x'};
+    snprintf(path, sizeof path, "%s/m.onnx", dir);
+    FILE *f = fopen(path, "wb");
+    if (f) fwrite(model, 1, sizeof model, f), fclose(f);
+    rc = pp_onnx_open(path, &m, err);
+    TEST_COND("an external location outside the folder is refused, naming tensor and location",
+              rc == PP_EFORMAT && strstr(err, "'w'") && strstr(err, "../x"));
+    rc = pp_onnx_parse(model, sizeof model, "mem", &m, err);
+    TEST_COND("external data from memory is refused", rc == PP_EUNSUPPORTED);
+    unlink(path);
+    rmdir(dir);
+}
+
+static int copy_file(const char *from, const char *to) {
+    unsigned char *buf;
+    size_t len;
+    char err[PP_ERR_LEN];
+    FILE *f;
+    if (pp_file_read_all(from, 1u << 28, &buf, &len, err)) return -1;
+    int rc = pp_file_create(to, &f, err) || fwrite(buf, 1, len, f) != len || pp_file_commit(to, f, err);
+    free(buf);
+    return rc ? -1 : 0;
+}
+
+static void test_structure(void) {
+    char err[PP_ERR_LEN], dir[] = "/tmp/pp-bundle-XXXXXX", a[256], b[256];
+    if (!mkdtemp(dir)) return;
+    /* the temporal graph where the depformer's should be */
+    static const char *const files[][2] = {{"temporal_step.onnx", "temporal_step.onnx"},
+                                           {"temporal_step.onnx.data", "temporal_step.onnx.data"},
+                                           {"temporal_step.onnx", "depformer_step.onnx"}};
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/%s", BUNDLE, files[i][0]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i][1]);
+        ok &= copy_file(a, b) == 0;
+    }
+    st_file *f = NULL;
+    int rc = pp_st_open(dir, &f, err);
+    TEST_COND("a depformer graph of the wrong structure is refused, naming the file",
+              ok && rc == PP_EFORMAT && strstr(err, "depformer_step.onnx") && !f);
+    /* a .data file cut short */
+    snprintf(b, sizeof b, "%s/temporal_step.onnx.data", dir);
+    ok = truncate(b, 1000) == 0;
+    rc = pp_st_open(dir, &f, err);
+    TEST_COND("external data past the end of its file is refused",
+              ok && rc == PP_EFORMAT && strstr(err, "past the end"));
+    for (int i = 0; i < 3; i++) {
+        snprintf(b, sizeof b, "%s/%s", dir, files[i][1]);
+        unlink(b);
+    }
+    rmdir(dir);
+
+    rc = pp_st_open(BUNDLE, &f, err);
+    TEST_COND("the int8 bundle opens as a checkpoint", rc == 0);
+    if (rc) return;
+    const st_tensor *z = pp_st_find(f, "transformer.layers.0.self_attn.in_proj_weight.zero_point");
+    const st_tensor *w = pp_st_find(f, "depformer.layers.0.self_attn.in_proj_weight");
+    const st_tensor *s = pp_st_find(f, "depformer.layers.0.self_attn.in_proj_weight.SCB");
+    TEST_COND("MatMulNBits zero points kept; the INT8 step stacks become one [steps·3·dim, dim] weight per layer",
+              z && z->dtype == ST_I8 && w && w->dtype == ST_I8 && s && w->shape[0] == s->shape[0] &&
+                  w->shape[0] == 16 * 3 * w->shape[1]);
+    pp_st_close(f);
+
+    /* the fuzz seeds convert completely from memory */
+    static const char *const seeds[] = {"bundle-int8", "bundle-int4", "bundle-mixed"};
+    for (int i = 0; i < 3; i++) {
+        unsigned char *buf;
+        size_t len;
+        snprintf(a, sizeof a, "%s/%s", SEEDS, seeds[i]);
+        if (pp_file_read_all(a, 1u << 24, &buf, &len, err)) {
+            TEST_COND(seeds[i], 0);
+            continue;
+        }
+        size_t first = (size_t)buf[1] | (size_t)buf[2] << 8 | (size_t)buf[3] << 16 | (size_t)buf[4] << 24;
+        rc = pp_onnx_bundle_check_memory(buf + 5, first, buf + 5 + first, len - 5 - first, err);
+        if (rc) fprintf(stderr, "%s: %s\n", seeds[i], err);
+        TEST_COND("fuzz seed bundle maps and converts", rc == 0);
+        free(buf);
+    }
+}
+
+static void test_voice_and_prompts(void) {
+    char err[PP_ERR_LEN], path[512];
+    pp_voice v;
+    int rc = pp_voice_resolve(BUNDLE "/voices", "NATF2", path, sizeof path, err);
+    TEST_COND("voice NATF2 resolves to voices/NATF2.bin", rc == 0 && strstr(path, "NATF2.bin"));
+    rc = pp_voice_load(path, 128, &v, err);
+    TEST_COND("voices/NATF2.bin loads (3 frames x 128)", rc == 0 && v.frames == 3 && v.dim == 128);
+    pp_voice_free(&v);
+    char **names;
+    size_t count;
+    rc = pp_voice_list(BUNDLE "/voices", &names, &count, err);
+    TEST_COND("the bundle's voices are listed", rc == 0 && count == 1 && !strcmp(names[0], "NATF2"));
+    if (!rc) free(names);
+    unsigned char *buf;
+    size_t len;
+    if (pp_file_read_all(path, 1u << 20, &buf, &len, err)) return;
+    TEST_COND("a voice .bin one byte short is refused",
+              pp_voice_load_sc_memory(buf, len - 1, "v.bin", 0, &v, err) == PP_EFORMAT);
+    buf[0] ^= 1;
+    TEST_COND("a voice .bin with another magic is refused",
+              pp_voice_load_sc_memory(buf, len, "v.bin", 0, &v, err) == PP_EFORMAT && strstr(err, "magic"));
+    free(buf);
+
+    pp_prompts *p;
+    rc = pp_prompts_load(BUNDLE "/system_prompts.bin", &p, err);
+    TEST_COND("system_prompts.bin loads its 4 prompts", rc == 0 && pp_prompts_count(p) == 4);
+    if (rc) return;
+    const int32_t *ids;
+    size_t n;
+    rc = pp_prompts_find(p, "expert", &ids, &n, err);
+    TEST_COND("prompt 'expert' is [9, 8, 7]", rc == 0 && n == 3 && ids[0] == 9 && ids[2] == 7);
+    rc = pp_prompts_find(p, "nope", &ids, &n, err);
+    TEST_COND("an unknown prompt name lists those there are",
+              rc == PP_ENOTFOUND && strstr(err, "helpful, expert, warm, direct"));
+    pp_prompts_free(p);
+    const uint8_t dup[] = {0x73, 0x65, 0x50, 0x50, 1, 0, 0, 0, 2, 0, 0,   0, 1, 0, 0,
+                           0,    'a',  0,    0,    0, 0, 1, 0, 0, 0, 'a', 0, 0, 0, 0};
+    TEST_COND("a prompt named twice is refused",
+              pp_prompts_parse(dup, sizeof dup, "p", &p, err) == PP_EFORMAT && strstr(err, "twice"));
+    TEST_COND("a prompts file cut short is refused", pp_prompts_parse(dup, sizeof dup - 2, "p", &p, err) == PP_EFORMAT);
+}
+
+/* A text prompt "@NAME" runs the named prompt's ids; unknown names and ids past the vocabulary
+ * are refused when the conversation is created. */
+static void test_named_prompt(void) {
+    char err[PP_ERR_LEN], dir[] = "/tmp/pp-prompts-XXXXXX", path[256];
+    if (!mkdtemp(dir)) return;
+    pp_demo_files files;
+    if (pp_demo_write(dir, &files, err)) {
+        TEST_COND("demo model written", 0);
+        return;
+    }
+    /* helpful [5, 6, 7], big [1000000] */
+    const uint8_t prompts[] = {0x73, 0x65, 0x50, 0x50, 1,   0, 0, 0,   2,   0,   0, 0, 7, 0, 0,    0,    'h',  'e',
+                               'l',  'p',  'f',  'u',  'l', 3, 0, 0,   0,   5,   0, 0, 0, 6, 0,    0,    0,    7,
+                               0,    0,    0,    3,    0,   0, 0, 'b', 'i', 'g', 1, 0, 0, 0, 0x40, 0x42, 0x0f, 0};
+    snprintf(path, sizeof path, "%s/system_prompts.bin", dir);
+    FILE *f = fopen(path, "wb");
+    if (f) fwrite(prompts, 1, sizeof prompts, f), fclose(f);
+    pp_backend *be = NULL;
+    pp_model *m = NULL;
+    pp_model_paths paths = {.weights = files.weights,
+                            .mimi = files.mimi,
+                            .tokenizer = files.tokenizer,
+                            .voices_dir = files.voices_dir,
+                            .prompts = path};
+    int rc = pp_backend_cpu_create(1, &be, err);
+    if (!rc) rc = pp_model_open(be, &paths, &m, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("a model opens with its system prompts",
+              rc == 0 && pp_model_prompt_count(m) == 2 && !strcmp(pp_model_prompt_name(m, 1), "big"));
+    if (!rc) {
+        pp_session_params p;
+        pp_session *s = NULL;
+        pp_params_defaults(&p);
+        snprintf(p.text_prompt, sizeof p.text_prompt, "@helpful");
+        rc = pp_session_create(m, &p, 64, &s, err);
+        TEST_COND("text prompt @helpful starts a conversation", rc == 0);
+        pp_session_destroy(s);
+        snprintf(p.text_prompt, sizeof p.text_prompt, "@nope");
+        TEST_COND("@nope is refused, naming the prompts there are",
+                  pp_session_create(m, &p, 64, &s, err) == PP_ENOTFOUND && strstr(err, "helpful, big"));
+        snprintf(p.text_prompt, sizeof p.text_prompt, "@big");
+        TEST_COND("a prompt with ids past the text vocabulary is refused",
+                  pp_session_create(m, &p, 64, &s, err) == PP_EINVAL && strstr(err, "vocabulary"));
+    }
+    pp_model_close(m);
+    pp_backend_destroy(be);
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm)) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(void) {
+    pp_log_set_level(PP_LOG_WARN);
+    test_protobuf();
+    test_model();
+    test_structure();
+    test_voice_and_prompts();
+    test_named_prompt();
+    return test_report();
+}
