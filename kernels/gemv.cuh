@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
         }
 #pragma unroll
         for (int r = 0; r < F::RPW; r++) {
-            const int64_t g = (e0[r] + c * F::V) / w.group;
+            const int64_t g = F::QUANT ? (e0[r] + c * F::V) / w.group : 0; /* dense weights have no groups */
             float s = F::QUANT ? pk_group_scale(w, g) : 1.0f;
             float z = FMT == PK_INT8 && w.zeros ? (float)w.zeros[g] : 0.0f;
 #pragma unroll

@@ -4,7 +4,8 @@
  * reads, against the machine's memcpy bandwidth, and G weights/s (what tools/bench-vs-ggml.sh
  * compares with ggml's MUL_MAT on the same shape).
  *   personaplex-bench gemv [--threads N] [--batch N] [--seconds S] [--formats f32,bf16,...]
- *                          [--small | --shape ROWSxCOLS] */
+ *                          [--small | --shape ROWSxCOLS] [--zero-points]
+ * --zero-points gives the INT8 weights a zero point per block (an ONNX bundle's asymmetric blocks). */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -53,11 +54,14 @@ typedef struct {
     void *data, *scales, *nested, *map;
 } held;
 
+static int zero_points; /* --zero-points */
+
 static void held_free(held *h) {
     free(h->data);
     free(h->scales);
     free(h->nested);
     free(h->map);
+    free((void *)h->w.zeros);
     memset(h, 0, sizeof *h);
 }
 
@@ -132,6 +136,9 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
         if (cols % block || !(h->data = malloc(n)) || !(h->scales = malloc(n / (size_t)block * 4))) return -1;
         pp_quant_int8_quantize(src, rows, cols, block, h->data, h->scales);
         h->w.group = (int)block;
+        int8_t *zeros = zero_points ? malloc(n / (size_t)block) : NULL;
+        for (size_t g = 0; zeros && g < n / (size_t)block; g++) zeros[g] = (int8_t)(g % 17 - 8);
+        if (zero_points && !(h->w.zeros = zeros)) return -1;
         break;
     }
     case PP_WF_COUNT: return -1;
@@ -156,7 +163,8 @@ static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, in
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
-                    "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k,int8] [--small | --shape ROWSxCOLS]\n");
+                    "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k,int8] [--small | --shape ROWSxCOLS] "
+                    "[--zero-points]\n");
     return 2;
 }
 
@@ -174,6 +182,8 @@ int bench_gemv(int argc, char **argv) {
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--formats") == 0 && i + 1 < argc)
             formats = argv[++i];
+        else if (strcmp(argv[i], "--zero-points") == 0)
+            zero_points = 1;
         else if (strcmp(argv[i], "--small") == 0)
             small = 1;
         else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {

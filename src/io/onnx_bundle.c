@@ -440,6 +440,17 @@ static int scan(const graph *g, found *f, char *err) {
             f->lin[f->n_lin++] = l;
             continue;
         }
+        /* a fused norm (ONNX Runtime's optimizer, opset 23): its scale input */
+        int fused = is_op(n, "SimplifiedLayerNormalization") || is_op(n, "RMSNormalization") ? 1
+                    : is_op(n, "SkipSimplifiedLayerNormalization")                           ? 2
+                                                                                             : 0;
+        if (fused && n->n_in > fused && dim) {
+            if (!resolve(g, n->in[fused], &w, 0) || w.stacked || w.scale || !is_float(w.t->dtype) || w.t->numel != dim)
+                return bad_node(g, n, err, "norm scale is not a float constant of the model's width");
+            if ((rc = readable(g, n, w.t, err))) return rc;
+            f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = w.t;
+            continue;
+        }
         if (is_op(n, "Mul") && n->n_in == 2 && dim) {
             for (int k = 0; k < 2; k++) {
                 if (!resolve(g, n->in[k], &w, 0) || w.stacked || w.scale || !is_float(w.t->dtype)) continue;
