@@ -140,6 +140,9 @@ static void test_structure(void) {
     TEST_COND("MatMulNBits zero points kept; the INT8 step stacks become one [steps·3·dim, dim] weight per layer",
               z && z->dtype == ST_I8 && w && w->dtype == ST_I8 && s && w->shape[0] == s->shape[0] &&
                   w->shape[0] == 16 * 3 * w->shape[1]);
+    pp_st_drop_data(f); /* what a device backend does once it holds every weight */
+    TEST_COND("dropping the converted weights keeps the table, without data",
+              pp_st_find(f, "text_linear.weight") && !pp_st_find(f, "text_linear.weight")->data);
     pp_st_close(f);
 
     /* the fuzz seeds convert completely from memory */

@@ -1,9 +1,12 @@
+#define _DEFAULT_SOURCE /* madvise */
 #include "io/onnx_bundle.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/log.h"
@@ -350,7 +353,8 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
         companion(name, "SCB", key);
         if (!(o = plan(b, key, ST_F32, 1, rows, 0, 0, F_SCALES127, err))) return PP_ENOMEM;
         o->bcast = s->numel == 1;
-        o->src = s->data + (o->bcast ? 0 : (size_t)(first * l->N) * 4), o->src_dtype = s->dtype, o->count = rows;
+        o->src = s->data + (o->bcast ? 0 : (size_t)(first * l->N) * (size_t)pp_onnx_dtype_size(s->dtype));
+        o->src_dtype = s->dtype, o->count = rows;
         /* uint8 codes without a zero point are offset by 128 like any other */
         int flip_only = !z && t->dtype == PP_ONNX_UINT8;
         if (!flip_only && (!z || !any_nonzero_zero_point(z, first * l->N, rows))) return 0;
@@ -733,6 +737,24 @@ static void fill(const out *o, uint8_t *dst) {
     }
 }
 
+/* Source bytes of the large conversions (the small ones are not worth a system call). */
+static size_t src_bytes(const out *o) {
+    switch (o->kind) {
+    case F_COPY: return o->nbytes;
+    case F_TRANSPOSE: return (size_t)(o->steps * o->K * o->N) * (size_t)pp_onnx_dtype_size(o->src_dtype);
+    case F_NBITS_CODES: return (size_t)(o->N * o->K) * (size_t)o->bits / 8;
+    default: return 0;
+    }
+}
+
+/* The mapped source pages a conversion read go back to the kernel (read again from the file if a
+ * later tensor shares them), so loading holds the converted weights and little of the file. */
+static void release_source(const out *o) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->src, b = a + src_bytes(o);
+    uintptr_t first = (a + page - 1) / page * page, last = b / page * page;
+    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
+}
+
 static int is_dir(const char *path) {
     struct stat sb;
     return !stat(path, &sb) && S_ISDIR(sb.st_mode);
@@ -817,6 +839,7 @@ int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, con
     for (size_t i = 0; !rc && i < b->n_outs; i++) {
         const out *o = &b->outs[i];
         fill(o, b->buf + o->off);
+        release_source(o);
         st_tensor *s = &b->tensors[i];
         s->name = o->name, s->dtype = o->dtype, s->ndim = o->ndim, s->numel = 1;
         for (int k = 0; k < o->ndim; k++) s->shape[k] = o->shape[k], s->numel *= o->shape[k];

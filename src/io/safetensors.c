@@ -356,6 +356,13 @@ void pp_st_release(const st_file *f, const st_tensor *t) {
     uintptr_t first = (a + page - 1) / page * page, last = b / page * page; /* only pages wholly its */
     if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
 }
+void pp_st_drop_data(st_file *f) {
+    if (!f->bundle) return;
+    pp_onnx_bundle_free(f->bundle);
+    f->bundle = NULL;
+    for (size_t i = 0; i < f->count; i++) f->tensors[i].data = NULL;
+    f->base = NULL;
+}
 size_t pp_st_count(const st_file *f) { return f->count; }
 const st_tensor *pp_st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 

@@ -73,6 +73,10 @@ const void *pp_st_base(const st_file *f);
  * (they are the file's, read again on a later access). Quantizing at load calls it after each
  * source tensor, so the dense source never stays resident. */
 void pp_st_release(const st_file *f, const st_tensor *t);
+/* The tensors' bytes will not be read again (a device holds its own copy of every weight): an ONNX
+ * bundle's converted weights, memory of its own, are freed and its tensors' data set to NULL.
+ * Mapped files are left as they are (their pages are the kernel's to reclaim). */
+void pp_st_drop_data(st_file *f);
 size_t pp_st_count(const st_file *f);
 const st_tensor *pp_st_at(const st_file *f, size_t i); /* in header order */
 const st_tensor *pp_st_find(const st_file *f, const char *name);

@@ -262,6 +262,8 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
     if (!rc) rc = pp_lm_config_for(config_path, lm->file, &lm->cfg, err);
     if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
+    /* a device copied every weight: an ONNX bundle's converted host copy is not needed any more */
+    if (!rc && be->ops->mem_info && !lm->in_place) pp_st_drop_data(lm->file);
     if (rc) {
         pp_lm_close(lm);
         return rc;
