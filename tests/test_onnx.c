@@ -2,6 +2,7 @@
  * the folder), the bundle mapper's refusals naming the node or file at fault, speech-core's voice
  * and prompt files, and a named prompt selected in a session. The bundles' numerics are the
  * golden cases' (golden_lm-onnx-*). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,21 +146,47 @@ static void test_structure(void) {
               pp_st_find(f, "text_linear.weight") && !pp_st_find(f, "text_linear.weight")->data);
     pp_st_close(f);
 
-    /* the fuzz seeds convert completely from memory */
-    static const char *const seeds[] = {"bundle-int8", "bundle-int4", "bundle-mixed"};
-    for (int i = 0; i < 3; i++) {
-        unsigned char *buf;
-        size_t len;
+    /* the fuzz seeds convert completely from memory; the depformer's step scales stored float16 give the
+     * same scales as float32, to f16 rounding, in every step (steps past the first are offset by the
+     * scale's own width) */
+    static const char *const seeds[] = {"bundle-int8", "bundle-int4", "bundle-mixed", "bundle-int8-f16-scales"};
+    st_tensor *tables[4] = {0};
+    size_t counts[4] = {0};
+    onnx_bundle *bundles[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        unsigned char *buf = NULL;
+        size_t len, bytes;
+        const void *base;
         snprintf(a, sizeof a, "%s/%s", SEEDS, seeds[i]);
-        if (pp_file_read_all(a, 1u << 24, &buf, &len, err)) {
-            TEST_COND(seeds[i], 0);
-            continue;
-        }
-        size_t first = (size_t)buf[1] | (size_t)buf[2] << 8 | (size_t)buf[3] << 16 | (size_t)buf[4] << 24;
-        rc = pp_onnx_bundle_check_memory(buf + 5, first, buf + 5 + first, len - 5 - first, err);
+        rc = pp_file_read_all(a, 1u << 24, &buf, &len, err);
+        size_t first = rc ? 0 : (size_t)buf[1] | (size_t)buf[2] << 8 | (size_t)buf[3] << 16 | (size_t)buf[4] << 24;
+        if (!rc)
+            rc = pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &tables[i], &counts[i],
+                                            &base, &bytes, &bundles[i], err);
         if (rc) fprintf(stderr, "%s: %s\n", seeds[i], err);
         TEST_COND("fuzz seed bundle maps and converts", rc == 0);
         free(buf);
+    }
+    double worst = 0;
+    int compared = 0;
+    for (size_t k = 0; k < counts[0]; k++) {
+        const st_tensor *x = &tables[0][k], *y = NULL;
+        if (strncmp(x->name, "depformer.", 10) || !strstr(x->name, ".SCB")) continue;
+        for (size_t j = 0; j < counts[3] && !y; j++)
+            if (!strcmp(tables[3][j].name, x->name)) y = &tables[3][j];
+        for (int64_t e = 0; y && y->numel == x->numel && e < x->numel; e++) {
+            float u, v;
+            memcpy(&u, x->data + 4 * e, 4);
+            memcpy(&v, y->data + 4 * e, 4);
+            if (fabs(v - u) > worst * fabs(u)) worst = fabs(v - u) / fabs(u);
+        }
+        compared += y && y->numel == x->numel;
+    }
+    TEST_COND("float16 step scales equal the float32 ones to f16 rounding, in all 4 projections of every step",
+              compared == 2 + 2 * 16 && worst < 1e-3);
+    for (int i = 0; i < 4; i++) {
+        free(tables[i]);
+        pp_onnx_bundle_free(bundles[i]);
     }
 }
 

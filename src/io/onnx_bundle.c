@@ -659,11 +659,17 @@ done:
     return rc;
 }
 
+/* Plans every tensor of both graphs and places it in the buffer (b->size bytes in all). */
 static int plan_graphs(onnx_bundle *b, const graph *t, const graph *d, char *err) {
     int64_t dim = 0;
     int text_linear_here = 0;
     int rc = temporal(b, t, &dim, &text_linear_here, err);
-    return rc ? rc : depformer(b, d, dim, !text_linear_here, err);
+    if (!rc) rc = depformer(b, d, dim, !text_linear_here, err);
+    for (size_t i = 0; !rc && i < b->n_outs; i++) {
+        b->outs[i].off = b->size;
+        b->size += (b->outs[i].nbytes + 63) & ~(size_t)63;
+    }
+    return rc;
 }
 
 /* ---- filling ---- */
@@ -777,45 +783,16 @@ void pp_onnx_bundle_free(onnx_bundle *b) {
 }
 
 /* Reads both graphs and plans every tensor (b->outs, b->size); the graphs stay open for filling. */
-static int plan_bundle(const char *dir, onnx_bundle *b, graph *t, graph *d, char *err) {
+static int open_graphs(const char *dir, graph *t, graph *d, char *err) {
     int rc = graph_open(t, dir, PP_ONNX_TEMPORAL, err);
-    if (!rc) rc = graph_open(d, dir, PP_ONNX_DEPFORMER, err);
-    if (!rc) rc = plan_graphs(b, t, d, err);
-    for (size_t i = 0; !rc && i < b->n_outs; i++) {
-        b->outs[i].off = b->size;
-        b->size += (b->outs[i].nbytes + 63) & ~(size_t)63;
-    }
-    return rc;
-}
-
-int pp_onnx_bundle_check_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,
-                                size_t depformer_len, char *err) {
-    onnx_bundle b = {0};
-    graph t = {.file = PP_ONNX_TEMPORAL}, d = {.file = PP_ONNX_DEPFORMER};
-    int rc = pp_onnx_parse(temporal_buf, temporal_len, PP_ONNX_TEMPORAL, &t.m, err);
-    if (!rc) rc = graph_index(&t, PP_ONNX_TEMPORAL, err);
-    if (!rc) rc = pp_onnx_parse(depformer_buf, depformer_len, PP_ONNX_DEPFORMER, &d.m, err);
-    if (!rc) rc = graph_index(&d, PP_ONNX_DEPFORMER, err);
-    if (!rc) rc = plan_graphs(&b, &t, &d, err);
-    uint8_t *buf = NULL;
-    for (size_t i = 0; !rc && i < b.n_outs; i++) { /* each tensor filled on its own: the conversions' reads */
-        uint8_t *grown = realloc(buf, b.outs[i].nbytes ? b.outs[i].nbytes : 1);
-        if (!grown)
-            rc = pp_fail(err, PP_ENOMEM, "out of memory");
-        else
-            fill(&b.outs[i], buf = grown);
-    }
-    free(buf);
-    graph_close(&t);
-    graph_close(&d);
-    free(b.outs);
-    return rc;
+    return rc ? rc : graph_open(d, dir, PP_ONNX_DEPFORMER, err);
 }
 
 int pp_onnx_bundle_size(const char *dir, size_t *bytes, char *err) {
     onnx_bundle b = {0};
     graph t = {0}, d = {0};
-    int rc = plan_bundle(dir, &b, &t, &d, err);
+    int rc = open_graphs(dir, &t, &d, err);
+    if (!rc) rc = plan_graphs(&b, &t, &d, err);
     *bytes = b.size;
     graph_close(&t);
     graph_close(&d);
@@ -823,30 +800,28 @@ int pp_onnx_bundle_size(const char *dir, size_t *bytes, char *err) {
     return rc;
 }
 
-int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, const void **base, size_t *size,
-                        onnx_bundle **out_bundle, char *err) {
-    *out_bundle = NULL;
-    onnx_bundle *b = calloc(1, sizeof *b);
-    if (!b) return pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
-    graph t = {0}, d = {0};
-    int rc = plan_bundle(dir, b, &t, &d, err);
+/* Converts the planned tensors of the open graphs t and d into b's buffer and hands out the table
+ * (release: give back each source's mapped pages once read); closes the graphs. */
+static int materialize(onnx_bundle *b, graph *t, graph *d, int release, const char *label, st_tensor **tensors,
+                       size_t *count, const void **base, size_t *size, onnx_bundle **out_bundle, char *err) {
+    int rc = plan_graphs(b, t, d, err);
     if (!rc) {
         b->buf = malloc(b->size ? b->size : 1);
         b->tensors = calloc(b->n_outs ? b->n_outs : 1, sizeof *b->tensors);
         if (!b->buf || !b->tensors)
-            rc = pp_fail(err, PP_ENOMEM, "%s: out of memory for the bundle's %zu bytes of weights", dir, b->size);
+            rc = pp_fail(err, PP_ENOMEM, "%s: out of memory for the bundle's %zu bytes of weights", label, b->size);
     }
     for (size_t i = 0; !rc && i < b->n_outs; i++) {
         const out *o = &b->outs[i];
         fill(o, b->buf + o->off);
-        release_source(o);
+        if (release) release_source(o);
         st_tensor *s = &b->tensors[i];
         s->name = o->name, s->dtype = o->dtype, s->ndim = o->ndim, s->numel = 1;
         for (int k = 0; k < o->ndim; k++) s->shape[k] = o->shape[k], s->numel *= o->shape[k];
         s->data = b->buf + o->off, s->nbytes = o->nbytes;
     }
-    graph_close(&t);
-    graph_close(&d);
+    graph_close(t);
+    graph_close(d);
     if (rc) {
         pp_onnx_bundle_free(b);
         return rc;
@@ -855,4 +830,40 @@ int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, con
     b->tensors = NULL;
     *out_bundle = b;
     return 0;
+}
+
+int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, const void **base, size_t *size,
+                        onnx_bundle **out_bundle, char *err) {
+    *out_bundle = NULL;
+    onnx_bundle *b = calloc(1, sizeof *b);
+    if (!b) return pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
+    graph t = {0}, d = {0};
+    int rc = open_graphs(dir, &t, &d, err);
+    if (rc) {
+        graph_close(&t);
+        graph_close(&d);
+        pp_onnx_bundle_free(b);
+        return rc;
+    }
+    return materialize(b, &t, &d, 1, dir, tensors, count, base, size, out_bundle, err);
+}
+
+int pp_onnx_bundle_open_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,
+                               size_t depformer_len, st_tensor **tensors, size_t *count, const void **base,
+                               size_t *size, onnx_bundle **out_bundle, char *err) {
+    *out_bundle = NULL;
+    onnx_bundle *b = calloc(1, sizeof *b);
+    if (!b) return pp_fail(err, PP_ENOMEM, "bundle: out of memory");
+    graph t = {.file = PP_ONNX_TEMPORAL}, d = {.file = PP_ONNX_DEPFORMER};
+    int rc = pp_onnx_parse(temporal_buf, temporal_len, PP_ONNX_TEMPORAL, &t.m, err);
+    if (!rc) rc = graph_index(&t, PP_ONNX_TEMPORAL, err);
+    if (!rc) rc = pp_onnx_parse(depformer_buf, depformer_len, PP_ONNX_DEPFORMER, &d.m, err);
+    if (!rc) rc = graph_index(&d, PP_ONNX_DEPFORMER, err);
+    if (rc) {
+        graph_close(&t);
+        graph_close(&d);
+        pp_onnx_bundle_free(b);
+        return rc;
+    }
+    return materialize(b, &t, &d, 0, "bundle", tensors, count, base, size, out_bundle, err);
 }

@@ -38,10 +38,11 @@ int pp_onnx_bundle_is(const char *path);
 int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, const void **base, size_t *size,
                         onnx_bundle **out, char *err);
 void pp_onnx_bundle_free(onnx_bundle *b);
-/* Reads and converts a bundle's two graphs from memory (no external data), discarding the result:
- * the fuzzer's entry point. */
-int pp_onnx_bundle_check_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,
-                                size_t depformer_len, char *err);
+/* The same from the two graphs in memory (no external data may be named): the fuzzer's and the
+ * tests' entry point. */
+int pp_onnx_bundle_open_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,
+                               size_t depformer_len, st_tensor **tensors, size_t *count, const void **base,
+                               size_t *size, onnx_bundle **out, char *err);
 /* Bytes the converted weights will take, from the graphs alone (nothing is converted). */
 int pp_onnx_bundle_size(const char *dir, size_t *bytes, char *err);
 

@@ -45,7 +45,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (first > n - 4) return 0;
         walk(p + 4, first);
         walk(p + 4 + first, n - 4 - first);
-        pp_onnx_bundle_check_memory(p + 4, first, p + 4 + first, n - 4 - first, err);
+        st_tensor *tensors;
+        size_t count, bytes;
+        const void *base;
+        onnx_bundle *b;
+        if (pp_onnx_bundle_open_memory(p + 4, first, p + 4 + first, n - 4 - first, &tensors, &count, &base, &bytes, &b,
+                                       err))
+            return 0;
+        for (size_t i = 0; i < count; i++)
+            if ((const uint8_t *)tensors[i].data + tensors[i].nbytes > (const uint8_t *)base + bytes) abort();
+        free(tensors);
+        pp_onnx_bundle_free(b);
         return 0;
     }
     case 1: {

@@ -6,6 +6,7 @@ import tempfile
 
 import common  # noqa: F401
 import onnx
+from onnx import numpy_helper
 import torch
 import onnx_bundle
 from gen_lm import TINY
@@ -35,6 +36,14 @@ for kind in ("int8", "int4", "mixed"):
             blobs.append(m.SerializeToString())
     with open(os.path.join(out, f"bundle-{kind}"), "wb") as f:
         f.write(b"\0" + struct.pack("<I", len(blobs[0])) + blobs[0] + blobs[1])
+    if kind == "int8":  # the depformer's step scales in float16, as an fp16 graph would hold them
+        m = onnx.load_from_string(blobs[1])
+        for init in m.graph.initializer:
+            if init.name.endswith("_scale") and init.data_type == onnx.TensorProto.FLOAT:
+                init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype("float16"), init.name))
+        blob = m.SerializeToString()
+        with open(os.path.join(out, "bundle-int8-f16-scales"), "wb") as f:
+            f.write(b"\0" + struct.pack("<I", len(blobs[0])) + blobs[0] + blob)
 voice = os.path.join(out, "voice")
 onnx_bundle.write_voice(voice + ".tmp", [[0.5, -1.0]], [[i for i in range(4)]] * 17)
 with open(voice + ".tmp", "rb") as f, open(voice, "wb") as g:
