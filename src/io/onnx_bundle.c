@@ -774,6 +774,11 @@ int pp_onnx_bundle_is(const char *path) {
     return !stat(p, &sb) && S_ISREG(sb.st_mode);
 }
 
+void pp_onnx_bundle_free_data(onnx_bundle *b) {
+    free(b->buf);
+    b->buf = NULL;
+}
+
 void pp_onnx_bundle_free(onnx_bundle *b) {
     if (!b) return;
     free(b->outs);

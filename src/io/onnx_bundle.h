@@ -38,6 +38,8 @@ int pp_onnx_bundle_is(const char *path);
 int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, const void **base, size_t *size,
                         onnx_bundle **out, char *err);
 void pp_onnx_bundle_free(onnx_bundle *b);
+/* Frees the converted weights' buffer only; the tensors' names stay valid until pp_onnx_bundle_free. */
+void pp_onnx_bundle_free_data(onnx_bundle *b);
 /* The same from the two graphs in memory (no external data may be named): the fuzzer's and the
  * tests' entry point. */
 int pp_onnx_bundle_open_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,

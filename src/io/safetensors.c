@@ -358,8 +358,7 @@ void pp_st_release(const st_file *f, const st_tensor *t) {
 }
 void pp_st_drop_data(st_file *f) {
     if (!f->bundle) return;
-    pp_onnx_bundle_free(f->bundle);
-    f->bundle = NULL;
+    pp_onnx_bundle_free_data(f->bundle); /* the names stay: weights and messages refer to them */
     for (size_t i = 0; i < f->count; i++) f->tensors[i].data = NULL;
     f->base = NULL;
 }
