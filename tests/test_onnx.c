@@ -148,12 +148,15 @@ static void test_structure(void) {
 
     /* the fuzz seeds convert completely from memory; the depformer's step scales stored float16 give the
      * same scales as float32, to f16 rounding, in every step (steps past the first are offset by the
-     * scale's own width) */
-    static const char *const seeds[] = {"bundle-int8", "bundle-int4", "bundle-mixed", "bundle-int8-f16-scales"};
-    st_tensor *tables[4] = {0};
-    size_t counts[4] = {0};
-    onnx_bundle *bundles[4] = {0};
-    for (int i = 0; i < 4; i++) {
+     * scale's own width); the depformer's stacks stored [steps, N, K] for Gemm(transB) give the same
+     * tensors as [steps, K, N] for MatMul (each step's own slice) */
+    static const char *const seeds[] = {"bundle-int8", "bundle-int4", "bundle-mixed", "bundle-int8-f16-scales",
+                                        "bundle-mixed-gemm"};
+    enum { SEEDS_N = sizeof seeds / sizeof *seeds };
+    st_tensor *tables[SEEDS_N] = {0};
+    size_t counts[SEEDS_N] = {0};
+    onnx_bundle *bundles[SEEDS_N] = {0};
+    for (int i = 0; i < SEEDS_N; i++) {
         unsigned char *buf = NULL;
         size_t len, bytes;
         const void *base;
@@ -184,7 +187,14 @@ static void test_structure(void) {
     }
     TEST_COND("float16 step scales equal the float32 ones to f16 rounding, in all 4 projections of every step",
               compared == 2 + 2 * 16 && worst < 1e-3);
-    for (int i = 0; i < 4; i++) {
+    size_t same = 0;
+    for (size_t k = 0; k < counts[2] && counts[4] == counts[2]; k++) {
+        const st_tensor *x = &tables[2][k], *y = &tables[4][k];
+        same += !strcmp(x->name, y->name) && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+    }
+    TEST_COND("Gemm(transB) step stacks load as the MatMul ones, every tensor byte for byte",
+              counts[2] > 0 && same == counts[2]);
+    for (int i = 0; i < SEEDS_N; i++) {
         free(tables[i]);
         pp_onnx_bundle_free(bundles[i]);
     }

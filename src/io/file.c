@@ -1,8 +1,10 @@
 /* file: see file.h. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "io/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -102,4 +104,10 @@ int pp_file_map(const char *path, void **map, size_t *size, char *err) {
     }
     close(fd);
     return 0;
+}
+
+void pp_file_release_pages(const void *p, size_t n) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = a + n;
+    uintptr_t first = (a + page - 1) / page * page, last = b / page * page; /* pages shared at the ends stay */
+    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
 }

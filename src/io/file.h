@@ -14,6 +14,10 @@ int pp_file_read_all(const char *path, size_t max_bytes, unsigned char **out, si
  * release with munmap(*map, *size). */
 int pp_file_map(const char *path, void **map, size_t *size, char *err);
 
+/* Gives the kernel back the pages of a read-only file mapping that lie wholly within [p, p + n)
+ * (read again from the file on a later access). */
+void pp_file_release_pages(const void *p, size_t n);
+
 /* Atomic replacement: pp_file_create opens "<path>.tmp" for writing; pp_file_commit flushes,
  * closes and renames it over path (readers never see a half-written file); pp_file_discard
  * closes and removes it. Both take ownership of f. */

@@ -1,17 +1,16 @@
-#define _DEFAULT_SOURCE /* madvise */
 #include "io/onnx_bundle.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/file.h"
 #include "io/half.h"
 #include "io/onnx.h"
+#include "io/weight_layout.h"
 
 #define NAME_LEN 128
 #define MAX_HOPS 8
@@ -316,12 +315,6 @@ static st_dtype st_of(int onnx_dtype) {
     return onnx_dtype == PP_ONNX_FLOAT16 ? ST_F16 : onnx_dtype == PP_ONNX_BFLOAT16 ? ST_BF16 : ST_F32;
 }
 
-/* The INT8 companions' keys of a codes key ("X.weight" -> "X.SCB"; "X.in_proj_weight" -> "X.in_proj_weight.SCB"). */
-static void companion(const char *base, const char *suffix, char *key) {
-    size_t n = strlen(base), stem = n > 7 && !strcmp(base + n - 7, ".weight") ? n - 7 : n;
-    snprintf(key, NAME_LEN, "%.*s.%s", (int)stem, base, suffix);
-}
-
 static int any_nonzero_zero_point(const pp_onnx_tensor *z, int64_t first, int64_t count) {
     for (int64_t i = 0; i < count; i++)
         if (z->data[z->numel == 1 ? 0 : first + i] != (z->dtype == PP_ONNX_UINT8 ? 128 : 0)) return 1;
@@ -333,24 +326,24 @@ static int any_nonzero_zero_point(const pp_onnx_tensor *z, int64_t first, int64_
 static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_t step, char *err) {
     int64_t first = step < 0 ? 0 : step, steps = step < 0 ? l->steps : 1, rows = steps * l->N;
     const pp_onnx_tensor *t = l->w.t;
+    const uint8_t *step_data = t->data + (size_t)(first * l->K * l->N * pp_onnx_dtype_size(t->dtype)); /* dense */
     out *o;
     char key[NAME_LEN];
     switch (l->kind) {
     case LIN_DENSE_NK:
         if (!(o = plan(b, name, st_of(t->dtype), 2, rows, l->K, 0, F_COPY, err))) return PP_ENOMEM;
-        o->src = t->data;
+        o->src = step_data;
         return 0;
     case LIN_DENSE_KN:
     case LIN_INT8_COLUMNS: {
-        int es = pp_onnx_dtype_size(t->dtype);
         st_dtype dt = l->kind == LIN_INT8_COLUMNS ? ST_I8 : st_of(t->dtype);
         if (!(o = plan(b, name, dt, 2, rows, l->K, 0, F_TRANSPOSE, err))) return PP_ENOMEM;
-        o->src = t->data + (size_t)(first * l->K * l->N * es);
+        o->src = step_data;
         o->src_dtype = t->dtype, o->steps = steps, o->K = l->K, o->N = l->N;
         o->flip = t->dtype == PP_ONNX_UINT8;
         if (l->kind == LIN_DENSE_KN) return 0;
         const pp_onnx_tensor *s = l->w.scale, *z = l->w.zero;
-        companion(name, "SCB", key);
+        pp_wl_int8_scales_key(name, key, sizeof key);
         if (!(o = plan(b, key, ST_F32, 1, rows, 0, 0, F_SCALES127, err))) return PP_ENOMEM;
         o->bcast = s->numel == 1;
         o->src = s->data + (o->bcast ? 0 : (size_t)(first * l->N) * (size_t)pp_onnx_dtype_size(s->dtype));
@@ -358,7 +351,7 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
         /* uint8 codes without a zero point are offset by 128 like any other */
         int flip_only = !z && t->dtype == PP_ONNX_UINT8;
         if (!flip_only && (!z || !any_nonzero_zero_point(z, first * l->N, rows))) return 0;
-        companion(name, "zero_point", key);
+        pp_wl_int8_zeros_key(name, key, sizeof key);
         if (!(o = plan(b, key, ST_I8, 1, rows, 0, 0, F_ZEROS, err))) return PP_ENOMEM;
         o->count = rows, o->flip = t->dtype == PP_ONNX_UINT8;
         o->bcast = !z || z->numel == 1;
@@ -369,11 +362,11 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
         int64_t nb = l->K / l->block;
         if (!(o = plan(b, name, ST_I8, 2, l->N, l->K, 0, F_NBITS_CODES, err))) return PP_ENOMEM;
         o->src = t->data, o->K = l->K, o->N = l->N, o->bits = l->bits, o->block = l->block;
-        companion(name, "SCB", key);
+        pp_wl_int8_scales_key(name, key, sizeof key);
         if (!(o = plan(b, key, ST_F32, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_SCALES127, err))) return PP_ENOMEM;
         o->src = l->w.scale->data, o->src_dtype = l->w.scale->dtype, o->count = l->N * nb;
         if (!l->w.zero) return 0;
-        companion(name, "zero_point", key);
+        pp_wl_int8_zeros_key(name, key, sizeof key);
         if (!(o = plan(b, key, ST_I8, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_NBITS_ZEROS, err))) return PP_ENOMEM;
         o->src = l->w.zero->data, o->K = l->K, o->N = l->N, o->bits = l->bits, o->block = l->block;
         return 0;
@@ -412,8 +405,7 @@ static void found_free(found *f) {
 }
 
 /* Embeddings (Gathers of a float table by a computed index, other than a step's dequantisation
- * scales), norm scales of width `dim` (0: the width of the first
- * embedding) and projections, in node order. */
+ * scales), norm scales (as wide as the first embedding) and projections, in node order. */
 static int scan(const graph *g, found *f, char *err) {
     size_t nodes = pp_onnx_node_count(g->m);
     memset(f, 0, sizeof *f);
@@ -491,6 +483,18 @@ static int plan_norm(onnx_bundle *b, const char *name, const pp_onnx_tensor *t, 
     return plan_view(b, name, t, 0, 3, 1, 1, dim, err);
 }
 
+/* Layer l's norm1 and norm2 scales under prefix ("transformer" or "depformer"). */
+static int plan_layer_norms(onnx_bundle *b, const char *prefix, int64_t l, const pp_onnx_tensor *const *norms,
+                            int64_t dim, char *err) {
+    char name[NAME_LEN];
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        snprintf(name, sizeof name, "%s.layers.%lld.norm%d.alpha", prefix, (long long)l, k + 1);
+        rc = plan_norm(b, name, norms[k], dim, err);
+    }
+    return rc;
+}
+
 /* The temporal step; *dim_out is its width, *text_linear_here whether it ends in the text
  * projection (else the depformer step computes the text logits from the hidden state). */
 static int temporal(onnx_bundle *b, const graph *g, int64_t *dim_out, int *text_linear_here, char *err) {
@@ -542,10 +546,7 @@ static int temporal(onnx_bundle *b, const graph *g, int64_t *dim_out, int *text_
             snprintf(name, sizeof name, "transformer.layers.%lld.%s", (long long)l, layer_parts[k]);
             rc = plan_linear(b, name, &p[k], 0, err);
         }
-        for (int k = 0; k < 2 && !rc; k++) {
-            snprintf(name, sizeof name, "transformer.layers.%lld.norm%d.alpha", (long long)l, k + 1);
-            rc = plan_norm(b, name, f.norm[2 * l + k], dim, err);
-        }
+        if (!rc) rc = plan_layer_norms(b, "transformer", l, &f.norm[2 * l], dim, err);
     }
     if (!rc && *text_linear_here) rc = expect_shape(g, &f.lin[f.n_lin - 1], "text output projection", dim, 0, err);
     if (!rc && *text_linear_here) rc = plan_linear(b, "text_linear.weight", &f.lin[f.n_lin - 1], 0, err);
@@ -640,10 +641,7 @@ static int depformer(onnx_bundle *b, const graph *g, int64_t temporal_dim, int n
                      (long long)s);
             rc = plan_linear(b, name, &p[3], s, err);
         }
-        for (int k = 0; k < 2 && !rc; k++) {
-            snprintf(name, sizeof name, "depformer.layers.%lld.norm%d.alpha", (long long)l, k + 1);
-            rc = plan_norm(b, name, f.norm[2 * l + k], dim, err);
-        }
+        if (!rc) rc = plan_layer_norms(b, "depformer", l, &f.norm[2 * l], dim, err);
     }
     const linear *last = &f.lin[f.n_lin - 1];
     if (!rc) rc = expect_shape(g, last, "the output projection", dim, 0, err);
@@ -682,26 +680,34 @@ static float scale_at(const out *o, int64_t i) {
     return v;
 }
 
+/* [steps][K][N] elements of es bytes into [steps][N][K], in 32 x 32 tiles that keep both sides in
+ * cache; flip: uint8 codes to int8 (minus 128). Inlined per element size, so every copy is a plain
+ * load and store. */
+static inline __attribute__((always_inline)) void transpose(const out *o, uint8_t *dst, size_t es, int flip) {
+    const int64_t T = 32;
+    for (int64_t s = 0; s < o->steps; s++) {
+        const uint8_t *src = o->src + (size_t)(s * o->K * o->N) * es;
+        uint8_t *d = dst + (size_t)(s * o->N * o->K) * es;
+        for (int64_t k0 = 0; k0 < o->K; k0 += T)
+            for (int64_t n0 = 0; n0 < o->N; n0 += T)
+                for (int64_t n = n0; n < n0 + T && n < o->N; n++)
+                    for (int64_t k = k0; k < k0 + T && k < o->K; k++) { /* written in order, read from the tile */
+                        uint8_t *to = d + (size_t)(n * o->K + k) * es;
+                        memcpy(to, src + (size_t)(k * o->N + n) * es, es);
+                        if (flip) *to ^= 0x80;
+                    }
+    }
+}
+
 static void fill(const out *o, uint8_t *dst) {
     switch (o->kind) {
     case F_COPY: memcpy(dst, o->src, o->nbytes); return;
-    case F_TRANSPOSE: {
-        size_t es = (size_t)pp_onnx_dtype_size(o->src_dtype);
-        const int64_t T = 32; /* tiles keep both sides in cache */
-        for (int64_t s = 0; s < o->steps; s++) {
-            const uint8_t *src = o->src + (size_t)(s * o->K * o->N) * es;
-            uint8_t *d = dst + (size_t)(s * o->N * o->K) * es;
-            for (int64_t k0 = 0; k0 < o->K; k0 += T)
-                for (int64_t n0 = 0; n0 < o->N; n0 += T)
-                    for (int64_t k = k0; k < k0 + T && k < o->K; k++)
-                        for (int64_t n = n0; n < n0 + T && n < o->N; n++) {
-                            uint8_t *to = d + (size_t)(n * o->K + k) * es;
-                            memcpy(to, src + (size_t)(k * o->N + n) * es, es);
-                            if (o->flip) *to ^= 0x80;
-                        }
+    case F_TRANSPOSE:
+        switch (pp_onnx_dtype_size(o->src_dtype)) {
+        case 1: o->flip ? transpose(o, dst, 1, 1) : transpose(o, dst, 1, 0); return;
+        case 2: transpose(o, dst, 2, 0); return;
+        default: transpose(o, dst, 4, 0); return;
         }
-        return;
-    }
     case F_NBITS_CODES: {
         /* blocks are stored row after row, so the source is read in order */
         const int64_t blocks = o->N * (o->K / o->block), blob = (int64_t)o->block * o->bits / 8;
@@ -755,11 +761,7 @@ static size_t src_bytes(const out *o) {
 
 /* The mapped source pages a conversion read go back to the kernel (read again from the file if a
  * later tensor shares them), so loading holds the converted weights and little of the file. */
-static void release_source(const out *o) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->src, b = a + src_bytes(o);
-    uintptr_t first = (a + page - 1) / page * page, last = b / page * page;
-    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
-}
+static void release_source(const out *o) { pp_file_release_pages(o->src, src_bytes(o)); }
 
 static int is_dir(const char *path) {
     struct stat sb;
@@ -787,7 +789,7 @@ void pp_onnx_bundle_free(onnx_bundle *b) {
     free(b);
 }
 
-/* Reads both graphs and plans every tensor (b->outs, b->size); the graphs stay open for filling. */
+/* Opens the bundle's two graphs from their files. */
 static int open_graphs(const char *dir, graph *t, graph *d, char *err) {
     int rc = graph_open(t, dir, PP_ONNX_TEMPORAL, err);
     return rc ? rc : graph_open(d, dir, PP_ONNX_DEPFORMER, err);

@@ -1,16 +1,11 @@
 /* safetensors: see safetensors.h. The reader validates the header against docs/formats.md §1
  * once, then hands out tensors whose data pointers are known to lie inside the buffer. */
-#define _DEFAULT_SOURCE /* madvise */
 #include "io/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/err.h"
 #include "base/json.h"
@@ -352,9 +347,7 @@ const void *pp_st_base(const st_file *f) { return f->base; }
 
 void pp_st_release(const st_file *f, const st_tensor *t) {
     if (f->bundle) return; /* the bundle's converted tensors are memory of its own, not the file's pages */
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, b = a + t->nbytes;
-    uintptr_t first = (a + page - 1) / page * page, last = b / page * page; /* only pages wholly its */
-    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED);
+    pp_file_release_pages(t->data, t->nbytes);
 }
 void pp_st_drop_data(st_file *f) {
     if (!f->bundle) return;

@@ -334,23 +334,22 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* The stem of a one-file voice entry (NAME + suffix, a regular file), or 0. */
+static size_t file_stem(const char *dir, const char *name, size_t len, const char *suffix) {
+    char p[4096];
+    size_t stem = len - strlen(suffix);
+    return valid_stem(name, stem) && join(p, sizeof p, dir, name, len, "") && is_file(p) ? stem : 0;
+}
+
 /* The voice stem of a directory entry, or 0. */
 static size_t entry_stem(const char *dir, const char *name) {
     size_t len = strlen(name);
-    if (has_suffix(name, SUFFIX_PT) && valid_stem(name, len - strlen(SUFFIX_PT))) {
-        char p[4096];
-        if (join(p, sizeof p, dir, name, len, "") && is_file(p)) return len - strlen(SUFFIX_PT);
-    }
+    if (has_suffix(name, SUFFIX_PT)) return file_stem(dir, name, len, SUFFIX_PT);
     if (has_suffix(name, SUFFIX_BIN)) {
-        if (valid_stem(name, len - strlen(SUFFIX_BIN)) && pair_exists(dir, name, len - strlen(SUFFIX_BIN)))
-            return len - strlen(SUFFIX_BIN);
-        return 0;
+        size_t stem = len - strlen(SUFFIX_BIN);
+        return valid_stem(name, stem) && pair_exists(dir, name, stem) ? stem : 0;
     }
-    if (is_sc(name) && valid_stem(name, len - strlen(SUFFIX_SC))) {
-        char p[4096];
-        if (join(p, sizeof p, dir, name, len, "") && is_file(p)) return len - strlen(SUFFIX_SC);
-    }
-    return 0;
+    return is_sc(name) ? file_stem(dir, name, len, SUFFIX_SC) : 0;
 }
 
 int pp_voice_list(const char *dir, char ***names, size_t *count, char *err) {

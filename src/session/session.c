@@ -213,14 +213,15 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
         rc = pp_fail(err, PP_ENOMEM, "session: out of memory");
     if (!rc && p->text_prompt[0] == '@') { /* a named prompt: token ids as stored */
         const int32_t *ids;
+        const int text_card = pp_lm_get_config(m->lm)->text_card;
         rc = pp_prompts_find(m->prompts, p->text_prompt + 1, &ids, &n, err);
         if (!rc && n > (size_t)max_prompt_tokens)
             rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", p->text_prompt + 1, n,
                          max_prompt_tokens);
         for (size_t i = 0; !rc && i < n; i++)
-            if (ids[i] >= pp_lm_get_config(m->lm)->text_card)
+            if (ids[i] >= text_card)
                 rc = pp_fail(err, PP_EINVAL, "system prompt '%s': token %d is past the text vocabulary (%d)",
-                             p->text_prompt + 1, ids[i], pp_lm_get_config(m->lm)->text_card);
+                             p->text_prompt + 1, ids[i], text_card);
         if (!rc) memcpy(s->prompt, ids, n * sizeof *ids);
     } else if (!rc) {
         rc = pp_spm_encode_prompt(m->spm, p->text_prompt, s->prompt, (size_t)max_prompt_tokens, &n, err);

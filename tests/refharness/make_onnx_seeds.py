@@ -6,7 +6,7 @@ import tempfile
 
 import common  # noqa: F401
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 import torch
 import onnx_bundle
 from gen_lm import TINY
@@ -43,6 +43,28 @@ for kind in ("int8", "int4", "mixed"):
                 init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype("float16"), init.name))
         blob = m.SerializeToString()
         with open(os.path.join(out, "bundle-int8-f16-scales"), "wb") as f:
+            f.write(b"\0" + struct.pack("<I", len(blobs[0])) + blobs[0] + blob)
+    if kind == "mixed":  # the depformer's per-step float16 stacks stored [steps, N, K] and read by Gemm(transB=1)
+        m = onnx.load_from_string(blobs[1])
+        g = m.graph
+        prod = {o: n for n in g.node for o in n.output}
+        inits = {i.name: i for i in g.initializer}
+        nodes, done = [], set()
+        for n in g.node:
+            gather = prod.get(n.input[1]) if n.op_type == "MatMul" else None
+            cast = prod.get(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+            w = inits.get(cast.input[0]) if cast is not None and cast.op_type == "Cast" else None
+            if w is None or len(w.dims) != 3:
+                nodes.append(n)
+                continue
+            if w.name not in done:  # each stack transposed once
+                done.add(w.name)
+                w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w).transpose(0, 2, 1).copy(), w.name))
+            nodes.append(helper.make_node("Gemm", list(n.input), list(n.output), name=n.name + "_gemm", transB=1))
+        del g.node[:]
+        g.node.extend(nodes)
+        with open(os.path.join(out, "bundle-mixed-gemm"), "wb") as f:
+            blob = m.SerializeToString()
             f.write(b"\0" + struct.pack("<I", len(blobs[0])) + blobs[0] + blob)
 voice = os.path.join(out, "voice")
 onnx_bundle.write_voice(voice + ".tmp", [[0.5, -1.0]], [[i for i in range(4)]] * 17)
