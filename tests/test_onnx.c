@@ -18,6 +18,7 @@
 #include "io/protobuf.h"
 #include "io/safetensors.h"
 #include "io/voice.h"
+#include "model/mimi.h"
 #include "personaplex.h"
 #include "test.h"
 
@@ -293,6 +294,102 @@ static void test_named_prompt(void) {
     if (system(rm)) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+#define CODEC PP_TEST_DATA "/golden/mimi-onnx"
+
+static size_t le32(const unsigned char *p) {
+    return (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+}
+
+static float f32_at(const st_tensor *t, int64_t i) {
+    float v;
+    memcpy(&v, t->data + 4 * i, 4);
+    return v;
+}
+
+/* The released checkpoint's codebook row value: embedding_sum / max(cluster_usage, 1e-5). */
+static float codeword(const st_file *f, const char *sum_name, int64_t i, int64_t dim) {
+    char usage[160];
+    snprintf(usage, sizeof usage, "%.*scluster_usage", (int)(strlen(sum_name) - strlen("embedding_sum")), sum_name);
+    const st_tensor *s = pp_st_find(f, sum_name), *u = pp_st_find(f, usage);
+    float n = f32_at(u, i / dim);
+    return f32_at(s, i) / (n > 1e-5f ? n : 1e-5f);
+}
+
+static void test_codec(void) {
+    char err[PP_ERR_LEN];
+    st_file *f = NULL, *ref = NULL;
+    int rc = pp_mimi_weights_open(CODEC "/bundle/mimi_encoder.onnx", CODEC "/config.json", &f, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("the codec graphs open as the codec's weights", rc == 0);
+    if (!rc) rc = pp_st_open(PP_TEST_DATA "/golden/mimi-synth/model.safetensors", &ref, err);
+    if (rc) return pp_st_close(f);
+    /* the graphs were exported from mimi-synth's weights: every tensor read from them is the
+     * checkpoint's, bit for bit (a codebook as its rows, embedding_sum / cluster_usage) */
+    size_t same = 0, codebooks = 0;
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const st_tensor *t = pp_st_at(f, i), *r = pp_st_find(ref, t->name);
+        if (!r || r->numel != t->numel || t->dtype != ST_F32 || r->dtype != ST_F32) continue;
+        if (strstr(t->name, "cluster_usage")) {
+            same++;
+            continue;
+        }
+        int64_t k = 0;
+        if (strstr(t->name, "embedding_sum")) {
+            while (k < t->numel && codeword(f, t->name, k, t->shape[1]) == codeword(ref, t->name, k, t->shape[1])) k++;
+            codebooks += k == t->numel;
+        } else {
+            k = memcmp(t->data, r->data, t->nbytes) ? 0 : t->numel;
+        }
+        same += k == t->numel;
+    }
+    TEST_COND("all 118 codec tensors equal mimi-synth's, its 8 codebooks as their rows",
+              pp_st_count(f) == 118 && same == 118 && codebooks == 8);
+    pp_st_close(f);
+    pp_st_close(ref);
+
+    /* the released codec's configuration against the tiny graphs: the first convolution differs */
+    rc = pp_mimi_weights_open(CODEC "/bundle/mimi_encoder.onnx", NULL, &f, err);
+    TEST_COND("graphs of another configuration are refused, naming node, tensor and both shapes",
+              rc == PP_EFORMAT && strstr(err, "mimi_encoder.onnx: node '") &&
+                  strstr(err, "'encoder.model.0.conv.conv.weight' is [64, 1, 7]"));
+    /* the fuzz seed's micro codec (selector, config.json, encoder, decoder, each length-prefixed)
+     * converts from memory; its encoder read as the decoder has a convolution where the first
+     * codebook should be */
+    unsigned char *seed = NULL;
+    size_t len = 0;
+    rc = pp_file_read_all(SEEDS "/codec", 1u << 24, &seed, &len, err);
+    TEST_COND("the codec fuzz seed is there", rc == 0 && len > 13 && seed[0] == 3);
+    if (rc || len <= 13) return free(seed);
+    size_t cfg_len = le32(seed + 1), enc_len = cfg_len + 9 <= len ? le32(seed + 5 + cfg_len) : len;
+    const unsigned char *enc = seed + 9 + cfg_len, *dec = enc + enc_len;
+    mimi_config cfg;
+    pp_mimi_config_default(&cfg);
+    pp_onnx_expect *want = NULL;
+    size_t n_want = 0;
+    rc = enc_len < len - 9 - cfg_len ? 0 : PP_EFORMAT;
+    if (!rc) rc = pp_mimi_config_parse((const char *)seed + 5, cfg_len, "seed config", &cfg, err);
+    if (!rc) rc = pp_mimi_catalog_list(&cfg, &want, &n_want, err);
+    st_tensor *tensors = NULL;
+    size_t count = 0, size;
+    const void *base;
+    onnx_bundle *b = NULL;
+    if (!rc)
+        rc = pp_onnx_mimi_open_memory(enc, enc_len, dec, len - 9 - cfg_len - enc_len, want, n_want, &tensors, &count,
+                                      &base, &size, &b, err);
+    if (rc) fprintf(stderr, "codec seed: %s\n", err);
+    TEST_COND("the codec fuzz seed maps and converts, every tensor of its list", rc == 0 && count == n_want);
+    free(tensors);
+    pp_onnx_bundle_free(b);
+    rc = want ? pp_onnx_mimi_open_memory(enc, enc_len, enc, enc_len, want, n_want, &tensors, &count, &base, &size, &b,
+                                         err)
+              : 0;
+    TEST_COND("a decoder graph without codebooks is refused, naming the node found and the tensor wanted",
+              rc == PP_EFORMAT && strstr(err, "mimi_decoder.onnx: node '") && strstr(err, "(Conv) is a convolution") &&
+                  strstr(err, "'quantizer.rvq_first.vq.layers.0._codebook.embedding_sum' (a codebook Gather)"));
+    free(want);
+    free(seed);
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_WARN);
     test_protobuf();
@@ -300,5 +397,6 @@ int main(void) {
     test_structure();
     test_voice_and_prompts();
     test_named_prompt();
+    test_codec();
     return test_report();
 }

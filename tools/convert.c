@@ -2,6 +2,8 @@
  * beside a safetensors checkpoint, once, for users who would rather keep those:
  *   OUT/model.safetensors     the LM with the released key names, every weight in the format the
  *                             bundle stores it (dense, or INT8 with its scales and zero points)
+ *   OUT/tokenizer-e351c8d8-checkpoint125.safetensors   the codec, from mimi_encoder.onnx and
+ *                             mimi_decoder.onnx when the bundle has them (io/onnx_mimi.h)
  *   OUT/voices/NAME.pt        each voices/NAME.bin in the released .pt form (BF16 embeddings)
  *   OUT/system_prompts.bin, OUT/tokenizer_spm_32k_3.model, OUT/config.json   copied when present
  * Then `personaplex-server --weights OUT/model.safetensors` runs as with the bundle.
@@ -16,8 +18,10 @@
 #include "base/log.h"
 #include "io/file.h"
 #include "io/onnx_bundle.h"
+#include "io/onnx_mimi.h"
 #include "io/safetensors.h"
 #include "io/voice.h"
+#include "model/mimi.h"
 
 #define MAX_COPY (1u << 30)
 
@@ -72,6 +76,23 @@ static int write_voices(const char *bundle, const char *out, int *written, char 
     return rc;
 }
 
+/* The codec from the bundle's graphs, when it has them (config.json there when it describes one). */
+static int write_codec(const char *bundle, const char *out, int *written, char *err) {
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/%s", bundle, PP_ONNX_MIMI_ENCODER);
+    snprintf(to, sizeof to, "%s/%s", out, PP_MIMI_FILE);
+    *written = 0;
+    struct stat sb;
+    if (stat(from, &sb)) return 0;
+    st_file *f;
+    int rc = pp_mimi_weights_open(from, NULL, &f, err);
+    if (rc) return rc;
+    rc = write_weights(f, to, err);
+    *written = !rc;
+    pp_st_close(f);
+    return rc;
+}
+
 /* Copies NAME from the bundle when it is there. */
 static int copy_if_present(const char *bundle, const char *out, const char *name, char *err) {
     char from[4200], to[4200];
@@ -109,12 +130,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     st_file *f = NULL;
-    int voices = 0;
+    int voices = 0, codec = 0;
     int rc = make_dir(out, err);
     if (!rc) rc = pp_st_open(bundle, &f, err);
     snprintf(path, sizeof path, "%s/model.safetensors", out);
     if (!rc) rc = write_weights(f, path, err);
     if (!rc) rc = write_voices(bundle, out, &voices, err);
+    if (!rc) rc = write_codec(bundle, out, &codec, err);
     static const char *const copied[] = {PP_ONNX_PROMPTS, "tokenizer_spm_32k_3.model", "config.json"};
     for (size_t i = 0; !rc && i < sizeof copied / sizeof *copied; i++)
         rc = copy_if_present(bundle, out, copied[i], err);
@@ -123,7 +145,8 @@ int main(int argc, char **argv) {
         pp_st_close(f);
         return 1;
     }
-    printf("%s: %zu tensors (%.1f MiB), %d voices\n", path, pp_st_count(f), (double)pp_st_size(f) / (1 << 20), voices);
+    printf("%s: %zu tensors (%.1f MiB), %d voices%s\n", path, pp_st_count(f), (double)pp_st_size(f) / (1 << 20), voices,
+           codec ? ", the codec from its graphs" : "");
     pp_st_close(f);
     return 0;
 }

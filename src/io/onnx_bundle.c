@@ -7,283 +7,130 @@
 
 #include "base/err.h"
 #include "base/log.h"
-#include "io/file.h"
-#include "io/half.h"
-#include "io/onnx.h"
+#include "io/onnx_graph.h"
 #include "io/weight_layout.h"
-
-#define NAME_LEN 128
-#define MAX_HOPS 8
-
-/* ---- what a weight operand is, through the nodes that only select or convert it ---- */
-
-typedef struct wref {
-    const pp_onnx_tensor *t;     /* the stored values or codes */
-    const pp_onnx_tensor *scale; /* DequantizeLinear / MatMulInteger scale, else NULL */
-    const pp_onnx_tensor *zero;  /* its zero point, NULL when absent */
-    int stacked;                 /* t is [steps, ...], one slice selected per step by a Gather */
-} wref;
 
 typedef enum { LIN_DENSE_KN, LIN_DENSE_NK, LIN_INT8_COLUMNS, LIN_NBITS } lin_kind;
 
 typedef struct linear {
     const pp_onnx_node *node;
     lin_kind kind;
-    wref w;
+    og_wref w;
     int64_t steps, K, N;
     int bits, block; /* MatMulNBits */
 } linear;
 
-typedef struct graph {
-    pp_onnx_model *m;
-    const char *file;
-    const char **prod_names; /* sorted output names, and the node producing each */
-    size_t *prod_nodes, n_prod;
-} graph;
-
-/* ---- the converted tensors: planned first (names, shapes, sizes), filled into one buffer ---- */
-
-typedef enum { F_COPY, F_TRANSPOSE, F_NBITS_CODES, F_SCALES127, F_NBITS_ZEROS, F_ZEROS } fill_kind;
-
-typedef struct out {
-    char name[NAME_LEN];
-    st_dtype dtype;
-    int ndim;
-    int64_t shape[3];
-    size_t nbytes, off;
-    fill_kind kind;
-    const uint8_t *src;
-    int src_dtype;
-    int64_t steps, K, N; /* F_TRANSPOSE: src [steps][K][N] -> [steps·N][K]; F_NBITS_*: N rows of K */
-    int bits, block;
-    int64_t count; /* F_SCALES127, F_ZEROS: values written */
-    int bcast;     /* F_SCALES127, F_ZEROS: one source value for all */
-    int flip;      /* uint8 codes or zero points: minus 128 */
-} out;
-
-struct onnx_bundle {
-    out *outs;
-    size_t n_outs, cap_outs;
-    uint8_t *buf;
-    size_t size;
-    st_tensor *tensors;
-};
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* Indexes the producers of model m (owned by g from here on). */
-static int graph_index(graph *g, const char *path, char *err) {
-    size_t n = 0, nodes = pp_onnx_node_count(g->m);
-    for (size_t i = 0; i < nodes; i++) n += (size_t)pp_onnx_node_at(g->m, i)->n_out;
-    /* one array of (name, node) pairs sorted by name: names first so bsearch can compare them */
-    struct pair {
-        const char *name;
-        size_t node;
-    } *pairs = calloc(n ? n : 1, sizeof *pairs);
-    g->prod_names = calloc(n ? n : 1, sizeof *g->prod_names);
-    g->prod_nodes = calloc(n ? n : 1, sizeof *g->prod_nodes);
-    if (!pairs || !g->prod_names || !g->prod_nodes) {
-        free(pairs);
-        return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
-    }
-    for (size_t i = 0; i < nodes; i++) {
-        const pp_onnx_node *nd = pp_onnx_node_at(g->m, i);
-        for (int k = 0; k < nd->n_out; k++)
-            if (*nd->out[k]) pairs[g->n_prod++] = (struct pair){nd->out[k], i};
-    }
-    qsort(pairs, g->n_prod, sizeof *pairs, cmp_str);
-    for (size_t i = 0; i < g->n_prod; i++) g->prod_names[i] = pairs[i].name, g->prod_nodes[i] = pairs[i].node;
-    free(pairs);
-    return 0;
-}
-
-static int graph_open(graph *g, const char *dir, const char *file, char *err) {
-    memset(g, 0, sizeof *g);
-    g->file = file;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    int rc = pp_onnx_open(path, &g->m, err);
-    return rc ? rc : graph_index(g, path, err);
-}
-
-static void graph_close(graph *g) {
-    pp_onnx_close(g->m);
-    free(g->prod_names);
-    free(g->prod_nodes);
-}
-
-static const pp_onnx_node *producer(const graph *g, const char *name) {
-    if (!name || !*name) return NULL;
-    const char **hit = bsearch(&name, g->prod_names, g->n_prod, sizeof *g->prod_names, cmp_str);
-    return hit ? pp_onnx_node_at(g->m, g->prod_nodes[hit - g->prod_names]) : NULL;
-}
-
-static const pp_onnx_node *consumer(const graph *g, const char *name, const char *op) {
-    for (size_t i = 0; i < pp_onnx_node_count(g->m); i++) {
-        const pp_onnx_node *n = pp_onnx_node_at(g->m, i);
-        if (strcmp(n->op_type, op)) continue;
-        for (int k = 0; k < n->n_in; k++)
-            if (!strcmp(n->in[k], name)) return n;
-    }
-    return NULL;
-}
-
-static int is_op(const pp_onnx_node *n, const char *op) { return n && !strcmp(n->op_type, op); }
-
-static int64_t attr_i(const pp_onnx_node *n, const char *name, int64_t dflt) {
-    const pp_onnx_attr *a = pp_onnx_attr_find(n, name);
-    return a && a->has_i ? a->i : dflt;
-}
-
-/* The weight behind value NAME: a constant, through Casts, a Gather of one step's slice from a
- * stack (axis 0, a computed index) and DequantizeLinear. 0 when NAME is not a weight. */
-static int resolve(const graph *g, const char *name, wref *w, int hops) {
-    memset(w, 0, sizeof *w);
-    if (hops > MAX_HOPS) return 0;
-    if ((w->t = pp_onnx_constant(g->m, name))) return 1;
-    const pp_onnx_node *p = producer(g, name);
-    if (!p) return 0;
-    if (is_op(p, "Cast") && p->n_in >= 1) return resolve(g, p->in[0], w, hops + 1);
-    if (is_op(p, "Gather") && p->n_in >= 2 && attr_i(p, "axis", 0) == 0 && !pp_onnx_constant(g->m, p->in[1])) {
-        if (!resolve(g, p->in[0], w, hops + 1) || w->stacked || w->scale || w->t->ndim < 2) return 0;
-        w->stacked = 1;
-        return 1;
-    }
-    if (is_op(p, "DequantizeLinear") && p->n_in >= 2) {
-        wref s, z = {0};
-        if (!resolve(g, p->in[0], w, hops + 1) || w->scale || !resolve(g, p->in[1], &s, hops + 1)) return 0;
-        if (p->n_in >= 3 && *p->in[2] && !resolve(g, p->in[2], &z, hops + 1)) return 0;
-        w->scale = s.t, w->zero = z.t;
-        return 1;
-    }
-    return 0;
-}
-
 /* Whether value NAME is computed from a ReduceMean within a few nodes: the RMS norm's scale. */
-static int from_reduce_mean(const graph *g, const char *name, int hops) {
-    const pp_onnx_node *p = producer(g, name);
+static int from_reduce_mean(const og_graph *g, const char *name, int hops) {
+    const pp_onnx_node *p = og_producer(g, name);
     if (!p || hops > 4) return 0;
-    if (is_op(p, "ReduceMean")) return 1;
+    if (og_is_op(p, "ReduceMean")) return 1;
     for (int k = 0; k < p->n_in; k++)
         if (from_reduce_mean(g, p->in[k], hops + 1)) return 1;
     return 0;
 }
 
 /* The graph input an index value comes from (following each node's first input), or NULL. */
-static const char *index_source(const graph *g, const char *name) {
+static const char *index_source(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 16; hops++) {
         for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
             if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return name;
-        const pp_onnx_node *p = producer(g, name);
+        const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1) return NULL;
         name = p->in[0];
     }
     return NULL;
 }
 
-static int is_float(int dt) { return dt == PP_ONNX_FLOAT || dt == PP_ONNX_FLOAT16 || dt == PP_ONNX_BFLOAT16; }
-static int is_byte(int dt) { return dt == PP_ONNX_INT8 || dt == PP_ONNX_UINT8; }
-
-static int bad_node(const graph *g, const pp_onnx_node *n, char *err, const char *what) {
-    return pp_fail(err, PP_EFORMAT, "%s: node '%s' (%s): %s", g->file, n->name, n->op_type, what);
-}
-
-/* The tensor's data must be readable and of its declared size. */
-static int readable(const graph *g, const pp_onnx_node *n, const pp_onnx_tensor *t, char *err) {
-    if (!t->data || !pp_onnx_dtype_size(t->dtype))
-        return pp_fail(err, PP_EUNSUPPORTED,
-                       "%s: node '%s' reads tensor '%s' of type %d stored in a form this reader does not take "
-                       "(raw_data or external data of float, float16, bfloat16, int8 or uint8)",
-                       g->file, n->name, t->name, t->dtype);
-    return 0;
-}
-
 /* A projection: MatMul / Gemm with a weight operand, MatMulNBits, MatMulInteger. 1: *l filled,
  * 0: not a projection, <0: a projection whose operands are malformed. */
-static int as_linear(const graph *g, const pp_onnx_node *n, linear *l, char *err) {
+static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *err) {
     memset(l, 0, sizeof *l);
     l->node = n;
     l->steps = 1;
     int rc;
-    if ((is_op(n, "MatMul") || is_op(n, "Gemm")) && n->n_in >= 2) {
-        if (!resolve(g, n->in[1], &l->w, 0)) return 0;
+    if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
+        if (!og_resolve(g, n->in[1], &l->w, 0)) return 0;
         const pp_onnx_tensor *t = l->w.t;
-        if (t->ndim != 2 + l->w.stacked) return bad_node(g, n, err, "weight operand of unexpected rank");
-        if ((rc = readable(g, n, t, err))) return rc;
+        if (t->ndim != 2 + l->w.stacked) return og_bad_node(g, n, err, "weight operand of unexpected rank");
+        if ((rc = og_readable(g, n, t, err))) return rc;
         l->steps = l->w.stacked ? t->dims[0] : 1;
         int64_t a = t->dims[t->ndim - 2], b = t->dims[t->ndim - 1];
-        int trans_b = is_op(n, "Gemm") && attr_i(n, "transB", 0);
+        int trans_b = og_is_op(n, "Gemm") && og_attr_i(n, "transB", 0);
         l->K = trans_b ? b : a, l->N = trans_b ? a : b;
         if (l->w.scale) {
-            if (!is_byte(t->dtype) || (rc = readable(g, n, l->w.scale, err)) ||
-                (l->w.zero && (rc = readable(g, n, l->w.zero, err))))
-                return rc ? rc : bad_node(g, n, err, "DequantizeLinear of a weight that is not int8/uint8");
+            if (!og_is_byte(t->dtype) || (rc = og_readable(g, n, l->w.scale, err)) ||
+                (l->w.zero && (rc = og_readable(g, n, l->w.zero, err))))
+                return rc ? rc : og_bad_node(g, n, err, "DequantizeLinear of a weight that is not int8/uint8");
             if ((l->w.scale->dtype != PP_ONNX_FLOAT && l->w.scale->dtype != PP_ONNX_FLOAT16) ||
-                (l->w.zero && !is_byte(l->w.zero->dtype)))
-                return bad_node(g, n, err, "DequantizeLinear scale not float/float16, or zero point not int8/uint8");
+                (l->w.zero && !og_is_byte(l->w.zero->dtype)))
+                return og_bad_node(g, n, err, "DequantizeLinear scale not float/float16, or zero point not int8/uint8");
             int64_t per = l->w.scale->numel;
             if (trans_b || (per != 1 && per != l->N * l->steps) || (l->w.zero && l->w.zero->numel != per))
-                return bad_node(g, n, err, "dequantised weight's scales are neither per tensor nor per output column");
+                return og_bad_node(g, n, err,
+                                   "dequantised weight's scales are neither per tensor nor per output column");
             l->kind = LIN_INT8_COLUMNS;
         } else {
-            if (!is_float(t->dtype)) return bad_node(g, n, err, "weight is neither float nor dequantised");
+            if (!og_is_float(t->dtype)) return og_bad_node(g, n, err, "weight is neither float nor dequantised");
             l->kind = trans_b ? LIN_DENSE_NK : LIN_DENSE_KN;
         }
         return 1;
     }
-    if (is_op(n, "MatMulNBits") && n->n_in >= 3) {
+    if (og_is_op(n, "MatMulNBits") && n->n_in >= 3) {
         const pp_onnx_tensor *b = pp_onnx_constant(g->m, n->in[1]), *s = pp_onnx_constant(g->m, n->in[2]);
         const pp_onnx_tensor *z = n->n_in >= 4 && *n->in[3] ? pp_onnx_constant(g->m, n->in[3]) : NULL;
         if (!b || !s || (n->n_in >= 4 && *n->in[3] && !z))
-            return bad_node(g, n, err, "B, scales and zero_points must be constants");
-        if ((rc = readable(g, n, b, err)) || (rc = readable(g, n, s, err)) || (z && (rc = readable(g, n, z, err))))
+            return og_bad_node(g, n, err, "B, scales and zero_points must be constants");
+        if ((rc = og_readable(g, n, b, err)) || (rc = og_readable(g, n, s, err)) ||
+            (z && (rc = og_readable(g, n, z, err))))
             return rc;
         l->kind = LIN_NBITS;
-        l->K = attr_i(n, "K", 0), l->N = attr_i(n, "N", 0);
-        l->bits = (int)attr_i(n, "bits", 4), l->block = (int)attr_i(n, "block_size", 0);
+        l->K = og_attr_i(n, "K", 0), l->N = og_attr_i(n, "N", 0);
+        l->bits = (int)og_attr_i(n, "bits", 4), l->block = (int)og_attr_i(n, "block_size", 0);
         if ((l->bits != 4 && l->bits != 8) || l->block < 16 || (l->block & (l->block - 1)) || l->K <= 0 || l->N <= 0 ||
             l->K > ((int64_t)1 << 30) || l->N > ((int64_t)1 << 30))
-            return bad_node(g, n, err, "attributes K, N, bits (4 or 8), block_size (a power of two >= 16) expected");
+            return og_bad_node(g, n, err, "attributes K, N, bits (4 or 8), block_size (a power of two >= 16) expected");
         if (l->K % l->block)
-            return bad_node(g, n, err, "K is not a multiple of block_size (a padded last block is not supported)");
+            return og_bad_node(g, n, err, "K is not a multiple of block_size (a padded last block is not supported)");
         int64_t nb = l->K / l->block, blob = (int64_t)l->block * l->bits / 8;
         if (b->dtype != PP_ONNX_UINT8 || b->numel != l->N * nb * blob)
-            return bad_node(g, n, err, "B is not uint8 [N, K/block_size, block_size·bits/8]");
+            return og_bad_node(g, n, err, "B is not uint8 [N, K/block_size, block_size·bits/8]");
         if ((s->dtype != PP_ONNX_FLOAT && s->dtype != PP_ONNX_FLOAT16) || s->numel != l->N * nb)
-            return bad_node(g, n, err, "scales are not float/float16 [N·K/block_size]");
+            return og_bad_node(g, n, err, "scales are not float/float16 [N·K/block_size]");
         if (z && (z->dtype != PP_ONNX_UINT8 || z->numel != (l->bits == 8 ? l->N * nb : l->N * ((nb + 1) / 2))))
-            return bad_node(g, n, err, "zero_points are not uint8 of the packed size");
+            return og_bad_node(g, n, err, "zero_points are not uint8 of the packed size");
         l->w.t = b, l->w.scale = s, l->w.zero = z;
         return 1;
     }
-    if (is_op(n, "MatMulInteger") && n->n_in >= 2) {
+    if (og_is_op(n, "MatMulInteger") && n->n_in >= 2) {
         const pp_onnx_tensor *q = pp_onnx_constant(g->m, n->in[1]);
         if (!q) return 0;
-        if ((rc = readable(g, n, q, err))) return rc;
-        if (q->ndim != 2 || !is_byte(q->dtype)) return bad_node(g, n, err, "B is not a 2-D int8/uint8 constant");
+        if ((rc = og_readable(g, n, q, err))) return rc;
+        if (q->ndim != 2 || !og_is_byte(q->dtype)) return og_bad_node(g, n, err, "B is not a 2-D int8/uint8 constant");
         l->K = q->dims[0], l->N = q->dims[1];
         l->w.t = q;
         if (n->n_in >= 4 && *n->in[3] && !(l->w.zero = pp_onnx_constant(g->m, n->in[3])))
-            return bad_node(g, n, err, "B's zero point is not a constant");
+            return og_bad_node(g, n, err, "B's zero point is not a constant");
         /* The weight's scale: MatMulInteger -> Cast -> Mul(·, Mul(A's scale, B's scale)) or Mul(·, B's scale) */
-        const pp_onnx_node *cast = consumer(g, n->out[0], "Cast");
-        const pp_onnx_node *mul = cast ? consumer(g, cast->out[0], "Mul") : NULL;
+        const pp_onnx_node *cast = og_consumer(g, n->out[0], "Cast");
+        const pp_onnx_node *mul = cast ? og_consumer(g, cast->out[0], "Mul") : NULL;
         for (int k = 0; mul && k < 2 && !l->w.scale; k++) {
             const char *v = mul->in[k];
             if (!strcmp(v, cast->out[0])) continue;
             const pp_onnx_tensor *c = pp_onnx_constant(g->m, v);
-            const pp_onnx_node *p = producer(g, v);
+            const pp_onnx_node *p = og_producer(g, v);
             if (c && (c->numel == l->N || c->numel == 1)) l->w.scale = c;
-            for (int j = 0; !c && is_op(p, "Mul") && j < 2 && !l->w.scale; j++) {
+            for (int j = 0; !c && og_is_op(p, "Mul") && j < 2 && !l->w.scale; j++) {
                 const pp_onnx_tensor *d = pp_onnx_constant(g->m, p->in[j]);
                 if (d && (d->numel == l->N || d->numel == 1)) l->w.scale = d;
             }
         }
-        if (!l->w.scale) return bad_node(g, n, err, "no weight scale found after Cast -> Mul");
-        if ((rc = readable(g, n, l->w.scale, err)) || (l->w.zero && (rc = readable(g, n, l->w.zero, err)))) return rc;
+        if (!l->w.scale) return og_bad_node(g, n, err, "no weight scale found after Cast -> Mul");
+        if ((rc = og_readable(g, n, l->w.scale, err)) || (l->w.zero && (rc = og_readable(g, n, l->w.zero, err))))
+            return rc;
         if (l->w.scale->dtype != PP_ONNX_FLOAT ||
-            (l->w.zero && (!is_byte(l->w.zero->dtype) || l->w.zero->numel != l->w.scale->numel)))
-            return bad_node(g, n, err, "weight scale not float, or zero point not one per scale");
+            (l->w.zero && (!og_is_byte(l->w.zero->dtype) || l->w.zero->numel != l->w.scale->numel)))
+            return og_bad_node(g, n, err, "weight scale not float, or zero point not one per scale");
         l->kind = LIN_INT8_COLUMNS;
         return 1;
     }
@@ -291,29 +138,6 @@ static int as_linear(const graph *g, const pp_onnx_node *n, linear *l, char *err
 }
 
 /* ---- planning ---- */
-
-static out *plan(onnx_bundle *b, const char *name, st_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                 fill_kind kind, char *err) {
-    if (b->n_outs == b->cap_outs) {
-        size_t cap = b->cap_outs ? b->cap_outs * 2 : 256;
-        out *o = realloc(b->outs, cap * sizeof *o);
-        if (!o) return pp_fail(err, PP_ENOMEM, "bundle: out of memory"), NULL;
-        b->outs = o, b->cap_outs = cap;
-    }
-    out *o = &b->outs[b->n_outs++];
-    memset(o, 0, sizeof *o);
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->dtype = dt, o->ndim = ndim, o->kind = kind;
-    o->shape[0] = d0, o->shape[1] = d1, o->shape[2] = d2;
-    int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= o->shape[i];
-    o->nbytes = (size_t)numel * (size_t)(pp_st_dtype_bits(dt) / 8);
-    return o;
-}
-
-static st_dtype st_of(int onnx_dtype) {
-    return onnx_dtype == PP_ONNX_FLOAT16 ? ST_F16 : onnx_dtype == PP_ONNX_BFLOAT16 ? ST_BF16 : ST_F32;
-}
 
 static int any_nonzero_zero_point(const pp_onnx_tensor *z, int64_t first, int64_t count) {
     for (int64_t i = 0; i < count; i++)
@@ -327,24 +151,24 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
     int64_t first = step < 0 ? 0 : step, steps = step < 0 ? l->steps : 1, rows = steps * l->N;
     const pp_onnx_tensor *t = l->w.t;
     const uint8_t *step_data = t->data + (size_t)(first * l->K * l->N * pp_onnx_dtype_size(t->dtype)); /* dense */
-    out *o;
+    og_tensor *o;
     char key[NAME_LEN];
     switch (l->kind) {
     case LIN_DENSE_NK:
-        if (!(o = plan(b, name, st_of(t->dtype), 2, rows, l->K, 0, F_COPY, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, name, og_st_dtype(t->dtype), 2, rows, l->K, 0, F_COPY, err))) return PP_ENOMEM;
         o->src = step_data;
         return 0;
     case LIN_DENSE_KN:
     case LIN_INT8_COLUMNS: {
-        st_dtype dt = l->kind == LIN_INT8_COLUMNS ? ST_I8 : st_of(t->dtype);
-        if (!(o = plan(b, name, dt, 2, rows, l->K, 0, F_TRANSPOSE, err))) return PP_ENOMEM;
+        st_dtype dt = l->kind == LIN_INT8_COLUMNS ? ST_I8 : og_st_dtype(t->dtype);
+        if (!(o = og_plan(b, name, dt, 2, rows, l->K, 0, F_TRANSPOSE, err))) return PP_ENOMEM;
         o->src = step_data;
         o->src_dtype = t->dtype, o->steps = steps, o->K = l->K, o->N = l->N;
         o->flip = t->dtype == PP_ONNX_UINT8;
         if (l->kind == LIN_DENSE_KN) return 0;
         const pp_onnx_tensor *s = l->w.scale, *z = l->w.zero;
         pp_wl_int8_scales_key(name, key, sizeof key);
-        if (!(o = plan(b, key, ST_F32, 1, rows, 0, 0, F_SCALES127, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, key, ST_F32, 1, rows, 0, 0, F_SCALES127, err))) return PP_ENOMEM;
         o->bcast = s->numel == 1;
         o->src = s->data + (o->bcast ? 0 : (size_t)(first * l->N) * (size_t)pp_onnx_dtype_size(s->dtype));
         o->src_dtype = s->dtype, o->count = rows;
@@ -352,7 +176,7 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
         int flip_only = !z && t->dtype == PP_ONNX_UINT8;
         if (!flip_only && (!z || !any_nonzero_zero_point(z, first * l->N, rows))) return 0;
         pp_wl_int8_zeros_key(name, key, sizeof key);
-        if (!(o = plan(b, key, ST_I8, 1, rows, 0, 0, F_ZEROS, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, key, ST_I8, 1, rows, 0, 0, F_ZEROS, err))) return PP_ENOMEM;
         o->count = rows, o->flip = t->dtype == PP_ONNX_UINT8;
         o->bcast = !z || z->numel == 1;
         o->src = z ? z->data + (o->bcast ? 0 : (size_t)(first * l->N)) : NULL;
@@ -360,26 +184,20 @@ static int plan_linear(onnx_bundle *b, const char *name, const linear *l, int64_
     }
     case LIN_NBITS: {
         int64_t nb = l->K / l->block;
-        if (!(o = plan(b, name, ST_I8, 2, l->N, l->K, 0, F_NBITS_CODES, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, name, ST_I8, 2, l->N, l->K, 0, F_NBITS_CODES, err))) return PP_ENOMEM;
         o->src = t->data, o->K = l->K, o->N = l->N, o->bits = l->bits, o->block = l->block;
         pp_wl_int8_scales_key(name, key, sizeof key);
-        if (!(o = plan(b, key, ST_F32, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_SCALES127, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, key, ST_F32, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_SCALES127, err)))
+            return PP_ENOMEM;
         o->src = l->w.scale->data, o->src_dtype = l->w.scale->dtype, o->count = l->N * nb;
         if (!l->w.zero) return 0;
         pp_wl_int8_zeros_key(name, key, sizeof key);
-        if (!(o = plan(b, key, ST_I8, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_NBITS_ZEROS, err))) return PP_ENOMEM;
+        if (!(o = og_plan(b, key, ST_I8, nb > 1 ? 2 : 1, l->N, nb > 1 ? nb : 0, 0, F_NBITS_ZEROS, err)))
+            return PP_ENOMEM;
         o->src = l->w.zero->data, o->K = l->K, o->N = l->N, o->bits = l->bits, o->block = l->block;
         return 0;
     }
     }
-    return 0;
-}
-
-static int plan_view(onnx_bundle *b, const char *name, const pp_onnx_tensor *t, size_t offset, int ndim, int64_t d0,
-                     int64_t d1, int64_t d2, char *err) {
-    out *o = plan(b, name, st_of(t->dtype), ndim, d0, d1, d2, F_COPY, err);
-    if (!o) return PP_ENOMEM;
-    o->src = t->data + offset;
     return 0;
 }
 
@@ -392,7 +210,7 @@ typedef struct found {
     const pp_onnx_node **norm_node;
     size_t n_norm;
     const pp_onnx_node **emb;
-    wref *emb_w;
+    og_wref *emb_w;
     size_t n_emb;
 } found;
 
@@ -406,7 +224,7 @@ static void found_free(found *f) {
 
 /* Embeddings (Gathers of a float table by a computed index, other than a step's dequantisation
  * scales), norm scales (as wide as the first embedding) and projections, in node order. */
-static int scan(const graph *g, found *f, char *err) {
+static int scan(const og_graph *g, found *f, char *err) {
     size_t nodes = pp_onnx_node_count(g->m);
     memset(f, 0, sizeof *f);
     f->lin = calloc(nodes + 1, sizeof *f->lin);
@@ -419,11 +237,11 @@ static int scan(const graph *g, found *f, char *err) {
     int64_t dim = 0;
     for (size_t i = 0; i < nodes; i++) {
         const pp_onnx_node *n = pp_onnx_node_at(g->m, i);
-        wref w;
-        if (is_op(n, "Gather") && n->n_in >= 2 && attr_i(n, "axis", 0) == 0 && resolve(g, n->in[0], &w, 0) &&
-            !w.scale && is_float(w.t->dtype) && w.t->ndim == 2 + w.stacked && !pp_onnx_constant(g->m, n->in[1]) &&
-            !consumer(g, n->out[0], "DequantizeLinear")) {
-            int rc = readable(g, n, w.t, err);
+        og_wref w;
+        if (og_is_op(n, "Gather") && n->n_in >= 2 && og_attr_i(n, "axis", 0) == 0 && og_resolve(g, n->in[0], &w, 0) &&
+            !w.scale && og_is_float(w.t->dtype) && w.t->ndim == 2 + w.stacked && !pp_onnx_constant(g->m, n->in[1]) &&
+            !og_consumer(g, n->out[0], "DequantizeLinear")) {
+            int rc = og_readable(g, n, w.t, err);
             if (rc) return rc;
             if (!dim) dim = w.t->dims[w.t->ndim - 1];
             f->emb[f->n_emb] = n, f->emb_w[f->n_emb++] = w;
@@ -437,22 +255,23 @@ static int scan(const graph *g, found *f, char *err) {
             continue;
         }
         /* a fused norm (ONNX Runtime's optimizer, opset 23): its scale input */
-        int fused = is_op(n, "SimplifiedLayerNormalization") || is_op(n, "RMSNormalization") ? 1
-                    : is_op(n, "SkipSimplifiedLayerNormalization")                           ? 2
-                                                                                             : 0;
+        int fused = og_is_op(n, "SimplifiedLayerNormalization") || og_is_op(n, "RMSNormalization") ? 1
+                    : og_is_op(n, "SkipSimplifiedLayerNormalization")                              ? 2
+                                                                                                   : 0;
         if (fused && n->n_in > fused && dim) {
-            if (!resolve(g, n->in[fused], &w, 0) || w.stacked || w.scale || !is_float(w.t->dtype) || w.t->numel != dim)
-                return bad_node(g, n, err, "norm scale is not a float constant of the model's width");
-            if ((rc = readable(g, n, w.t, err))) return rc;
+            if (!og_resolve(g, n->in[fused], &w, 0) || w.stacked || w.scale || !og_is_float(w.t->dtype) ||
+                w.t->numel != dim)
+                return og_bad_node(g, n, err, "norm scale is not a float constant of the model's width");
+            if ((rc = og_readable(g, n, w.t, err))) return rc;
             f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = w.t;
             continue;
         }
-        if (is_op(n, "Mul") && n->n_in == 2 && dim) {
+        if (og_is_op(n, "Mul") && n->n_in == 2 && dim) {
             for (int k = 0; k < 2; k++) {
-                if (!resolve(g, n->in[k], &w, 0) || w.stacked || w.scale || !is_float(w.t->dtype)) continue;
+                if (!og_resolve(g, n->in[k], &w, 0) || w.stacked || w.scale || !og_is_float(w.t->dtype)) continue;
                 if (w.t->numel != dim || w.t->dims[w.t->ndim - 1] != dim || !from_reduce_mean(g, n->in[1 - k], 0))
                     continue;
-                if ((rc = readable(g, n, w.t, err))) return rc;
+                if ((rc = og_readable(g, n, w.t, err))) return rc;
                 f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = w.t;
             }
         }
@@ -460,7 +279,7 @@ static int scan(const graph *g, found *f, char *err) {
     return 0;
 }
 
-static int expect_shape(const graph *g, const linear *l, const char *what, int64_t K, int64_t N, char *err) {
+static int expect_shape(const og_graph *g, const linear *l, const char *what, int64_t K, int64_t N, char *err) {
     if ((K && l->K != K) || (N && l->N != N))
         return pp_fail(err, PP_EFORMAT, "%s: node '%s' (%s), read as %s: K %lld, N %lld; expected K %lld, N %lld",
                        g->file, l->node->name, l->node->op_type, what, (long long)l->K, (long long)l->N, (long long)K,
@@ -469,7 +288,7 @@ static int expect_shape(const graph *g, const linear *l, const char *what, int64
 }
 
 /* A layer's four projections: Q/K/V in, out, gate and value in, out (the hidden width from the last). */
-static int check_layer(const graph *g, const linear *p, int64_t dim, char *err) {
+static int check_layer(const og_graph *g, const linear *p, int64_t dim, char *err) {
     int64_t hidden = p[3].K;
     int rc;
     if ((rc = expect_shape(g, &p[0], "attention input projection", dim, 3 * dim, err)) ||
@@ -480,7 +299,7 @@ static int check_layer(const graph *g, const linear *p, int64_t dim, char *err) 
 }
 
 static int plan_norm(onnx_bundle *b, const char *name, const pp_onnx_tensor *t, int64_t dim, char *err) {
-    return plan_view(b, name, t, 0, 3, 1, 1, dim, err);
+    return og_plan_view(b, name, t, 0, 3, 1, 1, dim, err);
 }
 
 /* Layer l's norm1 and norm2 scales under prefix ("transformer" or "depformer"). */
@@ -497,7 +316,7 @@ static int plan_layer_norms(onnx_bundle *b, const char *prefix, int64_t l, const
 
 /* The temporal step; *dim_out is its width, *text_linear_here whether it ends in the text
  * projection (else the depformer step computes the text logits from the hidden state). */
-static int temporal(onnx_bundle *b, const graph *g, int64_t *dim_out, int *text_linear_here, char *err) {
+static int temporal(onnx_bundle *b, const og_graph *g, int64_t *dim_out, int *text_linear_here, char *err) {
     found f;
     int rc = scan(g, &f, err);
     if (rc) goto done;
@@ -525,14 +344,14 @@ static int temporal(onnx_bundle *b, const graph *g, int64_t *dim_out, int *text_
         const pp_onnx_tensor *t = f.emb_w[i].t;
         const char *src = index_source(g, f.emb[i]->in[1]);
         if (f.emb_w[i].stacked || t->dims[1] != dim) {
-            rc = bad_node(g, f.emb[i], err, "embedding table of another width than the first");
+            rc = og_bad_node(g, f.emb[i], err, "embedding table of another width than the first");
             break;
         }
         if (src && !strcmp(src, text_input))
             snprintf(name, sizeof name, "text_emb.weight"), texts++;
         else
             snprintf(name, sizeof name, "emb.%d.weight", audio++);
-        rc = plan_view(b, name, t, 0, 2, t->dims[0], t->dims[1], 0, err);
+        rc = og_plan_view(b, name, t, 0, 2, t->dims[0], t->dims[1], 0, err);
     }
     if (!rc && texts != 1)
         rc = pp_fail(err, PP_EFORMAT, "%s: %d embeddings indexed by the first input '%s' (expected one: the text)",
@@ -561,7 +380,7 @@ done:
 
 /* The depformer step; with need_text_linear it also holds the text projection of the temporal
  * step's hidden state (width temporal_dim): the one projection not selected per step. */
-static int depformer(onnx_bundle *b, const graph *g, int64_t temporal_dim, int need_text_linear, char *err) {
+static int depformer(onnx_bundle *b, const og_graph *g, int64_t temporal_dim, int need_text_linear, char *err) {
     found f;
     int rc = scan(g, &f, err);
     if (rc) goto done;
@@ -584,7 +403,7 @@ static int depformer(onnx_bundle *b, const graph *g, int64_t temporal_dim, int n
     if (need_text_linear && ((rc = expect_shape(g, &text_linear, "text output projection", temporal_dim, 0, err)) ||
                              (rc = plan_linear(b, "text_linear.weight", &text_linear, 0, err))))
         goto done;
-    const wref *text = NULL, *audio = NULL;
+    const og_wref *text = NULL, *audio = NULL;
     for (size_t i = 0; i < f.n_emb; i++) {
         if (f.emb_w[i].stacked && !audio) audio = &f.emb_w[i];
         if (!f.emb_w[i].stacked && !text) text = &f.emb_w[i];
@@ -605,7 +424,7 @@ static int depformer(onnx_bundle *b, const graph *g, int64_t temporal_dim, int n
     }
     for (size_t i = 0; i < f.n_lin; i++)
         if (f.lin[i].steps != steps) {
-            rc = bad_node(g, f.lin[i].node, err, "projection stack of another step count than the others");
+            rc = og_bad_node(g, f.lin[i].node, err, "projection stack of another step count than the others");
             goto done;
         }
     char name[NAME_LEN];
@@ -615,11 +434,11 @@ static int depformer(onnx_bundle *b, const graph *g, int64_t temporal_dim, int n
                      at->name, (long long)steps, (long long)dim);
         goto done;
     }
-    rc = plan_view(b, "depformer_text_emb.weight", text->t, 0, 2, text->t->dims[0], dim, 0, err);
+    rc = og_plan_view(b, "depformer_text_emb.weight", text->t, 0, 2, text->t->dims[0], dim, 0, err);
     size_t es = (size_t)pp_onnx_dtype_size(at->dtype), per = (size_t)(at->dims[1] * dim) * es;
     for (int64_t s = 0; s + 1 < steps && !rc; s++) {
         snprintf(name, sizeof name, "depformer_emb.%lld.weight", (long long)s);
-        rc = plan_view(b, name, at, (size_t)s * per, 2, at->dims[1], dim, 0, err);
+        rc = og_plan_view(b, name, at, (size_t)s * per, 2, at->dims[1], dim, 0, err);
     }
     if (!rc) rc = expect_shape(g, &f.lin[0], "the depformer's input projection", 0, dim, err);
     for (int64_t s = 0; s < steps && !rc; s++) {
@@ -657,111 +476,14 @@ done:
     return rc;
 }
 
-/* Plans every tensor of both graphs and places it in the buffer (b->size bytes in all). */
-static int plan_graphs(onnx_bundle *b, const graph *t, const graph *d, char *err) {
+/* Plans every tensor of both graphs (an og_plan_fn). */
+static int plan_graphs(onnx_bundle *b, const og_graph *t, const og_graph *d, void *unused, char *err) {
+    (void)unused;
     int64_t dim = 0;
     int text_linear_here = 0;
     int rc = temporal(b, t, &dim, &text_linear_here, err);
-    if (!rc) rc = depformer(b, d, dim, !text_linear_here, err);
-    for (size_t i = 0; !rc && i < b->n_outs; i++) {
-        b->outs[i].off = b->size;
-        b->size += (b->outs[i].nbytes + 63) & ~(size_t)63;
-    }
-    return rc;
+    return rc ? rc : depformer(b, d, dim, !text_linear_here, err);
 }
-
-/* ---- filling ---- */
-
-static float scale_at(const out *o, int64_t i) {
-    const uint8_t *p = o->src + (o->bcast ? 0 : i * (o->src_dtype == PP_ONNX_FLOAT16 ? 2 : 4));
-    if (o->src_dtype == PP_ONNX_FLOAT16) return pp_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* [steps][K][N] elements of es bytes into [steps][N][K], in 32 x 32 tiles that keep both sides in
- * cache; flip: uint8 codes to int8 (minus 128). Inlined per element size, so every copy is a plain
- * load and store. */
-static inline __attribute__((always_inline)) void transpose(const out *o, uint8_t *dst, size_t es, int flip) {
-    const int64_t T = 32;
-    for (int64_t s = 0; s < o->steps; s++) {
-        const uint8_t *src = o->src + (size_t)(s * o->K * o->N) * es;
-        uint8_t *d = dst + (size_t)(s * o->N * o->K) * es;
-        for (int64_t k0 = 0; k0 < o->K; k0 += T)
-            for (int64_t n0 = 0; n0 < o->N; n0 += T)
-                for (int64_t n = n0; n < n0 + T && n < o->N; n++)
-                    for (int64_t k = k0; k < k0 + T && k < o->K; k++) { /* written in order, read from the tile */
-                        uint8_t *to = d + (size_t)(n * o->K + k) * es;
-                        memcpy(to, src + (size_t)(k * o->N + n) * es, es);
-                        if (flip) *to ^= 0x80;
-                    }
-    }
-}
-
-static void fill(const out *o, uint8_t *dst) {
-    switch (o->kind) {
-    case F_COPY: memcpy(dst, o->src, o->nbytes); return;
-    case F_TRANSPOSE:
-        switch (pp_onnx_dtype_size(o->src_dtype)) {
-        case 1: o->flip ? transpose(o, dst, 1, 1) : transpose(o, dst, 1, 0); return;
-        case 2: transpose(o, dst, 2, 0); return;
-        default: transpose(o, dst, 4, 0); return;
-        }
-    case F_NBITS_CODES: {
-        /* blocks are stored row after row, so the source is read in order */
-        const int64_t blocks = o->N * (o->K / o->block), blob = (int64_t)o->block * o->bits / 8;
-        const uint8_t *src = o->src;
-        for (int64_t b = 0; b < blocks; b++, src += blob, dst += o->block) {
-            if (o->bits == 8) {
-                for (int j = 0; j < o->block; j++) dst[j] = src[j] ^ 0x80; /* q − 128 as int8 */
-            } else {
-                for (int j = 0; j < o->block; j += 2) {
-                    dst[j] = (uint8_t)(int8_t)((src[j >> 1] & 15) - 8);
-                    dst[j + 1] = (uint8_t)(int8_t)((src[j >> 1] >> 4) - 8);
-                }
-            }
-        }
-        return;
-    }
-    case F_SCALES127:
-        for (int64_t i = 0; i < o->count; i++) {
-            float v = 127.0f * scale_at(o, i);
-            memcpy(dst + 4 * i, &v, 4);
-        }
-        return;
-    case F_NBITS_ZEROS: {
-        int64_t nb = o->K / o->block, mid = 1 << (o->bits - 1), per_row = o->bits == 8 ? nb : (nb + 1) / 2;
-        for (int64_t n = 0; n < o->N; n++)
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *row = o->src + n * per_row;
-                int zp = o->bits == 8 ? row[b] : (row[b >> 1] >> (4 * (b & 1))) & 15;
-                dst[n * nb + b] = (uint8_t)(int8_t)(zp - mid);
-            }
-        return;
-    }
-    case F_ZEROS:
-        for (int64_t i = 0; i < o->count; i++) {
-            int v = o->src ? (o->flip ? o->src[o->bcast ? 0 : i] - 128 : (int8_t)o->src[o->bcast ? 0 : i]) : -128;
-            dst[i] = (uint8_t)(int8_t)v;
-        }
-        return;
-    }
-}
-
-/* Source bytes of the large conversions (the small ones are not worth a system call). */
-static size_t src_bytes(const out *o) {
-    switch (o->kind) {
-    case F_COPY: return o->nbytes;
-    case F_TRANSPOSE: return (size_t)(o->steps * o->K * o->N) * (size_t)pp_onnx_dtype_size(o->src_dtype);
-    case F_NBITS_CODES: return (size_t)(o->N * o->K) * (size_t)o->bits / 8;
-    default: return 0;
-    }
-}
-
-/* The mapped source pages a conversion read go back to the kernel (read again from the file if a
- * later tensor shares them), so loading holds the converted weights and little of the file. */
-static void release_source(const out *o) { pp_file_release_pages(o->src, src_bytes(o)); }
 
 static int is_dir(const char *path) {
     struct stat sb;
@@ -776,101 +498,37 @@ int pp_onnx_bundle_is(const char *path) {
     return !stat(p, &sb) && S_ISREG(sb.st_mode);
 }
 
-void pp_onnx_bundle_free_data(onnx_bundle *b) {
-    free(b->buf);
-    b->buf = NULL;
-}
-
-void pp_onnx_bundle_free(onnx_bundle *b) {
-    if (!b) return;
-    free(b->outs);
-    free(b->buf);
-    free(b->tensors);
-    free(b);
-}
-
 /* Opens the bundle's two graphs from their files. */
-static int open_graphs(const char *dir, graph *t, graph *d, char *err) {
-    int rc = graph_open(t, dir, PP_ONNX_TEMPORAL, err);
-    return rc ? rc : graph_open(d, dir, PP_ONNX_DEPFORMER, err);
+static int open_graphs(const char *dir, og_graph *t, og_graph *d, char *err) {
+    int rc = og_open(t, dir, PP_ONNX_TEMPORAL, err);
+    return rc ? rc : og_open(d, dir, PP_ONNX_DEPFORMER, err);
 }
 
 int pp_onnx_bundle_size(const char *dir, size_t *bytes, char *err) {
     onnx_bundle b = {0};
-    graph t = {0}, d = {0};
+    og_graph t = {0}, d = {0};
     int rc = open_graphs(dir, &t, &d, err);
-    if (!rc) rc = plan_graphs(&b, &t, &d, err);
+    if (!rc) rc = plan_graphs(&b, &t, &d, NULL, err);
+    og_layout(&b);
     *bytes = b.size;
-    graph_close(&t);
-    graph_close(&d);
+    og_close(&t);
+    og_close(&d);
     free(b.outs);
     return rc;
 }
 
-/* Converts the planned tensors of the open graphs t and d into b's buffer and hands out the table
- * (release: give back each source's mapped pages once read); closes the graphs. */
-static int materialize(onnx_bundle *b, graph *t, graph *d, int release, const char *label, st_tensor **tensors,
-                       size_t *count, const void **base, size_t *size, onnx_bundle **out_bundle, char *err) {
-    int rc = plan_graphs(b, t, d, err);
-    if (!rc) {
-        b->buf = malloc(b->size ? b->size : 1);
-        b->tensors = calloc(b->n_outs ? b->n_outs : 1, sizeof *b->tensors);
-        if (!b->buf || !b->tensors)
-            rc = pp_fail(err, PP_ENOMEM, "%s: out of memory for the bundle's %zu bytes of weights", label, b->size);
-    }
-    for (size_t i = 0; !rc && i < b->n_outs; i++) {
-        const out *o = &b->outs[i];
-        fill(o, b->buf + o->off);
-        if (release) release_source(o);
-        st_tensor *s = &b->tensors[i];
-        s->name = o->name, s->dtype = o->dtype, s->ndim = o->ndim, s->numel = 1;
-        for (int k = 0; k < o->ndim; k++) s->shape[k] = o->shape[k], s->numel *= o->shape[k];
-        s->data = b->buf + o->off, s->nbytes = o->nbytes;
-    }
-    graph_close(t);
-    graph_close(d);
-    if (rc) {
-        pp_onnx_bundle_free(b);
-        return rc;
-    }
-    *tensors = b->tensors, *count = b->n_outs, *base = b->buf, *size = b->size;
-    b->tensors = NULL;
-    *out_bundle = b;
-    return 0;
-}
-
 int pp_onnx_bundle_load(const char *dir, st_tensor **tensors, size_t *count, const void **base, size_t *size,
                         onnx_bundle **out_bundle, char *err) {
-    *out_bundle = NULL;
-    onnx_bundle *b = calloc(1, sizeof *b);
-    if (!b) return pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
-    graph t = {0}, d = {0};
+    og_graph t = {0}, d = {0};
     int rc = open_graphs(dir, &t, &d, err);
-    if (rc) {
-        graph_close(&t);
-        graph_close(&d);
-        pp_onnx_bundle_free(b);
-        return rc;
-    }
-    return materialize(b, &t, &d, 1, dir, tensors, count, base, size, out_bundle, err);
+    return og_convert(rc, &t, &d, plan_graphs, NULL, 1, dir, tensors, count, base, size, out_bundle, err);
 }
 
 int pp_onnx_bundle_open_memory(const void *temporal_buf, size_t temporal_len, const void *depformer_buf,
                                size_t depformer_len, st_tensor **tensors, size_t *count, const void **base,
                                size_t *size, onnx_bundle **out_bundle, char *err) {
-    *out_bundle = NULL;
-    onnx_bundle *b = calloc(1, sizeof *b);
-    if (!b) return pp_fail(err, PP_ENOMEM, "bundle: out of memory");
-    graph t = {.file = PP_ONNX_TEMPORAL}, d = {.file = PP_ONNX_DEPFORMER};
-    int rc = pp_onnx_parse(temporal_buf, temporal_len, PP_ONNX_TEMPORAL, &t.m, err);
-    if (!rc) rc = graph_index(&t, PP_ONNX_TEMPORAL, err);
-    if (!rc) rc = pp_onnx_parse(depformer_buf, depformer_len, PP_ONNX_DEPFORMER, &d.m, err);
-    if (!rc) rc = graph_index(&d, PP_ONNX_DEPFORMER, err);
-    if (rc) {
-        graph_close(&t);
-        graph_close(&d);
-        pp_onnx_bundle_free(b);
-        return rc;
-    }
-    return materialize(b, &t, &d, 0, "bundle", tensors, count, base, size, out_bundle, err);
+    og_graph t = {0}, d = {0};
+    int rc = og_parse(&t, temporal_buf, temporal_len, PP_ONNX_TEMPORAL, err);
+    if (!rc) rc = og_parse(&d, depformer_buf, depformer_len, PP_ONNX_DEPFORMER, err);
+    return og_convert(rc, &t, &d, plan_graphs, NULL, 0, "bundle", tensors, count, base, size, out_bundle, err);
 }

@@ -251,22 +251,33 @@ static int parse_gguf(st_file *f, char *err) {
     return rc ? rc : index_names(f, err);
 }
 
-static int open_bundle(const char *path, st_file **out, char *err) {
+int pp_st_from_bundle(const char *label, st_tensor *tensors, size_t count, const void *base, size_t size,
+                      onnx_bundle *bundle, st_file **out, char *err) {
+    *out = NULL;
     st_file *f = calloc(1, sizeof(*f));
-    if (!f || !(f->path = strdup(path))) {
+    if (!f || !(f->path = strdup(label))) {
         free(f);
-        return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
+        free(tensors);
+        pp_onnx_bundle_free(bundle);
+        return pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
     }
-    const void *base;
-    int rc = pp_onnx_bundle_load(path, &f->tensors, &f->count, &base, &f->size, &f->bundle, err);
-    f->base = base;
-    if (!rc) rc = index_names(f, err);
+    f->tensors = tensors, f->count = count, f->base = base, f->size = size, f->bundle = bundle;
+    int rc = index_names(f, err);
     if (rc) {
         pp_st_close(f);
         return rc;
     }
     *out = f;
     return 0;
+}
+
+static int open_bundle(const char *path, st_file **out, char *err) {
+    st_tensor *tensors;
+    size_t count, size;
+    const void *base;
+    onnx_bundle *bundle;
+    int rc = pp_onnx_bundle_load(path, &tensors, &count, &base, &size, &bundle, err);
+    return rc ? rc : pp_st_from_bundle(path, tensors, count, base, size, bundle, out, err);
 }
 
 static int open_common(st_file *f, st_file **out, char *err) {

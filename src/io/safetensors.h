@@ -63,6 +63,11 @@ int pp_st_open(const char *path, st_file **out, char *err);
 /* Same checks on a buffer in memory (the fuzzer's entry point); buf must outlive the file. */
 int pp_st_open_memory(const void *buf, size_t len, const char *label, st_file **out, char *err);
 void pp_st_close(st_file *f);
+typedef struct onnx_bundle onnx_bundle;
+/* A file over tensors an ONNX loader converted (io/onnx_bundle.h, io/onnx_mimi.h): takes the
+ * table and the bundle owning their memory, freeing both with the file (or at once on failure). */
+int pp_st_from_bundle(const char *label, st_tensor *tensors, size_t count, const void *base, size_t size,
+                      onnx_bundle *bundle, st_file **out, char *err);
 
 const char *pp_st_path(const st_file *f);
 size_t pp_st_size(const st_file *f); /* bytes of the file (of all its shards together) */

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "io/onnx_mimi.h"
 #include "model/mimi_transformer.h"
 #include "model/quantizer.h"
 #include "model/seanet.h"
@@ -26,6 +27,9 @@ typedef struct mimi_config {
     int sample_rate; /* Hz */
     int frame_size;  /* samples per code frame */
 } mimi_config;
+
+/* The released codec's file name (in the model's repository, beside the LM). */
+#define PP_MIMI_FILE "tokenizer-e351c8d8-checkpoint125.safetensors"
 
 typedef struct mimi_model mimi_model;
 typedef struct mimi_state mimi_state;
@@ -43,6 +47,10 @@ int pp_mimi_config_parse(const char *text, size_t len, const char *label, mimi_c
  * section, else the released Mimi's values. The weights file stays mapped until pp_mimi_close. */
 int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err);
 void pp_mimi_close(mimi_model *m);
+/* The weights as pp_mimi_open reads them, without loading them: a safetensors file, or a
+ * speech-core bundle's codec graphs (DIR/mimi_encoder.onnx, io/onnx_mimi.h) converted into the
+ * released tensors (what personaplex-convert writes out). */
+int pp_mimi_weights_open(const char *weights_path, const char *config_path, st_file **out, char *err);
 const mimi_config *pp_mimi_get_config(const mimi_model *m);
 /* Bytes of backend memory the weights use, and one state uses. */
 size_t pp_mimi_weight_bytes(const mimi_model *m);
@@ -51,6 +59,8 @@ size_t pp_mimi_state_bytes(const mimi_state *s);
 /* Calls fn for every tensor (name, shape) the codec reads under cfg, without a file: enough
  * to write a stand-in checkpoint of the real shapes. */
 int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
+/* The same as a list (the caller frees *out): what io/onnx_mimi.h maps the codec graphs onto. */
+int pp_mimi_catalog_list(const mimi_config *cfg, pp_onnx_expect **out, size_t *count, char *err);
 
 /* A session's state, fresh (as after reset). The model must outlive it. */
 int pp_mimi_state_create(const mimi_model *m, mimi_state **out, char *err);

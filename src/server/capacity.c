@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "io/onnx_bundle.h"
+#include "io/onnx_mimi.h"
 #include "io/quant_tensor.h"
 #include "model/lm.h"
 #include "model/lm_config.h"
@@ -54,6 +55,20 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *er
 static uint64_t file_size(const char *path) {
     struct stat st;
     return path && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* The codec's bytes: its file, or a bundle's two codec graphs with their data files. */
+static uint64_t codec_bytes(const char *mimi) {
+    char dir[4096], path[4200];
+    if (!mimi || !pp_onnx_mimi_is(mimi, dir, sizeof dir)) return file_size(mimi);
+    static const char *const parts[] = {PP_ONNX_MIMI_ENCODER, PP_ONNX_MIMI_ENCODER ".data", PP_ONNX_MIMI_DECODER,
+                                        PP_ONNX_MIMI_DECODER ".data"};
+    uint64_t n = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
+        n += file_size(path);
+    }
+    return n;
 }
 
 /* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
@@ -117,7 +132,7 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
     int rc = capacity_kv_bytes(weights, &kv, &context, err);
     if (rc) return rc;
     st_file *f;
-    p.weights = file_size(mimi);
+    p.weights = codec_bytes(mimi);
     size_t bundle_bytes;
     if (pp_onnx_bundle_is(weights)) { /* sized from its graphs: opening it would convert every weight */
         if (!pp_onnx_bundle_size(weights, &bundle_bytes, NULL)) p.weights += bundle_bytes;

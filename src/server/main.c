@@ -7,10 +7,12 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 
+#include "audio/aec.h"
 #include "backend/backend.h"
 #include "base/log.h"
 #include "io/onnx_bundle.h"
-#include "audio/aec.h"
+#include "io/onnx_mimi.h"
+#include "model/mimi.h"
 #include "server/capacity.h"
 #include "server/cert.h"
 #include "server/config_file.h"
@@ -35,7 +37,6 @@
 #endif
 
 #define TOKENIZER_FILE "tokenizer_spm_32k_3.model"
-#define MIMI_FILE "tokenizer-e351c8d8-checkpoint125.safetensors"
 
 static atomic_int g_stop; /* set by the signal and loader threads */
 
@@ -120,7 +121,7 @@ static int resolve_model_paths(app *a, char *err) {
     int dir = bundle ? (int)strlen(o->weights) : slash ? (int)(slash - o->weights) : 1;
     const char *base = bundle || slash ? o->weights : ".";
     const char *given[4] = {o->weights, o->mimi, o->tokenizer, o->voices_dir};
-    const char *beside[4] = {NULL, MIMI_FILE, TOKENIZER_FILE, "voices"};
+    const char *beside[4] = {NULL, PP_MIMI_FILE, TOKENIZER_FILE, "voices"};
     for (int i = 0; i < 4; i++) {
         size_t cap = sizeof a->paths[i];
         int n = given[i] ? snprintf(a->paths[i], cap, "%s", given[i])
@@ -130,11 +131,13 @@ static int resolve_model_paths(app *a, char *err) {
     /* named system prompts: a bundle's, or one personaplex-convert wrote beside the checkpoint */
     snprintf(a->paths[4], sizeof a->paths[4], "%.*s/%s", dir, base, PP_ONNX_PROMPTS);
     if (access(a->paths[4], R_OK)) a->paths[4][0] = '\0';
-    if (bundle && !o->mimi && access(a->paths[1], R_OK))
-        return pp_fail(err, PP_ENOTFOUND,
-                       "%s: an ONNX bundle's codec graphs (mimi_*.onnx) are not read; put %s in the bundle "
-                       "folder or pass --mimi FILE",
-                       o->weights, MIMI_FILE);
+    /* a bundle's codec: the released file when it is there, else its own graphs */
+    if (bundle && !o->mimi && access(a->paths[1], R_OK)) {
+        snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", o->weights, PP_ONNX_MIMI_ENCODER);
+        if (access(a->paths[1], R_OK))
+            return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", o->weights,
+                           PP_ONNX_MIMI_ENCODER, PP_MIMI_FILE);
+    }
     return PP_OK;
 }
 

@@ -31,11 +31,13 @@ typedef struct opt_spec {
 static const opt_spec g_opts[] = {
     {"weights", "FILE", OPT_STRING, F(weights), 0, 0, NULL, "Model",
      "LM checkpoint: model.safetensors as released (bf16) or converted to NF2, INT4 or NF4 by "
-     "personaplex-quantize. A config.json beside it, when present, gives the architecture. "
+     "personaplex-quantize, a GGUF file or a speech-core ONNX bundle folder. A config.json "
+     "beside it, when present, gives the architecture. "
      "Default: the first checkpoint found in --models-dir."},
     {"mimi", "FILE", OPT_STRING, F(mimi), 0, 0, NULL, NULL,
-     "Mimi codec weights. Default: tokenizer-e351c8d8-checkpoint125.safetensors in the "
-     "directory of --weights."},
+     "Mimi codec weights (safetensors, or a speech-core bundle's mimi_encoder.onnx). Default: "
+     "tokenizer-e351c8d8-checkpoint125.safetensors in the directory of --weights (in an ONNX "
+     "bundle folder, else its mimi_encoder.onnx)."},
     {"tokenizer", "FILE", OPT_STRING, F(tokenizer), 0, 0, NULL, NULL,
      "SentencePiece text tokenizer. Default: tokenizer_spm_32k_3.model in the directory of "
      "--weights."},
