@@ -306,13 +306,73 @@ static float f32_at(const st_tensor *t, int64_t i) {
     return v;
 }
 
-/* The released checkpoint's codebook row value: embedding_sum / max(cluster_usage, 1e-5). */
-static float codeword(const st_file *f, const char *sum_name, int64_t i, int64_t dim) {
-    char usage[160];
-    snprintf(usage, sizeof usage, "%.*scluster_usage", (int)(strlen(sum_name) - strlen("embedding_sum")), sum_name);
-    const st_tensor *s = pp_st_find(f, sum_name), *u = pp_st_find(f, usage);
-    float n = f32_at(u, i / dim);
-    return f32_at(s, i) / (n > 1e-5f ? n : 1e-5f);
+/* The codebook's row value: embedding_sum / max(cluster_usage, 1e-5), as the codec computes it. */
+static float codeword(const st_tensor *sum, const st_tensor *usage, int64_t i) {
+    float n = f32_at(usage, i / sum->shape[1]);
+    return f32_at(sum, i) / (n > 1e-5f ? n : 1e-5f);
+}
+
+/* cluster_usage's name beside embedding_sum's. */
+static void usage_name(const char *sum_name, char *out, size_t cap) {
+    snprintf(out, cap, "%.*scluster_usage", (int)(strlen(sum_name) - strlen("embedding_sum")), sum_name);
+}
+
+static const st_tensor *table_find(const st_tensor *t, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+/* Whether tensors x and y (F32) hold the same values; codebooks compared by their rows. */
+static int same_values(const st_tensor *x, const st_tensor *xu, const st_tensor *y, const st_tensor *yu) {
+    if (!x || !y || x->numel != y->numel || x->dtype != ST_F32 || y->dtype != ST_F32) return 0;
+    if (!xu || !yu) return !memcmp(x->data, y->data, x->nbytes);
+    if (xu->numel * x->shape[1] != x->numel || yu->numel * y->shape[1] != y->numel || x->shape[1] != y->shape[1])
+        return 0;
+    for (int64_t k = 0; k < x->numel; k++)
+        if (codeword(x, xu, k) != codeword(y, yu, k)) return 0;
+    return 1;
+}
+
+/* A codec fuzz seed (selector 3; config.json, encoder and decoder, each length-prefixed) converted. */
+typedef struct codec_seed {
+    unsigned char *buf;
+    const unsigned char *enc;
+    size_t enc_len;
+    pp_onnx_expect *want;
+    size_t n_want;
+    st_tensor *tensors;
+    size_t count;
+    onnx_bundle *b;
+} codec_seed;
+
+static int codec_seed_open(const char *name, codec_seed *s, char *err) {
+    char path[512];
+    size_t len = 0, size;
+    const void *base;
+    memset(s, 0, sizeof *s);
+    snprintf(path, sizeof path, "%s/%s", SEEDS, name);
+    int rc = pp_file_read_all(path, 1u << 24, &s->buf, &len, err);
+    if (rc) return rc;
+    size_t cfg_len = len > 9 ? le32(s->buf + 1) : len;
+    s->enc_len = cfg_len + 9 <= len ? le32(s->buf + 5 + cfg_len) : len;
+    if (s->buf[0] != 3 || s->enc_len > len - 9 - cfg_len) return pp_fail(err, PP_EFORMAT, "%s: not a codec seed", name);
+    s->enc = s->buf + 9 + cfg_len;
+    mimi_config cfg;
+    pp_mimi_config_default(&cfg);
+    rc = pp_mimi_config_parse((const char *)s->buf + 5, cfg_len, name, &cfg, err);
+    if (!rc) rc = pp_mimi_catalog_list(&cfg, &s->want, &s->n_want, err);
+    if (!rc)
+        rc = pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, len - 9 - cfg_len - s->enc_len, s->want,
+                                      s->n_want, &s->tensors, &s->count, &base, &size, &s->b, err);
+    return rc;
+}
+
+static void codec_seed_close(codec_seed *s) {
+    free(s->tensors);
+    pp_onnx_bundle_free(s->b);
+    free(s->want);
+    free(s->buf);
 }
 
 static void test_codec(void) {
@@ -327,20 +387,19 @@ static void test_codec(void) {
      * checkpoint's, bit for bit (a codebook as its rows, embedding_sum / cluster_usage) */
     size_t same = 0, codebooks = 0;
     for (size_t i = 0; i < pp_st_count(f); i++) {
-        const st_tensor *t = pp_st_at(f, i), *r = pp_st_find(ref, t->name);
-        if (!r || r->numel != t->numel || t->dtype != ST_F32 || r->dtype != ST_F32) continue;
-        if (strstr(t->name, "cluster_usage")) {
+        const st_tensor *t = pp_st_at(f, i), *tu = NULL, *ru = NULL;
+        char u[160];
+        if (strstr(t->name, "cluster_usage")) { /* compared with its codebook */
             same++;
             continue;
         }
-        int64_t k = 0;
         if (strstr(t->name, "embedding_sum")) {
-            while (k < t->numel && codeword(f, t->name, k, t->shape[1]) == codeword(ref, t->name, k, t->shape[1])) k++;
-            codebooks += k == t->numel;
-        } else {
-            k = memcmp(t->data, r->data, t->nbytes) ? 0 : t->numel;
+            usage_name(t->name, u, sizeof u);
+            tu = pp_st_find(f, u), ru = pp_st_find(ref, u);
         }
-        same += k == t->numel;
+        int ok = same_values(t, tu, pp_st_find(ref, t->name), ru);
+        same += ok;
+        codebooks += ok && tu;
     }
     TEST_COND("all 118 codec tensors equal mimi-synth's, its 8 codebooks as their rows",
               pp_st_count(f) == 118 && same == 118 && codebooks == 8);
@@ -352,42 +411,43 @@ static void test_codec(void) {
     TEST_COND("graphs of another configuration are refused, naming node, tensor and both shapes",
               rc == PP_EFORMAT && strstr(err, "mimi_encoder.onnx: node '") &&
                   strstr(err, "'encoder.model.0.conv.conv.weight' is [64, 1, 7]"));
-    /* the fuzz seed's micro codec (selector, config.json, encoder, decoder, each length-prefixed)
-     * converts from memory; its encoder read as the decoder has a convolution where the first
-     * codebook should be */
-    unsigned char *seed = NULL;
-    size_t len = 0;
-    rc = pp_file_read_all(SEEDS "/codec", 1u << 24, &seed, &len, err);
-    TEST_COND("the codec fuzz seed is there", rc == 0 && len > 13 && seed[0] == 3);
-    if (rc || len <= 13) return free(seed);
-    size_t cfg_len = le32(seed + 1), enc_len = cfg_len + 9 <= len ? le32(seed + 5 + cfg_len) : len;
-    const unsigned char *enc = seed + 9 + cfg_len, *dec = enc + enc_len;
-    mimi_config cfg;
-    pp_mimi_config_default(&cfg);
-    pp_onnx_expect *want = NULL;
-    size_t n_want = 0;
-    rc = enc_len < len - 9 - cfg_len ? 0 : PP_EFORMAT;
-    if (!rc) rc = pp_mimi_config_parse((const char *)seed + 5, cfg_len, "seed config", &cfg, err);
-    if (!rc) rc = pp_mimi_catalog_list(&cfg, &want, &n_want, err);
+    /* the fuzz seeds' micro codec converts from memory, exported with constant folding and
+     * without it (weights through Transpose, codebooks through Div): the same tensors, byte for
+     * byte; its encoder read as the decoder has a convolution where the first codebook should be */
+    codec_seed folded, unfolded;
+    rc = codec_seed_open("codec", &folded, err);
+    if (rc) fprintf(stderr, "codec seed: %s\n", err);
+    TEST_COND("the codec fuzz seed maps and converts, every tensor of its list",
+              rc == 0 && folded.count == folded.n_want);
+    rc = codec_seed_open("codec-unfolded", &unfolded, err);
+    if (rc) fprintf(stderr, "codec-unfolded seed: %s\n", err);
+    same = 0;
+    for (size_t k = 0; !rc && k < folded.count && unfolded.count == folded.count; k++) {
+        const st_tensor *x = &folded.tensors[k], *xu = NULL, *yu = NULL;
+        char u[160];
+        if (strstr(x->name, "cluster_usage")) {
+            same++;
+            continue;
+        }
+        if (strstr(x->name, "embedding_sum")) {
+            usage_name(x->name, u, sizeof u);
+            xu = table_find(folded.tensors, folded.count, u), yu = table_find(unfolded.tensors, unfolded.count, u);
+        }
+        same += same_values(x, xu, table_find(unfolded.tensors, unfolded.count, x->name), yu);
+    }
+    TEST_COND("the codec exported without constant folding gives the same tensors", rc == 0 && same == folded.count);
     st_tensor *tensors = NULL;
     size_t count = 0, size;
     const void *base;
     onnx_bundle *b = NULL;
-    if (!rc)
-        rc = pp_onnx_mimi_open_memory(enc, enc_len, dec, len - 9 - cfg_len - enc_len, want, n_want, &tensors, &count,
-                                      &base, &size, &b, err);
-    if (rc) fprintf(stderr, "codec seed: %s\n", err);
-    TEST_COND("the codec fuzz seed maps and converts, every tensor of its list", rc == 0 && count == n_want);
-    free(tensors);
-    pp_onnx_bundle_free(b);
-    rc = want ? pp_onnx_mimi_open_memory(enc, enc_len, enc, enc_len, want, n_want, &tensors, &count, &base, &size, &b,
-                                         err)
-              : 0;
+    rc = folded.want ? pp_onnx_mimi_open_memory(folded.enc, folded.enc_len, folded.enc, folded.enc_len, folded.want,
+                                                folded.n_want, &tensors, &count, &base, &size, &b, err)
+                     : 0;
     TEST_COND("a decoder graph without codebooks is refused, naming the node found and the tensor wanted",
               rc == PP_EFORMAT && strstr(err, "mimi_decoder.onnx: node '") && strstr(err, "(Conv) is a convolution") &&
                   strstr(err, "'quantizer.rvq_first.vq.layers.0._codebook.embedding_sum' (a codebook Gather)"));
-    free(want);
-    free(seed);
+    codec_seed_close(&folded);
+    codec_seed_close(&unfolded);
 }
 
 int main(void) {

@@ -73,10 +73,14 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
             return og_bad_node(g, n, err, "the bias is not a float constant");
         e->kind = EV_CONV;
     } else if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
-        if (!(e->w = float_const(g, n->in[1])) || e->w->ndim != 2) return 0;
+        /* the weight as stored, or transposed by a node an export without constant folding keeps */
+        const pp_onnx_node *tr = og_producer(g, n->in[1]);
+        int flipped = og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = float_const(g, tr->in[0]));
+        if (!flipped) e->w = float_const(g, n->in[1]);
+        if (!e->w || e->w->ndim != 2) return 0;
         if (n->n_in >= 3 && *n->in[2]) return og_bad_node(g, n, err, "a projection with a bias (Mimi's have none)");
         e->kind = EV_MATMUL;
-        e->trans_b = og_is_op(n, "Gemm") && og_attr_i(n, "transB", 0);
+        e->trans_b = flipped != (og_is_op(n, "Gemm") && og_attr_i(n, "transB", 0));
     } else if (og_is_op(n, "LayerNormalization") && n->n_in >= 2) {
         e->w = float_const(g, n->in[1]);
         e->b = n->n_in >= 3 && *n->in[2] ? float_const(g, n->in[2]) : NULL;

@@ -16,7 +16,9 @@ mimi_decoder.onnx.data. The weights are the case's, unchanged, so the case's gol
 torch.cdist does not export on torch 1.13: the nearest-codeword search is written as |x|^2 - 2 x.e + |e|^2,
 which picks the same codes (the graph's arithmetic is not what the loader reads; its weights are).
 
---fuzz-seed writes tests/fuzz/corpus/fuzz_onnx/codec: selector byte 3, then the u32 little-endian length of a
+--fuzz-seed FILE writes FILE (tests/fuzz/corpus/fuzz_onnx/codec) and FILE-unfolded (exported without constant
+folding, so weights reach their MatMuls through Transpose nodes, and its decoder's codebooks edited into
+embedding_sum / clamp(cluster_usage) as initializers): selector byte 3, then the u32 little-endian length of a
 micro codec's config.json and its text, the u32 length of its encoder graph and the graph, then its decoder graph
 (every tensor inline; random weights)."""
 import argparse
@@ -29,10 +31,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.environ.get("PP_REFHARNESS", os.path.join(HERE, "..", "..", "..", "shared", "refharness")))
 import common  # noqa: E402,F401  (the reference and the shims on the path)
+import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
 from gen_mimi import build, tiny_kwargs  # noqa: E402
 from moshi.quantization import core_vq  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 
@@ -63,19 +67,47 @@ class Decode(torch.nn.Module):
         return self.mimi.decode(codes)
 
 
-def export(mimi, cfg, out, decoder_codebooks):
-    """Both graphs into folder out, every tensor inline."""
+def export(mimi, cfg, out, decoder_codebooks, fold=True):
+    """Both graphs into folder out, every tensor inline (fold False: constant folding off, so weights reach their
+    MatMuls through Transpose nodes and codebooks through Div / Clip / Unsqueeze)."""
     pcm = torch.randn(1, 1, 4 * cfg["frame_size"]) * 0.1
     with torch.no_grad():
         mimi.set_num_codebooks(cfg["num_codebooks"])
         torch.onnx.export(Encode(mimi), (pcm,), os.path.join(out, "mimi_encoder.onnx"), opset_version=17,
-                          input_names=["pcm"], output_names=["codes"],
+                          input_names=["pcm"], output_names=["codes"], do_constant_folding=fold,
                           dynamic_axes={"pcm": {2: "samples"}, "codes": {2: "frames"}})
         mimi.set_num_codebooks(decoder_codebooks or cfg["quantizer"]["n_q"])
         codes = mimi.encode(pcm)
         torch.onnx.export(Decode(mimi), (codes,), os.path.join(out, "mimi_decoder.onnx"), opset_version=14,
-                          input_names=["codes"], output_names=["pcm"],
+                          input_names=["codes"], output_names=["pcm"], do_constant_folding=fold,
                           dynamic_axes={"codes": {2: "frames"}, "pcm": {2: "samples"}})
+
+
+def codebooks_as_div(path, mimi):
+    """Rewrites the decoder at path so that each codebook Gather reads embedding_sum / clamp(cluster_usage) computed
+    in the graph from two initializers, as an exporter that keeps the buffers writes it (torch folds the table)."""
+    m = onnx.load(path)
+    g = m.graph
+    tables = {n.output[0] for n in g.node if n.op_type == "Constant" and len(n.attribute[0].t.dims) == 2}
+    levels = [mimi.quantizer.rvq_first.vq.layers[0]] + list(mimi.quantizer.rvq_rest.vq.layers)
+    nodes, k = [], 0
+    for n in g.node:
+        if n.op_type == "Gather" and n.input[0] in tables:
+            cb = levels[k]._codebook
+            names = [f"codebook{k}_{s}" for s in ("sum", "usage", "eps", "axes", "clipped", "column", "rows")]
+            g.initializer.extend([numpy_helper.from_array(cb.embedding_sum.numpy(), names[0]),
+                                  numpy_helper.from_array(cb.cluster_usage.numpy(), names[1]),
+                                  numpy_helper.from_array(np.array(cb.epsilon, dtype=np.float32), names[2]),
+                                  numpy_helper.from_array(np.array([1], dtype=np.int64), names[3])])
+            nodes += [helper.make_node("Clip", [names[1], names[2]], [names[4]]),
+                      helper.make_node("Unsqueeze", [names[4], names[3]], [names[5]]),
+                      helper.make_node("Div", [names[0], names[5]], [names[6]])]
+            n.input[0] = names[6]
+            k += 1
+        nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.save(m, path)
 
 
 def fuzz_seed(path):
@@ -87,12 +119,20 @@ def fuzz_seed(path):
            "num_codebooks": 2, "frame_size": 1920}
     seanet, quant, tr = tiny_kwargs(2, 8, 1, 3, 4, 3)
     mimi = build(seanet, dict(quant, bins=8), dict(tr, dim_feedforward=16))
-    with tempfile.TemporaryDirectory() as tmp:
-        export(mimi, cfg, tmp, 0)
-        enc, dec = (open(os.path.join(tmp, f), "rb").read() for f in ("mimi_encoder.onnx", "mimi_decoder.onnx"))
+    with torch.no_grad():
+        for rvq in (mimi.quantizer.rvq_first, mimi.quantizer.rvq_rest):
+            for layer in rvq.vq.layers:
+                layer._codebook.embedding_sum.normal_()
+                layer._codebook.cluster_usage.uniform_(0.5, 1.5)
     text = json.dumps(cfg).encode()
-    with open(path, "wb") as f:
-        f.write(b"\3" + struct.pack("<I", len(text)) + text + struct.pack("<I", len(enc)) + enc + dec)
+    for fold, name in ((True, path), (False, path + "-unfolded")):
+        with tempfile.TemporaryDirectory() as tmp:
+            export(mimi, cfg, tmp, 0, fold)
+            if not fold:
+                codebooks_as_div(os.path.join(tmp, "mimi_decoder.onnx"), mimi)
+            enc, dec = (open(os.path.join(tmp, f), "rb").read() for f in ("mimi_encoder.onnx", "mimi_decoder.onnx"))
+        with open(name, "wb") as f:
+            f.write(b"\3" + struct.pack("<I", len(text)) + text + struct.pack("<I", len(enc)) + enc + dec)
 
 
 def main():
