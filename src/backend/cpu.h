@@ -49,7 +49,8 @@ int pp_cpu_attn_avx2(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_d
 typedef struct cpu_vnni_x {
     int16_t *q;
     float *scale;
-    float *sums;   /* Q4_K: each 32-input sub-block's Σx (set by prepare, inside the scale buffer) */
+    float *sums;   /* Q4_K: each 32-input sub-block's Σx; INT8 with zero points: each block's Σ of its rounded
+                      inputs (set by prepare, inside the scale buffer) */
     int32_t *bias; /* Q4_0: each pair of blocks' lane sums of −8·x (set by prepare, inside it too) */
 } cpu_vnni_x;
 int pp_cpu_vnni_handles(const pp_weight *w);

@@ -95,18 +95,21 @@ static void blocks_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
     int64_t B = act_block(w);
     size_t blocks = (size_t)n * (size_t)(w->cols / B);
     *q = blocks * (size_t)B;
-    *scales = blocks * (w->fmt == PP_WF_Q4K ? 1 + Q4K_SUBS : 1); /* Q4_K: then its sub-blocks' Σx */
+    /* Q4_K: then its sub-blocks' Σx; INT8 with zero points: then each block's Σ of its rounded inputs */
+    *scales = blocks * (w->fmt == PP_WF_Q4K ? 1 + Q4K_SUBS : w->zeros ? 2 : 1);
 }
 
 CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
     int64_t B = act_block(w), blocks = (int64_t)n * (w->cols / B);
-    float *sums = out->sums = w->fmt == PP_WF_Q4K ? out->scale + blocks : NULL;
+    float *sums = out->sums = w->fmt == PP_WF_Q4K || w->zeros ? out->scale + blocks : NULL;
     for (int64_t b = 0; b < blocks; b++) {
         const float *src = x + b * B;
         float m = absmax(src, (int)B), inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        for (int t = 0; t < B; t++) out->q[b * B + t] = act_round(src[t], inv, Q4K_ACT_MAX);
+        int32_t rounded = 0; /* |Σ| <= 128·32767: exact as a float */
+        for (int t = 0; t < B; t++) rounded += out->q[b * B + t] = act_round(src[t], inv, Q4K_ACT_MAX);
         out->scale[b] = m / Q4K_ACT_MAX;
-        for (int j = 0; sums && j < Q4K_SUBS; j++) {
+        if (w->fmt == PP_WF_INT8 && sums) sums[b] = (float)rounded;
+        for (int j = 0; w->fmt == PP_WF_Q4K && j < Q4K_SUBS; j++) {
             float s = 0;
             for (int t = 0; t < B / Q4K_SUBS; t++) s += src[j * (B / Q4K_SUBS) + t];
             sums[b * Q4K_SUBS + j] = s;
@@ -153,8 +156,7 @@ CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cp
 
 int pp_cpu_vnni_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
-    /* INT8 with zero points: the AVX2 loop */
-    if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0 && !w->zeros;
+    if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0;
     if (is_b32(w->fmt)) return w->cols % PAIR == 0 && w->elem0 % PAIR == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), run = 2 * weights_per_word(w->fmt), g = w->group;
@@ -423,7 +425,9 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
 
 /* INT8: rb rows × nb inputs. Per activation block each row's 128 codes widen to 16 bits in four
  * steps and meet the int16 activations in vpdpwssd (|q·x| <= 127·32767: 4 steps of pairs stay
- * far inside int32); the block's sum then takes the weight group's and the block's scales. */
+ * far inside int32); the block's sum then takes the weight group's and the block's scales. With
+ * zero points (w = (q − z)·s) each block also owes z·Σx, the sum of its rounded inputs (prepared
+ * with them), times the same scales: a scalar per row and input, taken off at the end. */
 VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
     (void)fmt;
     const pp_weight *w = p->w;
@@ -433,12 +437,15 @@ VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float 
     __m512 acc[ROWS][INPUTS];
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps();
-    float ws[ROWS] = {0};
+    float ws[ROWS] = {0}, wz[ROWS] = {0}, zacc[ROWS][INPUTS] = {{0}};
     for (int64_t b = 0; b < nblk; b++) {
         __m512i sum[ROWS][INPUTS];
         for (int k = 0; k < rb; k++) {
             int64_t e = w->elem0 + (p->r + k) * w->cols + b * INT8_BLOCK;
-            if (b == 0 || e % w->group == 0) pp_weight_group_scales(w, e / w->group, 1, &ws[k]);
+            if (b == 0 || e % w->group == 0) {
+                pp_weight_group_scales(w, e / w->group, 1, &ws[k]);
+                if (w->zeros) wz[k] = w->zeros[e / w->group];
+            }
             for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
         }
         for (int part = 0; part < INT8_BLOCK / 32; part++)
@@ -453,12 +460,15 @@ VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float 
             }
         for (int k = 0; k < rb; k++)
             for (int q = 0; q < nb; q++) {
-                float s = ws[k] * p->x->scale[(int64_t)(p->i + q) * nblk + b];
+                int64_t xb = (int64_t)(p->i + q) * nblk + b;
+                float s = ws[k] * p->x->scale[xb];
                 acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(s), acc[k][q]);
+                if (w->zeros) zacc[k][q] += wz[k] * p->x->sums[xb] * s;
             }
     }
     for (int k = 0; k < rb; k++)
-        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
+        for (int q = 0; q < nb; q++)
+            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - zacc[k][q];
 }
 
 /* The f32 scales d of `count` consecutive Q4_0/Q8_0 blocks from `first` (`bytes` apart; their
