@@ -89,20 +89,20 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
     } else if ((og_is_op(n, "Mul") || og_is_op(n, "Add")) && n->n_in == 2 && dim > 0) {
         for (int k = 0; k < 2 && !e->w; k++) {
             const pp_onnx_tensor *c = float_const(g, n->in[k]);
-            if (c && c->numel == dim && c->dims[c->ndim - 1] == dim && !float_const(g, n->in[1 - k])) e->w = c;
+            if (c && c->ndim >= 1 && c->numel == dim && c->dims[c->ndim - 1] == dim && !float_const(g, n->in[1 - k]))
+                e->w = c;
         }
         if (!e->w) return 0;
         e->kind = og_is_op(n, "Mul") ? EV_MUL : EV_ADD;
     } else if (og_is_op(n, "Gather") && n->n_in >= 2 && og_attr_i(n, "axis", 0) == 0 &&
                !pp_onnx_constant(g->m, n->in[1])) {
+        /* a table folded at export (embedding_sum / usage), or that division in the graph */
         const pp_onnx_node *div = og_producer(g, n->in[0]);
-        if ((e->w = float_const(g, n->in[0]))) {
-            /* a folded table: embedding_sum / usage computed at export */
-        } else if (og_is_op(div, "Div") && div->n_in == 2 && (e->w = float_const(g, div->in[0]))) {
-            if (!(e->b = usage_of(g, div->in[1])) || e->w->ndim != 2 || e->b->numel != e->w->dims[0])
+        if (!(e->w = float_const(g, n->in[0]))) {
+            if (!og_is_op(div, "Div") || div->n_in != 2 || !(e->w = float_const(g, div->in[0])) || e->w->ndim != 2)
+                return 0;
+            if (!(e->b = usage_of(g, div->in[1])) || e->b->numel != e->w->dims[0])
                 return og_bad_node(g, div, err, "a codebook's divisor is not its cluster usage, one per row");
-        } else {
-            return 0;
         }
         if (e->w->ndim != 2) return 0;
         e->kind = EV_TABLE;
