@@ -14,6 +14,7 @@
 #include "io/file.h"
 #include "io/onnx.h"
 #include "io/onnx_bundle.h"
+#include "io/onnx_mimi.h"
 #include "io/prompts.h"
 #include "io/protobuf.h"
 #include "io/safetensors.h"
@@ -339,8 +340,7 @@ typedef struct codec_seed {
     unsigned char *buf;
     const unsigned char *enc;
     size_t enc_len;
-    pp_onnx_expect *want;
-    size_t n_want;
+    pp_tensor_list want;
     st_tensor *tensors;
     size_t count;
     onnx_bundle *b;
@@ -361,17 +361,17 @@ static int codec_seed_open(const char *name, codec_seed *s, char *err) {
     mimi_config cfg;
     pp_mimi_config_default(&cfg);
     rc = pp_mimi_config_parse((const char *)s->buf + 5, cfg_len, name, &cfg, err);
-    if (!rc) rc = pp_mimi_catalog_list(&cfg, &s->want, &s->n_want, err);
+    if (!rc) rc = pp_mimi_catalog_list(&cfg, &s->want, err);
     if (!rc)
-        rc = pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, len - 9 - cfg_len - s->enc_len, s->want,
-                                      s->n_want, &s->tensors, &s->count, &base, &size, &s->b, err);
+        rc = pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, len - 9 - cfg_len - s->enc_len, &s->want,
+                                      &s->tensors, &s->count, &base, &size, &s->b, err);
     return rc;
 }
 
 static void codec_seed_close(codec_seed *s) {
     free(s->tensors);
     pp_onnx_bundle_free(s->b);
-    free(s->want);
+    pp_tensor_list_free(&s->want);
     free(s->buf);
 }
 
@@ -418,7 +418,7 @@ static void test_codec(void) {
     rc = codec_seed_open("codec", &folded, err);
     if (rc) fprintf(stderr, "codec seed: %s\n", err);
     TEST_COND("the codec fuzz seed maps and converts, every tensor of its list",
-              rc == 0 && folded.count == folded.n_want);
+              rc == 0 && folded.count == folded.want.n);
     rc = codec_seed_open("codec-unfolded", &unfolded, err);
     if (rc) fprintf(stderr, "codec-unfolded seed: %s\n", err);
     same = 0;
@@ -440,9 +440,9 @@ static void test_codec(void) {
     size_t count = 0, size;
     const void *base;
     onnx_bundle *b = NULL;
-    rc = folded.want ? pp_onnx_mimi_open_memory(folded.enc, folded.enc_len, folded.enc, folded.enc_len, folded.want,
-                                                folded.n_want, &tensors, &count, &base, &size, &b, err)
-                     : 0;
+    rc = folded.want.n ? pp_onnx_mimi_open_memory(folded.enc, folded.enc_len, folded.enc, folded.enc_len, &folded.want,
+                                                  &tensors, &count, &base, &size, &b, err)
+                       : 0;
     TEST_COND("a decoder graph without codebooks is refused, naming the node found and the tensor wanted",
               rc == PP_EFORMAT && strstr(err, "mimi_decoder.onnx: node '") && strstr(err, "(Conv) is a convolution") &&
                   strstr(err, "'quantizer.rvq_first.vq.layers.0._codebook.embedding_sum' (a codebook Gather)"));

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/err.h"
 #include "io/safetensors.h"
+#include "io/tensor_list.h"
 #include "model/mimi.h"
 
 #include <math.h>
@@ -15,32 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct tensor_spec {
-    char name[160];
-    int ndim;
-    int64_t shape[3];
-} tensor_spec;
-
-typedef struct catalog {
-    tensor_spec *t;
-    int n, cap;
-} catalog;
-
-static void collect(void *ctx, const char *name, int ndim, const int64_t *shape) {
-    catalog *c = ctx;
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 256;
-        tensor_spec *t = realloc(c->t, (size_t)cap * sizeof *t);
-        if (!t) return;
-        c->t = t;
-        c->cap = cap;
-    }
-    tensor_spec *s = &c->t[c->n++];
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = ndim;
-    for (int i = 0; i < ndim && i < 3; i++) s->shape[i] = shape[i];
-}
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 static float uniform(void) { /* [-1, 1) */
@@ -57,7 +32,7 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* Values of a trained model's scale: unit norms, 0.01 LayerScale, fan-in scaled matrices, so
  * activations stay finite and normal (denormals would distort the timings). */
-static void fill(const tensor_spec *t, int64_t numel, float *v) {
+static void fill(const pp_tensor_spec *t, int64_t numel, float *v) {
     int ones = ends_with(t->name, "cluster_usage") || ends_with(t->name, "norm1.weight") ||
                ends_with(t->name, "norm2.weight");
     float base = 0.0f, amp = sqrtf(3.0f * (float)t->shape[0] / (float)numel); /* uniform, variance 1/fan-in */
@@ -73,19 +48,19 @@ static void fill(const tensor_spec *t, int64_t numel, float *v) {
     for (int64_t i = 0; i < numel; i++) v[i] = base + amp * uniform();
 }
 
-static int write_random(const char *path, const catalog *c, char *err) {
+static int write_random(const char *path, const pp_tensor_list *c, char *err) {
     st_writer *w;
     int rc = pp_st_writer_create(path, &w, err);
-    for (int i = 0; i < c->n && !rc; i++)
-        rc = pp_st_writer_declare(w, c->t[i].name, ST_F32, c->t[i].ndim, c->t[i].shape, err);
+    for (size_t i = 0; i < c->n && !rc; i++)
+        rc = pp_st_writer_declare(w, c->v[i].name, ST_F32, c->v[i].ndim, c->v[i].shape, err);
     if (!rc) rc = pp_st_writer_begin(w, err);
-    for (int i = 0; i < c->n && !rc; i++) {
+    for (size_t i = 0; i < c->n && !rc; i++) {
         int64_t numel = 1;
-        for (int d = 0; d < c->t[i].ndim; d++) numel *= c->t[i].shape[d];
+        for (int d = 0; d < c->v[i].ndim; d++) numel *= c->v[i].shape[d];
         float *v = malloc((size_t)numel * sizeof(float));
         if (!v) rc = pp_fail(err, PP_ENOMEM, "bench codec: out of memory");
         if (!rc) {
-            fill(&c->t[i], numel, v);
+            fill(&c->v[i], numel, v);
             rc = pp_st_writer_write(w, v, (size_t)numel * sizeof(float), err);
         }
         free(v);
@@ -134,15 +109,15 @@ int bench_codec(int argc, char **argv) {
     char err[PP_ERR_LEN];
     mimi_config cfg;
     pp_mimi_config_default(&cfg);
-    catalog cat = {NULL, 0, 0};
+    pp_tensor_list cat = {0};
     int rc = config ? pp_mimi_config_load(config, &cfg, err) : PP_OK;
-    if (!rc) rc = pp_mimi_catalog(&cfg, collect, &cat, err);
+    if (!rc) rc = pp_mimi_catalog_list(&cfg, &cat, err);
     /* A private directory, so no config.json can sit beside the stand-in weights. */
     char dir[] = "/tmp/pp_bench_codec_XXXXXX", path[64] = "";
     if (!rc && !mkdtemp(dir)) rc = pp_fail(err, PP_EIO, "bench codec: cannot create a directory in /tmp");
     if (!rc) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        printf("writing %d random tensors of the configuration's shapes to %s\n", cat.n, path);
+        printf("writing %zu random tensors of the configuration's shapes to %s\n", cat.n, path);
         rc = write_random(path, &cat, err);
     }
     pp_backend *be = NULL;
@@ -153,7 +128,7 @@ int bench_codec(int argc, char **argv) {
     if (path[0]) unlink(path); /* the mapping keeps the data */
     rmdir(dir);
     if (!rc) rc = pp_mimi_state_create(m, &s, err);
-    free(cat.t);
+    pp_tensor_list_free(&cat);
     if (rc) {
         fprintf(stderr, "bench codec: %s\n", err);
         pp_mimi_state_destroy(s);

@@ -259,20 +259,19 @@ static int scan(const og_graph *g, found *f, char *err) {
                     : og_is_op(n, "SkipSimplifiedLayerNormalization")                              ? 2
                                                                                                    : 0;
         if (fused && n->n_in > fused && dim) {
-            if (!og_resolve(g, n->in[fused], &w, 0) || w.stacked || w.scale || !og_is_float(w.t->dtype) ||
-                w.t->numel != dim)
+            const pp_onnx_tensor *t = og_float_const(g, n->in[fused]);
+            if (!t || t->numel != dim)
                 return og_bad_node(g, n, err, "norm scale is not a float constant of the model's width");
-            if ((rc = og_readable(g, n, w.t, err))) return rc;
-            f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = w.t;
+            if ((rc = og_readable(g, n, t, err))) return rc;
+            f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = t;
             continue;
         }
         if (og_is_op(n, "Mul") && n->n_in == 2 && dim) {
             for (int k = 0; k < 2; k++) {
-                if (!og_resolve(g, n->in[k], &w, 0) || w.stacked || w.scale || !og_is_float(w.t->dtype)) continue;
-                if (w.t->numel != dim || w.t->dims[w.t->ndim - 1] != dim || !from_reduce_mean(g, n->in[1 - k], 0))
-                    continue;
-                if ((rc = og_readable(g, n, w.t, err))) return rc;
-                f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = w.t;
+                const pp_onnx_tensor *t = og_float_const(g, n->in[k]);
+                if (!t || !og_is_width_vector(t, dim) || !from_reduce_mean(g, n->in[1 - k], 0)) continue;
+                if ((rc = og_readable(g, n, t, err))) return rc;
+                f->norm_node[f->n_norm] = n, f->norm[f->n_norm++] = t;
             }
         }
     }
@@ -477,7 +476,7 @@ done:
 }
 
 /* Plans every tensor of both graphs (an og_plan_fn). */
-static int plan_graphs(onnx_bundle *b, const og_graph *t, const og_graph *d, void *unused, char *err) {
+static int plan_graphs(onnx_bundle *b, const og_graph *t, const og_graph *d, const void *unused, char *err) {
     (void)unused;
     int64_t dim = 0;
     int text_linear_here = 0;

@@ -107,6 +107,16 @@ int og_resolve(const og_graph *g, const char *name, og_wref *w, int hops) {
 }
 
 int og_is_float(int dt) { return dt == PP_ONNX_FLOAT || dt == PP_ONNX_FLOAT16 || dt == PP_ONNX_BFLOAT16; }
+const pp_onnx_tensor *og_float_const(const og_graph *g, const char *name) {
+    og_wref r;
+    if (!og_resolve(g, name, &r, 0) || r.stacked || r.scale || !og_is_float(r.t->dtype)) return NULL;
+    return r.t;
+}
+
+int og_is_width_vector(const pp_onnx_tensor *t, int64_t dim) {
+    return t->ndim >= 1 && t->numel == dim && t->dims[t->ndim - 1] == dim;
+}
+
 int og_is_byte(int dt) { return dt == PP_ONNX_INT8 || dt == PP_ONNX_UINT8; }
 
 int og_bad_node(const og_graph *g, const pp_onnx_node *n, char *err, const char *what) {
@@ -298,9 +308,9 @@ int og_materialize(onnx_bundle *b, int release, const char *label, st_tensor **t
     return 0;
 }
 
-int og_convert(int rc, og_graph *first, og_graph *second, og_plan_fn plan, void *ctx, int release, const char *label,
-               st_tensor **tensors, size_t *count, const void **base, size_t *size, onnx_bundle **out_bundle,
-               char *err) {
+int og_convert(int rc, og_graph *first, og_graph *second, og_plan_fn plan, const void *ctx, int release,
+               const char *label, st_tensor **tensors, size_t *count, const void **base, size_t *size,
+               onnx_bundle **out_bundle, char *err) {
     *out_bundle = NULL;
     onnx_bundle *b = NULL;
     if (!rc && !(b = calloc(1, sizeof *b))) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory", label);

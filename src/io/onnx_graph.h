@@ -76,6 +76,10 @@ int64_t og_attr_i(const pp_onnx_node *n, const char *name, int64_t dflt);
  * slice from a stack (axis 0, a computed index) and DequantizeLinear. 0 when NAME is not one. */
 int og_resolve(const og_graph *g, const char *name, og_wref *w, int hops);
 int og_is_float(int dt);
+/* The float constant behind value NAME (og_resolve's, neither a step's slice nor dequantised), or NULL. */
+const pp_onnx_tensor *og_float_const(const og_graph *g, const char *name);
+/* Whether t holds dim values along its last axis and no other (a norm or layer scale of width dim). */
+int og_is_width_vector(const pp_onnx_tensor *t, int64_t dim);
 int og_is_byte(int dt);
 /* PP_EFORMAT naming the graph file and node n. */
 int og_bad_node(const og_graph *g, const pp_onnx_node *n, char *err, const char *what);
@@ -94,12 +98,12 @@ int og_plan_view(onnx_bundle *b, const char *name, const pp_onnx_tensor *t, size
 /* Places the planned tensors in the buffer: b->size bytes in all. */
 void og_layout(onnx_bundle *b);
 /* Plans the tensors of two graphs into b. */
-typedef int (*og_plan_fn)(onnx_bundle *b, const og_graph *first, const og_graph *second, void *ctx, char *err);
+typedef int (*og_plan_fn)(onnx_bundle *b, const og_graph *first, const og_graph *second, const void *ctx, char *err);
 /* Converts the graphs first and second (rc: how opening them went; nothing is done unless 0),
  * planned by plan, into a new table; closes both graphs. */
-int og_convert(int rc, og_graph *first, og_graph *second, og_plan_fn plan, void *ctx, int release, const char *label,
-               st_tensor **tensors, size_t *count, const void **base, size_t *size, onnx_bundle **out_bundle,
-               char *err);
+int og_convert(int rc, og_graph *first, og_graph *second, og_plan_fn plan, const void *ctx, int release,
+               const char *label, st_tensor **tensors, size_t *count, const void **base, size_t *size,
+               onnx_bundle **out_bundle, char *err);
 /* Lays out, allocates and fills b's tensors and hands out the table (release: give back each
  * source's mapped pages once read); on failure frees b. */
 int og_materialize(onnx_bundle *b, int release, const char *label, st_tensor **tensors, size_t *count,

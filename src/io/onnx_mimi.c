@@ -31,27 +31,19 @@ typedef struct walk {
     event *ev;
     size_t n, at;
     onnx_bundle *b;
-    const pp_onnx_expect *want;
-    size_t n_want;
+    const pp_tensor_list *want;
 } walk;
 
-static const pp_onnx_expect *want_find(const walk *w, const char *name) {
-    for (size_t i = 0; i < w->n_want; i++)
-        if (!strcmp(w->want[i].name, name)) return &w->want[i];
+static const pp_tensor_spec *want_find(const walk *w, const char *name) {
+    for (size_t i = 0; i < w->want->n; i++)
+        if (!strcmp(w->want->v[i].name, name)) return &w->want->v[i];
     return NULL;
-}
-
-/* The float constant behind value NAME (through Identity and Cast), or NULL. */
-static const pp_onnx_tensor *float_const(const og_graph *g, const char *name) {
-    og_wref r;
-    if (!og_resolve(g, name, &r, 0) || r.stacked || r.scale || !og_is_float(r.t->dtype)) return NULL;
-    return r.t;
 }
 
 /* A codebook's cluster usage: the constant under the clamp and reshape of embedding_sum's divisor. */
 static const pp_onnx_tensor *usage_of(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 6; hops++) {
-        const pp_onnx_tensor *c = float_const(g, name);
+        const pp_onnx_tensor *c = og_float_const(g, name);
         if (c) return c;
         const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1 ||
@@ -68,29 +60,28 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
     memset(e, 0, sizeof *e);
     e->node = n;
     if ((og_is_op(n, "Conv") || og_is_op(n, "ConvTranspose")) && n->n_in >= 2) {
-        if (!(e->w = float_const(g, n->in[1])) || e->w->ndim != 3) return 0;
-        if (n->n_in >= 3 && *n->in[2] && !(e->b = float_const(g, n->in[2])))
+        if (!(e->w = og_float_const(g, n->in[1])) || e->w->ndim != 3) return 0;
+        if (n->n_in >= 3 && *n->in[2] && !(e->b = og_float_const(g, n->in[2])))
             return og_bad_node(g, n, err, "the bias is not a float constant");
         e->kind = EV_CONV;
     } else if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
         /* the weight as stored, or transposed by a node an export without constant folding keeps */
         const pp_onnx_node *tr = og_producer(g, n->in[1]);
-        int flipped = og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = float_const(g, tr->in[0]));
-        if (!flipped) e->w = float_const(g, n->in[1]);
+        int flipped = og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = og_float_const(g, tr->in[0]));
+        if (!flipped) e->w = og_float_const(g, n->in[1]);
         if (!e->w || e->w->ndim != 2) return 0;
         if (n->n_in >= 3 && *n->in[2]) return og_bad_node(g, n, err, "a projection with a bias (Mimi's have none)");
         e->kind = EV_MATMUL;
         e->trans_b = flipped != (og_is_op(n, "Gemm") && og_attr_i(n, "transB", 0));
     } else if (og_is_op(n, "LayerNormalization") && n->n_in >= 2) {
-        e->w = float_const(g, n->in[1]);
-        e->b = n->n_in >= 3 && *n->in[2] ? float_const(g, n->in[2]) : NULL;
+        e->w = og_float_const(g, n->in[1]);
+        e->b = n->n_in >= 3 && *n->in[2] ? og_float_const(g, n->in[2]) : NULL;
         if (!e->w || !e->b) return og_bad_node(g, n, err, "scale and bias must be float constants");
         e->kind = EV_NORM;
     } else if ((og_is_op(n, "Mul") || og_is_op(n, "Add")) && n->n_in == 2 && dim > 0) {
         for (int k = 0; k < 2 && !e->w; k++) {
-            const pp_onnx_tensor *c = float_const(g, n->in[k]);
-            if (c && c->ndim >= 1 && c->numel == dim && c->dims[c->ndim - 1] == dim && !float_const(g, n->in[1 - k]))
-                e->w = c;
+            const pp_onnx_tensor *c = og_float_const(g, n->in[k]);
+            if (c && og_is_width_vector(c, dim) && !og_float_const(g, n->in[1 - k])) e->w = c;
         }
         if (!e->w) return 0;
         e->kind = og_is_op(n, "Mul") ? EV_MUL : EV_ADD;
@@ -98,8 +89,8 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
                !pp_onnx_constant(g->m, n->in[1])) {
         /* a table folded at export (embedding_sum / usage), or that division in the graph */
         const pp_onnx_node *div = og_producer(g, n->in[0]);
-        if (!(e->w = float_const(g, n->in[0]))) {
-            if (!og_is_op(div, "Div") || div->n_in != 2 || !(e->w = float_const(g, div->in[0])) || e->w->ndim != 2)
+        if (!(e->w = og_float_const(g, n->in[0]))) {
+            if (!og_is_op(div, "Div") || div->n_in != 2 || !(e->w = og_float_const(g, div->in[0])) || e->w->ndim != 2)
                 return 0;
             if (!(e->b = usage_of(g, div->in[1])) || e->b->numel != e->w->dims[0])
                 return og_bad_node(g, div, err, "a codebook's divisor is not its cluster usage, one per row");
@@ -141,13 +132,13 @@ static int take(walk *w, ev_kind kind, const char *key, const event **out, char 
     return 0;
 }
 
-static const pp_onnx_expect *expect(const walk *w, const char *key, char *err) {
-    const pp_onnx_expect *x = want_find(w, key);
+static const pp_tensor_spec *expect(const walk *w, const char *key, char *err) {
+    const pp_tensor_spec *x = want_find(w, key);
     if (!x) pp_fail(err, PP_EINVAL, "%s: the codec reads no tensor '%s'", w->g->file, key);
     return x;
 }
 
-static int shape_error(const walk *w, const event *e, const pp_onnx_tensor *t, const pp_onnx_expect *x, char *err) {
+static int shape_error(const walk *w, const event *e, const pp_onnx_tensor *t, const pp_tensor_spec *x, char *err) {
     char got[96] = "", want[96] = "";
     for (int i = 0; i < t->ndim; i++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->dims[i]);
@@ -157,7 +148,7 @@ static int shape_error(const walk *w, const event *e, const pp_onnx_tensor *t, c
                    e->node->op_type, t->name, got, x->name, want);
 }
 
-static int same_dims(const pp_onnx_tensor *t, const pp_onnx_expect *x) {
+static int same_dims(const pp_onnx_tensor *t, const pp_tensor_spec *x) {
     if (t->ndim != x->ndim) return 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->dims[i] != x->shape[i]) return 0;
@@ -165,7 +156,7 @@ static int same_dims(const pp_onnx_tensor *t, const pp_onnx_expect *x) {
 }
 
 /* Plans x from t's bytes (same element count, any float type). */
-static int plan_as(walk *w, const event *e, const pp_onnx_tensor *t, const pp_onnx_expect *x, char *err) {
+static int plan_as(walk *w, const event *e, const pp_onnx_tensor *t, const pp_tensor_spec *x, char *err) {
     int64_t numel = 1;
     for (int i = 0; i < x->ndim; i++) numel *= x->shape[i];
     if (t->numel != numel || x->ndim > 3) return shape_error(w, e, t, x, err);
@@ -176,7 +167,7 @@ static int plan_as(walk *w, const event *e, const pp_onnx_tensor *t, const pp_on
 static int conv(walk *w, const char *prefix, char *err) {
     char key[KEY_LEN];
     snprintf(key, sizeof key, "%.176s.weight", prefix);
-    const pp_onnx_expect *x = expect(w, key, err), *xb;
+    const pp_tensor_spec *x = expect(w, key, err), *xb;
     const event *e;
     int rc = x ? take(w, EV_CONV, key, &e, err) : PP_EINVAL;
     if (rc) return rc;
@@ -197,8 +188,8 @@ static int conv(walk *w, const char *prefix, char *err) {
 /* Every convolution of the codec whose key starts with prefix, in the codec's order. */
 static int convs(walk *w, const char *prefix, char *err) {
     size_t plen = strlen(prefix);
-    for (size_t i = 0; i < w->n_want; i++) {
-        const char *name = w->want[i].name;
+    for (size_t i = 0; i < w->want->n; i++) {
+        const char *name = w->want->v[i].name;
         size_t len = strlen(name);
         if (strncmp(name, prefix, plen) || len < 7 || strcmp(name + len - 7, ".weight")) continue;
         char p[KEY_LEN];
@@ -211,7 +202,7 @@ static int convs(walk *w, const char *prefix, char *err) {
 
 /* A projection [out, in] from a MatMul's [in, out] weight (or Gemm's [out, in] with transB). */
 static int matmul(walk *w, const char *key, char *err) {
-    const pp_onnx_expect *x = expect(w, key, err);
+    const pp_tensor_spec *x = expect(w, key, err);
     const event *e;
     int rc = x ? take(w, EV_MATMUL, key, &e, err) : PP_EINVAL;
     if (rc) return rc;
@@ -227,7 +218,7 @@ static int matmul(walk *w, const char *key, char *err) {
 }
 
 static int vec(walk *w, const char *key, ev_kind kind, char *err) {
-    const pp_onnx_expect *x = expect(w, key, err);
+    const pp_tensor_spec *x = expect(w, key, err);
     const event *e;
     int rc = x ? take(w, kind, key, &e, err) : PP_EINVAL;
     return rc ? rc : plan_as(w, e, e->w, x, err);
@@ -242,7 +233,7 @@ static int norm(walk *w, const char *prefix, char *err) {
         int rc = vec(w, kw, EV_MUL, err);
         return rc ? rc : vec(w, kb, EV_ADD, err);
     }
-    const pp_onnx_expect *xw = expect(w, kw, err), *xb = xw ? expect(w, kb, err) : NULL;
+    const pp_tensor_spec *xw = expect(w, kw, err), *xb = xw ? expect(w, kb, err) : NULL;
     const event *e;
     int rc = xb ? take(w, EV_NORM, kw, &e, err) : PP_EINVAL;
     if (!rc) rc = plan_as(w, e, e->w, xw, err);
@@ -278,7 +269,7 @@ static int codebooks(walk *w, const char *rvq, char *err) {
         char key[KEY_LEN], ukey[KEY_LEN];
         snprintf(key, sizeof key, "quantizer.%s.vq.layers.%d._codebook.embedding_sum", rvq, l);
         snprintf(ukey, sizeof ukey, "quantizer.%s.vq.layers.%d._codebook.cluster_usage", rvq, l);
-        const pp_onnx_expect *x = want_find(w, key), *xu = x ? expect(w, ukey, err) : NULL;
+        const pp_tensor_spec *x = want_find(w, key), *xu = x ? expect(w, ukey, err) : NULL;
         if (!x) break;
         const event *e;
         int rc = xu ? take(w, EV_TABLE, key, &e, err) : PP_EINVAL;
@@ -324,31 +315,27 @@ static int decoder(walk *w, char *err) {
     return rc;
 }
 
-typedef struct expected {
-    const pp_onnx_expect *want;
-    size_t n_want;
-} expected;
-
-/* Plans both graphs (an og_plan_fn), then checks that every tensor the codec reads was found. */
-static int plan_codec(onnx_bundle *b, const og_graph *enc, const og_graph *dec, void *ctx, char *err) {
-    const expected *x = ctx;
-    const pp_onnx_expect *width = NULL;
-    for (size_t i = 0; i < x->n_want && !width; i++)
-        if (strstr(x->want[i].name, "transformer.layers.0.norm1.weight")) width = &x->want[i];
+/* Plans both graphs (an og_plan_fn; ctx: the codec's tensor list), then checks that every tensor
+ * the codec reads was found. */
+static int plan_codec(onnx_bundle *b, const og_graph *enc, const og_graph *dec, const void *ctx, char *err) {
+    const pp_tensor_list *want = ctx;
+    const pp_tensor_spec *width = NULL;
+    for (size_t i = 0; i < want->n && !width; i++)
+        if (strstr(want->v[i].name, "transformer.layers.0.norm1.weight")) width = &want->v[i];
     int64_t dim = width ? width->shape[0] : 0;
-    walk we = {.b = b, .want = x->want, .n_want = x->n_want}, wd = we;
+    walk we = {.b = b, .want = want}, wd = we;
     int rc = scan(&we, enc, dim, err);
     if (!rc) rc = encoder(&we, err);
     if (!rc) rc = scan(&wd, dec, dim, err);
     if (!rc) rc = decoder(&wd, err);
     free(we.ev);
     free(wd.ev);
-    for (size_t i = 0; !rc && i < x->n_want; i++) {
+    for (size_t i = 0; !rc && i < want->n; i++) {
         size_t k = 0;
-        while (k < b->n_outs && strcmp(b->outs[k].name, x->want[i].name)) k++;
+        while (k < b->n_outs && strcmp(b->outs[k].name, want->v[i].name)) k++;
         if (k == b->n_outs)
             rc = pp_fail(err, PP_EFORMAT, "%s, %s: no node holds the codec's tensor '%s'", enc->file, dec->file,
-                         x->want[i].name);
+                         want->v[i].name);
     }
     if (!rc) PP_INFO("onnx", "%s, %s: %zu codec tensors", enc->file, dec->file, b->n_outs);
     return rc;
@@ -364,21 +351,19 @@ int pp_onnx_mimi_is(const char *path, char *dir, size_t dir_size) {
     return 1;
 }
 
-int pp_onnx_mimi_load(const char *dir, const pp_onnx_expect *want, size_t n_want, st_tensor **tensors, size_t *count,
+int pp_onnx_mimi_load(const char *dir, const pp_tensor_list *want, st_tensor **tensors, size_t *count,
                       const void **base, size_t *size, onnx_bundle **out, char *err) {
     og_graph e = {0}, d = {0};
-    expected x = {want, n_want};
     int rc = og_open(&e, dir, PP_ONNX_MIMI_ENCODER, err);
     if (!rc) rc = og_open(&d, dir, PP_ONNX_MIMI_DECODER, err);
-    return og_convert(rc, &e, &d, plan_codec, &x, 1, dir, tensors, count, base, size, out, err);
+    return og_convert(rc, &e, &d, plan_codec, want, 1, dir, tensors, count, base, size, out, err);
 }
 
 int pp_onnx_mimi_open_memory(const void *encoder_buf, size_t encoder_len, const void *decoder_buf, size_t decoder_len,
-                             const pp_onnx_expect *want, size_t n_want, st_tensor **tensors, size_t *count,
-                             const void **base, size_t *size, onnx_bundle **out, char *err) {
+                             const pp_tensor_list *want, st_tensor **tensors, size_t *count, const void **base,
+                             size_t *size, onnx_bundle **out, char *err) {
     og_graph e = {0}, d = {0};
-    expected x = {want, n_want};
     int rc = og_parse(&e, encoder_buf, encoder_len, PP_ONNX_MIMI_ENCODER, err);
     if (!rc) rc = og_parse(&d, decoder_buf, decoder_len, PP_ONNX_MIMI_DECODER, err);
-    return og_convert(rc, &e, &d, plan_codec, &x, 0, "codec graphs", tensors, count, base, size, out, err);
+    return og_convert(rc, &e, &d, plan_codec, want, 0, "codec graphs", tensors, count, base, size, out, err);
 }

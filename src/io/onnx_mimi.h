@@ -26,26 +26,20 @@
 
 #include "io/onnx_bundle.h"
 #include "io/safetensors.h"
+#include "io/tensor_list.h"
 
 #define PP_ONNX_MIMI_ENCODER "mimi_encoder.onnx"
 #define PP_ONNX_MIMI_DECODER "mimi_decoder.onnx"
 
-/* One tensor the codec reads: its released key name and shape. */
-typedef struct pp_onnx_expect {
-    char name[128];
-    int ndim;
-    int64_t shape[4];
-} pp_onnx_expect;
-
 /* True when PATH names mimi_encoder.onnx or mimi_decoder.onnx; dir receives its folder. */
 int pp_onnx_mimi_is(const char *path, char *dir, size_t dir_size);
-/* Reads the two codec graphs of folder DIR into the tensors `want` lists (n_want of them, in the
- * codec's loading order); *tensors etc. as pp_onnx_bundle_load. */
-int pp_onnx_mimi_load(const char *dir, const pp_onnx_expect *want, size_t n_want, st_tensor **tensors, size_t *count,
+/* Reads the two codec graphs of folder DIR into the tensors `want` lists (the codec's released
+ * names and shapes, in its loading order); *tensors etc. as pp_onnx_bundle_load. */
+int pp_onnx_mimi_load(const char *dir, const pp_tensor_list *want, st_tensor **tensors, size_t *count,
                       const void **base, size_t *size, onnx_bundle **out, char *err);
 /* The same from the two graphs in memory (no external data may be named): the fuzzer's entry. */
 int pp_onnx_mimi_open_memory(const void *encoder_buf, size_t encoder_len, const void *decoder_buf, size_t decoder_len,
-                             const pp_onnx_expect *want, size_t n_want, st_tensor **tensors, size_t *count,
-                             const void **base, size_t *size, onnx_bundle **out, char *err);
+                             const pp_tensor_list *want, st_tensor **tensors, size_t *count, const void **base,
+                             size_t *size, onnx_bundle **out, char *err);
 
 #endif

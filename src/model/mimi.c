@@ -6,6 +6,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "io/file.h"
+#include "io/onnx_mimi.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -300,41 +301,12 @@ int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char
     return load_all(&m.weights, NULL, &m, err);
 }
 
-typedef struct expect_list {
-    pp_onnx_expect *v;
-    size_t n, cap;
-    int failed;
-} expect_list;
-
-static void collect_expected(void *ctx, const char *name, int ndim, const int64_t *shape) {
-    expect_list *l = ctx;
-    if (l->failed) return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        pp_onnx_expect *v = realloc(l->v, cap * sizeof *v);
-        if (!v) {
-            l->failed = 1;
-            return;
-        }
-        l->v = v, l->cap = cap;
-    }
-    pp_onnx_expect *x = &l->v[l->n++];
-    memset(x, 0, sizeof *x);
-    snprintf(x->name, sizeof x->name, "%s", name);
-    x->ndim = ndim < 4 ? ndim : 4;
-    memcpy(x->shape, shape, (size_t)x->ndim * sizeof *shape);
-}
-
-int pp_mimi_catalog_list(const mimi_config *cfg, pp_onnx_expect **out, size_t *count, char *err) {
-    expect_list l = {0};
-    int rc = pp_mimi_catalog(cfg, collect_expected, &l, err);
-    if (!rc && l.failed) rc = pp_fail(err, PP_ENOMEM, "mimi: out of memory for the tensor list");
-    if (rc) {
-        free(l.v);
-        return rc;
-    }
-    *out = l.v, *count = l.n;
-    return PP_OK;
+int pp_mimi_catalog_list(const mimi_config *cfg, pp_tensor_list *out, char *err) {
+    *out = (pp_tensor_list){0};
+    int rc = pp_mimi_catalog(cfg, pp_tensor_list_add, out, err);
+    if (!rc && out->failed) rc = pp_fail(err, PP_ENOMEM, "mimi: out of memory for the tensor list");
+    if (rc) pp_tensor_list_free(out);
+    return rc;
 }
 
 /* The weights file, or a speech-core bundle's two codec graphs (io/onnx_mimi.h) converted into
@@ -342,16 +314,15 @@ int pp_mimi_catalog_list(const mimi_config *cfg, pp_onnx_expect **out, size_t *c
 static int open_weights(const char *path, const mimi_config *cfg, st_file **out, char *err) {
     char dir[4096];
     if (!pp_onnx_mimi_is(path, dir, sizeof dir)) return pp_st_open(path, out, err);
-    pp_onnx_expect *want;
-    size_t n_want;
-    int rc = pp_mimi_catalog_list(cfg, &want, &n_want, err);
+    pp_tensor_list want;
+    int rc = pp_mimi_catalog_list(cfg, &want, err);
     if (rc) return rc;
     st_tensor *tensors;
     size_t count, size;
     const void *base;
     onnx_bundle *bundle;
-    rc = pp_onnx_mimi_load(dir, want, n_want, &tensors, &count, &base, &size, &bundle, err);
-    free(want);
+    rc = pp_onnx_mimi_load(dir, &want, &tensors, &count, &base, &size, &bundle, err);
+    pp_tensor_list_free(&want);
     return rc ? rc : pp_st_from_bundle(dir, tensors, count, base, size, bundle, out, err);
 }
 

@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "io/onnx_mimi.h"
+#include "io/safetensors.h"
+#include "io/tensor_list.h"
 #include "model/mimi_transformer.h"
 #include "model/quantizer.h"
 #include "model/seanet.h"
@@ -59,8 +60,8 @@ size_t pp_mimi_state_bytes(const mimi_state *s);
 /* Calls fn for every tensor (name, shape) the codec reads under cfg, without a file: enough
  * to write a stand-in checkpoint of the real shapes. */
 int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
-/* The same as a list (the caller frees *out): what io/onnx_mimi.h maps the codec graphs onto. */
-int pp_mimi_catalog_list(const mimi_config *cfg, pp_onnx_expect **out, size_t *count, char *err);
+/* The same as a list (pp_tensor_list_free): what io/onnx_mimi.h maps the codec graphs onto. */
+int pp_mimi_catalog_list(const mimi_config *cfg, pp_tensor_list *out, char *err);
 
 /* A session's state, fresh (as after reset). The model must outlive it. */
 int pp_mimi_state_create(const mimi_model *m, mimi_state **out, char *err);

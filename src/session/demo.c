@@ -14,6 +14,7 @@
 #include "base/frame.h"
 #include "base/log.h"
 #include "io/safetensors.h"
+#include "io/tensor_list.h"
 #include "io/voice.h"
 #include "model/lm_catalog.h"
 #include "model/lm_config.h"
@@ -61,42 +62,10 @@ static const char g_mimi_config[] =
     "  \"dim_feedforward\": 64, \"input_dimension\": 32, \"output_dimensions\": [32]},\n"
     " \"num_codebooks\": 8, \"sample_rate\": " STR(PP_SAMPLE_RATE) ", \"frame_size\": " STR(PP_FRAME_SAMPLES) "}\n";
 
-/* ---- tensor lists ----------------------------------------------------------------------------- */
-
-typedef struct tensor_spec {
-    char name[128];
-    int ndim;
-    int64_t shape[4];
-} tensor_spec;
-
-typedef struct tensor_list {
-    tensor_spec *t;
-    int n, cap;
-    int failed;
-} tensor_list;
-
-static void list_add(void *ctx, const char *name, int ndim, const int64_t *shape) {
-    tensor_list *l = ctx;
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 256;
-        tensor_spec *t = realloc(l->t, (size_t)cap * sizeof *t);
-        if (!t) {
-            l->failed = 1;
-            return;
-        }
-        l->t = t;
-        l->cap = cap;
-    }
-    tensor_spec *s = &l->t[l->n++];
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = ndim < 4 ? ndim : 4;
-    memcpy(s->shape, shape, (size_t)s->ndim * sizeof *shape);
-}
-
 static int add_lm_tensor(void *ctx, const pp_lm_tensor *t) {
     int64_t shape[3];
     int ndim = pp_lm_tensor_shape(t, shape);
-    list_add(ctx, t->name, ndim, shape);
+    pp_tensor_list_add(ctx, t->name, ndim, shape);
     return 0;
 }
 
@@ -123,7 +92,7 @@ static int ends_with(const char *name, const char *tail) {
 }
 
 /* How a tensor starts: a constant (sigma 0) or N(0, sigma^2). */
-static void init_rule(const tensor_spec *t, float *value, double *sigma) {
+static void init_rule(const pp_tensor_spec *t, float *value, double *sigma) {
     const char *n = t->name;
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) numel *= t->shape[i];
@@ -144,24 +113,24 @@ static void init_rule(const tensor_spec *t, float *value, double *sigma) {
     }
 }
 
-static int is_waveform_conv(const tensor_spec *t) {
+static int is_waveform_conv(const pp_tensor_spec *t) {
     return strncmp(t->name, "decoder.model.", 14) == 0 && t->ndim == 3 && t->shape[0] == 1;
 }
 
 /* Writes every tensor of l to path in dtype (F32 or BF16); the waveform conv is scaled by
  * out_scale. */
-static int write_tensors(const char *path, const tensor_list *l, st_dtype dtype, float out_scale, char *err) {
+static int write_tensors(const char *path, const pp_tensor_list *l, st_dtype dtype, float out_scale, char *err) {
     st_writer *w;
     int rc = pp_st_writer_create(path, &w, err);
     if (rc) return rc;
-    for (int i = 0; i < l->n && !rc; i++)
-        rc = pp_st_writer_declare(w, l->t[i].name, dtype, l->t[i].ndim, l->t[i].shape, err);
+    for (size_t i = 0; i < l->n && !rc; i++)
+        rc = pp_st_writer_declare(w, l->v[i].name, dtype, l->v[i].ndim, l->v[i].shape, err);
     if (!rc) rc = pp_st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
     if (!rc) rc = pp_st_writer_begin(w, err);
     float buf[1024];
     uint16_t half[1024];
-    for (int i = 0; i < l->n && !rc; i++) {
-        const tensor_spec *t = &l->t[i];
+    for (size_t i = 0; i < l->n && !rc; i++) {
+        const pp_tensor_spec *t = &l->v[i];
         int64_t numel = 1;
         for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
         float value;
@@ -243,7 +212,7 @@ int pp_demo_write(const char *dir, pp_demo_files *out, char *err) { return pp_de
 
 int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err) {
     char path[PP_DEMO_PATH_MAX + 64], config[sizeof g_lm_config + 16];
-    tensor_list lm = {0}, codec = {0};
+    pp_tensor_list lm = {0}, codec = {0};
     pp_lm_config lc;
     mimi_config mc;
     void *spm = NULL;
@@ -267,8 +236,7 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
     snprintf(path, sizeof path, "%s/mimi/config.json", dir);
     if (!rc) rc = write_text(path, g_mimi_config, sizeof g_mimi_config - 1, err);
     if (!rc) rc = pp_mimi_config_load(path, &mc, err);
-    if (!rc) rc = pp_mimi_catalog(&mc, list_add, &codec, err);
-    if (!rc && codec.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
+    if (!rc) rc = pp_mimi_catalog_list(&mc, &codec, err);
     if (!rc) rc = write_tensors(out->mimi, &codec, ST_F32, 1.0f, err);
     float rms = 0.0f;
     if (!rc) rc = measure_rms(out->mimi, &rms, err);
@@ -288,9 +256,10 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
         rc = write_voice(path, &lc, i + 1, err);
     }
     free(spm);
-    free(lm.t);
-    free(codec.t);
-    if (!rc) PP_INFO("demo", "demo model written to %s (%d + %d tensors; codec RMS %.3f calibrated to %.2f)", dir, lm.n,
-                     codec.n, rms, DEMO_TARGET_RMS);
+    if (!rc)
+        PP_INFO("demo", "demo model written to %s (%zu + %zu tensors; codec RMS %.3f calibrated to %.2f)", dir, lm.n,
+                codec.n, rms, DEMO_TARGET_RMS);
+    pp_tensor_list_free(&lm);
+    pp_tensor_list_free(&codec);
     return rc;
 }

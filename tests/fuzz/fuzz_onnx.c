@@ -15,6 +15,7 @@
 #include "base/err.h"
 #include "io/onnx.h"
 #include "io/onnx_bundle.h"
+#include "io/onnx_mimi.h"
 #include "io/prompts.h"
 #include "io/voice.h"
 #include "model/mimi.h"
@@ -82,22 +83,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             return 0;
         mimi_config cfg;
         pp_mimi_config_default(&cfg);
-        pp_onnx_expect *want;
-        size_t n_want;
+        pp_tensor_list want;
         if (pp_mimi_config_parse((const char *)p + 4, config_len, "fuzz config.json", &cfg, err) ||
-            pp_mimi_catalog_list(&cfg, &want, &n_want, err))
+            pp_mimi_catalog_list(&cfg, &want, err))
             return 0;
         st_tensor *tensors;
         size_t count, bytes;
         const void *base;
         onnx_bundle *b;
-        if (!pp_onnx_mimi_open_memory(graphs + 4, enc_len, dec, dec_len, want, n_want, &tensors, &count, &base, &bytes,
-                                      &b, err)) {
+        if (!pp_onnx_mimi_open_memory(graphs + 4, enc_len, dec, dec_len, &want, &tensors, &count, &base, &bytes, &b,
+                                      err)) {
             check_within(tensors, count, base, bytes);
             free(tensors);
             pp_onnx_bundle_free(b);
         }
-        free(want);
+        pp_tensor_list_free(&want);
         return 0;
     }
     case 1: {

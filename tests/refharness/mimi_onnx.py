@@ -49,22 +49,16 @@ def nearest(self, x):
 core_vq.EuclideanCodebook._quantize = nearest
 
 
-class Encode(torch.nn.Module):
-    def __init__(self, mimi):
+class Half(torch.nn.Module):
+    """The codec's encode or decode as a module to export (method: "encode" or "decode")."""
+
+    def __init__(self, mimi, method):
         super().__init__()
         self.mimi = mimi
+        self.method = method
 
-    def forward(self, pcm):
-        return self.mimi.encode(pcm)
-
-
-class Decode(torch.nn.Module):
-    def __init__(self, mimi):
-        super().__init__()
-        self.mimi = mimi
-
-    def forward(self, codes):
-        return self.mimi.decode(codes)
+    def forward(self, x):
+        return getattr(self.mimi, self.method)(x)
 
 
 def export(mimi, cfg, out, decoder_codebooks, fold=True):
@@ -73,12 +67,12 @@ def export(mimi, cfg, out, decoder_codebooks, fold=True):
     pcm = torch.randn(1, 1, 4 * cfg["frame_size"]) * 0.1
     with torch.no_grad():
         mimi.set_num_codebooks(cfg["num_codebooks"])
-        torch.onnx.export(Encode(mimi), (pcm,), os.path.join(out, "mimi_encoder.onnx"), opset_version=17,
+        torch.onnx.export(Half(mimi, "encode"), (pcm,), os.path.join(out, "mimi_encoder.onnx"), opset_version=17,
                           input_names=["pcm"], output_names=["codes"], do_constant_folding=fold,
                           dynamic_axes={"pcm": {2: "samples"}, "codes": {2: "frames"}})
         mimi.set_num_codebooks(decoder_codebooks or cfg["quantizer"]["n_q"])
         codes = mimi.encode(pcm)
-        torch.onnx.export(Decode(mimi), (codes,), os.path.join(out, "mimi_decoder.onnx"), opset_version=14,
+        torch.onnx.export(Half(mimi, "decode"), (codes,), os.path.join(out, "mimi_decoder.onnx"), opset_version=14,
                           input_names=["codes"], output_names=["pcm"], do_constant_folding=fold,
                           dynamic_axes={"codes": {2: "frames"}, "pcm": {2: "samples"}})
 
