@@ -14,6 +14,7 @@
 #define PK_ATTN_SPLIT 64
 #define PK_ATTN_THREADS 128
 #define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
+#define PK_ATTN_KEYS 4      /* keys a warp loads ahead */
 
 static int attn_splits(int capacity) { return (capacity + PK_ATTN_SPLIT - 1) / PK_ATTN_SPLIT; }
 
@@ -63,7 +64,9 @@ __global__ void pk_kv_store_kernel(const float *__restrict__ qkv, int head_dim, 
     }
 }
 
-template <int FMT>
+/* VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide head keeps 4 registers
+ * per key instead of PK_ATTN_MAX_DIM's 8. */
+template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
     pk_attn_split_kernel(const float *__restrict__ q, int head_dim, pk_kv_ring r, const int32_t *__restrict__ pos,
                          float *__restrict__ part) {
@@ -76,39 +79,51 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
     const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
     const float scale = rsqrtf((float)head_dim);
-    float qv[PK_ATTN_MAX_DIM / 32], o[PK_ATTN_MAX_DIM / 32];
+    float qv[VPL], o[VPL];
 #pragma unroll
-    for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
+    for (int t = 0; t < VPL; t++) {
         int d = lane + 32 * t;
         qv[t] = d < head_dim ? q[(size_t)h * head_dim + d] * scale : 0.0f;
         o[t] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int64_t p = k0 + warp; p <= k1; p += nw) {
-        const size_t slot = (size_t)(p % r.capacity), off = slot * dim + (size_t)h * head_dim;
-        const size_t si = slot * n_heads + h;
-        float s = 0.0f;
+    /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, PK_ATTN_KEYS of them at a time: their
+     * keys and values are loaded before the first is used, so that many memory round trips
+     * overlap instead of following one another. */
+    for (int64_t p = k0 + warp; p <= k1; p += (int64_t)nw * PK_ATTN_KEYS) {
+        float kx[PK_ATTN_KEYS][VPL], vx[PK_ATTN_KEYS][VPL];
 #pragma unroll
-        for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
-            int d = lane + 32 * t;
-            if (d < head_dim) s += qv[t] * pk_kv_load<FMT>(r.k, r.kscale, off + d, si);
-        }
-        s = pk_warp_sum(s);
-        float mn = fmaxf(m, s), f = expf(m - mn), e = expf(s - mn);
-        l = l * f + e;
+        for (int u = 0; u < PK_ATTN_KEYS; u++) {
+            const int64_t pu = p + (int64_t)u * nw;
+            const size_t slot = (size_t)((pu <= k1 ? pu : p) % r.capacity), off = slot * dim + (size_t)h * head_dim;
+            const size_t si = slot * n_heads + h;
 #pragma unroll
-        for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
-            int d = lane + 32 * t;
-            if (d < head_dim) o[t] = o[t] * f + e * pk_kv_load<FMT>(r.v, r.vscale, off + d, si);
+            for (int t = 0; t < VPL; t++) {
+                int d = lane + 32 * t;
+                kx[u][t] = d < head_dim ? pk_kv_load<FMT>(r.k, r.kscale, off + d, si) : 0.0f;
+                vx[u][t] = d < head_dim ? pk_kv_load<FMT>(r.v, r.vscale, off + d, si) : 0.0f;
+            }
         }
-        m = mn;
+#pragma unroll
+        for (int u = 0; u < PK_ATTN_KEYS; u++) {
+            if (p + (int64_t)u * nw > k1) break; /* the same in every lane */
+            float s = 0.0f;
+#pragma unroll
+            for (int t = 0; t < VPL; t++) s += qv[t] * kx[u][t];
+            s = pk_warp_sum(s);
+            float mn = fmaxf(m, s), f = expf(m - mn), e = expf(s - mn);
+            l = l * f + e;
+#pragma unroll
+            for (int t = 0; t < VPL; t++) o[t] = o[t] * f + e * vx[u][t];
+            m = mn;
+        }
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
 #pragma unroll
-    for (int t = 0; t < PK_ATTN_MAX_DIM / 32; t++) {
+    for (int t = 0; t < VPL; t++) {
         int d = lane + 32 * t;
         if (d < head_dim) wo[warp][d] = o[t];
     }
@@ -151,8 +166,12 @@ template <int FMT>
 static void launch(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *r, const int32_t *pos, float *ws,
                    int splits, cudaStream_t stream) {
     PK_LAUNCH(dim3((unsigned)n_heads, 2), 64, 0, stream, pk_kv_store_kernel<FMT>)(qkv, head_dim, *r, pos);
-    PK_LAUNCH(dim3((unsigned)n_heads, (unsigned)splits), PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT>)(
-        qkv, head_dim, *r, pos, ws);
+    dim3 grid((unsigned)n_heads, (unsigned)splits);
+    if (head_dim <= 128)
+        PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(qkv, head_dim, *r, pos, ws);
+    else
+        PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)
+        (qkv, head_dim, *r, pos, ws);
 }
 
 extern "C" size_t pk_attn_workspace(int n_heads, int head_dim, int capacity) {

@@ -11,9 +11,10 @@
 #define PK_WARP 32
 
 /* Launches and dynamic shared memory go through these so the same sources also build for
- * tests/cuda_emu, the CPU emulation CI runs the backend on (its cuda_runtime.h defines both). */
+ * tests/cuda_emu, the CPU emulation CI runs the backend on (its cuda_runtime.h defines both).
+ * A launch counts itself as one node (pk_nodes). */
 #ifndef PK_LAUNCH
-#define PK_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define PK_LAUNCH(grid, block, smem, stream, ...) pk_count_node(), __VA_ARGS__<<<grid, block, smem, stream>>>
 #define PK_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 

@@ -1,4 +1,6 @@
 /* gemv: y = x·wᵀ for every weight format (the launcher picks the kernel).
+ *   NF2 and INT4, n <= PK_GEMV_MAX_BATCH, power-of-two groups: integer dot products on
+ *                                           prepared activations (gemv_int.cuh);
  *   n <= PK_GEMV_MAX_BATCH, aligned shapes: the chunked template of gemv.cuh;
  *   n <= PK_GEMV_MAX_BATCH, other shapes:   one warp per row, one element at a time;
  *   larger n: tiles of rows dequantized to f32, multiplied by cuBLAS (dense f32: directly).
@@ -6,6 +8,7 @@
 #include <cublas_v2.h>
 
 #include "gemv.cuh"
+#include "gemv_int.cuh"
 
 /* ---- NF2 activation rotation: one block per (input row, group) slice ---- */
 
@@ -125,14 +128,33 @@ static int chunkable(const pk_weight *w, const float *x) {
     return w->fmt <= PK_BF16 || w->group % v == 0;
 }
 
+#ifndef PK_GEMV_RPW_8
+#define PK_GEMV_RPW_8 0 /* rows per warp at 5..8 inputs; 0: the format's own (INT4's: 2) */
+#endif
+
+template <int FMT, int NB, int RPW>
+static void launch_rows(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
+    int64_t rows_per_block = (gemv_threads / PK_WARP) * RPW;
+    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
+    PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, y);
+}
+
+/* One instance per input count range. At 5..8 inputs the format's rows per warp take up to ~210
+ * registers, which measured faster on an H200 than 1 row in 64 registers (NF4 4096 x 11264, 8
+ * inputs: 0.126 against 0.378 ms). Where 4 rows spill (INT4 at 8 inputs, INT8's zero-point sums
+ * at 4 and 8 on sm_87) they take 2; INT4 only runs here for groups the integer kernel refuses. */
 template <int FMT>
 static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
-    int64_t rows_per_block = (gemv_threads / PK_WARP) * pk_fmt<FMT>::RPW;
-    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
+    const int rpw = pk_fmt<FMT>::RPW, rpw4 = FMT == PK_INT8 ? 2 : rpw;
+    const int rpw8 = PK_GEMV_RPW_8 ? PK_GEMV_RPW_8 : FMT == PK_INT4 || FMT == PK_INT8 ? 2 : rpw;
     if (n == 1)
-        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, 1>)(*w, x, n, y);
+        launch_rows<FMT, 1, rpw>(w, x, n, y, stream);
+    else if (n == 2)
+        launch_rows<FMT, 2, rpw>(w, x, n, y, stream);
+    else if (n <= 4)
+        launch_rows<FMT, 4, rpw4>(w, x, n, y, stream);
     else
-        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, PK_GEMV_MAX_BATCH>)(*w, x, n, y);
+        launch_rows<FMT, PK_GEMV_MAX_BATCH, rpw8>(w, x, n, y, stream);
 }
 
 static int64_t tile_rows(const pk_weight *w) {
@@ -141,7 +163,26 @@ static int64_t tile_rows(const pk_weight *w) {
     return r < w->rows ? r : w->rows;
 }
 
+static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* INT4's preparation slice: the largest power of two up to PK_INT_PREP_SLICE dividing cols. */
+static int int4_slice(int64_t cols) {
+    int s = PK_INT_PREP_SLICE;
+    while (s > pk_int_fmt<PK_INT4>::RUN && cols % s) s /= 2;
+    return s;
+}
+
+/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, and for
+ * NF2 the rotation slices on the weight's groups (as the float path assumes them to be). */
+static int int_gemv_takes(const pk_weight *w, int n) {
+    if ((w->fmt != PK_NF2 && w->fmt != PK_INT4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
+    int v = w->fmt == PK_NF2 ? (int)pk_fmt<PK_NF2>::V : (int)pk_fmt<PK_INT4>::V;
+    if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15) || !is_pow2(w->group) || w->group % v) return 0;
+    return w->fmt == PK_INT4 || (w->np2 == w->group && w->cols % w->group == 0 && w->elem0 % w->group == 0);
+}
+
 extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n) {
+    if (int_gemv_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
     size_t f = w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0;
     if (n > PK_GEMV_MAX_BATCH && w->fmt != PK_F32) f += (size_t)tile_rows(w) * (size_t)w->cols;
     return f;
@@ -170,6 +211,7 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
     if (!h) return (int)cudaErrorInvalidValue;
     if (w->fmt == PK_F32) {
         const float *a = (const float *)w->data + w->elem0;
+        pk_count_node();
         int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, a, (int)w->cols, x,
                              (int)w->cols, &zero, y, (int)w->rows);
         return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
@@ -180,9 +222,59 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
         unsigned blocks = pk_blocks((size_t)(nr * w->cols), 256);
         if (blocks > 4096) blocks = 4096;
         PK_LAUNCH(blocks, 256, 0, stream, pk_dequant_kernel)(*w, r0, nr, tile);
+        pk_count_node();
         int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, tile, (int)w->cols, x,
                              (int)w->cols, &zero, y + r0, (int)w->rows);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)cudaErrorUnknown;
+    }
+    return pk_launched();
+}
+
+#ifndef PK_INT_RPW_1
+#define PK_INT_RPW_1 4 /* rows per warp for one input */
+#endif
+
+template <int FMT, int NB, int RPW>
+static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, float *y,
+                       cudaStream_t stream) {
+    int64_t rows_per_block = (gemv_threads / PK_WARP) * RPW;
+    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
+    int gshift = 0;
+    while ((1 << gshift) < w->group) gshift++;
+    PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)(*w, planes, meta, n, gshift, y);
+}
+
+/* One instance per input count range. Every row of a warp reuses each input's activations, so
+ * rows per warp stay as high as the 128 registers allow without spilling (NF2 at 4 inputs and 4
+ * rows spills): 4 rows for 1 or 2 inputs, 2 beyond. */
+template <int FMT>
+static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, float *y,
+                             cudaStream_t stream) {
+    if (n == 1)
+        launch_int<FMT, 1, PK_INT_RPW_1>(w, planes, meta, n, y, stream);
+    else if (n == 2)
+        launch_int<FMT, 2, 4>(w, planes, meta, n, y, stream);
+    else if (n <= 4)
+        launch_int<FMT, 4, 2>(w, planes, meta, n, y, stream);
+    else
+        launch_int<FMT, 8, 2>(w, planes, meta, n, y, stream);
+}
+
+static int int_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, cudaStream_t stream) {
+    uint32_t *planes = (uint32_t *)ws;
+    int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
+    if (w->fmt == PK_NF2) {
+        unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
+        int threads = w->group / 2 < 256 ? (w->group / 2 < 32 ? 32 : w->group / 2) : 256;
+        PK_LAUNCH(slices, threads, (size_t)w->group * sizeof(float), stream, pk_int_prepare_kernel<PK_NF2>)
+        (x, w->group, planes, meta);
+        launch_int_batch<PK_NF2>(w, planes, meta, n, y, stream);
+    } else {
+        int len = int4_slice(w->cols);
+        unsigned slices = (unsigned)((int64_t)n * w->cols / len);
+        PK_LAUNCH(slices, 32, (size_t)len * sizeof(float), stream, pk_int_prepare_kernel<PK_INT4>)
+        (x, len, planes, meta);
+        launch_int_batch<PK_INT4>(w, planes, meta, n, y, stream);
     }
     return pk_launched();
 }
@@ -191,6 +283,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, fl
                          void *cublas, cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return 0;
     if (pk_matmul_workspace(w, n) > ws_floats) return (int)cudaErrorInvalidValue;
+    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, y, ws, stream);
     if (w->fmt == PK_NF2) {
         unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
         int threads = w->np2 / 2 < 256 ? (w->np2 / 2 < 32 ? 32 : w->np2 / 2) : 256;

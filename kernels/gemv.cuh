@@ -18,8 +18,9 @@
 #include "decode_nf2.cuh"
 #include "decode_nf4.cuh"
 
-/* Per format: values per 16-byte chunk, stored bits per value, rows per warp (more for the
- * dense formats' long rows would cut parallelism; the packed ones want loads in flight). */
+/* Per format: values per 16-byte chunk, stored bits per value, rows per warp at one input (more
+ * for the dense formats' long rows would cut parallelism; the packed ones want loads in flight;
+ * the launcher halves it for several inputs, whose sums take the registers). */
 template <int FMT> struct pk_fmt;
 template <> struct pk_fmt<PK_F32> { enum { V = 4, BITS = 32, RPW = 2, QUANT = 0 }; };
 template <> struct pk_fmt<PK_F16> { enum { V = 8, BITS = 16, RPW = 2, QUANT = 0 }; };
@@ -75,37 +76,36 @@ __device__ __forceinline__ void pk_load_lut(const pk_weight &w, float *lut) {
     }
 }
 
-template <int FMT, int NB>
-__global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n,
-                                                      float *__restrict__ y) {
+template <int FMT, int NB, int RPW>
+__global__ void __launch_bounds__(128)
+    pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n, float *__restrict__ y) {
     typedef pk_fmt<FMT> F;
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * F::RPW;
+    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * RPW;
     if (r0 >= w.rows) return;
     const int64_t chunks = w.cols / F::V;
     const uint8_t *base = (const uint8_t *)w.data;
-    int64_t e0[F::RPW]; /* first element of each row; rows past the end repeat the last */
+    int64_t e0[RPW]; /* first element of each row; rows past the end repeat the last */
 #pragma unroll
-    for (int r = 0; r < F::RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
-    float acc[NB][F::RPW];
+    for (int r = 0; r < RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
+    float acc[NB][RPW];
 #pragma unroll
     for (int i = 0; i < NB; i++)
 #pragma unroll
-        for (int r = 0; r < F::RPW; r++) acc[i][r] = 0.0f;
+        for (int r = 0; r < RPW; r++) acc[i][r] = 0.0f;
 
     for (int64_t c = lane; c < chunks; c += PK_WARP) {
-        uint4 raw[F::RPW];
+        uint4 raw[RPW];
 #pragma unroll
-        for (int r = 0; r < F::RPW; r++)
-            raw[r] = __ldg((const uint4 *)(base + (e0[r] + c * F::V) * F::BITS / 8));
-        float part[NB][F::RPW], xsum[NB]; /* xsum: Σ x of the chunk, for INT8's zero points */
+        for (int r = 0; r < RPW; r++) raw[r] = __ldg((const uint4 *)(base + (e0[r] + c * F::V) * F::BITS / 8));
+        float part[NB][RPW], xsum[NB]; /* xsum: Σ x of the chunk, for INT8's zero points */
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             xsum[i] = 0.0f;
 #pragma unroll
-            for (int r = 0; r < F::RPW; r++) part[i][r] = 0.0f;
+            for (int r = 0; r < RPW; r++) part[i][r] = 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < F::V / 4; q++) {
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
 #pragma unroll
                 for (int i = 0; i < NB; i++) xsum[i] += xv[i].x + xv[i].y + xv[i].z + xv[i].w;
 #pragma unroll
-            for (int r = 0; r < F::RPW; r++) {
+            for (int r = 0; r < RPW; r++) {
                 float v0 = pk_decode<FMT>(raw[r], 4 * q, lut), v1 = pk_decode<FMT>(raw[r], 4 * q + 1, lut);
                 float v2 = pk_decode<FMT>(raw[r], 4 * q + 2, lut), v3 = pk_decode<FMT>(raw[r], 4 * q + 3, lut);
 #pragma unroll
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
             }
         }
 #pragma unroll
-        for (int r = 0; r < F::RPW; r++) {
+        for (int r = 0; r < RPW; r++) {
             const int64_t g = F::QUANT ? (e0[r] + c * F::V) / w.group : 0; /* dense weights have no groups */
             float s = F::QUANT ? pk_group_scale(w, g) : 1.0f;
             float z = FMT == PK_INT8 && w.zeros ? (float)w.zeros[g] : 0.0f;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
     for (int i = 0; i < NB; i++) {
         if (i >= n) break;
 #pragma unroll
-        for (int r = 0; r < F::RPW; r++) {
+        for (int r = 0; r < RPW; r++) {
             float v = pk_warp_sum(acc[i][r]);
             if (lane == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
         }

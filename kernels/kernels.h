@@ -49,7 +49,8 @@ int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int ac
 
 /* ---- lm_ops.cu ---- */
 int pk_add(float *y, const float *x, size_t count, cudaStream_t stream);
-int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
+/* With r: x += r first (and x keeps the sum), the residual add fused into the norm. */
+int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
 int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
             cudaStream_t stream);
 int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream);
@@ -99,6 +100,13 @@ typedef struct pk_sample_param {
 /* params, forced (or NULL) and tokens are device memory, one entry per row. */
 int pk_sample(const float *logits, int rows, int n, const pk_sample_param *params, int stream_id,
               const int32_t *forced, int32_t *tokens, cudaStream_t stream);
+
+/* ---- lm_ops.cu: what the device ran ----
+ * Device work items issued in this process: every kernel launch (PK_LAUNCH), cuBLAS call and
+ * device-side copy or fill, each counted once when issued, also while a graph records (the
+ * recording then runs once). A replayed graph's items are counted by the backend (cuda.c). */
+void pk_count_node(void);
+uint64_t pk_nodes(void);
 
 #ifdef __cplusplus
 }

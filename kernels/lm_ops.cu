@@ -3,6 +3,11 @@
  * reduction (the CPU accumulates in double; the difference is within the parity limits). */
 #include "common.cuh"
 
+static uint64_t nodes_issued; /* every CUDA backend of the process: relaxed atomics */
+
+extern "C" void pk_count_node(void) { __atomic_fetch_add(&nodes_issued, 1, __ATOMIC_RELAXED); }
+extern "C" uint64_t pk_nodes(void) { return __atomic_load_n(&nodes_issued, __ATOMIC_RELAXED); }
+
 __global__ void pk_add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t count) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += x[i];
@@ -15,27 +20,36 @@ extern "C" int pk_add(float *y, const float *x, size_t count, cudaStream_t strea
 }
 
 /* One block per row; y may equal x (every thread reads its values before the reduction's
- * barriers and writes only after). */
-__global__ void pk_rmsnorm_kernel(const float *x, const float *__restrict__ alpha, int d, float eps, float *y) {
+ * barriers and writes only after). With r, each thread first adds r to the values it owns and
+ * stores them back (y then differs from x). */
+__global__ void __launch_bounds__(1024) pk_rmsnorm_kernel(float *x, const float *__restrict__ r,
+                                                          const float *__restrict__ alpha, int d, float eps, float *y) {
     __shared__ float red[32];
-    const float *xi = x + (size_t)blockIdx.x * d;
+    float *xi = x + (size_t)blockIdx.x * d;
     float *yi = y + (size_t)blockIdx.x * d;
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xi[j];
+        if (r) xi[j] = v = v + r[(size_t)blockIdx.x * d + j];
+        ss += v * v;
+    }
     ss = pk_block_sum(ss, red);
     float inv = rsqrtf(eps + ss / (float)d);
     for (int j = threadIdx.x; j < d; j += blockDim.x) yi[j] = xi[j] * (alpha[j] * inv);
 }
 
-extern "C" int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream) {
+extern "C" int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, int d, float eps, float *y,
+                          cudaStream_t stream) {
     if (n <= 0) return 0;
-    PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, alpha, d, eps, y);
+    PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, r, alpha, d, eps, y);
     return pk_launched();
 }
 
 /* Thread per (row, pair j, head): the angle depends on (row, j) only. The frequency is formed
- * as the CPU does (exp of j·c in fp32, times the position); the full-precision sincosf keeps
- * large angles (position × frequency up to thousands of radians) accurate. */
+ * as the CPU does (exp of j·c, rounded to fp32, times the position). exp runs in double and is
+ * rounded once, as libm's correctly rounded expf does: the device's expf is 2 ulp, and one ulp
+ * of frequency is 3.6e-4 rad of angle at position 3000 (the first real-GPU parity run failed
+ * there). The full-precision sincosf keeps angles of thousands of radians accurate. */
 __global__ void pk_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *__restrict__ pos,
                                float c) {
     int half = head_dim / 2;
@@ -43,7 +57,7 @@ __global__ void pk_rope_kernel(float *x, int n, int stride, int n_heads, int hea
     int64_t total = (int64_t)n * n_heads * half;
     if (idx >= total) return;
     int j = (int)(idx % half), h = (int)((idx / half) % n_heads), i = (int)(idx / ((int64_t)half * n_heads));
-    float freq = expf((float)j * c), angle = freq * (float)pos[i];
+    float freq = (float)exp((double)((float)j * c)), angle = freq * (float)pos[i];
     float co, si;
     sincosf(angle, &si, &co);
     float *p = x + (size_t)i * stride + (size_t)h * head_dim + 2 * j;

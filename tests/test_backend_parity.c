@@ -29,6 +29,11 @@
 #define EXACT 0.0
 #define ELEM 1e-12
 #define REDUCE 1e-10
+/* NF2 and INT4 products of 1..8 inputs round the activations to int16 per run of 16 or 8 on the
+ * device (kernels/gemv_int.cuh), as the CPU's integer loops do but its float loops do not: an
+ * error of ~1.5e-5 of a run's largest input per input, nmse ~3e-10 against the float loops. A
+ * misplaced code or activation costs nmse ~1. */
+#define ROUNDED 1e-8
 
 /* The temporal transformer's 3000-slot ring on a GPU; the CPU emulation of the CUDA backend
  * (tests/cuda_emu) takes a 300-slot ring, still wrapped and cut into several splits. */
@@ -207,7 +212,7 @@ static const wcase wcases[] = {
     {PP_WF_INT8, 128, 0, 0, "int8 block 128"},
 };
 
-/* matmul at batch 1, 3 (the batched kernel), 12 (dequantized tiles + cuBLAS), on a row view
+/* matmul at batch 1, 2, 3, 8 (the batched kernels), 12 (dequantized tiles + cuBLAS), on a row view
  * (elem0 > 0) and on a misaligned input (the one-element-at-a-time kernel). */
 static void test_matmul(const wcase *wc) {
     const int64_t rows = 200, cols = wc->group == 96 ? 768 : 512;
@@ -216,20 +221,21 @@ static void test_matmul(const wcase *wc) {
         TEST_COND("weight upload", 0);
         return;
     }
-    static const int batches[] = {1, 3, 12};
-    for (int b = 0; b < 3; b++) {
+    static const int batches[] = {1, 2, 3, 8, 12}; /* each kernel instance of n <= 8, and the tiles */
+    for (int b = 0; b < 5; b++) {
         int n = batches[b];
         twin x = twin_rand((size_t)n * cols + 1, 1.0f), y = twin_rand((size_t)n * rows, 0);
         char what[96];
         cpu->ops->matmul(cpu, &h.c, x.c, n, y.c);
         gpu->ops->matmul(gpu, &h.g, x.g, n, y.g);
         snprintf(what, sizeof what, "matmul %s n=%d", wc->what, n);
-        compare(what, y.g, y.c, (size_t)n * rows, REDUCE);
+        double limit = (wc->fmt == PP_WF_NF2 || wc->fmt == PP_WF_INT4) && n <= 8 ? ROUNDED : REDUCE;
+        compare(what, y.g, y.c, (size_t)n * rows, limit);
         pp_weight vc = pp_weight_rows(&h.c, 64, 100), vg = pp_weight_rows(&h.g, 64, 100);
         cpu->ops->matmul(cpu, &vc, x.c + 1, n, y.c);
         gpu->ops->matmul(gpu, &vg, x.g + 1, n, y.g);
         snprintf(what, sizeof what, "matmul %s n=%d rows 64.. x+1", wc->what, n);
-        compare(what, y.g, y.c, (size_t)n * 100, REDUCE);
+        compare(what, y.g, y.c, (size_t)n * 100, limit);
         twin_free(&x);
         twin_free(&y);
     }
@@ -263,6 +269,14 @@ static void test_lm_ops(void) {
     cpu->ops->add(cpu, s.c, x.c, 3 * (size_t)d);
     gpu->ops->add(gpu, s.g, x.g, 3 * (size_t)d);
     compare("add", s.g, s.c, 3 * (size_t)d, EXACT);
+    /* add_rmsnorm: the sum kept in x, the norm of it in y */
+    twin r2 = twin_rand(3 * (size_t)d, 1.0f), y2 = twin_rand(3 * (size_t)d, 0);
+    cpu->ops->add_rmsnorm(cpu, s.c, r2.c, a.c, 3, d, 1e-8f, y2.c);
+    gpu->ops->add_rmsnorm(gpu, s.g, r2.g, a.g, 3, d, 1e-8f, y2.g);
+    compare("add_rmsnorm: the sum", s.g, s.c, 3 * (size_t)d, EXACT);
+    compare("add_rmsnorm: its norm", y2.g, y2.c, 3 * (size_t)d, REDUCE);
+    twin_free(&r2);
+    twin_free(&y2);
 
     int32_t pos_h[3] = {0, 17, 2999};
     int32_t *pc = cpu->ops->alloc(cpu, sizeof pos_h), *pg = gpu->ops->alloc(gpu, sizeof pos_h);
@@ -581,7 +595,7 @@ static void test_host_weights(void) {
     twin x = twin_rand((size_t)cols, 1.0f), y = twin_rand((size_t)rows, 0);
     cpu->ops->matmul(cpu, &h.c, x.c, 1, y.c);
     gpu->ops->matmul(gpu, &dev, x.g, 1, y.g);
-    compare(mapped ? "matmul int4 read in place" : "matmul int4 (copied: not mapped)", y.g, y.c, (size_t)rows, REDUCE);
+    compare(mapped ? "matmul int4 read in place" : "matmul int4 (copied: not mapped)", y.g, y.c, (size_t)rows, ROUNDED);
     twin_free(&x);
     twin_free(&y);
     gpu->ops->weight_release(gpu, &dev);
@@ -613,7 +627,7 @@ static void test_graph(void) {
     cpu->ops->rmsnorm(cpu, x.c, a.c, 1, 256, 1e-6f, t.c);
     cpu->ops->matmul(cpu, &h.c, t.c, 1, y.c);
     cpu->ops->add(cpu, y.c, x.c, 256);
-    compare("graph replay on new input", y.g, y.c, 256, REDUCE);
+    compare("graph replay on new input", y.g, y.c, 256, ROUNDED);
     free(fresh);
     twin_free(&x);
     twin_free(&a);
@@ -699,6 +713,7 @@ int main(void) {
         test_attn(PARITY_LONG_CONTEXT, PARITY_LONG_CONTEXT + 100, 2, 128, (pp_kv_format)f);
     }
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
+    test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */

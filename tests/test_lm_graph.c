@@ -34,7 +34,19 @@
 #define BATCHED 4
 #define CONV (SOLO + BATCHED)
 
-enum { OP_MATMUL, OP_EMBED, OP_ADD, OP_RMSNORM, OP_ROPE, OP_ATTN, OP_ATTN_KV, OP_SILU, OP_SAMPLE, OP_COPY };
+enum {
+    OP_MATMUL,
+    OP_EMBED,
+    OP_ADD,
+    OP_RMSNORM,
+    OP_ADD_RMSNORM,
+    OP_ROPE,
+    OP_ATTN,
+    OP_ATTN_KV,
+    OP_SILU,
+    OP_SAMPLE,
+    OP_COPY
+};
 
 /* One operation written down: its arguments as the caller passed them. */
 typedef struct call {
@@ -70,6 +82,7 @@ static void run_call(pp_backend *in, const call *c) {
     case OP_EMBED: o->embed(in, c->p[0], c->p[1], c->i[0], c->out, c->i[1]); break;
     case OP_ADD: o->add(in, c->out, c->p[1], c->z); break;
     case OP_RMSNORM: o->rmsnorm(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
+    case OP_ADD_RMSNORM: o->add_rmsnorm(in, (float *)c->p[2], c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
     case OP_ROPE: o->rope(in, c->out, c->i[0], c->i[1], c->i[2], c->i[3], c->p[0], c->f); break;
     case OP_ATTN:
         o->attn_step(in, c->p[0], c->i[0], c->i[1], (float *)c->p[2], (float *)c->p[3], c->i[2], c->i[3], c->p[1],
@@ -113,6 +126,9 @@ static void w_add(pp_backend *be, float *y, const float *x, size_t count) {
 }
 static void w_rmsnorm(pp_backend *be, const float *x, const float *a, int n, int d, float eps, float *y) {
     issue(be, (call){.op = OP_RMSNORM, .p = {x, a}, .i = {n, d}, .f = eps, .out = y});
+}
+static void w_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *a, int n, int d, float eps, float *y) {
+    issue(be, (call){.op = OP_ADD_RMSNORM, .p = {r, a, x}, .i = {n, d}, .f = eps, .out = y});
 }
 static void w_rope(pp_backend *be, float *x, int n, int stride, int nh, int hd, const int32_t *pos, float mp) {
     issue(be, (call){.op = OP_ROPE, .p = {pos}, .i = {n, stride, nh, hd}, .f = mp, .out = x});
@@ -210,6 +226,7 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.embed = w_embed;
     r->ops.add = w_add;
     r->ops.rmsnorm = w_rmsnorm;
+    r->ops.add_rmsnorm = w_add_rmsnorm;
     r->ops.rope = w_rope;
     r->ops.attn_step = w_attn;
     r->ops.attn_step_kv = w_attn_kv;

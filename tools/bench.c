@@ -6,6 +6,7 @@
  * built in. Speed is measured here, never asserted by tests. */
 #include "bench.h"
 
+#include "backend/backend.h"
 #include "base/err.h"
 #include "personaplex.h"
 
@@ -60,13 +61,30 @@ pp_backend *bench_cpu_backend(int threads, double *bw) {
     return be;
 }
 
+double bench_backend_copy_gbps(pp_backend *be) {
+    size_t n = (size_t)256 << 20;
+    void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
+    double best = 0;
+    for (int rep = 0; a && b && rep < 5; rep++) {
+        be->ops->sync(be);
+        double t = bench_now();
+        be->ops->copy(be, rep & 1 ? a : b, rep & 1 ? b : a, n);
+        be->ops->sync(be);
+        t = bench_now() - t;
+        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
+    }
+    if (a) be->ops->release(be, a);
+    if (b) be->ops->release(be, b);
+    return best / 1e9;
+}
+
 typedef struct {
     const char *name, *what;
     int (*run)(int argc, char **argv);
 } bench_mode;
 
 static const bench_mode modes[] = {
-    {"gemv", "CPU GEMV of every weight format on the real PersonaPlex shapes", bench_gemv},
+    {"gemv", "GEMV of every weight format on the real PersonaPlex shapes (CPU or device)", bench_gemv},
 #ifdef PP_BENCH_ATTN
     {"attn", "CPU attention over a filled KV ring per ring format and context", bench_attn},
 #endif

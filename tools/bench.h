@@ -7,7 +7,7 @@
 #ifndef PP_TOOLS_BENCH_H
 #define PP_TOOLS_BENCH_H
 
-int bench_gemv(int argc, char **argv);  /* tools/bench_gemv.c: CPU GEMV per weight format */
+int bench_gemv(int argc, char **argv);  /* tools/bench_gemv.c: GEMV per weight format */
 int bench_codec(int argc, char **argv); /* tools/bench_codec.c */
 int bench_lm(int argc, char **argv);    /* tools/bench_lm.c */
 int bench_batch(int argc, char **argv); /* tools/bench_batch.c: sessions advancing together */
@@ -24,5 +24,8 @@ double bench_memcpy_gbps(void);
 /* The CPU backend on `threads` threads (0: all) with the machine's memcpy bandwidth measured
  * beside it (*bw, GB/s); NULL after printing why it could not be created. */
 struct pp_backend *bench_cpu_backend(int threads, double *bw);
+/* A backend's own copy bandwidth (device memory on a GPU), bytes read + written per second
+ * (GB/s), best of 5 over 256 MB; 0 without memory for the buffers. */
+double bench_backend_copy_gbps(struct pp_backend *be);
 
 #endif

@@ -212,8 +212,14 @@ static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, pp_tf *t
     return PP_OK;
 }
 
+/* The two recorded parts of a frame (run_recorded keys; forgotten with the model). */
+#define KEY_TEMPORAL 0x62656e6368746d70ull /* "benchtmp" */
+#define KEY_DEPFORMER 0x62656e6368646570ull
+
 static void lm_free(lm *m) {
     pp_backend *be = m->be;
+    pp_backend_forget_recorded(be, KEY_TEMPORAL);
+    pp_backend_forget_recorded(be, KEY_DEPFORMER);
     pp_tf_cache_free(be, &m->tc);
     pp_tf_cache_free(be, &m->dc);
     pp_tf_scratch_free(be, &m->tsc);
@@ -294,62 +300,69 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
     return PP_OK;
 }
 
-/* One frame of the LM as src/model/lm.c runs it: inputs uploaded first, every token drawn and
- * fed back in backend memory, the frame's tokens downloaded once at the end; seconds of the
- * temporal part and of the depformer part (a sync between them splits the two). */
-static void lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, double *t_dep) {
+/* The temporal step: embeddings, the transformer, the text head and its token. */
+static void issue_temporal(void *arg) {
+    lm *m = arg;
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
-    const dims *d = &m->d;
+    for (int k = 0; k < DEP_Q; k++) op->embed(be, &m->emb[k], m->ids + k, 1, m->x, k > 0);
+    op->embed(be, &m->text_emb, m->ids + DEP_Q, 1, m->x, 1);
+    pp_tf_cache *tc = &m->tc;
+    pp_tf_forward(be, &m->temporal, &m->tsc, &tc, 1, m->x, m->pos, 0, NULL);
+    op->rmsnorm(be, m->x, m->out_norm, 1, m->d.dim, 1e-8f, m->h);
+    op->matmul(be, &m->text_linear, m->h, 1, m->logits);
+    op->sample(be, m->logits, 1, m->d.text_card, m->params, 0, NULL, m->tokens);
+}
+
+/* The depformer's steps, each token drawn and fed back in backend memory. */
+static void issue_depformer(void *arg) {
+    lm *m = arg;
+    pp_backend *be = m->be;
+    const pp_backend_ops *op = be->ops;
+    pp_tf_cache *dc = &m->dc;
+    for (int k = 0; k < DEP_Q; k++) {
+        op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
+        op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], m->tokens + k, 1, m->dx, 1);
+        pp_tf_forward(be, &m->depformer, &m->dsc, &dc, 1, m->dx, m->dep_pos + k, k, NULL);
+        op->matmul(be, &m->linears[k], m->dx, 1, m->logits);
+        op->sample(be, m->logits, 1, m->d.card, m->params + 1, k + 1, NULL, m->tokens + k + 1);
+    }
+}
+
+static uint64_t nodes_now(pp_backend *be) { return be->ops->nodes_run ? be->ops->nodes_run(be) : 0; }
+
+/* One frame of the LM as src/model/lm.c runs it: inputs uploaded first, each part run as a
+ * recorded frame (a CUDA graph once recorded, as the server runs it), every token drawn and fed
+ * back in backend memory, the frame's tokens downloaded once at the end; seconds and device
+ * nodes of the temporal part and of the depformer part (a sync between them splits the two). */
+static int lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, double *t_dep, uint64_t *n_temporal,
+                    uint64_t *n_dep, char *err) {
+    pp_backend *be = m->be;
+    const pp_backend_ops *op = be->ops;
     double t0 = bench_now();
+    uint64_t n0 = nodes_now(be);
     int32_t ids[DEP_Q + 1], tokens[DEP_Q + 1];
-    for (int k = 0; k < DEP_Q; k++) ids[k] = (int32_t)((pos * 31 + k * 7) % d->card);
+    for (int k = 0; k < DEP_Q; k++) ids[k] = (int32_t)((pos * 31 + k * 7) % m->d.card);
     ids[DEP_Q] = prev_text;
     pp_sample_param p[2] = {{.seed = 1234, .frame = pos, .temp = 0.7f, .top_k = 25},
                             {.seed = 1234, .frame = pos, .temp = 0.7f, .top_k = 250}};
     op->upload(be, m->ids, ids, sizeof ids);
     op->upload(be, m->params, p, sizeof p);
     op->upload(be, m->pos, &pos, sizeof pos);
-    for (int k = 0; k < DEP_Q; k++) op->embed(be, &m->emb[k], m->ids + k, 1, m->x, k > 0);
-    op->embed(be, &m->text_emb, m->ids + DEP_Q, 1, m->x, 1);
-    pp_tf_cache *tc = &m->tc, *dc = &m->dc;
-    pp_tf_forward(be, &m->temporal, &m->tsc, &tc, 1, m->x, m->pos, 0, NULL);
-    op->rmsnorm(be, m->x, m->out_norm, 1, d->dim, 1e-8f, m->h);
-    op->matmul(be, &m->text_linear, m->h, 1, m->logits);
-    op->sample(be, m->logits, 1, d->text_card, m->params, 0, NULL, m->tokens);
+    int rc = pp_backend_run_recorded(be, KEY_TEMPORAL, issue_temporal, m, err);
     op->sync(be);
     double t1 = bench_now();
-    for (int k = 0; k < DEP_Q; k++) {
-        op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
-        op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], m->tokens + k, 1, m->dx, 1);
-        pp_tf_forward(be, &m->depformer, &m->dsc, &dc, 1, m->dx, m->dep_pos + k, k, NULL);
-        op->matmul(be, &m->linears[k], m->dx, 1, m->logits);
-        op->sample(be, m->logits, 1, d->card, m->params + 1, k + 1, NULL, m->tokens + k + 1);
-    }
+    uint64_t n1 = nodes_now(be);
+    if (!rc) rc = pp_backend_run_recorded(be, KEY_DEPFORMER, issue_depformer, m, err);
     op->download(be, tokens, m->tokens, sizeof tokens);
     *t_temporal = t1 - t0;
     *t_dep = bench_now() - t1;
+    *n_temporal = n1 - n0;
+    *n_dep = nodes_now(be) - n1;
+    return rc;
 }
 
 /* ---- measurement ---- */
-
-/* Backend copy bandwidth, bytes read + written per second, best of 5 over 256 MB. */
-static double copy_gbps(pp_backend *be) {
-    size_t n = (size_t)256 << 20;
-    void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
-    double best = 0;
-    for (int rep = 0; a && b && rep < 5; rep++) {
-        be->ops->sync(be);
-        double t = bench_now();
-        be->ops->copy(be, rep & 1 ? a : b, rep & 1 ? b : a, n);
-        be->ops->sync(be);
-        t = bench_now() - t;
-        if (2.0 * (double)n / t > best) best = 2.0 * (double)n / t;
-    }
-    if (a) be->ops->release(be, a);
-    if (b) be->ops->release(be, b);
-    return best / 1e9;
-}
 
 /* Median and p99 (nearest rank) of n samples, in ms; sorts v. */
 static void stats(double *v, int n, double *p50, double *p99) {
@@ -381,20 +394,32 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
     if (!all) return 0;
     for (int i = 0; i < T_COUNT; i++) t[i] = all + (size_t)i * o->frames;
     int32_t codes[8] = {0};
-    for (int f = -2; f < o->frames; f++) { /* 2 warm-up frames */
+    uint64_t nodes[T_COUNT] = {0}; /* per stage, of the last frame */
+    char err[PP_ERR_LEN];
+    for (int f = -3; f < o->frames; f++) { /* 3 warm-up frames: plain, recorded, replayed */
         double tt, td, te = 0, tdec = 0;
+        uint64_t n0 = nodes_now(m->be);
         if (mimi) {
             double a = bench_now();
             bench_mimi_encode(mimi, codes);
             te = bench_now() - a;
         }
-        lm_frame(m, context + (f < 0 ? 0 : f), 3, &tt, &td);
+        uint64_t n1 = nodes_now(m->be);
+        if (lm_frame(m, context + (f < 0 ? 0 : f), 3, &tt, &td, &nodes[T_TEMPORAL], &nodes[T_DEP], err)) {
+            fprintf(stderr, "personaplex-bench: %s\n", err);
+            free(all);
+            return 0;
+        }
+        uint64_t n2 = nodes_now(m->be);
         if (mimi) {
             double a = bench_now();
             bench_mimi_decode(mimi, codes);
             m->be->ops->sync(m->be);
             tdec = bench_now() - a;
         }
+        nodes[T_ENC] = n1 - n0;
+        nodes[T_DEC] = nodes_now(m->be) - n2;
+        nodes[T_FRAME] = nodes_now(m->be) - n0;
         if (f < 0) continue;
         t[T_TEMPORAL][f] = tt;
         t[T_DEP][f] = td;
@@ -410,6 +435,10 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
            fmt, context, o->threads, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP], p50[T_ENC], p99[T_ENC],
            p50[T_DEC], p99[T_DEC], p50[T_FRAME], p99[T_FRAME], lm_bytes / 1e6, (double)mimi_bytes / 1e6, gbps,
            o->copy_bw > 0 ? 100.0 * gbps / o->copy_bw : 0);
+    if (m->be->ops->nodes_run)
+        printf("      nodes per frame: temporal %llu, depformer %llu, mimi encode %llu, decode %llu, whole %llu\n",
+               (unsigned long long)nodes[T_TEMPORAL], (unsigned long long)nodes[T_DEP],
+               (unsigned long long)nodes[T_ENC], (unsigned long long)nodes[T_DEC], (unsigned long long)nodes[T_FRAME]);
     free(all);
     return lm_s;
 }
@@ -529,7 +558,7 @@ int bench_frame(int argc, char **argv) {
         fprintf(stderr, "personaplex-bench: %s\n", err);
         return 1;
     }
-    o.copy_bw = copy_gbps(be);
+    o.copy_bw = bench_backend_copy_gbps(be);
     o.threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
            "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99);\n"

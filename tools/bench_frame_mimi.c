@@ -237,8 +237,7 @@ static void transformer(bench_mimi *m, tstack *s, float *x) {
         tlayer *l = &s->l[i];
         op->layer_norm(be, m->xt, l->n1w, l->n1b, 2, D, 1e-5f, m->tq);
         op->matmul(be, &l->in_proj, m->tq, 2, m->tqkv);
-        op->rope(be, m->tqkv, 2, 3 * D, HEADS, D / HEADS, s->pos, 10000.0f);
-        op->rope(be, m->tqkv + D, 2, 3 * D, HEADS, D / HEADS, s->pos, 10000.0f);
+        op->rope(be, m->tqkv, 2, 3 * D, 2 * HEADS, D / HEADS, s->pos, 10000.0f); /* q and k */
         for (int q = 0; q < 2; q++)
             op->attn_step(be, m->tqkv + (size_t)q * 3 * D, HEADS, D / HEADS, l->k, l->v, CONTEXT, CONTEXT - 2 + q,
                           s->pos + q, m->tatt + (size_t)q * D);

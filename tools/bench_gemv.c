@@ -1,11 +1,14 @@
-/* personaplex-bench gemv: times the CPU backend's matmul for each weight format on the
- * PersonaPlex shapes, with synthetic Gaussian-like weights quantized in memory by the same
- * quantizers the file converter uses. Prints ms per product and the GB/s of weight bytes it
- * reads, against the machine's memcpy bandwidth, and G weights/s (what tools/bench-vs-ggml.sh
- * compares with ggml's MUL_MAT on the same shape).
- *   personaplex-bench gemv [--threads N] [--batch N] [--seconds S] [--formats f32,bf16,...]
- *                          [--small | --shape ROWSxCOLS] [--zero-points]
- * --zero-points gives the INT8 weights a zero point per block (an ONNX bundle's asymmetric blocks). */
+/* personaplex-bench gemv: times a backend's matmul for each weight format on the PersonaPlex
+ * shapes, with synthetic Gaussian-like weights quantized in memory by the same quantizers the
+ * file converter uses. Prints ms per product and the GB/s of weight bytes it reads, against the
+ * backend's copy bandwidth (memcpy on the CPU, device memory on a GPU), and G weights/s (what
+ * tools/bench-vs-ggml.sh compares with ggml's MUL_MAT on the same shape).
+ *   personaplex-bench gemv [--device cpu|cuda] [--threads N] [--batch N] [--seconds S]
+ *                          [--formats f32,bf16,...] [--small | --shape ROWSxCOLS] [--zero-points]
+ * --zero-points gives the INT8 weights a zero point per block (an ONNX bundle's asymmetric blocks).
+ * On a device the products run back to back and are timed to the last one's end; the weight
+ * is uploaded in enough copies (taken in turn) to exceed any last-level cache, so the figure
+ * is the device memory's, not the cache's. */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -148,21 +151,56 @@ static int make_weight(pp_wformat fmt, const float *src, int64_t rows, int64_t c
     return 0;
 }
 
-/* Runs the product until `seconds` have passed (at least 3 runs) and returns ms per run. */
-static double time_matmul(pp_backend *be, const pp_weight *w, const float *x, int batch, float *y, double seconds) {
-    be->ops->matmul(be, w, x, batch, y); /* warm: pages in, scratch grown */
+/* Copies of one weight a device product cycles through: at least this many bytes in all. */
+#define DEVICE_ROTATION_BYTES ((size_t)512 << 20)
+#define MAX_COPIES 64
+
+/* Runs the product until `seconds` have passed (at least 3 runs), cycling through the n
+ * copies of the weight, and returns ms per run (the device drained before the clock stops). */
+static double time_matmul(pp_backend *be, const pp_weight *w, int copies, const float *x, int batch, float *y,
+                          double seconds) {
+    be->ops->matmul(be, &w[0], x, batch, y); /* warm: pages in, scratch grown */
+    be->ops->sync(be);
     int runs = 0;
     double t0 = bench_now(), t;
     do {
-        be->ops->matmul(be, w, x, batch, y);
-        runs++;
+        for (int i = 0; i < copies; i++, runs++) be->ops->matmul(be, &w[i], x, batch, y);
+        be->ops->sync(be);
         t = bench_now() - t0;
     } while (t < seconds || runs < 3);
     return 1e3 * t / runs;
 }
 
+/* Times h's weight on be, uploaded first when be is a device; ms per product, or < 0 after
+ * printing why not. */
+static double time_weight(pp_backend *be, const held *h, const float *x_host, int batch, int64_t R, int64_t C,
+                          double seconds) {
+    int device = strcmp(be->ops->name, "cpu") != 0;
+    size_t bytes = pp_weight_bytes(&h->w);
+    int copies = device ? (int)((DEVICE_ROTATION_BYTES + bytes - 1) / bytes) : 1;
+    if (copies > MAX_COPIES) copies = MAX_COPIES;
+    pp_weight w[MAX_COPIES];
+    char err[PP_ERR_LEN];
+    int up = 0;
+    for (; up < copies; up++)
+        if (be->ops->weight_upload(be, &h->w, &w[up], err)) break;
+    float *x = be->ops->alloc(be, sizeof(float) * (size_t)(C * batch));
+    float *y = be->ops->alloc(be, sizeof(float) * (size_t)(R * batch));
+    double ms = -1;
+    if (up < copies || !x || !y)
+        fprintf(stderr, "personaplex-bench: %s\n", up < copies ? err : "out of backend memory for x and y");
+    else {
+        be->ops->upload(be, x, x_host, sizeof(float) * (size_t)(C * batch));
+        ms = time_matmul(be, w, copies, x, batch, y, seconds);
+    }
+    for (int i = 0; i < up; i++) be->ops->weight_release(be, &w[i]);
+    if (x) be->ops->release(be, x);
+    if (y) be->ops->release(be, y);
+    return ms;
+}
+
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-bench gemv [--threads N] [--batch N] [--seconds S] "
+    fprintf(stderr, "usage: personaplex-bench gemv [--device cpu|cuda] [--threads N] [--batch N] [--seconds S] "
                     "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k,int8] [--small | --shape ROWSxCOLS] "
                     "[--zero-points]\n");
     return 2;
@@ -172,9 +210,11 @@ int bench_gemv(int argc, char **argv) {
     int threads = 0, batch = 1, small = 0;
     shape custom = {0, 0, "--shape"};
     double seconds = 1.0;
-    const char *formats = "f32,bf16,nf2,int4,nf4,q4_k,int8";
+    const char *formats = "f32,bf16,nf2,int4,nf4,q4_k,int8", *device = "cpu";
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            device = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
             batch = atoi(argv[++i]);
@@ -198,10 +238,20 @@ int bench_gemv(int argc, char **argv) {
     /* quantized formats need whole groups (128 for NF2) */
     if (batch < 1 || threads < 0 || (custom.rows && (small || custom.cols % 128))) return usage();
     double bw;
-    pp_backend *be = bench_cpu_backend(threads, &bw);
-    if (!be) return 1;
-    printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
-    printf("%-28s %-6s %10s %10s %9s %8s %9s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% memcpy",
+    pp_backend *be = NULL;
+    if (strcmp(device, "cpu") == 0) {
+        if (!(be = bench_cpu_backend(threads, &bw))) return 1;
+        printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
+    } else {
+        char err[PP_ERR_LEN];
+        if (pp_backend_create(device, threads, &be, err)) {
+            fprintf(stderr, "personaplex-bench: %s\n", err);
+            return 1;
+        }
+        bw = bench_backend_copy_gbps(be);
+        printf("%s copy bandwidth: %.1f GB/s (read + write); batch %d\n", be->ops->name, bw, batch);
+    }
+    printf("%-28s %-6s %10s %10s %9s %8s %9s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% copy",
            "Gw/s");
     const shape *list = custom.rows ? &custom : small ? small_shapes : shapes;
     size_t count = custom.rows ? 1 : small ? sizeof small_shapes / sizeof *small_shapes : sizeof shapes / sizeof *shapes;
@@ -209,8 +259,7 @@ int bench_gemv(int argc, char **argv) {
     for (size_t s = 0; s < count && !rc; s++) {
         int64_t R = list[s].rows, C = list[s].cols;
         float *src = malloc(sizeof(float) * (size_t)(R * C)), *x = malloc(sizeof(float) * (size_t)(C * batch));
-        float *y = malloc(sizeof(float) * (size_t)(R * batch));
-        if (!src || !x || !y) {
+        if (!src || !x) {
             fprintf(stderr, "personaplex-bench: out of memory for %lld x %lld\n", (long long)R, (long long)C);
             rc = 1;
         }
@@ -227,7 +276,12 @@ int bench_gemv(int argc, char **argv) {
                 rc = 1;
                 break;
             }
-            double ms = time_matmul(be, &h.w, x, batch, y, seconds);
+            double ms = time_weight(be, &h, x, batch, R, C, seconds);
+            if (ms < 0) {
+                held_free(&h);
+                rc = 1;
+                break;
+            }
             double mb = (double)pp_weight_bytes(&h.w) / 1e6;
             char label[64];
             snprintf(label, sizeof label, "%lld x %lld", (long long)R, (long long)C);
@@ -238,7 +292,6 @@ int bench_gemv(int argc, char **argv) {
         }
         free(src);
         free(x);
-        free(y);
     }
     pp_backend_destroy(be);
     return rc;

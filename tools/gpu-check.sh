@@ -3,16 +3,23 @@
 #   1. builds with CUDA in build-gpu/ (for this GPU's architecture only, unless PP_CUDA_ARCHS is set)
 #   2. test_backend_parity: every backend operation, CPU against CUDA
 #   3. every golden case (tests/data/golden, and heldout/) with --device cuda
-#   4. personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
-#      3000, then the int8 KV cache on NF2
+#   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1 and 4 inputs), and
+#      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
+#      3000, then the int8 KV cache on NF2; the codec per frame; the batched tick at 1-64
+#      conversations (one temporal layer, so the synthetic model is written in seconds)
 # Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
 #   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
+#   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
+#                                      -DPP_CUDA_ARCHS for this GPU): a GPU host without the
+#                                      server's -dev packages can still run every check
+#   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-gpu"
 logs="$build/gpu-check"
 frames="${FRAMES:-50}"
+step_timeout="${STEP_TIMEOUT:-600}"
 rows=()
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -31,7 +38,7 @@ step() {
     local name="$1" log="$2" t0 rc status
     shift 2
     t0=$(date +%s.%N)
-    "$@" >"$log" 2>&1
+    timeout "$step_timeout" "$@" >"$log" 2>&1
     rc=$?
     case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL ($rc)" ;; esac
     rows+=("$(printf '%-44s %-10s %7.1f s   %s' "$name" "$status" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" \
@@ -39,7 +46,9 @@ step() {
     return $rc
 }
 
-if ! step "build (sm_$PP_CUDA_ARCHS)" "$logs/build.log" bash -c \
+if [ "${PREBUILT:-0}" = 1 ]; then
+    [ -x "$build/personaplex-golden" ] || { echo "gpu-check: PREBUILT=1 but $build has no personaplex-golden" >&2; exit 1; }
+elif ! step "build (sm_$PP_CUDA_ARCHS)" "$logs/build.log" bash -c \
     "cmake -S '$root' -B '$build' -DPP_CUDA=ON -DPP_CUDA_ARCHS='$PP_CUDA_ARCHS' && cmake --build '$build' -j$(nproc)"; then
     printf '%s\n' "${rows[@]}"
     echo "gpu-check: build failed, see $logs/build.log" >&2
@@ -52,10 +61,18 @@ for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$roo
     name="$(basename "$dir")"
     step "golden $name --device cuda" "$logs/golden-$name.log" "$build/personaplex-golden" "$dir" --device cuda
 done
-step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
-    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
+for batch in 1 4; do
+    step "bench gemv (batch $batch)" "$logs/bench-gemv-$batch.log" \
+        "$build/personaplex-bench" gemv --device cuda --batch "$batch" --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
+done
 step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
+    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
+step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
+    "$build/personaplex-bench" codec --device cuda --frames "$frames"
+step "bench batch (nf2, int8 KV, n = 1..64)" "$logs/bench-batch.log" \
+    "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames"
 
 echo
 printf '%-44s %-10s %9s   %s\n' "check" "result" "time" "log"
@@ -63,6 +80,6 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log"
-echo "== frame benchmark =="
-cat "$logs/bench-frame.log" "$logs/bench-frame-int8kv.log"
+echo "== gemv, frame, codec and batch benchmarks =="
+cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" "$logs/bench-frame.log" "$logs/bench-codec.log" "$logs/bench-batch.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

@@ -104,6 +104,10 @@ typedef struct pp_backend_ops {
     /* y[i] = x[i] · alpha · 1/sqrt(eps + mean(x[i]²)) for i < n rows of d (RMSNorm, fp32
      * statistics; y may equal x). alpha is [d]. */
     void (*rmsnorm)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
+    /* x[i] += r[i] for n rows of d, then y = rmsnorm(x) as above: a residual add and the next
+     * normalization in one pass (y differs from x and r). */
+    void (*add_rmsnorm)(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
+                        float *y);
     /* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride):
      * each row holds n_heads heads of head_dim; pair (2j, 2j+1) of a head at position pos[i]
      * is rotated by pos[i] · max_period^(-2j/head_dim). */
@@ -192,6 +196,11 @@ typedef struct pp_backend_ops {
      * bytes read in place from host memory (host_map), which take no device memory. */
     void (*mem_info)(pp_backend *be, size_t *weights, size_t *buffers, size_t *workspace, size_t *dev_free,
                      size_t *dev_total, size_t *in_place);
+    /* Device work items run since the backend was created: kernels, cuBLAS calls and
+     * device-side copies, each node of a replayed recording counted (kernels.h pk_nodes). The
+     * difference across a frame is its node count, what launch costs scale with. NULL on the
+     * CPU backend. */
+    uint64_t (*nodes_run)(pp_backend *be);
     /* The device's name for logs ("GPU 0: ... (sm_90)") and whether its memory is the host's
      * (an integrated GPU: weights and KV count once against the host's DRAM). */
     void (*describe)(pp_backend *be, char *name, size_t cap, int *shares_host_memory);

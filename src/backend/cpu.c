@@ -76,6 +76,7 @@ static const pp_backend_ops cpu_ops = {
     .embed = pp_cpu_embed,
     .add = cpu_add,
     .rmsnorm = pp_cpu_rmsnorm,
+    .add_rmsnorm = pp_cpu_add_rmsnorm,
     .rope = pp_cpu_rope,
     .attn_step = pp_cpu_attn_step,
     .attn_step_kv = pp_cpu_attn_step_kv,

@@ -60,6 +60,8 @@ void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float
 
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
+void pp_cpu_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
+                        float *y);
 void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
                  float max_period);
 void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,

@@ -57,6 +57,9 @@ typedef struct cuda_ctx {
     void *stage[2];
     cudaEvent_t stage_done[2];
     cudaGraphExec_t graph[GRAPH_SLOTS];
+    uint64_t graph_nodes[GRAPH_SLOTS]; /* nodes each slot's recording holds */
+    uint64_t nodes_at_begin;           /* pk_nodes() when the recording began */
+    uint64_t nodes_replayed;
     pp_graph_cache *graphs; /* which frame each slot records (run_recorded) */
     int capturing;
     size_t weight_bytes, buffer_bytes;
@@ -211,12 +214,16 @@ static void cuda_download(pp_backend *be, void *dst, const void *src, size_t byt
 
 static void cuda_copy(pp_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
-    if (bytes) CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    if (!bytes) return;
+    pk_count_node();
+    CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
 static void cuda_zero(pp_backend *be, void *dst, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
-    if (bytes) CUDA_NOTE(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
+    if (!bytes) return;
+    pk_count_node();
+    CUDA_NOTE(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
 }
 
 /* ---- weights ---- */
@@ -437,7 +444,13 @@ static void cuda_add(pp_backend *be, float *y, const float *x, size_t count) {
 }
 
 static void cuda_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
-    CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, alpha, n, d, eps, y, ctx_of(be)->stream));
+    /* Without a residual the kernel only reads x. */
+    CUDA_NOTE(ctx_of(be), pk_rmsnorm((float *)x, NULL, alpha, n, d, eps, y, ctx_of(be)->stream));
+}
+
+static void cuda_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
+                             float *y) {
+    CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, r, alpha, n, d, eps, y, ctx_of(be)->stream));
 }
 
 static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
@@ -544,6 +557,7 @@ static int cuda_graph_begin(pp_backend *be, int slot, char *err) {
     if (c->capturing) return pp_fail(err, PP_EINVAL, "cuda: graph_begin while already recording");
     PP_CUDA_TRY(c, err, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
+    c->nodes_at_begin = pk_nodes();
     return PP_OK;
 }
 
@@ -554,6 +568,7 @@ static int cuda_graph_end(pp_backend *be, int slot, char *err) {
     if (rc) return rc;
     if (!c->capturing) return pp_fail(err, PP_EINVAL, "cuda: graph_end without graph_begin");
     c->capturing = 0;
+    c->graph_nodes[slot] = pk_nodes() - c->nodes_at_begin;
     PP_CUDA_TRY(c, err, cudaStreamEndCapture(c->stream, &g));
     if (c->graph[slot]) {
         cudaGraphExecUpdateResultInfo info;
@@ -579,8 +594,11 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
     if (rc) return rc;
     if (!c->graph[slot]) return pp_fail(err, PP_ENOTFOUND, "cuda: graph slot %d holds no graph", slot);
     PP_CUDA_TRY(c, err, cudaGraphLaunch(c->graph[slot], c->stream));
+    c->nodes_replayed += c->graph_nodes[slot];
     return PP_OK;
 }
+
+static uint64_t cuda_nodes_run(pp_backend *be) { return pk_nodes() + ctx_of(be)->nodes_replayed; }
 
 static void cuda_describe(pp_backend *be, char *name, size_t cap, int *shares_host_memory) {
     cuda_ctx *c = ctx_of(be);
@@ -634,6 +652,7 @@ static const pp_backend_ops cuda_ops = {
     .embed = cuda_embed,
     .add = cuda_add,
     .rmsnorm = cuda_rmsnorm,
+    .add_rmsnorm = cuda_add_rmsnorm,
     .rope = cuda_rope,
     .attn_step = cuda_attn_step,
     .attn_step_kv = cuda_attn_step_kv,
@@ -654,6 +673,7 @@ static const pp_backend_ops cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_replay = cuda_graph_replay,
+    .nodes_run = cuda_nodes_run,
     .mem_info = cuda_mem_info,
     .describe = cuda_describe,
 };

@@ -102,8 +102,8 @@ static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, 
     const int t = s->t, d = c->d_model, hd = d / c->num_heads;
     be->ops->layer_norm(be, s->x, l->norm1_w, l->norm1_b, t, d, LN_EPS, s->h);
     be->ops->matmul(be, &l->in_proj, s->h, t, s->qkv);
-    be->ops->rope(be, s->qkv, t, 3 * d, c->num_heads, hd, s->pos, c->max_period);
-    be->ops->rope(be, s->qkv + d, t, 3 * d, c->num_heads, hd, s->pos, c->max_period);
+    /* q and k at once: the k heads follow the q heads in each row */
+    be->ops->rope(be, s->qkv, t, 3 * d, 2 * c->num_heads, hd, s->pos, c->max_period);
     /* Every key of the call is in the ring before any query attends (the reference appends
      * the whole call first), and the ring's oldest slot is never visible: query i of the call
      * sees keys from E − context + 1, i.e. a window of context − t + i keys. attn_step stores

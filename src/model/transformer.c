@@ -304,24 +304,26 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
     const pp_tf_shape *s = &tf->shape;
     int d = s->dim, hd = s->dim / s->num_heads;
     size_t nd = (size_t)n * d;
+    /* Each residual add runs with the normalization after it (add_rmsnorm); the first layer's
+     * norm has none before it, the last layer's add no norm after it. */
+    op->rmsnorm(be, x, tf->layers[0].norm1, n, d, s->eps, sc->h);
     for (int l = 0; l < s->num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
-        op->rmsnorm(be, x, L->norm1, n, d, s->eps, sc->h);
         op->matmul(be, &w->qkv, sc->h, n, sc->qkv);
-        if (s->rope) {
-            op->rope(be, sc->qkv, n, 3 * d, s->num_heads, hd, pos, s->max_period);     /* q */
-            op->rope(be, sc->qkv + d, n, 3 * d, s->num_heads, hd, pos, s->max_period); /* k */
-        }
+        /* q and k: the k heads follow the q heads in each row, so one call rotates both */
+        if (s->rope) op->rope(be, sc->qkv, n, 3 * d, 2 * s->num_heads, hd, pos, s->max_period);
         for (int i = 0; i < n; i++)
             attend(be, s, &caches[i]->rings[l], sc->qkv + (size_t)i * 3 * d, pos + i, sc->att + (size_t)i * d);
         op->matmul(be, &w->out, sc->att, n, sc->tmp);
-        op->add(be, x, sc->tmp, nd);
-        op->rmsnorm(be, x, L->norm2, n, d, s->eps, sc->h);
+        op->add_rmsnorm(be, x, sc->tmp, L->norm2, n, d, s->eps, sc->h);
         op->matmul(be, &w->ffn_in, sc->h, n, sc->u);
         op->silu_mul(be, sc->u, n, s->hidden, sc->m);
         op->matmul(be, &w->ffn_out, sc->m, n, sc->tmp);
-        op->add(be, x, sc->tmp, nd);
+        if (l + 1 < s->num_layers)
+            op->add_rmsnorm(be, x, sc->tmp, tf->layers[l + 1].norm1, n, d, s->eps, sc->h);
+        else
+            op->add(be, x, sc->tmp, nd);
         for (int i = 0; layer_out && i < n; i++)
             op->copy(be, layer_out + ((size_t)i * s->num_layers + l) * d, x + (size_t)i * d, (size_t)d * sizeof(float));
     }

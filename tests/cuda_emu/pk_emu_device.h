@@ -44,7 +44,13 @@ struct __attribute__((aligned(16))) float4 {
     float x, y, z, w;
 };
 
+struct __attribute__((aligned(8))) int2 {
+    int x, y;
+};
+
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 namespace pk_emu {
 
@@ -86,7 +92,10 @@ launcher<P...> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t st
 
 } // namespace pk_emu
 
-#define PK_LAUNCH(grid, block, smem, stream, ...) pk_emu::make_launcher(grid, block, smem, stream, __VA_ARGS__)
+extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one node */
+
+#define PK_LAUNCH(grid, block, smem, stream, ...)                                                                      \
+    pk_count_node(), pk_emu::make_launcher(grid, block, smem, stream, __VA_ARGS__)
 #define PK_DYNAMIC_SHARED(type, name) type *name = (type *)pk_emu::dynamic_shared()
 
 #define threadIdx (pk_emu::thread_idx())
@@ -129,6 +138,33 @@ static inline uint32_t __float_as_uint(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+}
+
+static inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+static inline int __float_as_int(float f) {
+    int i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
+/* The host rounds to nearest even, as cvt.rni does. */
+static inline int __float2int_rn(float x) { return (int)lrintf(x); }
+
+/* Four byte products added to c: bytes as signed (int) or unsigned (unsigned) values. */
+static inline int __dp4a(int a, int b, int c) {
+    for (int k = 0; k < 4; k++)
+        c += (int)(int8_t)(uint8_t)((uint32_t)a >> (8 * k)) * (int8_t)(uint8_t)((uint32_t)b >> (8 * k));
+    return c;
+}
+
+static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+    for (int k = 0; k < 4; k++) c += ((a >> (8 * k)) & 255u) * ((b >> (8 * k)) & 255u);
+    return c;
 }
 
 /* The emulation builds with -ffp-contract=off, so these round once each as on the device. */

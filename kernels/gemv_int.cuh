@@ -1,0 +1,201 @@
+/* gemv_int: NF2 and INT4 products for 1..8 inputs in integer arithmetic (dp4a), so the packed
+ * bytes rather than the decode instructions set the pace (the float template of gemv.cuh
+ * spends ~15 instructions per weight on these formats; this loop about 2.3 for NF2, 1.2 for INT4).
+ *
+ * Activations are prepared once per product, as the CPU's integer loops prepare theirs
+ * (backend/cpu_gemv_vnni.c): NF2 rotates each group slice (the same WHT, the same bits), then
+ * every run of RUN consecutive inputs (NF2 16, INT4 8: one 32-bit word of codes) gets the scale
+ * max|x|/32767 and is rounded to int16 q, bit for bit the CPU's values. dp4a multiplies bytes,
+ * so q = 256·h + l is stored as two byte planes, h signed and l unsigned, each in the order the
+ * code word's bit planes come out:
+ *   NF2:  (u >> 2k) & 0x01010101 holds bit 0 of codes 4j + k in byte j (k = 0..3), and
+ *         (u >> 2k+1) & 0x01010101 bit 1. The centroids ±283, ±944 (units of 0.0016) are
+ *         1227·b1 + 661·b0 − 944, so a run's Σ c·q = 1227·B1 + 661·B0 − 944·Q with
+ *         Bb = Σ b·q = 256·Σ b·h + Σ b·l, all exact in int32 (|terms| < 1.5e9).
+ *   INT4: u & 0x0F0F0F0F holds the nibbles of elements 2j, (u >> 4) & 0x0F0F0F0F of 2j + 1;
+ *         Σ (nibble − 8)·q = Σ nibble·q − 8·Q.
+ * The −944·Q or −8·Q term is prepared with the run's scale (its "bias"), so each run costs its
+ * plane extractions, four dp4a per plane pair, a few integer multiply-adds, one conversion and
+ * one multiply by the run's scale; the group's f16 scale multiplies a 16-byte chunk (4 runs) once.
+ * Weights whose groups are not a power of two, or slices the group layout does not align with,
+ * take the float template instead (pk_int_gemv_takes). */
+#ifndef PP_KERNELS_GEMV_INT_CUH
+#define PP_KERNELS_GEMV_INT_CUH
+
+#include "common.cuh"
+#include "decode_nf2.cuh"
+
+#define PK_ACT_MAX 32767.0f   /* the activations' int16 range (the CPU's Q4K_ACT_MAX) */
+#define PK_NF2_UNIT 0.0016f   /* the NF2 centroids are ±283 and ±944 of these */
+#define PK_INT_PREP_SLICE 256 /* INT4: inputs a preparation block rounds (no transform) */
+/* Blocks of 128 threads an SM must hold at once: caps registers at 128 per thread, no spills. */
+#ifndef PK_INT_MIN_BLOCKS
+#define PK_INT_MIN_BLOCKS 4
+#endif
+
+template <int FMT> struct pk_int_fmt;
+template <> struct pk_int_fmt<PK_NF2> {
+    enum { RUN = 16, V = 64 };
+};
+template <> struct pk_int_fmt<PK_INT4> {
+    enum { RUN = 8, V = 32 };
+};
+
+/* The prepared activations of n inputs of `cols`: byte planes [n][cols/RUN][2][RUN/4] words
+ * (h words, then l words), then each run's {scale, bias} [n][cols/RUN]. */
+static inline size_t pk_int_plane_bytes(int64_t n, int64_t cols) { return (size_t)(n * cols * 2); }
+static inline size_t pk_int_workspace_bytes(int fmt, int64_t n, int64_t cols) {
+    int run = fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::RUN : (int)pk_int_fmt<PK_INT4>::RUN;
+    return pk_int_plane_bytes(n, cols) + (size_t)(n * cols / run) * sizeof(int2);
+}
+
+__device__ __forceinline__ uint32_t pk_dp4a_u(uint32_t a, uint32_t b, uint32_t c) { return __dp4a(a, b, c); }
+__device__ __forceinline__ int pk_dp4a_s(int a, int b, int c) { return __dp4a(a, b, c); }
+
+/* One block per slice of `len` inputs (NF2: a group, rotated first; INT4: PK_INT_PREP_SLICE or
+ * less); a thread per run. Slices never straddle input rows (the launcher checks cols % len). */
+template <int FMT>
+__global__ void pk_int_prepare_kernel(const float *__restrict__ x, int len, uint32_t *__restrict__ planes,
+                                      int2 *__restrict__ meta) {
+    typedef pk_int_fmt<FMT> F;
+    PK_DYNAMIC_SHARED(float, v);
+    const float *src = x + (int64_t)blockIdx.x * len;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = src[i];
+    __syncthreads();
+    if (FMT == PK_NF2) pk_wht_shared(v, len);
+    for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x) {
+        const float *run = v + r * F::RUN;
+        float m = 0.0f;
+#pragma unroll
+        for (int t = 0; t < F::RUN; t++) m = fmaxf(m, fabsf(run[t]));
+        const float inv = m > 0 ? PK_ACT_MAX / m : 0.0f;
+        uint32_t h[F::RUN / 4], l[F::RUN / 4];
+        int sum = 0;
+#pragma unroll
+        for (int k = 0; k < F::RUN / 4; k++) h[k] = l[k] = 0;
+#pragma unroll
+        for (int t = 0; t < F::RUN; t++) {
+            int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -PK_ACT_MAX), PK_ACT_MAX));
+            sum += q;
+            const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
+            h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
+            l[k] |= (uint32_t)(q & 255) << (8 * j);
+        }
+        const int64_t g = (int64_t)blockIdx.x * (len / F::RUN) + r; /* the run's index over all inputs */
+        uint32_t *dst = planes + g * (F::RUN / 2);
+#pragma unroll
+        for (int k = 0; k < F::RUN / 4; k++) {
+            dst[k] = h[k];
+            dst[F::RUN / 4 + k] = l[k];
+        }
+        const float scale = m > 0 ? m / PK_ACT_MAX * (FMT == PK_NF2 ? PK_NF2_UNIT : 1.0f) : 0.0f;
+        meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -944 : -8) * sum);
+    }
+}
+
+/* Σ c·q of one run: code word u against the run's planes (h words, then l words). */
+template <int FMT> __device__ __forceinline__ int pk_int_run(uint32_t u, const uint32_t *p, int bias) {
+    if (FMT == PK_NF2) {
+        int h0 = 0, h1 = 0;
+        uint32_t l0 = 0, l1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t b0 = (u >> (2 * k)) & 0x01010101u, b1 = (u >> (2 * k + 1)) & 0x01010101u;
+            h0 = pk_dp4a_s((int)b0, (int)p[k], h0);
+            h1 = pk_dp4a_s((int)b1, (int)p[k], h1);
+            l0 = pk_dp4a_u(b0, p[4 + k], l0);
+            l1 = pk_dp4a_u(b1, p[4 + k], l1);
+        }
+        return 1227 * (256 * h1 + (int)l1) + 661 * (256 * h0 + (int)l0) + bias;
+    }
+    const uint32_t n0 = u & 0x0F0F0F0Fu, n1 = (u >> 4) & 0x0F0F0F0Fu;
+    const int h = pk_dp4a_s((int)n0, (int)p[0], pk_dp4a_s((int)n1, (int)p[1], 0));
+    const uint32_t l = pk_dp4a_u(n0, p[2], pk_dp4a_u(n1, p[3], 0u));
+    return 256 * h + (int)l + bias;
+}
+
+/* The 16 bytes of codes of chunk c of the row starting at element e0 (zeros past the row). */
+template <int FMT>
+__device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, int64_t c, int64_t chunks) {
+    if (c >= chunks) return make_uint4(0u, 0u, 0u, 0u);
+    return __ldg((const uint4 *)(base + (e0 + c * pk_int_fmt<FMT>::V) * (FMT == PK_NF2 ? 2 : 4) / 8));
+}
+
+/* A warp owns RPW consecutive rows, each lane a 16-byte chunk (4 runs) of each at a time, as in
+ * gemv.cuh. Inputs load their planes once per run for all RPW rows. */
+template <int FMT, int NB, int RPW>
+__global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
+    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
+                       int gshift, float *__restrict__ y) {
+    typedef pk_int_fmt<FMT> F;
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * RPW;
+    if (r0 >= w.rows) return;
+    const int64_t chunks = w.cols / F::V, runs = w.cols / F::RUN;
+    const uint8_t *base = (const uint8_t *)w.data;
+    const unsigned short *scales = (const unsigned short *)w.scales;
+    int64_t e0[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
+    float acc[NB][RPW];
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+#pragma unroll
+        for (int r = 0; r < RPW; r++) acc[i][r] = 0.0f;
+
+    /* The next chunk's codes load while this one computes: a lane has few chunks per row (two
+     * for 4096 columns), so without it each waits out a whole memory latency per chunk. */
+    uint4 next[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>(base, e0[r], lane, chunks);
+    for (int64_t c = lane; c < chunks; c += PK_WARP) {
+        uint4 raw[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            raw[r] = next[r];
+            next[r] = pk_int_codes<FMT>(base, e0[r], c + PK_WARP, chunks);
+        }
+        float part[NB][RPW];
+#pragma unroll
+        for (int i = 0; i < NB; i++)
+#pragma unroll
+            for (int r = 0; r < RPW; r++) part[i][r] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; s++) { /* the chunk's runs, one code word each */
+#pragma unroll
+            for (int i = 0; i < NB; i++) {
+                if (i >= n) break;
+                const int64_t run = (int64_t)i * runs + c * 4 + s;
+                uint32_t p[F::RUN / 2];
+#pragma unroll
+                for (int v = 0; v < F::RUN / 8; v++) {
+                    const uint4 q = __ldg((const uint4 *)(planes + run * (F::RUN / 2)) + v);
+                    p[4 * v] = q.x, p[4 * v + 1] = q.y, p[4 * v + 2] = q.z, p[4 * v + 3] = q.w;
+                }
+                const int2 mt = __ldg(meta + run);
+#pragma unroll
+                for (int r = 0; r < RPW; r++) {
+                    const uint32_t u = s == 0 ? raw[r].x : s == 1 ? raw[r].y : s == 2 ? raw[r].z : raw[r].w;
+                    part[i][r] += (float)pk_int_run<FMT>(u, p, mt.y) * __int_as_float(mt.x);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            const float g = pk_f16(__ldg(scales + ((e0[r] + c * F::V) >> gshift)));
+#pragma unroll
+            for (int i = 0; i < NB; i++) acc[i][r] += g * part[i][r];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        if (i >= n) break; /* n is the same in every lane: the shuffles stay converged */
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            float v = pk_warp_sum(acc[i][r]);
+            if (lane == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
+        }
+    }
+}
+
+#endif
