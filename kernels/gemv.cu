@@ -141,11 +141,11 @@ static void launch_rows(const pk_weight *w, const float *x, int n, float *y, cud
 
 /* One instance per input count range. At 5..8 inputs the format's rows per warp take up to ~210
  * registers, which measured faster on an H200 than 1 row in 64 registers (NF4 4096 x 11264, 8
- * inputs: 0.126 against 0.378 ms). Where 4 rows spill (INT4 at 8 inputs, INT8's zero-point sums
- * at 4 and 8 on sm_87) they take 2; INT4 only runs here for groups the integer kernel refuses. */
+ * inputs: 0.126 against 0.378 ms). Where 4 rows spill (INT4 at 4 and 8 inputs on sm_87, INT8's
+ * zero-point sums too) they take 2; INT4 only runs here for groups the integer kernel refuses. */
 template <int FMT>
 static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
-    const int rpw = pk_fmt<FMT>::RPW, rpw4 = FMT == PK_INT8 ? 2 : rpw;
+    const int rpw = pk_fmt<FMT>::RPW, rpw4 = FMT == PK_INT8 || FMT == PK_INT4 ? 2 : rpw;
     const int rpw8 = PK_GEMV_RPW_8 ? PK_GEMV_RPW_8 : FMT == PK_INT4 || FMT == PK_INT8 ? 2 : rpw;
     if (n == 1)
         launch_rows<FMT, 1, rpw>(w, x, n, y, stream);

@@ -76,6 +76,31 @@ __device__ __forceinline__ void pk_load_lut(const pk_weight &w, float *lut) {
     }
 }
 
+/* The first of this warp's RPW consecutive rows (past the end: the warp has none) and each row's
+ * first element; rows past the end repeat the last, their sums never stored. */
+template <int RPW> __device__ __forceinline__ int64_t pk_warp_rows(const pk_weight &w, int64_t *e0) {
+    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * RPW;
+#pragma unroll
+    for (int r = 0; r < RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
+    return r0;
+}
+
+/* Each lane's sums meet in a warp reduction; lane 0 stores the n live inputs' rows. n is the same
+ * in every lane, so the shuffles stay converged. */
+template <int NB, int RPW>
+__device__ __forceinline__ void pk_store_rows(const float (&acc)[NB][RPW], const pk_weight &w, int64_t r0, int n,
+                                              float *y) {
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        if (i >= n) break;
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            float v = pk_warp_sum(acc[i][r]);
+            if ((threadIdx.x & 31) == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
+        }
+    }
+}
+
 template <int FMT, int NB, int RPW>
 __global__ void __launch_bounds__(128)
     pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n, float *__restrict__ y) {
@@ -83,18 +108,12 @@ __global__ void __launch_bounds__(128)
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * RPW;
+    int64_t e0[RPW];
+    const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     if (r0 >= w.rows) return;
     const int64_t chunks = w.cols / F::V;
     const uint8_t *base = (const uint8_t *)w.data;
-    int64_t e0[RPW]; /* first element of each row; rows past the end repeat the last */
-#pragma unroll
-    for (int r = 0; r < RPW; r++) e0[r] = w.elem0 + (r0 + r < w.rows ? r0 + r : w.rows - 1) * w.cols;
-    float acc[NB][RPW];
-#pragma unroll
-    for (int i = 0; i < NB; i++)
-#pragma unroll
-        for (int r = 0; r < RPW; r++) acc[i][r] = 0.0f;
+    float acc[NB][RPW] = {};
 
     for (int64_t c = lane; c < chunks; c += PK_WARP) {
         uint4 raw[RPW];
@@ -135,16 +154,7 @@ __global__ void __launch_bounds__(128)
             for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * (part[i][r] - z * xsum[i]) : part[i][r];
         }
     }
-    /* Only the n live inputs' sums: n is the same in every lane, so the shuffles stay converged. */
-#pragma unroll
-    for (int i = 0; i < NB; i++) {
-        if (i >= n) break;
-#pragma unroll
-        for (int r = 0; r < RPW; r++) {
-            float v = pk_warp_sum(acc[i][r]);
-            if (lane == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
-        }
-    }
+    pk_store_rows<NB, RPW>(acc, w, r0, n, y);
 }
 
 #endif

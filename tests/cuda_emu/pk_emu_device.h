@@ -128,29 +128,17 @@ static inline int atomicAdd(int *p, int v) {
 
 template <class T> static inline T __ldg(const T *p) { return *p; }
 
-static inline float __uint_as_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+template <class To, class From> static inline To pk_emu_bits(From v) {
+    static_assert(sizeof(To) == sizeof(From), "a reinterpretation keeps the size");
+    To t;
+    memcpy(&t, &v, sizeof t);
+    return t;
 }
 
-static inline uint32_t __float_as_uint(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-
-static inline int __float_as_int(float f) {
-    int i;
-    memcpy(&i, &f, sizeof i);
-    return i;
-}
+static inline float __uint_as_float(uint32_t u) { return pk_emu_bits<float>(u); }
+static inline uint32_t __float_as_uint(float f) { return pk_emu_bits<uint32_t>(f); }
+static inline float __int_as_float(int i) { return pk_emu_bits<float>(i); }
+static inline int __float_as_int(float f) { return pk_emu_bits<int>(f); }
 
 /* The host rounds to nearest even, as cvt.rni does. */
 static inline int __float2int_rn(float x) { return (int)lrintf(x); }
