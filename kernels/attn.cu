@@ -1,9 +1,10 @@
 /* attn: KV append + one query against a ring KV cache (f32, bf16 or int8), flash-decoding
  * style.
  *
- * The new key and value are first converted to the ring's format and stored (a block per head,
- * so an int8 head's max|x| is one reduction). The visible keys (positions max(0, pos − window
- * + 1) .. pos) are cut into splits of PK_ATTN_SPLIT keys; block (head, split) runs an online
+ * The block of each head whose split holds the newest position first converts the new key and
+ * value to the ring's format and stores them (an int8 head's max|x| is one block reduction).
+ * The visible keys (positions max(0, pos − window + 1) .. pos) are cut into splits of
+ * PK_ATTN_SPLIT keys; block (head, split) runs an online
  * softmax over its keys (one warp per key at a time, lanes over head_dim) and leaves (max,
  * sum, unnormalised output) in the workspace; a second pass merges the splits of each head.
  * The split count follows the capacity, not the position (which lives in device memory), so
@@ -33,15 +34,16 @@ __device__ __forceinline__ float pk_kv_load(const void *base, const float *scale
     return (float)((const int8_t *)base)[off] * scales[scale_idx];
 }
 
-/* Block (head, 0 = key / 1 = value): stores the head in the ring's format. */
+/* The block stores head h of the new key (which 0) or value (1) at `slot` in the ring's format.
+ * Every thread of the block calls it; it ends with a barrier, so the stored values are visible to
+ * the block and red is free again. */
 template <int FMT>
-__global__ void pk_kv_store_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring r,
-                                   const int32_t *__restrict__ pos) {
-    __shared__ float red[32];
-    const int h = blockIdx.x, n_heads = gridDim.x, dim = n_heads * head_dim;
-    const float *src = qkv + (size_t)(1 + blockIdx.y) * dim + (size_t)h * head_dim;
-    const size_t slot = (size_t)(pos[0] % r.capacity), off = slot * dim + (size_t)h * head_dim;
-    void *base = blockIdx.y ? r.v : r.k;
+__device__ __forceinline__ void pk_kv_store_head(const float *__restrict__ qkv, int head_dim, const pk_kv_ring &r,
+                                                 size_t slot, int h, int n_heads, int which, float *red) {
+    const int dim = n_heads * head_dim;
+    const float *src = qkv + (size_t)(1 + which) * dim + (size_t)h * head_dim;
+    const size_t off = slot * dim + (size_t)h * head_dim;
+    void *base = which ? r.v : r.k;
     if (FMT == PK_KV_F32) {
         for (int d = threadIdx.x; d < head_dim; d += blockDim.x) ((float *)base)[off + d] = src[d];
     } else if (FMT == PK_KV_BF16) {
@@ -55,13 +57,14 @@ __global__ void pk_kv_store_kernel(const float *__restrict__ qkv, int head_dim, 
         mx = 0.0f;
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) mx = fmaxf(mx, red[w]);
         const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-        if (threadIdx.x == 0) (blockIdx.y ? r.vscale : r.kscale)[slot * n_heads + h] = mx / 127.0f;
+        if (threadIdx.x == 0) (which ? r.vscale : r.kscale)[slot * n_heads + h] = mx / 127.0f;
         for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
             float q = roundf(src[d] * inv);
             if (!(q == q)) q = 0.0f;
             ((int8_t *)base)[off + d] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
         }
     }
+    __syncthreads();
 }
 
 /* VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide head keeps 4 registers
@@ -78,6 +81,14 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     const int64_t last = pos[0], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
     const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
     const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
+    /* The split holding the newest position stores its key and value first, so this query sees
+     * them as stored; no other split reads that slot. */
+    if (k0 <= last && last < k0 + PK_ATTN_SPLIT) {
+        __shared__ float red[32];
+        const size_t slot = (size_t)(last % r.capacity);
+        pk_kv_store_head<FMT>(q, head_dim, r, slot, h, n_heads, 0, red);
+        pk_kv_store_head<FMT>(q, head_dim, r, slot, h, n_heads, 1, red);
+    }
     const float scale = rsqrtf((float)head_dim);
     float qv[VPL], o[VPL];
 #pragma unroll
@@ -165,7 +176,6 @@ __global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_split
 template <int FMT>
 static void launch(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *r, const int32_t *pos, float *ws,
                    int splits, cudaStream_t stream) {
-    PK_LAUNCH(dim3((unsigned)n_heads, 2), 64, 0, stream, pk_kv_store_kernel<FMT>)(qkv, head_dim, *r, pos);
     dim3 grid((unsigned)n_heads, (unsigned)splits);
     if (head_dim <= 128)
         PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(qkv, head_dim, *r, pos, ws);

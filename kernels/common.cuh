@@ -43,6 +43,9 @@ __device__ __forceinline__ float pk_block_sum(float v, float *red) {
     return v;
 }
 
+/* The gated FFN's input: silu(g)·v, rounded as the CPU's pp_cpu_silu_mul. */
+__device__ __forceinline__ float pk_silu_gate(float g, float v) { return g / (1.0f + expf(-g)) * v; }
+
 __device__ __forceinline__ float pk_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float pk_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 

@@ -181,11 +181,16 @@ static int int_gemv_takes(const pk_weight *w, int n) {
     return w->fmt == PK_INT4 || (w->np2 == w->group && w->cols % w->group == 0 && w->elem0 % w->group == 0);
 }
 
-extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n) {
-    if (int_gemv_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
+/* Floats of workspace before the gated input's place (which follows them). */
+static size_t base_workspace(const pk_weight *w, int n) {
     size_t f = w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0;
     if (n > PK_GEMV_MAX_BATCH && w->fmt != PK_F32) f += (size_t)tile_rows(w) * (size_t)w->cols;
     return f;
+}
+
+extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated) {
+    if (int_gemv_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
+    return base_workspace(w, n) + (x_gated ? (size_t)n * (size_t)w->cols : 0);
 }
 
 extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
@@ -260,30 +265,46 @@ static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const i
         launch_int<FMT, 8, 2>(w, planes, meta, n, y, stream);
 }
 
-static int int_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, cudaStream_t stream) {
+template <int FMT, int GATED>
+static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *planes, int2 *meta, cudaStream_t stream) {
+    const int len = FMT == PK_NF2 ? w->group : int4_slice(w->cols);
+    const int threads = FMT == PK_INT4 ? 32 : len / 2 < 256 ? (len / 2 < 32 ? 32 : len / 2) : 256;
+    const unsigned slices = (unsigned)((int64_t)n * w->cols / len);
+    PK_LAUNCH(slices, threads, (size_t)len * sizeof(float), stream, pk_int_prepare_kernel<FMT, GATED>)
+    (x, w->cols, len, planes, meta);
+}
+
+static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws,
+                      cudaStream_t stream) {
     uint32_t *planes = (uint32_t *)ws;
     int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
     if (w->fmt == PK_NF2) {
-        unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
-        int threads = w->group / 2 < 256 ? (w->group / 2 < 32 ? 32 : w->group / 2) : 256;
-        PK_LAUNCH(slices, threads, (size_t)w->group * sizeof(float), stream, pk_int_prepare_kernel<PK_NF2>)
-        (x, w->group, planes, meta);
+        if (x_gated)
+            int_prepare<PK_NF2, 1>(w, x, n, planes, meta, stream);
+        else
+            int_prepare<PK_NF2, 0>(w, x, n, planes, meta, stream);
         launch_int_batch<PK_NF2>(w, planes, meta, n, y, stream);
     } else {
-        int len = int4_slice(w->cols);
-        unsigned slices = (unsigned)((int64_t)n * w->cols / len);
-        PK_LAUNCH(slices, 32, (size_t)len * sizeof(float), stream, pk_int_prepare_kernel<PK_INT4>)
-        (x, len, planes, meta);
+        if (x_gated)
+            int_prepare<PK_INT4, 1>(w, x, n, planes, meta, stream);
+        else
+            int_prepare<PK_INT4, 0>(w, x, n, planes, meta, stream);
         launch_int_batch<PK_INT4>(w, planes, meta, n, y, stream);
     }
     return pk_launched();
 }
 
-extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, size_t ws_floats,
+extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws, size_t ws_floats,
                          void *cublas, cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return 0;
-    if (pk_matmul_workspace(w, n) > ws_floats) return (int)cudaErrorInvalidValue;
-    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, y, ws, stream);
+    if (pk_matmul_workspace(w, n, x_gated) > ws_floats) return (int)cudaErrorInvalidValue;
+    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, y, ws, stream);
+    if (x_gated) { /* the gated input apart, after the product's own workspace */
+        float *gate = ws + base_workspace(w, n);
+        int rc = pk_silu_mul(x, n, (int)w->cols, gate, stream);
+        if (rc) return rc;
+        x = gate;
+    }
     if (w->fmt == PK_NF2) {
         unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
         int threads = w->np2 / 2 < 256 ? (w->np2 / 2 < 32 ? 32 : w->np2 / 2) : 256;

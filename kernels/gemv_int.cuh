@@ -52,14 +52,16 @@ __device__ __forceinline__ uint32_t pk_dp4a_u(uint32_t a, uint32_t b, uint32_t c
 __device__ __forceinline__ int pk_dp4a_s(int a, int b, int c) { return __dp4a(a, b, c); }
 
 /* One block per slice of `len` inputs (NF2: a group, rotated first; INT4: PK_INT_PREP_SLICE or
- * less); a thread per run. Slices never straddle input rows (the launcher checks cols % len). */
-template <int FMT>
-__global__ void pk_int_prepare_kernel(const float *__restrict__ x, int len, uint32_t *__restrict__ planes,
+ * less); a thread per run. Slices never straddle input rows (the launcher checks cols % len).
+ * GATED: x is u [n][2·cols] and the inputs are silu(u[i][j])·u[i][cols + j]. */
+template <int FMT, int GATED>
+__global__ void pk_int_prepare_kernel(const float *__restrict__ x, int64_t cols, int len, uint32_t *__restrict__ planes,
                                       int2 *__restrict__ meta) {
     typedef pk_int_fmt<FMT> F;
     PK_DYNAMIC_SHARED(float, v);
-    const float *src = x + (int64_t)blockIdx.x * len;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = src[i];
+    const int64_t row = (int64_t)blockIdx.x * len / cols, col = (int64_t)blockIdx.x * len % cols;
+    const float *src = x + row * (GATED ? 2 * cols : cols) + col;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = GATED ? pk_silu_gate(src[i], src[cols + i]) : src[i];
     __syncthreads();
     if (FMT == PK_NF2) pk_wht_shared(v, len);
     for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x) {

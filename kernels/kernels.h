@@ -34,13 +34,15 @@ typedef struct pk_weight {
 } pk_weight;
 
 /* ---- gemv.cu: y[n][rows] = x[n][cols]·wᵀ ---- */
-/* Floats of workspace pk_matmul needs: the rotated activations (NF2) and, for n above
- * PK_GEMV_MAX_BATCH, a dequantized tile of rows. */
+/* x_gated: x is the gated FFN's u [n][2·cols] and the product's input silu(u[i][j])·u[i][cols + j],
+ * formed on the way in (by the integer products' preparation, else into the workspace first).
+ * Floats of workspace pk_matmul needs: the prepared or rotated activations, the gated input and,
+ * for n above PK_GEMV_MAX_BATCH, a dequantized tile of rows. */
 #define PK_GEMV_MAX_BATCH 8
-size_t pk_matmul_workspace(const pk_weight *w, int n);
+size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated);
 /* cublas: a cublasHandle_t already bound to stream (used only for n > PK_GEMV_MAX_BATCH). */
-int pk_matmul(const pk_weight *w, const float *x, int n, float *y, float *ws, size_t ws_floats, void *cublas,
-              cudaStream_t stream);
+int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws, size_t ws_floats,
+              void *cublas, cudaStream_t stream);
 /* Bytes of w read per product (the packed bytes of its rows), for bandwidth figures. */
 size_t pk_weight_read_bytes(const pk_weight *w);
 
@@ -53,6 +55,7 @@ int pk_add(float *y, const float *x, size_t count, cudaStream_t stream);
 int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
 int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
             cudaStream_t stream);
+/* y [n][hidden] = silu(u[i][j])·u[i][hidden + j]: pk_matmul's gated input where it needs it apart. */
 int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream);
 
 /* ---- attn.cu: KV append + one query over the ring, split across the context ---- */

@@ -79,8 +79,7 @@ __global__ void pk_silu_mul_kernel(const float *__restrict__ u, int n, int hidde
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * hidden) return;
     int64_t i = idx / hidden, j = idx % hidden;
-    float g = u[i * 2 * hidden + j], v = u[i * 2 * hidden + hidden + j];
-    y[idx] = g / (1.0f + expf(-g)) * v;
+    y[idx] = pk_silu_gate(u[i * 2 * hidden + j], u[i * 2 * hidden + hidden + j]);
 }
 
 extern "C" int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream) {

@@ -43,7 +43,7 @@ enum {
     OP_ROPE,
     OP_ATTN,
     OP_ATTN_KV,
-    OP_SILU,
+    OP_MATMUL_SILU,
     OP_SAMPLE,
     OP_COPY
 };
@@ -89,7 +89,7 @@ static void run_call(pp_backend *in, const call *c) {
                      c->out);
         break;
     case OP_ATTN_KV: o->attn_step_kv(in, c->p[0], c->i[0], c->i[1], c->p[2], c->p[1], c->out); break;
-    case OP_SILU: o->silu_mul(in, c->p[0], c->i[0], c->i[1], c->out); break;
+    case OP_MATMUL_SILU: o->matmul_silu(in, c->p[0], c->p[1], c->i[0], c->out); break;
     case OP_SAMPLE: o->sample(in, c->p[0], c->i[0], c->i[1], c->p[1], c->i[2], c->p[2], c->out); break;
     case OP_COPY: o->copy(in, c->out, c->p[0], c->z); break;
     }
@@ -141,8 +141,8 @@ static void w_attn_kv(pp_backend *be, const float *qkv, int nh, int hd, const pp
                       float *out) {
     issue(be, (call){.op = OP_ATTN_KV, .p = {qkv, pos, ring}, .i = {nh, hd}, .out = out});
 }
-static void w_silu(pp_backend *be, const float *u, int n, int hidden, float *y) {
-    issue(be, (call){.op = OP_SILU, .p = {u}, .i = {n, hidden}, .out = y});
+static void w_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    issue(be, (call){.op = OP_MATMUL_SILU, .p = {w, u}, .i = {n}, .out = y});
 }
 static void w_sample(pp_backend *be, const float *l, int rows, int n, const pp_sample_param *p, int stream,
                      const int32_t *forced, int32_t *tokens) {
@@ -230,7 +230,7 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.rope = w_rope;
     r->ops.attn_step = w_attn;
     r->ops.attn_step_kv = w_attn_kv;
-    r->ops.silu_mul = w_silu;
+    r->ops.matmul_silu = w_matmul_silu;
     r->ops.sample = w_sample;
     r->ops.copy = w_copy;
     r->ops.upload = w_upload;

@@ -124,8 +124,10 @@ typedef struct pp_backend_ops {
      * sees its own key as stored. NULL on a backend that only keeps F32 rings (use attn_step). */
     void (*attn_step_kv)(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
                          const int32_t *pos, float *out);
-    /* y[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden] (gated FFN). */
-    void (*silu_mul)(pp_backend *be, const float *u, int n, int hidden, float *y);
+    /* The gated FFN's output product: y[n][w.rows] = m · wᵀ with m[i][j] = silu(u[i][j]) · u[i][hidden + j]
+     * for n rows of u [2·hidden], hidden = w.cols. One operation, so a device can form m on
+     * the way into the product. */
+    void (*matmul_silu)(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 
     /* ---- codec operations (model/mimi.c, model/seanet.c, model/quantizer.c) ---- */
     /* Streaming causal Conv1d on channel-major x [cin][t] (t a multiple of stride). hist

@@ -33,6 +33,9 @@ struct cpu_gemv {
     int16_t *vq;   /* VNNI: int16 activations [vq_cap] */
     float *runs;   /* VNNI: run scales [runs_cap] */
     size_t vq_cap, runs_cap;
+    pthread_mutex_t gate_lock; /* the gated input's scratch (matmul_silu), apart from the products' */
+    float *gate;
+    size_t gate_cap;
     float nf2_lut[256][4]; /* byte -> its 4 centroids, LSB code first */
     float int4_lut[256][2]; /* byte -> (low nibble - 8, high nibble - 8) */
 };
@@ -41,6 +44,7 @@ int pp_cpu_gemv_create(cpu_gemv **out, char *err) {
     cpu_gemv *g = calloc(1, sizeof *g);
     if (!g) return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
     pthread_mutex_init(&g->lock, NULL);
+    pthread_mutex_init(&g->gate_lock, NULL);
     for (int b = 0; b < 256; b++) {
         for (int k = 0; k < 4; k++) g->nf2_lut[b][k] = pp_quant_nf2_codebook[(b >> (2 * k)) & 3];
         g->int4_lut[b][0] = (float)((b & 15) - 8);
@@ -53,6 +57,8 @@ int pp_cpu_gemv_create(cpu_gemv **out, char *err) {
 void pp_cpu_gemv_destroy(cpu_gemv *g) {
     if (!g) return;
     pthread_mutex_destroy(&g->lock);
+    pthread_mutex_destroy(&g->gate_lock);
+    free(g->gate);
     free(g->xp);
     free(g->vq);
     free(g->runs);
@@ -358,4 +364,19 @@ void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, in
             for (int64_t k = 0; k < len; k++) dst[c + k] += buf[k];
         }
     }
+}
+
+void pp_cpu_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    if (n <= 0 || w->rows <= 0) return;
+    cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
+    pthread_mutex_lock(&g->gate_lock);
+    if (reserve((void **)&g->gate, &g->gate_cap, (size_t)n * (size_t)w->cols, sizeof(float))) {
+        pp_cpu_silu_mul(be, u, n, (int)w->cols, g->gate);
+        pp_cpu_matmul(be, w, g->gate, n, y);
+    } else {
+        PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld gated inputs; its outputs are zero",
+                 w->name ? w->name : "?", n, (long long)w->cols);
+        memset(y, 0, (size_t)n * (size_t)w->rows * sizeof *y);
+    }
+    pthread_mutex_unlock(&g->gate_lock);
 }

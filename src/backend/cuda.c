@@ -426,11 +426,19 @@ static void cuda_host_unmap(pp_backend *be, const void *base) {
 
 /* ---- linear algebra and LM operations ---- */
 
-static void cuda_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+static void matmul(pp_backend *be, const pp_weight *w, const float *x, int n, int x_gated, float *y) {
     cuda_ctx *c = ctx_of(be);
     pk_weight k = to_pk(w);
-    if (ws_reserve(c, pk_matmul_workspace(&k, n))) return;
-    CUDA_NOTE(c, pk_matmul(&k, x, n, y, c->ws, c->ws_floats, c->blas, c->stream));
+    if (ws_reserve(c, pk_matmul_workspace(&k, n, x_gated))) return;
+    CUDA_NOTE(c, pk_matmul(&k, x, n, x_gated, y, c->ws, c->ws_floats, c->blas, c->stream));
+}
+
+static void cuda_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+    matmul(be, w, x, n, 0, y);
+}
+
+static void cuda_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    matmul(be, w, u, n, 1, y);
 }
 
 static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
@@ -470,10 +478,6 @@ static void cuda_attn_step(pp_backend *be, const float *qkv, int n_heads, int he
                            int capacity, int window, const int32_t *pos, float *out) {
     pp_kv_ring r = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
     cuda_attn_step_kv(be, qkv, n_heads, head_dim, &r, pos, out);
-}
-
-static void cuda_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
-    CUDA_NOTE(ctx_of(be), pk_silu_mul(u, n, hidden, y, ctx_of(be)->stream));
 }
 
 /* ---- codec operations ---- */
@@ -656,7 +660,7 @@ static const pp_backend_ops cuda_ops = {
     .rope = cuda_rope,
     .attn_step = cuda_attn_step,
     .attn_step_kv = cuda_attn_step_kv,
-    .silu_mul = cuda_silu_mul,
+    .matmul_silu = cuda_matmul_silu,
     .conv1d = cuda_conv1d,
     .conv_tr1d = cuda_conv_tr1d,
     .elu = cuda_elu,

@@ -272,8 +272,7 @@ int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch 
     sc->att = be->ops->alloc(be, n * d * sizeof(float));
     sc->tmp = be->ops->alloc(be, n * d * sizeof(float));
     sc->u = be->ops->alloc(be, n * 2 * hid * sizeof(float));
-    sc->m = be->ops->alloc(be, n * hid * sizeof(float));
-    if (!sc->h || !sc->qkv || !sc->att || !sc->tmp || !sc->u || !sc->m) {
+    if (!sc->h || !sc->qkv || !sc->att || !sc->tmp || !sc->u) {
         pp_tf_scratch_free(be, sc);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory for the activations of %d rows", s->prefix, rows);
     }
@@ -281,7 +280,7 @@ int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch 
 }
 
 void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
-    float *bufs[] = {sc->h, sc->qkv, sc->att, sc->tmp, sc->u, sc->m};
+    float *bufs[] = {sc->h, sc->qkv, sc->att, sc->tmp, sc->u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
     memset(sc, 0, sizeof *sc);
@@ -318,8 +317,7 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
         op->matmul(be, &w->out, sc->att, n, sc->tmp);
         op->add_rmsnorm(be, x, sc->tmp, L->norm2, n, d, s->eps, sc->h);
         op->matmul(be, &w->ffn_in, sc->h, n, sc->u);
-        op->silu_mul(be, sc->u, n, s->hidden, sc->m);
-        op->matmul(be, &w->ffn_out, sc->m, n, sc->tmp);
+        op->matmul_silu(be, &w->ffn_out, sc->u, n, sc->tmp);
         if (l + 1 < s->num_layers)
             op->add_rmsnorm(be, x, sc->tmp, tf->layers[l + 1].norm1, n, d, s->eps, sc->h);
         else

@@ -53,7 +53,7 @@ typedef struct pp_tf_cache {
 /* Activation scratch for up to `rows` rows advancing together (shared by a batch). */
 typedef struct pp_tf_scratch {
     int rows;
-    float *h, *qkv, *att, *tmp, *u, *m; /* backend [rows][...] */
+    float *h, *qkv, *att, *tmp, *u; /* backend [rows][...] */
 } pp_tf_scratch;
 
 /* Quantization while loading (the server's --quantize): the format, its group, and what it
