@@ -69,16 +69,26 @@ __device__ __forceinline__ void pk_kv_store_head(const float *__restrict__ qkv, 
 
 /* VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide head keeps 4 registers
  * per key instead of PK_ATTN_MAX_DIM's 8. */
+/* Row blockIdx.z's ring: its entry of tables (device: per row, its conversation's rings by
+ * layer), or `one` for a single row without tables. */
+__device__ __forceinline__ pk_kv_ring pk_row_ring(const pk_kv_ring &one, const pk_kv_ring *const *tables, int layer) {
+    return tables ? tables[blockIdx.z][layer] : one;
+}
+
 template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
-    pk_attn_split_kernel(const float *__restrict__ q, int head_dim, pk_kv_ring r, const int32_t *__restrict__ pos,
+    pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring one,
+                         const pk_kv_ring *const *__restrict__ tables, int layer, const int32_t *__restrict__ pos,
                          float *__restrict__ part) {
     __shared__ float wm[PK_ATTN_THREADS / 32], wl[PK_ATTN_THREADS / 32];
     __shared__ float wo[PK_ATTN_THREADS / 32][PK_ATTN_MAX_DIM];
-    const int h = blockIdx.x, n_heads = gridDim.x, split = blockIdx.y, n_splits = gridDim.y;
+    const int h = blockIdx.x, n_heads = gridDim.x, split = blockIdx.y, n_splits = gridDim.y, row = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int dim = n_heads * head_dim;
-    const int64_t last = pos[0], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
+    const pk_kv_ring r = pk_row_ring(one, tables, layer);
+    const float *q = qkv + (size_t)row * 3 * dim;
+    part += (size_t)row * n_heads * n_splits * (head_dim + 2);
+    const int64_t last = pos[row], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
     const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
     const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
     /* The split holding the newest position stores its key and value first, so this query sees
@@ -153,10 +163,11 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     }
 }
 
-/* One block per head: merge the splits' partial softmaxes. */
+/* One block per (head, row): merge the splits' partial softmaxes. */
 __global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_splits, int head_dim, float *__restrict__ out) {
-    const int h = blockIdx.x;
-    const float *ph = part + (size_t)h * n_splits * (head_dim + 2);
+    const int h = blockIdx.x, n_heads = gridDim.x, row = blockIdx.y;
+    const float *ph = part + ((size_t)row * n_heads + h) * n_splits * (head_dim + 2);
+    out += (size_t)row * n_heads * head_dim;
     float mx = -INFINITY;
     for (int s = 0; s < n_splits; s++) mx = fmaxf(mx, ph[(size_t)s * (head_dim + 2) + head_dim]);
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -174,31 +185,34 @@ __global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_split
 }
 
 template <int FMT>
-static void launch(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *r, const int32_t *pos, float *ws,
-                   int splits, cudaStream_t stream) {
-    dim3 grid((unsigned)n_heads, (unsigned)splits);
-    if (head_dim <= 128)
-        PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(qkv, head_dim, *r, pos, ws);
-    else
-        PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)
-        (qkv, head_dim, *r, pos, ws);
+static void launch(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *one,
+                   const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, int splits,
+                   cudaStream_t stream) {
+    dim3 grid((unsigned)n_heads, (unsigned)splits, (unsigned)n);
+    if (head_dim <= 128) PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)
+    (qkv, head_dim, *one, tables, layer, pos, ws);
+    else PK_LAUNCH(grid, PK_ATTN_THREADS, 0, stream,
+                   pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(qkv, head_dim, *one, tables, layer, pos, ws);
 }
 
-extern "C" size_t pk_attn_workspace(int n_heads, int head_dim, int capacity) {
-    return (size_t)n_heads * attn_splits(capacity) * (head_dim + 2);
+extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity) {
+    return (size_t)n * n_heads * attn_splits(capacity) * (head_dim + 2);
 }
 
-extern "C" int pk_attn_step(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *ring, const int32_t *pos,
-                            float *out, float *ws, cudaStream_t stream) {
-    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0)
+extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *ring,
+                            const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
+                            cudaStream_t stream) {
+    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || n <= 0 ||
+        (n > 1 && !tables))
         return (int)cudaErrorInvalidValue;
     int splits = attn_splits(ring->window < ring->capacity ? ring->window : ring->capacity);
     switch (ring->fmt) {
-    case PK_KV_F32: launch<PK_KV_F32>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
-    case PK_KV_BF16: launch<PK_KV_BF16>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
-    case PK_KV_INT8: launch<PK_KV_INT8>(qkv, n_heads, head_dim, ring, pos, ws, splits, stream); break;
+    case PK_KV_F32: launch<PK_KV_F32>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, splits, stream); break;
+    case PK_KV_BF16: launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, splits, stream); break;
+    case PK_KV_INT8: launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, splits, stream); break;
     default: return (int)cudaErrorInvalidValue;
     }
-    PK_LAUNCH(n_heads, head_dim < 128 ? 64 : 128, 0, stream, pk_attn_merge_kernel)(ws, splits, head_dim, out);
+    PK_LAUNCH(dim3((unsigned)n_heads, (unsigned)n), head_dim < 128 ? 64 : 128, 0, stream, pk_attn_merge_kernel)
+    (ws, splits, head_dim, out);
     return pk_launched();
 }

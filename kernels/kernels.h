@@ -67,10 +67,16 @@ typedef struct pk_kv_ring {
     void *k, *v;
     float *kscale, *vscale;
 } pk_kv_ring;
-/* Floats of workspace pk_attn_step needs for capacity slots (the split partial results). */
-size_t pk_attn_workspace(int n_heads, int head_dim, int capacity);
-int pk_attn_step(const float *qkv, int n_heads, int head_dim, const pk_kv_ring *ring, const int32_t *pos, float *out,
-                 float *ws, cudaStream_t stream);
+/* Floats of workspace pk_attn_rows needs for n rows of capacity slots (the splits' partial
+ * results). */
+size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);
+/* n rows of qkv [n][3·dim], each one query against its own ring: tables (device) holds per row a
+ * pointer to its conversation's rings by layer, the ring used is [layer]; ring (host) gives the
+ * format, capacity and window every row shares, and is the ring itself when tables is NULL
+ * (n = 1). pos [n], out [n][dim]. */
+int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *ring,
+                 const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
+                 cudaStream_t stream);
 
 /* ---- codec.cu ---- */
 typedef struct pk_conv {

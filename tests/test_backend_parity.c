@@ -384,6 +384,69 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
     gpu->ops->release(gpu, pg);
 }
 
+/* attn_rows: ROWS conversations at different positions, each with its own rings for 2 layers,
+ * attended in one call per step through their ring tables (layer 1's rings used). Every output
+ * and every stored ring byte must match the CPU. */
+#define ROWS_ATTN 3
+static void test_attn_rows(pp_kv_format fmt) {
+    enum { CAP = 70, HEADS = 2, HD = 64, DIM = HEADS * HD, LAYERS = 2, STEPS = 90 };
+    pp_kv_ring rc[ROWS_ATTN][LAYERS], rg[ROWS_ATTN][LAYERS];
+    pp_kv_ring *tc[ROWS_ATTN], *tg[ROWS_ATTN]; /* each row's table in backend memory */
+    for (int i = 0; i < ROWS_ATTN; i++) {
+        for (int l = 0; l < LAYERS; l++) {
+            rc[i][l] = ring_make(cpu, fmt, CAP, DIM, HEADS);
+            rg[i][l] = ring_make(gpu, fmt, CAP, DIM, HEADS);
+        }
+        tc[i] = cpu->ops->alloc(cpu, sizeof rc[i]);
+        tg[i] = gpu->ops->alloc(gpu, sizeof rg[i]);
+        cpu->ops->upload(cpu, tc[i], rc[i], sizeof rc[i]);
+        gpu->ops->upload(gpu, tg[i], rg[i], sizeof rg[i]);
+    }
+    const pp_kv_ring **pc = cpu->ops->alloc(cpu, sizeof tc), **pg = gpu->ops->alloc(gpu, sizeof tg);
+    cpu->ops->upload(cpu, pc, tc, sizeof tc);
+    gpu->ops->upload(gpu, pg, tg, sizeof tg);
+    int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t) * ROWS_ATTN),
+            *posg = gpu->ops->alloc(gpu, sizeof(int32_t) * ROWS_ATTN);
+    twin out = twin_rand((size_t)ROWS_ATTN * DIM, 0);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        int32_t pos[ROWS_ATTN] = {s, s + 13, 3 * s}; /* the third wraps its ring more than once */
+        cpu->ops->upload(cpu, posc, pos, sizeof pos);
+        gpu->ops->upload(gpu, posg, pos, sizeof pos);
+        twin qkv = twin_rand((size_t)ROWS_ATTN * 3 * DIM, 1.0f);
+        cpu->ops->attn_rows(cpu, qkv.c, ROWS_ATTN, HEADS, HD, &rc[0][1], (const pp_kv_ring *const *)pc, 1, posc, out.c);
+        gpu->ops->attn_rows(gpu, qkv.g, ROWS_ATTN, HEADS, HD, &rg[0][1], (const pp_kv_ring *const *)pg, 1, posg, out.g);
+        float *g = get(gpu, out.g, (size_t)ROWS_ATTN * DIM), *c = get(cpu, out.c, (size_t)ROWS_ATTN * DIM);
+        double e = nmse(g, c, (size_t)ROWS_ATTN * DIM);
+        if (!(e <= worst)) worst = e;
+        free(g);
+        free(c);
+        twin_free(&qkv);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attn_rows %s, %d rows, worst", fmt == PP_KV_INT8 ? "int8" : "f32", ROWS_ATTN);
+    printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
+    TEST_COND(what, worst <= REDUCE);
+    size_t elem = fmt == PP_KV_F32 ? 4 : 1, diff = 0;
+    for (int i = 0; i < ROWS_ATTN; i++) {
+        diff += bytes_differing(rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM * elem);
+        diff += bytes_differing(rg[i][1].v, rc[i][1].v, (size_t)CAP * DIM * elem);
+        for (int l = 0; l < LAYERS; l++) {
+            ring_free(cpu, &rc[i][l]);
+            ring_free(gpu, &rg[i][l]);
+        }
+        cpu->ops->release(cpu, tc[i]);
+        gpu->ops->release(gpu, tg[i]);
+    }
+    printf("  %-44s %zu bytes differ\n", "  stored caches of every row", diff);
+    TEST_COND("attn_rows: stored KV caches identical", diff == 0);
+    cpu->ops->release(cpu, pc);
+    gpu->ops->release(gpu, pg);
+    cpu->ops->release(cpu, posc);
+    gpu->ops->release(gpu, posg);
+    twin_free(&out);
+}
+
 /* ---- codec operations ---- */
 
 /* Streaming conv (transposed or not): three calls of t columns each, flags on the first. */
@@ -714,6 +777,8 @@ int main(void) {
     }
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
+    test_attn_rows(PP_KV_F32);
+    test_attn_rows(PP_KV_INT8);
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */

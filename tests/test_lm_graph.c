@@ -41,8 +41,7 @@ enum {
     OP_RMSNORM,
     OP_ADD_RMSNORM,
     OP_ROPE,
-    OP_ATTN,
-    OP_ATTN_KV,
+    OP_ATTN_ROWS,
     OP_MATMUL_SILU,
     OP_SAMPLE,
     OP_COPY
@@ -84,11 +83,9 @@ static void run_call(pp_backend *in, const call *c) {
     case OP_RMSNORM: o->rmsnorm(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
     case OP_ADD_RMSNORM: o->add_rmsnorm(in, (float *)c->p[2], c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
     case OP_ROPE: o->rope(in, c->out, c->i[0], c->i[1], c->i[2], c->i[3], c->p[0], c->f); break;
-    case OP_ATTN:
-        o->attn_step(in, c->p[0], c->i[0], c->i[1], (float *)c->p[2], (float *)c->p[3], c->i[2], c->i[3], c->p[1],
-                     c->out);
+    case OP_ATTN_ROWS:
+        o->attn_rows(in, c->p[0], c->i[0], c->i[1], c->i[2], c->p[2], c->p[3], c->i[3], c->p[1], c->out);
         break;
-    case OP_ATTN_KV: o->attn_step_kv(in, c->p[0], c->i[0], c->i[1], c->p[2], c->p[1], c->out); break;
     case OP_MATMUL_SILU: o->matmul_silu(in, c->p[0], c->p[1], c->i[0], c->out); break;
     case OP_SAMPLE: o->sample(in, c->p[0], c->i[0], c->i[1], c->p[1], c->i[2], c->p[2], c->out); break;
     case OP_COPY: o->copy(in, c->out, c->p[0], c->z); break;
@@ -133,13 +130,9 @@ static void w_add_rmsnorm(pp_backend *be, float *x, const float *r, const float 
 static void w_rope(pp_backend *be, float *x, int n, int stride, int nh, int hd, const int32_t *pos, float mp) {
     issue(be, (call){.op = OP_ROPE, .p = {pos}, .i = {n, stride, nh, hd}, .f = mp, .out = x});
 }
-static void w_attn(pp_backend *be, const float *qkv, int nh, int hd, float *kc, float *vc, int cap, int win,
-                   const int32_t *pos, float *out) {
-    issue(be, (call){.op = OP_ATTN, .p = {qkv, pos, kc, vc}, .i = {nh, hd, cap, win}, .out = out});
-}
-static void w_attn_kv(pp_backend *be, const float *qkv, int nh, int hd, const pp_kv_ring *ring, const int32_t *pos,
-                      float *out) {
-    issue(be, (call){.op = OP_ATTN_KV, .p = {qkv, pos, ring}, .i = {nh, hd}, .out = out});
+static void w_attn_rows(pp_backend *be, const float *qkv, int n, int nh, int hd, const pp_kv_ring *ring,
+                        const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+    issue(be, (call){.op = OP_ATTN_ROWS, .p = {qkv, pos, ring, tables}, .i = {n, nh, hd, layer}, .out = out});
 }
 static void w_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
     issue(be, (call){.op = OP_MATMUL_SILU, .p = {w, u}, .i = {n}, .out = y});
@@ -228,8 +221,7 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.rmsnorm = w_rmsnorm;
     r->ops.add_rmsnorm = w_add_rmsnorm;
     r->ops.rope = w_rope;
-    r->ops.attn_step = w_attn;
-    r->ops.attn_step_kv = w_attn_kv;
+    r->ops.attn_rows = w_attn_rows;
     r->ops.matmul_silu = w_matmul_silu;
     r->ops.sample = w_sample;
     r->ops.copy = w_copy;

@@ -171,6 +171,20 @@ static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double
     return rc;
 }
 
+/* Device nodes per tick of n conversations (0 where the backend does not count them): a run of
+ * `ticks` against a run of one, so the conversations' start and warm-up cancel out. */
+static int nodes_per_tick(const pp_lm *lm, pp_backend *be, int n, int ticks, pp_kv_format kv, double *out, char *err) {
+    *out = 0;
+    if (!be->ops->nodes_run || ticks < 2) return PP_OK;
+    double ms;
+    uint64_t n0 = be->ops->nodes_run(be);
+    int rc = time_ticks(lm, n, 1, kv, &ms, err);
+    uint64_t n1 = be->ops->nodes_run(be);
+    if (!rc) rc = time_ticks(lm, n, ticks, kv, &ms, err);
+    if (!rc) *out = (double)((be->ops->nodes_run(be) - n1) - (n1 - n0)) / (ticks - 1);
+    return rc;
+}
+
 static int run(const batch_opts *o, const char *wpath, const char *cpath, char *err) {
     pp_kv_format kv;
     if (kv_format(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
@@ -182,18 +196,24 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, char *
         const pp_lm_config *c = pp_lm_get_config(lm);
         printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, on %s\n",
                c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, be->ops->name);
-        printf("%6s %12s %18s %14s\n", "batch", "tick ms", "ms/conversation", "vs batch 1");
+        printf("%6s %12s %18s %14s %12s\n", "batch", "tick ms", "ms/conversation", "vs batch 1",
+               be->ops->nodes_run ? "nodes/tick" : "");
     }
     double one = 0;
     for (int i = 0; !rc && i < o->n_batches; i++) {
         double ms = 0;
         rc = time_ticks(lm, o->batches[i], o->ticks, kv, &ms, err);
         if (rc) break;
-        double per = ms / o->batches[i];
+        double per = ms / o->batches[i], nodes;
+        if ((rc = nodes_per_tick(lm, be, o->batches[i], o->ticks, kv, &nodes, err))) break;
         if (o->batches[i] == 1) one = per;
         printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
-        if (one > 0) printf(" %13.2fx\n", one / per);
-        else printf(" %14s\n", "-");
+        if (one > 0)
+            printf(" %13.2fx", one / per);
+        else
+            printf(" %14s", "-");
+        if (nodes > 0) printf(" %12.0f", nodes);
+        printf("\n");
         fflush(stdout);
     }
     pp_lm_close(lm);

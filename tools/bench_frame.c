@@ -175,6 +175,7 @@ typedef struct lm {
     dims d;
     pp_tf temporal, depformer;
     pp_tf_cache tc, dc;
+    const pp_kv_ring **tables; /* backend [2]: the temporal and the depformer ring tables (one row) */
     pp_tf_scratch tsc, dsc;
     pp_weight emb[DEP_Q], text_emb, text_linear, dep_in[DEP_Q], linears[DEP_Q], dep_emb[DEP_Q - 1], dep_text_emb;
     float *out_norm, *x, *h, *dx, *logits;
@@ -234,7 +235,8 @@ static void lm_free(lm *m) {
         for (int i = 0; i < 4; i++)
             if (per[i] && per[i]->data) be->ops->weight_release(be, per[i]);
     }
-    void *bufs[] = {m->out_norm, m->x, m->h, m->dx, m->logits, m->pos, m->dep_pos, m->ids, m->tokens, m->params};
+    void *bufs[] = {m->out_norm, m->x,   m->h,      m->dx,     m->logits, m->pos,
+                    m->dep_pos,  m->ids, m->tokens, m->params, m->tables};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
     memset(m, 0, sizeof *m);
@@ -291,9 +293,12 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
     m->ids = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
     m->tokens = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
     m->params = be->ops->alloc(be, 2 * sizeof(pp_sample_param));
+    m->tables = be->ops->alloc(be, 2 * sizeof *m->tables);
     if (!m->out_norm || !m->x || !m->h || !m->dx || !m->logits || !m->pos || !m->dep_pos || !m->ids || !m->tokens ||
-        !m->params)
+        !m->params || !m->tables)
         return pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for the LM state");
+    const pp_kv_ring *tables[2] = {m->tc.table, m->dc.table};
+    be->ops->upload(be, m->tables, tables, sizeof tables);
     int32_t steps[DEP_Q];
     for (int k = 0; k < DEP_Q; k++) steps[k] = k;
     be->ops->upload(be, m->dep_pos, steps, sizeof steps);
@@ -308,7 +313,7 @@ static void issue_temporal(void *arg) {
     for (int k = 0; k < DEP_Q; k++) op->embed(be, &m->emb[k], m->ids + k, 1, m->x, k > 0);
     op->embed(be, &m->text_emb, m->ids + DEP_Q, 1, m->x, 1);
     pp_tf_cache *tc = &m->tc;
-    pp_tf_forward(be, &m->temporal, &m->tsc, &tc, 1, m->x, m->pos, 0, NULL);
+    pp_tf_forward(be, &m->temporal, &m->tsc, &tc, m->tables, 1, m->x, m->pos, 0, NULL);
     op->rmsnorm(be, m->x, m->out_norm, 1, m->d.dim, 1e-8f, m->h);
     op->matmul(be, &m->text_linear, m->h, 1, m->logits);
     op->sample(be, m->logits, 1, m->d.text_card, m->params, 0, NULL, m->tokens);
@@ -323,7 +328,7 @@ static void issue_depformer(void *arg) {
     for (int k = 0; k < DEP_Q; k++) {
         op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
         op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], m->tokens + k, 1, m->dx, 1);
-        pp_tf_forward(be, &m->depformer, &m->dsc, &dc, 1, m->dx, m->dep_pos + k, k, NULL);
+        pp_tf_forward(be, &m->depformer, &m->dsc, &dc, m->tables + 1, 1, m->dx, m->dep_pos + k, k, NULL);
         op->matmul(be, &m->linears[k], m->dx, 1, m->logits);
         op->sample(be, m->logits, 1, m->d.card, m->params + 1, k + 1, NULL, m->tokens + k + 1);
     }

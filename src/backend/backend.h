@@ -124,6 +124,13 @@ typedef struct pp_backend_ops {
      * sees its own key as stored. NULL on a backend that only keeps F32 rings (use attn_step). */
     void (*attn_step_kv)(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
                          const int32_t *pos, float *out);
+    /* attn_step_kv on n rows at once (qkv [n][3·n_heads·head_dim], pos [n], out [n][n_heads·head_dim]),
+     * each row against its own conversation's ring of this layer: tables (backend memory) holds n
+     * pointers, row i's to its conversation's ring descriptors by layer (pp_tf_cache's table),
+     * and row i uses tables[i][layer]. ring (host) is one row's ring of the layer: every row shares
+     * its format, capacity and window. One launch for the batch on a device. */
+    void (*attn_rows)(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
     /* The gated FFN's output product: y[n][w.rows] = m · wᵀ with m[i][j] = silu(u[i][j]) · u[i][hidden + j]
      * for n rows of u [2·hidden], hidden = w.cols. One operation, so a device can form m on
      * the way into the product. */

@@ -80,6 +80,7 @@ static const pp_backend_ops cpu_ops = {
     .rope = pp_cpu_rope,
     .attn_step = pp_cpu_attn_step,
     .attn_step_kv = pp_cpu_attn_step_kv,
+    .attn_rows = pp_cpu_attn_rows,
     .matmul_silu = pp_cpu_matmul_silu,
     .conv1d = pp_cpu_conv1d,
     .conv_tr1d = pp_cpu_conv_tr1d,

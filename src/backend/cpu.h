@@ -68,6 +68,8 @@ void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_di
                       int capacity, int window, const int32_t *pos, float *out);
 void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
                          const int32_t *pos, float *out);
+void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 void pp_cpu_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 

@@ -171,6 +171,14 @@ void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_di
     pp_cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
 }
 
+void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+    size_t dim = (size_t)n_heads * head_dim;
+    for (int i = 0; i < n; i++)
+        pp_cpu_attn_step_kv(be, qkv + (size_t)i * 3 * dim, n_heads, head_dim, tables ? &tables[i][layer] : ring,
+                            pos + i, out + (size_t)i * dim);
+}
+
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {
     (void)be;
     for (int i = 0; i < n; i++) {

@@ -466,12 +466,28 @@ static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, 
     CUDA_NOTE(ctx_of(be), pk_rope(x, n, stride, n_heads, head_dim, pos, max_period, ctx_of(be)->stream));
 }
 
-static void cuda_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                              const int32_t *pos, float *out) {
+/* The kernels read ring tables written as pp_kv_ring (the model's) as pk_kv_ring. */
+_Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) == sizeof(int) &&
+                   offsetof(pp_kv_ring, capacity) == offsetof(pk_kv_ring, capacity) &&
+                   offsetof(pp_kv_ring, window) == offsetof(pk_kv_ring, window) &&
+                   offsetof(pp_kv_ring, k) == offsetof(pk_kv_ring, k) &&
+                   offsetof(pp_kv_ring, v) == offsetof(pk_kv_ring, v) &&
+                   offsetof(pp_kv_ring, kscale) == offsetof(pk_kv_ring, kscale) &&
+                   offsetof(pp_kv_ring, vscale) == offsetof(pk_kv_ring, vscale),
+               "pk_kv_ring mirrors pp_kv_ring");
+
+static void attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
     cuda_ctx *c = ctx_of(be);
     pk_kv_ring r = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale};
-    if (ws_reserve(c, pk_attn_workspace(n_heads, head_dim, ring->capacity))) return;
-    CUDA_NOTE(c, pk_attn_step(qkv, n_heads, head_dim, &r, pos, out, c->ws, c->stream));
+    if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity))) return;
+    CUDA_NOTE(c, pk_attn_rows(qkv, n, n_heads, head_dim, &r, (const pk_kv_ring *const *)tables, layer, pos, out, c->ws,
+                              c->stream));
+}
+
+static void cuda_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                              const int32_t *pos, float *out) {
+    attn_rows(be, qkv, 1, n_heads, head_dim, ring, NULL, 0, pos, out);
 }
 
 static void cuda_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
@@ -660,6 +676,7 @@ static const pp_backend_ops cuda_ops = {
     .rope = cuda_rope,
     .attn_step = cuda_attn_step,
     .attn_step_kv = cuda_attn_step_kv,
+    .attn_rows = attn_rows,
     .matmul_silu = cuda_matmul_silu,
     .conv1d = cuda_conv1d,
     .conv_tr1d = cuda_conv_tr1d,

@@ -39,14 +39,16 @@ struct pp_lm_work {
     pp_tf_scratch temporal, depformer;
     pp_tf_cache *dep;                    /* [rows]: each row's depformer rings (restart every frame) */
     pp_tf_cache **dep_rows, **tmp_rows;  /* host [rows]: ring pointers handed to pp_tf_forward */
+    const pp_kv_ring **dep_tables;       /* backend [rows]: each row's depformer ring table */
     float *x, *h, *dx, *logits, *layer_out; /* backend [rows][...] */
     int32_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
     /* A frame's inputs: one backend block `in`, staged whole in host_in and sent in one upload
-     * before the frame: params [2][rows] (text, audio), pos [rows] (the temporal positions),
-     * ids [17][rows] (the input columns), forced [1+dep_q][rows]; a frame of n rows uses the
-     * first k·n entries of a [k][rows] part as [k][n]. */
+     * before the frame: tables [rows] (each row's temporal ring table), params [2][rows] (text,
+     * audio), pos [rows] (the temporal positions), ids [17][rows] (the input columns), forced
+     * [1+dep_q][rows]; a frame of n rows uses the first k·n entries of a [k][rows] part as [k][n]. */
     void *in, *host_in;
     size_t in_bytes;
+    const pp_kv_ring **tables, **host_tables;
     pp_sample_param *params, *host_params;
     int32_t *pos, *host_pos, *ids, *host_ids, *forced, *host_forced;
     int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
@@ -339,7 +341,7 @@ void pp_lm_work_destroy(pp_lm_work *w) {
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
-    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->dep_pos, w->in, w->tokens};
+    void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->dep_pos, w->in, w->tokens, w->dep_tables};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
     void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_in, w->key_ctx};
@@ -355,7 +357,8 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->dep = calloc(n, sizeof *w->dep);
     w->dep_rows = calloc(n, sizeof *w->dep_rows);
     w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
-    w->in_bytes = 2 * n * sizeof(pp_sample_param) + n * (1 + PP_LM_STREAMS + nt) * sizeof(int32_t);
+    w->in_bytes =
+        n * sizeof(pp_kv_ring *) + 2 * n * sizeof(pp_sample_param) + n * (1 + PP_LM_STREAMS + nt) * sizeof(int32_t);
     w->host_in = calloc(1, w->in_bytes);
     w->key_ctx = calloc(n, sizeof *w->key_ctx);
     w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
@@ -366,12 +369,15 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int32_t));
     w->in = be->ops->alloc(be, w->in_bytes);
     w->tokens = be->ops->alloc(be, n * nt * sizeof(int32_t));
+    w->dep_tables = be->ops->alloc(be, n * sizeof *w->dep_tables);
     if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->key_ctx || !w->x || !w->h || !w->dx ||
-        !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens)
+        !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens || !w->dep_tables)
         return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
     /* The parts of the input block, at the same offsets on the host and the backend. */
-    w->params = w->in;
-    w->host_params = w->host_in;
+    w->tables = w->in;
+    w->host_tables = w->host_in;
+    w->params = (pp_sample_param *)(w->tables + n);
+    w->host_params = (pp_sample_param *)(w->host_tables + n);
     w->pos = (int32_t *)(w->params + 2 * n);
     w->host_pos = (int32_t *)(w->host_params + 2 * n);
     w->ids = w->pos + n;
@@ -380,11 +386,19 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->host_forced = w->host_ids + n * PP_LM_STREAMS;
     int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
     if (!rc) rc = pp_tf_scratch_init(be, &lm->depformer, w->rows, &w->depformer, err);
+    const pp_kv_ring **host_dep_tables = rc ? NULL : calloc(n, sizeof *host_dep_tables);
+    if (!rc && !host_dep_tables) rc = pp_fail(err, PP_ENOMEM, "lm: out of memory");
     for (int i = 0; !rc && i < w->rows; i++) {
         /* The same off-by-one as the temporal ring: step 15 does not see step 0 (spec §4.3). */
         rc = pp_tf_cache_init(be, &lm->depformer, cfg->dep_q, cfg->dep_q - 1, PP_KV_F32, &w->dep[i], err);
         w->dep_rows[i] = &w->dep[i];
+        host_dep_tables[i] = w->dep[i].table;
     }
+    if (!rc) {
+        be->ops->upload(be, w->dep_tables, host_dep_tables, n * sizeof *host_dep_tables);
+        be->ops->sync(be); /* the staging array goes now */
+    }
+    free(host_dep_tables);
     return rc;
 }
 
@@ -442,19 +456,22 @@ void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb) {
 static void put_row(pp_lm_work *w, int i, pp_lm_ctx *ctx, int64_t pos) {
     w->host_pos[i] = (int32_t)pos;
     w->tmp_rows[i] = &ctx->temporal;
+    w->host_tables[i] = ctx->temporal.table;
 }
 
 /* h = out_norm(temporal transformer(x)) on the uploaded positions and rings. */
 static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers) {
     pp_backend *be = lm->be;
     const pp_lm_config *c = &lm->cfg;
-    pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, n, w->x, w->pos, 0, layers ? w->layer_out : NULL);
+    pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, w->tables, n, w->x, w->pos, 0,
+                  layers ? w->layer_out : NULL);
     be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
 }
 
 void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos) {
     for (int i = 0; i < n; i++) put_row(w, i, ctxs[i], pos[i]);
     lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
+    lm->be->ops->upload(lm->be, w->tables, w->host_tables, (size_t)n * sizeof *w->tables);
     temporal(lm, w, n, 0);
 }
 
@@ -496,8 +513,8 @@ static void frame_ops(const pp_lm *lm, pp_lm_work *w, int n, int steps, int inpu
         be->ops->matmul(be, &lm->dep_in[k], w->h, n, w->dx);
         /* Step k is fed the frame's token of stream k (the text token at k = 0). */
         be->ops->embed(be, k == 0 ? &lm->dep_text_emb : &lm->dep_emb[k - 1], w->tokens + (size_t)k * n, n, w->dx, 1);
-        pp_tf_forward(be, &lm->depformer, &w->depformer, w->dep_rows, n, w->dx, w->dep_pos + (size_t)k * w->rows, k,
-                      NULL);
+        pp_tf_forward(be, &lm->depformer, &w->depformer, w->dep_rows, w->dep_tables, n, w->dx,
+                      w->dep_pos + (size_t)k * w->rows, k, NULL);
         be->ops->matmul(be, &lm->linears[k], w->dx, n, w->logits);
         if (tr && k < tr->dep_steps)
             trace_download(be, tr->dep_logits ? tr->dep_logits + (size_t)k * n * c->card : NULL, w->logits,

@@ -220,7 +220,9 @@ int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, 
             ok = r->kscale && r->vscale;
         }
     }
-    if (!ok) {
+    if (ok && (c->table = be->ops->alloc(be, (size_t)s->num_layers * sizeof *c->table)))
+        be->ops->upload(be, c->table, c->rings, (size_t)s->num_layers * sizeof *c->table);
+    if (!ok || !c->table) {
         pp_tf_cache_free(be, c);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory for the KV cache (%d slots)", s->prefix, capacity);
     }
@@ -233,6 +235,7 @@ void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->ops->release(be, bufs[i]);
     }
+    if (c->table) be->ops->release(be, c->table);
     free(c->rings);
     memset(c, 0, sizeof *c);
 }
@@ -286,19 +289,8 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-/* Attention of row i against its own conversation's ring: F32 rings go through attn_step, which
- * every backend has; other formats need attn_step_kv (checked when the cache was made). */
-static void attend(pp_backend *be, const pp_tf_shape *s, const pp_kv_ring *r, const float *qkv, const int32_t *pos,
-                   float *out) {
-    int hd = s->dim / s->num_heads;
-    if (r->fmt == PP_KV_F32)
-        be->ops->attn_step(be, qkv, s->num_heads, hd, r->k, r->v, r->capacity, r->window, pos, out);
-    else
-        be->ops->attn_step_kv(be, qkv, s->num_heads, hd, r, pos, out);
-}
-
-void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches, int n, float *x,
-                   const int32_t *pos, int step, float *layer_out) {
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
+                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
     int d = s->dim, hd = s->dim / s->num_heads;
@@ -312,8 +304,7 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
         op->matmul(be, &w->qkv, sc->h, n, sc->qkv);
         /* q and k: the k heads follow the q heads in each row, so one call rotates both */
         if (s->rope) op->rope(be, sc->qkv, n, 3 * d, 2 * s->num_heads, hd, pos, s->max_period);
-        for (int i = 0; i < n; i++)
-            attend(be, s, &caches[i]->rings[l], sc->qkv + (size_t)i * 3 * d, pos + i, sc->att + (size_t)i * d);
+        op->attn_rows(be, sc->qkv, n, s->num_heads, hd, &caches[0]->rings[l], tables, l, pos, sc->att);
         op->matmul(be, &w->out, sc->att, n, sc->tmp);
         op->add_rmsnorm(be, x, sc->tmp, L->norm2, n, d, s->eps, sc->h);
         op->matmul(be, &w->ffn_in, sc->h, n, sc->u);

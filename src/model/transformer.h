@@ -48,6 +48,7 @@ typedef struct pp_tf {
 typedef struct pp_tf_cache {
     pp_kv_ring *rings; /* [num_layers] */
     int num_layers;
+    pp_kv_ring *table; /* backend memory: the same descriptors, for attn_rows (pp_tf_forward's tables) */
 } pp_tf_cache;
 
 /* Activation scratch for up to `rows` rows advancing together (shared by a batch). */
@@ -95,11 +96,13 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 
 /* Runs all layers on n rows of x (backend [n][dim], updated in place; n <= sc->rows) with the
  * weight slice of `step`: row i is one token of the conversation whose rings are caches[i] (host
- * array), at position pos[i] (backend int32 [n]). Every weight is read once for all n rows;
- * attention runs per row on its own rings. When layer_out (backend [n][num_layers][dim]) is not
- * NULL each row's layer outputs are copied there. */
-void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches, int n, float *x,
-                   const int32_t *pos, int step, float *layer_out);
+ * array), at position pos[i] (backend int32 [n]); tables (backend [n]) holds caches[i]->table,
+ * uploaded by the caller before a recorded frame. Every weight is read once for all n rows, and
+ * one attn_rows per layer attends each row over its own rings (all rings of one format and size).
+ * When layer_out (backend [n][num_layers][dim]) is not NULL each row's layer outputs are copied
+ * there. */
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
+                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out);
 
 /* Loads the 2-D weight `name` as [rows, cols] (catalogue entry t: what part it is) and uploads
  * it, quantized first when q (may be NULL) covers it; a shape mismatch is reported as a
