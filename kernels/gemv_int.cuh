@@ -1,6 +1,6 @@
 /* gemv_int: NF2 and INT4 products for 1..8 inputs in integer arithmetic (dp4a), so the packed
  * bytes rather than the decode instructions set the pace (the float template of gemv.cuh
- * spends ~15 instructions per weight on these formats; this loop about 2.3 for NF2, 1.2 for INT4).
+ * spends ~15 PTX instructions per weight on these formats, this loop ~3 at one input).
  *
  * Activations are prepared once per product, as the CPU's integer loops prepare theirs
  * (backend/cpu_gemv_vnni.c): NF2 rotates each group slice (the same WHT, the same bits), then

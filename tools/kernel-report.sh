@@ -61,5 +61,7 @@ done
 if [ -s "$tmp/bad" ]; then
     echo "kernel-report: $(wc -l <"$tmp/bad") GEMV kernel instance(s) spill" >&2
     bad=1
+else
+    echo "kernel-report: no GEMV kernel spills (sm_${archs// /, sm_})"
 fi
 exit $bad
