@@ -4,9 +4,9 @@
  * The block of each head whose split holds the newest position first converts the new key and
  * value to the ring's format and stores them (an int8 head's max|x| is one block reduction).
  * The visible keys (positions max(0, pos − window + 1) .. pos) are cut into splits of
- * PK_ATTN_SPLIT keys; block (head, split) runs an online
- * softmax over its keys (one warp per key at a time, lanes over head_dim) and leaves (max,
- * sum, unnormalised output) in the workspace; a second pass merges the splits of each head.
+ * PK_ATTN_SPLIT keys; block (head, split, row) runs an online softmax over its keys (each warp
+ * PK_ATTN_KEYS keys at a time, lanes over head_dim) and leaves (max, sum, unnormalised output)
+ * in the workspace; a second pass merges the splits of each head and row.
  * The split count follows the capacity, not the position (which lives in device memory), so
  * the launch is the same every frame and a captured graph replays it; splits past the window
  * contribute nothing. */
@@ -67,14 +67,14 @@ __device__ __forceinline__ void pk_kv_store_head(const float *__restrict__ qkv, 
     __syncthreads();
 }
 
-/* VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide head keeps 4 registers
- * per key instead of PK_ATTN_MAX_DIM's 8. */
 /* Row blockIdx.z's ring: its entry of tables (device: per row, its conversation's rings by
  * layer), or `one` for a single row without tables. */
 __device__ __forceinline__ pk_kv_ring pk_row_ring(const pk_kv_ring &one, const pk_kv_ring *const *tables, int layer) {
     return tables ? tables[blockIdx.z][layer] : one;
 }
 
+/* Block (head, split, row). VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide
+ * head keeps 4 registers per key instead of PK_ATTN_MAX_DIM's 8. */
 template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring one,

@@ -29,6 +29,10 @@ __device__ __forceinline__ float pk_nf2_code_at(const uint8_t *d, int64_t e) {
     return pk_nf2_centroid((d[e >> 2] >> (2 * (e & 3))) & 3u);
 }
 
+/* Threads for a block running pk_wht_shared on np2 values: a stage's np2 / 2 butterflies, at
+ * least a warp, at most 256. */
+static inline int pk_wht_threads(int np2) { return np2 / 2 < 32 ? 32 : np2 / 2 < 256 ? np2 / 2 : 256; }
+
 /* The orthonormal Walsh-Hadamard transform of v[np2] in shared memory, by the whole block
  * (every thread calls it; it ends with a barrier). The same butterflies in the same order as
  * the CPU's pp_quant_fwht, additions only, so both give the same bits. The transform is its own

@@ -53,7 +53,7 @@ extern "C" int pk_embed(const pk_weight *table, const int32_t *ids, int n, float
                         cudaStream_t stream) {
     if (n <= 0) return 0;
     if (table->fmt == PK_NF2) {
-        int threads = table->np2 / 2 < 32 ? 32 : (table->np2 / 2 > 256 ? 256 : table->np2 / 2);
+        int threads = pk_wht_threads(table->np2);
         dim3 grid((unsigned)(table->cols / table->group), (unsigned)n);
         PK_LAUNCH(grid, threads, (size_t)table->np2 * sizeof(float), stream, pk_embed_nf2_kernel)(*table, ids, y,
                                                                                            accumulate);

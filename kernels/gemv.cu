@@ -108,6 +108,12 @@ __global__ void pk_dequant_kernel(pk_weight w, int64_t r0, int64_t nr, float *__
 
 static const int gemv_threads = 128;
 
+/* Blocks of gemv_threads covering w's rows at rpw rows per warp. */
+static unsigned row_blocks(const pk_weight *w, int rpw) {
+    int64_t rows_per_block = (gemv_threads / PK_WARP) * rpw;
+    return (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
+}
+
 static int values_per_chunk(int fmt) {
     switch (fmt) {
     case PK_F32: return pk_fmt<PK_F32>::V;
@@ -130,9 +136,7 @@ static int chunkable(const pk_weight *w, const float *x) {
 
 template <int FMT, int NB, int RPW>
 static void launch_rows(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
-    int64_t rows_per_block = (gemv_threads / PK_WARP) * RPW;
-    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
-    PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, y);
+    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, y);
 }
 
 /* One instance per input count range. At 5..8 inputs the format's rows per warp take up to ~210
@@ -141,16 +145,15 @@ static void launch_rows(const pk_weight *w, const float *x, int n, float *y, cud
  * zero-point sums too) they take 2; INT4 only runs here for groups the integer kernel refuses. */
 template <int FMT>
 static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
-    const int rpw = pk_fmt<FMT>::RPW, rpw4 = FMT == PK_INT8 || FMT == PK_INT4 ? 2 : rpw;
-    const int rpw8 = FMT == PK_INT4 || FMT == PK_INT8 ? 2 : rpw;
+    const int rpw = pk_fmt<FMT>::RPW, rpw_many = FMT == PK_INT8 || FMT == PK_INT4 ? 2 : rpw; /* 3..8 inputs */
     if (n == 1)
         launch_rows<FMT, 1, rpw>(w, x, n, y, stream);
     else if (n == 2)
         launch_rows<FMT, 2, rpw>(w, x, n, y, stream);
     else if (n <= 4)
-        launch_rows<FMT, 4, rpw4>(w, x, n, y, stream);
+        launch_rows<FMT, 4, rpw_many>(w, x, n, y, stream);
     else
-        launch_rows<FMT, PK_GEMV_MAX_BATCH, rpw8>(w, x, n, y, stream);
+        launch_rows<FMT, PK_GEMV_MAX_BATCH, rpw_many>(w, x, n, y, stream);
 }
 
 static int64_t tile_rows(const pk_weight *w) {
@@ -241,11 +244,10 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
 template <int FMT, int NB, int RPW>
 static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, float *y,
                        cudaStream_t stream) {
-    int64_t rows_per_block = (gemv_threads / PK_WARP) * RPW;
-    unsigned blocks = (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
     int gshift = 0;
     while ((1 << gshift) < w->group) gshift++;
-    PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)(*w, planes, meta, n, gshift, y);
+    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)
+    (*w, planes, meta, n, gshift, y);
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
@@ -267,29 +269,30 @@ static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const i
 template <int FMT, int GATED>
 static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *planes, int2 *meta, cudaStream_t stream) {
     const int len = FMT == PK_NF2 ? w->group : int4_slice(w->cols);
-    const int threads = FMT == PK_INT4 ? 32 : len / 2 < 256 ? (len / 2 < 32 ? 32 : len / 2) : 256;
+    const int threads = FMT == PK_INT4 ? 32 : pk_wht_threads(len);
     const unsigned slices = (unsigned)((int64_t)n * w->cols / len);
     PK_LAUNCH(slices, threads, (size_t)len * sizeof(float), stream, pk_int_prepare_kernel<FMT, GATED>)
     (x, w->cols, len, planes, meta);
+}
+
+template <int FMT>
+static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated, float *y, uint32_t *planes,
+                          int2 *meta, cudaStream_t stream) {
+    if (x_gated)
+        int_prepare<FMT, 1>(w, x, n, planes, meta, stream);
+    else
+        int_prepare<FMT, 0>(w, x, n, planes, meta, stream);
+    launch_int_batch<FMT>(w, planes, meta, n, y, stream);
 }
 
 static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws,
                       cudaStream_t stream) {
     uint32_t *planes = (uint32_t *)ws;
     int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
-    if (w->fmt == PK_NF2) {
-        if (x_gated)
-            int_prepare<PK_NF2, 1>(w, x, n, planes, meta, stream);
-        else
-            int_prepare<PK_NF2, 0>(w, x, n, planes, meta, stream);
-        launch_int_batch<PK_NF2>(w, planes, meta, n, y, stream);
-    } else {
-        if (x_gated)
-            int_prepare<PK_INT4, 1>(w, x, n, planes, meta, stream);
-        else
-            int_prepare<PK_INT4, 0>(w, x, n, planes, meta, stream);
-        launch_int_batch<PK_INT4>(w, planes, meta, n, y, stream);
-    }
+    if (w->fmt == PK_NF2)
+        int_matmul_as<PK_NF2>(w, x, n, x_gated, y, planes, meta, stream);
+    else
+        int_matmul_as<PK_INT4>(w, x, n, x_gated, y, planes, meta, stream);
     return pk_launched();
 }
 
@@ -306,14 +309,14 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
     }
     if (w->fmt == PK_NF2) {
         unsigned slices = (unsigned)((int64_t)n * w->cols / w->group);
-        int threads = w->np2 / 2 < 256 ? (w->np2 / 2 < 32 ? 32 : w->np2 / 2) : 256;
+        int threads = pk_wht_threads(w->np2);
         PK_LAUNCH(slices, threads, (size_t)w->np2 * sizeof(float), stream, pk_rotate_kernel)(x, w->group, w->np2, ws);
         x = ws;
         ws += (size_t)n * w->cols;
     }
     if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, y, ws, cublas, stream);
     if (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) {
-        unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
+        unsigned blocks = row_blocks(w, 1);
         if (n == 1)
             PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<1>)(*w, x, n, y);
         else
@@ -321,7 +324,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
         return pk_launched();
     }
     if (!chunkable(w, x)) {
-        unsigned blocks = (unsigned)((w->rows + gemv_threads / PK_WARP - 1) / (gemv_threads / PK_WARP));
+        unsigned blocks = row_blocks(w, 1);
         PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_scalar_kernel)(*w, x, n, y);
         return pk_launched();
     }

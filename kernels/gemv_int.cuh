@@ -18,7 +18,7 @@
  * plane extractions, four dp4a per plane pair, a few integer multiply-adds, one conversion and
  * one multiply by the run's scale; the group's f16 scale multiplies a 16-byte chunk (4 runs) once.
  * Weights whose groups are not a power of two, or slices the group layout does not align with,
- * take the float template instead (pk_int_gemv_takes). */
+ * take the float template instead (int_gemv_takes in gemv.cu). */
 #ifndef PP_KERNELS_GEMV_INT_CUH
 #define PP_KERNELS_GEMV_INT_CUH
 
