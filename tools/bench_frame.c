@@ -1,13 +1,13 @@
 /* personaplex-bench frame: one whole 80 ms frame on a backend, from synthetic weights of the
  * real PersonaPlex-7B shapes generated in memory in each packed format (random codes and
  * scales: no file, no quantizer run). Per frame it times the temporal step (17 embeddings, the
- * transformer, the text head and its sampling), the depformer (16 steps, each sampled), Mimi
+ * transformer, the text head and its sampling), the depformer (8 steps by default, each sampled), Mimi
  * encode and decode (bench_frame_mimi.c), and the whole frame; it prints the median and p99 of
  * each, the LM weight bytes read per frame, the GB/s achieved against the backend's measured
  * copy bandwidth, and device memory. Contexts are KV-cache fills: the frame at context C
  * attends over min(C, 2999) past frames.
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
- *       [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
+ *       [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
  *       [--small] [--no-mimi] [--project GBPS,CORES]
  * With --project (CPU) each format's contexts run again on one thread, and the tool ends with
  * the frame time projected for a machine of GBPS copy bandwidth and CORES cores like these:
@@ -181,9 +181,11 @@ typedef struct lm {
     float *out_norm, *x, *h, *dx, *logits;
     int32_t *pos, *dep_pos, *ids, *tokens; /* ids: the input column; tokens: the frame's [1+DEP_Q] */
     pp_sample_param *params;               /* [2]: text, audio */
+    int dep_steps;                         /* depformer steps run per frame */
 } lm;
 
-static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, pp_tf *tf, char *err) {
+/* Counts in s->lm_bytes the weights that `steps_run` steps read. */
+static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int steps_run, pp_tf *tf, char *err) {
     memset(tf, 0, sizeof *tf);
     tf->shape = *shape;
     tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
@@ -205,10 +207,10 @@ static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, pp_tf *t
             if (!rc) rc = synth_weight(s, fmt, d, hid, &L->ffn_out[st], err);
             L->steps[st] = (pp_tf_step){pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d),
                                         pp_weight_rows(&L->out_proj, st * d, d), L->ffn_in[st], L->ffn_out[st]};
-            s->lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
+            if (st < steps_run) s->lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
         }
         if (rc) return rc;
-        s->lm_bytes += pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj);
+        s->lm_bytes += (pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj)) / (size_t)ns * (size_t)steps_run;
     }
     return PP_OK;
 }
@@ -242,11 +244,12 @@ static void lm_free(lm *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm *m, char *err) {
+static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, int dep_steps, lm *m, char *err) {
     pp_backend *be = s->be;
     memset(m, 0, sizeof *m);
     m->be = be;
     m->d = *d;
+    m->dep_steps = dep_steps;
     pp_tf_shape ts = {.prefix = "transformer",
                       .dim = d->dim,
                       .num_heads = d->heads,
@@ -263,8 +266,8 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
                       .num_layers = d->dep_layers,
                       .n_steps = DEP_Q,
                       .eps = 1e-8f};
-    int rc = build_tf(s, fmt, &ts, &m->temporal, err);
-    if (!rc) rc = build_tf(s, fmt, &ds, &m->depformer, err);
+    int rc = build_tf(s, fmt, &ts, 1, &m->temporal, err);
+    if (!rc) rc = build_tf(s, fmt, &ds, dep_steps, &m->depformer, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dim, &m->text_emb, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card, d->dim, &m->text_linear, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dep_dim, &m->dep_text_emb, err);
@@ -273,7 +276,7 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, lm
         if (!rc) rc = synth_weight(s, fmt, d->dep_dim, d->dim, &m->dep_in[k], err);
         if (!rc) rc = synth_weight(s, fmt, d->card, d->dep_dim, &m->linears[k], err);
         if (!rc && k < DEP_Q - 1) rc = synth_weight(s, fmt, d->card + 1, d->dep_dim, &m->dep_emb[k], err);
-        if (!rc) s->lm_bytes += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
+        if (!rc && k < dep_steps) s->lm_bytes += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
     }
     if (rc) return rc;
     s->lm_bytes += pp_weight_bytes(&m->text_linear);
@@ -325,7 +328,7 @@ static void issue_depformer(void *arg) {
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
     pp_tf_cache *dc = &m->dc;
-    for (int k = 0; k < DEP_Q; k++) {
+    for (int k = 0; k < m->dep_steps; k++) {
         op->matmul(be, &m->dep_in[k], m->h, 1, m->dx);
         op->embed(be, k == 0 ? &m->dep_text_emb : &m->dep_emb[k - 1], m->tokens + k, 1, m->dx, 1);
         pp_tf_forward(be, &m->depformer, &m->dsc, &dc, m->tables + 1, 1, m->dx, m->dep_pos + k, k, NULL);
@@ -380,7 +383,7 @@ static void stats(double *v, int n, double *p50, double *p99) {
 enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
 
 typedef struct run_opts {
-    int frames, mimi, threads;
+    int frames, mimi, threads, dep_steps;
     double copy_bw;
 } run_opts;
 
@@ -463,7 +466,7 @@ static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
 
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
-                    "[--dep-layers N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
+                    "[--dep-layers N] [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
                     "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES]\n");
     return 2;
 }
@@ -501,7 +504,7 @@ static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_fo
     synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
     pp_quant_nf4_dynamic_map(s.nested_map);
     lm m;
-    int rc = lm_build(&s, fmt, kv, d, &m, err);
+    int rc = lm_build(&s, fmt, kv, d, o->dep_steps, &m, err);
     for (int c = 0; !rc && c < count_contexts(contexts); c++) {
         int context = context_at(contexts, c);
         bytes[c] = lm_read_bytes(&m, s.lm_bytes, context, kv);
@@ -529,7 +532,8 @@ int bench_frame(int argc, char **argv) {
     const char *device = "auto", *formats = "nf2,int4,nf4,bf16", *contexts = "100,3000", *kv_name = "f32";
     int threads = 0, layers = -1, dep_layers = -1, small = 0, project_cores = 0;
     double project_gbps = 0;
-    run_opts o = {.frames = 50, .mimi = 1};
+    /* 8 depformer steps: the server's frame, whose user-code steps 8..15 are given, not drawn */
+    run_opts o = {.frames = 50, .mimi = 1, .dep_steps = 8};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--small") == 0) small = 1;
@@ -539,6 +543,7 @@ int bench_frame(int argc, char **argv) {
         else if (strcmp(a, "--threads") == 0) threads = atoi(argv[++i]);
         else if (strcmp(a, "--layers") == 0) layers = atoi(argv[++i]);
         else if (strcmp(a, "--dep-layers") == 0) dep_layers = atoi(argv[++i]);
+        else if (strcmp(a, "--dep-steps") == 0) o.dep_steps = atoi(argv[++i]);
         else if (strcmp(a, "--formats") == 0) formats = argv[++i];
         else if (strcmp(a, "--frames") == 0) o.frames = atoi(argv[++i]);
         else if (strcmp(a, "--contexts") == 0) contexts = argv[++i];
@@ -555,7 +560,9 @@ int bench_frame(int argc, char **argv) {
     if (dep_layers > 0) d.dep_layers = dep_layers;
     pp_kv_format kv = PP_KV_F32;
     while (kv <= PP_KV_INT8 && strcmp(kv_names[kv], kv_name)) kv++;
-    if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || kv > PP_KV_INT8) return usage();
+    if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || o.dep_steps < 0 || o.dep_steps > DEP_Q ||
+        kv > PP_KV_INT8)
+        return usage();
     char err[PP_ERR_LEN];
     pp_backend *be;
     pp_log_set_level(PP_LOG_WARN);
@@ -568,7 +575,7 @@ int bench_frame(int argc, char **argv) {
     printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
            "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99);\n"
            "LM MB/fr: weights and temporal KV read per frame\n",
-           be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, DEP_Q,
+           be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, o.dep_steps,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
     printf("%-5s %5s %3s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "thr",
            "temporal step", "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec", "LM GB/s",
@@ -593,7 +600,7 @@ int bench_frame(int argc, char **argv) {
         }
         double t_n[MAX_CONTEXTS], t_1[MAX_CONTEXTS], bytes[MAX_CONTEXTS];
         rc = run_format(be, mimi, fmt, kv, &d, contexts, &o, t_n, bytes, err);
-        run_opts o1 = {.frames = o.frames < 3 ? o.frames : 3, .threads = 1, .copy_bw = o.copy_bw};
+        run_opts o1 = {.frames = o.frames < 3 ? o.frames : 3, .threads = 1, .dep_steps = o.dep_steps, .copy_bw = o.copy_bw};
         if (!rc && one) rc = run_format(one, NULL, fmt, kv, &d, contexts, &o1, t_1, bytes, err);
         if (rc) fprintf(stderr, "personaplex-bench: %s\n", err);
         for (int c = 0; !rc && one && c < count_contexts(contexts); c++)
