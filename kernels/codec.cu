@@ -14,6 +14,7 @@ __device__ __forceinline__ float pk_conv_in(const float *hist, const float *x, i
 /* Thread per output (o, j): for long outputs. blockIdx.y = o, so the weight row is shared. */
 __global__ void pk_conv1d_thread_kernel(pk_conv c, const float *__restrict__ x, int t, const float *__restrict__ hist,
                                         float *y, int accumulate) {
+    pk_grid_wait();
     const int o = blockIdx.y, tout = t / c.stride, p = c.k - c.stride;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= tout) return;
@@ -29,6 +30,7 @@ __global__ void pk_conv1d_thread_kernel(pk_conv c, const float *__restrict__ x, 
 /* Warp per output (o, j): for short outputs with long reductions (deep layers, one frame). */
 __global__ void pk_conv1d_warp_kernel(pk_conv c, const float *__restrict__ x, int t, const float *__restrict__ hist,
                                       float *y, int accumulate) {
+    pk_grid_wait();
     const int tout = t / c.stride, p = c.k - c.stride, lane = threadIdx.x & 31;
     const int64_t out = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (out >= (int64_t)c.cout * tout) return;
@@ -44,6 +46,7 @@ __global__ void pk_conv1d_warp_kernel(pk_conv c, const float *__restrict__ x, in
 }
 
 __global__ void pk_conv_replicate_kernel(const float *__restrict__ x, int cin, int t, int p, float *hist) {
+    pk_grid_wait();
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < cin * p) hist[idx] = x[(size_t)(idx / p) * t];
 }
@@ -51,6 +54,7 @@ __global__ void pk_conv_replicate_kernel(const float *__restrict__ x, int cin, i
 /* The new history: the last p columns of [hist, x]. One thread per channel walks upwards, as
  * the CPU does, so the in-place shift (t < p) reads ahead of its writes. */
 __global__ void pk_conv_hist_kernel(const float *__restrict__ x, int cin, int t, int p, float *hist) {
+    pk_grid_wait();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= cin) return;
     float *hi = hist + (size_t)i * p;
@@ -81,6 +85,7 @@ extern "C" int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, f
  * scratch (the old one is still being read). */
 __global__ void pk_conv_tr_kernel(pk_conv c, const float *__restrict__ x, int t, const float *__restrict__ tail,
                                   float *__restrict__ y, float *__restrict__ new_tail) {
+    pk_grid_wait();
     const int s = c.stride, k = c.k, p = k - s, span = t * s + p;
     const int o = blockIdx.y, u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= span) return;
@@ -120,6 +125,7 @@ extern "C" int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail
 /* ==== elementwise and normalisation ============================================ */
 
 __global__ void pk_elu_kernel(const float *x, float *y, size_t n) {
+    pk_grid_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
@@ -131,6 +137,7 @@ extern "C" int pk_elu(const float *x, float *y, size_t n, cudaStream_t stream) {
 }
 
 __global__ void pk_gelu_kernel(float *x, size_t n) {
+    pk_grid_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
@@ -144,6 +151,7 @@ extern "C" int pk_gelu(float *x, size_t n, cudaStream_t stream) {
 /* One block per row; two passes (mean, then variance around it) as the CPU. */
 __global__ void pk_layer_norm_kernel(const float *x, const float *__restrict__ w, const float *__restrict__ b, int d,
                                      float eps, float *y) {
+    pk_grid_wait();
     __shared__ float red[32];
     const float *xi = x + (size_t)blockIdx.x * d;
     float *yi = y + (size_t)blockIdx.x * d;
@@ -166,6 +174,7 @@ extern "C" int pk_layer_norm(const float *x, const float *w, const float *b, int
 /* 32×32 tiles through shared memory (padded a column against bank conflicts) so both the
  * reads and the writes are coalesced. */
 __global__ void pk_transpose_kernel(const float *__restrict__ x, int rows, int cols, float *__restrict__ y) {
+    pk_grid_wait();
     __shared__ float tile[32][33];
     const int r0 = (int)blockIdx.y * 32, c0 = (int)blockIdx.x * 32, tx = (int)threadIdx.x, ty = (int)threadIdx.y;
     for (int r = r0 + ty; r < r0 + 32; r += 8)
@@ -183,6 +192,7 @@ extern "C" int pk_transpose(const float *x, int rows, int cols, float *y, cudaSt
 }
 
 __global__ void pk_scale_add_kernel(float *y, const float *__restrict__ x, const float *__restrict__ scale, int n, int d) {
+    pk_grid_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)n * d) y[i] += scale[i % d] * x[i];
 }
@@ -204,6 +214,7 @@ extern "C" int pk_scale_add(float *y, const float *x, const float *scale, int n,
 __global__ void __launch_bounds__(PK_VQ_THREADS)
     pk_vq_kernel(const float *__restrict__ cb, const float *__restrict__ cb_sq, int bins, int dim, float *x,
                  int subtract, int32_t *code) {
+    pk_grid_wait();
     __shared__ float red[32], bd[32];
     __shared__ int bi[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -259,6 +270,7 @@ extern "C" int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int 
 /* The code is read on the device, so a recorded frame adds the row of the code it is given. */
 __global__ void pk_vq_add_row_kernel(const float *__restrict__ cb, int bins, int dim, const int32_t *__restrict__ code,
                                      float *y) {
+    pk_grid_wait();
     const int c = *code, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < 0 || c >= bins || i >= dim) return;
     y[i] += cb[(size_t)c * dim + i];

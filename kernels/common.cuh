@@ -10,13 +10,73 @@
 
 #define PK_WARP 32
 
-/* Launches and dynamic shared memory go through these so the same sources also build for
- * tests/cuda_emu, the CPU emulation CI runs the backend on (its cuda_runtime.h defines both).
- * A launch counts itself as one node (pk_nodes). */
+/* Launches, dynamic shared memory and pk_grid_wait go through these so the same sources also
+ * build for tests/cuda_emu, the CPU emulation CI runs the backend on (its cuda_runtime.h defines
+ * them). A launch counts itself as one node (pk_nodes).
+ *
+ * PK_LAUNCH allows programmatic dependent launch where the device has it (sm_90 on, see
+ * pk_set_programmatic_launch): the kernel may start while the one before it in the stream
+ * drains, so it calls pk_grid_wait before it reads or writes anything an earlier kernel touches
+ * (it may read weights before: they never change), which also lets the next kernel start. The
+ * emulation stops a kernel so launched that never calls it. PK_LAUNCH_PLAIN is an ordinary
+ * launch, for a kernel whose registers the wait would cost occupancy (the attention split). */
 #ifndef PK_LAUNCH
-#define PK_LAUNCH(grid, block, smem, stream, ...) pk_count_node(), __VA_ARGS__<<<grid, block, smem, stream>>>
+#include <utility>
+
+template <class... P> struct pk_launcher {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    bool programmatic;
+    void (*kernel)(P...);
+    template <class... A> void operator()(A &&...args) const {
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cfg.attrs = &attr;
+        cfg.numAttrs = programmatic && pk_programmatic_launch() ? 1 : 0;
+        cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+    }
+};
+
+template <class... P>
+static pk_launcher<P...> pk_make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool programmatic,
+                                          void (*k)(P...)) {
+    return pk_launcher<P...>{grid, block, smem, stream, programmatic, k};
+}
+
+#define PK_LAUNCH(grid, block, smem, stream, ...)                                                                      \
+    pk_count_node(), pk_make_launcher(grid, block, smem, stream, true, __VA_ARGS__)
+#define PK_LAUNCH_PLAIN(grid, block, smem, stream, ...)                                                                \
+    pk_count_node(), pk_make_launcher(grid, block, smem, stream, false, __VA_ARGS__)
 #define PK_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+
+/* Waits until the kernel before this one in the stream has finished and its writes are
+ * visible, then lets the next kernel launch. */
+__device__ __forceinline__ void pk_grid_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+#endif
+
+/* Asks L2 for the bytes [p, p + bytes) ahead of their loads (a GEMV's weights, before its
+ * pk_grid_wait: they stream in while the previous kernel drains). */
+__device__ __forceinline__ void pk_prefetch_l2(const void *p, size_t bytes) {
+#if defined(__CUDA_ARCH__)
+    const char *c = (const char *)p;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+#else
+    (void)p, (void)bytes;
+#endif
+}
 
 __device__ __forceinline__ float pk_warp_sum(float v) {
 #pragma unroll

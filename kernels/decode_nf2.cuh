@@ -33,13 +33,15 @@ __device__ __forceinline__ float pk_nf2_code_at(const uint8_t *d, int64_t e) {
  * least a warp, at most 256. */
 static inline int pk_wht_threads(int np2) { return np2 / 2 < 32 ? 32 : np2 / 2 < 256 ? np2 / 2 : 256; }
 
-/* The orthonormal Walsh-Hadamard transform of v[np2] in shared memory, by the whole block
- * (every thread calls it; it ends with a barrier). The same butterflies in the same order as
- * the CPU's pp_quant_fwht, additions only, so both give the same bits. The transform is its own
- * inverse: the GEMV rotates activations with it, the embedding decodes rows with it. */
-__device__ __forceinline__ void pk_wht_shared(float *v, int np2) {
+/* The orthonormal Walsh-Hadamard transform of each aligned slice of np2 values of v[total] in
+ * shared memory, by the whole block (every thread calls it; it ends with a barrier). A stage's
+ * butterflies span less than np2, so they never cross slices and one pass over v transforms
+ * them all. The same butterflies in the same order as the CPU's pp_quant_fwht, additions only,
+ * so both give the same bits. The transform is its own inverse: the GEMV rotates activations
+ * with it, the embedding decodes rows with it. */
+__device__ __forceinline__ void pk_wht_shared(float *v, int total, int np2) {
     for (int h = 1; h < np2; h *= 2) {
-        for (int p = threadIdx.x; p < np2 / 2; p += blockDim.x) {
+        for (int p = threadIdx.x; p < total / 2; p += blockDim.x) {
             int i = (p / h) * 2 * h + p % h;
             float a = v[i], b = v[i + h];
             v[i] = a + b;
@@ -48,7 +50,7 @@ __device__ __forceinline__ void pk_wht_shared(float *v, int np2) {
         __syncthreads();
     }
     const float norm = 1.0f / sqrtf((float)np2);
-    for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] *= norm;
+    for (int i = threadIdx.x; i < total; i += blockDim.x) v[i] *= norm;
     __syncthreads();
 }
 

@@ -19,6 +19,7 @@ __device__ __forceinline__ void pk_embed_store(float *dst, float v, int accumula
 /* One block per (group of the row, input i). */
 __global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y,
                                     int accumulate) {
+    pk_grid_wait();
     PK_DYNAMIC_SHARED(float, v);
     const int i = blockIdx.y, gs = w.group, np2 = w.np2;
     const int64_t row = pk_embed_row(ids[i], w.rows);
@@ -31,12 +32,13 @@ __global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids
     const uint8_t *d = (const uint8_t *)w.data;
     for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
     __syncthreads();
-    pk_wht_shared(v, np2);
+    pk_wht_shared(v, np2, np2);
     const float s = pk_group_scale(w, e0 / gs);
     for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * s, accumulate);
 }
 
 __global__ void pk_embed_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y, int accumulate) {
+    pk_grid_wait();
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     const int i = blockIdx.y;

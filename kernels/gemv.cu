@@ -13,38 +13,33 @@
 /* ---- NF2 activation rotation: one block per (input row, group) slice ---- */
 
 __global__ void pk_rotate_kernel(const float *__restrict__ x, int gs, int np2, float *__restrict__ xr) {
+    pk_grid_wait();
     PK_DYNAMIC_SHARED(float, v);
     const float *src = x + (int64_t)blockIdx.x * gs;
     for (int i = threadIdx.x; i < np2; i += blockDim.x) v[i] = i < gs ? src[i] : 0.0f;
     __syncthreads();
-    pk_wht_shared(v, np2);
+    pk_wht_shared(v, np2, np2);
     for (int i = threadIdx.x; i < gs; i += blockDim.x) xr[(int64_t)blockIdx.x * gs + i] = v[i];
 }
 
 /* ---- any shape: one warp per row ---- */
 
-__global__ void __launch_bounds__(128) pk_gemv_scalar_kernel(pk_weight w, const float *__restrict__ x, int n,
-                                                             float *__restrict__ y) {
+__global__ void __launch_bounds__(128)
+    pk_gemv_scalar_kernel(pk_weight w, const float *__restrict__ x, int n, pk_dst out) {
+    pk_grid_wait();
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= w.rows) return;
-    float acc[PK_GEMV_MAX_BATCH];
-#pragma unroll
-    for (int i = 0; i < PK_GEMV_MAX_BATCH; i++) acc[i] = 0.0f;
+    float acc[PK_GEMV_MAX_BATCH][1] = {};
     for (int64_t c = lane; c < w.cols; c += PK_WARP) {
         float v = pk_weight_elem(w, w.elem0 + r * w.cols + c, lut);
 #pragma unroll
         for (int i = 0; i < PK_GEMV_MAX_BATCH; i++)
-            if (i < n) acc[i] += v * x[(int64_t)i * w.cols + c];
+            if (i < n) acc[i][0] += v * x[(int64_t)i * w.cols + c];
     }
-#pragma unroll
-    for (int i = 0; i < PK_GEMV_MAX_BATCH; i++) {
-        if (i >= n) break; /* n is the same in every lane */
-        float s = pk_warp_sum(acc[i]);
-        if (lane == 0) y[(int64_t)i * w.rows + r] = s;
-    }
+    pk_store_rows<PK_GEMV_MAX_BATCH, 1>(acc, w, r, n, out);
 }
 
 /* ---- Q4_K: one warp per row, one 32-weight sub-block per lane and step ----
@@ -52,15 +47,13 @@ __global__ void __launch_bounds__(128) pk_gemv_scalar_kernel(pk_weight w, const 
  * (two 16-byte loads: the low or high nibbles of 32 bytes) and applies the scale and min once. */
 
 template <int NB>
-__global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const float *__restrict__ x, int n,
-                                                          float *__restrict__ y) {
+__global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const float *__restrict__ x, int n, pk_dst out) {
+    pk_grid_wait();
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= w.rows) return;
     const uint8_t *row = (const uint8_t *)w.data + (w.elem0 + r * w.cols) / 256 * 144;
-    float acc[NB];
-#pragma unroll
-    for (int i = 0; i < NB; i++) acc[i] = 0.0f;
+    float acc[NB][1] = {};
     for (int64_t s = lane; s < w.cols / 32; s += PK_WARP) {
         const uint8_t *blk = row + s / 8 * 144;
         const int j = (int)(s % 8), shift = 4 * (j & 1);
@@ -84,19 +77,15 @@ __global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const flo
         pk_q4k_scale_min(blk + 4, j, &scale, &mn);
         const float d = pk_ld_f16(blk) * (float)scale, dm = pk_ld_f16(blk + 2) * (float)mn;
 #pragma unroll
-        for (int i = 0; i < NB; i++) acc[i] += d * sq[i] - dm * sx[i];
+        for (int i = 0; i < NB; i++) acc[i][0] += d * sq[i] - dm * sx[i];
     }
-#pragma unroll
-    for (int i = 0; i < NB; i++) {
-        if (i >= n) break; /* n is the same in every lane */
-        float v = pk_warp_sum(acc[i]);
-        if (lane == 0) y[(int64_t)i * w.rows + r] = v;
-    }
+    pk_store_rows<NB, 1>(acc, w, r, n, out);
 }
 
 /* ---- large batches: rows [r0, r0 + nr) as f32 ---- */
 
 __global__ void pk_dequant_kernel(pk_weight w, int64_t r0, int64_t nr, float *__restrict__ out) {
+    pk_grid_wait();
     __shared__ float lut[16];
     pk_load_lut(w, lut);
     int64_t total = nr * w.cols;
@@ -135,25 +124,26 @@ static int chunkable(const pk_weight *w, const float *x) {
 }
 
 template <int FMT, int NB, int RPW>
-static void launch_rows(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
-    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, y);
+static void launch_rows(const pk_weight *w, const float *x, int n, pk_dst out, cudaStream_t stream) {
+    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, out);
 }
 
 /* One instance per input count range. At 5..8 inputs the format's rows per warp take up to ~210
  * registers, which measured faster on an H200 than 1 row in 64 registers (NF4 4096 x 11264, 8
  * inputs: 0.126 against 0.378 ms). Where 4 rows spill (INT4 at 4 and 8 inputs on sm_87, INT8's
- * zero-point sums too) they take 2; INT4 only runs here for groups the integer kernel refuses. */
+ * zero-point sums too) they take 2, and INT8 at 5..8 inputs 1 (2 spilled on sm_87 once products
+ * could accumulate); INT4 only runs here for groups the integer kernel refuses. */
 template <int FMT>
-static void launch_chunked(const pk_weight *w, const float *x, int n, float *y, cudaStream_t stream) {
+static void launch_chunked(const pk_weight *w, const float *x, int n, pk_dst out, cudaStream_t stream) {
     const int rpw = pk_fmt<FMT>::RPW, rpw_many = FMT == PK_INT8 || FMT == PK_INT4 ? 2 : rpw; /* 3..8 inputs */
     if (n == 1)
-        launch_rows<FMT, 1, rpw>(w, x, n, y, stream);
+        launch_rows<FMT, 1, rpw>(w, x, n, out, stream);
     else if (n == 2)
-        launch_rows<FMT, 2, rpw>(w, x, n, y, stream);
+        launch_rows<FMT, 2, rpw>(w, x, n, out, stream);
     else if (n <= 4)
-        launch_rows<FMT, 4, rpw_many>(w, x, n, y, stream);
+        launch_rows<FMT, 4, rpw_many>(w, x, n, out, stream);
     else
-        launch_rows<FMT, PK_GEMV_MAX_BATCH, rpw_many>(w, x, n, y, stream);
+        launch_rows<FMT, PK_GEMV_MAX_BATCH, FMT == PK_INT8 ? 1 : rpw_many>(w, x, n, out, stream);
 }
 
 static int64_t tile_rows(const pk_weight *w) {
@@ -208,16 +198,16 @@ extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     }
 }
 
-static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float *tile, void *cublas,
+static int gemm_tiles(const pk_weight *w, const float *x, int n, pk_dst out, float *tile, void *cublas,
                       cudaStream_t stream) {
     cublasHandle_t h = (cublasHandle_t)cublas;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
     if (!h) return (int)cudaErrorInvalidValue;
     if (w->fmt == PK_F32) {
         const float *a = (const float *)w->data + w->elem0;
         pk_count_node();
         int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, a, (int)w->cols, x,
-                             (int)w->cols, &zero, y, (int)w->rows);
+                             (int)w->cols, &beta, out.y, (int)w->rows);
         return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
     }
     int64_t tr = tile_rows(w);
@@ -228,7 +218,7 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
         PK_LAUNCH(blocks, 256, 0, stream, pk_dequant_kernel)(*w, r0, nr, tile);
         pk_count_node();
         int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, tile, (int)w->cols, x,
-                             (int)w->cols, &zero, y + r0, (int)w->rows);
+                             (int)w->cols, &beta, out.y + r0, (int)w->rows);
         if (st != CUBLAS_STATUS_SUCCESS) return (int)cudaErrorUnknown;
     }
     return pk_launched();
@@ -242,28 +232,28 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, float *y, float
 #endif
 
 template <int FMT, int NB, int RPW>
-static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, float *y,
+static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, pk_dst out,
                        cudaStream_t stream) {
     int gshift = 0;
     while ((1 << gshift) < w->group) gshift++;
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)
-    (*w, planes, meta, n, gshift, y);
+    (*w, planes, meta, n, gshift, out);
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
  * rows per warp stay as high as the 128 registers allow without spilling (NF2 at 4 inputs and 4
  * rows spills): 4 rows for 1 or 2 inputs, 2 beyond. */
 template <int FMT>
-static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, float *y,
+static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, pk_dst out,
                              cudaStream_t stream) {
     if (n == 1)
-        launch_int<FMT, 1, PK_INT_RPW_1>(w, planes, meta, n, y, stream);
+        launch_int<FMT, 1, PK_INT_RPW_1>(w, planes, meta, n, out, stream);
     else if (n == 2)
-        launch_int<FMT, 2, 4>(w, planes, meta, n, y, stream);
+        launch_int<FMT, 2, 4>(w, planes, meta, n, out, stream);
     else if (n <= 4)
-        launch_int<FMT, 4, 2>(w, planes, meta, n, y, stream);
+        launch_int<FMT, 4, 2>(w, planes, meta, n, out, stream);
     else
-        launch_int<FMT, 8, 2>(w, planes, meta, n, y, stream);
+        launch_int<FMT, 8, 2>(w, planes, meta, n, out, stream);
 }
 
 template <int FMT, int GATED>
@@ -276,31 +266,75 @@ static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *pla
 }
 
 template <int FMT>
-static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated, float *y, uint32_t *planes,
+static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, uint32_t *planes,
                           int2 *meta, cudaStream_t stream) {
     if (x_gated)
         int_prepare<FMT, 1>(w, x, n, planes, meta, stream);
     else
         int_prepare<FMT, 0>(w, x, n, planes, meta, stream);
-    launch_int_batch<FMT>(w, planes, meta, n, y, stream);
+    launch_int_batch<FMT>(w, planes, meta, n, out, stream);
 }
 
-static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws,
+static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, float *ws,
                       cudaStream_t stream) {
     uint32_t *planes = (uint32_t *)ws;
     int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
     if (w->fmt == PK_NF2)
-        int_matmul_as<PK_NF2>(w, x, n, x_gated, y, planes, meta, stream);
+        int_matmul_as<PK_NF2>(w, x, n, x_gated, out, planes, meta, stream);
     else
-        int_matmul_as<PK_INT4>(w, x, n, x_gated, y, planes, meta, stream);
+        int_matmul_as<PK_INT4>(w, x, n, x_gated, out, planes, meta, stream);
     return pk_launched();
 }
 
-extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws, size_t ws_floats,
-                         void *cublas, cudaStream_t stream) {
+/* Inputs one normalizing block prepares (each block sums the whole row, then rounds its slice):
+ * enough blocks that no single SM does a row's work, each slice whole groups (NF2) or runs. A
+ * -D override of 0 builds the unfused variant (a norm kernel, then the preparation), to time
+ * one against the other. */
+#ifndef PK_NORM_SLICE
+#define PK_NORM_SLICE 256
+#endif
+
+static int norm_slice(const pk_weight *w, int d) {
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::RUN;
+    for (int len = PK_NORM_SLICE / unit * unit; len >= unit; len -= unit)
+        if (d % len == 0) return len;
+    return 0;
+}
+
+template <int FMT>
+static void int_norm_matmul_as(const float *x, const float *alpha, int n, int d, float eps, float *h,
+                               const pk_weight *w, pk_dst out, int len, uint32_t *planes, int2 *meta,
+                               cudaStream_t stream) {
+    PK_LAUNCH(dim3((unsigned)(d / len), (unsigned)n), 256, (size_t)len * sizeof(float), stream,
+              pk_int_norm_prepare_kernel<FMT>)
+    (x, alpha, d, eps, len, w->np2, h, planes, meta);
+    launch_int_batch<FMT>(w, planes, meta, n, out, stream);
+}
+
+extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w,
+                              float *y, float *ws, size_t ws_floats, void *cublas, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    const int len = norm_slice(w, d);
+    if (!int_gemv_takes(w, n) || w->cols != d || !len) {
+        int rc = pk_rmsnorm(x, alpha, n, d, eps, h, stream);
+        return rc ? rc : pk_matmul(w, h, n, 0, 0, y, ws, ws_floats, cublas, stream);
+    }
+    if (pk_matmul_workspace(w, n, 0) > ws_floats) return (int)cudaErrorInvalidValue;
+    uint32_t *planes = (uint32_t *)ws;
+    int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
+    if (w->fmt == PK_NF2)
+        int_norm_matmul_as<PK_NF2>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, planes, meta, stream);
+    else
+        int_norm_matmul_as<PK_INT4>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, planes, meta, stream);
+    return pk_launched();
+}
+
+extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumulate, float *y, float *ws,
+                         size_t ws_floats, void *cublas, cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return 0;
     if (pk_matmul_workspace(w, n, x_gated) > ws_floats) return (int)cudaErrorInvalidValue;
-    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, y, ws, stream);
+    const pk_dst out = {y, accumulate};
+    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);
         int rc = pk_silu_mul(x, n, (int)w->cols, gate, stream);
@@ -314,28 +348,28 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
         x = ws;
         ws += (size_t)n * w->cols;
     }
-    if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, y, ws, cublas, stream);
+    if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, out, ws, cublas, stream);
     if (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) {
         unsigned blocks = row_blocks(w, 1);
         if (n == 1)
-            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<1>)(*w, x, n, y);
+            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<1>)(*w, x, n, out);
         else
-            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<PK_GEMV_MAX_BATCH>)(*w, x, n, y);
+            PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_q4k_kernel<PK_GEMV_MAX_BATCH>)(*w, x, n, out);
         return pk_launched();
     }
     if (!chunkable(w, x)) {
         unsigned blocks = row_blocks(w, 1);
-        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_scalar_kernel)(*w, x, n, y);
+        PK_LAUNCH(blocks, gemv_threads, 0, stream, pk_gemv_scalar_kernel)(*w, x, n, out);
         return pk_launched();
     }
     switch (w->fmt) {
-    case PK_F32: launch_chunked<PK_F32>(w, x, n, y, stream); break;
-    case PK_F16: launch_chunked<PK_F16>(w, x, n, y, stream); break;
-    case PK_BF16: launch_chunked<PK_BF16>(w, x, n, y, stream); break;
-    case PK_NF2: launch_chunked<PK_NF2>(w, x, n, y, stream); break;
-    case PK_INT4: launch_chunked<PK_INT4>(w, x, n, y, stream); break;
-    case PK_NF4: launch_chunked<PK_NF4>(w, x, n, y, stream); break;
-    case PK_INT8: launch_chunked<PK_INT8>(w, x, n, y, stream); break;
+    case PK_F32: launch_chunked<PK_F32>(w, x, n, out, stream); break;
+    case PK_F16: launch_chunked<PK_F16>(w, x, n, out, stream); break;
+    case PK_BF16: launch_chunked<PK_BF16>(w, x, n, out, stream); break;
+    case PK_NF2: launch_chunked<PK_NF2>(w, x, n, out, stream); break;
+    case PK_INT4: launch_chunked<PK_INT4>(w, x, n, out, stream); break;
+    case PK_NF4: launch_chunked<PK_NF4>(w, x, n, out, stream); break;
+    case PK_INT8: launch_chunked<PK_INT8>(w, x, n, out, stream); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return pk_launched();

@@ -87,27 +87,45 @@ template <int RPW> __device__ __forceinline__ int64_t pk_warp_rows(const pk_weig
     return r0;
 }
 
+/* Streams this block's rows of w (bits per weight) toward L2. A GEMV does it before its
+ * pk_grid_wait: the weights never change, so they may load while the previous kernel drains. */
+template <int RPW> __device__ __forceinline__ void pk_prefetch_block_rows(const pk_weight &w, int bits) {
+    const int64_t per_block = (int64_t)(blockDim.x >> 5) * RPW, rb0 = (int64_t)blockIdx.x * per_block;
+    if (rb0 >= w.rows) return;
+    const int64_t nr = w.rows - rb0 < per_block ? w.rows - rb0 : per_block;
+    pk_prefetch_l2((const uint8_t *)w.data + (w.elem0 + rb0 * w.cols) * bits / 8, (size_t)(nr * w.cols * bits / 8));
+}
+
+/* A product's destination: y [n][rows], overwritten, or added to when accumulate (a residual
+ * add: each row has one owner, so in place is safe). */
+struct pk_dst {
+    float *y;
+    int accumulate;
+};
+
 /* Each lane's sums meet in a warp reduction; lane 0 stores the n live inputs' rows. n is the same
  * in every lane, so the shuffles stay converged. */
 template <int NB, int RPW>
 __device__ __forceinline__ void pk_store_rows(const float (&acc)[NB][RPW], const pk_weight &w, int64_t r0, int n,
-                                              float *y) {
+                                              pk_dst out) {
 #pragma unroll
     for (int i = 0; i < NB; i++) {
         if (i >= n) break;
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             float v = pk_warp_sum(acc[i][r]);
-            if ((threadIdx.x & 31) == 0 && r0 + r < w.rows) y[(int64_t)i * w.rows + r0 + r] = v;
+            float *dst = out.y + (int64_t)i * w.rows + r0 + r;
+            if ((threadIdx.x & 31) == 0 && r0 + r < w.rows) *dst = out.accumulate ? *dst + v : v;
         }
     }
 }
 
 template <int FMT, int NB, int RPW>
-__global__ void __launch_bounds__(128)
-    pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n, float *__restrict__ y) {
+__global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *__restrict__ x, int n, pk_dst out) {
     typedef pk_fmt<FMT> F;
     __shared__ float lut[16];
+    pk_prefetch_block_rows<RPW>(w, F::BITS);
+    pk_grid_wait();
     pk_load_lut(w, lut);
     const int lane = threadIdx.x & 31;
     int64_t e0[RPW];
@@ -156,7 +174,7 @@ __global__ void __launch_bounds__(128)
             for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * (part[i][r] - z * xsum[i]) : part[i][r];
         }
     }
-    pk_store_rows<NB, RPW>(acc, w, r0, n, y);
+    pk_store_rows<NB, RPW>(acc, w, r0, n, out);
 }
 
 #endif

@@ -51,47 +51,80 @@ static inline size_t pk_int_workspace_bytes(int fmt, int64_t n, int64_t cols) {
 __device__ __forceinline__ uint32_t pk_dp4a_u(uint32_t a, uint32_t b, uint32_t c) { return __dp4a(a, b, c); }
 __device__ __forceinline__ int pk_dp4a_s(int a, int b, int c) { return __dp4a(a, b, c); }
 
+/* Rounds the RUN inputs at `run` to int16 as run g (its index over all inputs): its byte
+ * planes and its {scale, bias}. */
+template <int FMT>
+__device__ __forceinline__ void pk_int_prepare_run(const float *run, int64_t g, uint32_t *__restrict__ planes,
+                                                   int2 *__restrict__ meta) {
+    typedef pk_int_fmt<FMT> F;
+    float m = 0.0f;
+#pragma unroll
+    for (int t = 0; t < F::RUN; t++) m = fmaxf(m, fabsf(run[t]));
+    const float inv = m > 0 ? PK_ACT_MAX / m : 0.0f;
+    uint32_t h[F::RUN / 4], l[F::RUN / 4];
+    int sum = 0;
+#pragma unroll
+    for (int k = 0; k < F::RUN / 4; k++) h[k] = l[k] = 0;
+#pragma unroll
+    for (int t = 0; t < F::RUN; t++) {
+        int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -PK_ACT_MAX), PK_ACT_MAX));
+        sum += q;
+        const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
+        h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
+        l[k] |= (uint32_t)(q & 255) << (8 * j);
+    }
+    uint32_t *dst = planes + g * (F::RUN / 2);
+#pragma unroll
+    for (int k = 0; k < F::RUN / 4; k++) {
+        dst[k] = h[k];
+        dst[F::RUN / 4 + k] = l[k];
+    }
+    const float scale = m > 0 ? m / PK_ACT_MAX * (FMT == PK_NF2 ? PK_NF2_UNIT : 1.0f) : 0.0f;
+    meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -944 : -8) * sum);
+}
+
 /* One block per slice of `len` inputs (NF2: a group, rotated first; INT4: PK_INT_PREP_SLICE or
  * less); a thread per run. Slices never straddle input rows (the launcher checks cols % len).
  * GATED: x is u [n][2·cols] and the inputs are silu(u[i][j])·u[i][cols + j]. */
 template <int FMT, int GATED>
 __global__ void pk_int_prepare_kernel(const float *__restrict__ x, int64_t cols, int len, uint32_t *__restrict__ planes,
                                       int2 *__restrict__ meta) {
+    pk_grid_wait();
     typedef pk_int_fmt<FMT> F;
     PK_DYNAMIC_SHARED(float, v);
     const int64_t row = (int64_t)blockIdx.x * len / cols, col = (int64_t)blockIdx.x * len % cols;
     const float *src = x + row * (GATED ? 2 * cols : cols) + col;
     for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = GATED ? pk_silu_gate(src[i], src[cols + i]) : src[i];
     __syncthreads();
-    if (FMT == PK_NF2) pk_wht_shared(v, len);
-    for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x) {
-        const float *run = v + r * F::RUN;
-        float m = 0.0f;
-#pragma unroll
-        for (int t = 0; t < F::RUN; t++) m = fmaxf(m, fabsf(run[t]));
-        const float inv = m > 0 ? PK_ACT_MAX / m : 0.0f;
-        uint32_t h[F::RUN / 4], l[F::RUN / 4];
-        int sum = 0;
-#pragma unroll
-        for (int k = 0; k < F::RUN / 4; k++) h[k] = l[k] = 0;
-#pragma unroll
-        for (int t = 0; t < F::RUN; t++) {
-            int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -PK_ACT_MAX), PK_ACT_MAX));
-            sum += q;
-            const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
-            h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
-            l[k] |= (uint32_t)(q & 255) << (8 * j);
-        }
-        const int64_t g = (int64_t)blockIdx.x * (len / F::RUN) + r; /* the run's index over all inputs */
-        uint32_t *dst = planes + g * (F::RUN / 2);
-#pragma unroll
-        for (int k = 0; k < F::RUN / 4; k++) {
-            dst[k] = h[k];
-            dst[F::RUN / 4 + k] = l[k];
-        }
-        const float scale = m > 0 ? m / PK_ACT_MAX * (FMT == PK_NF2 ? PK_NF2_UNIT : 1.0f) : 0.0f;
-        meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -944 : -8) * sum);
-    }
+    if (FMT == PK_NF2) pk_wht_shared(v, len, len);
+    for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x)
+        pk_int_prepare_run<FMT>(v + r * F::RUN, (int64_t)blockIdx.x * (len / F::RUN) + r, planes, meta);
+}
+
+/* The normalization before a product and the product's preparation in one pass: block
+ * (slice, row) sums the squares of the row's d inputs (each block of the row the same sum in
+ * the same order), writes h = x·alpha/rms for its `len` of them, and rounds those as
+ * pk_int_prepare_kernel does (NF2: each aligned np2 of them rotated first). Every block reads
+ * the whole row, so none may write x: a residual joins x in the product before (accumulate). */
+template <int FMT>
+__global__ void __launch_bounds__(256)
+    pk_int_norm_prepare_kernel(const float *__restrict__ x, const float *__restrict__ alpha, int d, float eps, int len,
+                               int np2, float *__restrict__ h, uint32_t *__restrict__ planes, int2 *__restrict__ meta) {
+    pk_grid_wait();
+    typedef pk_int_fmt<FMT> F;
+    PK_DYNAMIC_SHARED(float, v);
+    __shared__ float red[32];
+    const int64_t row = blockIdx.y, c0 = (int64_t)blockIdx.x * len;
+    const float *xi = x + row * d;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
+    ss = pk_block_sum(ss, red);
+    const float inv = rsqrtf(eps + ss / (float)d);
+    for (int j = threadIdx.x; j < len; j += blockDim.x) h[row * d + c0 + j] = v[j] = xi[c0 + j] * (alpha[c0 + j] * inv);
+    __syncthreads();
+    if (FMT == PK_NF2) pk_wht_shared(v, len, np2);
+    for (int q = threadIdx.x; q < len / F::RUN; q += blockDim.x)
+        pk_int_prepare_run<FMT>(v + q * F::RUN, (row * d + c0) / F::RUN + q, planes, meta);
 }
 
 /* Σ c·q of one run: code word u against the run's planes (h words, then l words). */
@@ -127,11 +160,12 @@ __device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, i
 template <int FMT, int NB, int RPW>
 __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
-                       int gshift, float *__restrict__ y) {
+                       int gshift, pk_dst out) {
     typedef pk_int_fmt<FMT> F;
     const int lane = threadIdx.x & 31;
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
+    pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
     if (r0 >= w.rows) return;
     const int64_t chunks = w.cols / F::V, runs = w.cols / F::RUN;
     const uint8_t *base = (const uint8_t *)w.data;
@@ -143,6 +177,7 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     uint4 next[RPW];
 #pragma unroll
     for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>(base, e0[r], lane, chunks);
+    pk_grid_wait(); /* the planes and meta come from the kernel before */
     for (int64_t c = lane; c < chunks; c += PK_WARP) {
         uint4 raw[RPW];
 #pragma unroll
@@ -182,7 +217,7 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
             for (int i = 0; i < NB; i++) acc[i][r] += g * part[i][r];
         }
     }
-    pk_store_rows<NB, RPW>(acc, w, r0, n, y);
+    pk_store_rows<NB, RPW>(acc, w, r0, n, out);
 }
 
 #endif

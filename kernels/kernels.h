@@ -40,9 +40,14 @@ typedef struct pk_weight {
  * for n above PK_GEMV_MAX_BATCH, a dequantized tile of rows. */
 #define PK_GEMV_MAX_BATCH 8
 size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated);
-/* cublas: a cublasHandle_t already bound to stream (used only for n > PK_GEMV_MAX_BATCH). */
-int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, float *y, float *ws, size_t ws_floats,
-              void *cublas, cudaStream_t stream);
+/* cublas: a cublasHandle_t already bound to stream (used only for n > PK_GEMV_MAX_BATCH).
+ * accumulate: y += the product (a residual add) instead of y =. */
+int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumulate, float *y, float *ws,
+              size_t ws_floats, void *cublas, cudaStream_t stream);
+/* h = rmsnorm(x)·alpha, then y = h·wᵀ. The same workspace as pk_matmul(w, n, 0); where the
+ * integer product takes w, one kernel (a few blocks per row) normalizes and prepares. */
+int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w, float *y,
+                   float *ws, size_t ws_floats, void *cublas, cudaStream_t stream);
 /* Bytes of w read per product (the packed bytes of its rows), for bandwidth figures. */
 size_t pk_weight_read_bytes(const pk_weight *w);
 
@@ -51,8 +56,7 @@ int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int ac
 
 /* ---- lm_ops.cu ---- */
 int pk_add(float *y, const float *x, size_t count, cudaStream_t stream);
-/* With r: x += r first (and x keeps the sum), the residual add fused into the norm. */
-int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
+int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
 int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
             cudaStream_t stream);
 /* y [n][hidden] = silu(u[i][j])·u[i][hidden + j]: pk_matmul's gated input where it needs it apart. */
@@ -116,6 +120,17 @@ int pk_sample(const float *logits, int rows, int n, const pk_sample_param *param
  * recording then runs once). A replayed graph's items are counted by the backend (cuda.c). */
 void pk_count_node(void);
 uint64_t pk_nodes(void);
+/* Whether launches allow programmatic dependent launch (common.cuh): on for devices of compute
+ * capability 9.0 and later unless PP_CUDA_PDL=0 (cuda.c decides, once per process). */
+void pk_set_programmatic_launch(int on);
+int pk_programmatic_launch(void);
+/* Device memory traffic per work item, where it is counted: the CUDA emulation (tests/cuda_emu)
+ * counts it from the first call on, in device memory allocated from then on; a GPU build does
+ * not and returns -1. Each call passes fn (NULL: drops them), in the order they ran, the items
+ * run since the previous call: name (a kernel's launch expression, or "memset", "cublasSgemm",
+ * "memcpy host to device", ...), bytes read and bytes written; returns 0. */
+typedef void (*pk_traffic_fn)(void *arg, const char *name, uint64_t read, uint64_t written);
+int pk_device_traffic(pk_traffic_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,20 @@ static uint64_t nodes_issued; /* every CUDA backend of the process: relaxed atom
 extern "C" void pk_count_node(void) { __atomic_fetch_add(&nodes_issued, 1, __ATOMIC_RELAXED); }
 extern "C" uint64_t pk_nodes(void) { return __atomic_load_n(&nodes_issued, __ATOMIC_RELAXED); }
 
+static int programmatic_launch;
+extern "C" void pk_set_programmatic_launch(int on) { __atomic_store_n(&programmatic_launch, on, __ATOMIC_RELAXED); }
+extern "C" int pk_programmatic_launch(void) { return __atomic_load_n(&programmatic_launch, __ATOMIC_RELAXED); }
+
+#ifndef PK_EMU /* the emulation counts traffic (tests/cuda_emu/emu.cc); a GPU's is not visible here */
+extern "C" int pk_device_traffic(pk_traffic_fn fn, void *arg) {
+    (void)fn;
+    (void)arg;
+    return -1;
+}
+#endif
+
 __global__ void pk_add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t count) {
+    pk_grid_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += x[i];
 }
@@ -20,28 +33,23 @@ extern "C" int pk_add(float *y, const float *x, size_t count, cudaStream_t strea
 }
 
 /* One block per row; y may equal x (every thread reads its values before the reduction's
- * barriers and writes only after). With r, each thread first adds r to the values it owns and
- * stores them back (y then differs from x). */
-__global__ void __launch_bounds__(1024) pk_rmsnorm_kernel(float *x, const float *__restrict__ r,
-                                                          const float *__restrict__ alpha, int d, float eps, float *y) {
+ * barriers and writes only after). */
+__global__ void __launch_bounds__(1024)
+    pk_rmsnorm_kernel(const float *x, const float *__restrict__ alpha, int d, float eps, float *y) {
+    pk_grid_wait();
     __shared__ float red[32];
-    float *xi = x + (size_t)blockIdx.x * d;
+    const float *xi = x + (size_t)blockIdx.x * d;
     float *yi = y + (size_t)blockIdx.x * d;
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = xi[j];
-        if (r) xi[j] = v = v + r[(size_t)blockIdx.x * d + j];
-        ss += v * v;
-    }
+    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
     ss = pk_block_sum(ss, red);
     float inv = rsqrtf(eps + ss / (float)d);
     for (int j = threadIdx.x; j < d; j += blockDim.x) yi[j] = xi[j] * (alpha[j] * inv);
 }
 
-extern "C" int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, int d, float eps, float *y,
-                          cudaStream_t stream) {
+extern "C" int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream) {
     if (n <= 0) return 0;
-    PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, r, alpha, d, eps, y);
+    PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, alpha, d, eps, y);
     return pk_launched();
 }
 
@@ -52,6 +60,7 @@ extern "C" int pk_rmsnorm(float *x, const float *r, const float *alpha, int n, i
  * there). The full-precision sincosf keeps angles of thousands of radians accurate. */
 __global__ void pk_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *__restrict__ pos,
                                float c) {
+    pk_grid_wait();
     int half = head_dim / 2;
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t total = (int64_t)n * n_heads * half;
@@ -76,6 +85,7 @@ extern "C" int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, c
 }
 
 __global__ void pk_silu_mul_kernel(const float *__restrict__ u, int n, int hidden, float *__restrict__ y) {
+    pk_grid_wait();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * hidden) return;
     int64_t i = idx / hidden, j = idx % hidden;

@@ -61,6 +61,7 @@ __device__ int pk_block_exscan(int v, int *warp_tot, int *total) {
 __global__ void __launch_bounds__(PK_SAMPLE_THREADS)
     pk_sample_kernel(const float *__restrict__ logits_all, int n, const pk_sample_param *__restrict__ params,
                      int stream_id, const int32_t *__restrict__ forced, int32_t *__restrict__ tokens) {
+    pk_grid_wait();
     __shared__ double ss[32];
     __shared__ int si[32], hist[256], sel[2];
     const int row = blockIdx.x;

@@ -1,5 +1,6 @@
 /* test_admission: the capacity rule on hand-worked tick times, and a calibration on the
- * lm-bf16 golden model (only that it measures every size; speed is never asserted). */
+ * lm-bf16 golden model, fresh and at its full context (only that it measures every size;
+ * speed is never asserted), with the skip it ages conversations by. */
 #include "test.h"
 
 #include "base/err.h"
@@ -34,6 +35,24 @@ static void test_rule(void) {
                   fabs(pp_admission_predict(&falling, &l, 100) - 30) < 1e-9);
 }
 
+/* pp_lmgen_skip: only after the first call, never backwards; the clock moves and calls go on. */
+static void test_skip(const pp_lm *lm, int context) {
+    char err[PP_ERR_LEN] = "";
+    pp_lmgen *g = NULL;
+    pp_lmgen_out out;
+    TEST_COND("lmgen", pp_lmgen_create(lm, NULL, &g, err) == 0);
+    if (!g) return;
+    TEST_COND("no skip before the first call", pp_lmgen_skip(g, 10, err) == PP_EINVAL);
+    int rc = pp_lmgen_step(g, pp_lmgen_silence_codes, &out, err);
+    TEST_COND("first call", rc == 0 && pp_lmgen_offset(g) == 1);
+    TEST_COND("no skip backwards", pp_lmgen_skip(g, -1, err) == PP_EINVAL);
+    TEST_COND("skip", pp_lmgen_skip(g, context + 5, err) == 0 && pp_lmgen_offset(g) == context + 6);
+    for (int t = 0; t < 3 && !rc; t++) rc = pp_lmgen_step(g, pp_lmgen_silence_codes, &out, err);
+    TEST_COND("calls go on past the ring's end", rc == 0 && pp_lmgen_offset(g) == context + 9);
+    if (rc) fprintf(stderr, "%s\n", err);
+    pp_lmgen_destroy(g);
+}
+
 static void test_calibrate(void) {
     char err[PP_ERR_LEN] = "";
     pp_backend *be = NULL;
@@ -46,11 +65,16 @@ static void test_calibrate(void) {
     if (!rc) {
         static const int sizes[] = {1, 2, 3};
         pp_admission_calib c;
-        rc = pp_admission_calibrate(lm, sizes, 3, 2, PP_KV_INT8, &c, err);
-        TEST_COND("calibrate", rc == 0 && c.n == 3 && c.batch[2] == 3);
-        TEST_COND("times measured", c.tick_ms[0] > 0 && c.tick_ms[1] > 0 && c.tick_ms[2] > 0);
+        int context = pp_lm_get_config(lm)->context;
+        for (int full = 0; full < 2; full++) {
+            rc = pp_admission_calibrate(lm, sizes, 3, 2, PP_KV_INT8, full ? context : 0, &c, err);
+            TEST_COND(full ? "calibrate at the full context" : "calibrate fresh",
+                      rc == 0 && c.n == 3 && c.batch[2] == 3);
+            TEST_COND("times measured", c.tick_ms[0] > 0 && c.tick_ms[1] > 0 && c.tick_ms[2] > 0);
+        }
         static const int bad[] = {2, 2};
-        TEST_COND("sizes must ascend", pp_admission_calibrate(lm, bad, 2, 1, PP_KV_F32, &c, err) == PP_EINVAL);
+        TEST_COND("sizes must ascend", pp_admission_calibrate(lm, bad, 2, 1, PP_KV_F32, 0, &c, err) == PP_EINVAL);
+        test_skip(lm, context);
         TEST_COND("free memory is known", pp_admission_free_memory(be) > 0);
     }
     pp_lm_close(lm);

@@ -212,6 +212,27 @@ static const wcase wcases[] = {
     {PP_WF_INT8, 128, 0, 0, "int8 block 128"},
 };
 
+/* norm_matmul on weight h: h = the norm of x, y = h·wᵀ (NF2 and INT4 in one normalizing and
+ * preparing kernel where the integer product takes the weight), x untouched. */
+static void test_norm_matmul(const wcase *wc, const held *h, int n, double limit) {
+    const int64_t d = h->c.cols, rows = h->c.rows;
+    twin x = twin_rand((size_t)n * d, 2.0f), a = twin_rand((size_t)d, 1.0f);
+    twin hn = twin_rand((size_t)n * d, 0), y = twin_rand((size_t)n * rows, 0);
+    char what[96];
+    cpu->ops->norm_matmul(cpu, x.c, a.c, n, (int)d, 1e-8f, hn.c, &h->c, y.c);
+    gpu->ops->norm_matmul(gpu, x.g, a.g, n, (int)d, 1e-8f, hn.g, &h->g, y.g);
+    snprintf(what, sizeof what, "norm_matmul %s n=%d: x", wc->what, n);
+    compare(what, x.g, x.c, (size_t)n * d, EXACT);
+    snprintf(what, sizeof what, "norm_matmul %s n=%d: h", wc->what, n);
+    compare(what, hn.g, hn.c, (size_t)n * d, REDUCE);
+    snprintf(what, sizeof what, "norm_matmul %s n=%d: y", wc->what, n);
+    compare(what, y.g, y.c, (size_t)n * rows, limit);
+    twin_free(&x);
+    twin_free(&a);
+    twin_free(&hn);
+    twin_free(&y);
+}
+
 /* matmul at batch 1, 2, 3, 8 (the batched kernels), 12 (dequantized tiles + cuBLAS), on a row view
  * (elem0 > 0) and on a misaligned input (the one-element-at-a-time kernel). */
 static void test_matmul(const wcase *wc) {
@@ -236,13 +257,22 @@ static void test_matmul(const wcase *wc) {
         gpu->ops->matmul(gpu, &vg, x.g + 1, n, y.g);
         snprintf(what, sizeof what, "matmul %s n=%d rows 64.. x+1", wc->what, n);
         compare(what, y.g, y.c, (size_t)n * 100, limit);
-        /* the gated FFN's product: silu(g)·v formed on the way in */
-        twin u = twin_rand((size_t)n * 2 * cols, 3.0f);
-        cpu->ops->matmul_silu(cpu, &h.c, u.c, n, y.c);
-        gpu->ops->matmul_silu(gpu, &h.g, u.g, n, y.g);
-        snprintf(what, sizeof what, "matmul_silu %s n=%d", wc->what, n);
-        compare(what, y.g, y.c, (size_t)n * rows, limit);
+        /* the residual adds: r (the same on both sides) += the product; the gated FFN's with
+         * silu(g)·v formed on the way in */
+        twin r = twin_rand((size_t)n * rows, 4.0f), u = twin_rand((size_t)n * 2 * cols, 3.0f);
+        cpu->ops->matmul_add(cpu, &h.c, x.c, n, r.c);
+        gpu->ops->matmul_add(gpu, &h.g, x.g, n, r.g);
+        snprintf(what, sizeof what, "matmul_add %s n=%d", wc->what, n);
+        compare(what, r.g, r.c, (size_t)n * rows, limit);
+        twin_free(&r);
+        r = twin_rand((size_t)n * rows, 4.0f);
+        cpu->ops->matmul_silu_add(cpu, &h.c, u.c, n, r.c);
+        gpu->ops->matmul_silu_add(gpu, &h.g, u.g, n, r.g);
+        snprintf(what, sizeof what, "matmul_silu_add %s n=%d", wc->what, n);
+        compare(what, r.g, r.c, (size_t)n * rows, limit);
+        twin_free(&r);
         twin_free(&u);
+        test_norm_matmul(wc, &h, n, limit);
         twin_free(&x);
         twin_free(&y);
     }
@@ -276,14 +306,6 @@ static void test_lm_ops(void) {
     cpu->ops->add(cpu, s.c, x.c, 3 * (size_t)d);
     gpu->ops->add(gpu, s.g, x.g, 3 * (size_t)d);
     compare("add", s.g, s.c, 3 * (size_t)d, EXACT);
-    /* add_rmsnorm: the sum kept in x, the norm of it in y */
-    twin r2 = twin_rand(3 * (size_t)d, 1.0f), y2 = twin_rand(3 * (size_t)d, 0);
-    cpu->ops->add_rmsnorm(cpu, s.c, r2.c, a.c, 3, d, 1e-8f, y2.c);
-    gpu->ops->add_rmsnorm(gpu, s.g, r2.g, a.g, 3, d, 1e-8f, y2.g);
-    compare("add_rmsnorm: the sum", s.g, s.c, 3 * (size_t)d, EXACT);
-    compare("add_rmsnorm: its norm", y2.g, y2.c, 3 * (size_t)d, REDUCE);
-    twin_free(&r2);
-    twin_free(&y2);
 
     int32_t pos_h[3] = {0, 17, 2999};
     int32_t *pc = cpu->ops->alloc(cpu, sizeof pos_h), *pg = gpu->ops->alloc(gpu, sizeof pos_h);
@@ -340,8 +362,9 @@ static void ring_free(pp_backend *be, pp_kv_ring *r) {
 /* Attention over a ring: `steps` queries at positions 0.. so the ring wraps; checks every
  * output, then the stored caches byte for byte (both sides convert each value with the same
  * single rounding). F32 goes through attn_step, the other formats through attn_step_kv. */
+static const char *const kv_names[] = {"f32", "bf16", "int8"};
+
 static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format fmt) {
-    static const char *names[] = {"f32", "bf16", "int8"};
     int dim = heads * hd;
     pp_kv_ring rc = ring_make(cpu, fmt, capacity, dim, heads), rg = ring_make(gpu, fmt, capacity, dim, heads);
     twin out = twin_rand((size_t)dim, 0);
@@ -366,7 +389,7 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", names[fmt], capacity, steps);
+    snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", kv_names[fmt], capacity, steps);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
     size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1, bytes = (size_t)capacity * dim * elem;
@@ -386,10 +409,11 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
 
 /* attn_rows: ROWS conversations at different positions, each with its own rings for 2 layers,
  * attended in one call per step through their ring tables (layer 1's rings used). Every output
- * and every stored ring byte must match the CPU. */
+ * and every stored ring byte must match the CPU. cap <= 64: one split, no merge. */
 #define ROWS_ATTN 3
-static void test_attn_rows(pp_kv_format fmt) {
-    enum { CAP = 70, HEADS = 2, HD = 64, DIM = HEADS * HD, LAYERS = 2, STEPS = 90 };
+static void test_attn_rows(pp_kv_format fmt, int cap) {
+    enum { HEADS = 2, HD = 64, DIM = HEADS * HD, LAYERS = 2, STEPS = 90 };
+    const int CAP = cap;
     pp_kv_ring rc[ROWS_ATTN][LAYERS], rg[ROWS_ATTN][LAYERS];
     pp_kv_ring *tc[ROWS_ATTN], *tg[ROWS_ATTN]; /* each row's table in backend memory */
     for (int i = 0; i < ROWS_ATTN; i++) {
@@ -424,10 +448,10 @@ static void test_attn_rows(pp_kv_format fmt) {
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn_rows %s, %d rows, worst", fmt == PP_KV_INT8 ? "int8" : "f32", ROWS_ATTN);
+    snprintf(what, sizeof what, "attn_rows %s, cap %d, %d rows, worst", kv_names[fmt], cap, ROWS_ATTN);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
-    size_t elem = fmt == PP_KV_F32 ? 4 : 1, diff = 0;
+    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1, diff = 0;
     for (int i = 0; i < ROWS_ATTN; i++) {
         diff += bytes_differing(rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM * elem);
         diff += bytes_differing(rg[i][1].v, rc[i][1].v, (size_t)CAP * DIM * elem);
@@ -777,8 +801,9 @@ int main(void) {
     }
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
-    test_attn_rows(PP_KV_F32);
-    test_attn_rows(PP_KV_INT8);
+    test_attn_rows(PP_KV_F32, 70);
+    test_attn_rows(PP_KV_INT8, 70);
+    test_attn_rows(PP_KV_BF16, 40); /* one split: the split kernel writes the output */
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */

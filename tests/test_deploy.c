@@ -172,6 +172,9 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     pid_t silent = silent_client(port);
     TEST_COND("the silent client holds a session", wait_health(port, "\"active\":1", pid));
     TEST_COND("no bad input yet", metric(port, "personaplex_bad_input_total ") == 0);
+    TEST_COND("/metrics: the capacity was timed at the model's full context",
+              metric(port, "personaplex_capacity_context_frames ") > 0 &&
+                  metric(port, "personaplex_capacity_by_time ") >= 1);
     /* The talking client sends one message of an unknown kind after its handshake; the
      * server counts it as bad input, which tells a helper process that the handshake is
      * done: it then sends SIGTERM. */

@@ -39,10 +39,11 @@ enum {
     OP_EMBED,
     OP_ADD,
     OP_RMSNORM,
-    OP_ADD_RMSNORM,
+    OP_NORM_MATMUL,
+    OP_MATMUL_ADD,
     OP_ROPE,
     OP_ATTN_ROWS,
-    OP_MATMUL_SILU,
+    OP_MATMUL_SILU_ADD,
     OP_SAMPLE,
     OP_COPY
 };
@@ -51,7 +52,7 @@ enum {
 typedef struct call {
     int op;
     const void *p[4];
-    void *out;
+    void *out, *out2; /* out2: norm_matmul's second output, h */
     int i[4];
     float f;
     size_t z;
@@ -81,12 +82,13 @@ static void run_call(pp_backend *in, const call *c) {
     case OP_EMBED: o->embed(in, c->p[0], c->p[1], c->i[0], c->out, c->i[1]); break;
     case OP_ADD: o->add(in, c->out, c->p[1], c->z); break;
     case OP_RMSNORM: o->rmsnorm(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
-    case OP_ADD_RMSNORM: o->add_rmsnorm(in, (float *)c->p[2], c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
+    case OP_NORM_MATMUL: o->norm_matmul(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out2, c->p[2], c->out); break;
     case OP_ROPE: o->rope(in, c->out, c->i[0], c->i[1], c->i[2], c->i[3], c->p[0], c->f); break;
     case OP_ATTN_ROWS:
         o->attn_rows(in, c->p[0], c->i[0], c->i[1], c->i[2], c->p[2], c->p[3], c->i[3], c->p[1], c->out);
         break;
-    case OP_MATMUL_SILU: o->matmul_silu(in, c->p[0], c->p[1], c->i[0], c->out); break;
+    case OP_MATMUL_ADD: o->matmul_add(in, c->p[0], c->p[1], c->i[0], c->out); break;
+    case OP_MATMUL_SILU_ADD: o->matmul_silu_add(in, c->p[0], c->p[1], c->i[0], c->out); break;
     case OP_SAMPLE: o->sample(in, c->p[0], c->i[0], c->i[1], c->p[1], c->i[2], c->p[2], c->out); break;
     case OP_COPY: o->copy(in, c->out, c->p[0], c->z); break;
     }
@@ -124,8 +126,12 @@ static void w_add(pp_backend *be, float *y, const float *x, size_t count) {
 static void w_rmsnorm(pp_backend *be, const float *x, const float *a, int n, int d, float eps, float *y) {
     issue(be, (call){.op = OP_RMSNORM, .p = {x, a}, .i = {n, d}, .f = eps, .out = y});
 }
-static void w_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *a, int n, int d, float eps, float *y) {
-    issue(be, (call){.op = OP_ADD_RMSNORM, .p = {r, a, x}, .i = {n, d}, .f = eps, .out = y});
+static void w_norm_matmul(pp_backend *be, const float *x, const float *a, int n, int d, float eps, float *h,
+                          const pp_weight *w, float *y) {
+    issue(be, (call){.op = OP_NORM_MATMUL, .p = {x, a, w}, .i = {n, d}, .f = eps, .out = y, .out2 = h});
+}
+static void w_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+    issue(be, (call){.op = OP_MATMUL_ADD, .p = {w, x}, .i = {n}, .out = y});
 }
 static void w_rope(pp_backend *be, float *x, int n, int stride, int nh, int hd, const int32_t *pos, float mp) {
     issue(be, (call){.op = OP_ROPE, .p = {pos}, .i = {n, stride, nh, hd}, .f = mp, .out = x});
@@ -134,8 +140,8 @@ static void w_attn_rows(pp_backend *be, const float *qkv, int n, int nh, int hd,
                         const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
     issue(be, (call){.op = OP_ATTN_ROWS, .p = {qkv, pos, ring, tables}, .i = {n, nh, hd, layer}, .out = out});
 }
-static void w_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
-    issue(be, (call){.op = OP_MATMUL_SILU, .p = {w, u}, .i = {n}, .out = y});
+static void w_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    issue(be, (call){.op = OP_MATMUL_SILU_ADD, .p = {w, u}, .i = {n}, .out = y});
 }
 static void w_sample(pp_backend *be, const float *l, int rows, int n, const pp_sample_param *p, int stream,
                      const int32_t *forced, int32_t *tokens) {
@@ -219,10 +225,11 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.embed = w_embed;
     r->ops.add = w_add;
     r->ops.rmsnorm = w_rmsnorm;
-    r->ops.add_rmsnorm = w_add_rmsnorm;
+    r->ops.norm_matmul = w_norm_matmul;
     r->ops.rope = w_rope;
     r->ops.attn_rows = w_attn_rows;
-    r->ops.matmul_silu = w_matmul_silu;
+    r->ops.matmul_add = w_matmul_add;
+    r->ops.matmul_silu_add = w_matmul_silu_add;
     r->ops.sample = w_sample;
     r->ops.copy = w_copy;
     r->ops.upload = w_upload;

@@ -8,8 +8,10 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "io/weight.h"
 #include "personaplex.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +78,88 @@ double bench_backend_copy_gbps(pp_backend *be) {
     if (a) be->ops->release(be, a);
     if (b) be->ops->release(be, b);
     return best / 1e9;
+}
+
+/* ---- device traffic and the H100 estimate ---- */
+
+#define H100_BYTES_PER_S 3.0e12
+#define H100_WARP_INSTR_PER_S (132 * 4 * 1.755e9)
+#define H100_NODE_S 1.3e-6
+
+/* Warp instructions a GEMV issues per byte it reads, by weight format: the one-input loops'
+ * warp/B as tools/kernel-report.sh derives them from the PTX (sm_90, November 2026; NF2 and INT4
+ * the integer kernel). The two must be updated together. Q4_0 and Q8_0 run the one-element
+ * kernel, which the report does not measure: Q4_K's figure stands in. */
+static const double gemv_instr_per_byte[PP_WF_COUNT] = {
+    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.371, [PP_WF_INT4] = 0.152,
+    [PP_WF_NF4] = 0.429, [PP_WF_Q4_0] = 0.587, [PP_WF_Q8_0] = 0.587, [PP_WF_Q4K] = 0.587, [PP_WF_INT8] = 0.218};
+
+double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt] : 0; }
+
+static bench_kernel *kernel_row(bench_traffic *t, const char *name) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->k[i].name, name) == 0) return &t->k[i];
+    if (t->n == BENCH_KERNELS) return &t->k[BENCH_KERNELS - 1];
+    bench_kernel *k = &t->k[t->n++];
+    *k = (bench_kernel){.name = t->n == BENCH_KERNELS ? "(other names)" : name};
+    return k;
+}
+
+static void add_row(bench_traffic *t, const bench_kernel *k, double scale) {
+    bench_kernel *r = kernel_row(t, k->name);
+    r->launches += scale * k->launches;
+    r->read += scale * k->read;
+    r->written += scale * k->written;
+    r->s += scale * k->s;
+    t->read += scale * k->read;
+    t->written += scale * k->written;
+    t->s += scale * k->s;
+}
+
+typedef struct take_ctx {
+    bench_traffic *t;
+    double instr_per_byte;
+} take_ctx;
+
+static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
+    take_ctx *c = arg;
+    double instr = strncmp(name, "pk_gemv", 7) == 0 ? c->instr_per_byte * (double)read : 0;
+    bench_kernel k = {.name = name, .launches = 1, .read = (double)read, .written = (double)written};
+    k.s = fmax((k.read + k.written) / H100_BYTES_PER_S, instr / H100_WARP_INSTR_PER_S);
+    add_row(c->t, &k, 1);
+}
+
+int bench_traffic_start(pp_backend *be) {
+    return be->ops->device_traffic && be->ops->device_traffic(be, NULL, NULL) == 0;
+}
+
+void bench_traffic_take(pp_backend *be, int fmt, bench_traffic *t) {
+    take_ctx c = {t, bench_gemv_instr_per_byte(fmt)};
+    if (be->ops->device_traffic) be->ops->device_traffic(be, t ? take_item : NULL, &c);
+}
+
+void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb) {
+    bench_traffic m = {0};
+    for (int i = 0; i < a->n; i++) add_row(&m, &a->k[i], ka);
+    for (int i = 0; i < b->n; i++) add_row(&m, &b->k[i], kb);
+    *out = m;
+}
+
+double bench_estimate_s(const bench_traffic *t, double nodes) { return t->s + nodes * H100_NODE_S; }
+
+static int by_cost(const void *a, const void *b) {
+    double x = ((const bench_kernel *)a)->s, y = ((const bench_kernel *)b)->s;
+    return (x < y) - (x > y);
+}
+
+void bench_traffic_print(const bench_traffic *t) {
+    bench_kernel k[BENCH_KERNELS];
+    memcpy(k, t->k, (size_t)t->n * sizeof *k);
+    qsort(k, (size_t)t->n, sizeof *k, by_cost);
+    printf("        %-46s %9s %10s %10s %10s\n", "device work", "launches", "MB read", "MB written", "est. us");
+    for (int i = 0; i < t->n; i++)
+        printf("        %-46s %9.0f %10.2f %10.2f %10.1f\n", k[i].name, k[i].launches, k[i].read / 1e6,
+               k[i].written / 1e6, 1e6 * k[i].s);
 }
 
 typedef struct {

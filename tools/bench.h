@@ -28,4 +28,33 @@ struct pp_backend *bench_cpu_backend(int threads, double *bw);
  * (GB/s), best of 5 over 256 MB; 0 without memory for the buffers. */
 double bench_backend_copy_gbps(struct pp_backend *be);
 
+/* ---- device traffic and the H100 estimate (frame and batch modes) ----
+ * Where a backend counts device memory traffic (its device_traffic op: the CUDA emulation), the
+ * modes print the bytes and the time an H100 would take by this model (issue 25): each kernel
+ * takes max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 per clock x 1.755 GHz)), and each
+ * node 1.3 us more. The emulation counts no instructions: a GEMV (a kernel whose name starts
+ * with pk_gemv) issues the bytes it reads times its weight format's warp instructions per byte
+ * (bench_gemv_instr_per_byte); every other kernel, copy and fill counts as memory-bound. */
+#define BENCH_KERNELS 48
+typedef struct bench_kernel {
+    const char *name;
+    double launches, read, written, s; /* bytes; s: its part of the estimate, seconds */
+} bench_kernel;
+typedef struct bench_traffic {
+    double read, written, s; /* all names together */
+    int n;
+    bench_kernel k[BENCH_KERNELS]; /* by name; the last also takes every name past the others */
+} bench_traffic;
+double bench_gemv_instr_per_byte(int fmt); /* fmt: a pp_wformat */
+/* Starts counting, in device memory allocated from then on: 1 where be counts traffic, else 0. */
+int bench_traffic_start(struct pp_backend *be);
+/* Adds the work be ran since the previous call to t (NULL: drops it), GEMVs at format fmt's rate. */
+void bench_traffic_take(struct pp_backend *be, int fmt, bench_traffic *t);
+/* out = ka·a + kb·b, totals and names alike (out may be a or b): fits and differences of runs. */
+void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb);
+/* The estimate in seconds: t's kernels plus 1.3 us per node. */
+double bench_estimate_s(const bench_traffic *t, double nodes);
+/* A line per name (launches, MB read and written, estimated us), the costliest first. */
+void bench_traffic_print(const bench_traffic *t);
+
 #endif

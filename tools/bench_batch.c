@@ -3,12 +3,15 @@
  *   personaplex-bench batch [--weights model.safetensors [--config config.json]]
  *                           [--layers L] [--dep-layers D] [--format bf16|nf2|int4|nf4]
  *                           [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] [--threads N]
- *                           [--device cpu|cuda]
+ *                           [--device cpu|cuda] [--context N]
  * Without --weights it writes a synthetic model with the PersonaPlex-7B shapes but only L
  * temporal and D depformer layers (default 1 and 1, so a CPU finishes in seconds) to a
  * temporary directory, quantized to --format, and removes it afterwards. The conversations
- * are greedy and start at position 0; the first two ticks (a compute-free first call and a
- * warm-up) are not timed. */
+ * are greedy and start at position 0, or --context frames on (pp_lmgen_skip: every query then
+ * attends over that many keys, the whole ring at the model's context); the first two ticks (a compute-free first call
+ * and a warm-up) are not timed. On a device backend it also prints the nodes per tick and, where the backend counts
+ * device traffic (the CUDA emulation), the device bytes per tick and the H100 estimate of bench.h, its GEMVs at
+ * --format's rate. */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -16,6 +19,7 @@
 #include "base/log.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
+#include "io/weight.h"
 #include "model/admission.h"
 #include "model/lm_catalog.h"
 #include "model/lmgen.h"
@@ -30,7 +34,7 @@
 
 typedef struct {
     const char *weights, *config, *device, *format, *kv;
-    int layers, dep_layers, ticks, threads;
+    int layers, dep_layers, ticks, threads, context;
     int batches[MAX_BATCHES], n_batches;
 } batch_opts;
 
@@ -63,11 +67,13 @@ static int parse(int argc, char **argv, batch_opts *o) {
         else if (strcmp(a, "--dep-layers") == 0) o->dep_layers = atoi(v);
         else if (strcmp(a, "--ticks") == 0) o->ticks = atoi(v);
         else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
+        else if (strcmp(a, "--context") == 0)
+            o->context = atoi(v);
         else if (strcmp(a, "--batches") == 0) {
             if ((o->n_batches = parse_list(v, o->batches, MAX_BATCHES)) < 1) return -1;
         } else return -1;
     }
-    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 ? 0 : -1;
+    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 && o->context >= 0 ? 0 : -1;
 }
 
 static int kv_format(const char *s, pp_kv_format *out) {
@@ -160,9 +166,10 @@ static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, ch
 /* ---- the measurement ---- */
 
 /* Median tick time of n conversations (ms). */
-static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *median, char *err) {
+static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *median, char *err) {
     double *ms = calloc((size_t)ticks, sizeof *ms);
-    int rc = ms ? pp_admission_time_ticks(lm, n, ticks, kv, ms, err) : pp_fail(err, PP_ENOMEM, "out of memory");
+    int rc =
+        ms ? pp_admission_time_ticks(lm, n, ticks, kv, context, ms, err) : pp_fail(err, PP_ENOMEM, "out of memory");
     if (!rc) {
         bench_sort(ms, ticks);
         *median = ms[ticks / 2];
@@ -171,41 +178,58 @@ static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double
     return rc;
 }
 
-/* Device nodes per tick of n conversations (0 where the backend does not count them): a run of
- * `ticks` against a run of one, so the conversations' start and warm-up cancel out. */
-static int nodes_per_tick(const pp_lm *lm, pp_backend *be, int n, int ticks, pp_kv_format kv, double *out, char *err) {
-    *out = 0;
+/* Device nodes and traffic per tick of n conversations (0 where the backend does not count
+ * them): a run of `ticks` against a run of one, so the conversations' start and warm-up cancel
+ * out. fmt prices the GEMVs of the estimate. */
+static int per_tick(const pp_lm *lm, pp_backend *be, int fmt, int n, int ticks, pp_kv_format kv, int context,
+                    double *nodes, bench_traffic *traffic, char *err) {
+    *nodes = 0;
+    memset(traffic, 0, sizeof *traffic);
     if (!be->ops->nodes_run || ticks < 2) return PP_OK;
     double ms;
+    bench_traffic one = {0}, many = {0};
+    bench_traffic_take(be, fmt, NULL);
     uint64_t n0 = be->ops->nodes_run(be);
-    int rc = time_ticks(lm, n, 1, kv, &ms, err);
+    int rc = time_ticks(lm, n, 1, kv, context, &ms, err);
     uint64_t n1 = be->ops->nodes_run(be);
-    if (!rc) rc = time_ticks(lm, n, ticks, kv, &ms, err);
-    if (!rc) *out = (double)((be->ops->nodes_run(be) - n1) - (n1 - n0)) / (ticks - 1);
+    bench_traffic_take(be, fmt, &one);
+    if (!rc) rc = time_ticks(lm, n, ticks, kv, context, &ms, err);
+    bench_traffic_take(be, fmt, &many);
+    if (!rc) *nodes = (double)((be->ops->nodes_run(be) - n1) - (n1 - n0)) / (ticks - 1);
+    bench_traffic_mix(traffic, &many, 1.0 / (ticks - 1), &one, -1.0 / (ticks - 1));
     return rc;
 }
 
 static int run(const batch_opts *o, const char *wpath, const char *cpath, char *err) {
     pp_kv_format kv;
     if (kv_format(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
+    pp_wformat fmt = PP_WF_BF16;
+    if (pp_wformat_parse(o->format, &fmt)) return pp_fail(err, PP_EINVAL, "--format %s: unknown", o->format);
     pp_backend *be = NULL;
     pp_lm *lm = NULL;
+    int counted = 0;
     int rc = pp_backend_create(o->device, o->threads, &be, err);
+    if (!rc) counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
     if (!rc) rc = pp_lm_open(be, wpath, cpath, &lm, err);
     if (!rc) {
         const pp_lm_config *c = pp_lm_get_config(lm);
-        printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, on %s\n",
-               c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, be->ops->name);
-        printf("%6s %12s %18s %14s %12s\n", "batch", "tick ms", "ms/conversation", "vs batch 1",
-               be->ops->nodes_run ? "nodes/tick" : "");
+        printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, context %d, on %s\n",
+               c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, o->context, be->ops->name);
+        if (counted)
+            printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
+                   "(bench.h), GEMVs at %.3f warp instructions per byte (%s)\n",
+                   bench_gemv_instr_per_byte(fmt), o->format);
+        printf("%6s %12s %18s %14s %12s%s\n", "batch", "tick ms", "ms/conversation", "vs batch 1",
+               be->ops->nodes_run ? "nodes/tick" : "", counted ? "  dev MB/tick  est. ms/tick" : "");
     }
     double one = 0;
     for (int i = 0; !rc && i < o->n_batches; i++) {
         double ms = 0;
-        rc = time_ticks(lm, o->batches[i], o->ticks, kv, &ms, err);
+        rc = time_ticks(lm, o->batches[i], o->ticks, kv, o->context, &ms, err);
         if (rc) break;
         double per = ms / o->batches[i], nodes;
-        if ((rc = nodes_per_tick(lm, be, o->batches[i], o->ticks, kv, &nodes, err))) break;
+        bench_traffic traffic;
+        if ((rc = per_tick(lm, be, (int)fmt, o->batches[i], o->ticks, kv, o->context, &nodes, &traffic, err))) break;
         if (o->batches[i] == 1) one = per;
         printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
         if (one > 0)
@@ -213,6 +237,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, char *
         else
             printf(" %14s", "-");
         if (nodes > 0) printf(" %12.0f", nodes);
+        if (counted && nodes > 0)
+            printf(" %12.1f %13.3f", (traffic.read + traffic.written) / 1e6, 1e3 * bench_estimate_s(&traffic, nodes));
         printf("\n");
         fflush(stdout);
     }
@@ -226,7 +252,7 @@ int bench_batch(int argc, char **argv) {
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
                         "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
-                        "[--threads N] [--device cpu|cuda]\n");
+                        "[--threads N] [--device cpu|cuda] [--context N]\n");
         return 2;
     }
     pp_log_set_level(PP_LOG_WARN);

@@ -8,7 +8,17 @@
  * attends over min(C, 2999) past frames.
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
  *       [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
- *       [--small] [--no-mimi] [--project GBPS,CORES]
+ *       [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate]
+ * On a device backend each row also gives the last frame's nodes per stage and, where the
+ * backend counts device traffic (the CUDA emulation), its device bytes read and written per
+ * stage, the LM's device bytes over its floor (the weights and KV it must read) and the H100
+ * estimate of bench.h; --kernels adds the frame's bytes and estimate per kernel name.
+ * --extrapolate gives those figures for --layers and --dep-layers (default 32 and 6) from two
+ * counted models of 1 and 2 layers each (tens of seconds per format at real widths, where all
+ * 32 layers would take minutes): per stage, X(L) = X(1) + (L - 1)·(X(2) - X(1)) for nodes,
+ * bytes, estimate and floor, L the temporal layers for the temporal step and the depformer's
+ * for the depformer (every layer does the same work; a direct 3 + 3-layer count matches the
+ * extrapolation exactly); the codec's figures are the 1-layer run's. No times then.
  * With --project (CPU) each format's contexts run again on one thread, and the tool ends with
  * the frame time projected for a machine of GBPS copy bandwidth and CORES cores like these:
  *   T = max(t1 / CORES, bytes / GBPS)
@@ -34,6 +44,9 @@
 
 #define DEP_Q 16
 #define CAPACITY 3000 /* the temporal KV ring: PersonaPlex's context */
+
+/* A frame's stages, and the whole frame. */
+enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
 
 static const char *const kv_names[] = {"f32", "bf16", "int8"};
 
@@ -77,7 +90,7 @@ typedef struct synth {
     void **held;    /* host buffers kept until the end */
     size_t n_held, cap_held;
     float nested_map[256];
-    uint64_t lm_bytes; /* packed bytes of the weights a frame multiplies by */
+    uint64_t lm_bytes[2]; /* packed bytes of the weights a frame multiplies by: [T_TEMPORAL], [T_DEP] */
 } synth;
 
 static void *host_buffer(synth *s, size_t bytes) {
@@ -184,8 +197,9 @@ typedef struct lm {
     int dep_steps;                         /* depformer steps run per frame */
 } lm;
 
-/* Counts in s->lm_bytes the weights that `steps_run` steps read. */
-static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int steps_run, pp_tf *tf, char *err) {
+/* Counts in *lm_bytes the weights that `steps_run` steps read. */
+static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int steps_run, pp_tf *tf, uint64_t *lm_bytes,
+                    char *err) {
     memset(tf, 0, sizeof *tf);
     tf->shape = *shape;
     tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
@@ -207,10 +221,10 @@ static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int step
             if (!rc) rc = synth_weight(s, fmt, d, hid, &L->ffn_out[st], err);
             L->steps[st] = (pp_tf_step){pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d),
                                         pp_weight_rows(&L->out_proj, st * d, d), L->ffn_in[st], L->ffn_out[st]};
-            if (st < steps_run) s->lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
+            if (st < steps_run) *lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
         }
         if (rc) return rc;
-        s->lm_bytes += (pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj)) / (size_t)ns * (size_t)steps_run;
+        *lm_bytes += (pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj)) / (size_t)ns * (size_t)steps_run;
     }
     return PP_OK;
 }
@@ -266,8 +280,8 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
                       .num_layers = d->dep_layers,
                       .n_steps = DEP_Q,
                       .eps = 1e-8f};
-    int rc = build_tf(s, fmt, &ts, 1, &m->temporal, err);
-    if (!rc) rc = build_tf(s, fmt, &ds, dep_steps, &m->depformer, err);
+    int rc = build_tf(s, fmt, &ts, 1, &m->temporal, &s->lm_bytes[T_TEMPORAL], err);
+    if (!rc) rc = build_tf(s, fmt, &ds, dep_steps, &m->depformer, &s->lm_bytes[T_DEP], err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dim, &m->text_emb, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card, d->dim, &m->text_linear, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dep_dim, &m->dep_text_emb, err);
@@ -276,10 +290,11 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
         if (!rc) rc = synth_weight(s, fmt, d->dep_dim, d->dim, &m->dep_in[k], err);
         if (!rc) rc = synth_weight(s, fmt, d->card, d->dep_dim, &m->linears[k], err);
         if (!rc && k < DEP_Q - 1) rc = synth_weight(s, fmt, d->card + 1, d->dep_dim, &m->dep_emb[k], err);
-        if (!rc && k < dep_steps) s->lm_bytes += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
+        if (!rc && k < dep_steps)
+            s->lm_bytes[T_DEP] += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
     }
     if (rc) return rc;
-    s->lm_bytes += pp_weight_bytes(&m->text_linear);
+    s->lm_bytes[T_TEMPORAL] += pp_weight_bytes(&m->text_linear);
     rc = pp_tf_cache_init(be, &m->temporal, CAPACITY, CAPACITY - 1, kv, &m->tc, err);
     if (!rc) rc = pp_tf_cache_init(be, &m->depformer, DEP_Q, DEP_Q - 1, PP_KV_F32, &m->dc, err);
     if (!rc) rc = pp_tf_scratch_init(be, &m->temporal, 1, &m->tsc, err);
@@ -339,16 +354,55 @@ static void issue_depformer(void *arg) {
 
 static uint64_t nodes_now(pp_backend *be) { return be->ops->nodes_run ? be->ops->nodes_run(be) : 0; }
 
+/* What a frame's stages cost: seconds, device nodes and, where the backend counts it, device
+ * traffic. */
+typedef struct frame_cost {
+    double s[T_COUNT], nodes[T_COUNT];
+    bench_traffic traffic[T_COUNT];
+} frame_cost;
+
+/* Splits a frame into stages: each mark ends one, which gets what ran since the previous mark. */
+typedef struct meter {
+    pp_backend *be;
+    int fmt; /* the LM's weight format, for the estimate (the codec's is f32: bench_frame_mimi.c) */
+    double t;
+    uint64_t nodes;
+} meter;
+
+static void meter_start(meter *mt) {
+    bench_traffic_take(mt->be, mt->fmt, NULL);
+    mt->nodes = nodes_now(mt->be);
+    mt->t = bench_now();
+}
+
+static void meter_mark(meter *mt, frame_cost *fc, int stage) {
+    fc->s[stage] = bench_now() - mt->t;
+    uint64_t n = nodes_now(mt->be);
+    fc->nodes[stage] = (double)(n - mt->nodes);
+    memset(&fc->traffic[stage], 0, sizeof fc->traffic[stage]);
+    bench_traffic_take(mt->be, stage == T_ENC || stage == T_DEC ? PP_WF_F32 : mt->fmt, &fc->traffic[stage]);
+    mt->nodes = n;
+    mt->t = bench_now(); /* collecting the traffic is no stage's time */
+}
+
+/* The whole frame: the sum of its stages. */
+static void sum_stages(frame_cost *fc) {
+    fc->s[T_FRAME] = fc->nodes[T_FRAME] = 0;
+    memset(&fc->traffic[T_FRAME], 0, sizeof fc->traffic[T_FRAME]);
+    for (int i = 0; i < T_FRAME; i++) {
+        fc->s[T_FRAME] += fc->s[i];
+        fc->nodes[T_FRAME] += fc->nodes[i];
+        bench_traffic_mix(&fc->traffic[T_FRAME], &fc->traffic[T_FRAME], 1, &fc->traffic[i], 1);
+    }
+}
+
 /* One frame of the LM as src/model/lm.c runs it: inputs uploaded first, each part run as a
  * recorded frame (a CUDA graph once recorded, as the server runs it), every token drawn and fed
- * back in backend memory, the frame's tokens downloaded once at the end; seconds and device
- * nodes of the temporal part and of the depformer part (a sync between them splits the two). */
-static int lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, double *t_dep, uint64_t *n_temporal,
-                    uint64_t *n_dep, char *err) {
+ * back in backend memory, the frame's tokens downloaded once at the end; marks the temporal
+ * part and the depformer part (a sync between them splits the two). */
+static int lm_frame(lm *m, int32_t pos, int32_t prev_text, meter *mt, frame_cost *fc, char *err) {
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
-    double t0 = bench_now();
-    uint64_t n0 = nodes_now(be);
     int32_t ids[DEP_Q + 1], tokens[DEP_Q + 1];
     for (int k = 0; k < DEP_Q; k++) ids[k] = (int32_t)((pos * 31 + k * 7) % m->d.card);
     ids[DEP_Q] = prev_text;
@@ -359,14 +413,10 @@ static int lm_frame(lm *m, int32_t pos, int32_t prev_text, double *t_temporal, d
     op->upload(be, m->pos, &pos, sizeof pos);
     int rc = pp_backend_run_recorded(be, KEY_TEMPORAL, issue_temporal, m, err);
     op->sync(be);
-    double t1 = bench_now();
-    uint64_t n1 = nodes_now(be);
+    meter_mark(mt, fc, T_TEMPORAL);
     if (!rc) rc = pp_backend_run_recorded(be, KEY_DEPFORMER, issue_depformer, m, err);
     op->download(be, tokens, m->tokens, sizeof tokens);
-    *t_temporal = t1 - t0;
-    *t_dep = bench_now() - t1;
-    *n_temporal = n1 - n0;
-    *n_dep = nodes_now(be) - n1;
+    meter_mark(mt, fc, T_DEP);
     return rc;
 }
 
@@ -380,74 +430,86 @@ static void stats(double *v, int n, double *p50, double *p99) {
     *p99 = 1e3 * v[r < 0 ? 0 : r >= n ? n - 1 : r];
 }
 
-enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
-
 typedef struct run_opts {
     int frames, mimi, threads, dep_steps;
+    int counted;     /* the backend counts device traffic */
+    int kernels;     /* --kernels */
+    int extrapolate; /* --extrapolate: rows are counted, not printed (they time 1- and 2-layer models) */
     double copy_bw;
 } run_opts;
 
-/* Bytes the LM reads per frame at a context: its weights and the temporal keys and values it
- * attends over (the depformer's 16-slot cache is noise beside them). */
-static double lm_read_bytes(const lm *m, uint64_t weight_bytes, int context, pp_kv_format kv) {
+/* The bytes each LM stage must read per frame at a context, its floor: the weights and, for
+ * the temporal step, the keys and values it attends over (the depformer's 16-slot cache is
+ * noise beside them). */
+static void lm_floor(const lm *m, const uint64_t weight_bytes[2], int context, pp_kv_format kv, double floor[2]) {
     int keys = context + 1 < CAPACITY - 1 ? context + 1 : CAPACITY - 1;
-    return (double)weight_bytes + (double)pp_tf_cache_bytes(&m->temporal.shape, keys, kv);
+    floor[T_TEMPORAL] = (double)weight_bytes[T_TEMPORAL] + (double)pp_tf_cache_bytes(&m->temporal.shape, keys, kv);
+    floor[T_DEP] = (double)weight_bytes[T_DEP];
 }
 
-/* Times `frames` frames at a context and prints the table's row; returns the LM's median
- * seconds per frame (temporal step + depformer). */
-static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o, double lm_bytes, uint64_t mimi_bytes,
-                          const char *fmt) {
+/* The counted lines of a row: nodes per stage and, where traffic is counted, bytes, the LM's
+ * bytes over its floor and the estimate. */
+static void print_costs(const frame_cost *fc, const double floor[2], pp_wformat fmt, const run_opts *o) {
+    printf("      nodes per frame: temporal %.0f, depformer %.0f, mimi encode %.0f, decode %.0f, whole %.0f\n",
+           fc->nodes[T_TEMPORAL], fc->nodes[T_DEP], fc->nodes[T_ENC], fc->nodes[T_DEC], fc->nodes[T_FRAME]);
+    if (!o->counted) return;
+    const bench_traffic *t = fc->traffic;
+    printf("      device MB per frame (read + written): temporal %.1f + %.1f, depformer %.1f + %.1f, mimi encode "
+           "%.1f + %.1f, decode %.1f + %.1f, whole %.1f + %.1f\n",
+           t[T_TEMPORAL].read / 1e6, t[T_TEMPORAL].written / 1e6, t[T_DEP].read / 1e6, t[T_DEP].written / 1e6,
+           t[T_ENC].read / 1e6, t[T_ENC].written / 1e6, t[T_DEC].read / 1e6, t[T_DEC].written / 1e6,
+           t[T_FRAME].read / 1e6, t[T_FRAME].written / 1e6);
+    double est[T_COUNT];
+    for (int i = 0; i < T_COUNT; i++) est[i] = 1e3 * bench_estimate_s(&t[i], fc->nodes[i]);
+    double lm = t[T_TEMPORAL].read + t[T_TEMPORAL].written + t[T_DEP].read + t[T_DEP].written;
+    double need = floor[T_TEMPORAL] + floor[T_DEP];
+    printf("      LM device bytes / (weights + KV) %.1f / %.1f MB = %.2f; H100 estimate (LM GEMV %.3f warp instr/B) "
+           "ms: temporal %.3f, depformer %.3f, LM %.3f, mimi encode %.3f, decode %.3f, whole %.3f\n",
+           lm / 1e6, need / 1e6, lm / need, bench_gemv_instr_per_byte(fmt), est[T_TEMPORAL], est[T_DEP],
+           est[T_TEMPORAL] + est[T_DEP], est[T_ENC], est[T_DEC], est[T_FRAME]);
+    if (o->kernels) bench_traffic_print(&t[T_FRAME]);
+}
+
+/* Times `frames` frames at a context and prints the table's row (unless extrapolating); the last
+ * frame's costs go to *last. Returns the LM's median seconds per frame (temporal step +
+ * depformer). */
+static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *o, const double floor[2],
+                          uint64_t mimi_bytes, pp_wformat fmt, frame_cost *last) {
     double *t[T_COUNT], *all = calloc((size_t)o->frames * T_COUNT, sizeof(double));
     if (!all) return 0;
     for (int i = 0; i < T_COUNT; i++) t[i] = all + (size_t)i * o->frames;
     int32_t codes[8] = {0};
-    uint64_t nodes[T_COUNT] = {0}; /* per stage, of the last frame */
+    meter mt = {.be = m->be, .fmt = (int)fmt};
     char err[PP_ERR_LEN];
     for (int f = -3; f < o->frames; f++) { /* 3 warm-up frames: plain, recorded, replayed */
-        double tt, td, te = 0, tdec = 0;
-        uint64_t n0 = nodes_now(m->be);
-        if (mimi) {
-            double a = bench_now();
-            bench_mimi_encode(mimi, codes);
-            te = bench_now() - a;
-        }
-        uint64_t n1 = nodes_now(m->be);
-        if (lm_frame(m, context + (f < 0 ? 0 : f), 3, &tt, &td, &nodes[T_TEMPORAL], &nodes[T_DEP], err)) {
+        meter_start(&mt);
+        if (mimi) bench_mimi_encode(mimi, codes);
+        meter_mark(&mt, last, T_ENC);
+        if (lm_frame(m, context + (f < 0 ? 0 : f), 3, &mt, last, err)) {
             fprintf(stderr, "personaplex-bench: %s\n", err);
             free(all);
             return 0;
         }
-        uint64_t n2 = nodes_now(m->be);
         if (mimi) {
-            double a = bench_now();
             bench_mimi_decode(mimi, codes);
             m->be->ops->sync(m->be);
-            tdec = bench_now() - a;
         }
-        nodes[T_ENC] = n1 - n0;
-        nodes[T_DEC] = nodes_now(m->be) - n2;
-        nodes[T_FRAME] = nodes_now(m->be) - n0;
-        if (f < 0) continue;
-        t[T_TEMPORAL][f] = tt;
-        t[T_DEP][f] = td;
-        t[T_ENC][f] = te;
-        t[T_DEC][f] = tdec;
-        t[T_FRAME][f] = tt + td + te + tdec;
+        meter_mark(&mt, last, T_DEC);
+        sum_stages(last);
+        for (int i = 0; f >= 0 && i < T_COUNT; i++) t[i][f] = last->s[i];
     }
     double p50[T_COUNT] = {0}, p99[T_COUNT] = {0};
     for (int i = 0; i < T_COUNT; i++) stats(t[i], o->frames, &p50[i], &p99[i]);
-    double lm_s = (p50[T_TEMPORAL] + p50[T_DEP]) / 1e3, gbps = lm_s > 0 ? lm_bytes / lm_s / 1e9 : 0;
+    double lm_bytes = floor[T_TEMPORAL] + floor[T_DEP], lm_s = (p50[T_TEMPORAL] + p50[T_DEP]) / 1e3;
+    double gbps = lm_s > 0 ? lm_bytes / lm_s / 1e9 : 0;
+    free(all);
+    if (o->extrapolate) return lm_s;
     printf("%-5s %5d %3d | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %8.1f %6.1f %7.1f "
            "%5.0f%%\n",
-           fmt, context, o->threads, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP], p50[T_ENC], p99[T_ENC],
-           p50[T_DEC], p99[T_DEC], p50[T_FRAME], p99[T_FRAME], lm_bytes / 1e6, (double)mimi_bytes / 1e6, gbps,
-           o->copy_bw > 0 ? 100.0 * gbps / o->copy_bw : 0);
-    if (m->be->ops->nodes_run)
-        printf("      nodes per frame: temporal %llu, depformer %llu, mimi encode %llu, decode %llu, whole %llu\n",
-               (unsigned long long)nodes[T_TEMPORAL], (unsigned long long)nodes[T_DEP],
-               (unsigned long long)nodes[T_ENC], (unsigned long long)nodes[T_DEC], (unsigned long long)nodes[T_FRAME]);
-    free(all);
+           pp_wformat_name(fmt), context, o->threads, p50[T_TEMPORAL], p99[T_TEMPORAL], p50[T_DEP], p99[T_DEP],
+           p50[T_ENC], p99[T_ENC], p50[T_DEC], p99[T_DEC], p50[T_FRAME], p99[T_FRAME], lm_bytes / 1e6,
+           (double)mimi_bytes / 1e6, gbps, o->copy_bw > 0 ? 100.0 * gbps / o->copy_bw : 0);
+    if (m->be->ops->nodes_run) print_costs(last, floor, fmt, o);
     return lm_s;
 }
 
@@ -465,9 +527,10 @@ static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
-                    "[--dep-layers N] [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
-                    "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES]\n");
+    fprintf(stderr,
+            "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
+            "[--dep-layers N] [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
+            "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate]\n");
     return 2;
 }
 
@@ -497,23 +560,56 @@ static int context_at(const char *list, int i) {
     return atoi(c);
 }
 
-/* One format's rows at every context on backend be: the LM's seconds per frame in t[] and the
- * bytes it read in bytes[]. */
+/* One format's rows at every context on backend be: the LM's seconds per frame in t[], the
+ * floors of its stages in floor[] and the last frame's costs in fc[]. */
 static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_format kv, const dims *d,
-                      const char *contexts, const run_opts *o, double *t, double *bytes, char *err) {
+                      const char *contexts, const run_opts *o, double *t, double (*floor)[2], frame_cost *fc,
+                      char *err) {
     synth s = {.be = be, .rng = 0x2545f4914f6cdd1dull, .keep_host = strcmp(be->ops->name, "cpu") == 0};
     pp_quant_nf4_dynamic_map(s.nested_map);
     lm m;
     int rc = lm_build(&s, fmt, kv, d, o->dep_steps, &m, err);
     for (int c = 0; !rc && c < count_contexts(contexts); c++) {
         int context = context_at(contexts, c);
-        bytes[c] = lm_read_bytes(&m, s.lm_bytes, context, kv);
-        t[c] =
-            run_context(&m, mimi, context, o, bytes[c], mimi ? bench_mimi_weight_bytes(mimi) : 0, pp_wformat_name(fmt));
+        lm_floor(&m, s.lm_bytes, context, kv, floor[c]);
+        t[c] = run_context(&m, mimi, context, o, floor[c], mimi ? bench_mimi_weight_bytes(mimi) : 0, fmt, &fc[c]);
     }
-    if (!rc) print_memory(be, &m, kv);
+    if (!rc && !o->extrapolate) print_memory(be, &m, kv);
     lm_free(&m);
     synth_free(&s);
+    return rc;
+}
+
+/* --extrapolate: one format counted with 1 and 2 layers of each transformer, its costs at d's
+ * layers printed per context (the rule in the header). */
+static int run_extrapolated(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_format kv, const dims *d,
+                            const char *contexts, const run_opts *o, char *err) {
+    int nc = count_contexts(contexts), rc = PP_OK;
+    frame_cost *fc = calloc((size_t)(3 * nc), sizeof *fc); /* [layers 1 | layers 2 | extrapolated][context] */
+    double t[MAX_CONTEXTS], floor[2][MAX_CONTEXTS][2];
+    if (!fc) return pp_fail(err, PP_ENOMEM, "bench frame: out of memory");
+    for (int r = 0; r < 2 && !rc; r++) {
+        dims dr = *d;
+        dr.layers = dr.dep_layers = r + 1;
+        rc = run_format(be, mimi, fmt, kv, &dr, contexts, o, t, floor[r], fc + r * nc, err);
+    }
+    /* X = X(1) + k·(X(2) − X(1)); the codec's stages keep X(1) */
+    const double k[T_FRAME] = {[T_TEMPORAL] = d->layers - 1, [T_DEP] = d->dep_layers - 1};
+    for (int c = 0; !rc && c < nc; c++) {
+        const frame_cost *one = &fc[c], *two = &fc[nc + c];
+        frame_cost *x = &fc[2 * nc + c];
+        double fl[2];
+        for (int i = 0; i < T_FRAME; i++) {
+            x->nodes[i] = (1 - k[i]) * one->nodes[i] + k[i] * two->nodes[i];
+            bench_traffic_mix(&x->traffic[i], &one->traffic[i], 1 - k[i], &two->traffic[i], k[i]);
+            if (i <= T_DEP) fl[i] = (1 - k[i]) * floor[0][c][i] + k[i] * floor[1][c][i]; /* the LM's stages */
+        }
+        sum_stages(x);
+        printf("%-5s %5d: counted at 1 and 2 layers, extrapolated to %d + %d\n", pp_wformat_name(fmt),
+               context_at(contexts, c), d->layers, d->dep_layers);
+        print_costs(x, fl, fmt, o);
+    }
+    free(fc);
     return rc;
 }
 
@@ -538,6 +634,10 @@ int bench_frame(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--small") == 0) small = 1;
         else if (strcmp(a, "--no-mimi") == 0) o.mimi = 0;
+        else if (strcmp(a, "--kernels") == 0)
+            o.kernels = 1;
+        else if (strcmp(a, "--extrapolate") == 0)
+            o.extrapolate = 1;
         else if (!v) return usage();
         else if (strcmp(a, "--device") == 0) device = argv[++i];
         else if (strcmp(a, "--threads") == 0) threads = atoi(argv[++i]);
@@ -561,7 +661,7 @@ int bench_frame(int argc, char **argv) {
     pp_kv_format kv = PP_KV_F32;
     while (kv <= PP_KV_INT8 && strcmp(kv_names[kv], kv_name)) kv++;
     if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || o.dep_steps < 0 || o.dep_steps > DEP_Q ||
-        kv > PP_KV_INT8)
+        kv > PP_KV_INT8 || (o.extrapolate && project_cores))
         return usage();
     char err[PP_ERR_LEN];
     pp_backend *be;
@@ -570,16 +670,32 @@ int bench_frame(int argc, char **argv) {
         fprintf(stderr, "personaplex-bench: %s\n", err);
         return 1;
     }
+    if (o.extrapolate && !be->ops->nodes_run) {
+        fprintf(stderr, "personaplex-bench: --extrapolate counts a device backend's work (--device cuda)\n");
+        pp_backend_destroy(be);
+        return 2;
+    }
     o.copy_bw = bench_backend_copy_gbps(be);
     o.threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    o.counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
     printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
            "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99);\n"
            "LM MB/fr: weights and temporal KV read per frame\n",
            be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, o.dep_steps,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
-    printf("%-5s %5s %3s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "thr",
-           "temporal step", "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec", "LM GB/s",
-           "%copy");
+    if (o.counted)
+        printf("device bytes: counted by the backend per page touched (up to its allocation's end), last frame;\n"
+               "H100 estimate: per kernel max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 x 1.755 GHz)), plus "
+               "1.3 us per node;\nwarp instructions: a GEMV's (pk_gemv*) bytes read x its weights' warp instructions "
+               "per byte (the LM's format; the codec's f32), 0 for the rest\n");
+    if (o.extrapolate)
+        printf("extrapolated: counted at 1 and 2 layers of each transformer, per stage X(L) = X(1) + (L - 1)·(X(2) - "
+               "X(1)), L = %d for the temporal step, %d for the depformer; no times\n",
+               d.layers, d.dep_layers);
+    else
+        printf("%-5s %5s %3s | %-15s | %-15s | %-15s | %-15s | %-15s | %8s %6s %7s %6s\n", "fmt", "ctx", "thr",
+               "temporal step", "depformer", "mimi encode", "mimi decode", "whole frame", "LM MB/fr", "codec",
+               "LM GB/s", "%copy");
     int rc = 0;
     bench_mimi *mimi = NULL;
     if (o.mimi && (rc = bench_mimi_create(be, 99, &mimi, err))) fprintf(stderr, "personaplex-bench: %s\n", err);
@@ -590,6 +706,11 @@ int bench_frame(int argc, char **argv) {
     } else if (project_cores && (rc = pp_backend_create("cpu", 1, &one, err))) {
         fprintf(stderr, "personaplex-bench: %s\n", err);
     }
+    frame_cost *fc = calloc(MAX_CONTEXTS, sizeof *fc); /* each context's last frame */
+    if (!rc && !fc) {
+        fprintf(stderr, "personaplex-bench: out of memory\n");
+        rc = 1;
+    }
     for (const char *f = formats; !rc && *f;) {
         size_t len = strcspn(f, ",");
         pp_wformat fmt;
@@ -598,17 +719,21 @@ int bench_frame(int argc, char **argv) {
             rc = 2;
             break;
         }
-        double t_n[MAX_CONTEXTS], t_1[MAX_CONTEXTS], bytes[MAX_CONTEXTS];
-        rc = run_format(be, mimi, fmt, kv, &d, contexts, &o, t_n, bytes, err);
+        double t_n[MAX_CONTEXTS], t_1[MAX_CONTEXTS], floor[MAX_CONTEXTS][2];
+        if (o.extrapolate)
+            rc = run_extrapolated(be, mimi, fmt, kv, &d, contexts, &o, err);
+        else
+            rc = run_format(be, mimi, fmt, kv, &d, contexts, &o, t_n, floor, fc, err);
         run_opts o1 = {.frames = o.frames < 3 ? o.frames : 3, .threads = 1, .dep_steps = o.dep_steps, .copy_bw = o.copy_bw};
-        if (!rc && one) rc = run_format(one, NULL, fmt, kv, &d, contexts, &o1, t_1, bytes, err);
+        if (!rc && one) rc = run_format(one, NULL, fmt, kv, &d, contexts, &o1, t_1, floor, fc, err);
         if (rc) fprintf(stderr, "personaplex-bench: %s\n", err);
         for (int c = 0; !rc && one && c < count_contexts(contexts); c++)
-            print_projection(pp_wformat_name(fmt), context_at(contexts, c), t_1[c], t_n[c], bytes[c], &o, project_gbps,
-                             project_cores);
+            print_projection(pp_wformat_name(fmt), context_at(contexts, c), t_1[c], t_n[c], floor[c][0] + floor[c][1],
+                             &o, project_gbps, project_cores);
         f += len;
         f += *f == ',';
     }
+    free(fc);
     if (one) pp_backend_destroy(one);
     bench_mimi_destroy(mimi);
     if (!rc && be->ops->last_error && be->ops->last_error(be, err)) {

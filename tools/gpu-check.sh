@@ -5,8 +5,9 @@
 #   3. every golden case (tests/data/golden, and heldout/) with --device cuda
 #   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1 and 4 inputs), and
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
-#      3000, then the int8 KV cache on NF2; the codec per frame; the batched tick at 1-64
-#      conversations (one temporal layer, so the synthetic model is written in seconds)
+#      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch);
+#      the codec per frame; the batched tick at 1-64 conversations at context 3000 (one temporal
+#      layer, so the synthetic model is written in seconds)
 # Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
 #   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
@@ -67,12 +68,16 @@ for batch in 1 4; do
 done
 step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the same without programmatic dependent launch: what it gains on this GPU
+step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
+    env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
 step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
 step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
     "$build/personaplex-bench" codec --device cuda --frames "$frames"
-step "bench batch (nf2, int8 KV, n = 1..64)" "$logs/bench-batch.log" \
-    "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames"
+step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
+    "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
+    --context 3000
 
 echo
 printf '%-44s %-10s %9s   %s\n' "check" "result" "time" "log"
@@ -81,5 +86,6 @@ echo
 echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log"
 echo "== gemv, frame, codec and batch benchmarks =="
-cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" "$logs/bench-frame.log" "$logs/bench-codec.log" "$logs/bench-batch.log"
+cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
+    "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame.log" "$logs/bench-codec.log" "$logs/bench-batch.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

@@ -90,6 +90,8 @@ typedef struct pp_backend_ops {
     /* ---- linear algebra ---- */
     /* y[n][w.rows] = x[n][w.cols] · wᵀ, for every weight format, without a dequantized copy. */
     void (*matmul)(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
+    /* y += x · wᵀ: a product and the residual add after it in one operation. */
+    void (*matmul_add)(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
     /* y[i][:] (+)= table row ids[i] for i < n; ids are int32 in backend memory (so a recorded
      * frame reads the ids uploaded before it, or tokens sampled inside it). accumulate=0
      * overwrites. */
@@ -104,10 +106,11 @@ typedef struct pp_backend_ops {
     /* y[i] = x[i] · alpha · 1/sqrt(eps + mean(x[i]²)) for i < n rows of d (RMSNorm, fp32
      * statistics; y may equal x). alpha is [d]. */
     void (*rmsnorm)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
-    /* x[i] += r[i] for n rows of d, then y = rmsnorm(x) as above: a residual add and the next
-     * normalization in one pass (y differs from x and r). */
-    void (*add_rmsnorm)(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
-                        float *y);
+    /* h = rmsnorm(x) as above (n rows of d = w.cols), then y[n][w.rows] = h · wᵀ as matmul: the
+     * normalization and the product it feeds in one operation, so a device can prepare the
+     * product's input in the normalization's pass. h differs from x and y. */
+    void (*norm_matmul)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
+                        const pp_weight *w, float *y);
     /* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride):
      * each row holds n_heads heads of head_dim; pair (2j, 2j+1) of a head at position pos[i]
      * is rotated by pos[i] · max_period^(-2j/head_dim). */
@@ -131,10 +134,10 @@ typedef struct pp_backend_ops {
      * its format, capacity and window. One launch for the batch on a device. */
     void (*attn_rows)(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
-    /* The gated FFN's output product: y[n][w.rows] = m · wᵀ with m[i][j] = silu(u[i][j]) · u[i][hidden + j]
-     * for n rows of u [2·hidden], hidden = w.cols. One operation, so a device can form m on
-     * the way into the product. */
-    void (*matmul_silu)(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
+    /* The gated FFN's output product and its residual add: y[n][w.rows] += m · wᵀ with
+     * m[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden], hidden = w.cols. One
+     * operation, so a device can form m on the way into the product. */
+    void (*matmul_silu_add)(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 
     /* ---- codec operations (model/mimi.c, model/seanet.c, model/quantizer.c) ---- */
     /* Streaming causal Conv1d on channel-major x [cin][t] (t a multiple of stride). hist
@@ -210,6 +213,13 @@ typedef struct pp_backend_ops {
      * difference across a frame is its node count, what launch costs scale with. NULL on the
      * CPU backend. */
     uint64_t (*nodes_run)(pp_backend *be);
+    /* Device memory traffic, where the backend counts it (the CUDA emulation does: kernels.h
+     * pk_device_traffic): the first call starts counting, in device memory allocated from then
+     * on; each call passes fn (NULL: drops them) every work item run since the previous call, in
+     * order: its name (a kernel's launch expression), bytes read and bytes written. 0, or -1
+     * where nothing counts it (a GPU). NULL on the CPU backend. */
+    int (*device_traffic)(pp_backend *be, void (*fn)(void *arg, const char *name, uint64_t read, uint64_t written),
+                          void *arg);
     /* The device's name for logs ("GPU 0: ... (sm_90)") and whether its memory is the host's
      * (an integrated GPU: weights and KV count once against the host's DRAM). */
     void (*describe)(pp_backend *be, char *name, size_t cap, int *shares_host_memory);

@@ -23,6 +23,8 @@ static inline cpu_simd cpu_simd_of(pp_backend *be) { return ((cpu_ctx *)be->impl
 int pp_cpu_gemv_create(cpu_gemv **out, char *err);
 void pp_cpu_gemv_destroy(cpu_gemv *g);
 void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
+void pp_cpu_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
+void pp_cpu_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
 
 /* cpu_gemv_avx2.c (x86-64): whether its loops take this weight (format and group size), and
@@ -60,8 +62,8 @@ void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float
 
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
-void pp_cpu_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
-                        float *y);
+void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
+                        const pp_weight *w, float *y);
 void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
                  float max_period);
 void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
@@ -71,7 +73,6 @@ void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head
 void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
-void pp_cpu_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 
 /* cpu_codec.c */
 void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,

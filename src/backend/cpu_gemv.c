@@ -33,9 +33,11 @@ struct cpu_gemv {
     int16_t *vq;   /* VNNI: int16 activations [vq_cap] */
     float *runs;   /* VNNI: run scales [runs_cap] */
     size_t vq_cap, runs_cap;
-    pthread_mutex_t gate_lock; /* the gated input's scratch (matmul_silu), apart from the products' */
-    float *gate;
-    size_t gate_cap;
+    /* The accumulating products' scratch (matmul_add, matmul_silu_add), apart from the products':
+     * the gated input and the product before it joins y. */
+    pthread_mutex_t gate_lock;
+    float *gate, *sum;
+    size_t gate_cap, sum_cap;
     float nf2_lut[256][4]; /* byte -> its 4 centroids, LSB code first */
     float int4_lut[256][2]; /* byte -> (low nibble - 8, high nibble - 8) */
 };
@@ -59,6 +61,7 @@ void pp_cpu_gemv_destroy(cpu_gemv *g) {
     pthread_mutex_destroy(&g->lock);
     pthread_mutex_destroy(&g->gate_lock);
     free(g->gate);
+    free(g->sum);
     free(g->xp);
     free(g->vq);
     free(g->runs);
@@ -366,17 +369,33 @@ void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, in
     }
 }
 
-void pp_cpu_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+/* y += x·wᵀ through g->sum (gate_lock held); 0 without memory for it. */
+static int add_product(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
+    size_t count = (size_t)n * (size_t)w->rows;
+    if (!reserve((void **)&g->sum, &g->sum_cap, count, sizeof(float))) return 0;
+    pp_cpu_matmul(be, w, x, n, g->sum);
+    for (size_t i = 0; i < count; i++) y[i] += g->sum[i];
+    return 1;
+}
+
+static void no_memory(const pp_weight *w, int n) {
+    PP_ERROR("cpu", "matmul '%s': no memory for %d rows of its product; it is not added", w->name ? w->name : "?", n);
+}
+
+void pp_cpu_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
     pthread_mutex_lock(&g->gate_lock);
-    if (reserve((void **)&g->gate, &g->gate_cap, (size_t)n * (size_t)w->cols, sizeof(float))) {
-        pp_cpu_silu_mul(be, u, n, (int)w->cols, g->gate);
-        pp_cpu_matmul(be, w, g->gate, n, y);
-    } else {
-        PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld gated inputs; its outputs are zero",
-                 w->name ? w->name : "?", n, (long long)w->cols);
-        memset(y, 0, (size_t)n * (size_t)w->rows * sizeof *y);
-    }
+    if (!add_product(be, g, w, x, n, y)) no_memory(w, n);
+    pthread_mutex_unlock(&g->gate_lock);
+}
+
+void pp_cpu_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    if (n <= 0 || w->rows <= 0) return;
+    cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
+    pthread_mutex_lock(&g->gate_lock);
+    int ok = reserve((void **)&g->gate, &g->gate_cap, (size_t)n * (size_t)w->cols, sizeof(float));
+    if (ok) pp_cpu_silu_mul(be, u, n, (int)w->cols, g->gate);
+    if (!ok || !add_product(be, g, w, g->gate, n, y)) no_memory(w, n);
     pthread_mutex_unlock(&g->gate_lock);
 }

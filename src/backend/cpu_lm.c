@@ -20,10 +20,10 @@ void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, i
     }
 }
 
-void pp_cpu_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
-                        float *y) {
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += r[i];
-    pp_cpu_rmsnorm(be, x, alpha, n, d, eps, y);
+void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
+                        const pp_weight *w, float *y) {
+    pp_cpu_rmsnorm(be, x, alpha, n, d, eps, h);
+    pp_cpu_matmul(be, w, h, n, y);
 }
 
 void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,

@@ -426,19 +426,23 @@ static void cuda_host_unmap(pp_backend *be, const void *base) {
 
 /* ---- linear algebra and LM operations ---- */
 
-static void matmul(pp_backend *be, const pp_weight *w, const float *x, int n, int x_gated, float *y) {
+static void matmul(pp_backend *be, const pp_weight *w, const float *x, int n, int x_gated, int accumulate, float *y) {
     cuda_ctx *c = ctx_of(be);
     pk_weight k = to_pk(w);
     if (ws_reserve(c, pk_matmul_workspace(&k, n, x_gated))) return;
-    CUDA_NOTE(c, pk_matmul(&k, x, n, x_gated, y, c->ws, c->ws_floats, c->blas, c->stream));
+    CUDA_NOTE(c, pk_matmul(&k, x, n, x_gated, accumulate, y, c->ws, c->ws_floats, c->blas, c->stream));
 }
 
 static void cuda_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
-    matmul(be, w, x, n, 0, y);
+    matmul(be, w, x, n, 0, 0, y);
 }
 
-static void cuda_matmul_silu(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
-    matmul(be, w, u, n, 1, y);
+static void cuda_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
+    matmul(be, w, x, n, 0, 1, y);
+}
+
+static void cuda_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
+    matmul(be, w, u, n, 1, 1, y);
 }
 
 static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
@@ -452,13 +456,15 @@ static void cuda_add(pp_backend *be, float *y, const float *x, size_t count) {
 }
 
 static void cuda_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
-    /* Without a residual the kernel only reads x. */
-    CUDA_NOTE(ctx_of(be), pk_rmsnorm((float *)x, NULL, alpha, n, d, eps, y, ctx_of(be)->stream));
+    CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, alpha, n, d, eps, y, ctx_of(be)->stream));
 }
 
-static void cuda_add_rmsnorm(pp_backend *be, float *x, const float *r, const float *alpha, int n, int d, float eps,
-                             float *y) {
-    CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, r, alpha, n, d, eps, y, ctx_of(be)->stream));
+static void cuda_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
+                             const pp_weight *w, float *y) {
+    cuda_ctx *c = ctx_of(be);
+    pk_weight k = to_pk(w);
+    if (ws_reserve(c, pk_matmul_workspace(&k, n, 0))) return;
+    CUDA_NOTE(c, pk_norm_matmul(x, alpha, n, d, eps, h, &k, y, c->ws, c->ws_floats, c->blas, c->stream));
 }
 
 static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
@@ -620,6 +626,11 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
 
 static uint64_t cuda_nodes_run(pp_backend *be) { return pk_nodes() + ctx_of(be)->nodes_replayed; }
 
+static int cuda_device_traffic(pp_backend *be, pk_traffic_fn fn, void *arg) {
+    (void)be;
+    return pk_device_traffic(fn, arg);
+}
+
 static void cuda_describe(pp_backend *be, char *name, size_t cap, int *shares_host_memory) {
     cuda_ctx *c = ctx_of(be);
     struct cudaDeviceProp p;
@@ -672,12 +683,13 @@ static const pp_backend_ops cuda_ops = {
     .embed = cuda_embed,
     .add = cuda_add,
     .rmsnorm = cuda_rmsnorm,
-    .add_rmsnorm = cuda_add_rmsnorm,
+    .norm_matmul = cuda_norm_matmul,
     .rope = cuda_rope,
     .attn_step = cuda_attn_step,
     .attn_step_kv = cuda_attn_step_kv,
     .attn_rows = attn_rows,
-    .matmul_silu = cuda_matmul_silu,
+    .matmul_add = cuda_matmul_add,
+    .matmul_silu_add = cuda_matmul_silu_add,
     .conv1d = cuda_conv1d,
     .conv_tr1d = cuda_conv_tr1d,
     .elu = cuda_elu,
@@ -695,6 +707,7 @@ static const pp_backend_ops cuda_ops = {
     .graph_end = cuda_graph_end,
     .graph_replay = cuda_graph_replay,
     .nodes_run = cuda_nodes_run,
+    .device_traffic = cuda_device_traffic,
     .mem_info = cuda_mem_info,
     .describe = cuda_describe,
 };
@@ -749,6 +762,10 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
         PP_CUDA_TRY(c, err, cudaMallocHost(&c->stage[i], STAGE_BYTES));
         PP_CUDA_TRY(c, err, cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
     }
+    /* Programmatic dependent launch (common.cuh): sm_90 on; PP_CUDA_PDL=0 turns it off, to time
+     * both ways. */
+    const char *pdl = getenv("PP_CUDA_PDL");
+    pk_set_programmatic_launch(prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0));
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)
@@ -758,9 +775,9 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     PP_CUDA_TRY(c, err, cudaStreamSynchronize(c->stream));
     size_t f = 0, t = 0;
     PP_CUDA_TRY(c, err, cudaMemGetInfo(&f, &t));
-    PP_INFO("cuda", "device %d: %s, compute %d.%d, %d SMs, %.1f GiB (%.1f GiB free); kernels for sm %s", device,
-            prop.name, prop.major, prop.minor, prop.multiProcessorCount, (double)t / (1 << 30),
-            (double)f / (1 << 30), PP_CUDA_ARCHS_STR);
+    PP_INFO("cuda", "device %d: %s, compute %d.%d, %d SMs, %.1f GiB (%.1f GiB free); kernels for sm %s%s", device,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount, (double)t / (1 << 30), (double)f / (1 << 30),
+            PP_CUDA_ARCHS_STR, pk_programmatic_launch() ? "; programmatic dependent launch" : "");
     return host_weights_init(c, device, err);
 }
 

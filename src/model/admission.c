@@ -17,7 +17,8 @@ void pp_admission_limits_default(pp_admission_limits *l) {
     l->headroom = 0.8;
 }
 
-int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *tick_ms, char *err) {
+int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *tick_ms,
+                            char *err) {
     const pp_lm_config *c = pp_lm_get_config(lm);
     pp_lmbatch *b = NULL;
     pp_lmgen **gens = calloc((size_t)n, sizeof *gens);
@@ -34,8 +35,9 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     for (int t = 0; !rc && t < ticks + 2; t++) {
         for (int i = 0; i < n; i++)
             for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) user[i][k] = (t * 37 + i * 101 + k * 13) % c->card;
+        for (int i = 0; t == 1 && !rc && i < n; i++) rc = pp_lmgen_skip(gens[i], context, err);
         double t0 = pp_now_ms();
-        rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
+        if (!rc) rc = pp_lmbatch_step(b, gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
         if (t >= 2) tick_ms[t - 2] = pp_now_ms() - t0;
     }
     for (int i = 0; gens && i < n; i++) pp_lmgen_destroy(gens[i]);
@@ -46,11 +48,11 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     return rc;
 }
 
-/* Mean tick time of n fresh conversations over `ticks` ticks after a warm-up. */
-static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *ms, char *err) {
+/* Mean tick time of n conversations at `context` over `ticks` ticks after a warm-up. */
+static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *ms, char *err) {
     double *tick_ms = calloc((size_t)ticks, sizeof *tick_ms);
     if (!tick_ms) return pp_fail(err, PP_ENOMEM, "admission: out of memory");
-    int rc = pp_admission_time_ticks(lm, n, ticks, kv, tick_ms, err);
+    int rc = pp_admission_time_ticks(lm, n, ticks, kv, context, tick_ms, err);
     double sum = 0;
     for (int t = 0; t < ticks; t++) sum += tick_ms[t];
     *ms = sum / ticks;
@@ -58,7 +60,7 @@ static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double
     return rc;
 }
 
-int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv,
+int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv, int context,
                            pp_admission_calib *out, char *err) {
     memset(out, 0, sizeof *out);
     if (n_sizes < 1 || n_sizes > PP_ADMISSION_POINTS || ticks < 1)
@@ -69,7 +71,7 @@ int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int t
             return pp_fail(err, PP_EINVAL, "admission: batch sizes must ascend from 1 or more (entry %d = %d)", i,
                            sizes[i]);
     for (int i = 0; i < n_sizes; i++) {
-        int rc = time_batch(lm, sizes[i], ticks, kv, &out->tick_ms[i], err);
+        int rc = time_batch(lm, sizes[i], ticks, kv, context, &out->tick_ms[i], err);
         if (rc) return rc;
         out->batch[i] = sizes[i];
         out->n = i + 1;

@@ -16,7 +16,7 @@
  * Use (e.g. the server at start-up, with its LM and backend):
  *     pp_admission_calib cal;
  *     static const int sizes[] = {1, 2, 4, 8};
- *     pp_admission_calibrate(lm, sizes, 4, 3, PP_KV_INT8, &cal, err);
+ *     pp_admission_calibrate(lm, sizes, 4, 3, PP_KV_INT8, cfg->context, &cal, err);
  *     pp_admission_limits lim;
  *     pp_admission_limits_default(&lim);
  *     lim.per_session_ms = measured codec ms per frame;
@@ -59,13 +59,15 @@ typedef struct pp_admission_report {
 /* frame 80 ms, headroom 0.8, nothing else limiting. */
 void pp_admission_limits_default(pp_admission_limits *l);
 
-/* The milliseconds of each of `ticks` ticks (tick_ms[ticks]) of n fresh greedy conversations
- * advancing together with KV format kv, after their compute-free first call and one warm-up
- * tick. */
-int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, double *tick_ms, char *err);
-/* Times `ticks` ticks (after one warm-up tick) of sizes[i] fresh greedy conversations with KV
- * format kv, for each of the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes. */
-int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv,
+/* The milliseconds of each of `ticks` ticks (tick_ms[ticks]) of n greedy conversations advancing
+ * together with KV format kv, after their compute-free first call and one warm-up tick, each
+ * moved `context` frames on first (pp_lmgen_skip): at the model's context every query attends
+ * over the whole ring, the worst case a conversation reaches; 0 times fresh ones. */
+int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *tick_ms,
+                            char *err);
+/* Times `ticks` ticks (after one warm-up tick) of sizes[i] conversations as above, for each of
+ * the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes. */
+int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv, int context,
                            pp_admission_calib *out, char *err);
 
 /* Predicted frame work of n conversations: tick(n) + n · per_session_ms (ms). */

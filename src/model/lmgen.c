@@ -293,6 +293,19 @@ int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const 
     return rc ? rc : 1;
 }
 
+int pp_lmgen_skip(pp_lmgen *g, int64_t frames, char *err) {
+    if (g->n < 1 || frames < 0)
+        return pp_fail(err, PP_EINVAL, "lmgen: skip of %lld frames at call %lld (after the first call, >= 0)",
+                       (long long)frames, (long long)g->n);
+    for (int k = 0; k < NS; k++)
+        for (int c = 0; c < g->width; c++) {
+            if (g->ring[k][c] < 0) g->ring[k][c] = g->init[k]; /* ungenerated: any valid token times the same */
+            g->provided[k][c] = 0;
+        }
+    g->n += frames;
+    return PP_OK;
+}
+
 int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *err) {
     int rc = pp_lmgen_step_forced(g, -1, NULL, user, out, NULL, err);
     return rc < 0 ? rc : PP_OK;

@@ -127,6 +127,12 @@ int pp_lmgen_step(pp_lmgen *g, const int32_t user[PP_LM_AUDIO_CODEBOOKS], pp_lmg
 int pp_lmgen_step_forced(pp_lmgen *g, int32_t text, const int32_t *agent, const int32_t *user, pp_lmgen_out *out,
                          float *embedding, char *err);
 
+/* For timing only (admission's calibration): moves g `frames` frames on without computing them,
+ * so its next calls attend over as many keys as calls that late do. Its KV cache keeps what it
+ * holds (zeros when fresh) and its token ring holds valid tokens; what it says from then on
+ * means nothing. g must have made its first call. */
+int pp_lmgen_skip(pp_lmgen *g, int64_t frames, char *err);
+
 /* Trace buffers for the following calls, or NULL to stop. */
 void pp_lmgen_set_trace(pp_lmgen *g, pp_lmgen_trace *trace);
 /* The call counter n (the reference's `offset`). */

@@ -273,9 +273,8 @@ int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch 
     sc->h = be->ops->alloc(be, n * d * sizeof(float));
     sc->qkv = be->ops->alloc(be, n * 3 * d * sizeof(float));
     sc->att = be->ops->alloc(be, n * d * sizeof(float));
-    sc->tmp = be->ops->alloc(be, n * d * sizeof(float));
     sc->u = be->ops->alloc(be, n * 2 * hid * sizeof(float));
-    if (!sc->h || !sc->qkv || !sc->att || !sc->tmp || !sc->u) {
+    if (!sc->h || !sc->qkv || !sc->att || !sc->u) {
         pp_tf_scratch_free(be, sc);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory for the activations of %d rows", s->prefix, rows);
     }
@@ -283,7 +282,7 @@ int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch 
 }
 
 void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
-    float *bufs[] = {sc->h, sc->qkv, sc->att, sc->tmp, sc->u};
+    float *bufs[] = {sc->h, sc->qkv, sc->att, sc->u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
     memset(sc, 0, sizeof *sc);
@@ -294,25 +293,18 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
     int d = s->dim, hd = s->dim / s->num_heads;
-    size_t nd = (size_t)n * d;
-    /* Each residual add runs with the normalization after it (add_rmsnorm); the first layer's
-     * norm has none before it, the last layer's add no norm after it. */
-    op->rmsnorm(be, x, tf->layers[0].norm1, n, d, s->eps, sc->h);
+    /* Each normalization runs with the product after it (norm_matmul), each residual add with
+     * the product before it (matmul_add, matmul_silu_add). */
     for (int l = 0; l < s->num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
-        op->matmul(be, &w->qkv, sc->h, n, sc->qkv);
+        op->norm_matmul(be, x, L->norm1, n, d, s->eps, sc->h, &w->qkv, sc->qkv);
         /* q and k: the k heads follow the q heads in each row, so one call rotates both */
         if (s->rope) op->rope(be, sc->qkv, n, 3 * d, 2 * s->num_heads, hd, pos, s->max_period);
         op->attn_rows(be, sc->qkv, n, s->num_heads, hd, &caches[0]->rings[l], tables, l, pos, sc->att);
-        op->matmul(be, &w->out, sc->att, n, sc->tmp);
-        op->add_rmsnorm(be, x, sc->tmp, L->norm2, n, d, s->eps, sc->h);
-        op->matmul(be, &w->ffn_in, sc->h, n, sc->u);
-        op->matmul_silu(be, &w->ffn_out, sc->u, n, sc->tmp);
-        if (l + 1 < s->num_layers)
-            op->add_rmsnorm(be, x, sc->tmp, tf->layers[l + 1].norm1, n, d, s->eps, sc->h);
-        else
-            op->add(be, x, sc->tmp, nd);
+        op->matmul_add(be, &w->out, sc->att, n, x);
+        op->norm_matmul(be, x, L->norm2, n, d, s->eps, sc->h, &w->ffn_in, sc->u);
+        op->matmul_silu_add(be, &w->ffn_out, sc->u, n, x);
         for (int i = 0; layer_out && i < n; i++)
             op->copy(be, layer_out + ((size_t)i * s->num_layers + l) * d, x + (size_t)i * d, (size_t)d * sizeof(float));
     }

@@ -54,7 +54,7 @@ typedef struct pp_tf_cache {
 /* Activation scratch for up to `rows` rows advancing together (shared by a batch). */
 typedef struct pp_tf_scratch {
     int rows;
-    float *h, *qkv, *att, *tmp, *u; /* backend [rows][...] */
+    float *h, *qkv, *att, *u; /* backend [rows][...] */
 } pp_tf_scratch;
 
 /* Quantization while loading (the server's --quantize): the format, its group, and what it

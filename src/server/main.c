@@ -173,6 +173,12 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
+    metrics_set_capacity(a->srv.metrics, &(metrics_capacity){.tick1_ms = plan.tick1_ms,
+                                                             .codec_ms = plan.codec_ms,
+                                                             .frame_ms = plan.frame_ms,
+                                                             .by_time = plan.by_time,
+                                                             .by_memory = plan.by_memory,
+                                                             .context = plan.context});
     engine_config cfg = {
         .model = model,
         .metrics = a->srv.metrics,

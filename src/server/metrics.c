@@ -54,6 +54,7 @@ struct metrics {
     double join_work_ms;
     uint64_t join_work_units;
     metrics_conv *convs; /* open conversations, newest first */
+    metrics_capacity capacity;
 };
 
 int metrics_create(metrics **out, char *err) {
@@ -247,12 +248,37 @@ static void put_histogram(out_buf *o, const char *name, const char *label, const
     put(o, "%s_count%s%s%s %llu\n", name, open, label, close, (unsigned long long)h->count);
 }
 
+void metrics_set_capacity(metrics *m, const metrics_capacity *c) {
+    pthread_mutex_lock(&m->lock);
+    m->capacity = *c;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void put_gauge(out_buf *o, const char *name, const char *help, double v) {
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", name, help, name, name, v);
+}
+
+static void put_capacity(out_buf *o, const metrics_capacity *c) {
+    put_gauge(o, "personaplex_capacity_tick_seconds",
+              "Start-up calibration: one conversation's LM tick at the full context.", c->tick1_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_codec_seconds",
+              "Start-up calibration: one conversation's Mimi encode and decode of a frame.", c->codec_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_frame_seconds",
+              "Start-up calibration: predicted work per 80 ms frame at the admitted maximum.", c->frame_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_by_time", "Conversations the frame time alone allows.", c->by_time);
+    put_gauge(o, "personaplex_capacity_by_memory", "Conversations the free memory alone allows (-1: unknown).",
+              c->by_memory);
+    put_gauge(o, "personaplex_capacity_context_frames", "The context the calibration's ticks ran at (frames).",
+              c->context);
+}
+
 size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     out_buf o = {buf, cap, 0};
     if (cap) buf[0] = '\0';
     pthread_mutex_lock(&m->lock);
     put_counter(&o, "personaplex_sessions_active", "gauge", "Conversations open now.", (uint64_t)m->active);
     put_counter(&o, "personaplex_sessions_max", "gauge", "Conversations allowed at once.", (uint64_t)max_sessions);
+    put_capacity(&o, &m->capacity);
     put_counter(&o, "personaplex_sessions_total", "counter", "Conversations started.", m->sessions_total);
     put_counter(&o, "personaplex_sessions_rejected_total", "counter", "Connections refused because the server was full.",
                 m->sessions_rejected);

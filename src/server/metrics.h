@@ -56,6 +56,16 @@ void metrics_unauthorized(metrics *m);
 
 int metrics_active(metrics *m);
 
+/* The start-up capacity plan (session/plan.h) as gauges: how the admission limit was found. */
+typedef struct metrics_capacity {
+    double tick1_ms;        /* one conversation's LM tick at the full context */
+    double codec_ms;        /* one conversation's Mimi encode + decode per frame */
+    double frame_ms;        /* predicted work per frame at the admitted maximum */
+    int by_time, by_memory; /* the conversations each limit alone allows (-1: memory unknown) */
+    int context;            /* the context the ticks were timed at (frames) */
+} metrics_capacity;
+void metrics_set_capacity(metrics *m, const metrics_capacity *c);
+
 /* Renders the Prometheus exposition into buf (cap bytes, NUL-terminated), with max_sessions
  * as a gauge. Returns the length written, truncated to cap - 1. */
 size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions);

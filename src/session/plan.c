@@ -33,14 +33,17 @@ static int time_codec(const pp_model *m, double *ms, size_t *bytes, char *err) {
     return rc;
 }
 
-/* Times ticks at 1, 2, 4, ... up to `limit` conversations until one no longer fits the frame. */
+/* Times ticks at 1, 2, 4, ... up to `limit` conversations until one no longer fits the frame,
+ * each conversation at the model's full context (its worst case: every query attends over the
+ * whole KV ring). */
 static int calibrate(const pp_lm *lm, pp_kv_format kv, const pp_admission_limits *lim, int limit,
                      pp_admission_calib *cal, char *err) {
+    const int context = pp_lm_get_config(lm)->context;
     memset(cal, 0, sizeof *cal);
     double budget = lim->frame_ms * lim->headroom;
     for (int n = 1; cal->n < PP_ADMISSION_POINTS; n = 2 * n < limit ? 2 * n : limit) {
         pp_admission_calib one;
-        int rc = pp_admission_calibrate(lm, &n, 1, CALIB_TICKS, kv, &one, err);
+        int rc = pp_admission_calibrate(lm, &n, 1, CALIB_TICKS, kv, context, &one, err);
         if (rc) return rc;
         cal->batch[cal->n] = n;
         cal->tick_ms[cal->n++] = one.tick_ms[0];
@@ -72,13 +75,20 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
     if ((rc = calibrate(lm, kv, &lim, limit, &cal, err))) return rc;
     pp_admission_report rep;
     int n = pp_admission_capacity(&cal, &lim, &rep);
-    *out = (pp_plan){.sessions = n > 0 ? n : 1, .by_time = rep.by_time, .by_memory = rep.by_memory,
-                     .tick1_ms = cal.tick_ms[0], .codec_ms = lim.per_session_ms,
+    *out = (pp_plan){.sessions = n > 0 ? n : 1,
+                     .by_time = rep.by_time,
+                     .by_memory = rep.by_memory,
+                     .tick1_ms = cal.tick_ms[0],
+                     .context = pp_lm_get_config(lm)->context,
+                     .codec_ms = lim.per_session_ms,
                      .frame_ms = pp_admission_predict(&cal, &lim, n > 0 ? n : 1),
-                     .per_session_bytes = lim.per_session_bytes, .mem_free = lim.mem_free};
+                     .per_session_bytes = lim.per_session_bytes,
+                     .mem_free = lim.mem_free};
     if (n > 0)
-        snprintf(out->why, sizeof out->why, "%s; real time alone allows %d, memory %d", rep.why, rep.by_time,
-                 rep.by_memory);
+        snprintf(out->why, sizeof out->why,
+                 "%s; real time alone allows %d, memory %d (ticks timed at 1..%d conversations, each at the full "
+                 "context of %d frames)",
+                 rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context);
     else
         snprintf(out->why, sizeof out->why,
                  "1 conversation although %s (one takes %.1f ms per %.0f ms frame): replies will lag",

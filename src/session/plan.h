@@ -7,7 +7,9 @@
  * the memory, at most PP_ADMISSION_POINTS sizes), times one conversation's Mimi encode and
  * decode of a frame, reads the free memory where the KV rings live (device or host) and
  * applies an optional configured ceiling. Calibration runs throwaway conversations in the
- * model's KV format: a second or two for PersonaPlex-7B on a GPU, milliseconds for the demo. */
+ * model's KV format, each moved to the model's full context first (the worst case: every query
+ * attends over the whole ring): a second or two for PersonaPlex-7B on a GPU, milliseconds for
+ * the demo. */
 #ifndef PP_SESSION_PLAN_H
 #define PP_SESSION_PLAN_H
 
@@ -20,7 +22,8 @@
 typedef struct pp_plan {
     int sessions;             /* conversations to admit: >= 1 even when not one runs in real time */
     int by_time, by_memory;   /* each limit alone (by_memory -1: memory unknown) */
-    double tick1_ms;          /* measured LM tick of one conversation */
+    double tick1_ms;          /* measured LM tick of one conversation at the full context */
+    int context;              /* that context (frames): every calibration tick ran at it */
     double codec_ms;          /* measured Mimi encode + decode of one frame */
     double frame_ms;          /* predicted work per frame at `sessions` */
     size_t per_session_bytes; /* KV rings in the model's format + codec state + scratch */

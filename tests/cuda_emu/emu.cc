@@ -5,15 +5,21 @@
  * copy, memset and SGEMM becomes a step of the graph, run again on every cudaGraphLaunch.
  * Device memory is tracked by allocation, so every copy and memset checks that its device
  * side lies inside one, and work recorded into a graph may not touch host memory (a frame is
- * uploaded before its replay; the backend's design keeps transfers out of graphs). */
+ * uploaded before its replay; the backend's design keeps transfers out of graphs). On request
+ * (pk_device_traffic) it counts the device memory each step reads and writes. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
+#include "kernels.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <pthread.h>
 #include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -114,6 +120,7 @@ struct region {
     size_t bytes;
     bool device;
     bool registered; /* host memory the device reads in place (cudaHostRegister) */
+    bool counted;    /* pages whose traffic is counted (allocated while counting) */
 };
 static std::map<uintptr_t, region> regions; /* start -> allocation */
 static size_t device_bytes;
@@ -134,6 +141,8 @@ static bool on_device(const void *p, size_t bytes) {
 }
 
 static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device);
+static void *counted_alloc(size_t bytes);
+static void counted_free(void *p, size_t bytes);
 
 extern "C" cudaError_t cudaMalloc(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, true); }
 extern "C" cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, false); }
@@ -143,8 +152,11 @@ static cudaError_t emu_free(void *ptr, bool device) {
     auto it = regions.find((uintptr_t)ptr);
     if (it == regions.end() || it->second.device != device || it->second.registered) return note(cudaErrorInvalidValue);
     if (device) device_bytes -= it->second.bytes;
+    if (it->second.counted)
+        counted_free(ptr, it->second.bytes);
+    else
+        free(ptr);
     regions.erase(it);
-    free(ptr);
     return cudaSuccess;
 }
 
@@ -165,7 +177,7 @@ extern "C" cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags)
     if (next != regions.end() && next->first < a + bytes) return note(cudaErrorHostMemoryAlreadyRegistered);
     if (next != regions.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a)
         return note(cudaErrorHostMemoryAlreadyRegistered);
-    regions[a] = region{bytes, true, true};
+    regions[a] = region{bytes, true, true, false};
     return cudaSuccess;
 }
 
@@ -189,13 +201,128 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     return cudaSuccess;
 }
 
+/* ---- device memory traffic (pk_device_traffic) ----
+ * Off until the first pk_device_traffic call. From then on a device allocation is a mapping of
+ * whole pages, kept inaccessible except for the pages the running step has opened: its first
+ * read of a page faults, and on_fault counts the page as read and opens it for reading; its
+ * first write faults (again), counts the page as written and opens it for writing (a page
+ * written before it is read counts as written only, and so does one first touched by an x86
+ * read-modify-write instruction: its fault reports a write). Before the next step every
+ * opened page is closed again, so each step counts afresh, also when a graph replays it. A
+ * page counts its bytes up to its allocation's end: the granularity is the page (a GPU moves
+ * 32-byte sectors, so small scattered accesses count high). Not counted: memory allocated
+ * before counting began, pinned host memory and registered host memory (cudaHostRegister).
+ * Off, it costs one test per step and changes nothing: allocations stay heap blocks that ASan
+ * guards. */
+
+struct step_traffic {
+    const char *name;
+    uint64_t read, written;
+};
+
+static bool counting;
+static size_t page;
+static struct sigaction chained;          /* SIGSEGV's action before counting began */
+static std::vector<uintptr_t> opened;     /* pages opened since the running step began */
+static const char *step_name;             /* the running step's, NULL between steps */
+static uint64_t step_read, step_written;  /* its bytes so far */
+static std::vector<step_traffic> traffic; /* steps run since the last pk_device_traffic */
+
+static size_t mapped_bytes(size_t bytes) { return ((bytes ? bytes : 1) + page - 1) & ~(page - 1); }
+
+/* Filled with garbage, as emu_alloc's blocks are, before it is closed. */
+static void *counted_alloc(size_t bytes) {
+    size_t n = mapped_bytes(bytes);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    memset(p, 0xff, n);
+    if (mprotect(p, n, PROT_NONE)) fatal("cannot protect counted device memory");
+    return p;
+}
+
+static void close_opened(void) {
+    for (size_t i = 0, j; i < opened.size(); i = j) { /* runs of adjacent pages in one call */
+        for (j = i + 1; j < opened.size() && opened[j] == opened[j - 1] + page;) j++;
+        if (mprotect((void *)opened[i], (j - i) * page, PROT_NONE)) fatal("cannot close counted device pages");
+    }
+    opened.clear();
+}
+
+/* Its pages are closed first: an opened page must not outlive its mapping (the address may
+ * come back as someone else's). */
+static void counted_free(void *p, size_t bytes) {
+    close_opened();
+    munmap(p, mapped_bytes(bytes));
+}
+
+/* A fault in a counted allocation is counted and its page opened; any other goes where it
+ * went before counting began (ASan's report, or the default action: the access faults again
+ * and ends the process). Host code touching counted memory between steps opens pages
+ * uncounted. It runs only for faults on device memory, never inside the emulation's own
+ * bookkeeping, so reading `regions` here is safe. */
+static void on_fault(int sig, siginfo_t *info, void *context) {
+    uintptr_t a = (uintptr_t)info->si_addr;
+    auto it = regions.upper_bound(a);
+    if (it != regions.begin() && (--it)->second.counted && a - it->first < mapped_bytes(it->second.bytes)) {
+        uintptr_t p = a & ~(uintptr_t)(page - 1);
+        /* x86-64: bit 1 of the page fault's error code is set for a write */
+        bool write = ((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2;
+        if (mprotect((void *)p, page, write ? PROT_READ | PROT_WRITE : PROT_READ))
+            fatal("cannot open a counted device page");
+        opened.push_back(p);
+        if (step_name) (write ? step_written : step_read) += std::min(p + page, it->first + it->second.bytes) - p;
+        return;
+    }
+    if (chained.sa_flags & SA_SIGINFO)
+        chained.sa_sigaction(sig, info, context);
+    else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN)
+        chained.sa_handler(sig);
+    else
+        signal(sig, SIG_DFL);
+}
+
+/* Installed after ASan's handler (ASan installs its own at start-up), which it chains to; on
+ * the alternate signal stack where one is set (ASan sets one, where a fault on an overflowed
+ * fiber stack can still be handled), else on the faulting stack. */
+static void start_counting(void) {
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &chained)) fatal("cannot install the traffic counter's SIGSEGV handler");
+    counting = true;
+}
+
+extern "C" int pk_device_traffic(pk_traffic_fn fn, void *arg) {
+    if (!counting) start_counting();
+    if (fn)
+        for (const step_traffic &t : traffic) fn(arg, t.name, t.read, t.written);
+    traffic.clear();
+    return 0;
+}
+
 /* ---- streams and graphs ---- */
 
-/* One piece of stream work: kernel, copy, memset or SGEMM. */
+/* One piece of stream work: kernel, copy, memset or SGEMM; the name is what traffic is counted
+ * under (a kernel's launch expression). */
 struct step {
     enum kind_t { KERNEL, COPY, SET, GEMM } kind;
+    const char *name;
     std::function<cudaError_t()> run;
 };
+
+static cudaError_t run_step(const step &s) {
+    if (!counting) return s.run();
+    close_opened();
+    step_name = s.name;
+    step_read = step_written = 0;
+    cudaError_t e = s.run();
+    step_name = NULL;
+    traffic.push_back(step_traffic{s.name, step_read, step_written});
+    return e;
+}
 
 struct pk_emu_graph {
     std::vector<step> steps;
@@ -222,24 +349,26 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     *ptr = NULL;
     if (device && any_capture()) return forbidden_in_capture();
     if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
+    bool counted = device && counting;
     size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
-    void *p = aligned_alloc(256, padded);
+    void *p = counted ? counted_alloc(bytes) : aligned_alloc(256, padded);
     if (!p) return note(cudaErrorMemoryAllocation);
     /* Fresh device memory holds garbage, not zeros: code that relies on it reads NaNs here. */
-    memset(p, 0xff, padded);
-    regions[(uintptr_t)p] = region{bytes, device, false};
+    if (!counted) memset(p, 0xff, padded);
+    regions[(uintptr_t)p] = region{bytes, device, false, counted};
     if (device) device_bytes += bytes;
     *ptr = p;
     return cudaSuccess;
 }
 
-static cudaError_t enqueue(cudaStream_t s, step::kind_t kind, std::function<cudaError_t()> run) {
+static cudaError_t enqueue(cudaStream_t s, step::kind_t kind, const char *name, std::function<cudaError_t()> run) {
+    step st{kind, name, std::move(run)};
     if (s && s->recording) {
-        s->recording->steps.push_back(step{kind, std::move(run)});
+        s->recording->steps.push_back(std::move(st));
         return cudaSuccess;
     }
     if (any_capture()) return forbidden_in_capture(); /* work on another stream during a capture */
-    return note(run());
+    return note(run_step(st));
 }
 
 extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
@@ -256,7 +385,8 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
         fprintf(stderr, "cuda_emu: a host transfer of %zu bytes inside a recorded graph\n", bytes);
         return forbidden_in_capture();
     }
-    return enqueue(stream, step::COPY, [dst, src, bytes]() {
+    static const char *const names[] = {"memcpy host to device", "memcpy device to host", "memcpy device to device"};
+    return enqueue(stream, step::COPY, names[kind - 1], [dst, src, bytes]() {
         memmove(dst, src, bytes);
         return cudaSuccess;
     });
@@ -265,7 +395,7 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
 extern "C" cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
     if (!bytes) return cudaSuccess;
     if (!on_device(dst, bytes)) return note(cudaErrorInvalidValue);
-    return enqueue(stream, step::SET, [dst, value, bytes]() {
+    return enqueue(stream, step::SET, "memset", [dst, value, bytes]() {
         memset(dst, value, bytes);
         return cudaSuccess;
     });
@@ -370,7 +500,7 @@ extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream
     if (any_capture()) return forbidden_in_capture();
     (void)stream;
     for (const step &s : exec->steps) {
-        cudaError_t e = s.run();
+        cudaError_t e = run_step(s);
         if (e) return note(e);
     }
     return cudaSuccess;
@@ -638,7 +768,12 @@ static void run_block(void) {
     if (live) fatal("barrier deadlock: threads wait at different barriers");
 }
 
-static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &fn) {
+static bool waited; /* the running launch called pk_grid_wait */
+void grid_waited() { waited = true; }
+
+static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, bool programmatic,
+                              const std::function<void()> &fn) {
+    waited = false;
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
     descending = launches & 1;
@@ -654,17 +789,24 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const std::fun
                 dims.block_idx = uint3{x, y, z};
                 run_block();
             }
+    if (programmatic && !waited) {
+        fprintf(stderr, "cuda_emu: %s: ", name);
+        fatal("a programmatic launch whose kernel never calls pk_grid_wait (use PK_LAUNCH_PLAIN)");
+    }
     return cudaSuccess;
 }
 
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> fn) {
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
+            std::function<void()> fn) {
     size_t threads = (size_t)block.x * block.y * block.z;
     if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
         grid.z > 65535 || smem > 48 * 1024) {
         note(cudaErrorInvalidConfiguration);
         return;
     }
-    enqueue(stream, step::KERNEL, [grid, block, smem, fn]() { return run_launch(grid, block, smem, fn); });
+    enqueue(stream, step::KERNEL, name, [grid, block, smem, name, programmatic, fn]() {
+        return run_launch(grid, block, smem, name, programmatic, fn);
+    });
 }
 
 } // namespace pk_emu
@@ -707,7 +849,7 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t o
     if ((a_need && !on_device(a, a_need * 4)) || (b_need && !on_device(b, b_need * 4)) ||
         (c_need && !on_device(c, c_need * 4)))
         return CUBLAS_STATUS_INVALID_VALUE;
-    cudaError_t e = enqueue(handle->stream, step::GEMM, [=]() {
+    cudaError_t e = enqueue(handle->stream, step::GEMM, "cublasSgemm", [=]() {
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 float s = 0.0f;

@@ -11,6 +11,8 @@
 #ifndef PK_EMU_DEVICE_H
 #define PK_EMU_DEVICE_H
 
+#define PK_EMU 1 /* kernel sources built for the emulation (lm_ops.cu leaves pk_device_traffic to it) */
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -68,8 +70,14 @@ void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *
 int lane_id();
 void *dynamic_shared();
 
-/* Errors, as on the device, reach the caller through cudaGetLastError. */
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body);
+/* Errors, as on the device, reach the caller through cudaGetLastError. `name` (the launch
+ * expression) is what the launch's device traffic is counted under. A programmatic launch (the
+ * kernel may start while its predecessor drains, common.cuh) must call pk_grid_wait: one that
+ * ends without doing so stops the run (on a device it would race its predecessor). */
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
+            std::function<void()> body);
+/* pk_grid_wait was called by the running launch. */
+void grid_waited();
 
 /* kernel<<<grid, block, smem, stream>>>(args): the arguments are converted to the kernel's
  * parameter types once, and every thread gets its own copy (as kernel parameters are). */
@@ -77,17 +85,20 @@ template <class... P> struct launcher {
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    const char *name;
+    bool programmatic;
     void (*kernel)(P...);
     template <class... A> void operator()(A &&...args) const {
         std::tuple<P...> params(std::forward<A>(args)...);
         void (*k)(P...) = kernel;
-        launch(grid, block, smem, stream, [k, params]() { std::apply(k, params); });
+        launch(grid, block, smem, stream, name, programmatic, [k, params]() { std::apply(k, params); });
     }
 };
 
 template <class... P>
-launcher<P...> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(P...)) {
-    return launcher<P...>{grid, block, smem, stream, kernel};
+launcher<P...> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name,
+                             bool programmatic, void (*kernel)(P...)) {
+    return launcher<P...>{grid, block, smem, stream, name, programmatic, kernel};
 }
 
 } // namespace pk_emu
@@ -95,7 +106,9 @@ launcher<P...> make_launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t st
 extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one node */
 
 #define PK_LAUNCH(grid, block, smem, stream, ...)                                                                      \
-    pk_count_node(), pk_emu::make_launcher(grid, block, smem, stream, __VA_ARGS__)
+    pk_count_node(), pk_emu::make_launcher(grid, block, smem, stream, #__VA_ARGS__, true, __VA_ARGS__)
+#define PK_LAUNCH_PLAIN(grid, block, smem, stream, ...)                                                                \
+    pk_count_node(), pk_emu::make_launcher(grid, block, smem, stream, #__VA_ARGS__, false, __VA_ARGS__)
 #define PK_DYNAMIC_SHARED(type, name) type *name = (type *)pk_emu::dynamic_shared()
 
 #define threadIdx (pk_emu::thread_idx())
@@ -104,6 +117,10 @@ extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one n
 #define gridDim (pk_emu::dims.grid_dim)
 
 static inline void __syncthreads(void) { pk_emu::sync_block(); }
+
+/* Launches run one after another, so the previous kernel is always done; the call is recorded
+ * (pk_emu::launch). */
+static inline void pk_grid_wait(void) { pk_emu::grid_waited(); }
 
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     T out;

@@ -2,14 +2,21 @@
  * unnoticed: a correct block reduction is right under every schedule, the same kernel without
  * its barrier is wrong under at least one, unwritten shared and device memory read as NaN,
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
- * graph replays on new data, SGEMM matches a plain product for each transpose, and a
- * full-mask shuffle in a partial warp stops the program. */
+ * graph replays on new data, SGEMM matches a plain product for each transpose, a
+ * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
+ * program, and the device traffic counter
+ * (pk_device_traffic) gives exact bytes per kernel, copy and fill, replays included. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
+#include "kernels.h"
 #include "test.h"
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <string>
+#include <vector>
 
 enum { THREADS = 128 };
 
@@ -79,10 +86,14 @@ static void test_schedules(void) {
     }
     float *xd = device_copy(x, BLOCKS * THREADS), *yd = device_copy(x, BLOCKS * THREADS);
     for (int with_barrier = 1; with_barrier >= 0; with_barrier--) {
-        int wb = wrong_schedules([&] { PK_LAUNCH(BLOCKS, THREADS, 0, NULL, broadcast_kernel)(xd, yd, with_barrier); },
-                                 yd, want_b, BLOCKS * THREADS);
-        int ws = wrong_schedules([&] { PK_LAUNCH(BLOCKS, THREADS, 0, NULL, block_sum_kernel)(xd, yd, with_barrier); },
-                                 yd, want_s, BLOCKS);
+        int wb =
+            wrong_schedules([&] { PK_LAUNCH_PLAIN(BLOCKS, THREADS, 0, NULL, broadcast_kernel)
+                                  (xd, yd, with_barrier); },
+                            yd, want_b, BLOCKS * THREADS);
+        int ws =
+            wrong_schedules([&] { PK_LAUNCH_PLAIN(BLOCKS, THREADS, 0, NULL, block_sum_kernel)
+                                  (xd, yd, with_barrier); },
+                            yd, want_s, BLOCKS);
         printf("  %s barrier: broadcast wrong under %d of 4 schedules, block sum under %d of 4\n",
                with_barrier ? "with its" : "without the", wb, ws);
         TEST_COND(with_barrier ? "broadcast right under every schedule" : "missing barrier (broadcast) caught",
@@ -99,7 +110,7 @@ static void test_unwritten_memory(void) {
     TEST_COND("cudaMalloc", cudaMalloc((void **)&d, sizeof h) == cudaSuccess);
     cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, NULL);
     TEST_COND("fresh device memory reads as NaN", h[0] != h[0] && h[THREADS - 1] != h[THREADS - 1]);
-    PK_LAUNCH(1, THREADS, 0, NULL, read_unwritten_shared_kernel)(d);
+    PK_LAUNCH_PLAIN(1, THREADS, 0, NULL, read_unwritten_shared_kernel)(d);
     cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, NULL);
     int nan = 0;
     for (int i = 0; i < THREADS; i++) nan += h[i] != h[i];
@@ -108,8 +119,8 @@ static void test_unwritten_memory(void) {
               cudaMemcpyAsync(h, d + 1, sizeof h, cudaMemcpyDeviceToHost, NULL) == cudaErrorInvalidValue);
     TEST_COND("a device pointer given as host is refused",
               cudaMemcpyAsync(d, d, 4, cudaMemcpyHostToDevice, NULL) == cudaErrorInvalidValue);
-    TEST_COND("a launch of 1025 threads is refused", (PK_LAUNCH(1, 1025, 0, NULL, scale_kernel)(d, 1.0f, d),
-                                                       cudaGetLastError() == cudaErrorInvalidConfiguration));
+    TEST_COND("a launch of 1025 threads is refused", (PK_LAUNCH_PLAIN(1, 1025, 0, NULL, scale_kernel)(d, 1.0f, d),
+                                                      cudaGetLastError() == cudaErrorInvalidConfiguration));
     cudaFree(d);
 }
 
@@ -128,7 +139,7 @@ static void test_graph(void) {
     TEST_COND("... and spoils the capture", cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
 
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    PK_LAUNCH(1, 32, 0, s, scale_kernel)(x, 2.0f, y);
+    PK_LAUNCH_PLAIN(1, 32, 0, s, scale_kernel)(x, 2.0f, y);
     TEST_COND("capture ends", cudaStreamEndCapture(s, &g) == cudaSuccess);
     TEST_COND("instantiate", cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
     cudaMemcpyAsync(y, h, sizeof h, cudaMemcpyHostToDevice, s);
@@ -195,12 +206,150 @@ static void test_partial_warp_stops(void) {
         if (!freopen("/dev/null", "w", stderr)) _exit(2);
         float *d = NULL;
         cudaMalloc((void **)&d, 48 * sizeof *d);
-        PK_LAUNCH(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
+        PK_LAUNCH_PLAIN(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     TEST_COND("a full-mask shuffle in a 16-lane warp stops the run", WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+__global__ void waiting_kernel(float *y) {
+    pk_grid_wait();
+    y[threadIdx.x] = 1.0f;
+}
+
+/* A programmatic launch (PK_LAUNCH) runs when its kernel calls pk_grid_wait, and stops the run
+ * (in a child) when the kernel never does: on a device it would race the kernel before it. */
+static void test_programmatic_launch(void) {
+    float *d = NULL, y[32] = {0};
+    cudaMalloc((void **)&d, 32 * sizeof *d);
+    PK_LAUNCH(1, 32, 0, NULL, waiting_kernel)(d);
+    cudaMemcpyAsync(y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("a programmatic launch that waits runs", y[0] == 1.0f && y[31] == 1.0f);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        PK_LAUNCH(1, 32, 0, NULL, scale_kernel)(d, 2.0f, d);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    TEST_COND("a programmatic launch whose kernel never waits stops the run",
+              WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    cudaFree(d);
+}
+
+/* Thread 0 reads n_in bytes of in, then writes n_out bytes of out (in and out may overlap). */
+__global__ void traffic_kernel(const unsigned char *in, int n_in, unsigned char *out, int n_out) {
+    if (threadIdx.x) return;
+    const volatile unsigned char *v = in; /* every byte is read even when nothing uses the sum */
+    unsigned sum = 0;
+    for (int i = 0; i < n_in; i++) sum += v[i];
+    for (int i = 0; i < n_out; i++) out[i] = (unsigned char)(sum + (unsigned)i);
+}
+
+struct counted_item {
+    std::string name;
+    uint64_t read, written;
+};
+
+static void collect(void *arg, const char *name, uint64_t read, uint64_t written) {
+    ((std::vector<counted_item> *)arg)->push_back(counted_item{name, read, written});
+}
+
+static std::vector<counted_item> traffic_since_last(void) {
+    std::vector<counted_item> items;
+    pk_device_traffic(collect, &items);
+    return items;
+}
+
+static int item_is(const std::vector<counted_item> &v, size_t i, const char *name, uint64_t read, uint64_t written) {
+    if (i < v.size() && v[i].name == name && v[i].read == read && v[i].written == written) return 1;
+    printf("  item %zu: want %s %llu read %llu written, got %s %llu %llu\n", i, name, (unsigned long long)read,
+           (unsigned long long)written, i < v.size() ? v[i].name.c_str() : "(none)",
+           i < v.size() ? (unsigned long long)v[i].read : 0, i < v.size() ? (unsigned long long)v[i].written : 0);
+    return 0;
+}
+
+/* Last in main: counting, once on, stays on for the process. */
+static void test_traffic(void) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), in_bytes = 3 * page + 100;
+    unsigned char *before = NULL, *in = NULL, *out = NULL, *a = NULL, *b = NULL, h[5000], back[5000];
+    cudaMalloc((void **)&before, 100);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(before, 100, before, 100);
+    TEST_COND("counting off counts nothing; the first call starts counting", traffic_since_last().empty());
+
+    cudaMalloc((void **)&in, in_bytes);
+    cudaMalloc((void **)&out, 1000);
+    cudaMalloc((void **)&a, sizeof h);
+    cudaMalloc((void **)&b, sizeof h);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(in, (int)in_bytes, out, 1000);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(in, 1, in + 3 * page, 1);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(out, 1000, out, 1000);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(before, 100, before, 100);
+    std::vector<counted_item> v = traffic_since_last();
+    TEST_COND("a kernel reading 3 pages + 100 bytes and writing 1000 bytes counts exactly those",
+              v.size() == 4 && item_is(v, 0, "traffic_kernel", in_bytes, 1000));
+    TEST_COND("a byte counts its whole page, up to the allocation's end",
+              v.size() == 4 && item_is(v, 1, "traffic_kernel", page, 100));
+    TEST_COND("a page read then written counts both ways",
+              v.size() == 4 && item_is(v, 2, "traffic_kernel", 1000, 1000));
+    TEST_COND("memory allocated before counting began is not counted",
+              v.size() == 4 && item_is(v, 3, "traffic_kernel", 0, 0));
+
+    for (size_t i = 0; i < sizeof h; i++) h[i] = (unsigned char)(i * 7);
+    cudaMemcpyAsync(a, h, sizeof h, cudaMemcpyHostToDevice, NULL);
+    cudaMemcpyAsync(b, a, sizeof h, cudaMemcpyDeviceToDevice, NULL);
+    cudaMemcpyAsync(back, b, sizeof back, cudaMemcpyDeviceToHost, NULL);
+    cudaMemsetAsync(a, 0, sizeof h, NULL);
+    v = traffic_since_last();
+    TEST_COND("copies count their device sides, a fill what it writes",
+              v.size() == 4 && item_is(v, 0, "memcpy host to device", 0, sizeof h) &&
+                  item_is(v, 1, "memcpy device to device", sizeof h, sizeof h) &&
+                  item_is(v, 2, "memcpy device to host", sizeof h, 0) && item_is(v, 3, "memset", 0, sizeof h));
+    TEST_COND("counted copies move the data", memcmp(h, back, sizeof h) == 0);
+
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    PK_LAUNCH_PLAIN(1, 32, 0, s, traffic_kernel)(in, (int)in_bytes, out, 1000);
+    cudaStreamEndCapture(s, &g);
+    cudaGraphInstantiate(&exec, g, 0);
+    TEST_COND("recording counts nothing", traffic_since_last().empty());
+    cudaGraphLaunch(exec, s);
+    cudaGraphLaunch(exec, s);
+    v = traffic_since_last();
+    TEST_COND("each replay counts again", v.size() == 2 && item_is(v, 0, "traffic_kernel", in_bytes, 1000) &&
+                                              item_is(v, 1, "traffic_kernel", in_bytes, 1000));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+
+    /* A fault outside counted memory still ends the run (the default action, or ASan's report). */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2);
+        void *closed = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (closed != MAP_FAILED) *(volatile int *)closed = 1;
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    TEST_COND("a stray access still faults while counting", !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+
+    unsigned char *ptrs[] = {before, in, out, a, b};
+    for (unsigned char *p : ptrs) cudaFree(p);
+    cudaMalloc((void **)&a, 100);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, traffic_kernel)(a, 0, a, 100);
+    v = traffic_since_last();
+    TEST_COND("after frees, a new allocation counts from scratch",
+              v.size() == 1 && item_is(v, 0, "traffic_kernel", 0, 100));
+    cudaFree(a);
 }
 
 int main(void) {
@@ -209,5 +358,7 @@ int main(void) {
     test_graph();
     test_sgemm();
     test_partial_warp_stops();
+    test_programmatic_launch();
+    test_traffic();
     return test_report();
 }
