@@ -74,8 +74,49 @@ __device__ __forceinline__ pk_kv_ring pk_row_ring(const pk_kv_ring &one, const p
     return tables ? tables[blockIdx.z][layer] : one;
 }
 
-/* Block (head, split, row). VPL: values of head_dim per lane (head_dim <= 32·VPL), so a 128-wide
- * head keeps 4 registers per key instead of PK_ATTN_MAX_DIM's 8. */
+/* Raw loads of BYTES bytes (aligned to their size) into 32-bit words. */
+template <int BYTES> __device__ __forceinline__ void pk_load_words(const uint8_t *p, uint32_t *w) {
+    if (BYTES == 2) {
+        w[0] = *(const uint16_t *)p;
+    } else if (BYTES == 4) {
+        w[0] = *(const uint32_t *)p;
+    } else if (BYTES == 8) {
+        const uint2 v = *(const uint2 *)p;
+        w[0] = v.x, w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; i++) {
+            const uint4 v = ((const uint4 *)p)[i];
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+    }
+}
+
+/* Elements off .. off + valid - 1 of a ring buffer into out (the rest 0), decoded: one load of
+ * VPL elements (not one per element) when whole (the head splits into whole lanes, so every
+ * lane's offset is a multiple of VPL), else one by one. */
+template <int FMT, int VPL>
+__device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *scales, size_t off, size_t scale_idx,
+                                                bool whole, int valid, float (&out)[VPL]) {
+    enum { BYTES = VPL * (FMT == PK_KV_F32 ? 4 : FMT == PK_KV_BF16 ? 2 : 1) };
+    if (!whole) {
+#pragma unroll
+        for (int t = 0; t < VPL; t++) out[t] = t < valid ? pk_kv_load<FMT>(base, scales, off + t, scale_idx) : 0.0f;
+        return;
+    }
+    uint32_t w[BYTES >= 4 ? BYTES / 4 : 1];
+    pk_load_words<BYTES>((const uint8_t *)base + off * (BYTES / VPL), w);
+    const float sc = FMT == PK_KV_INT8 ? scales[scale_idx] : 1.0f;
+#pragma unroll
+    for (int t = 0; t < VPL; t++) {
+        if (FMT == PK_KV_F32) out[t] = __uint_as_float(w[t]);
+        else if (FMT == PK_KV_BF16) out[t] = pk_bf16((uint16_t)(w[t / 2] >> (16 * (t % 2))));
+        else out[t] = (float)(int8_t)(uint8_t)(w[t / 4] >> (8 * (t % 4))) * sc;
+    }
+}
+
+/* Block (head, split, row). VPL: consecutive values of head_dim per lane (head_dim <= 32·VPL),
+ * loaded as one vector per key and lane; a 128-wide head keeps 4 registers per key. */
 template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring one,
@@ -100,11 +141,12 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
         pk_kv_store_head<FMT>(q, head_dim, r, slot, h, n_heads, 1, red);
     }
     const float scale = rsqrtf((float)head_dim);
+    const int d0 = lane * VPL; /* this lane's values: d0 .. d0 + VPL - 1 */
+    const bool live = d0 < head_dim, whole = head_dim % VPL == 0;
     float qv[VPL], o[VPL];
 #pragma unroll
     for (int t = 0; t < VPL; t++) {
-        int d = lane + 32 * t;
-        qv[t] = d < head_dim ? q[(size_t)h * head_dim + d] * scale : 0.0f;
+        qv[t] = d0 + t < head_dim ? q[(size_t)h * head_dim + d0 + t] * scale : 0.0f;
         o[t] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -119,10 +161,10 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
             const size_t slot = (size_t)((pu <= k1 ? pu : p) % r.capacity), off = slot * dim + (size_t)h * head_dim;
             const size_t si = slot * n_heads + h;
 #pragma unroll
-            for (int t = 0; t < VPL; t++) {
-                int d = lane + 32 * t;
-                kx[u][t] = d < head_dim ? pk_kv_load<FMT>(r.k, r.kscale, off + d, si) : 0.0f;
-                vx[u][t] = d < head_dim ? pk_kv_load<FMT>(r.v, r.vscale, off + d, si) : 0.0f;
+            for (int t = 0; t < VPL; t++) kx[u][t] = vx[u][t] = 0.0f;
+            if (live) {
+                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off + d0, si, whole, head_dim - d0, kx[u]);
+                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off + d0, si, whole, head_dim - d0, vx[u]);
             }
         }
 #pragma unroll
@@ -144,10 +186,8 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
         wl[warp] = l;
     }
 #pragma unroll
-    for (int t = 0; t < VPL; t++) {
-        int d = lane + 32 * t;
-        if (d < head_dim) wo[warp][d] = o[t];
-    }
+    for (int t = 0; t < VPL; t++)
+        if (d0 + t < head_dim) wo[warp][d0 + t] = o[t];
     __syncthreads();
     /* part is the output itself when there is one split (the launcher's choice) */
     float *dst = n_splits == 1 ? part + ((size_t)row * n_heads + h) * head_dim
@@ -197,7 +237,9 @@ static void launch(const float *qkv, int n, int n_heads, int head_dim, const pk_
     dim3 grid((unsigned)n_heads, (unsigned)splits, (unsigned)n);
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
-    if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)
+    if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2>)
+    (qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);
+    else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)
     (qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);
     else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(
         qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);

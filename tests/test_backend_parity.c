@@ -801,6 +801,7 @@ int main(void) {
     }
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
+    test_attn(70, 80, 2, 66, PP_KV_BF16);  /* a head of no whole lanes: element loads */
     test_attn_rows(PP_KV_F32, 70);
     test_attn_rows(PP_KV_INT8, 70);
     test_attn_rows(PP_KV_BF16, 40); /* one split: the split kernel writes the output */

@@ -38,6 +38,10 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
+struct __attribute__((aligned(8))) uint2 {
+    unsigned x, y;
+};
+
 struct __attribute__((aligned(16))) uint4 {
     unsigned x, y, z, w;
 };
