@@ -4,7 +4,9 @@
  *   n <= PK_GEMV_MAX_BATCH, aligned shapes: the chunked template of gemv.cuh;
  *   n <= PK_GEMV_MAX_BATCH, other shapes:   one warp per row, one element at a time;
  *   larger n: tiles of rows dequantized to f32, multiplied by cuBLAS (dense f32: directly).
- * NF2 first rotates every group slice of x (the WHT, in shared memory) into the workspace. */
+ * NF2 first rotates every group slice of x (the WHT, in shared memory) into the workspace. Every
+ * path writes y or adds to it (pk_dst: a residual add in the product's epilogue);
+ * pk_norm_matmul puts the RMSNorm before a product into the integer path's preparation. */
 #include <cublas_v2.h>
 
 #include "gemv.cuh"

@@ -5,7 +5,8 @@
 #   3. every golden case (tests/data/golden, and heldout/) with --device cuda
 #   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1 and 4 inputs), and
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
-#      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch);
+#      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch, and
+#      the emulation's node and byte count and H100 estimate of that frame beside it);
 #      the codec per frame; the batched tick at 1-64 conversations at context 3000 (one temporal
 #      layer, so the synthetic model is written in seconds)
 # Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
@@ -71,6 +72,9 @@ step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
 # the same without programmatic dependent launch: what it gains on this GPU
 step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
     env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the emulation's count and H100 estimate of the same frame, to set beside the measurement
+step "emulated estimate (nf2; int8 KV; context 3000)" "$logs/bench-frame-emu.log" \
+    "$build/personaplex-bench-emu" frame --formats nf2 --kv int8 --frames 1 --contexts 3000 --no-mimi --extrapolate
 step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
 step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
@@ -87,5 +91,6 @@ echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log"
 echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
-    "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame.log" "$logs/bench-codec.log" "$logs/bench-batch.log"
+    "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
+    "$logs/bench-batch.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL
