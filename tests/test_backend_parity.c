@@ -359,9 +359,9 @@ static void ring_free(pp_backend *be, pp_kv_ring *r) {
         if (p[i]) be->ops->release(be, p[i]);
 }
 
-/* Attention over a ring: `steps` queries at positions 0.. so the ring wraps; checks every
- * output, then the stored caches byte for byte (both sides convert each value with the same
- * single rounding). F32 goes through attn_step, the other formats through attn_step_kv. */
+/* Attention over one ring (attn_rows without tables): `steps` queries at positions 0.. so the
+ * ring wraps; checks every output, then the stored caches byte for byte (both sides convert
+ * each value with the same single rounding). */
 static const char *const kv_names[] = {"f32", "bf16", "int8"};
 
 static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format fmt) {
@@ -374,13 +374,8 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
         twin qkv = twin_rand(3 * (size_t)dim, 1.0f);
         cpu->ops->upload(cpu, pc, &s, 4);
         gpu->ops->upload(gpu, pg, &s, 4);
-        if (fmt == PP_KV_F32) {
-            cpu->ops->attn_step(cpu, qkv.c, heads, hd, rc.k, rc.v, capacity, capacity - 1, pc, out.c);
-            gpu->ops->attn_step(gpu, qkv.g, heads, hd, rg.k, rg.v, capacity, capacity - 1, pg, out.g);
-        } else {
-            cpu->ops->attn_step_kv(cpu, qkv.c, heads, hd, &rc, pc, out.c);
-            gpu->ops->attn_step_kv(gpu, qkv.g, heads, hd, &rg, pg, out.g);
-        }
+        cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, &rc, NULL, 0, pc, out.c);
+        gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, &rg, NULL, 0, pg, out.g);
         float *g = get(gpu, out.g, (size_t)dim), *c = get(cpu, out.c, (size_t)dim);
         double e = nmse(g, c, (size_t)dim);
         if (!(e <= worst)) worst = e;

@@ -1,6 +1,6 @@
 /* test_long_session: conversations longer than the LM's 3000-frame context.
  *
- * 1. The attention window at S >= 2999 (docs/model.md §3.4): the CPU backend's attn_step on a
+ * 1. The attention window at S >= 2999 (docs/model.md §3.4): the CPU backend's attn_rows on a
  *    ring of the real capacity 3000 (tiny heads) for 3100 positions matches a naive attention
  *    over the whole history restricted to positions max(0, S−2998)..S; a naive window of 3000
  *    keys (current Moshi's rule) does not match from S = 2999 on, so the check can tell.
@@ -75,7 +75,8 @@ static void test_window(pp_backend *be) {
         int32_t pos = s;
         be->ops->upload(be, qkv_d, qkv, sizeof qkv);
         be->ops->upload(be, pos_d, &pos, sizeof pos);
-        be->ops->attn_step(be, qkv_d, HEADS, HD, kc, vc, CAPACITY, CAPACITY - 1, pos_d, out_d);
+        pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = CAPACITY, .window = CAPACITY - 1, .k = kc, .v = vc};
+        be->ops->attn_rows(be, qkv_d, 1, HEADS, HD, &ring, NULL, 0, pos_d, out_d);
         be->ops->download(be, out, out_d, sizeof out);
         naive_attn(qkv, k, v, HEADS, HD, s - (CAPACITY - 2) > 0 ? s - (CAPACITY - 2) : 0, s, ref);
         naive_attn(qkv, k, v, HEADS, HD, s - (CAPACITY - 1) > 0 ? s - (CAPACITY - 1) : 0, s, full);

@@ -109,7 +109,8 @@ int bench_attn(int argc, char **argv) {
             double t[MAX_FRAMES];
             for (int fr = 0; fr < frames; fr++) {
                 double t0 = bench_now();
-                for (int l = 0; l < layers; l++) be->ops->attn_step_kv(be, qkv, HEADS, HEAD_DIM, &rings[l], &pos, out);
+                for (int l = 0; l < layers; l++)
+                    be->ops->attn_rows(be, qkv, 1, HEADS, HEAD_DIM, &rings[l], NULL, 0, &pos, out);
                 t[fr] = bench_now() - t0;
             }
             bench_sort(t, frames);

@@ -238,9 +238,11 @@ static void transformer(bench_mimi *m, tstack *s, float *x) {
         op->layer_norm(be, m->xt, l->n1w, l->n1b, 2, D, 1e-5f, m->tq);
         op->matmul(be, &l->in_proj, m->tq, 2, m->tqkv);
         op->rope(be, m->tqkv, 2, 3 * D, 2 * HEADS, D / HEADS, s->pos, 10000.0f); /* q and k */
-        for (int q = 0; q < 2; q++)
-            op->attn_step(be, m->tqkv + (size_t)q * 3 * D, HEADS, D / HEADS, l->k, l->v, CONTEXT, CONTEXT - 2 + q,
-                          s->pos + q, m->tatt + (size_t)q * D);
+        for (int q = 0; q < 2; q++) {
+            pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = CONTEXT, .window = CONTEXT - 2 + q, .k = l->k, .v = l->v};
+            op->attn_rows(be, m->tqkv + (size_t)q * 3 * D, 1, HEADS, D / HEADS, &ring, NULL, 0, s->pos + q,
+                          m->tatt + (size_t)q * D);
+        }
         op->matmul(be, &l->out_proj, m->tatt, 2, m->tq);
         op->scale_add(be, m->xt, m->tq, l->s1, 2, D);
         op->layer_norm(be, m->xt, l->n2w, l->n2b, 2, D, 1e-5f, m->tq);

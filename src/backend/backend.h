@@ -116,22 +116,17 @@ typedef struct pp_backend_ops {
      * is rotated by pos[i] · max_period^(-2j/head_dim). */
     void (*rope)(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
                  float max_period);
-    /* One query against a ring KV cache. qkv is [3][n_heads·head_dim] (q, k, v); k and v are
-     * stored at slot pos mod capacity of kcache/vcache ([capacity][n_heads·head_dim]), then
-     * out[n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the keys at positions
-     * max(0, pos−window+1) .. pos (window ≤ capacity; *pos is one int32). */
-    void (*attn_step)(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                      int capacity, int window, const int32_t *pos, float *out);
-    /* attn_step on a ring of any pp_kv_format (*ring is host memory, its buffers backend memory):
-     * the new k and v are converted to the ring's format and stored first, so the query also
-     * sees its own key as stored. NULL on a backend that only keeps F32 rings (use attn_step). */
-    void (*attn_step_kv)(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                         const int32_t *pos, float *out);
-    /* attn_step_kv on n rows at once (qkv [n][3·n_heads·head_dim], pos [n], out [n][n_heads·head_dim]),
-     * each row against its own conversation's ring of this layer: tables (backend memory) holds n
-     * pointers, row i's to its conversation's ring descriptors by layer (pp_tf_cache's table),
-     * and row i uses tables[i][layer]. ring (host) is one row's ring of the layer: every row shares
-     * its format, capacity and window. One launch for the batch on a device. */
+    /* One query per row against a ring KV cache of any pp_kv_format: for each of n rows (qkv
+     * [n][3][n_heads·head_dim]: q, k, v; pos [n] int32), the row's k and v are converted to the
+     * ring's format and stored at slot pos mod capacity first (so the query also sees its own key
+     * as stored), then out[n][n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the
+     * keys at positions max(0, pos−window+1) .. pos. ring (host; its buffers backend memory,
+     * [capacity][n_heads·head_dim] each, window <= capacity) is the ring itself when tables is
+     * NULL (then n = 1); else every row has its own conversation's ring of this layer: tables
+     * (backend memory) holds n pointers, row i's to its conversation's ring descriptors by layer
+     * (pp_tf_cache's table), row i uses tables[i][layer], and ring is one row's ring of the
+     * layer (every row shares its format, capacity and window). One launch for the batch on a
+     * device. */
     void (*attn_rows)(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
     /* The gated FFN's output product and its residual add: y[n][w.rows] += m · wᵀ with

@@ -144,8 +144,9 @@ static void attn_head(void *ctx, int h) {
     for (int d = 0; d < j->head_dim; d++) o[d] *= inv;
 }
 
-void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                         const int32_t *pos, float *out) {
+/* One row of attn_rows against its ring. */
+static void attn_row(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
+                     const int32_t *pos, float *out) {
     int dim = n_heads * head_dim;
     int64_t s = pos[0];
     size_t slot = (size_t)(s % ring->capacity);
@@ -165,18 +166,12 @@ void pp_cpu_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head
     pp_pool_run(cpu_pool(be), n_heads, attn_head, &job);
 }
 
-void pp_cpu_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                      int capacity, int window, const int32_t *pos, float *out) {
-    pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
-    pp_cpu_attn_step_kv(be, qkv, n_heads, head_dim, &ring, pos, out);
-}
-
 void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
     size_t dim = (size_t)n_heads * head_dim;
     for (int i = 0; i < n; i++)
-        pp_cpu_attn_step_kv(be, qkv + (size_t)i * 3 * dim, n_heads, head_dim, tables ? &tables[i][layer] : ring,
-                            pos + i, out + (size_t)i * dim);
+        attn_row(be, qkv + (size_t)i * 3 * dim, n_heads, head_dim, tables ? &tables[i][layer] : ring, pos + i,
+                 out + (size_t)i * dim);
 }
 
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y) {

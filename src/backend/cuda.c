@@ -482,24 +482,13 @@ _Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) 
                    offsetof(pp_kv_ring, vscale) == offsetof(pk_kv_ring, vscale),
                "pk_kv_ring mirrors pp_kv_ring");
 
-static void attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
-                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+static void cuda_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+                           const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
     cuda_ctx *c = ctx_of(be);
     pk_kv_ring r = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale};
     if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity))) return;
     CUDA_NOTE(c, pk_attn_rows(qkv, n, n_heads, head_dim, &r, (const pk_kv_ring *const *)tables, layer, pos, out, c->ws,
                               c->stream));
-}
-
-static void cuda_attn_step_kv(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                              const int32_t *pos, float *out) {
-    attn_rows(be, qkv, 1, n_heads, head_dim, ring, NULL, 0, pos, out);
-}
-
-static void cuda_attn_step(pp_backend *be, const float *qkv, int n_heads, int head_dim, float *kcache, float *vcache,
-                           int capacity, int window, const int32_t *pos, float *out) {
-    pp_kv_ring r = {.fmt = PP_KV_F32, .capacity = capacity, .window = window, .k = kcache, .v = vcache};
-    cuda_attn_step_kv(be, qkv, n_heads, head_dim, &r, pos, out);
 }
 
 /* ---- codec operations ---- */
@@ -685,9 +674,7 @@ static const pp_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .norm_matmul = cuda_norm_matmul,
     .rope = cuda_rope,
-    .attn_step = cuda_attn_step,
-    .attn_step_kv = cuda_attn_step_kv,
-    .attn_rows = attn_rows,
+    .attn_rows = cuda_attn_rows,
     .matmul_add = cuda_matmul_add,
     .matmul_silu_add = cuda_matmul_silu_add,
     .conv1d = cuda_conv1d,

@@ -106,11 +106,14 @@ static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, 
     be->ops->rope(be, s->qkv, t, 3 * d, 2 * c->num_heads, hd, s->pos, c->max_period);
     /* Every key of the call is in the ring before any query attends (the reference appends
      * the whole call first), and the ring's oldest slot is never visible: query i of the call
-     * sees keys from E − context + 1, i.e. a window of context − t + i keys. attn_step stores
+     * sees keys from E − context + 1, i.e. a window of context − t + i keys. attn_rows stores
      * query i's own key and value before attending, and later keys are masked anyway. */
-    for (int i = 0; i < t; i++)
-        be->ops->attn_step(be, s->qkv + (size_t)i * 3 * d, c->num_heads, hd, s->k[li], s->v[li], c->context,
-                           c->context - t + i, s->pos + i, s->att + (size_t)i * d);
+    for (int i = 0; i < t; i++) {
+        pp_kv_ring ring = {
+            .fmt = PP_KV_F32, .capacity = c->context, .window = c->context - t + i, .k = s->k[li], .v = s->v[li]};
+        be->ops->attn_rows(be, s->qkv + (size_t)i * 3 * d, 1, c->num_heads, hd, &ring, NULL, 0, s->pos + i,
+                           s->att + (size_t)i * d);
+    }
     be->ops->matmul(be, &l->out_proj, s->att, t, s->h);
     residual(be, s->x, s->h, l->scale1, t, d);
     be->ops->layer_norm(be, s->x, l->norm2_w, l->norm2_b, t, d, LN_EPS, s->h);

@@ -198,8 +198,6 @@ int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, 
                      char *err) {
     const pp_tf_shape *s = &tf->shape;
     memset(c, 0, sizeof *c);
-    if (fmt != PP_KV_F32 && !be->ops->attn_step_kv)
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: the %s backend keeps only f32 KV caches", s->prefix, be->ops->name);
     if (fmt != PP_KV_F32 && fmt != PP_KV_BF16 && fmt != PP_KV_INT8)
         return pp_fail(err, PP_EINVAL, "%s: unknown KV cache format %d", s->prefix, (int)fmt);
     c->rings = calloc((size_t)s->num_layers, sizeof *c->rings);

@@ -81,8 +81,7 @@ void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats);
 
 /* Bytes of one conversation's rings of `capacity` slots in format fmt. */
 size_t pp_tf_cache_bytes(const pp_tf_shape *s, int capacity, pp_kv_format fmt);
-/* A query sees `window` keys including its own (window <= capacity). PP_EUNSUPPORTED when fmt
- * is not F32 and the backend lacks attn_step_kv. */
+/* A query sees `window` keys including its own (window <= capacity). */
 int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, pp_kv_format fmt, pp_tf_cache *c,
                      char *err);
 void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c);

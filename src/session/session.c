@@ -149,8 +149,6 @@ pp_kv_format pp_model_kv_cache(const pp_model *m) { return m->kv; }
 int pp_model_set_kv_cache(pp_model *m, pp_kv_format kv, char *err) {
     if (kv != PP_KV_F32 && kv != PP_KV_BF16 && kv != PP_KV_INT8)
         return pp_fail(err, PP_EINVAL, "model: unknown KV cache format %d", (int)kv);
-    if (kv != PP_KV_F32 && !m->be->ops->attn_step_kv)
-        return pp_fail(err, PP_EUNSUPPORTED, "model: the %s backend keeps only f32 KV caches", m->be->ops->name);
     m->kv = kv;
     return PP_OK;
 }
