@@ -67,6 +67,8 @@ typedef struct pp_backend_ops {
     /* ---- memory ---- */
     void *(*alloc)(pp_backend *be, size_t bytes); /* zero-filled; NULL when out of memory */
     void (*release)(pp_backend *be, void *ptr);
+    /* Ordered with the work before and after it; host_src may be reused as soon as the call
+     * returns (the caller's staging buffers are, at once), whatever memory it is. */
     void (*upload)(pp_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(pp_backend *be, void *host_dst, const void *src, size_t bytes); /* waits */
     void (*copy)(pp_backend *be, void *dst, const void *src, size_t bytes);

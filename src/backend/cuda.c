@@ -52,6 +52,8 @@ typedef struct cuda_ctx {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_ws; /* cuBLAS's own workspace, set before any capture: it must not allocate in one */
+    size_t blas_ws_bytes;
     float *ws; /* kernels' workspace: NF2 rotations, dequantized tiles, attention splits */
     size_t ws_floats;
     void *stage[2];
@@ -188,9 +190,17 @@ static void cuda_release(pp_backend *be, void *ptr) {
     CUDA_NOTE(c, cudaFree(ptr));
 }
 
+/* From pageable memory cudaMemcpyAsync returns once the source is staged, so the caller may
+ * reuse it (backend.h's contract); from pinned memory it would read the source later, so such a
+ * source is copied synchronously. The backend's callers pass pageable buffers. */
 static void cuda_upload(pp_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
-    if (bytes) CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (!bytes) return;
+    struct cudaPointerAttributes a;
+    int pinned = cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost;
+    cudaGetLastError(); /* an unregistered pointer is not an error here */
+    CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (pinned) CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
 }
 
 static void cuda_sync(pp_backend *be) {
@@ -646,7 +656,7 @@ static void cuda_mem_info(pp_backend *be, size_t *weights, size_t *buffers, size
     if (cudaMemGetInfo(&f, &t) != cudaSuccess) cudaGetLastError();
     *weights = c->weight_bytes;
     *buffers = c->buffer_bytes;
-    *workspace = c->ws_floats * sizeof(float);
+    *workspace = c->ws_floats * sizeof(float) + c->blas_ws_bytes;
     *dev_free = f;
     *dev_total = t;
     *in_place = c->in_place_bytes;
@@ -711,6 +721,7 @@ static void ctx_free(cuda_ctx *c) {
     }
     cudaFree(c->ws);
     if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->allocs);
     pp_graph_cache_destroy(c->graphs);
@@ -741,6 +752,10 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     PP_CUDA_TRY(c, err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     PP_CUDA_TRY(c, err, BLAS_RC(cublasCreate(&c->blas)));
     PP_CUDA_TRY(c, err, BLAS_RC(cublasSetStream(c->blas, c->stream)));
+    /* NVIDIA's advice: 32 MiB on Hopper and later, 4 MiB before */
+    c->blas_ws_bytes = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+    PP_CUDA_TRY(c, err, cudaMalloc(&c->blas_ws, c->blas_ws_bytes));
+    PP_CUDA_TRY(c, err, BLAS_RC(cublasSetWorkspace(c->blas, c->blas_ws, c->blas_ws_bytes)));
     PP_CUDA_TRY(c, err, cudaMalloc((void **)&c->ws, WS_INITIAL * sizeof(float)));
     c->ws_floats = WS_INITIAL;
     c->graphs = pp_graph_cache_create(GRAPH_SLOTS);

@@ -17,6 +17,8 @@ typedef struct pk_emu_blas *cublasHandle_t;
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+/* The workspace cuBLAS uses instead of allocating its own: device memory of `bytes`. */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes);
 /* Column-major C = alpha·op(A)·op(B) + beta·C, alpha and beta read from the host at the call. */
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k,
                            const float *alpha, const float *a, int lda, const float *b, int ldb, const float *beta,

@@ -68,6 +68,12 @@ struct cudaDeviceProp {
     int integrated;
 };
 
+/* What a pointer is: plain host memory (unregistered), pinned or registered host memory, device. */
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+};
+
 typedef struct cudaGraphExecUpdateResultInfo {
     int result;
     void *errorNode, *errorFromNode;
@@ -83,6 +89,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags);
 cudaError_t cudaHostUnregister(void *ptr);
 cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned flags);
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr);
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes);
 cudaError_t cudaFree(void *ptr);

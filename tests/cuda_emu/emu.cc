@@ -195,6 +195,14 @@ extern "C" cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_pt
     return cudaSuccess;
 }
 
+extern "C" cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr) {
+    const region *r = find_region(ptr, 1);
+    attr->type = !r                            ? cudaMemoryTypeUnregistered
+                 : r->device && !r->registered ? cudaMemoryTypeDevice
+                                               : cudaMemoryTypeHost;
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     *total_bytes = emu_total_bytes;
     *free_bytes = emu_total_bytes - device_bytes;
@@ -825,6 +833,11 @@ extern "C" cublasStatus_t cublasCreate(cublasHandle_t *handle) {
 extern "C" cublasStatus_t cublasDestroy(cublasHandle_t handle) {
     delete handle;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    return bytes && !on_device(workspace, bytes) ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
 }
 
 extern "C" cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
