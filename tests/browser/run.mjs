@@ -67,8 +67,9 @@ async function checkCall(browser, base, out, tag) {
   watchPage(page, tag, problems);
   await page.goto(base);
   await waitFor(page, 'the voice list', () => document.getElementById('voice').options.length > 0, 10000);
-  const banner = await page.isVisible('#demo-banner');
-  assert.ok(banner, 'the page says the demo model is running (/health model "demo")');
+  // /health and /api/voices are fetched side by side: the banner may come a moment after the list
+  await waitFor(page, 'the page saying the demo model is running (/health model "demo")',
+    () => !document.getElementById('demo-banner').hidden, 10000);
   await page.screenshot({ path: join(out, `${tag}-setup.png`), fullPage: true });
 
   await page.click('#start');
