@@ -83,14 +83,20 @@ static double nmse(const float *a, const float *ref, size_t n) {
     return den > 0 ? num / den : num;
 }
 
-/* Downloads both results and checks their NMSE against limit. */
-static void compare(const char *what, const float *on_gpu, const float *on_cpu, size_t n, double limit) {
+/* The NMSE of a result on the GPU against the CPU's (both downloaded); infinite without memory. */
+static double result_nmse(const float *on_gpu, const float *on_cpu, size_t n) {
     float *g = get(gpu, on_gpu, n), *c = get(cpu, on_cpu, n);
     double e = g && c ? nmse(g, c, n) : INFINITY;
-    printf("  %-44s nmse %.2e (limit %.0e)\n", what, e, limit);
-    TEST_COND(what, e <= limit);
     free(g);
     free(c);
+    return e;
+}
+
+/* Downloads both results and checks their NMSE against limit. */
+static void compare(const char *what, const float *on_gpu, const float *on_cpu, size_t n, double limit) {
+    double e = result_nmse(on_gpu, on_cpu, n);
+    printf("  %-44s nmse %.2e (limit %.0e)\n", what, e, limit);
+    TEST_COND(what, e <= limit);
 }
 
 /* A host buffer on both backends. */
@@ -342,7 +348,7 @@ static size_t bytes_differing(const void *on_gpu, const void *on_cpu, size_t byt
 
 /* A ring of fmt on backend be (window = capacity − 1, the reference's ring quirk). */
 static pp_kv_ring ring_make(pp_backend *be, pp_kv_format fmt, int capacity, int dim, int heads) {
-    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1;
+    size_t elem = pp_kv_elem_bytes(fmt);
     pp_kv_ring r = {.fmt = fmt, .capacity = capacity, .window = capacity - 1};
     r.k = be->ops->alloc(be, (size_t)capacity * dim * elem);
     r.v = be->ops->alloc(be, (size_t)capacity * dim * elem);
@@ -376,18 +382,15 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
         gpu->ops->upload(gpu, pg, &s, 4);
         cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, &rc, NULL, 0, pc, out.c);
         gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, &rg, NULL, 0, pg, out.g);
-        float *g = get(gpu, out.g, (size_t)dim), *c = get(cpu, out.c, (size_t)dim);
-        double e = nmse(g, c, (size_t)dim);
+        double e = result_nmse(out.g, out.c, (size_t)dim);
         if (!(e <= worst)) worst = e;
-        free(g);
-        free(c);
         twin_free(&qkv);
     }
     char what[96];
     snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", kv_names[fmt], capacity, steps);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
-    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1, bytes = (size_t)capacity * dim * elem;
+    size_t bytes = (size_t)capacity * dim * pp_kv_elem_bytes(fmt);
     size_t diff = bytes_differing(rg.k, rc.k, bytes) + bytes_differing(rg.v, rc.v, bytes);
     if (fmt == PP_KV_INT8) {
         diff += bytes_differing(rg.kscale, rc.kscale, (size_t)capacity * heads * 4);
@@ -435,18 +438,15 @@ static void test_attn_rows(pp_kv_format fmt, int cap) {
         twin qkv = twin_rand((size_t)ROWS_ATTN * 3 * DIM, 1.0f);
         cpu->ops->attn_rows(cpu, qkv.c, ROWS_ATTN, HEADS, HD, &rc[0][1], (const pp_kv_ring *const *)pc, 1, posc, out.c);
         gpu->ops->attn_rows(gpu, qkv.g, ROWS_ATTN, HEADS, HD, &rg[0][1], (const pp_kv_ring *const *)pg, 1, posg, out.g);
-        float *g = get(gpu, out.g, (size_t)ROWS_ATTN * DIM), *c = get(cpu, out.c, (size_t)ROWS_ATTN * DIM);
-        double e = nmse(g, c, (size_t)ROWS_ATTN * DIM);
+        double e = result_nmse(out.g, out.c, (size_t)ROWS_ATTN * DIM);
         if (!(e <= worst)) worst = e;
-        free(g);
-        free(c);
         twin_free(&qkv);
     }
     char what[96];
     snprintf(what, sizeof what, "attn_rows %s, cap %d, %d rows, worst", kv_names[fmt], cap, ROWS_ATTN);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
-    size_t elem = fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1, diff = 0;
+    size_t elem = pp_kv_elem_bytes(fmt), diff = 0;
     for (int i = 0; i < ROWS_ATTN; i++) {
         diff += bytes_differing(rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM * elem);
         diff += bytes_differing(rg[i][1].v, rc[i][1].v, (size_t)CAP * DIM * elem);

@@ -310,7 +310,7 @@ static void test_codec(cpu_simd simd) {
  * leaves margin, and a wrong slot, scale or block boundary gives errors above 1e-3. */
 #define VALUE_MAX 2.0f
 static void check_attn(cpu_simd simd, pp_kv_format fmt, int heads, int head_dim, int capacity, int window, int fill) {
-    size_t dim = (size_t)heads * head_dim, size = fmt == PP_KV_INT8 ? 1 : fmt == PP_KV_BF16 ? 2 : 4;
+    size_t dim = (size_t)heads * head_dim, size = pp_kv_elem_bytes(fmt);
     float *qkv = randv(3 * dim, 1.0f), *out[2];
     double err = 0;
     for (int v = 0; v < 2; v++) {

@@ -31,6 +31,9 @@ typedef struct pp_kv_ring {
     float *kscale, *vscale;
 } pp_kv_ring;
 
+/* Bytes of one stored element of a ring in format fmt. */
+static inline size_t pp_kv_elem_bytes(pp_kv_format fmt) { return fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1; }
+
 /* A codec convolution (codec operations below): weights in backend memory and the shape.
  * Conv1d: w [cout][cin][k], groups 1. ConvTranspose1d: w [cin][cout/groups][k], groups 1 or
  * groups = cin = cout (depthwise). b [cout] or NULL. No dilation: Mimi has none. */

@@ -56,8 +56,6 @@ INLINE __m256 load8(pp_kv_format fmt, const void *row, int d) {
     return _mm256_loadu_ps((const float *)row + d);
 }
 
-static size_t elem_size(pp_kv_format fmt) { return fmt == PP_KV_INT8 ? 1 : fmt == PP_KV_BF16 ? 2 : 4; }
-
 typedef struct split_job {
     const pp_kv_ring *r;
     int n_heads, head_dim, tasks;
@@ -85,7 +83,7 @@ INLINE float dot(pp_kv_format fmt, const float *q, const void *row, int D) {
 INLINE void block(pp_kv_format fmt, const split_job *j, size_t slot, int n, float *o, float *m, float *l, float *s) {
     const pp_kv_ring *r = j->r;
     const int H = j->n_heads, D = j->head_dim;
-    const size_t size = elem_size(fmt), head_bytes = (size_t)D * size, slot_bytes = (size_t)H * head_bytes;
+    const size_t size = pp_kv_elem_bytes(fmt), head_bytes = (size_t)D * size, slot_bytes = (size_t)H * head_bytes;
     const char *k = (const char *)r->k + slot * slot_bytes, *v = (const char *)r->v + slot * slot_bytes;
     for (int i = 0; i < n; i++)
         for (int h = 0; h < H; h++) {

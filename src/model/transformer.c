@@ -186,10 +186,8 @@ void pp_tf_free(pp_backend *be, pp_tf *tf) {
     memset(tf, 0, sizeof *tf);
 }
 
-static size_t kv_elem_bytes(pp_kv_format fmt) { return fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1; }
-
 size_t pp_tf_cache_bytes(const pp_tf_shape *s, int capacity, pp_kv_format fmt) {
-    size_t per_layer = 2 * (size_t)capacity * s->dim * kv_elem_bytes(fmt);
+    size_t per_layer = 2 * (size_t)capacity * s->dim * pp_kv_elem_bytes(fmt);
     if (fmt == PP_KV_INT8) per_layer += 2 * (size_t)capacity * s->num_heads * sizeof(float);
     return per_layer * (size_t)s->num_layers;
 }
@@ -203,7 +201,7 @@ int pp_tf_cache_init(pp_backend *be, const pp_tf *tf, int capacity, int window, 
     c->rings = calloc((size_t)s->num_layers, sizeof *c->rings);
     if (!c->rings) return pp_fail(err, PP_ENOMEM, "%s: out of memory", s->prefix);
     c->num_layers = s->num_layers;
-    size_t bytes = (size_t)capacity * s->dim * kv_elem_bytes(fmt);
+    size_t bytes = (size_t)capacity * s->dim * pp_kv_elem_bytes(fmt);
     size_t sbytes = (size_t)capacity * s->num_heads * sizeof(float);
     int ok = 1;
     for (int l = 0; ok && l < s->num_layers; l++) {
@@ -244,7 +242,8 @@ static void cache_transfer(pp_backend *be, const pp_tf *tf, const pp_tf_cache *c
     const pp_tf_shape *s = &tf->shape;
     for (int l = 0; l < c->num_layers; l++) {
         const pp_kv_ring *r = &c->rings[l];
-        size_t kv = (size_t)slots * s->dim * kv_elem_bytes(r->fmt), sc = (size_t)slots * s->num_heads * sizeof(float);
+        size_t kv = (size_t)slots * s->dim * pp_kv_elem_bytes(r->fmt),
+               sc = (size_t)slots * s->num_heads * sizeof(float);
         void *bufs[] = {r->k, r->v, r->kscale, r->vscale};
         size_t sizes[] = {kv, kv, sc, sc};
         for (int i = 0; i < (r->fmt == PP_KV_INT8 ? 4 : 2); i++) {
