@@ -3,12 +3,14 @@
  *                                           prepared activations (gemv_int.cuh);
  *   n <= PK_GEMV_MAX_BATCH, aligned shapes: the chunked template of gemv.cuh;
  *   n <= PK_GEMV_MAX_BATCH, other shapes:   one warp per row, one element at a time;
- *   larger n: tiles of rows dequantized to f32, multiplied by cuBLAS (dense f32: directly).
+ *   larger n: tensor cores on tiles decoded in shared memory (gemm_tc.cuh); dense f32 weights
+ *             by cuBLAS's SGEMM.
  * NF2 first rotates every group slice of x (the WHT, in shared memory) into the workspace. Every
  * path writes y or adds to it (pk_dst: a residual add in the product's epilogue);
  * pk_norm_matmul puts the RMSNorm before a product into the integer path's preparation. */
 #include <cublas_v2.h>
 
+#include "gemm_tc.cuh"
 #include "gemv.cuh"
 #include "gemv_int.cuh"
 
@@ -84,17 +86,6 @@ __global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const flo
     pk_store_rows<NB, 1>(acc, w, r, n, out);
 }
 
-/* ---- large batches: rows [r0, r0 + nr) as f32 ---- */
-
-__global__ void pk_dequant_kernel(pk_weight w, int64_t r0, int64_t nr, float *__restrict__ out) {
-    pk_grid_wait();
-    __shared__ float lut[16];
-    pk_load_lut(w, lut);
-    int64_t total = nr * w.cols;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = pk_weight_elem(w, w.elem0 + r0 * w.cols + i, lut);
-}
-
 /* ---- launcher ---- */
 
 static const int gemv_threads = 128;
@@ -117,13 +108,16 @@ static int values_per_chunk(int fmt) {
     }
 }
 
-/* The chunked kernel needs every row to start on a chunk (16 bytes) and chunks inside groups. */
-static int chunkable(const pk_weight *w, const float *x) {
+/* The chunked decode needs every row to start on a chunk (16 bytes) and chunks inside groups. */
+static int weight_chunkable(const pk_weight *w) {
     if (w->fmt == PK_Q4_0 || w->fmt == PK_Q8_0 || w->fmt == PK_Q4K) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
-    if (w->cols % v || w->elem0 % v || ((uintptr_t)x & 15) || ((uintptr_t)w->data & 15)) return 0;
+    if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15)) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
 }
+
+/* The chunked GEMV also reads x in 16-byte vectors. */
+static int chunkable(const pk_weight *w, const float *x) { return weight_chunkable(w) && !((uintptr_t)x & 15); }
 
 template <int FMT, int NB, int RPW>
 static void launch_rows(const pk_weight *w, const float *x, int n, pk_dst out, cudaStream_t stream) {
@@ -148,13 +142,14 @@ static void launch_chunked(const pk_weight *w, const float *x, int n, pk_dst out
         launch_rows<FMT, PK_GEMV_MAX_BATCH, FMT == PK_INT8 ? 1 : rpw_many>(w, x, n, out, stream);
 }
 
-static int64_t tile_rows(const pk_weight *w) {
-    int64_t r = ((int64_t)8 << 20) / w->cols; /* 32 MB of f32 per tile */
-    if (r < 64) r = 64;
-    return r < w->rows ? r : w->rows;
+/* s where v = 1 << s, else -1. */
+static int log2_exact(int v) {
+    int s = 0;
+    while (s < 30 && (1 << s) < v) s++;
+    return (1 << s) == v ? s : -1;
 }
 
-static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+static int is_pow2(int v) { return log2_exact(v) >= 0; }
 
 /* INT4's preparation slice: the largest power of two up to PK_INT_PREP_SLICE dividing cols. */
 static int int4_slice(int64_t cols) {
@@ -172,12 +167,8 @@ static int int_gemv_takes(const pk_weight *w, int n) {
     return w->fmt == PK_INT4 || (w->np2 == w->group && w->cols % w->group == 0 && w->elem0 % w->group == 0);
 }
 
-/* Floats of workspace before the gated input's place (which follows them). */
-static size_t base_workspace(const pk_weight *w, int n) {
-    size_t f = w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0;
-    if (n > PK_GEMV_MAX_BATCH && w->fmt != PK_F32) f += (size_t)tile_rows(w) * (size_t)w->cols;
-    return f;
-}
+/* Floats of workspace before the gated input's place (which follows them): NF2's rotated x. */
+static size_t base_workspace(const pk_weight *w, int n) { return w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0; }
 
 extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated) {
     if (int_gemv_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
@@ -200,28 +191,36 @@ extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     }
 }
 
-static int gemm_tiles(const pk_weight *w, const float *x, int n, pk_dst out, float *tile, void *cublas,
-                      cudaStream_t stream) {
-    cublasHandle_t h = (cublasHandle_t)cublas;
-    const float one = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
-    if (!h) return (int)cudaErrorInvalidValue;
+template <int FMT> static void launch_tc(const pk_weight *w, const float *x, int n, pk_dst out, cudaStream_t stream) {
+    const dim3 grid((unsigned)((w->rows + PK_TC_ROWS - 1) / PK_TC_ROWS),
+                    (unsigned)((n + PK_TC_INPUTS - 1) / PK_TC_INPUTS));
+    PK_LAUNCH(grid, PK_TC_THREADS, 0, stream, pk_gemm_tc_kernel<FMT>)(*w, x, n, log2_exact(w->group), out);
+}
+
+/* n > PK_GEMV_MAX_BATCH: f32 weights by SGEMM (nothing to decode), the rest on tensor cores. */
+static int gemm(const pk_weight *w, const float *x, int n, pk_dst out, void *cublas, cudaStream_t stream) {
     if (w->fmt == PK_F32) {
-        const float *a = (const float *)w->data + w->elem0;
+        cublasHandle_t h = (cublasHandle_t)cublas;
+        const float one = 1.0f, beta = out.accumulate ? 1.0f : 0.0f;
+        if (!h) return (int)cudaErrorInvalidValue;
         pk_count_node();
-        int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one, a, (int)w->cols, x,
-                             (int)w->cols, &beta, out.y, (int)w->rows);
+        int st =
+            cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one,
+                        (const float *)w->data + w->elem0, (int)w->cols, x, (int)w->cols, &beta, out.y, (int)w->rows);
         return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
     }
-    int64_t tr = tile_rows(w);
-    for (int64_t r0 = 0; r0 < w->rows; r0 += tr) {
-        int64_t nr = w->rows - r0 < tr ? w->rows - r0 : tr;
-        unsigned blocks = pk_blocks((size_t)(nr * w->cols), 256);
-        if (blocks > 4096) blocks = 4096;
-        PK_LAUNCH(blocks, 256, 0, stream, pk_dequant_kernel)(*w, r0, nr, tile);
-        pk_count_node();
-        int st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, tile, (int)w->cols, x,
-                             (int)w->cols, &beta, out.y + r0, (int)w->rows);
-        if (st != CUBLAS_STATUS_SUCCESS) return (int)cudaErrorUnknown;
+    if (!weight_chunkable(w)) {
+        launch_tc<PK_TC_ANY>(w, x, n, out, stream);
+        return pk_launched();
+    }
+    switch (w->fmt) {
+    case PK_F16: launch_tc<PK_F16>(w, x, n, out, stream); break;
+    case PK_BF16: launch_tc<PK_BF16>(w, x, n, out, stream); break;
+    case PK_NF2: launch_tc<PK_NF2>(w, x, n, out, stream); break;
+    case PK_INT4: launch_tc<PK_INT4>(w, x, n, out, stream); break;
+    case PK_NF4: launch_tc<PK_NF4>(w, x, n, out, stream); break;
+    case PK_INT8: launch_tc<PK_INT8>(w, x, n, out, stream); break;
+    default: return (int)cudaErrorInvalidValue;
     }
     return pk_launched();
 }
@@ -236,8 +235,7 @@ static int gemm_tiles(const pk_weight *w, const float *x, int n, pk_dst out, flo
 template <int FMT, int NB, int RPW>
 static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, pk_dst out,
                        cudaStream_t stream) {
-    int gshift = 0;
-    while ((1 << gshift) < w->group) gshift++;
+    const int gshift = log2_exact(w->group);
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)
     (*w, planes, meta, n, gshift, out);
 }
@@ -350,7 +348,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
         x = ws;
         ws += (size_t)n * w->cols;
     }
-    if (n > PK_GEMV_MAX_BATCH) return gemm_tiles(w, x, n, out, ws, cublas, stream);
+    if (n > PK_GEMV_MAX_BATCH) return gemm(w, x, n, out, cublas, stream);
     if (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) {
         unsigned blocks = row_blocks(w, 1);
         if (n == 1)

@@ -41,12 +41,13 @@ __device__ __forceinline__ float pk_decode(const uint4 &r, int e, const float *l
     return pk_dec_nf4(r, e, lut);
 }
 
-/* f32 scale of group (block) g. */
-__device__ __forceinline__ float pk_group_scale(const pk_weight &w, int64_t g) {
-    if (w.fmt == PK_NF4) return pk_nf4_absmax(w, g);
+/* f32 scale of group (block) g; FMT, where the caller knows it, spares the test of w.fmt. */
+template <int FMT = -1> __device__ __forceinline__ float pk_group_scale(const pk_weight &w, int64_t g) {
+    const int fmt = FMT < 0 ? w.fmt : FMT;
+    if (fmt == PK_NF4) return pk_nf4_absmax(w, g);
     /* absmax / 127 divided, as the CPU does: times 1/127 differs in the last bit (embeddings must
      * match exactly; the parity test's int8 rows caught it) */
-    if (w.fmt == PK_INT8) return __ldg((const float *)w.scales + g) / 127.0f;
+    if (fmt == PK_INT8) return __ldg((const float *)w.scales + g) / 127.0f;
     return pk_f16(__ldg((const unsigned short *)w.scales + g));
 }
 

@@ -36,11 +36,10 @@ typedef struct pk_weight {
 /* ---- gemv.cu: y[n][rows] = x[n][cols]·wᵀ ---- */
 /* x_gated: x is the gated FFN's u [n][2·cols] and the product's input silu(u[i][j])·u[i][cols + j],
  * formed on the way in (by the integer products' preparation, else into the workspace first).
- * Floats of workspace pk_matmul needs: the prepared or rotated activations, the gated input and,
- * for n above PK_GEMV_MAX_BATCH, a dequantized tile of rows. */
+ * Floats of workspace pk_matmul needs: the prepared or rotated activations and the gated input. */
 #define PK_GEMV_MAX_BATCH 8
 size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated);
-/* cublas: a cublasHandle_t already bound to stream (used only for n > PK_GEMV_MAX_BATCH).
+/* cublas: a cublasHandle_t already bound to stream (used only for f32 weights at n > PK_GEMV_MAX_BATCH).
  * accumulate: y += the product (a residual add) instead of y =. */
 int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumulate, float *y, float *ws,
               size_t ws_floats, void *cublas, cudaStream_t stream);

@@ -239,8 +239,9 @@ static void test_norm_matmul(const wcase *wc, const held *h, int n, double limit
     twin_free(&y);
 }
 
-/* matmul at batch 1, 2, 3, 8 (the batched kernels), 12 (dequantized tiles + cuBLAS), on a row view
- * (elem0 > 0) and on a misaligned input (the one-element-at-a-time kernel). */
+/* matmul at batch 1, 2, 3, 8 (the batched kernels), 12 and 70 (tensor cores: part of one tile of
+ * inputs, then two blocks of them; f32 weights: cuBLAS), on a row view (elem0 > 0) and on a
+ * misaligned input (the one-element-at-a-time kernel). */
 static void test_matmul(const wcase *wc) {
     const int64_t rows = 200, cols = wc->group == 96 ? 768 : 512;
     held h;
@@ -248,8 +249,8 @@ static void test_matmul(const wcase *wc) {
         TEST_COND("weight upload", 0);
         return;
     }
-    static const int batches[] = {1, 2, 3, 8, 12}; /* each kernel instance of n <= 8, and the tiles */
-    for (int b = 0; b < 5; b++) {
+    static const int batches[] = {1, 2, 3, 8, 12, 70}; /* each kernel instance of n <= 8, and the GEMM */
+    for (int b = 0; b < (int)(sizeof batches / sizeof batches[0]); b++) {
         int n = batches[b];
         twin x = twin_rand((size_t)n * cols + 1, 1.0f), y = twin_rand((size_t)n * rows, 0);
         char what[96];

@@ -96,6 +96,18 @@ static const double gemv_instr_per_byte[PP_WF_COUNT] = {
 
 double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt] : 0; }
 
+/* The same for the tensor-core product of more than 8 inputs (kernels/gemm_tc.cuh), per step of
+ * one block (32 rows x 32 columns, up to 64 inputs): the PTX instructions of its loop on the
+ * aligned-input path (sm_90, November 2026; the moves nvcc wraps around each cvt.rna dropped,
+ * ptxas folds them) x 4 warps / the step's weight bytes with scales, e.g. NF2 340 x 4 / 288 B.
+ * Nearly all of it is decode, split and staging, which is paid once per block whatever the
+ * inputs; the element-by-element formats (Q4_0, Q8_0, Q4_K) are not measured: NF2's stands in. */
+static const double gemm_tc_instr_per_byte[PP_WF_COUNT] = {
+    [PP_WF_F16] = 0.37, [PP_WF_BF16] = 0.37, [PP_WF_NF2] = 4.7, [PP_WF_INT4] = 1.94, [PP_WF_NF4] = 1.96,
+    [PP_WF_Q4_0] = 4.7, [PP_WF_Q8_0] = 4.7,  [PP_WF_Q4K] = 4.7, [PP_WF_INT8] = 1.21};
+
+double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemm_tc_instr_per_byte[fmt] : 0; }
+
 static bench_kernel *kernel_row(bench_traffic *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->k[i].name, name) == 0) return &t->k[i];
@@ -118,12 +130,15 @@ static void add_row(bench_traffic *t, const bench_kernel *k, double scale) {
 
 typedef struct take_ctx {
     bench_traffic *t;
-    double instr_per_byte;
+    int fmt;
 } take_ctx;
 
 static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
     take_ctx *c = arg;
-    double instr = strncmp(name, "pk_gemv", 7) == 0 ? c->instr_per_byte * (double)read : 0;
+    double per_byte = strncmp(name, "pk_gemv", 7) == 0       ? bench_gemv_instr_per_byte(c->fmt)
+                      : strncmp(name, "pk_gemm_tc", 10) == 0 ? bench_gemm_tc_instr_per_byte(c->fmt)
+                                                             : 0;
+    double instr = per_byte * (double)read;
     bench_kernel k = {.name = name, .launches = 1, .read = (double)read, .written = (double)written};
     k.s = fmax((k.read + k.written) / H100_BYTES_PER_S, instr / H100_WARP_INSTR_PER_S);
     add_row(c->t, &k, 1);
@@ -134,7 +149,7 @@ int bench_traffic_start(pp_backend *be) {
 }
 
 void bench_traffic_take(pp_backend *be, int fmt, bench_traffic *t) {
-    take_ctx c = {t, bench_gemv_instr_per_byte(fmt)};
+    take_ctx c = {t, fmt};
     if (be->ops->device_traffic) be->ops->device_traffic(be, t ? take_item : NULL, &c);
 }
 

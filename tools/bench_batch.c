@@ -10,8 +10,8 @@
  * are greedy and start at position 0, or --context frames on (pp_lmgen_skip: every query then
  * attends over that many keys, the whole ring at the model's context); the first two ticks (a compute-free first call
  * and a warm-up) are not timed. On a device backend it also prints the nodes per tick and, where the backend counts
- * device traffic (the CUDA emulation), the device bytes per tick and the H100 estimate of bench.h, its GEMVs at
- * --format's rate. */
+ * device traffic (the CUDA emulation), the device bytes per tick and the H100 estimate of bench.h, its products at
+ * --format's rates. */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -217,8 +217,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, char *
                c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, o->context, be->ops->name);
         if (counted)
             printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
-                   "(bench.h), GEMVs at %.3f warp instructions per byte (%s)\n",
-                   bench_gemv_instr_per_byte(fmt), o->format);
+                   "(bench.h), warp instructions per byte (%s): GEMVs %.3f, tensor-core products %.2f\n",
+                   o->format, bench_gemv_instr_per_byte(fmt), bench_gemm_tc_instr_per_byte(fmt));
         printf("%6s %12s %18s %14s %12s%s\n", "batch", "tick ms", "ms/conversation", "vs batch 1",
                be->ops->nodes_run ? "nodes/tick" : "", counted ? "  dev MB/tick  est. ms/tick" : "");
     }

@@ -54,7 +54,7 @@ typedef struct cuda_ctx {
     cublasHandle_t blas;
     void *blas_ws; /* cuBLAS's own workspace, set before any capture: it must not allocate in one */
     size_t blas_ws_bytes;
-    float *ws; /* kernels' workspace: NF2 rotations, dequantized tiles, attention splits */
+    float *ws; /* kernels' workspace: NF2 rotations, prepared activations, attention splits */
     size_t ws_floats;
     void *stage[2];
     cudaEvent_t stage_done[2];

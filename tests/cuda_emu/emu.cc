@@ -680,6 +680,8 @@ int lane_id() { return current->lane; }
 void *dynamic_shared() { return dyn_shared.data(); }
 void sync_block() { wait_at(AT_BLOCK_BARRIER); }
 
+void misuse(const char *what) { fatal(what); }
+
 void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out) {
     fiber *f = current;
     unsigned char(*slots)[8] = exchange[f->warp][f->shuffles & 1];

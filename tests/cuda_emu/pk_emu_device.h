@@ -25,6 +25,7 @@
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 /* Shared variables are statics in one section, which every block starts by filling with NaN
  * bytes: as on the device, a block sees neither zeros nor the previous block's values. */
 #define __shared__ __attribute__((section("pk_emu_shared"))) static
@@ -71,6 +72,8 @@ const uint3 &thread_idx();
 void sync_block();
 /* Lane exchange among the warp's lanes: writes `size` bytes of value, returns lane src's. */
 void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out);
+/* Device-side misuse the hardware leaves undefined: stops the run with the message. */
+[[noreturn]] void misuse(const char *what);
 int lane_id();
 void *dynamic_shared();
 

@@ -4,12 +4,15 @@
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
  * graph replays on new data, SGEMM matches a plain product for each transpose, a
  * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
- * program, and the device traffic counter
+ * program, the tensor-core fragments (mma.h) multiply TF32 tiles as the device does, and the
+ * device traffic counter
  * (pk_device_traffic) gives exact bytes per kernel, copy and fill, replays included. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
 #include "test.h"
+
+#include <mma.h>
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -198,20 +201,27 @@ __global__ void partial_warp_sum_kernel(float *y) {
     y[threadIdx.x] = v;
 }
 
-/* In a child: the emulation must abort, not compute an answer. */
-static void test_partial_warp_stops(void) {
+/* Whether run(), in a child, stops the program (the emulation aborts rather than compute an
+ * answer the device would leave undefined). */
+template <class F> static bool stops_the_run(F run) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         if (!freopen("/dev/null", "w", stderr)) _exit(2);
-        float *d = NULL;
-        cudaMalloc((void **)&d, 48 * sizeof *d);
-        PK_LAUNCH_PLAIN(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
+        run();
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    TEST_COND("a full-mask shuffle in a 16-lane warp stops the run", WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void test_partial_warp_stops(void) {
+    TEST_COND("a full-mask shuffle in a 16-lane warp stops the run", stops_the_run([] {
+                  float *d = NULL;
+                  cudaMalloc((void **)&d, 48 * sizeof *d);
+                  PK_LAUNCH_PLAIN(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
+              }));
 }
 
 __global__ void waiting_kernel(float *y) {
@@ -227,18 +237,70 @@ static void test_programmatic_launch(void) {
     PK_LAUNCH(1, 32, 0, NULL, waiting_kernel)(d);
     cudaMemcpyAsync(y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
     TEST_COND("a programmatic launch that waits runs", y[0] == 1.0f && y[31] == 1.0f);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr)) _exit(2);
-        PK_LAUNCH(1, 32, 0, NULL, scale_kernel)(d, 2.0f, d);
-        _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
     TEST_COND("a programmatic launch whose kernel never waits stops the run",
-              WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+              stops_the_run([d] { PK_LAUNCH(1, 32, 0, NULL, scale_kernel)
+                                  (d, 2.0f, d); }));
     cudaFree(d);
+}
+
+/* c [16][16] = a [16][8] (row-major) · b [8][16] (stored column by column) on the emulated
+ * tensor cores, the operands staged in shared memory at offset `skew` floats (0: aligned);
+ * round: each operand element through __float_to_tf32 first. */
+__global__ void wmma_kernel(const float *a, const float *b, float *c, int round, int skew) {
+    using namespace nvcuda;
+    __shared__ __align__(32) float sa[16 * 8 + 8], sb[8 * 16 + 8];
+    for (int i = threadIdx.x; i < 128; i += 32) sa[skew + i] = a[i], sb[skew + i] = b[i];
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+    wmma::load_matrix_sync(fa, sa + skew, 8);
+    wmma::load_matrix_sync(fb, sb + skew, 8);
+    for (int t = 0; round && t < fa.num_elements; t++) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+    for (int t = 0; round && t < fb.num_elements; t++) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+    wmma::fill_fragment(fc, 0.0f);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
+
+/* The emulated tensor cores: a product of TF32 values is exact; an operand with bits below
+ * TF32's loses them unless rounded first (as on the device); a misaligned tile or a partial
+ * warp stops the run. */
+static void test_wmma(void) {
+    float a[128], b[128], c[256];
+    for (int i = 0; i < 128; i++) a[i] = (float)(i % 13) - 6.0f, b[i] = (float)(i % 7) * 0.25f - 0.5f;
+    float *ad = device_copy(a, 128), *bd = device_copy(b, 128), *cd = device_copy(c, 256);
+    PK_LAUNCH_PLAIN(1, 32, 0, NULL, wmma_kernel)(ad, bd, cd, 0, 0);
+    cudaMemcpyAsync(c, cd, sizeof c, cudaMemcpyDeviceToHost, NULL);
+    bool exact = true;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float want = 0.0f;
+            for (int k = 0; k < 8; k++) want += a[i * 8 + k] * b[j * 8 + k];
+            exact &= c[i * 16 + j] == want;
+        }
+    TEST_COND("wmma: a product of TF32 tiles is exact", exact);
+    const float fine = 1.0f + 0x3p-12f; /* 3/4 of a TF32 step above 1: rounds up to 1 + 2^-10 */
+    for (int i = 0; i < 128; i++) a[i] = fine, b[i] = 1.0f;
+    cudaMemcpyAsync(ad, a, sizeof a, cudaMemcpyHostToDevice, NULL);
+    cudaMemcpyAsync(bd, b, sizeof b, cudaMemcpyHostToDevice, NULL);
+    float got[2];
+    for (int round = 0; round < 2; round++) {
+        PK_LAUNCH_PLAIN(1, 32, 0, NULL, wmma_kernel)(ad, bd, cd, round, 0);
+        cudaMemcpyAsync(&got[round], cd + 17, sizeof(float), cudaMemcpyDeviceToHost, NULL);
+    }
+    printf("  wmma: 8 x (1 + 3·2^-12) read unrounded %.9g, rounded %.9g\n", got[0], got[1]);
+    TEST_COND("wmma: an operand not rounded to TF32 loses its low bits", got[0] == 8.0f);
+    TEST_COND("wmma: __float_to_tf32 rounds to nearest", got[1] == 8.0f * (1.0f + 0x1p-10f));
+    TEST_COND("wmma: a tile that is not 32-byte aligned stops the run",
+              stops_the_run([=] { PK_LAUNCH_PLAIN(1, 32, 0, NULL, wmma_kernel)
+                                  (ad, bd, cd, 0, 4); }));
+    TEST_COND("wmma: a partial warp stops the run",
+              stops_the_run([=] { PK_LAUNCH_PLAIN(1, 16, 0, NULL, wmma_kernel)
+                                  (ad, bd, cd, 0, 0); }));
+    cudaFree(ad);
+    cudaFree(bd);
+    cudaFree(cd);
 }
 
 /* Thread 0 reads n_in bytes of in, then writes n_out bytes of out (in and out may overlap). */
@@ -359,6 +421,7 @@ int main(void) {
     test_sgemm();
     test_partial_warp_stops();
     test_programmatic_launch();
+    test_wmma();
     test_traffic();
     return test_report();
 }
