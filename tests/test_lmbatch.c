@@ -3,8 +3,10 @@
  * conversations that join at different ticks (so they sit at different positions of their
  * rings), leave at different ticks and feed different user codes. Greedy decoding everywhere,
  * plus sampling with per-conversation seeds, temperatures and top-k on each case (a draw depends
- * only on its conversation's seed, frame and stream), and the same seed repeating its tokens.
- * The lone runs are also checked against the reference's tokens. */
+ * only on its conversation's seed, frame and stream), and the same seed repeating its tokens;
+ * then MANY_CONV greedy conversations in one batch, more rows than a device's batched GEMV
+ * takes (the CUDA backend's tensor-core products). The lone runs are also checked against the
+ * reference's tokens. */
 #include "test.h"
 
 #include "base/err.h"
@@ -13,7 +15,9 @@
 
 #include <string.h>
 
-#define MAX_CONV 3
+#define SWEEP_CONV 3 /* batches of 1..SWEEP_CONV with their own sampling settings */
+#define MANY_CONV 9  /* and one of MANY_CONV: above kernels.h's PK_GEMV_MAX_BATCH (8) */
+#define MAX_CONV MANY_CONV
 #define JOIN_EVERY 3 /* conversation j joins at tick JOIN_EVERY·j */
 #define SHORTER 2    /* ... and runs SHORTER·j fewer frames */
 #define ROTATE 5     /* ... on the case's user codes rotated by ROTATE·j frames */
@@ -98,10 +102,10 @@ static int run_batch(const lm_case *c, int n, const plan *pl, pp_lmgen_out *cons
 
 static void test_case(const lm_case *c, int sampling) {
     char err[PP_ERR_LEN] = "", what[256];
-    plan pl[MAX_CONV];
-    pp_lmgen_out *ref[MAX_CONV] = {0};
+    plan pl[SWEEP_CONV];
+    pp_lmgen_out *ref[SWEEP_CONV] = {0};
     int rc = PP_OK;
-    for (int j = 0; j < MAX_CONV; j++) {
+    for (int j = 0; j < SWEEP_CONV; j++) {
         pl[j].start = JOIN_EVERY * j;
         pl[j].steps = c->n_steps - SHORTER * j;
         pp_lmgen_params_default(&pl[j].params);
@@ -122,14 +126,36 @@ static void test_case(const lm_case *c, int sampling) {
         snprintf(what, sizeof what, "%s: a lone greedy run gives the reference's tokens", c->name);
         TEST_COND(what, matches_reference(c, ref[0]));
     }
-    for (int n = 1; !rc && n <= MAX_CONV; n++) {
+    for (int n = 1; !rc && n <= SWEEP_CONV; n++) {
         int diffs = -1;
         rc = run_batch(c, n, pl, ref, &diffs, err);
         snprintf(what, sizeof what, "%s: %d conversation(s) batched (%s) give the lone tokens (%d differ) %s",
                  c->name, n, sampling ? "sampling" : "greedy", diffs, err);
         TEST_COND(what, rc == 0 && diffs == 0);
     }
-    for (int j = 0; j < MAX_CONV; j++) free(ref[j]);
+    for (int j = 0; j < SWEEP_CONV; j++) free(ref[j]);
+}
+
+/* MANY_CONV greedy conversations, joining over the first JOIN_EVERY ticks on rotated codes. */
+static void test_many(const lm_case *c) {
+    char err[PP_ERR_LEN] = "", what[256];
+    plan pl[MANY_CONV];
+    pp_lmgen_out *ref[MANY_CONV] = {0};
+    int rc = PP_OK, diffs = -1;
+    for (int j = 0; j < MANY_CONV; j++) {
+        pl[j].start = j % JOIN_EVERY;
+        pl[j].steps = c->n_steps - SHORTER * (j % JOIN_EVERY);
+        pp_lmgen_params_default(&pl[j].params);
+        pl[j].params.greedy = 1;
+        ref[j] = calloc((size_t)c->n_steps, sizeof *ref[j]);
+        if (!rc && !ref[j]) rc = pp_fail(err, PP_ENOMEM, "out of memory");
+        if (!rc) rc = run_alone(c, j, &pl[j], ref[j], err);
+    }
+    if (!rc) rc = run_batch(c, MANY_CONV, pl, ref, &diffs, err);
+    snprintf(what, sizeof what, "%s: %d conversations batched (greedy) give the lone tokens (%d differ) %s", c->name,
+             MANY_CONV, diffs, err);
+    TEST_COND(what, rc == 0 && diffs == 0);
+    for (int j = 0; j < MANY_CONV; j++) free(ref[j]);
 }
 
 /* Sampling draws from (seed, frame, stream) only: the same seed repeats a conversation's
@@ -206,8 +232,10 @@ int main(int argc, char **argv) {
         test_case(&c, 0);
         test_case(&c, 1);
         test_seeds(&c);
+        test_many(&c);
         if (i == 0) test_refusals(&c);
-        printf("%s: batches of 1-3 conversations match the lone runs (greedy and sampling)\n", c.name);
+        printf("%s: batches of 1-3 conversations match the lone runs (greedy and sampling), and of %d (greedy)\n",
+               c.name, MANY_CONV);
         lm_case_close(&c);
     }
     return test_report();
