@@ -9,6 +9,9 @@
 #      the emulation's node and byte count and H100 estimate of that frame beside it);
 #      the codec per frame; the batched tick at 1-64 conversations at context 3000 (one temporal
 #      layer, so the synthetic model is written in seconds)
+#   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
+#      the demo model, or on WEIGHTS=FILE (the real model, at its full context once it runs long
+#      enough; the server's start-up calibration is in its log beside the loadtest's)
 # Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
 #   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
@@ -82,6 +85,21 @@ step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
     --context 3000
+if [ -n "${WEIGHTS:-}" ]; then
+    step "loadtest (64 conversations, $(basename "$WEIGHTS"))" "$logs/loadtest.log" bash -c '
+        port=$((20000 + RANDOM % 20000))
+        "$1/personaplex-server" --weights "$2" --host 127.0.0.1 --port "$port" --no-tls --max-sessions 64 \
+            --state-dir "$3/loadtest-state" >"$3/loadtest-server.log" 2>&1 &
+        server=$!
+        for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
+        "$1/personaplex-loadtest" --port "$port" --clients 64 --seconds 60
+        rc=$?
+        kill "$server"; wait "$server"
+        exit $rc' _ "$build" "$WEIGHTS" "$logs"
+else
+    step "loadtest (64 conversations, demo model)" "$logs/loadtest.log" \
+        "$build/personaplex-loadtest" --server "$build/personaplex-server" --clients 64 --seconds 30
+fi
 
 echo
 printf '%-44s %-10s %9s   %s\n' "check" "result" "time" "log"
@@ -93,4 +111,6 @@ echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
     "$logs/bench-batch.log"
+echo "== loadtest =="
+tail -4 "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL
