@@ -175,6 +175,13 @@ extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated) {
     return base_workspace(w, n) + (x_gated ? (size_t)n * (size_t)w->cols : 0);
 }
 
+extern "C" const char *pk_matmul_slow_path(const pk_weight *w, int n) {
+    if (n > PK_GEMV_MAX_BATCH)
+        return w->fmt == PK_F32 || weight_chunkable(w) ? NULL : "the tensor-core product, decoding element by element";
+    if (int_gemv_takes(w, n) || (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) || weight_chunkable(w)) return NULL;
+    return "the GEMV that decodes one element at a time";
+}
+
 extern "C" size_t pk_weight_read_bytes(const pk_weight *w) {
     size_t numel = (size_t)w->rows * (size_t)w->cols;
     switch (w->fmt) {

@@ -47,6 +47,9 @@ int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumu
  * integer product takes w, one kernel (a few blocks per row) normalizes and prepares. */
 int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w, float *y,
                    float *ws, size_t ws_floats, void *cublas, cudaStream_t stream);
+/* NULL when a product of n inputs by w takes a kernel made for its format, else which slow
+ * kernel it takes instead (the caller says so once: a shape must never be slowed silently). */
+const char *pk_matmul_slow_path(const pk_weight *w, int n);
 /* Bytes of w read per product (the packed bytes of its rows), for bandwidth figures. */
 size_t pk_weight_read_bytes(const pk_weight *w);
 

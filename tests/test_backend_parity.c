@@ -23,8 +23,10 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXACT 0.0
 #define ELEM 1e-12
@@ -768,6 +770,44 @@ static void test_graph_sample(void) {
     held_free(&h);
 }
 
+/* Lines of the file at path that contain what. */
+static int lines_with(const char *path, const char *what) {
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* A product that falls to a slow kernel says so in the log, once per shape (a shape is never
+ * slowed silently); one on its format's own kernel says nothing. */
+static void test_slow_path_told(void) {
+    char path[] = "/tmp/pp-parity-log-XXXXXX";
+    int fd = mkstemp(path);
+    held slow, fast;
+    if (fd < 0 || make_weight(PP_WF_Q8_0, 64, 256, 32, 0, 0, &slow) ||
+        make_weight(PP_WF_NF2, 64, 256, 128, 128, 0, &fast)) {
+        TEST_COND("slow-path setup", 0);
+        return;
+    }
+    close(fd);
+    twin x = twin_rand(256, 1.0f), y = twin_rand(64, 0);
+    pp_log_open(path);
+    for (int i = 0; i < 3; i++) {
+        gpu->ops->matmul(gpu, &slow.g, x.g, 1, y.g);
+        gpu->ops->matmul(gpu, &fast.g, x.g, 1, y.g);
+    }
+    pp_log_open(NULL);
+    TEST_COND("a product on a slow kernel is logged, once per shape",
+              lines_with(path, "q8_0 products 64 x 256, group 32") == 1 && lines_with(path, " take ") == 1);
+    unlink(path);
+    twin_free(&x);
+    twin_free(&y);
+    held_free(&slow);
+    held_free(&fast);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     pp_log_set_level(PP_LOG_WARN);
@@ -785,6 +825,7 @@ int main(void) {
         fprintf(stderr, "cpu backend: %s\n", err);
         return 1;
     }
+    test_slow_path_told();
     printf("matmul and embed per format:\n");
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
     test_host_weights();

@@ -35,6 +35,7 @@ _Static_assert((int)PK_KV_F32 == (int)PP_KV_F32 && (int)PK_KV_BF16 == (int)PP_KV
 #define WS_INITIAL ((size_t)4 << 20)   /* workspace floats at start (16 MB); grows on demand */
 #define GRAPH_SLOTS 8
 #define HOST_MAPS 4 /* weight files read in place at once (one LM file; room for tests) */
+#define SLOW_TOLD 32 /* shapes named in slow-product warnings; past that, one last line says so */
 
 /* A host range (a mapped weight file) registered with the device, and its device address. */
 typedef struct host_range {
@@ -47,6 +48,12 @@ typedef struct alloc_rec {
     void *ptr;
     size_t bytes;
 } alloc_rec;
+
+/* A product's shape as far as the kernel choice goes (many: more than PK_GEMV_MAX_BATCH inputs). */
+typedef struct slow_shape {
+    int fmt, group, many;
+    int64_t rows, cols;
+} slow_shape;
 
 typedef struct cuda_ctx {
     int device;
@@ -74,6 +81,8 @@ typedef struct cuda_ctx {
     size_t n_allocs, cap_allocs;
     int error;
     char error_msg[PP_ERR_LEN];
+    slow_shape slow_told[SLOW_TOLD]; /* shapes already logged as taking a slow product */
+    int n_slow_told;
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(pp_backend *be) { return be->impl; }
@@ -436,9 +445,36 @@ static void cuda_host_unmap(pp_backend *be, const void *base) {
 
 /* ---- linear algebra and LM operations ---- */
 
+/* Says once per shape (format, rows, columns, group, batch side of PK_GEMV_MAX_BATCH) when a
+ * product takes a slow kernel: its format has no kernel of its own at that batch size, or its
+ * rows do not start on whole 16-byte chunks inside its groups. */
+static void tell_slow_path(cuda_ctx *c, const pp_weight *w, const pk_weight *k, int n) {
+    const char *path = pk_matmul_slow_path(k, n);
+    if (!path || c->n_slow_told > SLOW_TOLD) return;
+    const slow_shape shape = {(int)w->fmt, w->group, n > PK_GEMV_MAX_BATCH, w->rows, w->cols};
+    for (int i = 0; i < c->n_slow_told; i++) {
+        const slow_shape *t = &c->slow_told[i];
+        if (t->fmt == shape.fmt && t->group == shape.group && t->many == shape.many && t->rows == shape.rows &&
+            t->cols == shape.cols)
+            return;
+    }
+    if (c->n_slow_told == SLOW_TOLD) {
+        PP_WARN("cuda", "more shapes take slow products; not naming them");
+    } else {
+        PP_WARN("cuda",
+                "%s products %lld x %lld, group %d (e.g. %s) take %s at %s inputs: slower than the format's "
+                "kernels",
+                pp_wformat_name(w->fmt), (long long)w->rows, (long long)w->cols, w->group,
+                w->name ? w->name : "unnamed", path, shape.many ? "more than 8" : "1 to 8");
+        c->slow_told[c->n_slow_told] = shape;
+    }
+    c->n_slow_told++;
+}
+
 static void matmul(pp_backend *be, const pp_weight *w, const float *x, int n, int x_gated, int accumulate, float *y) {
     cuda_ctx *c = ctx_of(be);
     pk_weight k = to_pk(w);
+    tell_slow_path(c, w, &k, n);
     if (ws_reserve(c, pk_matmul_workspace(&k, n, x_gated))) return;
     CUDA_NOTE(c, pk_matmul(&k, x, n, x_gated, accumulate, y, c->ws, c->ws_floats, c->blas, c->stream));
 }
@@ -473,6 +509,7 @@ static void cuda_norm_matmul(pp_backend *be, const float *x, const float *alpha,
                              const pp_weight *w, float *y) {
     cuda_ctx *c = ctx_of(be);
     pk_weight k = to_pk(w);
+    tell_slow_path(c, w, &k, n);
     if (ws_reserve(c, pk_matmul_workspace(&k, n, 0))) return;
     CUDA_NOTE(c, pk_norm_matmul(x, alpha, n, d, eps, h, &k, y, c->ws, c->ws_floats, c->blas, c->stream));
 }
