@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(PK_TC_THREADS)
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             w_hi[dr][dk + j] = w_exact ? v[j] : pk_tf32_hi(v[j]);
-            if (!w_exact) w_lo[dr][dk + j] = pk_tf32_lo(v[j]);
+            if constexpr (!w_exact) w_lo[dr][dk + j] = pk_tf32_lo(v[j]);
         }
         if (x_vectors && xi < ni && k0 + xk + 16 <= w.cols) {
 #pragma unroll
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(PK_TC_THREADS)
             for (int kk = 0; kk < PK_TC_K; kk += 8) {
                 w_frag b_hi, b_lo;
                 wmma::load_matrix_sync(b_hi, &w_hi[rt * 16][kk], PK_TC_LD);
-                if (!w_exact) wmma::load_matrix_sync(b_lo, &w_lo[rt * 16][kk], PK_TC_LD);
+                if constexpr (!w_exact) wmma::load_matrix_sync(b_lo, &w_lo[rt * 16][kk], PK_TC_LD);
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int it = (warp >> 1) + 2 * j;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(PK_TC_THREADS)
                     wmma::load_matrix_sync(a_hi, &x_hi[it * 16][kk], PK_TC_LD);
                     wmma::load_matrix_sync(a_lo, &x_lo[it * 16][kk], PK_TC_LD);
                     wmma::mma_sync(acc[j], a_lo, b_hi, acc[j]);
-                    if (!w_exact) wmma::mma_sync(acc[j], a_hi, b_lo, acc[j]);
+                    if constexpr (!w_exact) wmma::mma_sync(acc[j], a_hi, b_lo, acc[j]);
                     wmma::mma_sync(acc[j], a_hi, b_hi, acc[j]);
                 }
             }
