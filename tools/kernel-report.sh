@@ -5,8 +5,8 @@
 #   tools/kernel-report.sh [ARCHS]     default "87 90"; NVCC=path overrides the compiler
 # Prints one line per kernel and architecture: registers, spill bytes (stores + loads), stack,
 # static shared memory, and the resident warps per SM the registers allow (64 at most). Exits 1
-# when a GEMV kernel (pk_gemv*) spills: its inner loop must keep every accumulator and every load
-# in flight in registers. GEMV instances above 128 registers are marked but pass: the float
+# when a GEMV kernel (pk_gemv*) or the tensor-core product (pk_gemm_tc*) spills: its inner loop
+# must keep every accumulator and every load in flight in registers. GEMV instances above 128 registers are marked but pass: the float
 # template's 5..8-input instances measured faster with ~210 registers and 4 rows per warp than
 # with 1 row in 64 (kernels/gemv.cu). Exits 77 without nvcc; exits 1 when a file does not compile.
 #
@@ -221,7 +221,7 @@ done | sort -u -k2,2 -k1,1 | while read -r arch name regs spill stack smem; do
     warps=$((65536 / (per_thread * 32)))
     [ "$warps" -gt 64 ] && warps=64
     flag=""
-    if [[ "$name" == *pk_gemv* ]] && [ "$spill" -gt 0 ]; then
+    if [[ "$name" == *pk_gemv* || "$name" == *pk_gemm_tc* ]] && [ "$spill" -gt 0 ]; then
         flag="  <- spills"
         echo "$arch $short" >>"$tmp/bad"
     elif [[ "$name" == *pk_gemv* ]] && [ "$regs" -gt 128 ]; then
@@ -297,6 +297,6 @@ if [ -s "$tmp/bad" ]; then
     echo "kernel-report: $(wc -l <"$tmp/bad") GEMV kernel instance(s) spill" >&2
     bad=1
 else
-    echo "kernel-report: no GEMV kernel spills (sm_${archs// /, sm_})"
+    echo "kernel-report: no GEMV or tensor-core product kernel spills (sm_${archs// /, sm_})"
 fi
 exit $bad
