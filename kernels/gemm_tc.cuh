@@ -3,11 +3,12 @@
  *
  * A block owns PK_TC_ROWS rows of w and up to PK_TC_INPUTS inputs (blockIdx.y picks which), so
  * a weight byte is read once per PK_TC_INPUTS inputs. Per step of PK_TC_K columns its threads
- * decode the rows' slice into shared memory as f32 and copy the inputs' slice beside it; then
- * each warp multiplies 16 x 16 tiles with wmma in TF32, every operand split into its TF32 head
- * and the TF32 of the remainder, three products per tile (lo·hi + hi·lo + hi·hi, CUTLASS's
- * "3xTF32"): about f32's accuracy, which the CPU's f32 product is the reference for, for three
- * times the tensor instructions, which the decode outweighs at these batch sizes. */
+ * decode the rows' slice and copy the inputs' slice into shared memory, each value split once
+ * into its TF32 head and the TF32 of the remainder; then each warp multiplies 16 x 16 tiles with
+ * wmma in TF32, three products per tile (lo·hi + hi·lo + hi·hi, CUTLASS's "3xTF32"; F16/BF16
+ * weights have no remainder: two): about f32's accuracy, which the CPU's f32 product is the
+ * reference for, for three times the tensor instructions, which the decode outweighs at these
+ * batch sizes. */
 #ifndef PP_KERNELS_GEMM_TC_CUH
 #define PP_KERNELS_GEMM_TC_CUH
 
