@@ -808,6 +808,46 @@ static void test_slow_path_told(void) {
     held_free(&fast);
 }
 
+static void add_read(void *arg, const char *name, uint64_t read, uint64_t written) {
+    (void)name, (void)written;
+    *(uint64_t *)arg += read;
+}
+
+/* Device bytes a product of n inputs by w reads (0 where nothing counts them). */
+static uint64_t product_read_bytes(const pp_weight *w, int n) {
+    twin x = twin_rand((size_t)n * (size_t)w->cols, 1.0f), y = twin_rand((size_t)n * (size_t)w->rows, 0);
+    uint64_t read = 0;
+    gpu->ops->device_traffic(gpu, NULL, NULL);
+    gpu->ops->matmul(gpu, w, x.g, n, y.g);
+    gpu->ops->device_traffic(gpu, add_read, &read);
+    twin_free(&x);
+    twin_free(&y);
+    return read;
+}
+
+/* Many inputs read each weight byte once per 64 of them (no per-conversation weight traffic,
+ * no dequantized copy): from 9 inputs to 64 the device bytes read grow by the inputs' bytes
+ * only. Counted where the backend counts device traffic (the emulation); last, because device
+ * memory allocated while counting is slower to use. */
+static void test_batched_weight_traffic(void) {
+    if (!gpu->ops->device_traffic || gpu->ops->device_traffic(gpu, NULL, NULL) != 0) {
+        printf("  batched weight traffic: not counted by this backend\n");
+        return;
+    }
+    held h;
+    if (make_weight(PP_WF_INT4, 1024, 2048, 64, 0, 0, &h)) {
+        TEST_COND("traffic weight upload", 0);
+        return;
+    }
+    const uint64_t weight = 1024 * 2048 / 2 + 1024 * 2048 / 64 * 2, inputs = (64 - 9) * 2048 * sizeof(float);
+    uint64_t at9 = product_read_bytes(&h.g, 9), at64 = product_read_bytes(&h.g, 64);
+    printf("  int4 1024 x 2048 (%.2f MB packed): %.2f MB read at 9 inputs, %.2f MB at 64\n", weight / 1e6, at9 / 1e6,
+           at64 / 1e6);
+    TEST_COND("9 inputs read the weight once", at9 >= weight && at9 < weight + weight / 4);
+    TEST_COND("64 inputs read it once too: only the inputs' bytes added", at64 < at9 + inputs + inputs / 4);
+    held_free(&h);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     pp_log_set_level(PP_LOG_WARN);
@@ -854,6 +894,7 @@ int main(void) {
     test_sample();
     test_graph();
     test_graph_sample();
+    test_batched_weight_traffic();
     TEST_COND("no sticky device error", gpu->ops->last_error(gpu, err) == 0);
     pp_backend_destroy(gpu);
     pp_backend_destroy(cpu);
