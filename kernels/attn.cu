@@ -235,14 +235,15 @@ static void launch(const float *qkv, int n, int n_heads, int head_dim, const pk_
                    const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, float *out, int splits,
                    cudaStream_t stream) {
     dim3 grid((unsigned)n_heads, (unsigned)splits, (unsigned)n);
+    float *part = splits > 1 ? ws : out; /* one split writes the output itself */
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
     if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2>)
-    (qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);
-    else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)
-    (qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);
+    (qkv, head_dim, *one, tables, layer, pos, part);
+    else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(
+        qkv, head_dim, *one, tables, layer, pos, part);
     else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(
-        qkv, head_dim, *one, tables, layer, pos, splits > 1 ? ws : out);
+        qkv, head_dim, *one, tables, layer, pos, part);
 }
 
 extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity) {

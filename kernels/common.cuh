@@ -103,6 +103,14 @@ __device__ __forceinline__ float pk_block_sum(float v, float *red) {
     return v;
 }
 
+/* 1 / rms of the row xi[d] (RMSNorm's factor before alpha), by the whole block; red as
+ * pk_block_sum's. */
+__device__ __forceinline__ float pk_row_inv_rms(const float *xi, int d, float eps, float *red) {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
+    return rsqrtf(eps + pk_block_sum(ss, red) / (float)d);
+}
+
 /* The gated FFN's input: silu(g)·v, rounded as the CPU's pp_cpu_silu_mul. */
 __device__ __forceinline__ float pk_silu_gate(float g, float v) { return g / (1.0f + expf(-g)) * v; }
 

@@ -116,10 +116,7 @@ __global__ void __launch_bounds__(256)
     __shared__ float red[32];
     const int64_t row = blockIdx.y, c0 = (int64_t)blockIdx.x * len;
     const float *xi = x + row * d;
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
-    ss = pk_block_sum(ss, red);
-    const float inv = rsqrtf(eps + ss / (float)d);
+    const float inv = pk_row_inv_rms(xi, d, eps, red);
     for (int j = threadIdx.x; j < len; j += blockDim.x) h[row * d + c0 + j] = v[j] = xi[c0 + j] * (alpha[c0 + j] * inv);
     __syncthreads();
     if (FMT == PK_NF2) pk_wht_shared(v, len, np2);

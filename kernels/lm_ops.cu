@@ -40,10 +40,7 @@ __global__ void __launch_bounds__(1024)
     __shared__ float red[32];
     const float *xi = x + (size_t)blockIdx.x * d;
     float *yi = y + (size_t)blockIdx.x * d;
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) ss += xi[j] * xi[j];
-    ss = pk_block_sum(ss, red);
-    float inv = rsqrtf(eps + ss / (float)d);
+    const float inv = pk_row_inv_rms(xi, d, eps, red);
     for (int j = threadIdx.x; j < d; j += blockDim.x) yi[j] = xi[j] * (alpha[j] * inv);
 }
 
