@@ -178,24 +178,24 @@ static int time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int co
     return rc;
 }
 
-/* Device nodes and traffic per tick of n conversations (0 where the backend does not count
- * them): a run of `ticks` against a run of one, so the conversations' start and warm-up cancel
- * out. fmt prices the GEMVs of the estimate. */
-static int per_tick(const pp_lm *lm, pp_backend *be, int fmt, int n, int ticks, pp_kv_format kv, int context,
-                    double *nodes, bench_traffic *traffic, char *err) {
+/* Median tick time of n conversations (ms) and, where the backend counts them, the device nodes
+ * and traffic per tick (else 0): the timed run of `ticks` against a run of one, so the
+ * conversations' start and warm-up cancel out. fmt prices the products of the estimate. */
+static int measure_ticks(const pp_lm *lm, pp_backend *be, int fmt, int n, int ticks, pp_kv_format kv, int context,
+                         double *median, double *nodes, bench_traffic *traffic, char *err) {
     *nodes = 0;
     memset(traffic, 0, sizeof *traffic);
-    if (!be->ops->nodes_run || ticks < 2) return PP_OK;
+    if (!be->ops->nodes_run || ticks < 2) return time_ticks(lm, n, ticks, kv, context, median, err);
     double ms;
     bench_traffic one = {0}, many = {0};
     bench_traffic_take(be, fmt, NULL);
     uint64_t n0 = be->ops->nodes_run(be);
-    int rc = time_ticks(lm, n, 1, kv, context, &ms, err);
+    int rc = time_ticks(lm, n, ticks, kv, context, median, err);
     uint64_t n1 = be->ops->nodes_run(be);
-    bench_traffic_take(be, fmt, &one);
-    if (!rc) rc = time_ticks(lm, n, ticks, kv, context, &ms, err);
     bench_traffic_take(be, fmt, &many);
-    if (!rc) *nodes = (double)((be->ops->nodes_run(be) - n1) - (n1 - n0)) / (ticks - 1);
+    if (!rc) rc = time_ticks(lm, n, 1, kv, context, &ms, err);
+    bench_traffic_take(be, fmt, &one);
+    if (!rc) *nodes = (double)((n1 - n0) - (be->ops->nodes_run(be) - n1)) / (ticks - 1);
     bench_traffic_mix(traffic, &many, 1.0 / (ticks - 1), &one, -1.0 / (ticks - 1));
     return rc;
 }
@@ -224,12 +224,11 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, char *
     }
     double one = 0;
     for (int i = 0; !rc && i < o->n_batches; i++) {
-        double ms = 0;
-        rc = time_ticks(lm, o->batches[i], o->ticks, kv, o->context, &ms, err);
-        if (rc) break;
-        double per = ms / o->batches[i], nodes;
+        double ms = 0, nodes;
         bench_traffic traffic;
-        if ((rc = per_tick(lm, be, (int)fmt, o->batches[i], o->ticks, kv, o->context, &nodes, &traffic, err))) break;
+        rc = measure_ticks(lm, be, (int)fmt, o->batches[i], o->ticks, kv, o->context, &ms, &nodes, &traffic, err);
+        if (rc) break;
+        double per = ms / o->batches[i];
         if (o->batches[i] == 1) one = per;
         printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
         if (one > 0)
