@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int test_passed, test_failed;
 
@@ -30,6 +31,16 @@ static int test_passed, test_failed;
 static inline int test_report(void) {
     printf("%d passed, %d failed\n", test_passed, test_failed);
     return test_failed ? 1 : 0;
+}
+
+/* Lines of the file at path that contain text (0 when it cannot be read): a log's lines. */
+static inline int test_lines_with(const char *path, const char *text) {
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, text) != NULL;
+    if (f) fclose(f);
+    return n;
 }
 
 /* max|a-b| / max|b| over n values (0 when both are all-zero). */

@@ -770,16 +770,6 @@ static void test_graph_sample(void) {
     held_free(&h);
 }
 
-/* Lines of the file at path that contain what. */
-static int lines_with(const char *path, const char *what) {
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    int n = 0;
-    while (f && fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
-    if (f) fclose(f);
-    return n;
-}
-
 /* A product that falls to a slow kernel says so in the log, once per shape (a shape is never
  * slowed silently); one on its format's own kernel says nothing. */
 static void test_slow_path_told(void) {
@@ -800,7 +790,7 @@ static void test_slow_path_told(void) {
     }
     pp_log_open(NULL);
     TEST_COND("a product on a slow kernel is logged, once per shape",
-              lines_with(path, "q8_0 products 64 x 256, group 32") == 1 && lines_with(path, " take ") == 1);
+              test_lines_with(path, "q8_0 products 64 x 256, group 32") == 1 && test_lines_with(path, " take ") == 1);
     unlink(path);
     twin_free(&x);
     twin_free(&y);

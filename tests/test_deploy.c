@@ -110,16 +110,6 @@ static pid_t silent_client(int port) {
     for (;;) pause();
 }
 
-static int file_contains(const char *path, const char *needle) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
-    fclose(f);
-    return found;
-}
-
 static long metric(int port, const char *name) {
     char body[16384];
     if (raw_get(port, "/metrics", body, sizeof body) != 200) return -1;
@@ -213,7 +203,7 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     for (int i = 0; i < 300 && !(exited = waitpid(pid, &st, WNOHANG) == pid); i++) usleep(100000);
     int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : sp_stop(pid);
     TEST_COND("the server exits 0 after the drain", rc == 0);
-    TEST_COND("the log tells the drain", file_contains(log, "draining 2 conversations"));
+    TEST_COND("the log tells the drain", test_lines_with(log, "draining 2 conversations") > 0);
 #ifdef PP_HAVE_SYSTEMD
     static char notes[65536];
     notify_read(nfd, notes, sizeof notes);
@@ -346,7 +336,8 @@ static void run_proxy(const char *server, const char *source) {
     TEST_COND("nginx tried full A and moved on (A refused with 503)", rejected_before >= 0 && rejected > rejected_before);
     char blog[300];
     snprintf(blog, sizeof blog, "%s/b/server.log", g_dir);
-    TEST_COND("B logs the client address nginx passed on (--behind-proxy)", file_contains(blog, "connected from 127.0.0.1 via "));
+    TEST_COND("B logs the client address nginx passed on (--behind-proxy)",
+              test_lines_with(blog, "connected from 127.0.0.1 via ") > 0);
 
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
