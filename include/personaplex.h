@@ -15,8 +15,8 @@
  *
  * To serve many conversations at once: pp_model_set_prompt_cache(m, bytes, err) before the
  * first session (sessions with the same voice and prompt then start in milliseconds), and per
- * 80 ms tick pp_session_encode each session, one pp_session_batch_step over all of them (a
- * pp_session_batch from pp_session_batch_create), pp_session_decode each.
+ * 80 ms tick pp_session_batch_encode all sessions with a frame, one pp_session_batch_step over
+ * them (a pp_session_batch from pp_session_batch_create), pp_session_batch_decode.
  * pp_demo_write makes a tiny random model to try the pipeline without downloading weights.
  *
  * The engine's own modules include this header for these declarations (one place for each);
@@ -213,6 +213,14 @@ int pp_session_encode(pp_session *s, const float *pcm_in, char *err);
 int pp_session_batch_step(pp_session_batch *b, pp_session *const *ss, int n, char *err);
 /* Stage 3: the tick's agent codes through the Mimi decoder into pcm_out, and the text piece. */
 int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE_MAX], char *err);
+/* Stages 1 and 3 for ss[0..n) at once (distinct sessions of b's model, n <= capacity): one
+ * codec call for all of them, each codec weight read once; each session gets exactly what
+ * pp_session_encode / pp_session_decode give it alone. pcm_in[i] (1920 samples) is ss[i]'s
+ * input; pcm_out[i] and pieces[i] its output. A failure leaves the sessions to start again
+ * from stage 1. */
+int pp_session_batch_encode(pp_session_batch *b, pp_session *const *ss, int n, const float *const *pcm_in, char *err);
+int pp_session_batch_decode(pp_session_batch *b, pp_session *const *ss, int n, float *const *pcm_out,
+                            char (*pieces)[PP_SESSION_PIECE_MAX], char *err);
 
 /* ==== the demo model ==== */
 #define PP_DEMO_PATH_MAX 4096

@@ -89,20 +89,29 @@ typedef struct pk_conv {
     const float *w, *b;
     int cin, cout, k, stride, groups;
 } pk_conv;
-int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, float *y, int accumulate, int replicate,
-              cudaStream_t stream);
-/* scratch: cout·(k − stride) floats for the new tail. */
-int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail, float *y, float *scratch, cudaStream_t stream);
+/* The rows of a batched conv: backend.h's pp_state_rows, field for field (cuda.c checks the
+ * layout at compile time). With rows NULL a conv is one row whose state is hist or tail. */
+typedef struct pk_state_rows {
+    int n;
+    const uint64_t *base; /* device: [n] byte addresses of the rows' states, NULL when stateless */
+    size_t offset;
+} pk_state_rows;
+int pk_conv1d(const pk_conv *c, const float *x, int t, float *hist, const pk_state_rows *rows, float *y, int accumulate,
+              int replicate, cudaStream_t stream);
+/* scratch: n·cout·(k − stride) floats for the new tails. */
+int pk_conv_tr1d(const pk_conv *c, const float *x, int t, float *tail, const pk_state_rows *rows, float *y,
+                 float *scratch, cudaStream_t stream);
 int pk_elu(const float *x, float *y, size_t n, cudaStream_t stream);
 int pk_gelu(float *x, size_t n, cudaStream_t stream);
 int pk_layer_norm(const float *x, const float *w, const float *b, int n, int d, float eps, float *y,
                   cudaStream_t stream);
-int pk_transpose(const float *x, int rows, int cols, float *y, cudaStream_t stream);
+int pk_transpose(const float *x, int n, int rows, int cols, float *y, cudaStream_t stream);
 int pk_scale_add(float *y, const float *x, const float *scale, int n, int d, cudaStream_t stream);
-/* code: device int32 that receives the index. */
-int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract, int32_t *code,
+/* code: device int32, row r's index at code[r·code_stride]. */
+int pk_vq_nearest(const float *cb, const float *cb_sq, int bins, int dim, float *x, int n, int subtract, int32_t *code,
+                  int code_stride, cudaStream_t stream);
+int pk_vq_add_row(const float *cb, int bins, int dim, const int32_t *code, int code_stride, int n, float *y,
                   cudaStream_t stream);
-int pk_vq_add_row(const float *cb, int bins, int dim, const int32_t *code, float *y, cudaStream_t stream);
 
 /* ---- sample.cu: tokens (device int32) of rows of n logits, see backend.h's sample ---- */
 /* backend.h's pp_sample_param, field for field (cuda.c checks the layout at compile time). */

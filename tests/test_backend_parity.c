@@ -94,11 +94,15 @@ static double result_nmse(const float *on_gpu, const float *on_cpu, size_t n) {
     return e;
 }
 
-/* Downloads both results and checks their NMSE against limit. */
-static void compare(const char *what, const float *on_gpu, const float *on_cpu, size_t n, double limit) {
-    double e = result_nmse(on_gpu, on_cpu, n);
+/* Reports an NMSE and checks it against limit. */
+static void check_nmse(const char *what, double e, double limit) {
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, e, limit);
     TEST_COND(what, e <= limit);
+}
+
+/* Downloads both results and checks their NMSE against limit. */
+static void compare(const char *what, const float *on_gpu, const float *on_cpu, size_t n, double limit) {
+    check_nmse(what, result_nmse(on_gpu, on_cpu, n), limit);
 }
 
 /* A host buffer on both backends. */
@@ -471,35 +475,97 @@ static void test_attn_rows(pp_kv_format fmt, int cap) {
 
 /* ---- codec operations ---- */
 
-/* Streaming conv (transposed or not): three calls of t columns each, flags on the first. */
-static void test_conv(int transposed, int cin, int cout, int k, int stride, int groups, int t, int flags) {
+/* Conversations in the batched codec calls. A conv row's state starts STATE_PAD floats into a
+ * buffer of its own: a nonzero pp_state_rows.offset, as in an arena with other state before it. */
+#define CODEC_ROWS 3
+#define STATE_PAD 12
+
+/* The rows' buffers as pp_state_rows.base: their addresses, in backend memory. */
+static uint64_t *put_bases(pp_backend *be, float *const *buf, int n) {
+    uint64_t h[CODEC_ROWS];
+    for (int r = 0; r < n; r++) h[r] = (uint64_t)(uintptr_t)buf[r];
+    uint64_t *d = be->ops->alloc(be, (size_t)n * sizeof *h);
+    if (d) be->ops->upload(be, d, h, (size_t)n * sizeof *h);
+    return d;
+}
+
+static void conv_call(pp_backend *be, int transposed, const pp_conv *c, const float *x, int t, float *state,
+                      const pp_state_rows *rows, float *y, float *scratch, int flags) {
+    if (transposed)
+        be->ops->conv_tr1d(be, c, x, t, state, rows, y, scratch);
+    else
+        be->ops->conv1d(be, c, x, t, state, rows, y, scratch, flags);
+}
+
+/* Streaming conv (transposed or not): three calls of t columns each, flags on the first, the GPU
+ * against the CPU's same call. n 0: one conversation, its state given (rows NULL); else n in each
+ * call (pp_state_rows, base NULL where the conv has no state), also against the CPU running each
+ * row alone. Each row's state starts STATE_PAD floats into a buffer of its own, all of whose
+ * bytes are compared (random to begin with, as another conversation's state would be). */
+static void test_conv(int transposed, int cin, int cout, int k, int stride, int groups, int t, int flags, int n) {
+    const int rows = n ? n : 1, p = k - stride, tout = transposed ? t * stride : t / stride;
     size_t wn = transposed ? (size_t)cin * (cout / groups) * k : (size_t)cout * cin * k;
     twin w = twin_rand(wn, 0.2f), b = twin_rand((size_t)cout, 0.1f);
     pp_conv cc = {w.c, b.c, cin, cout, k, stride, groups}, cg = {w.g, b.g, cin, cout, k, stride, groups};
-    int p = k - stride, tout = transposed ? t * stride : t / stride;
-    twin st = twin_rand((size_t)(transposed ? cout : cin) * p, 0), y = twin_rand((size_t)cout * tout, 1.0f);
+    size_t sn = STATE_PAD + (size_t)(transposed ? cout : cin) * p, xn = (size_t)cin * t, yn = (size_t)cout * tout;
     size_t scr = pp_conv_scratch(&cc, t, transposed);
-    twin sc = twin_rand(scr ? scr : 1, 0);
-    for (int call = 0; call < 3; call++) {
-        twin x = twin_rand((size_t)cin * t, 1.0f);
-        int f = call == 0 ? flags : flags & PP_CONV_ACCUMULATE;
-        if (transposed) {
-            cpu->ops->conv_tr1d(cpu, &cc, x.c, t, st.c, y.c, sc.c);
-            gpu->ops->conv_tr1d(gpu, &cg, x.g, t, st.g, y.g, sc.g);
-        } else {
-            cpu->ops->conv1d(cpu, &cc, x.c, t, st.c, y.c, sc.c, f);
-            gpu->ops->conv1d(gpu, &cg, x.g, t, st.g, y.g, sc.g, f);
+    twin st[CODEC_ROWS];
+    float *alone[CODEC_ROWS] = {0}, *y0 = rand_vec(yn * rows, 1.0f); /* y0: what accumulating calls add to */
+    for (int r = 0; r < rows; r++) {
+        float *h = rand_vec(sn, 1.0f);
+        st[r] = twin_of(h, sn);
+        if (r < n) alone[r] = put(cpu, h, sn);
+        free(h);
+    }
+    twin y = twin_of(y0, yn * rows), sc = twin_rand(scr * rows, 0);
+    float *y_alone = n ? put(cpu, y0, yn * rows) : NULL;
+    float *sc_alone = n ? cpu->ops->alloc(cpu, scr * sizeof *sc_alone) : NULL;
+    pp_state_rows rc = {n, NULL, STATE_PAD * sizeof(float)}, rg = rc;
+    if (n && p > 0) {
+        float *bc[CODEC_ROWS], *bg[CODEC_ROWS];
+        for (int r = 0; r < n; r++) {
+            bc[r] = st[r].c;
+            bg[r] = st[r].g;
         }
-        char what[96];
-        snprintf(what, sizeof what, "%s %d->%d k%d s%d g%d t%d flags %d call %d", transposed ? "conv_tr1d" : "conv1d",
-                 cin, cout, k, stride, groups, t, f, call);
-        compare(what, y.g, y.c, y.n, REDUCE);
+        rc.base = put_bases(cpu, bc, n);
+        rg.base = put_bases(gpu, bg, n);
+    }
+    char what[96], label[128];
+    snprintf(what, sizeof what, "%s %d->%d k%d s%d g%d t%d%s", transposed ? "conv_tr1d" : "conv1d", cin, cout, k,
+             stride, groups, t, n ? " x3 rows" : "");
+    for (int call = 0; call < 3; call++) {
+        twin x = twin_rand(xn * rows, 1.0f);
+        int f = call == 0 ? flags : flags & PP_CONV_ACCUMULATE;
+        conv_call(cpu, transposed, &cc, x.c, t, n ? NULL : st[0].c + STATE_PAD, n ? &rc : NULL, y.c, sc.c, f);
+        conv_call(gpu, transposed, &cg, x.g, t, n ? NULL : st[0].g + STATE_PAD, n ? &rg : NULL, y.g, sc.g, f);
+        for (int r = 0; r < n; r++)
+            conv_call(cpu, transposed, &cc, x.c + r * xn, t, alone[r] + STATE_PAD, NULL, y_alone + r * yn, sc_alone, f);
+        snprintf(label, sizeof label, "%s flags %d call %d", what, f, call);
+        compare(label, y.g, y.c, y.n, REDUCE);
+        snprintf(label, sizeof label, "  call %d against each row alone on the CPU", call);
+        if (n) compare(label, y.g, y_alone, y.n, REDUCE);
         twin_free(&x);
     }
-    if (p > 0) compare(transposed ? "conv_tr1d tail" : "conv1d history", st.g, st.c, st.n, REDUCE);
+    double worst = 0, worst_alone = 0;
+    for (int r = 0; r < rows; r++) {
+        double e = result_nmse(st[r].g, st[r].c, sn), ea = r < n ? result_nmse(st[r].g, alone[r], sn) : 0;
+        if (!(e <= worst)) worst = e;
+        if (!(ea <= worst_alone)) worst_alone = ea;
+    }
+    snprintf(label, sizeof label, "  %s, worst", transposed ? "tail buffers" : "history buffers");
+    check_nmse(label, worst, REDUCE);
+    if (n) check_nmse("  the same against each row alone on the CPU", worst_alone, REDUCE);
+    for (int r = 0; r < rows; r++) {
+        twin_free(&st[r]);
+        cpu->ops->release(cpu, alone[r]);
+    }
+    cpu->ops->release(cpu, (void *)rc.base);
+    gpu->ops->release(gpu, (void *)rg.base);
+    cpu->ops->release(cpu, y_alone);
+    cpu->ops->release(cpu, sc_alone);
+    free(y0);
     twin_free(&w);
     twin_free(&b);
-    twin_free(&st);
     twin_free(&y);
     twin_free(&sc);
 }
@@ -517,8 +583,8 @@ static void test_codec_elementwise(void) {
     cpu->ops->layer_norm(cpu, x.c, w.c, b.c, n, d, 1e-5f, y.c);
     gpu->ops->layer_norm(gpu, x.g, w.g, b.g, n, d, 1e-5f, y.g);
     compare("layer_norm 3x200", y.g, y.c, y.n, REDUCE);
-    cpu->ops->transpose(cpu, x.c, n * 4, d / 4, y.c);
-    gpu->ops->transpose(gpu, x.g, n * 4, d / 4, y.g);
+    cpu->ops->transpose(cpu, x.c, 1, n * 4, d / 4, y.c);
+    gpu->ops->transpose(gpu, x.g, 1, n * 4, d / 4, y.g);
     compare("transpose 12x50", y.g, y.c, y.n, EXACT);
     cpu->ops->scale_add(cpu, y.c, x.c, w.c, n, d);
     gpu->ops->scale_add(gpu, y.g, x.g, w.g, n, d);
@@ -529,48 +595,153 @@ static void test_codec_elementwise(void) {
     twin_free(&b);
 }
 
-static void test_vq(void) {
-    const int bins = 2048, dim = 256;
-    float *cb = rand_vec((size_t)bins * dim, 1.0f), sq[2048];
-    for (int i = 0; i < bins; i++) {
+/* CODEC_ROWS blocks x [rows][cols] to y [cols][n][rows] in one call, against the CPU's same call
+ * and against the CPU transposing each block alone (whose [cols][rows] is block b of each y[j]). */
+static void test_transpose_rows(void) {
+    const int n = CODEC_ROWS, rows = 40, cols = 37; /* both past one 32-wide tile */
+    const size_t blk = (size_t)rows * cols;
+    twin x = twin_rand(n * blk, 1.0f), y = twin_rand(n * blk, 0);
+    float *alone = cpu->ops->alloc(cpu, n * blk * sizeof *alone);
+    cpu->ops->transpose(cpu, x.c, n, rows, cols, y.c);
+    gpu->ops->transpose(gpu, x.g, n, rows, cols, y.g);
+    compare("transpose 3 blocks 40x37", y.g, y.c, y.n, EXACT);
+    for (int b = 0; b < n; b++) cpu->ops->transpose(cpu, x.c + b * blk, 1, rows, cols, alone + b * blk);
+    float *g = get(gpu, y.g, y.n), *a = get(cpu, alone, y.n);
+    size_t diff = y.n;
+    if (g && a) {
+        diff = 0;
+        for (int b = 0; b < n; b++)
+            for (size_t j = 0; j < (size_t)cols; j++)
+                for (size_t i = 0; i < (size_t)rows; i++)
+                    diff += g[(j * n + b) * rows + i] != a[b * blk + j * rows + i];
+    }
+    printf("  %-44s %zu values differ\n", "  against each block alone on the CPU", diff);
+    TEST_COND("transpose of 3 blocks: each block as alone", diff == 0);
+    free(g);
+    free(a);
+    cpu->ops->release(cpu, alone);
+    twin_free(&x);
+    twin_free(&y);
+}
+
+/* RVQ state on both backends: the codebook, n rows x [n][dim] (the GPU's and the CPU's same
+ * call) and the CPU's copy for each row run alone; codes code_stride apart in backend memory
+ * (the entries between never written). */
+#define VQ_BINS 2048
+#define VQ_DIM 256
+#define VQ_UNTOUCHED (-7)
+typedef struct {
+    int n, stride;
+    twin cb, sq, x;
+    float *alone;
+    int32_t *cc, *cg, *ca; /* codes: the CPU's call, the GPU's, the rows alone (CPU) */
+} vq_case;
+
+/* One step on all three: the nearest rows (subtracting them), or those rows added back. */
+static void vq_step(const vq_case *v, int add) {
+    if (add) {
+        cpu->ops->vq_add_row(cpu, v->cb.c, VQ_BINS, VQ_DIM, v->cc, v->stride, v->n, v->x.c);
+        gpu->ops->vq_add_row(gpu, v->cb.g, VQ_BINS, VQ_DIM, v->cg, v->stride, v->n, v->x.g);
+    } else {
+        cpu->ops->vq_nearest(cpu, v->cb.c, v->sq.c, VQ_BINS, VQ_DIM, v->x.c, v->n, 1, v->cc, v->stride);
+        gpu->ops->vq_nearest(gpu, v->cb.g, v->sq.g, VQ_BINS, VQ_DIM, v->x.g, v->n, 1, v->cg, v->stride);
+    }
+    for (int r = 0; r < v->n; r++) {
+        float *xr = v->alone + (size_t)r * VQ_DIM;
+        int32_t *code = v->ca + (size_t)r * v->stride;
+        if (add)
+            cpu->ops->vq_add_row(cpu, v->cb.c, VQ_BINS, VQ_DIM, code, 1, 1, xr);
+        else
+            cpu->ops->vq_nearest(cpu, v->cb.c, v->sq.c, VQ_BINS, VQ_DIM, xr, 1, 1, code, 1);
+    }
+}
+
+/* Whether the three agree on every row's code, the entries between them untouched; first (n
+ * codes or NULL) receives the GPU's. */
+static int vq_codes_agree(const vq_case *v, int32_t *first) {
+    size_t len = (size_t)v->n * v->stride;
+    int32_t *g = malloc(len * sizeof *g), *c = malloc(len * sizeof *c), *a = malloc(len * sizeof *a);
+    int ok = g && c && a;
+    if (ok) {
+        gpu->ops->download(gpu, g, v->cg, len * sizeof *g);
+        cpu->ops->download(cpu, c, v->cc, len * sizeof *c);
+        cpu->ops->download(cpu, a, v->ca, len * sizeof *a);
+    }
+    for (size_t i = 0; ok && i < len; i++)
+        ok = g[i] == c[i] && g[i] == a[i] && (i % (size_t)v->stride == 0 || g[i] == VQ_UNTOUCHED);
+    for (int r = 0; ok && first && r < v->n; r++) first[r] = g[(size_t)r * v->stride];
+    free(g);
+    free(c);
+    free(a);
+    return ok;
+}
+
+/* n rows at once, codes code_stride apart: four levels of nearest (subtracting), the row added
+ * back and taken again; then codes outside the codebook, which add nothing. Row r starts on
+ * codebook row 77 + 600·r, a known first answer. */
+static void test_vq(int n, int code_stride) {
+    vq_case v = {.n = n, .stride = code_stride};
+    float *cb = rand_vec((size_t)VQ_BINS * VQ_DIM, 1.0f), sq[VQ_BINS];
+    for (int i = 0; i < VQ_BINS; i++) {
         double s = 0;
-        for (int j = 0; j < dim; j++) s += (double)cb[(size_t)i * dim + j] * cb[(size_t)i * dim + j];
+        for (int j = 0; j < VQ_DIM; j++) s += (double)cb[(size_t)i * VQ_DIM + j] * cb[(size_t)i * VQ_DIM + j];
         sq[i] = (float)s;
     }
-    twin tcb = twin_of(cb, (size_t)bins * dim), tsq = twin_of(sq, (size_t)bins);
-    twin x = twin_of(cb + (size_t)77 * dim, (size_t)dim); /* starts on row 77: a known answer */
-    int same = 1;
-    /* codes live in backend memory on both sides (host memory is the CPU backend's) */
-    int32_t *gcode = gpu->ops->alloc(gpu, sizeof(int32_t)), c1 = -1, c2 = -2;
+    v.cb = twin_of(cb, (size_t)VQ_BINS * VQ_DIM);
+    v.sq = twin_of(sq, VQ_BINS);
+    float *x0 = malloc((size_t)n * VQ_DIM * sizeof *x0);
+    for (int r = 0; x0 && r < n; r++)
+        memcpy(x0 + (size_t)r * VQ_DIM, cb + (size_t)(77 + 600 * r) * VQ_DIM, VQ_DIM * sizeof *x0);
+    v.x = twin_of(x0, (size_t)n * VQ_DIM);
+    v.alone = put(cpu, x0, (size_t)n * VQ_DIM);
+    size_t len = (size_t)n * code_stride;
+    int32_t *fill = malloc(len * sizeof *fill), first[CODEC_ROWS];
+    for (size_t i = 0; fill && i < len; i++) fill[i] = VQ_UNTOUCHED;
+    v.cc = cpu->ops->alloc(cpu, len * sizeof *fill);
+    v.cg = gpu->ops->alloc(gpu, len * sizeof *fill);
+    v.ca = cpu->ops->alloc(cpu, len * sizeof *fill);
+    cpu->ops->upload(cpu, v.cc, fill, len * sizeof *fill);
+    gpu->ops->upload(gpu, v.cg, fill, len * sizeof *fill);
+    cpu->ops->upload(cpu, v.ca, fill, len * sizeof *fill);
+    int same = 1, known = 0;
     for (int level = 0; level < 4; level++) {
-        cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1);
-        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, gcode);
-        gpu->ops->download(gpu, &c2, gcode, sizeof c2);
-        if (level == 0) TEST_COND("vq_nearest finds the row x was copied from", c1 == 77);
-        same &= c1 == c2;
-        cpu->ops->vq_add_row(cpu, tcb.c, bins, dim, &c1, x.c);
-        gpu->ops->vq_add_row(gpu, tcb.g, bins, dim, gcode, x.g);
-        cpu->ops->vq_nearest(cpu, tcb.c, tsq.c, bins, dim, x.c, 1, &c1); /* subtract again: next level */
-        gpu->ops->vq_nearest(gpu, tcb.g, tsq.g, bins, dim, x.g, 1, gcode);
-        gpu->ops->download(gpu, &c2, gcode, sizeof c2);
-        same &= c1 == c2;
+        vq_step(&v, 0);
+        same &= vq_codes_agree(&v, level == 0 ? first : NULL);
+        for (int r = 0; level == 0 && r < n; r++) known += first[r] == 77 + 600 * r;
+        vq_step(&v, 1);
+        vq_step(&v, 0); /* subtract again: next level */
+        same &= vq_codes_agree(&v, NULL);
     }
-    TEST_COND("vq_nearest codes identical over 8 levels", same);
-    /* a code outside the codebook adds nothing (a device cannot refuse it) */
-    float before[256], after[256];
-    c1 = bins;
-    gpu->ops->download(gpu, before, x.g, sizeof before);
-    gpu->ops->upload(gpu, gcode, &c1, sizeof c1);
-    cpu->ops->vq_add_row(cpu, tcb.c, bins, dim, &c1, x.c);
-    gpu->ops->vq_add_row(gpu, tcb.g, bins, dim, gcode, x.g);
-    gpu->ops->download(gpu, after, x.g, sizeof after);
-    TEST_COND("vq_add_row of a code past the codebook adds nothing", !memcmp(before, after, sizeof after));
-    gpu->ops->release(gpu, gcode);
-    compare("vq residual after 8 levels", x.g, x.c, x.n, REDUCE);
+    char what[96];
+    snprintf(what, sizeof what, "vq_nearest, %d rows: finds the rows x was copied from", n);
+    TEST_COND(what, known == n);
+    snprintf(what, sizeof what, "vq_nearest, %d rows, code stride %d: codes identical over 8 levels", n, code_stride);
+    TEST_COND(what, same);
+    /* codes outside the codebook add nothing (a device cannot refuse them) */
+    for (int r = 0; fill && r < n; r++) fill[(size_t)r * code_stride] = r % 2 ? -1 : VQ_BINS;
+    cpu->ops->upload(cpu, v.cc, fill, len * sizeof *fill);
+    gpu->ops->upload(gpu, v.cg, fill, len * sizeof *fill);
+    cpu->ops->upload(cpu, v.ca, fill, len * sizeof *fill);
+    float *before = get(gpu, v.x.g, v.x.n);
+    vq_step(&v, 1);
+    float *after = get(gpu, v.x.g, v.x.n);
+    snprintf(what, sizeof what, "vq_add_row, %d rows: codes past the codebook add nothing", n);
+    TEST_COND(what, before && after && !memcmp(before, after, v.x.n * sizeof *after));
+    snprintf(what, sizeof what, "vq residual of %d rows after 8 levels", n);
+    compare(what, v.x.g, v.x.c, v.x.n, REDUCE);
+    compare("  against each row alone on the CPU", v.x.g, v.alone, v.x.n, REDUCE);
+    free(before);
+    free(after);
+    free(fill);
+    free(x0);
     free(cb);
-    twin_free(&tcb);
-    twin_free(&tsq);
-    twin_free(&x);
+    cpu->ops->release(cpu, v.alone);
+    cpu->ops->release(cpu, v.cc);
+    gpu->ops->release(gpu, v.cg);
+    cpu->ops->release(cpu, v.ca);
+    twin_free(&v.cb);
+    twin_free(&v.sq);
+    twin_free(&v.x);
 }
 
 /* ---- sampling and device hooks ---- */
@@ -873,13 +1044,23 @@ int main(void) {
     test_attn_rows(PP_KV_INT8, 70);
     test_attn_rows(PP_KV_BF16, 40); /* one split: the split kernel writes the output */
     printf("codec operations:\n");
-    test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE);              /* long outputs */
-    test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE);             /* short outputs, accumulate */
-    test_conv(0, 16, 16, 3, 1, 1, 1, 0);                              /* t < history */
-    test_conv(1, 24, 16, 8, 4, 1, 5, 0);                              /* transposed, groups 1 */
-    test_conv(1, 16, 16, 4, 2, 16, 7, 0);                             /* transposed, depthwise */
+    test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE, 0);  /* long outputs */
+    test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE, 0); /* short outputs, accumulate */
+    test_conv(0, 16, 16, 3, 1, 1, 1, 0, 0);                  /* t < history */
+    test_conv(1, 24, 16, 8, 4, 1, 5, 0, 0);                  /* transposed, groups 1 */
+    test_conv(1, 16, 16, 4, 2, 16, 7, 0, 0);                 /* transposed, depthwise */
+    /* the same, many conversations in one call */
+    test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE, CODEC_ROWS);
+    test_conv(0, 6, 8, 8, 4, 1, 256, PP_CONV_REPLICATE, CODEC_ROWS); /* strided, long outputs */
+    test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_REPLICATE | PP_CONV_ACCUMULATE, CODEC_ROWS);
+    test_conv(0, 16, 16, 3, 1, 1, 1, PP_CONV_ACCUMULATE, CODEC_ROWS);
+    test_conv(0, 16, 8, 2, 2, 1, 6, 0, CODEC_ROWS); /* no state: base NULL */
+    test_conv(1, 24, 16, 8, 4, 1, 5, 0, CODEC_ROWS);
+    test_conv(1, 16, 16, 4, 2, 16, 7, 0, CODEC_ROWS);
     test_codec_elementwise();
-    test_vq();
+    test_transpose_rows();
+    test_vq(1, 1);
+    test_vq(CODEC_ROWS, 8);
     printf("sampling and graphs:\n");
     test_sample();
     test_graph();

@@ -228,9 +228,10 @@ static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int 
         set_simd(v ? simd : CPU_SIMD_PORTABLE);
         for (int call = 0; call < 2; call++) {
             if (transposed)
-                be->ops->conv_tr1d(be, &c, x, t, st[v], y[v], scratch);
+                be->ops->conv_tr1d(be, &c, x, t, st[v], NULL, y[v], scratch);
             else
-                be->ops->conv1d(be, &c, x, t, st[v], y[v], scratch, call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
+                be->ops->conv1d(be, &c, x, t, st[v], NULL, y[v], scratch,
+                                call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
         }
     }
     char what[96];
@@ -295,7 +296,7 @@ static void test_codec(cpu_simd simd) {
     int32_t code[2];
     for (int v = 0; v < 2; v++) {
         set_simd(v ? simd : CPU_SIMD_PORTABLE);
-        be->ops->vq_nearest(be, cb, cb_sq, bins, dim, q, 0, &code[v]);
+        be->ops->vq_nearest(be, cb, cb_sq, bins, dim, q, 1, 0, &code[v], 1);
     }
     TEST_COND("vq nearest code", code[0] == code[1]);
     free(cb);

@@ -94,9 +94,9 @@ static void run_chunked(pp_backend *be, const pp_conv *c, int transposed, const 
     for (int at = 0; at < t; at += chunk) {
         for (int i = 0; i < c->cin; i++) memcpy(xin + i * chunk, x + i * t + at, (size_t)chunk * sizeof(float));
         if (transposed)
-            be->ops->conv_tr1d(be, c, xin, chunk, state, yout, scratch);
+            be->ops->conv_tr1d(be, c, xin, chunk, state, NULL, yout, scratch);
         else
-            be->ops->conv1d(be, c, xin, chunk, state, yout, scratch, at == 0 ? flags : 0);
+            be->ops->conv1d(be, c, xin, chunk, state, NULL, yout, scratch, at == 0 ? flags : 0);
         int o_at = transposed ? at * c->stride : at / c->stride;
         for (int o = 0; o < c->cout; o++)
             memcpy(y + o * t_out + o_at, yout + o * c_out, (size_t)c_out * sizeof(float));
@@ -161,8 +161,8 @@ static void test_conv_accumulate(pp_backend *be) {
     float y[24], plain[24], hist[2 * 2] = {0}, hist2[2 * 2] = {0}, scratch[64];
     pp_conv c = {.w = w, .b = NULL, .cin = 2, .cout = 3, .k = 3, .stride = 1, .groups = 1};
     memcpy(y, y0, sizeof y);
-    be->ops->conv1d(be, &c, x, 8, hist, y, scratch, PP_CONV_ACCUMULATE);
-    be->ops->conv1d(be, &c, x, 8, hist2, plain, scratch, 0);
+    be->ops->conv1d(be, &c, x, 8, hist, NULL, y, scratch, PP_CONV_ACCUMULATE);
+    be->ops->conv1d(be, &c, x, 8, hist2, NULL, plain, scratch, 0);
     int ok = 1;
     for (int i = 0; i < 24; i++) ok &= fabsf(y[i] - (y0[i] + plain[i])) <= 1e-6f;
     TEST_COND("conv1d accumulate adds to y", ok);

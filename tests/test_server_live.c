@@ -271,7 +271,9 @@ static void test_memory(void) {
     TEST_COND("the uplink audio", sp_uplink_wav(SPEECH, 12, &up, NULL) == 0);
     if (test_failed) return;
     int done;
-    memory_burst(&up, 1, &done); /* warm-up: code pages, one prompt state, lws buffers */
+    /* Warm-up: code pages, one prompt state, lws buffers, and the rows of the tick's codec batch
+     * a burst's conversations touch (held from then on, as a GPU holds them from the start). */
+    memory_burst(&up, MEMORY_CONVS, &done);
     settle();
     long before = sh_rss_kb(&g_srv), rss[BURSTS];
     for (int b = 0; b < BURSTS; b++) {

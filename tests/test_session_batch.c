@@ -3,8 +3,9 @@
  *
  * - Three sessions with different voices, prompts, seeds and sampling settings, each stepped
  *   alone with pp_session_step, are the reference. The same sessions then run as a server runs
- *   them: every tick encodes each active session, runs one pp_session_batch_step over all of
- *   them and decodes each; they join (after their prompts) and leave at different ticks. Their
+ *   them: every tick encodes the active sessions in one pp_session_batch_encode, runs one
+ *   pp_session_batch_step over them and decodes them in one pp_session_batch_decode; they join
+ *   (after their prompts) and leave at different ticks. Their
  *   audio and text must equal the lone runs bit for bit (rows of a CPU tick are independent).
  * - With a prompt cache, a second session with the same voice and prompt starts in one prefill
  *   call and gives exactly the frames of the first, which ran its prompts; so does one with
@@ -91,22 +92,24 @@ static int run_batched(pp_model *m, pp_session *const *ss, const int *join, run 
         if (join[i] + FRAMES > last) last = join[i] + FRAMES;
     for (int t = 0; ok && t < last; t++) {
         pp_session *tick[N_SESSIONS];
+        float in[N_SESSIONS][PP_FRAME_SAMPLES], *pcm[N_SESSIONS];
+        const float *ins[N_SESSIONS];
+        char pieces[N_SESSIONS][PP_SESSION_PIECE_MAX] = {{0}}; /* compared whole, past the NUL */
         int who[N_SESSIONS], n = 0;
-        for (int i = 0; ok && i < N_SESSIONS; i++) {
+        for (int i = 0; i < N_SESSIONS; i++) {
             int f = t - join[i];
             if (f < 0 || f >= FRAMES) continue;
-            float in[PP_FRAME_SAMPLES];
-            input_frame(i, f, in);
-            ok = pp_session_encode(ss[i], in, err) == PP_OK;
+            input_frame(i, f, in[n]);
+            ins[n] = in[n];
+            pcm[n] = out[i].pcm[f];
             tick[n] = ss[i];
             who[n++] = i;
         }
         if (n > max_batch) max_batch = n;
+        if (n) ok = pp_session_batch_encode(b, tick, n, ins, err) == PP_OK;
         if (ok && n) ok = pp_session_batch_step(b, tick, n, err) == PP_OK;
-        for (int k = 0; ok && k < n; k++) {
-            int i = who[k], f = t - join[i];
-            ok = pp_session_decode(ss[i], out[i].pcm[f], out[i].text[f], err) == PP_OK;
-        }
+        if (ok && n) ok = pp_session_batch_decode(b, tick, n, pcm, pieces, err) == PP_OK;
+        for (int k = 0; ok && k < n; k++) memcpy(out[who[k]].text[t - join[who[k]]], pieces[k], sizeof pieces[k]);
     }
     if (!ok) fprintf(stderr, "batched run: %s\n", err);
     TEST_COND("batches of up to 3 sessions formed", max_batch == N_SESSIONS);
@@ -169,6 +172,19 @@ static void test_stage_order(pp_model *m) {
                                         pp_session_decode(a, out, piece, err) == PP_OK &&
                                         pp_session_decode(b, out, piece, err) == PP_OK);
     TEST_COND("a second decode is refused", pp_session_decode(a, out, piece, err) == PP_EINVAL);
+    /* The batched codec stages check the same order, for the whole batch before any change. */
+    const float *ins[2] = {in, in};
+    float out_b[PP_FRAME_SAMPLES], *outs[2] = {out, out_b};
+    char pieces[2][PP_SESSION_PIECE_MAX];
+    TEST_COND("a batched decode before the tick is refused",
+              pp_session_batch_decode(batch, two, 2, outs, pieces, err) == PP_EINVAL);
+    TEST_COND("a session listed twice in a batched encode is refused",
+              pp_session_batch_encode(batch, twice, 2, ins, err) == PP_EINVAL);
+    TEST_COND("the batched stages then run", pp_session_batch_encode(batch, two, 2, ins, err) == PP_OK &&
+                                                 pp_session_batch_step(batch, two, 2, err) == PP_OK &&
+                                                 pp_session_batch_decode(batch, two, 2, outs, pieces, err) == PP_OK);
+    TEST_COND("a second batched decode is refused",
+              pp_session_batch_decode(batch, two, 2, outs, pieces, err) == PP_EINVAL);
 done:
     pp_session_batch_destroy(batch);
     pp_session_destroy(a);

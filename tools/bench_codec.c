@@ -1,8 +1,11 @@
-/* personaplex-bench codec: Mimi encode and decode time per 1920-sample frame, single session,
- * on random weights of the real shapes (no checkpoint needed: the codec's own catalog of
- * tensors is written to a temporary safetensors file, opened and unlinked).
+/* personaplex-bench codec: Mimi encode and decode time per 1920-sample frame of --batch
+ * conversations at once (pp_mimi_encode_batch / pp_mimi_decode_batch; 1: a lone session), on
+ * random weights of the real shapes (no checkpoint needed: the codec's own catalog of tensors
+ * is written to a temporary safetensors file, opened and unlinked). On a device backend it also
+ * prints the nodes of one frame and, where the backend counts device traffic (the CUDA
+ * emulation), its device bytes and the H100 estimate of bench.h.
  *   personaplex-bench codec [--threads N] [--frames N] [--warmup N] [--config config.json]
- *                           [--device cpu|cuda] */
+ *                           [--device cpu|cuda] [--batch N] */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -72,6 +75,7 @@ static int write_random(const char *path, const pp_tensor_list *c, char *err) {
     return pp_st_writer_finish(w, err);
 }
 
+/* A call serves one frame of every conversation in it: real time is frame_ms per call. */
 static void report(const char *what, double *ms, int n, double frame_ms) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += ms[i];
@@ -82,13 +86,137 @@ static void report(const char *what, double *ms, int n, double frame_ms) {
 
 static void usage(void) {
     fprintf(stderr, "usage: personaplex-bench codec [--threads N] [--frames N] [--warmup N] [--config config.json] "
-                    "[--device cpu|cuda]\n"
+                    "[--device cpu|cuda] [--batch N]\n"
                     "  Times Mimi encode and decode per frame on random weights of the configuration's shapes\n"
-                    "  (default: the released Mimi, docs/codec.md §1), one session.\n");
+                    "  (default: the released Mimi, docs/codec.md §1), N conversations at once (default 1).\n");
+}
+
+/* n conversations' states, one batch over them, and their frames' buffers. */
+typedef struct codec_bench {
+    mimi_model *m;
+    int n;
+    int counted; /* the backend counts device traffic (from before the weights were loaded) */
+    mimi_state **s;
+    mimi_batch *b;
+    float *pcm;       /* [n][frame_size] */
+    int32_t *codes;   /* [n][QUANTIZER_MAX_CODES] */
+    const float **in; /* [n] rows of pcm */
+    float **out;
+    int32_t **code_out;
+    const int32_t **code_in;
+} codec_bench;
+
+static int codec_bench_create(codec_bench *cb, char *err) {
+    const size_t n = (size_t)cb->n, fs = (size_t)pp_mimi_get_config(cb->m)->frame_size;
+    cb->s = calloc(n, sizeof *cb->s);
+    cb->pcm = malloc(n * fs * sizeof *cb->pcm);
+    cb->codes = malloc(n * QUANTIZER_MAX_CODES * sizeof *cb->codes);
+    cb->in = malloc(n * sizeof *cb->in);
+    cb->out = malloc(n * sizeof *cb->out);
+    cb->code_out = malloc(n * sizeof *cb->code_out);
+    cb->code_in = malloc(n * sizeof *cb->code_in);
+    if (!cb->s || !cb->pcm || !cb->codes || !cb->in || !cb->out || !cb->code_out || !cb->code_in)
+        return pp_fail(err, PP_ENOMEM, "bench codec: out of memory for %d conversations", cb->n);
+    for (size_t i = 0; i < n; i++) {
+        cb->in[i] = cb->out[i] = cb->pcm + i * fs;
+        cb->code_in[i] = cb->code_out[i] = cb->codes + i * QUANTIZER_MAX_CODES;
+        int rc = pp_mimi_state_create(cb->m, &cb->s[i], err);
+        if (rc) return rc;
+    }
+    return pp_mimi_batch_create(cb->m, cb->n, &cb->b, err);
+}
+
+static void codec_bench_destroy(codec_bench *cb) {
+    for (int i = 0; cb->s && i < cb->n; i++) pp_mimi_state_destroy(cb->s[i]);
+    pp_mimi_batch_destroy(cb->b);
+    free(cb->s);
+    free(cb->pcm);
+    free(cb->codes);
+    free(cb->in);
+    free(cb->out);
+    free(cb->code_out);
+    free(cb->code_in);
+}
+
+/* Frame i of every conversation: encode a tone with noise, then decode random codes, as the
+ * server decodes the LM's and not the ones just encoded. Adds the decoded audio's energy. */
+static int codec_frame(codec_bench *cb, int i, double *enc_s, double *dec_s, double *energy, char *err) {
+    const mimi_config *c = pp_mimi_get_config(cb->m);
+    const int fs = c->frame_size;
+    for (int k = 0; k < cb->n; k++)
+        for (int j = 0; j < fs; j++)
+            cb->pcm[(size_t)k * fs + j] = 0.3f * sinf(0.05f * (float)(i * fs + j) * (1 + 0.1f * k)) + 0.05f * uniform();
+    double t0 = bench_now();
+    int rc = pp_mimi_encode_batch(cb->b, cb->s, cb->n, cb->in, cb->code_out, err);
+    double t1 = bench_now();
+    for (int k = 0; k < cb->n; k++)
+        for (int q = 0; q < c->quantizer.num_codebooks; q++)
+            cb->codes[k * QUANTIZER_MAX_CODES + q] =
+                (int32_t)((uniform() + 1.0f) * 0.5f * (float)c->quantizer.bins) % c->quantizer.bins;
+    double t2 = bench_now();
+    if (!rc) rc = pp_mimi_decode_batch(cb->b, cb->s, cb->n, cb->code_in, cb->out, err);
+    double t3 = bench_now();
+    *enc_s = t1 - t0;
+    *dec_s = t3 - t2;
+    for (size_t j = 0; j < (size_t)cb->n * fs; j++) *energy += (double)cb->pcm[j] * cb->pcm[j];
+    return rc;
+}
+
+/* One more frame, counted: nodes and, where the backend counts it, device traffic. Codec
+ * products run on f32 weights (their rate in the estimate). */
+static void count_frame(codec_bench *cb, int i, char *err) {
+    pp_backend *be = pp_mimi_backend(cb->m);
+    if (!be->ops->nodes_run) return;
+    bench_traffic t = {0};
+    double enc, dec, energy = 0;
+    bench_traffic_take(be, PP_WF_F32, NULL);
+    uint64_t n0 = be->ops->nodes_run(be);
+    if (codec_frame(cb, i, &enc, &dec, &energy, err)) return;
+    double nodes = (double)(be->ops->nodes_run(be) - n0);
+    bench_traffic_take(be, PP_WF_F32, &t);
+    printf("one frame of %d conversations (encode + decode): %.0f nodes", cb->n, nodes);
+    if (cb->counted)
+        printf(", device %.1f MB read + %.1f MB written, H100 estimate %.3f ms\n", t.read / 1e6, t.written / 1e6,
+               1e3 * bench_estimate_s(&t, nodes));
+    else
+        printf("\n");
+    if (cb->counted) bench_traffic_print(&t);
+}
+
+static int run_frames(codec_bench *cb, int frames, int warmup, char *err) {
+    const mimi_config *c = pp_mimi_get_config(cb->m);
+    double *enc_ms = malloc((size_t)frames * sizeof(double)), *dec_ms = malloc((size_t)frames * sizeof(double));
+    double energy = 0;
+    int rc = enc_ms && dec_ms ? PP_OK : pp_fail(err, PP_ENOMEM, "bench codec: out of memory");
+    for (int i = 0; i < warmup + frames && !rc; i++) {
+        double enc, dec;
+        rc = codec_frame(cb, i, &enc, &dec, &energy, err);
+        if (i >= warmup) {
+            enc_ms[i - warmup] = 1e3 * enc;
+            dec_ms[i - warmup] = 1e3 * dec;
+        }
+    }
+    if (!rc) {
+        pp_backend *be = pp_mimi_backend(cb->m);
+        printf("mimi on %s, %d conversation(s) per call: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB "
+               "weights, %zu MB per conversation, %zu MB batch; %d frames after %d warm-up\n",
+               be->ops->name, cb->n, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers,
+               c->quantizer.num_codebooks, pp_mimi_weight_bytes(cb->m) >> 20, pp_mimi_state_bytes(cb->s[0]) >> 20,
+               pp_mimi_batch_bytes(cb->b) >> 20, frames, warmup);
+        double frame_ms = 1e3 * c->frame_size / c->sample_rate;
+        report("encode", enc_ms, frames, frame_ms);
+        report("decode", dec_ms, frames, frame_ms);
+        double samples = (double)(warmup + frames) * c->frame_size * cb->n;
+        printf("decoded pcm rms %.3g (finite: %s)\n", sqrt(energy / samples), isfinite(energy) ? "yes" : "NO");
+        count_frame(cb, warmup + frames, err);
+    }
+    free(enc_ms);
+    free(dec_ms);
+    return rc;
 }
 
 int bench_codec(int argc, char **argv) {
-    int threads = 0, frames = 50, warmup = 5;
+    int threads = 0, frames = 50, warmup = 5, batch = 1;
     const char *config = NULL, *device = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -97,12 +225,14 @@ int bench_codec(int argc, char **argv) {
         else if (strcmp(a, "--warmup") == 0 && v) warmup = atoi(argv[++i]);
         else if (strcmp(a, "--config") == 0 && v) config = argv[++i];
         else if (strcmp(a, "--device") == 0 && v) device = argv[++i];
+        else if (strcmp(a, "--batch") == 0 && v)
+            batch = atoi(argv[++i]);
         else {
             usage();
             return strcmp(a, "--help") == 0 ? 0 : 2;
         }
     }
-    if (frames < 1 || warmup < 0) {
+    if (frames < 1 || warmup < 0 || batch < 1 || batch > 4096) {
         usage();
         return 2;
     }
@@ -122,61 +252,18 @@ int bench_codec(int argc, char **argv) {
     }
     pp_backend *be = NULL;
     mimi_model *m = NULL;
-    mimi_state *s = NULL;
+    int counted = 0;
     if (!rc) rc = pp_backend_create(device, threads, &be, err);
+    if (!rc) counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
     if (!rc) rc = pp_mimi_open(be, path, config, &m, err);
     if (path[0]) unlink(path); /* the mapping keeps the data */
     rmdir(dir);
-    if (!rc) rc = pp_mimi_state_create(m, &s, err);
     pp_tensor_list_free(&cat);
-    if (rc) {
-        fprintf(stderr, "bench codec: %s\n", err);
-        pp_mimi_state_destroy(s);
-        pp_mimi_close(m);
-        pp_backend_destroy(be);
-        return 1;
-    }
-    const mimi_config *c = pp_mimi_get_config(m);
-    const int fs = c->frame_size, nq = c->quantizer.num_codebooks;
-    float *pcm = malloc((size_t)fs * sizeof(float));
-    double *enc_ms = malloc((size_t)frames * sizeof(double)), *dec_ms = malloc((size_t)frames * sizeof(double));
-    int32_t codes[QUANTIZER_MAX_CODES];
-    double rms = 0;
-    for (int i = 0; i < warmup + frames && !rc; i++) {
-        for (int j = 0; j < fs; j++) pcm[j] = 0.3f * sinf(0.05f * (float)(i * fs + j)) + 0.05f * uniform();
-        double t0 = bench_now();
-        rc = pp_mimi_encode_frame(s, pcm, codes, NULL, err);
-        double t1 = bench_now();
-        /* Decode random codes, as the server decodes the LM's, not the ones just encoded. */
-        for (int q = 0; q < nq; q++) codes[q] = (int32_t)((uniform() + 1.0f) * 0.5f * (float)c->quantizer.bins) %
-                                               c->quantizer.bins;
-        if (!rc) rc = pp_mimi_decode_frame(s, codes, pcm, err);
-        double t2 = bench_now();
-        if (i >= warmup) {
-            enc_ms[i - warmup] = 1e3 * (t1 - t0);
-            dec_ms[i - warmup] = 1e3 * (t2 - t1);
-        }
-        for (int j = 0; j < fs; j++) rms += (double)pcm[j] * pcm[j];
-    }
-    if (!rc) {
-        double frame_ms = 1e3 * fs / c->sample_rate;
-        char th[16] = "one per CPU";
-        if (threads > 0) snprintf(th, sizeof th, "%d", threads);
-        printf("mimi on %s, threads %s: d_model %d, %d+%d transformer layers, %d codebooks, %zu MB weights, "
-               "%zu MB state; %d frames after %d warm-up\n",
-               be->ops->name, th, c->transformer.d_model, c->transformer.num_layers, c->transformer.num_layers, nq,
-               pp_mimi_weight_bytes(m) >> 20, pp_mimi_state_bytes(s) >> 20, frames, warmup);
-        report("encode", enc_ms, frames, frame_ms);
-        report("decode", dec_ms, frames, frame_ms);
-        printf("decoded pcm rms %.3g (finite: %s)\n", sqrt(rms / ((double)(warmup + frames) * fs)),
-               isfinite(rms) ? "yes" : "NO");
-    } else {
-        fprintf(stderr, "bench codec: %s\n", err);
-    }
-    free(pcm);
-    free(enc_ms);
-    free(dec_ms);
-    pp_mimi_state_destroy(s);
+    codec_bench cb = {.m = m, .n = batch, .counted = counted};
+    if (!rc) rc = codec_bench_create(&cb, err);
+    if (!rc) rc = run_frames(&cb, frames, warmup, err);
+    if (rc) fprintf(stderr, "bench codec: %s\n", err);
+    codec_bench_destroy(&cb);
     pp_mimi_close(m);
     pp_backend_destroy(be);
     return rc ? 1 : 0;

@@ -209,10 +209,10 @@ size_t bench_mimi_weight_bytes(const bench_mimi *m) { return m->weight_bytes; }
 static int run_conv(bench_mimi *m, const float *x, int t, float *y, int flags) {
     bconv *c = &m->convs[m->cursor++];
     if (c->transposed) {
-        m->be->ops->conv_tr1d(m->be, &c->c, x, t, c->state, y, m->scratch);
+        m->be->ops->conv_tr1d(m->be, &c->c, x, t, c->state, NULL, y, m->scratch);
         return t * c->c.stride;
     }
-    m->be->ops->conv1d(m->be, &c->c, x, t, c->state, y, m->scratch, flags);
+    m->be->ops->conv1d(m->be, &c->c, x, t, c->state, NULL, y, m->scratch, flags);
     return t / c->c.stride;
 }
 
@@ -232,7 +232,7 @@ static void transformer(bench_mimi *m, tstack *s, float *x) {
     int32_t pos[2] = {s->next, s->next + 1};
     s->next += 2;
     op->upload(be, s->pos, pos, sizeof pos);
-    op->transpose(be, x, D, 2, m->xt);
+    op->transpose(be, x, 1, D, 2, m->xt);
     for (int i = 0; i < LAYERS; i++) {
         tlayer *l = &s->l[i];
         op->layer_norm(be, m->xt, l->n1w, l->n1b, 2, D, 1e-5f, m->tq);
@@ -251,7 +251,7 @@ static void transformer(bench_mimi *m, tstack *s, float *x) {
         op->matmul(be, &l->lin2, m->tff, 2, m->tq);
         op->scale_add(be, m->xt, m->tq, l->s2, 2, D);
     }
-    op->transpose(be, m->xt, 2, D, x);
+    op->transpose(be, m->xt, 1, 2, D, x);
 }
 
 void bench_mimi_encode(bench_mimi *m, int32_t codes[8]) {
@@ -273,7 +273,7 @@ void bench_mimi_encode(bench_mimi *m, int32_t codes[8]) {
     m->first_encode = 0;
     for (int q = 0; q < 2; q++) op->matmul(be, &m->proj_in[q], m->lat, 1, m->u[q]);
     for (int c = 0; c < N_CODES; c++)
-        op->vq_nearest(be, m->cb[c], m->cb_sq[c], BINS, CB_DIM, m->u[c ? 1 : 0], c > 0, &m->codes[c]);
+        op->vq_nearest(be, m->cb[c], m->cb_sq[c], BINS, CB_DIM, m->u[c ? 1 : 0], 1, c > 0, &m->codes[c], 1);
     op->download(be, codes, m->codes, N_CODES * sizeof *codes);
 }
 
@@ -283,7 +283,7 @@ void bench_mimi_decode(bench_mimi *m, const int32_t codes[8]) {
     m->cursor = 15; /* the decoder's convs follow the encoder's 15 in the list (upsample first) */
     for (int q = 0; q < 2; q++) op->zero(be, m->sum[q], CB_DIM * sizeof(float));
     op->upload(be, m->codes, codes, N_CODES * sizeof *codes);
-    for (int c = 0; c < N_CODES; c++) op->vq_add_row(be, m->cb[c], BINS, CB_DIM, &m->codes[c], m->sum[c ? 1 : 0]);
+    for (int c = 0; c < N_CODES; c++) op->vq_add_row(be, m->cb[c], BINS, CB_DIM, &m->codes[c], 1, 1, m->sum[c ? 1 : 0]);
     op->matmul(be, &m->proj_out[0], m->sum[0], 1, m->lat);
     op->matmul(be, &m->proj_out[1], m->sum[1], 1, m->h);
     op->add(be, m->lat, m->h, D);

@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #ifndef PP_HAVE_CUDA
@@ -39,6 +40,10 @@ int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *ar
     issue(arg);
     return PP_OK;
 }
+
+static atomic_uint_fast64_t next_key = 1;
+
+uint64_t pp_backend_new_key(void) { return (uint64_t)atomic_fetch_add(&next_key, 1); }
 
 void pp_backend_forget_recorded(pp_backend *be, uint64_t key) {
     if (be->ops->forget_recorded) be->ops->forget_recorded(be, key);

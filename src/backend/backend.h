@@ -59,6 +59,16 @@ typedef struct pp_sample_param {
     int32_t top_k; /* <= 0: all */
 } pp_sample_param;
 
+/* The rows of a batched codec call (conv1d, conv_tr1d): n conversations, each with its own
+ * state arena, every arena of one layout. Row r's state buffer for the call is at byte
+ * base[r] + offset. base is backend memory ([n] addresses), so a recorded call reads the rows
+ * uploaded before its replay; it may be NULL for a conv without state (k == stride). */
+typedef struct pp_state_rows {
+    int n;
+    const uint64_t *base;
+    size_t offset;
+} pp_state_rows;
+
 #define PP_CONV_ACCUMULATE 1 /* y += conv(x) instead of y = conv(x) */
 #define PP_CONV_REPLICATE 2  /* first call of a replicate-padded conv: history = copies of x[:, 0] */
 
@@ -142,13 +152,17 @@ typedef struct pp_backend_ops {
     /* ---- codec operations (model/mimi.c, model/seanet.c, model/quantizer.c) ---- */
     /* Streaming causal Conv1d on channel-major x [cin][t] (t a multiple of stride). hist
      * [cin][k−stride] holds the last inputs of the previous call (zeros after reset) and is
-     * updated; y [cout][t/stride] gets b + Σ w·[hist, x] per output. flags: PP_CONV_*. */
-    void (*conv1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                   int flags);
+     * updated; y [cout][t/stride] gets b + Σ w·[hist, x] per output. flags: PP_CONV_*. With
+     * rows (pp_state_rows) the call runs rows->n conversations at once: x [n][cin][t], y
+     * [n][cout][t/stride], row r's history in its own state (hist unused), scratch n times
+     * pp_conv_scratch. */
+    void (*conv1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, const pp_state_rows *rows,
+                   float *y, float *scratch, int flags);
     /* Streaming causal ConvTranspose1d: x [cin][t] -> y [cout][t·stride]. tail [cout][k−stride]
-     * holds the bias-free partial sums that overlap the next call (zeros after reset), updated. */
-    void (*conv_tr1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
-                      float *scratch);
+     * holds the bias-free partial sums that overlap the next call (zeros after reset), updated.
+     * rows: as conv1d's (x [n][cin][t], y [n][cout][t·stride], each row's tail in its state). */
+    void (*conv_tr1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, const pp_state_rows *rows,
+                      float *y, float *scratch);
     /* y[i] = ELU(x[i]) (alpha 1, expm1 form) for i < n; y may equal x. */
     void (*elu)(pp_backend *be, const float *x, float *y, size_t n);
     /* x[i] = GELU(x[i]), the exact erf form, in place. */
@@ -156,18 +170,22 @@ typedef struct pp_backend_ops {
     /* LayerNorm over each of n rows of d: (x − mean)/sqrt(var + eps)·w + b (biased variance). */
     void (*layer_norm)(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
                        float *y);
-    /* y [cols][rows] = transpose of x [rows][cols] (channel-major <-> time-major); y != x. */
-    void (*transpose)(pp_backend *be, const float *x, int rows, int cols, float *y);
+    /* y[j][b][i] = x[b][i][j]: n blocks x [n][rows][cols] to y [cols][n][rows] (channel-major
+     * conversations to one time-major batch; n = 1 is the plain transpose); y != x. */
+    void (*transpose)(pp_backend *be, const float *x, int n, int rows, int cols, float *y);
     /* y[i][j] += scale[j]·x[i][j] for n rows of d (LayerScale residual). */
     void (*scale_add)(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
-    /* Nearest row of codebook cb [bins][dim] to x [dim] by Euclidean distance, computed as
-     * sqrt(max(|x|² − 2x·e + |e|², 0)) with cb_sq [bins] = |e|², first index on ties; writes it to
-     * *code (backend memory: a frame's codes stay there and leave in one download). When
-     * subtract, x −= that row (the residual for the next RVQ level). */
-    void (*vq_nearest)(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
-                       int subtract, int32_t *code);
-    /* y [dim] += cb row *code (code: backend memory); a code outside 0..bins-1 adds nothing. */
-    void (*vq_add_row)(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y);
+    /* For each of n rows x [n][dim]: the nearest row of codebook cb [bins][dim] to x by Euclidean
+     * distance, computed as sqrt(max(|x|² − 2x·e + |e|², 0)) with cb_sq [bins] = |e|², first
+     * index on ties; writes it to code[r·code_stride] (backend memory: a frame's codes stay there
+     * and leave in one download). When subtract, x −= that row (the residual for the next RVQ
+     * level). */
+    void (*vq_nearest)(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
+                       int subtract, int32_t *code, int code_stride);
+    /* y[r] [dim] += cb row code[r·code_stride] for n rows (codes: backend memory); a code outside
+     * 0..bins-1 adds nothing. */
+    void (*vq_add_row)(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride, int n,
+                       float *y);
 
     /* ---- sampling (text and audio tokens; logits never leave the backend) ---- */
     /* For each row r < rows: tokens[r] (backend int32) = forced[r] when forced (backend, may be
@@ -235,5 +253,7 @@ int pp_backend_uses_host_memory(pp_backend *be);
 /* be->ops->run_recorded, or issue(arg) where the backend records nothing. */
 int pp_backend_run_recorded(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err);
 void pp_backend_forget_recorded(pp_backend *be, uint64_t key);
+/* A key no other caller of run_recorded in the process holds. */
+uint64_t pp_backend_new_key(void);
 
 #endif

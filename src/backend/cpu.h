@@ -71,18 +71,20 @@ void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int 
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 
 /* cpu_codec.c */
-void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                   int flags);
-void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y, float *scratch);
+void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, const pp_state_rows *rows,
+                   float *y, float *scratch, int flags);
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, const pp_state_rows *rows,
+                      float *y, float *scratch);
 void pp_cpu_elu(pp_backend *be, const float *x, float *y, size_t n);
 void pp_cpu_gelu(pp_backend *be, float *x, size_t n);
 void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
                        float *y);
-void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y);
+void pp_cpu_transpose(pp_backend *be, const float *x, int n, int rows, int cols, float *y);
 void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d);
-void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
-                       int32_t *code);
-void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y);
+void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
+                       int subtract, int32_t *code, int code_stride);
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride, int n,
+                       float *y);
 
 /* pp_cpu_sample.c */
 void pp_cpu_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params, int stream,

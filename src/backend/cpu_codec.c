@@ -235,8 +235,8 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
     }
 }
 
-void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                   int flags) {
+static void conv1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
+                       int flags) {
     int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
     if (flags & PP_CONV_REPLICATE)
         for (int i = 0; i < c->cin; i++)
@@ -269,6 +269,23 @@ void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
                     .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
                     .rows_per_tile = rows_per_tile};
     run_tasks(be, macs, row_tiles * col_tiles, CPU_PICK(cpu_simd_of(be), conv_task), &job);
+}
+
+/* Row r's state buffer of a batched call (backend.h pp_state_rows); the CPU's backend memory
+ * is host memory. NULL for a conv without state. */
+static float *row_state(const pp_state_rows *rows, int r) {
+    return rows->base ? (float *)(uintptr_t)(rows->base[r] + rows->offset) : NULL;
+}
+
+void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, const pp_state_rows *rows,
+                   float *y, float *scratch, int flags) {
+    if (!rows) {
+        conv1d_row(be, c, x, t, hist, y, scratch, flags);
+        return;
+    }
+    /* Rows one after another: each call already spreads its products over the pool. */
+    size_t in = (size_t)c->cin * t, out = (size_t)c->cout * (t / c->stride);
+    for (int r = 0; r < rows->n; r++) conv1d_row(be, c, x + r * in, t, row_state(rows, r), y + r * out, scratch, flags);
 }
 
 /* ==== ConvTranspose1d ============================================================ */
@@ -347,7 +364,8 @@ INLINE void convtr_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(convtr_task)
 
-void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y, float *scratch) {
+static void conv_tr1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
+                          float *scratch) {
     int k = c->k, s = c->stride, p = k - s, span = t * s + p;
     int depthwise = c->groups != 1;
     float *z = scratch, *full = depthwise ? scratch : scratch + (size_t)t * c->cout * k;
@@ -368,6 +386,16 @@ void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, f
         for (int u = 0; u < t * s; u++) y[(size_t)o * t * s + u] = f[u] + b;
         for (int u = 0; u < p; u++) tail[(size_t)o * p + u] = f[t * s + u];
     }
+}
+
+void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, const pp_state_rows *rows,
+                      float *y, float *scratch) {
+    if (!rows) {
+        conv_tr1d_row(be, c, x, t, tail, y, scratch);
+        return;
+    }
+    size_t in = (size_t)c->cin * t, out = (size_t)c->cout * t * c->stride;
+    for (int r = 0; r < rows->n; r++) conv_tr1d_row(be, c, x + r * in, t, row_state(rows, r), y + r * out, scratch);
 }
 
 /* ==== elementwise and normalisation ============================================ */
@@ -441,10 +469,11 @@ void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const flo
     }
 }
 
-void pp_cpu_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
+void pp_cpu_transpose(pp_backend *be, const float *x, int n, int rows, int cols, float *y) {
     (void)be;
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    for (int b = 0; b < n; b++)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) y[((size_t)c * n + b) * rows + r] = x[((size_t)b * rows + r) * cols + c];
 }
 
 void pp_cpu_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
@@ -493,8 +522,8 @@ INLINE void vq_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(vq_task)
 
-void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int subtract,
-                       int32_t *code) {
+static void vq_nearest_row(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
+                           int subtract, int32_t *code) {
     vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x, .xx = dot(x, x, dim), .bins = bins, .dim = dim};
     int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
     job.per_task = (bins + n_tasks - 1) / n_tasks;
@@ -509,8 +538,18 @@ void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int 
         for (int i = 0; i < dim; i++) x[i] -= cb[(size_t)*code * dim + i];
 }
 
-void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y) {
+void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
+                       int subtract, int32_t *code, int code_stride) {
+    for (int r = 0; r < n; r++)
+        vq_nearest_row(be, cb, cb_sq, bins, dim, x + (size_t)r * dim, subtract, code + (size_t)r * code_stride);
+}
+
+void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride, int n,
+                       float *y) {
     (void)be;
-    if (*code < 0 || *code >= bins) return;
-    for (int i = 0; i < dim; i++) y[i] += cb[(size_t)*code * dim + i];
+    for (int r = 0; r < n; r++) {
+        int32_t row = code[(size_t)r * code_stride];
+        if (row < 0 || row >= bins) continue;
+        for (int i = 0; i < dim; i++) y[(size_t)r * dim + i] += cb[(size_t)row * dim + i];
+    }
 }

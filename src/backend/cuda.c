@@ -545,18 +545,24 @@ static pk_conv to_pk_conv(const pp_conv *p) {
     return k;
 }
 
-static void cuda_conv1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *hist, float *y,
-                        float *scratch, int flags) {
+_Static_assert(sizeof(pk_state_rows) == sizeof(pp_state_rows) &&
+                   offsetof(pk_state_rows, n) == offsetof(pp_state_rows, n) &&
+                   offsetof(pk_state_rows, base) == offsetof(pp_state_rows, base) &&
+                   offsetof(pk_state_rows, offset) == offsetof(pp_state_rows, offset),
+               "pk_state_rows mirrors pp_state_rows");
+
+static void cuda_conv1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *hist,
+                        const pp_state_rows *rows, float *y, float *scratch, int flags) {
     (void)scratch; /* direct convolution: no im2col buffer */
     pk_conv k = to_pk_conv(cv);
-    CUDA_NOTE(ctx_of(be), pk_conv1d(&k, x, t, hist, y, flags & PP_CONV_ACCUMULATE, flags & PP_CONV_REPLICATE,
-                                     ctx_of(be)->stream));
+    CUDA_NOTE(ctx_of(be), pk_conv1d(&k, x, t, hist, (const pk_state_rows *)rows, y, flags & PP_CONV_ACCUMULATE,
+                                    flags & PP_CONV_REPLICATE, ctx_of(be)->stream));
 }
 
-static void cuda_conv_tr1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *tail, float *y,
-                           float *scratch) {
+static void cuda_conv_tr1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *tail,
+                           const pp_state_rows *rows, float *y, float *scratch) {
     pk_conv k = to_pk_conv(cv);
-    CUDA_NOTE(ctx_of(be), pk_conv_tr1d(&k, x, t, tail, y, scratch, ctx_of(be)->stream));
+    CUDA_NOTE(ctx_of(be), pk_conv_tr1d(&k, x, t, tail, (const pk_state_rows *)rows, y, scratch, ctx_of(be)->stream));
 }
 
 static void cuda_elu(pp_backend *be, const float *x, float *y, size_t n) {
@@ -570,21 +576,22 @@ static void cuda_layer_norm(pp_backend *be, const float *x, const float *w, cons
     CUDA_NOTE(ctx_of(be), pk_layer_norm(x, w, b, n, d, eps, y, ctx_of(be)->stream));
 }
 
-static void cuda_transpose(pp_backend *be, const float *x, int rows, int cols, float *y) {
-    CUDA_NOTE(ctx_of(be), pk_transpose(x, rows, cols, y, ctx_of(be)->stream));
+static void cuda_transpose(pp_backend *be, const float *x, int n, int rows, int cols, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_transpose(x, n, rows, cols, y, ctx_of(be)->stream));
 }
 
 static void cuda_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
     CUDA_NOTE(ctx_of(be), pk_scale_add(y, x, scale, n, d, ctx_of(be)->stream));
 }
 
-static void cuda_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
-                            int subtract, int32_t *code) {
-    CUDA_NOTE(ctx_of(be), pk_vq_nearest(cb, cb_sq, bins, dim, x, subtract, code, ctx_of(be)->stream));
+static void cuda_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
+                            int subtract, int32_t *code, int code_stride) {
+    CUDA_NOTE(ctx_of(be), pk_vq_nearest(cb, cb_sq, bins, dim, x, n, subtract, code, code_stride, ctx_of(be)->stream));
 }
 
-static void cuda_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, float *y) {
-    CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, bins, dim, code, y, ctx_of(be)->stream));
+static void cuda_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride,
+                            int n, float *y) {
+    CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, bins, dim, code, code_stride, n, y, ctx_of(be)->stream));
 }
 
 _Static_assert(sizeof(pk_sample_param) == sizeof(pp_sample_param) &&

@@ -32,9 +32,14 @@ void pp_codec_arena_free(codec_arena *a) {
     a->used = a->cap = 0;
 }
 
-float *pp_codec_arena_take(codec_arena *a, size_t n) {
+size_t pp_codec_arena_reserve(codec_arena *a, size_t n) {
     size_t at = a->used;
     a->used += (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+    return at;
+}
+
+float *pp_codec_arena_take(codec_arena *a, size_t n) {
+    size_t at = pp_codec_arena_reserve(a, n);
     /* The filling pass replays the sizing pass's takes, so it never runs past cap. */
     return a->base ? a->base + at : NULL;
 }

@@ -34,6 +34,9 @@ void pp_codec_arena_free(codec_arena *a);
 /* True in the sizing and catalog passes: nothing may be read or uploaded. */
 int pp_codec_arena_sizing(const codec_arena *a);
 
+/* n floats, 64-byte aligned: their offset in floats from the arena's base, the same in both
+ * passes (a layout every arena sized by the same takes shares). */
+size_t pp_codec_arena_reserve(codec_arena *a, size_t n);
 /* n floats, 64-byte aligned; NULL while sizing. */
 float *pp_codec_arena_take(codec_arena *a, size_t n);
 /* Takes n floats and uploads host data into them (nothing while sizing). */

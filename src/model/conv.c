@@ -42,10 +42,10 @@ size_t pp_conv_state_floats(const mimi_conv *c) {
 
 size_t pp_conv_scratch_floats(const mimi_conv *c, int t) { return pp_conv_scratch(&c->c, t, c->transposed); }
 
-void pp_conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
-                  int flags) {
+void pp_conv_step(pp_backend *be, const mimi_conv *c, const pp_state_rows *rows, const float *x, int t, float *y,
+                  float *scratch, int flags) {
     if (c->transposed)
-        be->ops->conv_tr1d(be, &c->c, x, t, state, y, scratch);
+        be->ops->conv_tr1d(be, &c->c, x, t, NULL, rows, y, scratch);
     else
-        be->ops->conv1d(be, &c->c, x, t, state, y, scratch, flags);
+        be->ops->conv1d(be, &c->c, x, t, NULL, rows, y, scratch, flags);
 }

@@ -29,9 +29,11 @@ size_t pp_conv_state_floats(const mimi_conv *c);
 /* Floats of scratch one call on t inputs needs. */
 size_t pp_conv_scratch_floats(const mimi_conv *c, int t);
 
-/* One streaming call: x [cin][t] -> y [cout][pp_conv_out_len], updating state. flags
- * (PP_CONV_ACCUMULATE, PP_CONV_REPLICATE) apply to Conv1d only. */
-void pp_conv_step(pp_backend *be, const mimi_conv *c, float *state, const float *x, int t, float *y, float *scratch,
-                  int flags);
+/* One streaming call for rows->n conversations: x [n][cin][t] -> y [n][cout][pp_conv_out_len],
+ * updating each row's state (backend.h pp_state_rows; base NULL for a conv without state).
+ * scratch: n times pp_conv_scratch_floats. flags (PP_CONV_ACCUMULATE, PP_CONV_REPLICATE) apply
+ * to Conv1d only. */
+void pp_conv_step(pp_backend *be, const mimi_conv *c, const pp_state_rows *rows, const float *x, int t, float *y,
+                  float *scratch, int flags);
 
 #endif

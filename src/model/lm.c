@@ -547,7 +547,7 @@ static void issue_frame(void *arg) {
 static int frame_recorded(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
     if (!same_shape(w, n, steps, rows)) {
         if (w->key) pp_backend_forget_recorded(lm->be, w->key);
-        w->key = new_id();
+        w->key = pp_backend_new_key();
         w->key_n = n;
         w->key_steps = steps;
         for (int i = 0; i < n; i++) w->key_ctx[i] = rows[i].ctx->id;

@@ -13,6 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where a state's buffers sit in its arena (floats from its base): one layout for every state
+ * of the model, so a batch names a buffer once for all its rows. */
+typedef struct mimi_layout {
+    seanet_layout enc, dec;
+    mtr_layout enc_tr, dec_tr;
+    size_t down_carry, up_carry;
+    size_t floats; /* the arena's size */
+} mimi_layout;
+
 struct mimi_model {
     pp_backend *be;
     st_file *file;
@@ -25,30 +34,45 @@ struct mimi_model {
     mimi_conv downsample; /* downsample.conv.conv.conv: Conv1d k = 2·steps, replicate padding */
     mimi_conv upsample;   /* upsample.convtr.convtr.convtr: ConvTranspose1d, depthwise */
     quantizer quant;
+    mimi_layout layout;
 };
 
+/* One conversation's streaming state: its arena (mimi_layout) and the host's counters. */
 struct mimi_state {
     const mimi_model *m;
-    codec_arena arena; /* everything below points into it */
-    /* encoder side */
-    seanet_state enc;
-    mtr_state enc_tr;
-    float *down_carry, *down_scratch;
-    float *pcm_in;    /* [frame_size] */
-    float *emb_in;    /* [dimension][steps] */
-    float *latent_in; /* [dimension] */
-    float *q_in;      /* quantizer scratch */
-    int32_t *codes_in; /* [num_codebooks], in the arena: an int32 per float slot */
-    int started;      /* the downsample has seen its first frame since reset */
-    /* decoder side */
-    seanet_state dec;
-    mtr_state dec_tr;
-    float *up_carry, *up_scratch;
-    float *latent_out, *emb_out, *pcm_out, *q_out;
-    int32_t *codes_out; /* [num_codebooks] */
+    codec_arena arena;
+    mimi_batch *lone; /* a batch of one for the lone calls, made by the first (a server's batches never need it) */
+    int64_t enc_steps, dec_steps; /* transformer steps since reset */
+    int started;                  /* the downsample has seen its first frame since reset */
 };
 
-_Static_assert(sizeof(int32_t) == sizeof(float), "codes take float slots of the codec arena");
+/* Buffers for frames of up to cap conversations at once, and the host's staging. The two
+ * directions share everything but the SEANet activations; a batch runs one call at a time. */
+struct mimi_batch {
+    const mimi_model *m;
+    int cap;
+    codec_arena arena;
+    seanet_work enc, dec;
+    mtr_work tr;
+    uint64_t *rows;  /* [cap]: each row's state arena (pp_state_rows base) */
+    float *pcm;      /* [cap][frame_size]: the encoder's input, the decoder's output */
+    float *emb;      /* [cap][dimension][steps] */
+    float *latent;   /* [cap][dimension] */
+    float *q;        /* quantizer scratch, cap times */
+    float *resample; /* downsample / upsample scratch, cap times */
+    int32_t *codes;  /* [cap][num_codebooks] */
+    uint64_t key[2]; /* the recorded encode (0) and decode (1) calls, for key_n rows */
+    int key_n[2];
+    /* host staging */
+    uint64_t *rows_host, *tables_host;
+    int64_t *steps_host;
+    int32_t *pos_host, *codes_host;
+    float *pcm_host;
+    int *order; /* row r runs state order[r] of the call */
+};
+
+_Static_assert(sizeof(int32_t) == sizeof(float) && sizeof(uint64_t) % sizeof(float) == 0,
+               "codes and addresses take float slots of the codec arena");
 
 /* ==== configuration ================================================================ */
 
@@ -337,6 +361,22 @@ int pp_mimi_weights_open(const char *weights_path, const char *config_path, st_f
     return rc ? rc : open_weights(weights_path, &cfg, out, err);
 }
 
+/* The state layout: the sizing pass of a state arena, once per model. */
+static void compute_layout(mimi_model *m) {
+    codec_arena a;
+    pp_codec_arena_init(&a, m->be);
+    mimi_layout *l = &m->layout;
+    pp_seanet_layout(&a, &m->encoder, &l->enc);
+    pp_mtr_layout(&a, &m->enc_tr, m->steps, &l->enc_tr);
+    pp_seanet_layout(&a, &m->decoder, &l->dec);
+    pp_mtr_layout(&a, &m->dec_tr, m->steps, &l->dec_tr);
+    if (m->resample) {
+        l->down_carry = pp_codec_arena_reserve(&a, pp_conv_state_floats(&m->downsample));
+        l->up_carry = pp_codec_arena_reserve(&a, pp_conv_state_floats(&m->upsample));
+    }
+    l->floats = a.used;
+}
+
 int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err) {
     *out = NULL;
     mimi_config cfg;
@@ -353,6 +393,7 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
         pp_mimi_close(m);
         return rc;
     }
+    compute_layout(m);
     PP_INFO("mimi", "%s: %d codebooks, %d-sample frames, %zu MB of weights", weights_path, cfg.quantizer.num_codebooks,
             cfg.frame_size, pp_mimi_weight_bytes(m) >> 20);
     *out = m;
@@ -369,6 +410,7 @@ void pp_mimi_close(mimi_model *m) {
 }
 
 const mimi_config *pp_mimi_get_config(const mimi_model *m) { return &m->cfg; }
+pp_backend *pp_mimi_backend(const mimi_model *m) { return m->be; }
 
 size_t pp_mimi_weight_bytes(const mimi_model *m) {
     size_t bytes = m->weights.cap * sizeof(float);
@@ -384,106 +426,277 @@ size_t pp_mimi_weight_bytes(const mimi_model *m) {
 
 /* ==== state ======================================================================== */
 
-/* Hands out the state's buffers from a (sizing or filling pass). */
-static void bind_state(codec_arena *a, const mimi_model *m, mimi_state *s) {
-    const int dim = m->cfg.seanet.dimension, steps = m->steps;
-    pp_seanet_state_bind(a, &m->encoder, m->cfg.frame_size, &s->enc);
-    pp_mtr_state_bind(a, &m->enc_tr, steps, &s->enc_tr);
-    s->pcm_in = pp_codec_arena_take(a, (size_t)m->cfg.frame_size);
-    s->emb_in = pp_codec_arena_take(a, (size_t)dim * steps);
-    s->latent_in = pp_codec_arena_take(a, (size_t)dim);
-    s->q_in = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
-    /* a frame's codes, kept in backend memory between the quantizer and one transfer */
-    s->codes_in = (int32_t *)pp_codec_arena_take(a, (size_t)m->cfg.quantizer.num_codebooks);
-    pp_seanet_state_bind(a, &m->decoder, steps, &s->dec);
-    pp_mtr_state_bind(a, &m->dec_tr, steps, &s->dec_tr);
-    s->latent_out = pp_codec_arena_take(a, (size_t)dim);
-    s->emb_out = pp_codec_arena_take(a, (size_t)dim * steps);
-    s->pcm_out = pp_codec_arena_take(a, (size_t)m->cfg.frame_size);
-    s->q_out = pp_codec_arena_take(a, pp_quantizer_scratch_floats(&m->quant));
-    s->codes_out = (int32_t *)pp_codec_arena_take(a, (size_t)m->cfg.quantizer.num_codebooks);
-    if (m->resample) {
-        s->down_carry = pp_codec_arena_take(a, pp_conv_state_floats(&m->downsample));
-        s->down_scratch = pp_codec_arena_take(a, pp_conv_scratch_floats(&m->downsample, steps));
-        s->up_carry = pp_codec_arena_take(a, pp_conv_state_floats(&m->upsample));
-        s->up_scratch = pp_codec_arena_take(a, pp_conv_scratch_floats(&m->upsample, 1));
-    }
-}
-
 int pp_mimi_state_create(const mimi_model *m, mimi_state **out, char *err) {
     mimi_state *s = calloc(1, sizeof *s);
     if (!s) return pp_fail(err, PP_ENOMEM, "mimi state: out of memory");
     s->m = m;
     pp_codec_arena_init(&s->arena, m->be);
-    bind_state(&s->arena, m, s);
+    pp_codec_arena_take(&s->arena, m->layout.floats);
     int rc = pp_codec_arena_alloc(&s->arena, "mimi state", err);
     if (rc) {
-        free(s);
+        pp_mimi_state_destroy(s);
         return rc;
     }
-    bind_state(&s->arena, m, s);
+    pp_mimi_state_reset(s);
     *out = s;
     return PP_OK;
 }
 
 void pp_mimi_state_reset(mimi_state *s) {
-    /* One zeroing of the whole arena: every carry, ring and scratch buffer at once. */
-    s->arena.be->ops->zero(s->arena.be, s->arena.base, s->arena.cap * sizeof(float));
-    s->enc_tr.offset = s->dec_tr.offset = 0;
+    const mimi_model *m = s->m;
+    pp_backend *be = m->be;
+    /* One zeroing of the whole arena: every carry and ring at once; then the descriptors. */
+    be->ops->zero(be, s->arena.base, s->arena.cap * sizeof(float));
+    pp_mtr_state_init(be, &m->enc_tr, &m->layout.enc_tr, s->arena.base);
+    pp_mtr_state_init(be, &m->dec_tr, &m->layout.dec_tr, s->arena.base);
+    s->enc_steps = s->dec_steps = 0;
     s->started = 0;
 }
 
 void pp_mimi_state_destroy(mimi_state *s) {
     if (!s) return;
+    pp_mimi_batch_destroy(s->lone);
     pp_codec_arena_free(&s->arena);
     free(s);
 }
 
-size_t pp_mimi_state_bytes(const mimi_state *s) { return s->arena.cap * sizeof(float); }
+size_t pp_mimi_state_bytes(const mimi_state *s) {
+    return s->arena.cap * sizeof(float) + (s->lone ? pp_mimi_batch_bytes(s->lone) : 0);
+}
 
-/* ==== frames ======================================================================= */
+/* ==== batches ====================================================================== */
 
-int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err) {
-    (void)err;
-    const mimi_model *m = s->m;
-    pp_backend *be = m->be;
-    const int dim = m->cfg.seanet.dimension;
-    be->ops->upload(be, s->pcm_in, pcm, (size_t)m->cfg.frame_size * sizeof(float));
-    pp_seanet_step(be, &m->encoder, &s->enc, s->pcm_in, s->emb_in);
-    pp_mtr_step(be, &m->enc_tr, &s->enc_tr, s->emb_in);
-    const float *z = s->emb_in;
+/* Hands out the batch's buffers from a (sizing or filling pass). */
+static void bind_batch(codec_arena *a, const mimi_model *m, mimi_batch *b) {
+    const int dim = m->cfg.seanet.dimension, steps = m->steps, cap = b->cap;
+    pp_seanet_work_bind(a, &m->encoder, m->cfg.frame_size, cap, &b->enc);
+    pp_seanet_work_bind(a, &m->decoder, steps, cap, &b->dec);
+    pp_mtr_work_bind(a, &m->enc_tr, steps, cap, &b->tr);
+    /* addresses and codes share the float arena: only ever accessed as their type */
+    b->rows = (uint64_t *)pp_codec_arena_take(a, (size_t)cap * sizeof(uint64_t) / sizeof(float));
+    b->pcm = pp_codec_arena_take(a, (size_t)cap * m->cfg.frame_size);
+    b->emb = pp_codec_arena_take(a, (size_t)cap * dim * steps);
+    b->latent = pp_codec_arena_take(a, (size_t)cap * dim);
+    b->q = pp_codec_arena_take(a, (size_t)cap * pp_quantizer_scratch_floats(&m->quant));
+    b->codes = (int32_t *)pp_codec_arena_take(a, (size_t)cap * m->cfg.quantizer.num_codebooks);
     if (m->resample) {
-        /* Replicate padding: the first frame's history is copies of its first column. */
-        pp_conv_step(be, &m->downsample, s->down_carry, s->emb_in, m->steps, s->latent_in, s->down_scratch,
-                     s->started ? 0 : PP_CONV_REPLICATE);
-        s->started = 1;
-        z = s->latent_in;
+        size_t down = pp_conv_scratch_floats(&m->downsample, steps), up = pp_conv_scratch_floats(&m->upsample, 1);
+        b->resample = pp_codec_arena_take(a, (size_t)cap * (down > up ? down : up));
     }
-    if (latent) be->ops->download(be, latent, z, (size_t)dim * sizeof(float));
-    pp_quantizer_encode(be, &m->quant, z, s->codes_in, s->q_in);
-    be->ops->download(be, codes, s->codes_in, (size_t)m->cfg.quantizer.num_codebooks * sizeof *codes);
+}
+
+int pp_mimi_batch_create(const mimi_model *m, int capacity, mimi_batch **out, char *err) {
+    *out = NULL;
+    if (capacity < 1 || capacity > (1 << 16))
+        return pp_fail(err, PP_EINVAL, "mimi batch: capacity %d (expected 1..65536)", capacity);
+    mimi_batch *b = calloc(1, sizeof *b);
+    if (!b) return pp_fail(err, PP_ENOMEM, "mimi batch: out of memory");
+    b->m = m;
+    b->cap = capacity;
+    const size_t cap = (size_t)capacity, ncb = (size_t)m->cfg.quantizer.num_codebooks;
+    b->rows_host = malloc(cap * sizeof *b->rows_host);
+    b->tables_host = malloc(cap * sizeof *b->tables_host);
+    b->steps_host = malloc(cap * sizeof *b->steps_host);
+    b->pos_host = malloc(cap * (size_t)m->steps * sizeof *b->pos_host);
+    b->codes_host = malloc(cap * ncb * sizeof *b->codes_host);
+    b->pcm_host = malloc(cap * (size_t)m->cfg.frame_size * sizeof *b->pcm_host);
+    b->order = malloc(cap * sizeof *b->order);
+    int rc = b->rows_host && b->tables_host && b->steps_host && b->pos_host && b->codes_host && b->pcm_host && b->order
+                 ? PP_OK
+                 : pp_fail(err, PP_ENOMEM, "mimi batch: out of memory for %d conversations", capacity);
+    pp_codec_arena_init(&b->arena, m->be);
+    if (!rc) {
+        bind_batch(&b->arena, m, b);
+        rc = pp_codec_arena_alloc(&b->arena, "mimi batch", err);
+    }
+    if (rc) {
+        pp_mimi_batch_destroy(b);
+        return rc;
+    }
+    bind_batch(&b->arena, m, b);
+    *out = b;
     return PP_OK;
 }
 
-int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err) {
-    const mimi_model *m = s->m;
+void pp_mimi_batch_destroy(mimi_batch *b) {
+    if (!b) return;
+    for (int d = 0; d < 2; d++)
+        if (b->key[d]) pp_backend_forget_recorded(b->m->be, b->key[d]);
+    pp_codec_arena_free(&b->arena);
+    free(b->rows_host);
+    free(b->tables_host);
+    free(b->steps_host);
+    free(b->pos_host);
+    free(b->codes_host);
+    free(b->pcm_host);
+    free(b->order);
+    free(b);
+}
+
+size_t pp_mimi_batch_bytes(const mimi_batch *b) { return b->arena.cap * sizeof(float); }
+
+static int check_batch(const mimi_batch *b, mimi_state *const *ss, int n, const char *what, char *err) {
+    if (n < 1 || n > b->cap)
+        return pp_fail(err, PP_EINVAL, "mimi %s: %d conversations in a batch of %d", what, n, b->cap);
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != b->m) return pp_fail(err, PP_EINVAL, "mimi %s: conversation %d is of another codec", what, i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return pp_fail(err, PP_EINVAL, "mimi %s: conversation %d is listed twice", what, i);
+    }
+    return PP_OK;
+}
+
+/* Uploads the rows of a call in b->order and each row's transformer positions. */
+static void prepare_rows(mimi_batch *b, mimi_state *const *ss, int n, int decode) {
+    pp_backend *be = b->m->be;
+    for (int r = 0; r < n; r++) {
+        const mimi_state *s = ss[b->order[r]];
+        b->rows_host[r] = (uint64_t)(uintptr_t)s->arena.base;
+        b->steps_host[r] = decode ? s->dec_steps : s->enc_steps;
+    }
+    be->ops->upload(be, b->rows, b->rows_host, (size_t)n * sizeof *b->rows_host);
+    pp_mtr_prepare(be, decode ? &b->m->layout.dec_tr : &b->m->layout.enc_tr, &b->tr, b->rows_host, b->steps_host, n,
+                   b->pos_host, b->tables_host);
+}
+
+typedef struct codec_call {
+    mimi_batch *b;
+    int n;
+    int fresh; /* encode: rows 0..fresh-1 start their downsample (replicate padding) */
+} codec_call;
+
+static void issue_encode(void *arg) {
+    const codec_call *c = arg;
+    mimi_batch *b = c->b;
+    const mimi_model *m = b->m;
+    pp_backend *be = m->be;
+    const int n = c->n, dim = m->cfg.seanet.dimension;
+    pp_seanet_step(be, &m->encoder, &m->layout.enc, &b->enc, b->rows, n, b->pcm, b->emb);
+    pp_mtr_step(be, &m->enc_tr, &b->tr, n, b->emb);
+    const float *z = b->emb;
+    if (m->resample) {
+        /* Replicate padding: a first frame's history is copies of its first column. Fresh rows
+         * come first, so each kind is one contiguous call. */
+        size_t off = m->layout.down_carry * sizeof(float), in = (size_t)dim * m->steps;
+        pp_state_rows fresh = {c->fresh, b->rows, off}, going = {n - c->fresh, b->rows + c->fresh, off};
+        if (fresh.n)
+            pp_conv_step(be, &m->downsample, &fresh, b->emb, m->steps, b->latent, b->resample, PP_CONV_REPLICATE);
+        if (going.n)
+            pp_conv_step(be, &m->downsample, &going, b->emb + c->fresh * in, m->steps, b->latent + c->fresh * dim,
+                         b->resample, 0);
+        z = b->latent;
+    }
+    pp_quantizer_encode(be, &m->quant, z, n, b->codes, b->q);
+}
+
+static void issue_decode(void *arg) {
+    const codec_call *c = arg;
+    mimi_batch *b = c->b;
+    const mimi_model *m = b->m;
+    pp_backend *be = m->be;
+    pp_quantizer_decode(be, &m->quant, b->codes, c->n, b->latent, b->q);
+    float *x = b->latent;
+    if (m->resample) {
+        pp_state_rows rows = {c->n, b->rows, m->layout.up_carry * sizeof(float)};
+        pp_conv_step(be, &m->upsample, &rows, b->latent, 1, b->emb, b->resample, 0);
+        x = b->emb;
+    }
+    pp_mtr_step(be, &m->dec_tr, &b->tr, c->n, x);
+    pp_seanet_step(be, &m->decoder, &m->layout.dec, &b->dec, b->rows, c->n, x, b->pcm);
+}
+
+/* Runs a call the backend may record: one key per direction and row count (the rows, positions
+ * and inputs are uploaded before it). A call that starts a downsample runs plainly: it is once
+ * per conversation. */
+static int run_call(mimi_batch *b, int decode, codec_call *c, char *err) {
+    void (*issue)(void *) = decode ? issue_decode : issue_encode;
+    if (c->fresh) {
+        issue(c);
+        return PP_OK;
+    }
+    if (b->key_n[decode] != c->n) {
+        if (b->key[decode]) pp_backend_forget_recorded(b->m->be, b->key[decode]);
+        b->key[decode] = pp_backend_new_key();
+        b->key_n[decode] = c->n;
+    }
+    return pp_backend_run_recorded(b->m->be, b->key[decode], issue, c, err);
+}
+
+static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *const *pcm, int32_t *const *codes,
+                  float *latent, char *err) {
+    int rc = check_batch(b, ss, n, "encode", err);
+    if (rc) return rc;
+    const mimi_model *m = b->m;
+    pp_backend *be = m->be;
+    const int frame = m->cfg.frame_size, ncb = m->cfg.quantizer.num_codebooks;
+    codec_call c = {b, n, 0};
+    for (int i = 0; i < n; i++)
+        if (m->resample && !ss[i]->started) b->order[c.fresh++] = i;
+    for (int i = 0, r = c.fresh; i < n; i++)
+        if (!(m->resample && !ss[i]->started)) b->order[r++] = i;
+    for (int r = 0; r < n; r++) memcpy(b->pcm_host + (size_t)r * frame, pcm[b->order[r]], frame * sizeof(float));
+    be->ops->upload(be, b->pcm, b->pcm_host, (size_t)n * frame * sizeof(float));
+    prepare_rows(b, ss, n, 0);
+    if ((rc = run_call(b, 0, &c, err))) return rc;
+    if (latent)
+        be->ops->download(be, latent, m->resample ? b->latent : b->emb, m->cfg.seanet.dimension * sizeof(float));
+    be->ops->download(be, b->codes_host, b->codes, (size_t)n * ncb * sizeof *b->codes_host);
+    for (int r = 0; r < n; r++) {
+        mimi_state *s = ss[b->order[r]];
+        memcpy(codes[b->order[r]], b->codes_host + (size_t)r * ncb, ncb * sizeof **codes);
+        s->enc_steps += m->steps;
+        s->started = 1;
+    }
+    return PP_OK;
+}
+
+int pp_mimi_encode_batch(mimi_batch *b, mimi_state *const *ss, int n, const float *const *pcm, int32_t *const *codes,
+                         char *err) {
+    return encode(b, ss, n, pcm, codes, NULL, err);
+}
+
+int pp_mimi_decode_batch(mimi_batch *b, mimi_state *const *ss, int n, const int32_t *const *codes, float *const *pcm,
+                         char *err) {
+    int rc = check_batch(b, ss, n, "decode", err);
+    if (rc) return rc;
+    const mimi_model *m = b->m;
     pp_backend *be = m->be;
     const quantizer_config *q = &m->cfg.quantizer;
-    for (int i = 0; i < q->num_codebooks; i++)
-        if (codes[i] < 0 || codes[i] >= q->bins)
-            return pp_fail(err, PP_EINVAL, "mimi decode: code %d of the frame is %d, expected 0..%d", i,
-                           (int)codes[i], q->bins - 1);
-    be->ops->upload(be, s->codes_out, codes, (size_t)q->num_codebooks * sizeof *codes);
-    pp_quantizer_decode(be, &m->quant, s->codes_out, s->latent_out, s->q_out);
-    float *x = s->latent_out;
-    if (m->resample) {
-        pp_conv_step(be, &m->upsample, s->up_carry, s->latent_out, 1, s->emb_out, s->up_scratch, 0);
-        x = s->emb_out;
+    const int frame = m->cfg.frame_size, ncb = q->num_codebooks;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < ncb; k++)
+            if (codes[i][k] < 0 || codes[i][k] >= q->bins)
+                return pp_fail(err, PP_EINVAL, "mimi decode: code %d of conversation %d's frame is %d, expected 0..%d",
+                               k, i, (int)codes[i][k], q->bins - 1);
+        b->order[i] = i;
+        memcpy(b->codes_host + (size_t)i * ncb, codes[i], ncb * sizeof **codes);
     }
-    pp_mtr_step(be, &m->dec_tr, &s->dec_tr, x);
-    pp_seanet_step(be, &m->decoder, &s->dec, x, s->pcm_out);
-    be->ops->download(be, pcm, s->pcm_out, (size_t)m->cfg.frame_size * sizeof(float));
+    be->ops->upload(be, b->codes, b->codes_host, (size_t)n * ncb * sizeof *b->codes_host);
+    prepare_rows(b, ss, n, 1);
+    codec_call c = {b, n, 0};
+    if ((rc = run_call(b, 1, &c, err))) return rc;
+    be->ops->download(be, b->pcm_host, b->pcm, (size_t)n * frame * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        memcpy(pcm[i], b->pcm_host + (size_t)i * frame, frame * sizeof(float));
+        ss[i]->dec_steps += m->steps;
+    }
     return PP_OK;
+}
+
+/* ==== frames ======================================================================= */
+
+static int lone_batch(mimi_state *s, char *err) {
+    return s->lone ? PP_OK : pp_mimi_batch_create(s->m, 1, &s->lone, err);
+}
+
+int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err) {
+    int rc = lone_batch(s, err);
+    return rc ? rc : encode(s->lone, &s, 1, &pcm, &codes, latent, err);
+}
+
+int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err) {
+    int rc = lone_batch(s, err);
+    return rc ? rc : pp_mimi_decode_batch(s->lone, &s, 1, &codes, &pcm, err);
 }
 
 int pp_mimi_code_gaps(const mimi_model *m, const float *latent, const int32_t *codes, double *gaps, char *err) {

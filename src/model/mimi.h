@@ -7,8 +7,11 @@
  *           transformer -> SEANet decoder -> pcm [frame_size]
  *
  * A mimi_model holds the weights (immutable, shared by every session); a mimi_state holds
- * one session's streaming state and scratch (one allocation, made at creation; nothing is
- * allocated per frame). The encoder and decoder halves of a state are independent. */
+ * one session's streaming state (one allocation, made at creation; the lone frame calls add a
+ * batch of one at their first call, and nothing after). The encoder and decoder halves of a
+ * state are independent. A mimi_batch runs the
+ * frames of many states at once: every weight is read once per call whatever the number of
+ * conversations, and a device backend may record the call and replay it. */
 #ifndef PP_MODEL_MIMI_H
 #define PP_MODEL_MIMI_H
 
@@ -34,6 +37,7 @@ typedef struct mimi_config {
 
 typedef struct mimi_model mimi_model;
 typedef struct mimi_state mimi_state;
+typedef struct mimi_batch mimi_batch;
 
 /* The released Mimi's configuration (docs/codec.md §1). */
 void pp_mimi_config_default(mimi_config *cfg);
@@ -53,7 +57,9 @@ void pp_mimi_close(mimi_model *m);
  * released tensors (what personaplex-convert writes out). */
 int pp_mimi_weights_open(const char *weights_path, const char *config_path, st_file **out, char *err);
 const mimi_config *pp_mimi_get_config(const mimi_model *m);
-/* Bytes of backend memory the weights use, and one state uses. */
+pp_backend *pp_mimi_backend(const mimi_model *m);
+/* Bytes of backend memory the weights use, and one state uses (with the batch of one its lone
+ * frame calls make at their first call). */
 size_t pp_mimi_weight_bytes(const mimi_model *m);
 size_t pp_mimi_state_bytes(const mimi_state *s);
 
@@ -75,6 +81,21 @@ int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float 
 /* One frame: codes (host) [num_codebooks], each in [0, bins) -> pcm (host) [frame_size].
  * Out-of-range codes fail with PP_EINVAL and leave the state untouched. */
 int pp_mimi_decode_frame(mimi_state *s, const int32_t *codes, float *pcm, char *err);
+
+/* Buffers for frames of up to `capacity` states at once. The model must outlive it; one call
+ * at a time. */
+int pp_mimi_batch_create(const mimi_model *m, int capacity, mimi_batch **out, char *err);
+void pp_mimi_batch_destroy(mimi_batch *b);
+size_t pp_mimi_batch_bytes(const mimi_batch *b);
+/* One frame of each of n distinct states of b's model (1 <= n <= capacity): pcm[i] (host)
+ * [frame_size] -> codes[i] (host) [num_codebooks]. Each state's codes are exactly what
+ * pp_mimi_encode_frame gives it alone. */
+int pp_mimi_encode_batch(mimi_batch *b, mimi_state *const *ss, int n, const float *const *pcm, int32_t *const *codes,
+                         char *err);
+/* One frame of each of n distinct states: codes[i] (host) [num_codebooks], each in [0, bins) ->
+ * pcm[i] (host) [frame_size]. An out-of-range code fails the call before any state changes. */
+int pp_mimi_decode_batch(mimi_batch *b, mimi_state *const *ss, int n, const int32_t *const *codes, float *const *pcm,
+                         char *err);
 
 /* Golden-check diagnostic (allocates; not for the frame loop): for a latent from
  * pp_mimi_encode_frame and another implementation's codes for it, how much farther each code's

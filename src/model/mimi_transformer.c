@@ -72,64 +72,97 @@ void pp_mtr_free(pp_backend *be, mtr_weights *w) {
     w->n_uploaded = 0;
 }
 
-void pp_mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s) {
+void pp_mtr_layout(codec_arena *state, const mtr_weights *w, int t, mtr_layout *out) {
     const mtr_config *c = &w->cfg;
-    size_t ring = (size_t)c->context * c->d_model, row = (size_t)t * c->d_model;
+    size_t ring = (size_t)c->context * c->d_model;
     for (int l = 0; l < c->num_layers; l++) {
-        s->k[l] = pp_codec_arena_take(a, ring);
-        s->v[l] = pp_codec_arena_take(a, ring);
+        out->k[l] = pp_codec_arena_reserve(state, ring);
+        out->v[l] = pp_codec_arena_reserve(state, ring);
     }
-    /* int32 positions share the float arena: same size, and only ever accessed as int32. */
-    s->pos = (int32_t *)pp_codec_arena_take(a, (size_t)t);
-    s->x = pp_codec_arena_take(a, row);
-    s->h = pp_codec_arena_take(a, row);
-    s->qkv = pp_codec_arena_take(a, 3 * row);
-    s->att = pp_codec_arena_take(a, row);
-    s->ff = pp_codec_arena_take(a, (size_t)t * c->dim_feedforward);
-    s->t = t;
-    s->offset = 0;
+    /* Descriptors hold pointers: whole floats' worth, and the arena aligns every take. */
+    size_t desc = (size_t)c->num_layers * t * sizeof(pp_kv_ring);
+    out->rings = pp_codec_arena_reserve(state, (desc + sizeof(float) - 1) / sizeof(float));
+    out->t = t;
+}
+
+void pp_mtr_state_init(pp_backend *be, const mtr_weights *w, const mtr_layout *lay, float *state) {
+    const mtr_config *c = &w->cfg;
+    pp_kv_ring desc[MTR_MAX_STEPS];
+    /* Query i of a call sees keys from E − context + 1 (E the call's last step): a window of
+     * context − t + i keys. */
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int i = 0; i < lay->t; i++)
+            desc[i] = (pp_kv_ring){.fmt = PP_KV_F32,
+                                   .capacity = c->context,
+                                   .window = c->context - lay->t + i,
+                                   .k = state + lay->k[l],
+                                   .v = state + lay->v[l]};
+        be->ops->upload(be, (char *)(state + lay->rings) + (size_t)l * lay->t * sizeof desc[0], desc,
+                        (size_t)lay->t * sizeof desc[0]);
+    }
+}
+
+void pp_mtr_work_bind(codec_arena *a, const mtr_weights *w, int t, int rows, mtr_work *out) {
+    const mtr_config *c = &w->cfg;
+    size_t row = (size_t)t * rows * c->d_model;
+    /* int32 positions and pointers share the float arena: only ever accessed as their type. */
+    out->pos = (int32_t *)pp_codec_arena_take(a, (size_t)t * rows);
+    out->tables = (const pp_kv_ring **)pp_codec_arena_take(a, (size_t)rows * sizeof(void *) / sizeof(float));
+    out->x = pp_codec_arena_take(a, row);
+    out->h = pp_codec_arena_take(a, row);
+    out->qkv = pp_codec_arena_take(a, 3 * row);
+    out->att = pp_codec_arena_take(a, row);
+    out->ff = pp_codec_arena_take(a, (size_t)t * rows * c->dim_feedforward);
+    out->t = t;
+}
+
+void pp_mtr_prepare(pp_backend *be, const mtr_layout *lay, const mtr_work *w, const uint64_t *state,
+                    const int64_t *offset, int n, int32_t *pos_host, uint64_t *tables_host) {
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < lay->t; i++) pos_host[i * n + r] = (int32_t)(offset[r] + i);
+        tables_host[r] = state[r] + lay->rings * sizeof(float);
+    }
+    be->ops->upload(be, w->pos, pos_host, (size_t)lay->t * n * sizeof *pos_host);
+    be->ops->upload(be, (void *)w->tables, tables_host, (size_t)n * sizeof *tables_host);
 }
 
 /* x += scale ⊙ y, or x += y without LayerScale. */
-static void residual(pp_backend *be, float *x, const float *y, const float *scale, int t, int d) {
+static void residual(pp_backend *be, float *x, const float *y, const float *scale, int rows, int d) {
     if (scale)
-        be->ops->scale_add(be, x, y, scale, t, d);
+        be->ops->scale_add(be, x, y, scale, rows, d);
     else
-        be->ops->add(be, x, y, (size_t)t * d);
+        be->ops->add(be, x, y, (size_t)rows * d);
 }
 
-static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, mtr_state *s, int li) {
-    const int t = s->t, d = c->d_model, hd = d / c->num_heads;
-    be->ops->layer_norm(be, s->x, l->norm1_w, l->norm1_b, t, d, LN_EPS, s->h);
-    be->ops->matmul(be, &l->in_proj, s->h, t, s->qkv);
+static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, const mtr_work *w, int n, int li) {
+    const int t = w->t, rows = t * n, d = c->d_model, hd = d / c->num_heads;
+    be->ops->layer_norm(be, w->x, l->norm1_w, l->norm1_b, rows, d, LN_EPS, w->h);
+    be->ops->matmul(be, &l->in_proj, w->h, rows, w->qkv);
     /* q and k at once: the k heads follow the q heads in each row */
-    be->ops->rope(be, s->qkv, t, 3 * d, 2 * c->num_heads, hd, s->pos, c->max_period);
+    be->ops->rope(be, w->qkv, rows, 3 * d, 2 * c->num_heads, hd, w->pos, c->max_period);
     /* Every key of the call is in the ring before any query attends (the reference appends
-     * the whole call first), and the ring's oldest slot is never visible: query i of the call
-     * sees keys from E − context + 1, i.e. a window of context − t + i keys. attn_rows stores
-     * query i's own key and value before attending, and later keys are masked anyway. */
+     * the whole call first), and the ring's oldest slot is never visible: query i's window
+     * (its descriptor) ends at it. attn_rows stores query i's own key and value before
+     * attending, and later keys are masked anyway. One call per step of the call: its n rows
+     * are contiguous in the time-major batch. */
     for (int i = 0; i < t; i++) {
-        pp_kv_ring ring = {
-            .fmt = PP_KV_F32, .capacity = c->context, .window = c->context - t + i, .k = s->k[li], .v = s->v[li]};
-        be->ops->attn_rows(be, s->qkv + (size_t)i * 3 * d, 1, c->num_heads, hd, &ring, NULL, 0, s->pos + i,
-                           s->att + (size_t)i * d);
+        pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = c->context, .window = c->context - t + i};
+        be->ops->attn_rows(be, w->qkv + (size_t)i * n * 3 * d, n, c->num_heads, hd, &ring, w->tables, li * t + i,
+                           w->pos + i * n, w->att + (size_t)i * n * d);
     }
-    be->ops->matmul(be, &l->out_proj, s->att, t, s->h);
-    residual(be, s->x, s->h, l->scale1, t, d);
-    be->ops->layer_norm(be, s->x, l->norm2_w, l->norm2_b, t, d, LN_EPS, s->h);
-    be->ops->matmul(be, &l->linear1, s->h, t, s->ff);
-    be->ops->gelu(be, s->ff, (size_t)t * c->dim_feedforward);
-    be->ops->matmul(be, &l->linear2, s->ff, t, s->h);
-    residual(be, s->x, s->h, l->scale2, t, d);
+    be->ops->matmul(be, &l->out_proj, w->att, rows, w->h);
+    residual(be, w->x, w->h, l->scale1, rows, d);
+    be->ops->layer_norm(be, w->x, l->norm2_w, l->norm2_b, rows, d, LN_EPS, w->h);
+    be->ops->matmul(be, &l->linear1, w->h, rows, w->ff);
+    be->ops->gelu(be, w->ff, (size_t)rows * c->dim_feedforward);
+    be->ops->matmul(be, &l->linear2, w->ff, rows, w->h);
+    residual(be, w->x, w->h, l->scale2, rows, d);
 }
 
-void pp_mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x) {
+void pp_mtr_step(pp_backend *be, const mtr_weights *w, const mtr_work *work, int n, float *x) {
     const mtr_config *c = &w->cfg;
-    int32_t pos[MTR_MAX_STEPS];
-    for (int i = 0; i < s->t; i++) pos[i] = (int32_t)(s->offset + i);
-    be->ops->upload(be, s->pos, pos, (size_t)s->t * sizeof pos[0]);
-    be->ops->transpose(be, x, c->d_model, s->t, s->x);
-    for (int l = 0; l < c->num_layers; l++) layer_step(be, c, &w->layers[l], s, l);
-    be->ops->transpose(be, s->x, s->t, c->d_model, x);
-    s->offset += s->t;
+    /* [n][d][t] -> [t][n][d] and back ([t][n·d] -> [n·d][t]). */
+    be->ops->transpose(be, x, n, c->d_model, work->t, work->x);
+    for (int l = 0; l < c->num_layers; l++) layer_step(be, c, &w->layers[l], work, n, l);
+    be->ops->transpose(be, work->x, 1, work->t, n * c->d_model, x);
 }

@@ -38,21 +38,43 @@ typedef struct mtr_weights {
     mtr_layer layers[MTR_MAX_LAYERS];
 } mtr_weights;
 
-typedef struct mtr_state {
-    float *k[MTR_MAX_LAYERS], *v[MTR_MAX_LAYERS]; /* [context][d] rings */
-    int32_t *pos;                                 /* [t] positions of the current call */
-    float *x, *h, *qkv, *att, *ff;                /* scratch: [t][d], [t][d], [t][3d], [t][d], [t][ff] */
+/* Where a transformer's KV rings ([context][d] each) sit in a codec state (floats from the
+ * state's base), and its ring descriptors: num_layers·t pp_kv_ring, entry l·t + i the ring of
+ * layer l as query i of a call sees it (its window); attn_rows reads them through a batch's
+ * tables. The same in every state of a model. */
+typedef struct mtr_layout {
+    size_t k[MTR_MAX_LAYERS], v[MTR_MAX_LAYERS];
+    size_t rings;
     int t;
-    int64_t offset; /* steps since reset */
-} mtr_state;
+} mtr_layout;
+
+/* A batch's buffers for calls of t steps on up to `rows` conversations: pos [t][rows] (row r's
+ * step i at pos[i·n + r] for a call of n rows), tables [rows] (each row's ring descriptors),
+ * and the activations, time-major over the batch: x, h, att [t·rows][d], qkv [t·rows][3d], ff
+ * [t·rows][ff]. */
+typedef struct mtr_work {
+    int32_t *pos;
+    const pp_kv_ring **tables;
+    float *x, *h, *qkv, *att, *ff;
+    int t;
+} mtr_work;
 
 /* Loads the layers under `prefix` ("encoder_transformer"); the matrices are uploaded in the
  * filling pass only. On failure call pp_mtr_free. */
 int pp_mtr_load(codec_arena *a, const st_file *f, const char *prefix, const mtr_config *cfg, mtr_weights *w, char *err);
 void pp_mtr_free(pp_backend *be, mtr_weights *w);
-/* Takes the state for calls of t steps from a state arena; offset starts at 0. */
-void pp_mtr_state_bind(codec_arena *a, const mtr_weights *w, int t, mtr_state *s);
-/* One call: x [d][t] (channel-major, as the convs use it) is transformed in place. */
-void pp_mtr_step(pp_backend *be, const mtr_weights *w, mtr_state *s, float *x);
+/* Takes the rings and descriptors of calls of t steps from a state arena. */
+void pp_mtr_layout(codec_arena *state, const mtr_weights *w, int t, mtr_layout *out);
+/* Writes the descriptors of a state whose arena starts at `state` (backend memory). */
+void pp_mtr_state_init(pp_backend *be, const mtr_weights *w, const mtr_layout *lay, float *state);
+/* Takes a batch's buffers for up to `rows` conversations from its arena. */
+void pp_mtr_work_bind(codec_arena *a, const mtr_weights *w, int t, int rows, mtr_work *out);
+/* Uploads the positions and tables of a call on n rows (outside any recording): row r's state
+ * arena at backend address state[r], steps since its reset offset[r]. pos_host and
+ * tables_host: host scratch of t·n int32 and n addresses. */
+void pp_mtr_prepare(pp_backend *be, const mtr_layout *lay, const mtr_work *w, const uint64_t *state,
+                    const int64_t *offset, int n, int32_t *pos_host, uint64_t *tables_host);
+/* One call on n rows: x [n][d][t] (channel-major, as the convs use it) is transformed in place. */
+void pp_mtr_step(pp_backend *be, const mtr_weights *w, const mtr_work *work, int n, float *x);
 
 #endif

@@ -73,27 +73,31 @@ size_t pp_quantizer_scratch_floats(const quantizer *q) {
     return 2 * (size_t)c->dimension + conv;
 }
 
-void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch) {
+void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int n, int32_t *codes, float *scratch) {
     const quantizer_config *c = &q->cfg;
-    float *u = scratch, *r = scratch + c->dimension, *conv = scratch + 2 * c->dimension;
-    pp_conv_step(be, &q->first.input_proj, NULL, z, 1, u, conv, 0);
-    be->ops->vq_nearest(be, q->first.codebook[0], q->first.sq_norm[0], c->bins, c->dimension, u, 0, &codes[0]);
+    const int ncb = c->num_codebooks;
+    float *u = scratch, *r = scratch + (size_t)n * c->dimension, *conv = scratch + 2 * (size_t)n * c->dimension;
+    pp_state_rows rows = {n, NULL, 0}; /* the projections carry no state */
+    pp_conv_step(be, &q->first.input_proj, &rows, z, 1, u, conv, 0);
+    be->ops->vq_nearest(be, q->first.codebook[0], q->first.sq_norm[0], c->bins, c->dimension, u, n, 0, &codes[0], ncb);
     /* The acoustic RVQ quantizes the same latent, not the semantic residual. */
-    pp_conv_step(be, &q->rest.input_proj, NULL, z, 1, r, conv, 0);
+    pp_conv_step(be, &q->rest.input_proj, &rows, z, 1, r, conv, 0);
     for (int l = 0; l < q->rest.n_levels; l++)
-        be->ops->vq_nearest(be, q->rest.codebook[l], q->rest.sq_norm[l], c->bins, c->dimension, r, 1,
-                            &codes[1 + l]);
+        be->ops->vq_nearest(be, q->rest.codebook[l], q->rest.sq_norm[l], c->bins, c->dimension, r, n, 1, &codes[1 + l],
+                            ncb);
 }
 
-void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch) {
+void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, int n, float *z, float *scratch) {
     const quantizer_config *c = &q->cfg;
-    float *sf = scratch, *sr = scratch + c->dimension, *conv = scratch + 2 * c->dimension;
-    be->ops->zero(be, scratch, 2 * (size_t)c->dimension * sizeof(float));
-    be->ops->vq_add_row(be, q->first.codebook[0], c->bins, c->dimension, &codes[0], sf);
+    const int ncb = c->num_codebooks;
+    float *sf = scratch, *sr = scratch + (size_t)n * c->dimension, *conv = scratch + 2 * (size_t)n * c->dimension;
+    pp_state_rows rows = {n, NULL, 0};
+    be->ops->zero(be, scratch, 2 * (size_t)n * c->dimension * sizeof(float));
+    be->ops->vq_add_row(be, q->first.codebook[0], c->bins, c->dimension, &codes[0], ncb, n, sf);
     for (int l = 0; l < q->rest.n_levels; l++)
-        be->ops->vq_add_row(be, q->rest.codebook[l], c->bins, c->dimension, &codes[1 + l], sr);
-    pp_conv_step(be, &q->first.output_proj, NULL, sf, 1, z, conv, 0);
-    pp_conv_step(be, &q->rest.output_proj, NULL, sr, 1, z, conv, PP_CONV_ACCUMULATE);
+        be->ops->vq_add_row(be, q->rest.codebook[l], c->bins, c->dimension, &codes[1 + l], ncb, n, sr);
+    pp_conv_step(be, &q->first.output_proj, &rows, sf, 1, z, conv, 0);
+    pp_conv_step(be, &q->rest.output_proj, &rows, sr, 1, z, conv, PP_CONV_ACCUMULATE);
 }
 
 /* One RVQ's part of pp_quantizer_code_gaps: w is [dimension][input_dimension], cb [bins][dimension]. */

@@ -41,12 +41,14 @@ typedef struct quantizer {
 /* Loads both RVQs with only the levels num_codebooks uses (the caller has checked
  * 1 <= num_codebooks <= min(n_q, QUANTIZER_MAX_CODES)). */
 int pp_quantizer_load(codec_arena *a, const st_file *f, const quantizer_config *cfg, quantizer *q, char *err);
-/* Scratch floats for one encode or decode call. */
+/* Scratch floats per conversation of an encode or decode call. */
 size_t pp_quantizer_scratch_floats(const quantizer *q);
-/* z [input_dimension] -> codes [num_codebooks] (backend memory, like z). */
-void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int32_t *codes, float *scratch);
-/* codes [num_codebooks] (backend memory; the caller checks each is in [0, bins)) -> z [output_dimension]. */
-void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, float *z, float *scratch);
+/* n conversations: z [n][input_dimension] -> codes [n][num_codebooks] (backend memory, like
+ * z); scratch n times pp_quantizer_scratch_floats. */
+void pp_quantizer_encode(pp_backend *be, const quantizer *q, const float *z, int n, int32_t *codes, float *scratch);
+/* codes [n][num_codebooks] (backend memory; the caller checks each is in [0, bins)) -> z
+ * [n][output_dimension]. */
+void pp_quantizer_decode(pp_backend *be, const quantizer *q, const int32_t *codes, int n, float *z, float *scratch);
 /* Golden-check diagnostic, not for the frame loop (it allocates and downloads codebooks):
  * follows the given codes (host, in range) through both RVQs on latent z (host), in double,
  * and writes per code how much farther its row is than the nearest one,

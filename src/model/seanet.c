@@ -55,7 +55,12 @@ int pp_seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, i
     return rc;
 }
 
-void pp_seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s) {
+void pp_seanet_layout(codec_arena *state, const seanet *net, seanet_layout *out) {
+    for (int i = 0; i < net->n_conv; i++)
+        out->carry[i] = pp_codec_arena_reserve(state, pp_conv_state_floats(&net->conv[i]));
+}
+
+void pp_seanet_work_bind(codec_arena *a, const seanet *net, int t_in, int rows, seanet_work *w) {
     size_t act = 0, scratch = 0;
     int t = t_in;
     /* The convs form one chain (residual convs keep the length), so walking them in order
@@ -67,61 +72,70 @@ void pp_seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_st
         if (in > act) act = in;
         if (out > act) act = out;
         if (pp_conv_scratch_floats(c, t) > scratch) scratch = pp_conv_scratch_floats(c, t);
-        s->carry[i] = pp_codec_arena_take(a, pp_conv_state_floats(c));
         t = t_out;
     }
-    s->a = pp_codec_arena_take(a, act);
-    s->b = pp_codec_arena_take(a, act);
-    s->e = pp_codec_arena_take(a, act);
-    s->h = pp_codec_arena_take(a, act);
-    s->scratch = pp_codec_arena_take(a, scratch);
-    s->t_in = t_in;
+    w->a = pp_codec_arena_take(a, act * rows);
+    w->b = pp_codec_arena_take(a, act * rows);
+    w->e = pp_codec_arena_take(a, act * rows);
+    w->h = pp_codec_arena_take(a, act * rows);
+    w->scratch = pp_codec_arena_take(a, scratch * rows);
+    w->t_in = t_in;
 }
 
-/* Runs conv *i on x and moves the cursor; returns the output length. */
-static int run_conv(pp_backend *be, const seanet *net, seanet_state *s, int *i, const float *x, int t, float *y,
-                    int flags) {
-    const mimi_conv *c = &net->conv[*i];
-    pp_conv_step(be, c, s->carry[*i], x, t, y, s->scratch, flags);
-    (*i)++;
+/* One call's walk through the convs: the batch, and the activation ping-pong (cur holds the
+ * running tensor). */
+typedef struct seanet_run {
+    pp_backend *be;
+    const seanet *net;
+    const seanet_layout *lay;
+    const seanet_work *w;
+    const uint64_t *base;
+    int n;
+    int i; /* the next conv */
+    float *cur, *next;
+} seanet_run;
+
+/* Runs the next conv on x; returns the output length. */
+static int run_conv(seanet_run *r, const float *x, int t, float *y, int flags) {
+    const mimi_conv *c = &r->net->conv[r->i];
+    pp_state_rows rows = {r->n, r->base, r->lay->carry[r->i] * sizeof(float)};
+    pp_conv_step(r->be, c, &rows, x, t, y, r->w->scratch, flags);
+    r->i++;
     return pp_conv_out_len(c, t);
 }
 
-/* The activation ping-pong of one call: cur holds the running tensor. */
-typedef struct seanet_bufs {
-    float *cur, *next;
-} seanet_bufs;
-
-/* cur += block_3(ELU(block_1(ELU(cur)))), cur [dim][t]. */
-static void resblock(pp_backend *be, const seanet *net, seanet_state *s, int *i, seanet_bufs *bf, int t) {
-    const mimi_conv *b1 = &net->conv[*i];
-    be->ops->elu(be, bf->cur, s->e, (size_t)b1->c.cin * t);
-    run_conv(be, net, s, i, s->e, t, s->h, 0);
-    be->ops->elu(be, s->h, s->h, (size_t)b1->c.cout * t);
-    run_conv(be, net, s, i, s->h, t, bf->cur, PP_CONV_ACCUMULATE);
+/* cur += block_3(ELU(block_1(ELU(cur)))), cur [n][dim][t]. */
+static void resblock(seanet_run *r, int t) {
+    const mimi_conv *b1 = &r->net->conv[r->i];
+    size_t rows = (size_t)r->n * t;
+    r->be->ops->elu(r->be, r->cur, r->w->e, b1->c.cin * rows);
+    run_conv(r, r->w->e, t, r->w->h, 0);
+    r->be->ops->elu(r->be, r->w->h, r->w->h, b1->c.cout * rows);
+    run_conv(r, r->w->h, t, r->cur, PP_CONV_ACCUMULATE);
 }
 
-/* ELU then conv *i from cur into y, or into next which then becomes cur. */
-static int elu_conv(pp_backend *be, const seanet *net, seanet_state *s, int *i, seanet_bufs *bf, int t, float *y) {
-    be->ops->elu(be, bf->cur, s->e, (size_t)net->conv[*i].c.cin * t);
-    t = run_conv(be, net, s, i, s->e, t, y ? y : bf->next, 0);
-    float *tmp = bf->cur;
-    bf->cur = bf->next;
-    bf->next = tmp;
+/* ELU then the next conv from cur into y, or into next which then becomes cur. */
+static int elu_conv(seanet_run *r, int t, float *y) {
+    r->be->ops->elu(r->be, r->cur, r->w->e, (size_t)r->net->conv[r->i].c.cin * r->n * t);
+    t = run_conv(r, r->w->e, t, y ? y : r->next, 0);
+    float *tmp = r->cur;
+    r->cur = r->next;
+    r->next = tmp;
     return t;
 }
 
-void pp_seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y) {
-    seanet_bufs bf = {s->a, s->b};
-    int i = 0, t = run_conv(be, net, s, &i, x, s->t_in, bf.cur, 0);
+void pp_seanet_step(pp_backend *be, const seanet *net, const seanet_layout *lay, const seanet_work *w,
+                    const uint64_t *base, int n, const float *x, float *y) {
+    seanet_run r = {be, net, lay, w, base, n, 0, w->a, w->b};
+    int t = run_conv(&r, x, w->t_in, r.cur, 0);
     for (int stage = 0; stage < net->cfg.n_ratios; stage++) {
         if (!net->decoder) {
-            resblock(be, net, s, &i, &bf, t);
-            t = elu_conv(be, net, s, &i, &bf, t, NULL);
+            resblock(&r, t);
+            t = elu_conv(&r, t, NULL);
         } else {
-            t = elu_conv(be, net, s, &i, &bf, t, NULL);
-            resblock(be, net, s, &i, &bf, t);
+            t = elu_conv(&r, t, NULL);
+            resblock(&r, t);
         }
     }
-    elu_conv(be, net, s, &i, &bf, t, y);
+    elu_conv(&r, t, y);
 }

@@ -31,21 +31,30 @@ typedef struct seanet {
     mimi_conv conv[SEANET_MAX_CONVS];
 } seanet;
 
-/* Per-session state (each conv's carry) and scratch for calls of t_in input columns. */
-typedef struct seanet_state {
-    float *carry[SEANET_MAX_CONVS];
-    float *a, *b, *e, *h; /* activations, each of the largest layer's size */
-    float *scratch;       /* conv scratch */
+/* Where each conv's carry sits in a codec state (floats from the state's base): the same in
+ * every state of a model. */
+typedef struct seanet_layout {
+    size_t carry[SEANET_MAX_CONVS];
+} seanet_layout;
+
+/* Activations and conv scratch for calls of t_in input columns on up to a batch's rows. */
+typedef struct seanet_work {
+    float *a, *b, *e, *h; /* activations, each rows times the largest layer's size */
+    float *scratch;       /* conv scratch, rows times the largest call's */
     int t_in;
-} seanet_state;
+} seanet_work;
 
 /* Product of the ratios: samples per latent step. */
 int pp_seanet_hop(const seanet_config *cfg);
 int pp_seanet_load(codec_arena *a, const st_file *f, const seanet_config *cfg, int decoder, seanet *out, char *err);
-/* Takes the state and scratch from a state arena (sizing or filling pass). */
-void pp_seanet_state_bind(codec_arena *a, const seanet *net, int t_in, seanet_state *s);
-/* Encoder: x [channels][t_in] -> y [dimension][t_in / hop]. Decoder: x [dimension][t_in] ->
- * y [channels][t_in · hop]. */
-void pp_seanet_step(pp_backend *be, const seanet *net, seanet_state *s, const float *x, float *y);
+/* Takes each conv's carry from a state arena (sizing or filling pass). */
+void pp_seanet_layout(codec_arena *state, const seanet *net, seanet_layout *out);
+/* Takes the activations and scratch for batches of up to `rows` conversations. */
+void pp_seanet_work_bind(codec_arena *a, const seanet *net, int t_in, int rows, seanet_work *w);
+/* n conversations at once (base: backend memory, each row's state arena). Encoder: x
+ * [n][channels][t_in] -> y [n][dimension][t_in / hop]. Decoder: x [n][dimension][t_in] ->
+ * y [n][channels][t_in · hop]. */
+void pp_seanet_step(pp_backend *be, const seanet *net, const seanet_layout *lay, const seanet_work *w,
+                    const uint64_t *base, int n, const float *x, float *y);
 
 #endif

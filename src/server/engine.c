@@ -42,7 +42,7 @@ typedef struct job {
     int64_t t_expect;                    /* when its next uplink frame should be complete */
     int64_t t_first_work;                /* its first unit of background work; 0 before */
     metrics_conv *conv;                  /* its lateness in /metrics; NULL when untracked */
-    double encode_ms;                    /* its encode */
+    double encode_ms;                    /* its echo cancellation and its share of the tick's encode */
     pacing pace;                         /* silence frames and the idle timeout */
     uint64_t frames, late, bytes_out;
     int from_client; /* pcm_in came from the client (not silence) */
@@ -64,6 +64,9 @@ struct engine {
     pp_session_batch *batch;
     pp_session **tick_sessions; /* [max_sessions] */
     job **tick_jobs;            /* [max_sessions] */
+    const float **tick_in;      /* [max_sessions]: the jobs' pcm_in */
+    float **tick_out;           /* [max_sessions]: the jobs' pcm_out */
+    char (*tick_pieces)[PP_SESSION_PIECE_MAX];
     int n_tick;
     int64_t unit_ns[UNIT_KINDS]; /* estimated cost of one background unit of each kind */
     int64_t t_trim;              /* when the heap should be trimmed; 0: nothing to trim */
@@ -159,8 +162,8 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
-/* Stage 1 of a frame: encodes j->pcm_in (the client's audio less the echo of ours, or
- * silence) and adds j to the tick. */
+/* Stage 1 of a frame: j->pcm_in (the client's audio less the echo of ours, or silence) joins
+ * the tick, which encodes every job's at once. */
 static void job_encode_frame(engine *e, job *j, int from_client) {
     char err[PP_ERR_LEN];
     int64_t t0 = pp_now_ns();
@@ -172,10 +175,6 @@ static void job_encode_frame(engine *e, job *j, int from_client) {
             return;
         }
         metrics_conv_echo(e->cfg.metrics, j->conv, before, pp_frame_energy(j->pcm_in));
-    }
-    if (pp_session_encode(j->session, j->pcm_in, err)) {
-        job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
-        return;
     }
     j->encode_ms = ms_between(t0, pp_now_ns());
     j->t_expect = j->t_frame + PP_FRAME_NS;
@@ -226,13 +225,12 @@ static int job_encode(engine *e, job *j) {
     return 1;
 }
 
-/* Stage 3 of a frame: decode, the wire's messages, metrics. */
-static void job_output(engine *e, job *j, double lm_ms) {
-    char err[PP_ERR_LEN], piece[PP_SESSION_PIECE_MAX];
-    int64_t t0 = pp_now_ns();
-    int rc = pp_session_decode(j->session, j->pcm_out, piece, err);
-    double decode_ms = ms_between(t0, pp_now_ns());
-    long sent = rc ? 0 : wire_frame(j->wire, j->pcm_in, j->from_client, j->pcm_out, piece, err);
+/* Stage 3 of a frame, after the tick decoded j->pcm_out and its text piece: the wire's
+ * messages, metrics. */
+static void job_output(engine *e, job *j, double lm_ms, double decode_ms, const char *piece) {
+    char err[PP_ERR_LEN];
+    int rc = PP_OK;
+    long sent = wire_frame(j->wire, j->pcm_in, j->from_client, j->pcm_out, piece, err);
     if (sent < 0) rc = (int)sent;
     if (!rc && j->aec) rc = pp_aec_far(j->aec, j->pcm_out, PP_FRAME_SAMPLES, err); /* what will come back */
     if (rc) {
@@ -250,19 +248,32 @@ static void job_output(engine *e, job *j, double lm_ms) {
     j->late += (uint64_t)late;
 }
 
-/* The pass's tick: one LM step for every session encoded in it, then each one's output. */
+/* The pass's tick: one codec encode, one LM step and one codec decode for every job in it,
+ * then each one's output. */
 static void run_tick(engine *e) {
     int n = e->n_tick;
     e->n_tick = 0;
     if (n == 0) return;
     char err[PP_ERR_LEN];
+    for (int i = 0; i < n; i++) {
+        e->tick_in[i] = e->tick_jobs[i]->pcm_in;
+        e->tick_out[i] = e->tick_jobs[i]->pcm_out;
+    }
     int64_t t0 = pp_now_ns();
-    int rc = pp_session_batch_step(e->batch, e->tick_sessions, n, err);
-    double lm_ms = ms_between(t0, pp_now_ns());
+    int rc = pp_session_batch_encode(e->batch, e->tick_sessions, n, e->tick_in, err);
+    int64_t t1 = pp_now_ns();
+    if (!rc) rc = pp_session_batch_step(e->batch, e->tick_sessions, n, err);
+    int64_t t2 = pp_now_ns();
+    if (!rc) rc = pp_session_batch_decode(e->batch, e->tick_sessions, n, e->tick_out, e->tick_pieces, err);
+    double encode_ms = ms_between(t0, t1), lm_ms = ms_between(t1, t2), decode_ms = ms_between(t2, pp_now_ns());
     metrics_tick(e->cfg.metrics, lm_ms, n);
     for (int i = 0; i < n; i++) {
-        if (rc) job_fail(e, e->tick_jobs[i], CLOSE_INTERNAL, "frame failed", err);
-        else job_output(e, e->tick_jobs[i], lm_ms);
+        job *j = e->tick_jobs[i];
+        j->encode_ms += encode_ms;
+        if (rc)
+            job_fail(e, j, CLOSE_INTERNAL, "frame failed", err);
+        else
+            job_output(e, j, lm_ms, decode_ms, e->tick_pieces[i]);
     }
     e->cfg.notify(e->cfg.notify_arg);
 }
@@ -417,6 +428,9 @@ static void engine_free(engine *e) {
     pp_session_batch_destroy(e->batch);
     free(e->tick_sessions);
     free(e->tick_jobs);
+    free(e->tick_in);
+    free(e->tick_out);
+    free(e->tick_pieces);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -436,7 +450,12 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
     size_t n = (size_t)(cfg->max_sessions > 0 ? cfg->max_sessions : 1);
     e->tick_sessions = calloc(n, sizeof *e->tick_sessions);
     e->tick_jobs = calloc(n, sizeof *e->tick_jobs);
-    int rc = e->tick_sessions && e->tick_jobs ? PP_OK : pp_fail(err, PP_ENOMEM, "engine: out of memory");
+    e->tick_in = calloc(n, sizeof *e->tick_in);
+    e->tick_out = calloc(n, sizeof *e->tick_out);
+    e->tick_pieces = calloc(n, sizeof *e->tick_pieces);
+    int rc = e->tick_sessions && e->tick_jobs && e->tick_in && e->tick_out && e->tick_pieces
+                 ? PP_OK
+                 : pp_fail(err, PP_ENOMEM, "engine: out of memory");
     if (!rc) rc = pp_session_batch_create(cfg->model, (int)n, &e->batch, err);
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e) != 0)
         rc = pp_fail(err, PP_ENOMEM, "engine: cannot start the engine thread");

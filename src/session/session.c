@@ -66,6 +66,11 @@ struct pp_session {
 struct pp_session_batch {
     pp_model *m;
     pp_lmbatch *lm;
+    mimi_batch *codec;
+    mimi_state **states;   /* [cap]: a codec call's states */
+    int32_t **user_codes;  /* [cap]: an encode call's outputs */
+    const int32_t **codes; /* [cap]: a decode call's codes */
+    float **pcm;           /* [cap]: a decode call's outputs */
     int cap;
     pp_lmgen **gens;
     int32_t (*user)[PP_LM_AUDIO_CODEBOOKS];
@@ -323,6 +328,16 @@ int pp_session_encode(pp_session *s, const float *pcm_in, char *err) {
     return rc;
 }
 
+/* The frame's text piece. Padding ids (0 EPAD, 3 PAD) are not sent (docs/protocol.md §2.4). A
+ * piece that does not fit is dropped rather than cut, so every message stays valid UTF-8. */
+static void text_piece(const pp_session *s, char piece[PP_SESSION_PIECE_MAX]) {
+    piece[0] = '\0';
+    int text = s->out.text;
+    if (text != 0 && text != PP_LMGEN_TEXT_PAD &&
+        pp_spm_piece(s->m->spm, text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
+        piece[0] = '\0';
+}
+
 int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE_MAX], char *err) {
     piece[0] = '\0';
     if (s->stage != STAGE_STEPPED) return pp_fail(err, PP_EINVAL, "session: decode before the frame's LM tick");
@@ -333,13 +348,8 @@ int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE
         return PP_OK;
     }
     int rc = pp_mimi_decode_frame(s->mimi, out->agent, pcm_out, err);
-    if (rc) return rc;
-    /* Padding ids (0 EPAD, 3 PAD) are not sent (docs/protocol.md §2.4). A piece that does not
-     * fit is dropped rather than cut, so every message stays valid UTF-8. */
-    if (out->text != 0 && out->text != PP_LMGEN_TEXT_PAD &&
-        pp_spm_piece(s->m->spm, out->text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
-        piece[0] = '\0';
-    return PP_OK;
+    if (!rc) text_piece(s, piece);
+    return rc;
 }
 
 static int check_encoded(const pp_session *s, int i, char *err) {
@@ -370,6 +380,11 @@ int pp_session_step(pp_session *s, const float *pcm_in, float *pcm_out, char pie
 void pp_session_batch_destroy(pp_session_batch *b) {
     if (!b) return;
     pp_lmbatch_destroy(b->lm);
+    pp_mimi_batch_destroy(b->codec);
+    free(b->states);
+    free(b->user_codes);
+    free(b->codes);
+    free(b->pcm);
     free(b->gens);
     free(b->user);
     free(b->outs);
@@ -383,11 +398,16 @@ int pp_session_batch_create(pp_model *m, int capacity, pp_session_batch **out, c
     b->m = m;
     b->cap = capacity;
     int rc = pp_lmbatch_create(m->lm, capacity, &b->lm, err);
+    if (!rc) rc = pp_mimi_batch_create(m->mimi, capacity, &b->codec, err);
     if (!rc) {
         b->gens = calloc((size_t)capacity, sizeof *b->gens);
         b->user = calloc((size_t)capacity, sizeof *b->user);
         b->outs = calloc((size_t)capacity, sizeof *b->outs);
-        if (!b->gens || !b->user || !b->outs)
+        b->states = calloc((size_t)capacity, sizeof *b->states);
+        b->user_codes = calloc((size_t)capacity, sizeof *b->user_codes);
+        b->codes = calloc((size_t)capacity, sizeof *b->codes);
+        b->pcm = calloc((size_t)capacity, sizeof *b->pcm);
+        if (!b->gens || !b->user || !b->outs || !b->states || !b->user_codes || !b->codes || !b->pcm)
             rc = pp_fail(err, PP_ENOMEM, "session batch: out of memory for %d sessions", capacity);
     }
     if (rc) {
@@ -415,5 +435,53 @@ int pp_session_batch_step(pp_session_batch *b, pp_session *const *ss, int n, cha
         ss[i]->out = b->outs[i];
         ss[i]->stage = STAGE_STEPPED;
     }
+    return PP_OK;
+}
+
+static int check_batch(const pp_session_batch *b, pp_session *const *ss, int n, char *err) {
+    if (n < 0 || n > b->cap)
+        return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
+    for (int i = 0; i < n; i++)
+        if (ss[i]->m != b->m) return pp_fail(err, PP_EINVAL, "session batch: entry %d is of another model", i);
+    return PP_OK;
+}
+
+int pp_session_batch_encode(pp_session_batch *b, pp_session *const *ss, int n, const float *const *pcm_in, char *err) {
+    int rc = check_batch(b, ss, n, err);
+    if (rc || n == 0) return rc;
+    for (int i = 0; i < n; i++) {
+        if (!ss[i]->ready)
+            return pp_fail(err, PP_EINVAL, "session batch: entry %d steps before its prompts have run", i);
+        b->states[i] = ss[i]->mimi;
+        b->user_codes[i] = ss[i]->user;
+    }
+    rc = pp_mimi_encode_batch(b->codec, b->states, n, pcm_in, b->user_codes, err);
+    for (int i = 0; i < n && !rc; i++) ss[i]->stage = STAGE_ENCODED;
+    return rc;
+}
+
+int pp_session_batch_decode(pp_session_batch *b, pp_session *const *ss, int n, float *const *pcm_out,
+                            char (*pieces)[PP_SESSION_PIECE_MAX], char *err) {
+    int rc = check_batch(b, ss, n, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++)
+        if (ss[i]->stage != STAGE_STEPPED)
+            return pp_fail(err, PP_EINVAL, "session batch: entry %d decodes before the frame's LM tick", i);
+    /* Sessions whose agent has not spoken yet get silence; the rest share one codec call. */
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        ss[i]->stage = STAGE_IDLE;
+        pieces[i][0] = '\0';
+        if (!ss[i]->out.ready) {
+            memset(pcm_out[i], 0, PP_FRAME_SAMPLES * sizeof *pcm_out[i]);
+            continue;
+        }
+        b->states[k] = ss[i]->mimi;
+        b->codes[k] = ss[i]->out.agent;
+        b->pcm[k++] = pcm_out[i];
+    }
+    if (k && (rc = pp_mimi_decode_batch(b->codec, b->states, k, b->codes, b->pcm, err))) return rc;
+    for (int i = 0; i < n; i++)
+        if (ss[i]->out.ready) text_piece(ss[i], pieces[i]);
     return PP_OK;
 }
