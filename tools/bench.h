@@ -56,6 +56,10 @@ int bench_traffic_start(struct pp_backend *be);
 void bench_traffic_take(struct pp_backend *be, int fmt, bench_traffic *t);
 /* out = ka·a + kb·b, totals and names alike (out may be a or b): fits and differences of runs. */
 void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb);
+/* Nodes and device traffic (t, where be counts it) of one codec frame, encode and decode, of n
+ * conversations in one batch (tools/bench_codec.c), on random weights of the released Mimi's
+ * shapes, after the frames that start the rows and record the calls; *weights: their bytes. */
+int bench_codec_count(struct pp_backend *be, int n, double *nodes, bench_traffic *t, double *weights, char *err);
 /* The estimate in seconds: t's kernels plus 1.3 us per node. */
 double bench_estimate_s(const bench_traffic *t, double nodes);
 /* A line per name (launches, MB read and written, estimated us), the costliest first. */

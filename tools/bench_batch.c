@@ -3,15 +3,19 @@
  *   personaplex-bench batch [--weights model.safetensors [--config config.json]]
  *                           [--layers L] [--dep-layers D] [--format bf16|nf2|int4|nf4]
  *                           [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] [--threads N]
- *                           [--device cpu|cuda] [--context N]
+ *                           [--device cpu|cuda] [--context N] [--codec] [--extrapolate]
  * Without --weights it writes a synthetic model with the PersonaPlex-7B shapes but only L
  * temporal and D depformer layers (default 1 and 1, so a CPU finishes in seconds) to a
  * temporary directory, quantized to --format, and removes it afterwards. The conversations
  * are greedy and start at position 0, or --context frames on (pp_lmgen_skip: every query then
- * attends over that many keys, the whole ring at the model's context); the first two ticks (a compute-free first call
- * and a warm-up) are not timed. On a device backend it also prints the nodes per tick and, where the backend counts
- * device traffic (the CUDA emulation), the device bytes per tick and the H100 estimate of bench.h, its products at
- * --format's rates. */
+ * attends over that many keys, the whole ring at the model's context); the first two ticks (a
+ * compute-free first call and a warm-up) are not timed. On a device backend it also prints the
+ * nodes per tick and, where the backend counts device traffic (the CUDA emulation), the device
+ * bytes per tick, the H100 estimate of bench.h (its products at --format's rates) and the
+ * bytes against the tick's floor: the weights read once and each conversation's rings up to its
+ * position. --codec adds the batch's Mimi encode and decode (the released codec's shapes) to the
+ * tick. --extrapolate counts synthetic models of 1 and 2 layers of each transformer and scales
+ * the counts linearly to L and D (no times then): the real model's tick from small ones. */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -36,6 +40,8 @@ typedef struct {
     const char *weights, *config, *device, *format, *kv;
     int layers, dep_layers, ticks, threads, context;
     int batches[MAX_BATCHES], n_batches;
+    int codec;       /* --codec: the tick includes the batch's Mimi encode and decode */
+    int extrapolate; /* --extrapolate: counted at 1 and 2 layers, scaled to --layers / --dep-layers */
 } batch_opts;
 
 static int parse_list(const char *v, int *out, int max) {
@@ -55,8 +61,8 @@ static int parse(int argc, char **argv, batch_opts *o) {
     *o = (batch_opts){.device = "cpu", .format = "bf16", .kv = "f32", .layers = 1, .dep_layers = 1, .ticks = 3,
                       .batches = {1, 2, 8}, .n_batches = 3};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return -1;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!*v && strcmp(a, "--codec") != 0 && strcmp(a, "--extrapolate") != 0) return -1;
         i++;
         if (strcmp(a, "--weights") == 0) o->weights = v;
         else if (strcmp(a, "--config") == 0) o->config = v;
@@ -69,11 +75,17 @@ static int parse(int argc, char **argv, batch_opts *o) {
         else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
         else if (strcmp(a, "--context") == 0)
             o->context = atoi(v);
-        else if (strcmp(a, "--batches") == 0) {
+        else if (strcmp(a, "--codec") == 0 || strcmp(a, "--extrapolate") == 0) {
+            *(strcmp(a, "--codec") == 0 ? &o->codec : &o->extrapolate) = 1;
+            i--; /* a flag: no value */
+        } else if (strcmp(a, "--batches") == 0) {
             if ((o->n_batches = parse_list(v, o->batches, MAX_BATCHES)) < 1) return -1;
-        } else return -1;
+        } else
+            return -1;
     }
-    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 && o->context >= 0 ? 0 : -1;
+    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 && o->context >= 0 && !(o->extrapolate && o->weights)
+               ? 0
+               : -1;
 }
 
 static int kv_format(const char *s, pp_kv_format *out) {
@@ -121,11 +133,13 @@ static int synth_tensor(void *ctx, const pp_lm_tensor *t) {
     return s->rc;
 }
 
-static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, char *cpath, char *err) {
+/* A synthetic model of `layers` temporal and `dep_layers` depformer layers in --format. */
+static int write_synthetic(const char *dir, const batch_opts *o, int layers, int dep_layers, char *wpath, char *cpath,
+                           char *err) {
     pp_lm_config c;
     pp_lm_config_default(&c);
-    c.num_layers = o->layers;
-    c.dep_num_layers = o->dep_layers;
+    c.num_layers = layers;
+    c.dep_num_layers = dep_layers;
     int rc = pp_lm_config_validate(&c, "synthetic", err);
     char dense[600];
     snprintf(dense, sizeof dense, "%s/dense.safetensors", dir);
@@ -133,7 +147,7 @@ static int write_synthetic(const char *dir, const batch_opts *o, char *wpath, ch
     FILE *f = rc ? NULL : fopen(cpath, "w");
     if (!rc && !f) rc = pp_fail(err, PP_EIO, "cannot create %s", cpath);
     if (f) {
-        fprintf(f, "{\"num_layers\": %d, \"depformer_num_layers\": %d}\n", o->layers, o->dep_layers);
+        fprintf(f, "{\"num_layers\": %d, \"depformer_num_layers\": %d}\n", layers, dep_layers);
         fclose(f);
     }
     synth s = {.err = err, .rng = 0x9e3779b97f4a7c15ull};
@@ -200,48 +214,137 @@ static int measure_ticks(const pp_lm *lm, pp_backend *be, int fmt, int n, int ti
     return rc;
 }
 
-static int run(const batch_opts *o, const char *wpath, const char *cpath, char *err) {
+/* One batch size's counts. */
+typedef struct tick_counts {
+    double ms, nodes;
+    double weight_bytes, kv_bytes; /* the floor's parts: the LM's weights, the rings a tick reads */
+    bench_traffic t;
+} tick_counts;
+
+/* The matrices a tick reads whole; of an embedding table it reads only its conversations' rows. */
+static int sum_weight_bytes(void *ctx, const pp_lm_tensor *t) {
+    void **a = ctx;
+    const pp_weight *w = pp_lm_weight(a[0], t);
+    if (w && !pp_lm_part_is_embedding(t->part)) *(double *)a[1] += (double)pp_weight_bytes(w);
+    return 0;
+}
+
+/* Opens the model and counts a tick of every batch size into out[i]. */
+static int measure_model(const batch_opts *o, pp_backend *be, pp_wformat fmt, pp_kv_format kv, const char *wpath,
+                         const char *cpath, tick_counts *out, char *err) {
+    pp_lm *lm = NULL;
+    int rc = pp_lm_open(be, wpath, cpath, &lm, err);
+    double weights = 0, kv_ring = 0;
+    if (!rc) {
+        const pp_lm_config *c = pp_lm_get_config(lm);
+        printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, context %d, on %s\n",
+               c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, o->context, be->ops->name);
+        void *ctx[2] = {lm, &weights};
+        pp_lm_catalog(c, sum_weight_bytes, ctx);
+        /* A tick reads each conversation's rings up to its position: the share of the whole. */
+        int seen = o->context + 1 < c->context ? o->context + 1 : c->context;
+        kv_ring = (double)pp_lm_ctx_bytes(c, kv) * seen / c->context;
+    }
+    for (int i = 0; !rc && i < o->n_batches; i++) {
+        tick_counts *tc = &out[i];
+        rc = measure_ticks(lm, be, (int)fmt, o->batches[i], o->ticks, kv, o->context, &tc->ms, &tc->nodes, &tc->t, err);
+        tc->weight_bytes = weights;
+        tc->kv_bytes = kv_ring * o->batches[i];
+    }
+    pp_lm_close(lm);
+    return rc;
+}
+
+/* out = a + ka·(b − a) + kc·(c − a), counts and traffic alike: X(L, D) from X(1, 1), X(2, 1) and
+ * X(1, 2) with ka = L − 1, kc = D − 1. */
+static void extrapolate(tick_counts *out, const tick_counts *a, const tick_counts *b, double ka, const tick_counts *c,
+                        double kc) {
+#define LIN(f) (a->f + ka * (b->f - a->f) + kc * (c->f - a->f))
+    out->ms = LIN(ms);
+    out->nodes = LIN(nodes);
+    out->weight_bytes = LIN(weight_bytes);
+    out->kv_bytes = LIN(kv_bytes);
+#undef LIN
+    bench_traffic ab;
+    bench_traffic_mix(&ab, &a->t, 1.0 - ka - kc, &b->t, ka);
+    bench_traffic_mix(&out->t, &ab, 1.0, &c->t, kc);
+}
+
+/* The tick's codec, one batch size: added to the LM's counts when --codec. */
+static int add_codec(pp_backend *be, int n, tick_counts *tc, double *codec_weights, char *err) {
+    double nodes = 0;
+    bench_traffic t = {0}, sum;
+    int rc = bench_codec_count(be, n, &nodes, &t, codec_weights, err);
+    tc->nodes += nodes;
+    bench_traffic_mix(&sum, &tc->t, 1.0, &t, 1.0);
+    tc->t = sum;
+    return rc;
+}
+
+static int run(const batch_opts *o, const char *wpath, const char *cpath, const char *dir, char *err) {
     pp_kv_format kv;
     if (kv_format(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
     pp_wformat fmt = PP_WF_BF16;
     if (pp_wformat_parse(o->format, &fmt)) return pp_fail(err, PP_EINVAL, "--format %s: unknown", o->format);
     pp_backend *be = NULL;
-    pp_lm *lm = NULL;
-    int counted = 0;
-    int rc = pp_backend_create(o->device, o->threads, &be, err);
+    int counted = 0, nb = o->n_batches;
+    tick_counts *tc = calloc((size_t)nb * 4, sizeof *tc); /* [model][batch]: as run, then (1,1) (2,1) (1,2) */
+    int rc = tc ? pp_backend_create(o->device, o->threads, &be, err) : pp_fail(err, PP_ENOMEM, "out of memory");
     if (!rc) counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
-    if (!rc) rc = pp_lm_open(be, wpath, cpath, &lm, err);
+    if (!rc && o->extrapolate && !be->ops->nodes_run)
+        rc = pp_fail(err, PP_EINVAL, "--extrapolate counts a device backend's work (--device cuda)");
+    if (!rc && !o->extrapolate) rc = measure_model(o, be, fmt, kv, wpath, cpath, tc, err);
+    static const int LAYERS[3][2] = {{1, 1}, {2, 1}, {1, 2}};
+    for (int m = 0; !rc && o->extrapolate && m < 3; m++) {
+        char w[600], c[600];
+        rc = write_synthetic(dir, o, LAYERS[m][0], LAYERS[m][1], w, c, err);
+        if (!rc) rc = measure_model(o, be, fmt, kv, w, c, tc + (size_t)(m + 1) * nb, err);
+        remove(w);
+        remove(c);
+    }
+    for (int i = 0; !rc && o->extrapolate && i < nb; i++)
+        extrapolate(&tc[i], &tc[nb + i], &tc[2 * nb + i], o->layers - 1, &tc[3 * nb + i], o->dep_layers - 1);
+    double codec_weights = 0;
+    for (int i = 0; !rc && o->codec && i < nb; i++) rc = add_codec(be, o->batches[i], &tc[i], &codec_weights, err);
     if (!rc) {
-        const pp_lm_config *c = pp_lm_get_config(lm);
-        printf("batch: %d temporal layers dim %d, %d depformer layers dim %d, weights %s, KV %s, context %d, on %s\n",
-               c->num_layers, c->dim, c->dep_num_layers, c->dep_dim, wpath, o->kv, o->context, be->ops->name);
+        if (o->extrapolate)
+            printf("extrapolated to %d + %d layers: X(L, D) = X(1, 1) + (L - 1)·(X(2, 1) - X(1, 1)) + (D - 1)·(X(1, "
+                   "2) - X(1, 1)), nodes and traffic per tick alike; no times\n",
+                   o->layers, o->dep_layers);
+        if (o->codec) printf("the tick includes the batch's Mimi encode and decode (released shapes, f32 weights)\n");
         if (counted)
             printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
-                   "(bench.h), warp instructions per byte (%s): GEMVs %.3f, tensor-core products %.2f\n",
-                   o->format, bench_gemv_instr_per_byte(fmt), bench_gemm_tc_instr_per_byte(fmt));
-        printf("%6s %12s %18s %14s %12s%s\n", "batch", "tick ms", "ms/conversation", "vs batch 1",
-               be->ops->nodes_run ? "nodes/tick" : "", counted ? "  dev MB/tick  est. ms/tick" : "");
+                   "(bench.h), warp instructions per byte (%s): GEMVs %.3f, tensor-core products %.2f; floor MB: "
+                   "the LM's matrices (not its embedding tables)%s and each conversation's rings up to its position, "
+                   "read once\n",
+                   o->format, bench_gemv_instr_per_byte(fmt), bench_gemm_tc_instr_per_byte(fmt),
+                   o->codec ? ", the codec's" : "");
+        printf("%6s %12s %18s %14s %12s%s\n", "batch", o->extrapolate ? "" : "tick ms",
+               o->extrapolate ? "" : "ms/conversation", o->extrapolate ? "" : "vs batch 1",
+               be->ops->nodes_run ? "nodes/tick" : "",
+               counted ? "  dev MB/tick  est. ms/tick  floor MB  vs floor" : "");
     }
     double one = 0;
-    for (int i = 0; !rc && i < o->n_batches; i++) {
-        double ms = 0, nodes;
-        bench_traffic traffic;
-        rc = measure_ticks(lm, be, (int)fmt, o->batches[i], o->ticks, kv, o->context, &ms, &nodes, &traffic, err);
-        if (rc) break;
-        double per = ms / o->batches[i];
+    for (int i = 0; !rc && i < nb; i++) {
+        const tick_counts *t = &tc[i];
+        double per = t->ms / o->batches[i];
         if (o->batches[i] == 1) one = per;
-        printf("%6d %12.1f %18.2f", o->batches[i], ms, per);
-        if (one > 0)
-            printf(" %13.2fx", one / per);
+        if (o->extrapolate)
+            printf("%6d %12s %18s %14s", o->batches[i], "", "", "");
+        else if (one > 0)
+            printf("%6d %12.1f %18.2f %13.2fx", o->batches[i], t->ms, per, one / per);
         else
-            printf(" %14s", "-");
-        if (nodes > 0) printf(" %12.0f", nodes);
-        if (counted && nodes > 0)
-            printf(" %12.1f %13.3f", (traffic.read + traffic.written) / 1e6, 1e3 * bench_estimate_s(&traffic, nodes));
+            printf("%6d %12.1f %18.2f %14s", o->batches[i], t->ms, per, "-");
+        if (t->nodes > 0) printf(" %12.0f", t->nodes);
+        if (counted && t->nodes > 0) {
+            double bytes = t->t.read + t->t.written, floor = t->weight_bytes + t->kv_bytes + codec_weights;
+            printf(" %12.1f %13.3f %9.1f %8.2fx", bytes / 1e6, 1e3 * bench_estimate_s(&t->t, t->nodes), floor / 1e6,
+                   bytes / floor);
+        }
         printf("\n");
         fflush(stdout);
     }
-    pp_lm_close(lm);
+    free(tc);
     if (be) pp_backend_destroy(be);
     return rc;
 }
@@ -251,7 +354,7 @@ int bench_batch(int argc, char **argv) {
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
                         "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
-                        "[--threads N] [--device cpu|cuda] [--context N]\n");
+                        "[--threads N] [--device cpu|cuda] [--context N] [--codec] [--extrapolate]\n");
         return 2;
     }
     pp_log_set_level(PP_LOG_WARN);
@@ -265,15 +368,15 @@ int bench_batch(int argc, char **argv) {
     } else {
         made = 1;
         double t0 = bench_now();
-        rc = write_synthetic(dir, &o, wpath, cpath, err);
+        rc = o.extrapolate ? PP_OK : write_synthetic(dir, &o, o.layers, o.dep_layers, wpath, cpath, err);
         if (!rc) printf("batch: synthetic %s model written in %.1f s\n", o.format, bench_now() - t0);
     }
-    if (!rc) rc = run(&o, wpath, o.weights && !o.config ? NULL : cpath, err);
-    if (made) {
+    if (!rc) rc = run(&o, wpath, o.weights && !o.config ? NULL : cpath, dir, err);
+    if (made && !o.extrapolate) {
         remove(wpath);
         remove(cpath);
-        rmdir(dir);
     }
+    if (made) rmdir(dir);
     if (rc) fprintf(stderr, "personaplex-bench batch: %s\n", err);
     return rc ? 1 : 0;
 }

@@ -215,6 +215,48 @@ static int run_frames(codec_bench *cb, int frames, int warmup, char *err) {
     return rc;
 }
 
+/* The codec of cfg's shapes (config: its file, NULL for the released Mimi) on random weights:
+ * its catalog written to a private temporary file (no config.json can sit beside it), opened
+ * and unlinked (the mapping keeps the data). */
+static int open_random(pp_backend *be, const char *config, mimi_model **m, char *err) {
+    mimi_config cfg;
+    pp_mimi_config_default(&cfg);
+    pp_tensor_list cat = {0};
+    int rc = config ? pp_mimi_config_load(config, &cfg, err) : PP_OK;
+    if (!rc) rc = pp_mimi_catalog_list(&cfg, &cat, err);
+    char dir[] = "/tmp/pp_bench_codec_XXXXXX", path[64] = "";
+    int made = !rc && mkdtemp(dir);
+    if (!rc && !made) rc = pp_fail(err, PP_EIO, "bench codec: cannot create a directory in /tmp");
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        printf("writing %zu random tensors of the codec's shapes to %s\n", cat.n, path);
+        rc = write_random(path, &cat, err);
+    }
+    if (!rc) rc = pp_mimi_open(be, path, config, m, err);
+    if (path[0]) unlink(path);
+    if (made) rmdir(dir);
+    pp_tensor_list_free(&cat);
+    return rc;
+}
+
+int bench_codec_count(pp_backend *be, int n, double *nodes, bench_traffic *t, double *weights, char *err) {
+    codec_bench cb = {.n = n};
+    int rc = open_random(be, NULL, &cb.m, err);
+    if (!rc) *weights = (double)pp_mimi_weight_bytes(cb.m);
+    if (!rc) rc = codec_bench_create(&cb, err);
+    /* Three frames first: the rows' start (unrecorded), then a device's plain and recorded runs. */
+    double enc, dec, energy = 0;
+    for (int i = 0; i < 3 && !rc; i++) rc = codec_frame(&cb, i, &enc, &dec, &energy, err);
+    bench_traffic_take(be, PP_WF_F32, NULL);
+    uint64_t n0 = be->ops->nodes_run(be);
+    if (!rc) rc = codec_frame(&cb, 3, &enc, &dec, &energy, err);
+    *nodes = (double)(be->ops->nodes_run(be) - n0);
+    bench_traffic_take(be, PP_WF_F32, t);
+    codec_bench_destroy(&cb);
+    pp_mimi_close(cb.m);
+    return rc;
+}
+
 int bench_codec(int argc, char **argv) {
     int threads = 0, frames = 50, warmup = 5, batch = 1;
     const char *config = NULL, *device = "cpu";
@@ -237,28 +279,12 @@ int bench_codec(int argc, char **argv) {
         return 2;
     }
     char err[PP_ERR_LEN];
-    mimi_config cfg;
-    pp_mimi_config_default(&cfg);
-    pp_tensor_list cat = {0};
-    int rc = config ? pp_mimi_config_load(config, &cfg, err) : PP_OK;
-    if (!rc) rc = pp_mimi_catalog_list(&cfg, &cat, err);
-    /* A private directory, so no config.json can sit beside the stand-in weights. */
-    char dir[] = "/tmp/pp_bench_codec_XXXXXX", path[64] = "";
-    if (!rc && !mkdtemp(dir)) rc = pp_fail(err, PP_EIO, "bench codec: cannot create a directory in /tmp");
-    if (!rc) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        printf("writing %zu random tensors of the configuration's shapes to %s\n", cat.n, path);
-        rc = write_random(path, &cat, err);
-    }
     pp_backend *be = NULL;
     mimi_model *m = NULL;
     int counted = 0;
-    if (!rc) rc = pp_backend_create(device, threads, &be, err);
+    int rc = pp_backend_create(device, threads, &be, err);
     if (!rc) counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
-    if (!rc) rc = pp_mimi_open(be, path, config, &m, err);
-    if (path[0]) unlink(path); /* the mapping keeps the data */
-    rmdir(dir);
-    pp_tensor_list_free(&cat);
+    if (!rc) rc = open_random(be, config, &m, err);
     codec_bench cb = {.m = m, .n = batch, .counted = counted};
     if (!rc) rc = codec_bench_create(&cb, err);
     if (!rc) rc = run_frames(&cb, frames, warmup, err);

@@ -1,8 +1,9 @@
 /* admission: how many conversations this machine can hold in real time.
  *
- * Every 80 ms tick advances all conversations together (pp_lmbatch_step), so the limit is the
- * largest batch n whose tick, plus the per-conversation work outside the batch (codec), fits in
- * the frame with some headroom, and whose state fits in the free memory. pp_admission_calibrate
+ * Every 80 ms tick advances all conversations together (pp_lmbatch_step, and the server's
+ * batched codec), so the limit is the largest batch n whose tick, plus any per-conversation work
+ * outside the batch, fits in the frame with some headroom, and whose state fits in the free
+ * memory. pp_admission_calibrate
  * measures the tick at a few batch sizes with throwaway conversations (a second or two at
  * start-up); pp_admission_capacity predicts the tick at any n from those points (piecewise
  * linear, extrapolated with the last segment's slope) and applies both limits.
@@ -19,7 +20,7 @@
  *     pp_admission_calibrate(lm, sizes, 4, 3, PP_KV_INT8, cfg->context, &cal, err);
  *     pp_admission_limits lim;
  *     pp_admission_limits_default(&lim);
- *     lim.per_session_ms = measured codec ms per frame;
+ *     lim.per_session_ms = 0;   (the codec runs batched: session/plan.c adds it to each point)
  *     lim.mem_free = pp_admission_free_memory(be);
  *     lim.per_session_bytes = pp_lm_ctx_bytes(cfg, PP_KV_INT8) + codec state bytes;
  *     pp_admission_report rep;
@@ -44,7 +45,7 @@ typedef struct pp_admission_calib {
 typedef struct pp_admission_limits {
     double frame_ms;          /* 80: one Mimi frame */
     double headroom;          /* fraction of the frame the work may take (0.8: 20 % for jitter) */
-    double per_session_ms;    /* per conversation and frame outside the batch (Mimi encode + decode) */
+    double per_session_ms;    /* per conversation and frame outside the batch (0 when the codec is batched) */
     size_t mem_free;          /* bytes available for new conversations (0: memory not limiting) */
     size_t per_session_bytes; /* one conversation's state (pp_lm_ctx_bytes + codec state) */
     int hard_max;             /* a configured ceiling (0: none) */

@@ -7,6 +7,7 @@
 #include "session/model_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,39 +15,65 @@
 #define CALIB_TICKS 3                /* timed ticks per batch size */
 #define SESSION_SCRATCH (4u << 20)   /* a conversation's own one-row LM scratch and bookkeeping */
 
-/* Mean wall time of a Mimi encode + decode of one frame; *bytes gets the codec state's size. */
-static int time_codec(const pp_model *m, double *ms, size_t *bytes, char *err) {
-    mimi_state *st = NULL;
-    int rc = pp_mimi_state_create(pp_model_mimi(m), &st, err);
-    if (rc) return rc;
-    *bytes = pp_mimi_state_bytes(st);
-    static float pcm[PP_FRAME_SAMPLES]; /* silence: the codec's cost does not depend on the signal */
-    int32_t codes[PP_LM_AUDIO_CODEBOOKS];
+/* Mean wall time of one frame's Mimi encode + decode of n conversations in one batch, as the
+ * server's tick runs them; *bytes (when not NULL) gets one conversation's codec state size. */
+static int time_codec(const pp_model *m, int n, double *ms, size_t *bytes, char *err) {
+    const mimi_model *mm = pp_model_mimi(m);
+    mimi_state **st = calloc((size_t)n, sizeof *st);
+    int32_t(*codes)[PP_LM_AUDIO_CODEBOOKS] = calloc((size_t)n, sizeof *codes);
+    const float **in = calloc((size_t)n, sizeof *in);
+    float **out = calloc((size_t)n, sizeof *out);
+    int32_t **code_out = calloc((size_t)n, sizeof *code_out);
+    const int32_t **code_in = calloc((size_t)n, sizeof *code_in);
+    float *pcm = calloc((size_t)n * PP_FRAME_SAMPLES, sizeof *pcm); /* silence: the cost does not depend on it */
+    mimi_batch *b = NULL;
+    int rc = st && codes && in && out && code_out && code_in && pcm
+                 ? pp_mimi_batch_create(mm, n, &b, err)
+                 : pp_fail(err, PP_ENOMEM, "capacity plan: out of memory for %d codec states", n);
+    for (int i = 0; i < n && !rc; i++) {
+        rc = pp_mimi_state_create(mm, &st[i], err);
+        in[i] = out[i] = pcm + (size_t)i * PP_FRAME_SAMPLES;
+        code_in[i] = code_out[i] = codes[i];
+    }
+    if (!rc && bytes) *bytes = pp_mimi_state_bytes(st[0]);
+    /* Two frames first: the rows' start, then a device's plain run before it records. */
     double t0 = 0;
-    for (int i = 0; !rc && i <= CODEC_FRAMES; i++) {
-        if (i == 1) t0 = pp_now_ms();
-        rc = pp_mimi_encode_frame(st, pcm, codes, NULL, err);
-        if (!rc) rc = pp_mimi_decode_frame(st, codes, pcm, err);
+    for (int i = 0; !rc && i < CODEC_FRAMES + 2; i++) {
+        if (i == 2) t0 = pp_now_ms();
+        rc = pp_mimi_encode_batch(b, st, n, in, code_out, err);
+        if (!rc) rc = pp_mimi_decode_batch(b, st, n, code_in, out, err);
     }
     *ms = (pp_now_ms() - t0) / CODEC_FRAMES;
-    pp_mimi_state_destroy(st);
+    for (int i = 0; st && i < n; i++) pp_mimi_state_destroy(st[i]);
+    pp_mimi_batch_destroy(b);
+    free(st);
+    free(codes);
+    free(in);
+    free(out);
+    free(code_out);
+    free(code_in);
+    free(pcm);
     return rc;
 }
 
 /* Times ticks at 1, 2, 4, ... up to `limit` conversations until one no longer fits the frame,
  * each conversation at the model's full context (its worst case: every query attends over the
- * whole KV ring). */
-static int calibrate(const pp_lm *lm, pp_kv_format kv, const pp_admission_limits *lim, int limit,
-                     pp_admission_calib *cal, char *err) {
+ * whole KV ring), each tick with its batched codec frame as the server runs it. */
+static int calibrate(const pp_model *m, pp_kv_format kv, const pp_admission_limits *lim, int limit,
+                     pp_admission_calib *cal, double *lm1_ms, char *err) {
+    const pp_lm *lm = pp_model_lm(m);
     const int context = pp_lm_get_config(lm)->context;
     memset(cal, 0, sizeof *cal);
     double budget = lim->frame_ms * lim->headroom;
     for (int n = 1; cal->n < PP_ADMISSION_POINTS; n = 2 * n < limit ? 2 * n : limit) {
         pp_admission_calib one;
+        double codec_ms;
         int rc = pp_admission_calibrate(lm, &n, 1, CALIB_TICKS, kv, context, &one, err);
+        if (!rc) rc = time_codec(m, n, &codec_ms, NULL, err);
         if (rc) return rc;
+        if (cal->n == 0) *lm1_ms = one.tick_ms[0];
         cal->batch[cal->n] = n;
-        cal->tick_ms[cal->n++] = one.tick_ms[0];
+        cal->tick_ms[cal->n++] = one.tick_ms[0] + codec_ms;
         if (n >= limit || pp_admission_predict(cal, lim, n) > budget) break;
     }
     return PP_OK;
@@ -59,8 +86,10 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
     pp_admission_limits lim;
     pp_admission_limits_default(&lim);
     size_t codec_bytes = 0;
-    int rc = time_codec(m, &lim.per_session_ms, &codec_bytes, err);
+    double codec1_ms = 0;
+    int rc = time_codec(m, 1, &codec1_ms, &codec_bytes, err);
     if (rc) return rc;
+    lim.per_session_ms = 0; /* the codec runs batched inside each calibrated tick */
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
     if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
@@ -72,22 +101,23 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
         limit = (int)(lim.mem_free / lim.per_session_bytes);
     pp_admission_calib cal;
     if (limit < 1) limit = 1;
-    if ((rc = calibrate(lm, kv, &lim, limit, &cal, err))) return rc;
+    double lm1_ms = 0;
+    if ((rc = calibrate(m, kv, &lim, limit, &cal, &lm1_ms, err))) return rc;
     pp_admission_report rep;
     int n = pp_admission_capacity(&cal, &lim, &rep);
     *out = (pp_plan){.sessions = n > 0 ? n : 1,
                      .by_time = rep.by_time,
                      .by_memory = rep.by_memory,
-                     .tick1_ms = cal.tick_ms[0],
+                     .tick1_ms = lm1_ms,
                      .context = pp_lm_get_config(lm)->context,
-                     .codec_ms = lim.per_session_ms,
+                     .codec_ms = codec1_ms,
                      .frame_ms = pp_admission_predict(&cal, &lim, n > 0 ? n : 1),
                      .per_session_bytes = lim.per_session_bytes,
                      .mem_free = lim.mem_free};
     if (n > 0)
         snprintf(out->why, sizeof out->why,
                  "%s; real time alone allows %d, memory %d (ticks timed at 1..%d conversations, each at the full "
-                 "context of %d frames)",
+                 "context of %d frames, with their batched codec)",
                  rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context);
     else
         snprintf(out->why, sizeof out->why,

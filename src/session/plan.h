@@ -24,11 +24,11 @@ typedef struct pp_plan {
     int by_time, by_memory;   /* each limit alone (by_memory -1: memory unknown) */
     double tick1_ms;          /* measured LM tick of one conversation at the full context */
     int context;              /* that context (frames): every calibration tick ran at it */
-    double codec_ms;          /* measured Mimi encode + decode of one frame */
+    double codec_ms;          /* measured Mimi encode + decode of one conversation's frame */
     double frame_ms;          /* predicted work per frame at `sessions` */
     size_t per_session_bytes; /* KV rings in the model's format + codec state + scratch */
     size_t mem_free;
-    char why[256];            /* the figure and the binding limit, in words */
+    char why[320]; /* the figure and the binding limit, in words */
 } pp_plan;
 
 /* hard_max 0: no configured ceiling (PP_PLAN_MAX still applies); reserved_host: host bytes
