@@ -33,14 +33,48 @@ static_assert(PK_TC_THREADS * 16 == PK_TC_INPUTS * PK_TC_K, "a thread copies 16 
 
 /* v[j] = the weight at element e + j, j < 8, scaled (NF2 in the rotated domain); left: values
  * before the row ends. A format's own decode needs e on a multiple of 8 and the 8 values inside
- * one group (the launcher checks), reads just their bytes and finds the group with a shift
- * (gshift >= 0: groups of 1 << gshift) or a division; PK_TC_ANY reads element by element. */
+ * one group or ggml block (the launcher checks), reads just their bytes and finds the group with
+ * a shift (gshift >= 0: groups of 1 << gshift) or a division; PK_TC_ANY reads element by
+ * element. */
+/* Two bytes of a ggml block's payload, which is only 2-byte aligned (18- and 34-byte blocks). */
+__device__ __forceinline__ unsigned pk_ld_u16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+
 template <int FMT>
 __device__ __forceinline__ void pk_tc_decode8(const pk_weight &w, int64_t e, int64_t left, int gshift, const float *lut,
                                               float (&v)[8]) {
     if constexpr (FMT == PK_TC_ANY) {
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = j < left ? pk_weight_elem(w, e + j, lut) : 0.0f;
+    } else if constexpr (FMT == PK_Q4K) {
+        /* 8 values of one 32-value sub-block: one scale and min, 8 bytes of nibbles (the odd
+         * sub-block of a pair in the high ones); the arithmetic of pk_q4k_at, so the same values. */
+        const uint8_t *blk = (const uint8_t *)w.data + e / 256 * 144;
+        const int i = (int)(e & 255), j = i >> 5, shift = (j & 1) * 4;
+        int sc, m;
+        pk_q4k_scale_min(blk + 4, j, &sc, &m);
+        const float d = pk_ld_f16(blk) * (float)sc, mn = pk_ld_f16(blk + 2) * (float)m;
+        const uint2 q = __ldg((const uint2 *)(blk + 16 + (j >> 1) * 32 + (i & 31)));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const unsigned nib = ((k < 4 ? q.x : q.y) >> (8 * (k & 3) + shift)) & 15;
+            v[k] = __fadd_rn(__fmul_rn(d, (float)nib), -mn);
+        }
+    } else if constexpr (FMT == PK_Q4_0 || FMT == PK_Q8_0) {
+        /* Q4_0: values 0-15 in the low nibbles of the 16 bytes, 16-31 in the high ones; Q8_0: a
+         * byte each. As pk_q4_0_at / pk_q8_0_at compute them. */
+        const uint8_t *blk = (const uint8_t *)w.data + e / 32 * (FMT == PK_Q4_0 ? 18 : 34);
+        const int i = (int)(e & 31);
+        const float d = pk_ld_f16(blk);
+        const uint8_t *p = blk + 2 + (FMT == PK_Q4_0 ? (i & 15) : i);
+#pragma unroll
+        for (int k = 0; k < 8; k += 2) {
+            const unsigned two = pk_ld_u16(p + k);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const unsigned b = (two >> (8 * h)) & 255;
+                v[k + h] = FMT == PK_Q4_0 ? (float)((int)(i < 16 ? b & 15 : b >> 4) - 8) * d : (float)(int8_t)b * d;
+            }
+        }
     } else {
         typedef pk_fmt<FMT> F;
         const uint8_t *p = (const uint8_t *)w.data + e * F::BITS / 8;

@@ -116,6 +116,15 @@ static int weight_chunkable(const pk_weight *w) {
     return w->fmt <= PK_BF16 || w->group % v == 0;
 }
 
+/* ggml blocks the tensor-core product decodes 8 values at a time: rows of whole blocks, whose
+ * loads are aligned (Q4_K's 8 bytes of nibbles; Q4_0's and Q8_0's pairs of bytes). */
+static int ggml_tc_decodes(const pk_weight *w) {
+    if (w->fmt != PK_Q4_0 && w->fmt != PK_Q8_0 && w->fmt != PK_Q4K) return 0;
+    const int64_t block = w->fmt == PK_Q4K ? 256 : 32;
+    const uintptr_t align = w->fmt == PK_Q4K ? 8 : 2;
+    return w->cols % block == 0 && w->elem0 % block == 0 && !((uintptr_t)w->data & (align - 1));
+}
+
 /* The chunked GEMV also reads x in 16-byte vectors. */
 static int chunkable(const pk_weight *w, const float *x) { return weight_chunkable(w) && !((uintptr_t)x & 15); }
 
@@ -177,7 +186,9 @@ extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated) {
 
 extern "C" const char *pk_matmul_slow_path(const pk_weight *w, int n) {
     if (n > PK_GEMV_MAX_BATCH)
-        return w->fmt == PK_F32 || weight_chunkable(w) ? NULL : "the tensor-core product, decoding element by element";
+        return w->fmt == PK_F32 || weight_chunkable(w) || ggml_tc_decodes(w)
+                   ? NULL
+                   : "the tensor-core product, decoding element by element";
     if (int_gemv_takes(w, n) || (w->fmt == PK_Q4K && !((uintptr_t)w->data & 15)) || weight_chunkable(w)) return NULL;
     return "the GEMV that decodes one element at a time";
 }
@@ -215,6 +226,15 @@ static int gemm(const pk_weight *w, const float *x, int n, pk_dst out, void *cub
             cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one,
                         (const float *)w->data + w->elem0, (int)w->cols, x, (int)w->cols, &beta, out.y, (int)w->rows);
         return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+    }
+    if (ggml_tc_decodes(w)) {
+        if (w->fmt == PK_Q4K)
+            launch_tc<PK_Q4K>(w, x, n, out, stream);
+        else if (w->fmt == PK_Q4_0)
+            launch_tc<PK_Q4_0>(w, x, n, out, stream);
+        else
+            launch_tc<PK_Q8_0>(w, x, n, out, stream);
+        return pk_launched();
     }
     if (!weight_chunkable(w)) {
         launch_tc<PK_TC_ANY>(w, x, n, out, stream);

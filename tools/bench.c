@@ -101,10 +101,11 @@ double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT
  * aligned-input path (sm_90, November 2026; the moves nvcc wraps around each cvt.rna dropped,
  * ptxas folds them) x 4 warps / the step's weight bytes with scales, e.g. NF2 340 x 4 / 288 B.
  * Nearly all of it is decode, split and staging, which is paid once per block whatever the
- * inputs; the element-by-element formats (Q4_0, Q8_0, Q4_K) are not measured: NF2's stands in. */
+ * inputs. The ggml blocks' (Q4_0 218, Q8_0 183, Q4_K 235 PTX instructions in the whole kernel,
+ * NF2 264) are NF2's path scaled by those totals: Q4_K 303 x 4 / 576 B. */
 static const double gemm_tc_instr_per_byte[PP_WF_COUNT] = {
-    [PP_WF_F16] = 0.37, [PP_WF_BF16] = 0.37, [PP_WF_NF2] = 4.7, [PP_WF_INT4] = 1.94, [PP_WF_NF4] = 1.96,
-    [PP_WF_Q4_0] = 4.7, [PP_WF_Q8_0] = 4.7,  [PP_WF_Q4K] = 4.7, [PP_WF_INT8] = 1.21};
+    [PP_WF_F16] = 0.37,  [PP_WF_BF16] = 0.37, [PP_WF_NF2] = 4.7, [PP_WF_INT4] = 1.94, [PP_WF_NF4] = 1.96,
+    [PP_WF_Q4_0] = 1.95, [PP_WF_Q8_0] = 0.87, [PP_WF_Q4K] = 2.1, [PP_WF_INT8] = 1.21};
 
 double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemm_tc_instr_per_byte[fmt] : 0; }
 
