@@ -61,8 +61,12 @@ static int parse(int argc, char **argv, batch_opts *o) {
     *o = (batch_opts){.device = "cpu", .format = "bf16", .kv = "f32", .layers = 1, .dep_layers = 1, .ticks = 3,
                       .batches = {1, 2, 8}, .n_batches = 3};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!*v && strcmp(a, "--codec") != 0 && strcmp(a, "--extrapolate") != 0) return -1;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--codec") == 0 || strcmp(a, "--extrapolate") == 0) { /* flags: no value */
+            *(strcmp(a, "--codec") == 0 ? &o->codec : &o->extrapolate) = 1;
+            continue;
+        }
+        if (!v) return -1;
         i++;
         if (strcmp(a, "--weights") == 0) o->weights = v;
         else if (strcmp(a, "--config") == 0) o->config = v;
@@ -75,10 +79,7 @@ static int parse(int argc, char **argv, batch_opts *o) {
         else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
         else if (strcmp(a, "--context") == 0)
             o->context = atoi(v);
-        else if (strcmp(a, "--codec") == 0 || strcmp(a, "--extrapolate") == 0) {
-            *(strcmp(a, "--codec") == 0 ? &o->codec : &o->extrapolate) = 1;
-            i--; /* a flag: no value */
-        } else if (strcmp(a, "--batches") == 0) {
+        else if (strcmp(a, "--batches") == 0) {
             if ((o->n_batches = parse_list(v, o->batches, MAX_BATCHES)) < 1) return -1;
         } else
             return -1;

@@ -162,18 +162,26 @@ static int codec_frame(codec_bench *cb, int i, double *enc_s, double *dec_s, dou
     return rc;
 }
 
-/* One more frame, counted: nodes and, where the backend counts it, device traffic. Codec
- * products run on f32 weights (their rate in the estimate). */
-static void count_frame(codec_bench *cb, int i, char *err) {
+/* Frame i, counted: its device nodes (0 on a backend without them) and, where the backend counts
+ * it, its device traffic into t. Codec products run on f32 weights (their rate in the estimate). */
+static int counted_frame(codec_bench *cb, int i, double *nodes, bench_traffic *t, char *err) {
     pp_backend *be = pp_mimi_backend(cb->m);
-    if (!be->ops->nodes_run) return;
-    bench_traffic t = {0};
     double enc, dec, energy = 0;
     bench_traffic_take(be, PP_WF_F32, NULL);
-    uint64_t n0 = be->ops->nodes_run(be);
-    if (codec_frame(cb, i, &enc, &dec, &energy, err)) return;
-    double nodes = (double)(be->ops->nodes_run(be) - n0);
-    bench_traffic_take(be, PP_WF_F32, &t);
+    uint64_t n0 = be->ops->nodes_run ? be->ops->nodes_run(be) : 0;
+    int rc = codec_frame(cb, i, &enc, &dec, &energy, err);
+    *nodes = be->ops->nodes_run ? (double)(be->ops->nodes_run(be) - n0) : 0;
+    bench_traffic_take(be, PP_WF_F32, t);
+    return rc;
+}
+
+/* One more frame on a device backend, counted and printed. */
+static int print_counted_frame(codec_bench *cb, int i, char *err) {
+    if (!pp_mimi_backend(cb->m)->ops->nodes_run) return PP_OK;
+    bench_traffic t = {0};
+    double nodes;
+    int rc = counted_frame(cb, i, &nodes, &t, err);
+    if (rc) return rc;
     printf("one frame of %d conversations (encode + decode): %.0f nodes", cb->n, nodes);
     if (cb->counted)
         printf(", device %.1f MB read + %.1f MB written, H100 estimate %.3f ms\n", t.read / 1e6, t.written / 1e6,
@@ -181,6 +189,7 @@ static void count_frame(codec_bench *cb, int i, char *err) {
     else
         printf("\n");
     if (cb->counted) bench_traffic_print(&t);
+    return PP_OK;
 }
 
 static int run_frames(codec_bench *cb, int frames, int warmup, char *err) {
@@ -208,7 +217,7 @@ static int run_frames(codec_bench *cb, int frames, int warmup, char *err) {
         report("decode", dec_ms, frames, frame_ms);
         double samples = (double)(warmup + frames) * c->frame_size * cb->n;
         printf("decoded pcm rms %.3g (finite: %s)\n", sqrt(energy / samples), isfinite(energy) ? "yes" : "NO");
-        count_frame(cb, warmup + frames, err);
+        rc = print_counted_frame(cb, warmup + frames, err);
     }
     free(enc_ms);
     free(dec_ms);
@@ -247,11 +256,7 @@ int bench_codec_count(pp_backend *be, int n, double *nodes, bench_traffic *t, do
     /* Three frames first: the rows' start (unrecorded), then a device's plain and recorded runs. */
     double enc, dec, energy = 0;
     for (int i = 0; i < 3 && !rc; i++) rc = codec_frame(&cb, i, &enc, &dec, &energy, err);
-    bench_traffic_take(be, PP_WF_F32, NULL);
-    uint64_t n0 = be->ops->nodes_run(be);
-    if (!rc) rc = codec_frame(&cb, 3, &enc, &dec, &energy, err);
-    *nodes = (double)(be->ops->nodes_run(be) - n0);
-    bench_traffic_take(be, PP_WF_F32, t);
+    if (!rc) rc = counted_frame(&cb, 3, nodes, t, err);
     codec_bench_destroy(&cb);
     pp_mimi_close(cb.m);
     return rc;

@@ -622,6 +622,9 @@ static int run_call(mimi_batch *b, int decode, codec_call *c, char *err) {
     return pp_backend_run_recorded(b->m->be, b->key[decode], issue, c, err);
 }
 
+/* The state's first frame since reset meets the downsample's replicate padding. */
+static int starts_downsample(const mimi_model *m, const mimi_state *s) { return m->resample && !s->started; }
+
 static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *const *pcm, int32_t *const *codes,
                   float *latent, char *err) {
     int rc = check_batch(b, ss, n, "encode", err);
@@ -630,10 +633,8 @@ static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *cons
     pp_backend *be = m->be;
     const int frame = m->cfg.frame_size, ncb = m->cfg.quantizer.num_codebooks;
     codec_call c = {b, n, 0};
-    for (int i = 0; i < n; i++)
-        if (m->resample && !ss[i]->started) b->order[c.fresh++] = i;
-    for (int i = 0, r = c.fresh; i < n; i++)
-        if (!(m->resample && !ss[i]->started)) b->order[r++] = i;
+    for (int i = 0; i < n; i++) c.fresh += starts_downsample(m, ss[i]);
+    for (int i = 0, f = 0, r = c.fresh; i < n; i++) b->order[starts_downsample(m, ss[i]) ? f++ : r++] = i;
     for (int r = 0; r < n; r++) memcpy(b->pcm_host + (size_t)r * frame, pcm[b->order[r]], frame * sizeof(float));
     be->ops->upload(be, b->pcm, b->pcm_host, (size_t)n * frame * sizeof(float));
     prepare_rows(b, ss, n, 0);

@@ -418,31 +418,30 @@ int pp_session_batch_create(pp_model *m, int capacity, pp_session_batch **out, c
     return PP_OK;
 }
 
-int pp_session_batch_step(pp_session_batch *b, pp_session *const *ss, int n, char *err) {
-    if (n < 0 || n > b->cap)
-        return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
-    for (int i = 0; i < n; i++) {
-        if (ss[i]->m != b->m) return pp_fail(err, PP_EINVAL, "session batch: entry %d is of another model", i);
-        int rc = check_encoded(ss[i], i, err);
-        if (rc) return rc;
-        b->gens[i] = ss[i]->gen;
-        memcpy(b->user[i], ss[i]->user, sizeof b->user[i]);
-    }
-    /* pp_lmbatch_step refuses a session listed twice before anything changes. */
-    int rc = pp_lmbatch_step(b->lm, b->gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])b->user, b->outs, err);
-    if (rc) return rc;
-    for (int i = 0; i < n; i++) {
-        ss[i]->out = b->outs[i];
-        ss[i]->stage = STAGE_STEPPED;
-    }
-    return PP_OK;
-}
-
 static int check_batch(const pp_session_batch *b, pp_session *const *ss, int n, char *err) {
     if (n < 0 || n > b->cap)
         return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
     for (int i = 0; i < n; i++)
         if (ss[i]->m != b->m) return pp_fail(err, PP_EINVAL, "session batch: entry %d is of another model", i);
+    return PP_OK;
+}
+
+int pp_session_batch_step(pp_session_batch *b, pp_session *const *ss, int n, char *err) {
+    int rc = check_batch(b, ss, n, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        rc = check_encoded(ss[i], i, err);
+        if (rc) return rc;
+        b->gens[i] = ss[i]->gen;
+        memcpy(b->user[i], ss[i]->user, sizeof b->user[i]);
+    }
+    /* pp_lmbatch_step refuses a session listed twice before anything changes. */
+    rc = pp_lmbatch_step(b->lm, b->gens, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])b->user, b->outs, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        ss[i]->out = b->outs[i];
+        ss[i]->stage = STAGE_STEPPED;
+    }
     return PP_OK;
 }
 
