@@ -6,7 +6,8 @@
  * Device memory is tracked by allocation, so every copy and memset checks that its device
  * side lies inside one, and work recorded into a graph may not touch host memory (a frame is
  * uploaded before its replay; the backend's design keeps transfers out of graphs). On request
- * (pk_device_traffic) it counts the device memory each step reads and writes. */
+ * (pk_device_traffic) it counts the device memory each step reads and writes, and it can hold
+ * each block's stores back from the others until the block fences (PK_EMU_HELD_STORES=1). */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -21,6 +22,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 /* Under ASan every stack switch is announced, so it knows which stack is live. */
@@ -120,6 +123,7 @@ struct region {
     size_t bytes;
     bool device;
     bool registered; /* host memory the device reads in place (cudaHostRegister) */
+    bool paged;      /* whole pages that on_fault watches (allocated while counting or holding stores) */
     bool counted;    /* pages whose traffic is counted (allocated while counting) */
 };
 static std::map<uintptr_t, region> regions; /* start -> allocation */
@@ -141,8 +145,8 @@ static bool on_device(const void *p, size_t bytes) {
 }
 
 static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device);
-static void *counted_alloc(size_t bytes);
-static void counted_free(void *p, size_t bytes);
+static void *paged_alloc(size_t bytes, bool counted);
+static void paged_free(void *p, size_t bytes);
 
 extern "C" cudaError_t cudaMalloc(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, true); }
 extern "C" cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, false); }
@@ -152,8 +156,8 @@ static cudaError_t emu_free(void *ptr, bool device) {
     auto it = regions.find((uintptr_t)ptr);
     if (it == regions.end() || it->second.device != device || it->second.registered) return note(cudaErrorInvalidValue);
     if (device) device_bytes -= it->second.bytes;
-    if (it->second.counted)
-        counted_free(ptr, it->second.bytes);
+    if (it->second.paged)
+        paged_free(ptr, it->second.bytes);
     else
         free(ptr);
     regions.erase(it);
@@ -177,7 +181,7 @@ extern "C" cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags)
     if (next != regions.end() && next->first < a + bytes) return note(cudaErrorHostMemoryAlreadyRegistered);
     if (next != regions.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a)
         return note(cudaErrorHostMemoryAlreadyRegistered);
-    regions[a] = region{bytes, true, true, false};
+    regions[a] = region{bytes, true, true, false, false};
     return cudaSuccess;
 }
 
@@ -209,76 +213,186 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     return cudaSuccess;
 }
 
-/* ---- device memory traffic (pk_device_traffic) ----
- * Off until the first pk_device_traffic call. From then on a device allocation is a mapping of
- * whole pages, kept inaccessible except for the pages the running step has opened: its first
- * read of a page faults, and on_fault counts the page as read and opens it for reading; its
- * first write faults (again), counts the page as written and opens it for writing (a page
- * written before it is read counts as written only, and so does one first touched by an x86
- * read-modify-write instruction: its fault reports a write). Before the next step every
- * opened page is closed again, so each step counts afresh, also when a graph replays it. A
- * page counts its bytes up to its allocation's end: the granularity is the page (a GPU moves
- * 32-byte sectors, so small scattered accesses count high). Not counted: memory allocated
- * before counting began, pinned host memory and registered host memory (cudaHostRegister).
- * Off, it costs one test per step and changes nothing: allocations stay heap blocks that ASan
- * guards. */
+/* ---- paged device memory: traffic counting and held stores ----
+ * Both watch the device memory kernels touch, so while either is on a device allocation is a
+ * mapping of whole pages that stays closed (inaccessible while counting, else read-only) except
+ * for the pages the running step has opened: on_fault opens a page on its first write, or on
+ * its first read where reads fault, and before the next step every opened page is closed again.
+ * Off (the default), allocations stay heap blocks that ASan guards and a step costs one test.
+ *
+ * Traffic (pk_device_traffic): off until the first call, then counted in the memory allocated
+ * from then on. A step's first read of a page counts the page as read, its first write as
+ * written (a page written before it is read counts as written only, and so does one first
+ * touched by an x86 read-modify-write instruction: its fault reports a write). Each step counts
+ * afresh, also when a graph replays it. A page counts its bytes up to its allocation's end: the
+ * granularity is the page (a GPU moves 32-byte sectors, so small scattered accesses count
+ * high). Not counted: memory allocated before counting began, pinned host memory and
+ * registered host memory (cudaHostRegister).
+ *
+ * Held stores: blocks run one after another, so a block that merges the others' partial results
+ * would see them even where the device, for want of a __threadfence, may not. A launch that
+ * holds stores keeps each block's stores to device memory from the blocks after it until the
+ * block executes __threadfence (which publishes everything the block stored so far); the rest
+ * land when the launch ends, block by block. Atomics are never held, and a block reads its own
+ * stores. A block's first write to a page saves the page's bytes (its pre-image) and opens it;
+ * a fence makes the pages' bytes their pre-images; at the block's end each byte that differs
+ * from its pre-image is set aside and the pre-image's byte put back, and the pages the block
+ * left unchanged are write-protected again (the others stay open, their pre-images still
+ * right, as the next block likely writes them too); at the launch's end the set-aside bytes are
+ * written. An atomic writes its result into the pre-image too, so it is never undone. With
+ * PK_EMU_HELD_STORES=1 in the environment (read at the first allocation: device allocations are
+ * pages from then on) every launch holds stores; without it, while counting, every other launch
+ * of a kernel that an earlier launch saw fence or use a global atomic does (only counted memory
+ * is held then). */
 
 struct step_traffic {
     const char *name;
     uint64_t read, written;
 };
 
+static bool paging;                             /* on_fault is installed; device allocations are pages */
 static bool counting;
 static size_t page;
-static struct sigaction chained;          /* SIGSEGV's action before counting began */
-static std::vector<uintptr_t> opened;     /* pages opened since the running step began */
-static const char *step_name;             /* the running step's, NULL between steps */
-static uint64_t step_read, step_written;  /* its bytes so far */
-static std::vector<step_traffic> traffic; /* steps run since the last pk_device_traffic */
+static struct sigaction chained;                /* SIGSEGV's action before paging began */
+static std::vector<uintptr_t> opened;           /* counted pages opened since the running step began */
+static std::vector<uintptr_t> opened_uncounted; /* uncounted ones (held stores only), closed read-only */
+static std::set<uintptr_t> rewritten;           /* counted pages the step wrote that a hold protected again */
+static const char *step_name;                   /* the running step's, NULL between steps */
+static uint64_t step_read, step_written;        /* its bytes so far */
+static std::vector<step_traffic> traffic;       /* steps run since the last pk_device_traffic */
+
+enum { MAX_HELD = 1 << 16 }; /* pages held at once */
+struct set_aside_run {
+    uintptr_t at;
+    size_t bytes, offset; /* in set_aside_bytes */
+};
+static bool holding;                               /* the running launch holds stores */
+static std::vector<uintptr_t> held;                /* open pages of the launch (capacity MAX_HELD) */
+static unsigned char *pre_images;                  /* [MAX_HELD][page]: held[i]'s bytes as other blocks see them */
+static std::vector<set_aside_run> set_aside;       /* the launch's held stores so far, in block order */
+static std::vector<unsigned char> set_aside_bytes; /* their bytes */
 
 static size_t mapped_bytes(size_t bytes) { return ((bytes ? bytes : 1) + page - 1) & ~(page - 1); }
 
+/* One call per run of adjacent pages; the list (any order, repeats allowed) is left sorted
+ * without repeats. */
+static void protect(std::vector<uintptr_t> &pages, int prot) {
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    for (size_t i = 0, j; i < pages.size(); i = j) {
+        for (j = i + 1; j < pages.size() && pages[j] == pages[j - 1] + page;) j++;
+        if (mprotect((void *)pages[i], (j - i) * page, prot)) fatal("cannot protect device pages");
+    }
+}
+
 /* Filled with garbage, as emu_alloc's blocks are, before it is closed. */
-static void *counted_alloc(size_t bytes) {
+static void *paged_alloc(size_t bytes, bool counted) {
     size_t n = mapped_bytes(bytes);
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return NULL;
     memset(p, 0xff, n);
-    if (mprotect(p, n, PROT_NONE)) fatal("cannot protect counted device memory");
+    if (mprotect(p, n, counted ? PROT_NONE : PROT_READ)) fatal("cannot protect paged device memory");
     return p;
 }
 
 static void close_opened(void) {
-    for (size_t i = 0, j; i < opened.size(); i = j) { /* runs of adjacent pages in one call */
-        for (j = i + 1; j < opened.size() && opened[j] == opened[j - 1] + page;) j++;
-        if (mprotect((void *)opened[i], (j - i) * page, PROT_NONE)) fatal("cannot close counted device pages");
-    }
+    protect(opened, PROT_NONE);
+    protect(opened_uncounted, PROT_READ);
     opened.clear();
+    opened_uncounted.clear();
+    rewritten.clear();
 }
 
 /* Its pages are closed first: an opened page must not outlive its mapping (the address may
  * come back as someone else's). */
-static void counted_free(void *p, size_t bytes) {
+static void paged_free(void *p, size_t bytes) {
     close_opened();
     munmap(p, mapped_bytes(bytes));
 }
 
-/* A fault in a counted allocation is counted and its page opened; any other goes where it
- * went before counting began (ASan's report, or the default action: the access faults again
- * and ends the process). Host code touching counted memory between steps opens pages
- * uncounted. It runs only for faults on device memory, never inside the emulation's own
- * bookkeeping, so reading `regions` here is safe. */
+/* on_fault, for a write to page p, which is not held: into storage reserved beforehand, as a
+ * signal handler should. */
+static void hold(uintptr_t p) {
+    if (held.size() == MAX_HELD) fatal("more device pages held at once than held stores can keep");
+    memcpy(pre_images + held.size() * page, (const void *)p, page);
+    held.push_back(p);
+}
+
+/* Pages no longer held: write-protected again, so that a block's next write to one holds it
+ * afresh (without counting it twice). */
+static void unhold(std::vector<uintptr_t> &pages) {
+    if (counting) rewritten.insert(pages.begin(), pages.end());
+    protect(pages, PROT_READ);
+}
+
+/* __threadfence: what the running block stored so far becomes visible. Its pages stay held
+ * with their bytes as new pre-images (cheaper than protecting them again: every thread of a
+ * block may fence, each after its own stores). */
+static void publish_held(void) {
+    for (size_t i = 0; i < held.size(); i++) memcpy(pre_images + i * page, (const void *)held[i], page);
+}
+
+/* At a holding block's end: what it stored and never fenced is set aside and undone. A page it
+ * changed holds its pre-image's bytes again and stays held, open, for the next block (which
+ * likely writes it too: that saves a fault and two system calls a block); the rest are
+ * unheld. */
+static void set_aside_held(void) {
+    static std::vector<uintptr_t> unchanged;
+    size_t kept = 0;
+    for (size_t i = 0; i < held.size(); i++) {
+        unsigned char *live = (unsigned char *)held[i], *pre = pre_images + i * page;
+        if (!memcmp(live, pre, page)) {
+            unchanged.push_back(held[i]);
+            continue;
+        }
+        for (size_t s = 0, e; s < page; s = e) {
+            if (live[s] == pre[s]) {
+                e = s + 1;
+                continue;
+            }
+            for (e = s + 1; e < page && live[e] != pre[e];) e++;
+            set_aside.push_back(set_aside_run{held[i] + s, e - s, set_aside_bytes.size()});
+            set_aside_bytes.insert(set_aside_bytes.end(), live + s, live + e);
+            memcpy(live + s, pre + s, e - s);
+        }
+        if (kept != i) memcpy(pre_images + kept * page, pre, page);
+        held[kept++] = held[i];
+    }
+    held.resize(kept);
+    unhold(unchanged);
+    unchanged.clear();
+}
+
+/* At a holding launch's end its blocks' held stores land, in block order. Their pages were all
+ * opened in this step, so the next step closes them. */
+static void land_set_aside(void) {
+    std::vector<uintptr_t> pages;
+    for (const set_aside_run &r : set_aside) pages.push_back(r.at & ~(uintptr_t)(page - 1));
+    protect(pages, PROT_READ | PROT_WRITE);
+    for (const set_aside_run &r : set_aside) memcpy((void *)r.at, &set_aside_bytes[r.offset], r.bytes);
+    unhold(pages);
+    set_aside.clear();
+    set_aside_bytes.clear();
+}
+
+/* A fault in paged memory opens its page (counted, and held where the launch holds stores); any
+ * other goes where it went before paging began (ASan's report, or the default action: the
+ * access faults again and ends the process). Host code touching paged memory between steps
+ * opens pages uncounted. It runs only for faults on device memory, never inside the
+ * emulation's own bookkeeping, so reading `regions` here is safe. */
 static void on_fault(int sig, siginfo_t *info, void *context) {
     uintptr_t a = (uintptr_t)info->si_addr;
     auto it = regions.upper_bound(a);
-    if (it != regions.begin() && (--it)->second.counted && a - it->first < mapped_bytes(it->second.bytes)) {
+    if (it != regions.begin() && (--it)->second.paged && a - it->first < mapped_bytes(it->second.bytes)) {
+        const region &r = it->second;
         uintptr_t p = a & ~(uintptr_t)(page - 1);
         /* x86-64: bit 1 of the page fault's error code is set for a write */
         bool write = ((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2;
-        if (mprotect((void *)p, page, write ? PROT_READ | PROT_WRITE : PROT_READ))
-            fatal("cannot open a counted device page");
-        opened.push_back(p);
-        if (step_name) (write ? step_written : step_read) += std::min(p + page, it->first + it->second.bytes) - p;
+        if (mprotect((void *)p, page, write ? PROT_READ | PROT_WRITE : PROT_READ)) fatal("cannot open a device page");
+        (r.counted ? opened : opened_uncounted).push_back(p);
+        if (write && holding) hold(p);
+        if (r.counted && step_name && !(write && rewritten.count(p)))
+            (write ? step_written : step_read) += std::min(p + page, it->first + r.bytes) - p;
         return;
     }
     if (chained.sa_flags & SA_SIGINFO)
@@ -292,19 +406,42 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
 /* Installed after ASan's handler (ASan installs its own at start-up), which it chains to; on
  * the alternate signal stack where one is set (ASan sets one, where a fault on an overflowed
  * fiber stack can still be handled), else on the faulting stack. */
-static void start_counting(void) {
+static void start_paging(void) {
+    if (paging) return;
     page = (size_t)sysconf(_SC_PAGESIZE);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &chained)) fatal("cannot install the traffic counter's SIGSEGV handler");
-    counting = true;
+    if (sigaction(SIGSEGV, &sa, &chained)) fatal("cannot install the paged memory's SIGSEGV handler");
+    paging = true;
+}
+
+/* PK_EMU_HELD_STORES=1: every launch holds stores. */
+static bool hold_all(void) {
+    static const bool on = [] {
+        const char *v = getenv("PK_EMU_HELD_STORES");
+        if (!v || strcmp(v, "1")) return false;
+        start_paging();
+        return true;
+    }();
+    return on;
+}
+
+/* The storage hold fills, reserved at the first holding launch (virtual until used). */
+static void reserve_holds(void) {
+    if (pre_images) return;
+    void *p = mmap(NULL, (size_t)MAX_HELD * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) fatal("cannot map the held stores' pre-images");
+    pre_images = (unsigned char *)p;
+    held.reserve(MAX_HELD);
 }
 
 extern "C" int pk_device_traffic(pk_traffic_fn fn, void *arg) {
-    if (!counting) start_counting();
+    start_paging();
+    counting = true;
     if (fn)
         for (const step_traffic &t : traffic) fn(arg, t.name, t.read, t.written);
     traffic.clear();
@@ -322,8 +459,9 @@ struct step {
 };
 
 static cudaError_t run_step(const step &s) {
-    if (!counting) return s.run();
+    if (!paging) return s.run();
     close_opened();
+    if (!counting) return s.run();
     step_name = s.name;
     step_read = step_written = 0;
     cudaError_t e = s.run();
@@ -357,13 +495,13 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     *ptr = NULL;
     if (device && any_capture()) return forbidden_in_capture();
     if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
-    bool counted = device && counting;
+    bool paged = device && (hold_all() || counting), counted = device && counting;
     size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
-    void *p = counted ? counted_alloc(bytes) : aligned_alloc(256, padded);
+    void *p = paged ? paged_alloc(bytes, counted) : aligned_alloc(256, padded);
     if (!p) return note(cudaErrorMemoryAllocation);
     /* Fresh device memory holds garbage, not zeros: code that relies on it reads NaNs here. */
-    if (!counted) memset(p, 0xff, padded);
-    regions[(uintptr_t)p] = region{bytes, device, false, counted};
+    if (!paged) memset(p, 0xff, padded);
+    regions[(uintptr_t)p] = region{bytes, device, false, paged, counted};
     if (device) device_bytes += bytes;
     *ptr = p;
     return cudaSuccess;
@@ -781,24 +919,73 @@ static void run_block(void) {
 static bool waited; /* the running launch called pk_grid_wait */
 void grid_waited() { waited = true; }
 
+static bool syncs; /* the running launch fenced or used a global atomic */
+/* Kernels (by launch name) that a launch saw fence or use a global atomic, each with how many of
+ * its launches came after. */
+static std::map<std::string, unsigned long, std::less<>> syncing;
+
+void thread_fence() {
+    syncs = true;
+    if (holding) publish_held();
+}
+
+/* Shared memory (the section's statics or the dynamic buffer) is the block's own: its atomics
+ * hand nothing to other blocks. */
+void atomic_stored(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    if ((a >= (uintptr_t)__start_pk_emu_shared && a < (uintptr_t)__stop_pk_emu_shared) ||
+        a - (uintptr_t)dyn_shared.data() < dyn_shared.size())
+        return;
+    syncs = true;
+    if (!holding) return;
+    uintptr_t p_page = a & ~(uintptr_t)(page - 1);
+    for (size_t i = 0; i < held.size(); i++)
+        if (held[i] == p_page) memcpy(pre_images + i * page + (a - p_page), p, bytes);
+}
+
+/* Every launch with PK_EMU_HELD_STORES=1; otherwise, while counting (allocations are pages then),
+ * every other launch of a kernel that hands data between blocks. */
+static bool holds_stores(const char *name) {
+    if (hold_all()) return true;
+    if (!counting) return false;
+    auto it = syncing.find(name);
+    return it != syncing.end() && it->second++ % 2 == 0;
+}
+
 static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, bool programmatic,
                               const std::function<void()> &fn) {
     waited = false;
+    syncs = false;
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
     descending = launches & 1;
     warp_ahead = launches & 2;
     launches++;
+    unsigned long n_blocks = (unsigned long)grid.x * grid.y * grid.z;
+    holding = n_blocks > 1 && holds_stores(name); /* a lone block has no one to hide its stores from */
+    if (holding) reserve_holds();
     dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
     body = &fn;
     dims.grid_dim = grid;
     dims.block_dim = block;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                dims.block_idx = uint3{x, y, z};
-                run_block();
-            }
+    /* Every other holding launch takes the blocks in descending order: the last block to arrive
+     * must be found by its ticket, not its index. */
+    static unsigned long holding_launches;
+    bool blocks_descending = holding && holding_launches++ % 2;
+    for (unsigned long k = 0; k < n_blocks; k++) {
+        unsigned long i = blocks_descending ? n_blocks - 1 - k : k;
+        dims.block_idx =
+            uint3{(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y)};
+        run_block();
+        if (holding) set_aside_held();
+    }
+    if (holding) {
+        unhold(held); /* the last block's stores are in set_aside */
+        held.clear();
+        land_set_aside();
+    }
+    holding = false;
+    if (syncs && syncing.find(name) == syncing.end()) syncing.emplace(name, 0);
     if (programmatic && !waited) {
         fprintf(stderr, "cuda_emu: %s: ", name);
         fatal("a programmatic launch whose kernel never calls pk_grid_wait (use PK_LAUNCH_PLAIN)");

@@ -7,7 +7,16 @@
  * descending; warps in step or one running ahead), so a read of shared memory that lacks its
  * barrier sees stale data under some of them. Misuse the hardware leaves undefined (a
  * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers) stops the
- * program with a message. */
+ * program with a message.
+ *
+ * Blocks that hand data to each other (the last block to draw a ticket from a global atomic
+ * merges the others' partial results) need __threadfence between their stores and the atomic;
+ * running blocks in turn would hide a missing one, so a launch may hold stores: each block's
+ * stores to device memory stay invisible to the other blocks until the block executes
+ * __threadfence, and land when the launch ends if it never does; atomics are never held, and a
+ * block reads its own stores. Every other such launch takes its blocks in descending order. With
+ * PK_EMU_HELD_STORES=1 every launch holds stores; without it, every other launch of a kernel
+ * seen fencing or using a global atomic does, but only while device traffic is counted (emu.cc). */
 #ifndef PK_EMU_DEVICE_H
 #define PK_EMU_DEVICE_H
 
@@ -47,6 +56,10 @@ struct __attribute__((aligned(16))) uint4 {
     unsigned x, y, z, w;
 };
 
+struct __attribute__((aligned(8))) float2 {
+    float x, y;
+};
+
 struct __attribute__((aligned(16))) float4 {
     float x, y, z, w;
 };
@@ -55,6 +68,7 @@ struct __attribute__((aligned(8))) int2 {
     int x, y;
 };
 
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline int2 make_int2(int x, int y) { return int2{x, y}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
@@ -85,6 +99,10 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char 
             std::function<void()> body);
 /* pk_grid_wait was called by the running launch. */
 void grid_waited();
+/* __threadfence: publishes the block's held stores (emu.cc). */
+void thread_fence();
+/* After an atomic stored `bytes` at p: an atomic on device memory is never held back. */
+void atomic_stored(const void *p, size_t bytes);
 
 /* kernel<<<grid, block, smem, stream>>>(args): the arguments are converted to the kernel's
  * parameter types once, and every thread gets its own copy (as kernel parameters are). */
@@ -143,14 +161,29 @@ template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d
     return out;
 }
 
+static inline void __threadfence(void) { pk_emu::thread_fence(); }
+
 /* One host thread runs every fiber and never preempts one: a plain update is atomic. */
-static inline int atomicAdd(int *p, int v) {
-    int old = *p;
-    *p = old + v;
+template <class T, class F> static inline T pk_emu_atomic(T *p, F update) {
+    T old = *p;
+    *p = update(old);
+    pk_emu::atomic_stored(p, sizeof *p);
     return old;
 }
 
+static inline int atomicAdd(int *p, int v) {
+    return pk_emu_atomic(p, [v](int old) { return (int)((unsigned)old + (unsigned)v); }); /* wraps, as the device */
+}
+static inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    return pk_emu_atomic(p, [v](unsigned old) { return old + v; });
+}
+static inline unsigned atomicExch(unsigned *p, unsigned v) {
+    return pk_emu_atomic(p, [v](unsigned) { return v; });
+}
+
 template <class T> static inline T __ldg(const T *p) { return *p; }
+/* Skips L1 on the device (reads what other blocks published); one memory here. */
+template <class T> static inline T __ldcg(const T *p) { return *p; }
 
 template <class To, class From> static inline To pk_emu_bits(From v) {
     static_assert(sizeof(To) == sizeof(From), "a reinterpretation keeps the size");

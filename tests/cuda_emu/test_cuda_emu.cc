@@ -4,9 +4,11 @@
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
  * graph replays on new data, SGEMM matches a plain product for each transpose, a
  * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
- * program, the tensor-core fragments (mma.h) multiply TF32 tiles as the device does, and the
- * device traffic counter
- * (pk_device_traffic) gives exact bytes per kernel, copy and fill, replays included. */
+ * program, the tensor-core fragments (mma.h) multiply TF32 tiles as the device does, the
+ * device traffic counter (pk_device_traffic) gives exact bytes per kernel, copy and fill,
+ * replays included, and under held stores a last-block merge without its __threadfence (or that
+ * picks the last block by index) comes out wrong while one with it, a block's reads of its own
+ * stores and atomics stay right. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -335,7 +337,7 @@ static int item_is(const std::vector<counted_item> &v, size_t i, const char *nam
     return 0;
 }
 
-/* Last in main: counting, once on, stays on for the process. */
+/* Counting, once on, stays on for the process: test_held_stores, after it, relies on that. */
 static void test_traffic(void) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), in_bytes = 3 * page + 100;
     unsigned char *before = NULL, *in = NULL, *out = NULL, *a = NULL, *b = NULL, h[5000], back[5000];
@@ -414,6 +416,147 @@ static void test_traffic(void) {
     cudaFree(a);
 }
 
+enum { MERGE_BLOCKS = 8 };
+enum merge_kind { FENCED, UNFENCED, BY_INDEX }; /* the last two are wrong */
+
+/* The last-block pattern: each block sums its slice of x into partial[block], fences (except
+ * UNFENCED) and draws a ticket; the block that draws the last (BY_INDEX: the last by index)
+ * merges the partials into *out and resets the counter for the next launch. */
+__global__ void last_block_sum_kernel(const float *x, float *partial, unsigned *counter, float *out, int kind) {
+    __shared__ float part[THREADS / 32];
+    __shared__ unsigned ticket;
+    float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < THREADS / 32; w++) s += part[w];
+        partial[blockIdx.x] = s;
+        if (kind != UNFENCED) __threadfence();
+        ticket = atomicAdd(counter, 1u);
+    }
+    __syncthreads();
+    if ((kind == BY_INDEX ? blockIdx.x : ticket) != gridDim.x - 1 || threadIdx.x) return;
+    float s = 0.0f;
+    for (unsigned b = 0; b < gridDim.x; b++) s += __ldcg(&partial[b]);
+    *out = s;
+    atomicExch(counter, 0u);
+}
+
+/* buf: the counter, then per block its stored value, its ticket and what it read back. Block b
+ * stores b + 1 and draws a ticket from the counter in the same page (even blocks store first,
+ * odd ones draw first, so the atomic meets a page held before it and one it holds itself). */
+__global__ void own_stores_kernel(unsigned *buf) {
+    unsigned *counter = buf, *stored = buf + 1, *ticket = stored + gridDim.x, *read_back = ticket + gridDim.x;
+    unsigned b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        if (b % 2) ticket[b] = atomicAdd(counter, 1u);
+        stored[b] = b + 1;
+        if (b % 2 == 0) ticket[b] = atomicAdd(counter, 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 32) read_back[b] = stored[b];
+}
+
+/* Held stores. Counting is on by now, so the memory is pages and, without
+ * PK_EMU_HELD_STORES=1, every other launch of a kernel seen using atomics holds stores (with it,
+ * every launch does), and every other holding launch takes the blocks in descending order: a
+ * merge without its fence then reads the stale partials (zeros), one by index the partials of
+ * the blocks that come after it. */
+static void test_held_stores(void) {
+    const char *env = getenv("PK_EMU_HELD_STORES");
+    const int holding_per_4 = env && strcmp(env, "1") == 0 ? 4 : 2;
+    float x[MERGE_BLOCKS * THREADS], zeros[MERGE_BLOCKS] = {0}, want = 0.0f, got = 0.0f;
+    for (int i = 0; i < MERGE_BLOCKS * THREADS; i++) want += x[i] = (float)(i % 5 + 1);
+    float *xd = device_copy(x, MERGE_BLOCKS * THREADS), *partial = device_copy(zeros, MERGE_BLOCKS),
+          *out = device_copy(zeros, 1);
+    unsigned *counter = NULL, count = 1;
+    cudaMalloc((void **)&counter, sizeof *counter);
+    cudaMemsetAsync(counter, 0, sizeof *counter, NULL);
+    auto merge = [&](cudaStream_t s, merge_kind kind) {
+        cudaMemsetAsync(partial, 0, MERGE_BLOCKS * sizeof *partial, s); /* the stale partials */
+        PK_LAUNCH_PLAIN(MERGE_BLOCKS, THREADS, 0, s, last_block_sum_kernel)(xd, partial, counter, out, kind);
+    };
+    int wrong[3];
+    for (int kind = FENCED; kind <= UNFENCED; kind++)
+        wrong[kind] = wrong_schedules([&] { merge(NULL, (merge_kind)kind); }, out, &want, 1);
+    cudaMemcpyAsync(&count, counter, sizeof count, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("the last block resets the counter", count == 0);
+    wrong[BY_INDEX] = wrong_schedules(
+        [&] {
+            cudaMemsetAsync(counter, 0, sizeof *counter, NULL); /* the wrong block may reset it early */
+            merge(NULL, BY_INDEX);
+        },
+        out, &want, 1);
+    printf("  last-block merge wrong under %d, %d and %d of 4 launches (%d of them holding stores) with its "
+           "fence, without it, by index\n",
+           wrong[FENCED], wrong[UNFENCED], wrong[BY_INDEX], holding_per_4);
+    TEST_COND("a last-block merge with its fence is right under held stores and without", wrong[FENCED] == 0);
+    TEST_COND("a missing fence is caught under held stores, and only there", wrong[UNFENCED] == holding_per_4);
+    TEST_COND("a merge by the last block index is caught when blocks run descending",
+              wrong[BY_INDEX] == holding_per_4 / 2);
+
+    /* Replays of a recorded merge: each one resets the counter for the next. */
+    cudaMemsetAsync(counter, 0, sizeof *counter, NULL);
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    merge(s, FENCED);
+    cudaStreamEndCapture(s, &g);
+    cudaGraphInstantiate(&exec, g, 0);
+    int right = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        cudaMemsetAsync(out, 0, sizeof *out, NULL);
+        cudaGraphLaunch(exec, s);
+        cudaMemcpyAsync(&got, out, sizeof got, cudaMemcpyDeviceToHost, NULL);
+        right += got == want;
+    }
+    cudaMemcpyAsync(&count, counter, sizeof count, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("a replayed last-block merge is right every time", right == 4 && count == 0);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+
+    /* Holding stores changes no traffic figure. */
+    traffic_since_last();
+    for (int rep = 0; rep < 4; rep++) merge(NULL, FENCED);
+    std::vector<counted_item> v = traffic_since_last(), kernels;
+    for (const counted_item &item : v)
+        if (item.name == "last_block_sum_kernel") kernels.push_back(item);
+    bool same = kernels.size() == 4;
+    for (size_t i = 1; same && i < kernels.size(); i++)
+        same = kernels[i].read == kernels[0].read && kernels[i].written == kernels[0].written;
+    TEST_COND("held stores count the same traffic as plain launches", same && kernels[0].written > 0);
+
+    enum { BLOCKS = 16, WORDS = 1 + 3 * BLOCKS };
+    unsigned *buf = NULL, h[WORDS];
+    cudaMalloc((void **)&buf, sizeof h);
+    int right_own = 0, right_atomic = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        cudaMemsetAsync(buf, 0, sizeof h, NULL);
+        PK_LAUNCH_PLAIN(BLOCKS, 64, 0, NULL, own_stores_kernel)(buf);
+        cudaMemcpyAsync(h, buf, sizeof h, cudaMemcpyDeviceToHost, NULL);
+        unsigned drawn = 0; /* a bit per ticket */
+        bool own = true;
+        for (unsigned b = 0; b < BLOCKS; b++) {
+            own &= h[1 + b] == b + 1 && h[1 + 2 * BLOCKS + b] == b + 1;
+            if (h[1 + BLOCKS + b] < BLOCKS) drawn |= 1u << h[1 + BLOCKS + b];
+        }
+        right_own += own;
+        right_atomic += h[0] == BLOCKS && drawn == (1u << BLOCKS) - 1;
+    }
+    TEST_COND("a block reads its own stores", right_own == 4);
+    TEST_COND("atomics are never held: every block draws its own ticket", right_atomic == 4);
+    cudaFree(buf);
+    cudaFree(xd);
+    cudaFree(partial);
+    cudaFree(out);
+    cudaFree(counter);
+}
+
 int main(void) {
     test_schedules();
     test_unwritten_memory();
@@ -423,5 +566,6 @@ int main(void) {
     test_programmatic_launch();
     test_wmma();
     test_traffic();
+    test_held_stores();
     return test_report();
 }
