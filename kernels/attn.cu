@@ -1,16 +1,20 @@
 /* attn: KV append + one query against a ring KV cache (f32, bf16 or int8), flash-decoding
- * style.
+ * style, in one launch.
  *
+ * With rotary embedding on, every block rotates the query heads it reads, and the key is rotated
+ * on its way into the ring (one launch instead of a rotation kernel before).
  * The block of each head whose split holds the newest position first converts the new key and
  * value to the ring's format and stores them (an int8 head's max|x| is one block reduction).
  * The visible keys (positions max(0, pos − window + 1) .. pos) are cut into splits of
  * PK_ATTN_SPLIT keys; block (head, split, row) runs an online softmax over its keys (each warp
- * PK_ATTN_KEYS keys at a time, lanes over head_dim) and leaves (max, sum, unnormalised output)
- * in the workspace; a second pass merges the splits of each head and row (one split, as in the
- * depformer's short rings: the block writes the output itself, and no merge runs).
- * The split count follows the capacity, not the position (which lives in device memory), so
- * the launch is the same every frame and a captured graph replays it; splits past the window
- * contribute nothing. */
+ * PK_ATTN_KEYS keys at a time, lanes over head_dim). The grid follows the capacity, not the
+ * position (which lives in device memory), so the launch is the same every frame and a captured
+ * graph replays it; but only the splits that hold keys work, so a short context costs its keys,
+ * not the capacity: the others return at once. With one live split its block writes the output;
+ * else each live block leaves (unnormalised output, max, sum) in the workspace, and the last of
+ * a (head, row)'s live blocks to finish (a ticket drawn after a fence, as in the CUDA
+ * programming guide's last-block reduction) merges them and resets the ticket counter for the
+ * next launch. */
 #include "common.cuh"
 
 #define PK_ATTN_SPLIT 64
@@ -27,6 +31,33 @@ __device__ __forceinline__ uint16_t pk_to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
+/* The rotary embedding's rotation of pair j at position p, as the CPU forms it: freq_j =
+ * exp(j·c) rounded to fp32 (in double, rounded once, as libm's correctly rounded expf: the
+ * device's expf is 2 ulp, and one ulp of frequency is 3.6e-4 rad of angle at position 3000, which
+ * failed the first real-GPU parity run), angle = freq_j·p in fp32; the full-precision sincosf keeps
+ * angles of thousands of radians accurate. */
+struct pk_rope {
+    int on;
+    float c; /* −2·ln(max_period)/head_dim, rounded to fp32 */
+};
+
+__device__ __attribute__((noinline)) void pk_rope_rotate(const pk_rope &rope, int j, int64_t p, float &a, float &b) {
+    float co, si;
+    sincosf((float)exp((double)((float)j * rope.c)) * (float)p, &si, &co);
+    const float x = a, y = b;
+    a = x * co - y * si;
+    b = x * si + y * co;
+}
+
+/* Element d of a new key head (rotated when rope is on; the pair's partner read too) or value head. */
+__device__ __forceinline__ float pk_kv_new(const float *src, int d, int head_dim, int which, const pk_rope &rope,
+                                           int64_t p) {
+    if (which || !rope.on || (d | 1) >= head_dim) return src[d];
+    float a = src[d & ~1], b = src[d | 1];
+    pk_rope_rotate(rope, d >> 1, p, a, b);
+    return d & 1 ? b : a;
+}
+
 /* Element e of head h at slot `slot`, decoded. */
 template <int FMT>
 __device__ __forceinline__ float pk_kv_load(const void *base, const float *scales, size_t off, size_t scale_idx) {
@@ -40,18 +71,23 @@ __device__ __forceinline__ float pk_kv_load(const void *base, const float *scale
  * the block and red is free again. */
 template <int FMT>
 __device__ __forceinline__ void pk_kv_store_head(const float *__restrict__ qkv, int head_dim, const pk_kv_ring &r,
-                                                 size_t slot, int h, int n_heads, int which, float *red) {
+                                                 int64_t p, const pk_rope &rope, int h, int n_heads, int which,
+                                                 float *red) {
+    const size_t slot = (size_t)(p % r.capacity);
     const int dim = n_heads * head_dim;
     const float *src = qkv + (size_t)(1 + which) * dim + (size_t)h * head_dim;
     const size_t off = slot * dim + (size_t)h * head_dim;
     void *base = which ? r.v : r.k;
     if (FMT == PK_KV_F32) {
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) ((float *)base)[off + d] = src[d];
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            ((float *)base)[off + d] = pk_kv_new(src, d, head_dim, which, rope, p);
     } else if (FMT == PK_KV_BF16) {
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) ((uint16_t *)base)[off + d] = pk_to_bf16(src[d]);
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            ((uint16_t *)base)[off + d] = pk_to_bf16(pk_kv_new(src, d, head_dim, which, rope, p));
     } else {
         float mx = 0.0f;
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) mx = fmaxf(mx, fabsf(src[d]));
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            mx = fmaxf(mx, fabsf(pk_kv_new(src, d, head_dim, which, rope, p)));
         mx = pk_warp_max(mx);
         if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
         __syncthreads();
@@ -60,7 +96,7 @@ __device__ __forceinline__ void pk_kv_store_head(const float *__restrict__ qkv, 
         const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
         if (threadIdx.x == 0) (which ? r.vscale : r.kscale)[slot * n_heads + h] = mx / 127.0f;
         for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-            float q = roundf(src[d] * inv);
+            float q = roundf(pk_kv_new(src, d, head_dim, which, rope, p) * inv);
             if (!(q == q)) q = 0.0f;
             ((int8_t *)base)[off + d] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
         }
@@ -115,13 +151,63 @@ __device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *s
     }
 }
 
+/* After a block left its split's partial: draws the (head, row)'s ticket, and the last of its
+ * `working` blocks merges their partials ph [working][head_dim + 2] into out [head_dim] and
+ * zeroes the ticket for the next launch. Each split's weight exp(max_s − max) is formed once (a
+ * thread per split, PK_ATTN_THREADS splits at a time), not once per output value: a separate
+ * merge kernel that did so took ~17 µs at 47 splits on an H200. Every thread calls it. Not
+ * inlined: the merge's registers stay out of the split loop's allocation. */
+__device__ __attribute__((noinline)) void pk_attn_merge_last(const float *ph, int working, int head_dim,
+                                                             unsigned *ticket, float *out) {
+    __shared__ unsigned drawn;
+    __shared__ float weight[PK_ATTN_THREADS], red[32];
+    /* Every thread's partial is visible device-wide before the ticket is drawn. */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) drawn = atomicAdd(ticket, 1u);
+    __syncthreads();
+    if (drawn != (unsigned)working - 1) return;
+    __threadfence(); /* the other blocks' partials, seen after their tickets */
+    const int stride = head_dim + 2;
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < working; s += blockDim.x) mx = fmaxf(mx, __ldcg(ph + (size_t)s * stride + head_dim));
+    mx = pk_block_max(mx, red);
+    float acc[PK_ATTN_MAX_DIM / PK_ATTN_THREADS] = {}, sum = 0.0f;
+    for (int s0 = 0; s0 < working; s0 += blockDim.x) {
+        const int s = s0 + threadIdx.x;
+        float f = 0.0f;
+        if (s < working) {
+            const float ms = __ldcg(ph + (size_t)s * stride + head_dim);
+            f = ms == -INFINITY ? 0.0f : expf(ms - mx);
+            sum += __ldcg(ph + (size_t)s * stride + head_dim + 1) * f;
+        }
+        weight[threadIdx.x] = f;
+        __syncthreads();
+        const int m = working - s0 < (int)blockDim.x ? working - s0 : (int)blockDim.x;
+#pragma unroll
+        for (int a = 0; a < PK_ATTN_MAX_DIM / PK_ATTN_THREADS; a++) {
+            const int d = threadIdx.x + a * PK_ATTN_THREADS;
+            if (d < head_dim)
+                for (int j = 0; j < m; j++) acc[a] += __ldcg(ph + (size_t)(s0 + j) * stride + d) * weight[j];
+        }
+        __syncthreads();
+    }
+    sum = pk_block_sum(sum, red);
+#pragma unroll
+    for (int a = 0; a < PK_ATTN_MAX_DIM / PK_ATTN_THREADS; a++) {
+        const int d = threadIdx.x + a * PK_ATTN_THREADS;
+        if (d < head_dim) out[d] = acc[a] / sum;
+    }
+    if (threadIdx.x == 0) atomicExch(ticket, 0u); /* ready for the next launch */
+}
+
 /* Block (head, split, row). VPL: consecutive values of head_dim per lane (head_dim <= 32·VPL),
  * loaded as one vector per key and lane; a 128-wide head keeps 4 registers per key. */
 template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
-    pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_kv_ring one,
+    pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring one,
                          const pk_kv_ring *const *__restrict__ tables, int layer, const int32_t *__restrict__ pos,
-                         float *__restrict__ part) {
+                         float *__restrict__ part, unsigned *__restrict__ tickets, float *__restrict__ out) {
     __shared__ float wm[PK_ATTN_THREADS / 32], wl[PK_ATTN_THREADS / 32];
     __shared__ float wo[PK_ATTN_THREADS / 32][PK_ATTN_MAX_DIM];
     const int h = blockIdx.x, n_heads = gridDim.x, split = blockIdx.y, n_splits = gridDim.y, row = blockIdx.z;
@@ -131,14 +217,14 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     const float *q = qkv + (size_t)row * 3 * dim;
     const int64_t last = pos[row], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
     const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
+    if (k0 > last) return; /* a split past the live keys: nothing to do, nothing to merge */
     const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
     /* The split holding the newest position stores its key and value first, so this query sees
      * them as stored; no other split reads that slot. */
     if (k0 <= last && last < k0 + PK_ATTN_SPLIT) {
         __shared__ float red[32];
-        const size_t slot = (size_t)(last % r.capacity);
-        pk_kv_store_head<FMT>(q, head_dim, r, slot, h, n_heads, 0, red);
-        pk_kv_store_head<FMT>(q, head_dim, r, slot, h, n_heads, 1, red);
+        pk_kv_store_head<FMT>(q, head_dim, r, last, rope, h, n_heads, 0, red);
+        pk_kv_store_head<FMT>(q, head_dim, r, last, rope, h, n_heads, 1, red);
     }
     const float scale = rsqrtf((float)head_dim);
     const int d0 = lane * VPL; /* this lane's values: d0 .. d0 + VPL - 1 */
@@ -146,9 +232,15 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     float qv[VPL], o[VPL];
 #pragma unroll
     for (int t = 0; t < VPL; t++) {
-        qv[t] = d0 + t < head_dim ? q[(size_t)h * head_dim + d0 + t] * scale : 0.0f;
+        qv[t] = d0 + t < head_dim ? q[(size_t)h * head_dim + d0 + t] : 0.0f;
         o[t] = 0.0f;
     }
+    if (rope.on) /* a lane's values are whole pairs: VPL and d0 are even */
+#pragma unroll
+        for (int t = 0; t + 1 < VPL; t += 2)
+            if (d0 + t + 1 < head_dim) pk_rope_rotate(rope, (d0 + t) >> 1, last, qv[t], qv[t + 1]);
+#pragma unroll
+    for (int t = 0; t < VPL; t++) qv[t] *= scale;
     float m = -INFINITY, l = 0.0f;
     /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, PK_ATTN_KEYS of them at a time: their
      * keys and values are loaded before the first is used, so that many memory round trips
@@ -189,11 +281,13 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
     for (int t = 0; t < VPL; t++)
         if (d0 + t < head_dim) wo[warp][d0 + t] = o[t];
     __syncthreads();
-    /* part is the output itself when there is one split (the launcher's choice) */
-    float *dst = n_splits == 1 ? part + ((size_t)row * n_heads + h) * head_dim
-                               : part + (((size_t)row * n_heads + h) * n_splits + split) * (head_dim + 2);
+    const size_t head = (size_t)row * n_heads + h;
+    /* this (head, row)'s splits with keys: this one and those after it up to the newest key */
+    const int working = split + 1 + (int)((last - k1 + PK_ATTN_SPLIT - 1) / PK_ATTN_SPLIT);
     float mx = -INFINITY;
     for (int w = 0; w < nw; w++) mx = fmaxf(mx, wm[w]);
+    /* one split with keys: the output itself */
+    float *dst = working > 1 ? part + (head * n_splits + split) * (head_dim + 2) : out + head * head_dim;
     for (int d = threadIdx.x; d < head_dim + 2; d += blockDim.x) {
         float acc = 0.0f, sum = 0.0f;
         for (int w = 0; w < nw; w++) {
@@ -201,76 +295,55 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
             sum += wl[w] * f;
             if (d < head_dim) acc += wo[w][d] * f;
         }
-        if (n_splits > 1)
+        if (working > 1)
             dst[d] = d < head_dim ? acc : d == head_dim ? mx : sum;
         else if (d < head_dim)
-            dst[d] = sum > 0.0f ? acc / sum : 0.0f; /* an empty window: never at pos >= 0 */
+            dst[d] = acc / sum; /* sum >= 1: the split holds the newest key */
     }
-}
-
-/* One block per (head, row): merge the splits' partial softmaxes. */
-__global__ void pk_attn_merge_kernel(const float *__restrict__ part, int n_splits, int head_dim, float *__restrict__ out) {
-    pk_grid_wait();
-    const int h = blockIdx.x, n_heads = gridDim.x, row = blockIdx.y;
-    const float *ph = part + ((size_t)row * n_heads + h) * n_splits * (head_dim + 2);
-    out += (size_t)row * n_heads * head_dim;
-    float mx = -INFINITY;
-    for (int s = 0; s < n_splits; s++) mx = fmaxf(mx, ph[(size_t)s * (head_dim + 2) + head_dim]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float acc = 0.0f, sum = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float *p = ph + (size_t)s * (head_dim + 2);
-            float ms = p[head_dim];
-            if (ms == -INFINITY) continue;
-            float f = expf(ms - mx);
-            sum += p[head_dim + 1] * f;
-            acc += p[d] * f;
-        }
-        out[(size_t)h * head_dim + d] = sum > 0.0f ? acc / sum : 0.0f;
-    }
+    if (working > 1)
+        pk_attn_merge_last(part + head * n_splits * (head_dim + 2), working, head_dim, &tickets[head],
+                           out + head * head_dim);
 }
 
 template <int FMT>
-static void launch(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *one,
-                   const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, float *out, int splits,
-                   cudaStream_t stream) {
+static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope rope, const pk_kv_ring *one,
+                   const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, unsigned *tickets,
+                   float *out, int splits, cudaStream_t stream) {
     dim3 grid((unsigned)n_heads, (unsigned)splits, (unsigned)n);
-    float *part = splits > 1 ? ws : out; /* one split writes the output itself */
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
     if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2>)
-    (qkv, head_dim, *one, tables, layer, pos, part);
+    (qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
     else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(
-        qkv, head_dim, *one, tables, layer, pos, part);
+        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
     else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(
-        qkv, head_dim, *one, tables, layer, pos, part);
+        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
 }
 
 extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity) {
     return (size_t)n * n_heads * attn_splits(capacity) * (head_dim + 2);
 }
 
-extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *ring,
-                            const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
-                            cudaStream_t stream) {
-    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || n <= 0 ||
-        (n > 1 && !tables))
+extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period,
+                            const pk_kv_ring *ring, const pk_kv_ring *const *tables, int layer, const int32_t *pos,
+                            float *out, float *ws, unsigned *tickets, cudaStream_t stream) {
+    if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || ring->window <= 0 ||
+        n <= 0 || (n > 1 && !tables))
         return (int)cudaErrorInvalidValue;
     int splits = attn_splits(ring->window < ring->capacity ? ring->window : ring->capacity);
+    const pk_rope rope = {rope_period > 0,
+                          rope_period > 0 ? (float)(-log((double)rope_period) * 2.0 / head_dim) : 0.0f};
     switch (ring->fmt) {
     case PK_KV_F32:
-        launch<PK_KV_F32>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, out, splits, stream);
+        launch<PK_KV_F32>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
         break;
     case PK_KV_BF16:
-        launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, out, splits, stream);
+        launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
         break;
     case PK_KV_INT8:
-        launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, ring, tables, layer, pos, ws, out, splits, stream);
+        launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
         break;
     default: return (int)cudaErrorInvalidValue;
     }
-    if (splits > 1)
-        PK_LAUNCH(dim3((unsigned)n_heads, (unsigned)n), head_dim < 128 ? 64 : 128, 0, stream, pk_attn_merge_kernel)
-    (ws, splits, head_dim, out);
     return pk_launched();
 }

@@ -103,6 +103,18 @@ __device__ __forceinline__ float pk_block_sum(float v, float *red) {
     return v;
 }
 
+/* Maximum over the block, as pk_block_sum. */
+__device__ __forceinline__ float pk_block_max(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = pk_warp_max(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -INFINITY;
+    v = pk_warp_max(v);
+    __syncthreads();
+    return v;
+}
+
 /* 1 / rms of the row xi[d] (RMSNorm's factor before alpha), by the whole block; red as
  * pk_block_sum's. */
 __device__ __forceinline__ float pk_row_inv_rms(const float *xi, int d, float eps, float *red) {

@@ -54,4 +54,48 @@ __device__ __forceinline__ void pk_wht_shared(float *v, int total, int np2) {
     __syncthreads();
 }
 
+/* pk_wht_shared's transform with a warp per slice of np2 = 32·K values, the slice in registers
+ * (value k of a lane is element lane + 32k): butterflies across lanes by shuffles, then within
+ * each lane; the same additions on the same operands in the same stage order, so the same bits,
+ * without a barrier per stage. Every thread calls it; it ends with a barrier. */
+template <int K> __device__ __forceinline__ void pk_wht_warps(float *v, int total) {
+    const int lane = threadIdx.x & 31, np2 = 32 * K;
+    const float norm = 1.0f / sqrtf((float)np2);
+    for (int s0 = (threadIdx.x >> 5) * np2; s0 < total; s0 += (blockDim.x >> 5) * np2) {
+        float x[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) x[k] = v[s0 + lane + 32 * k];
+#pragma unroll
+        for (int h = 1; h < 32; h *= 2)
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const float o = __shfl_xor_sync(0xffffffffu, x[k], h);
+                x[k] = lane & h ? o - x[k] : x[k] + o; /* the upper element of a pair takes a − b */
+            }
+#pragma unroll
+        for (int hk = 1; hk < K; hk *= 2)
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                if (!(k & hk)) {
+                    const float a = x[k], b = x[k + hk];
+                    x[k] = a + b;
+                    x[k + hk] = a - b;
+                }
+#pragma unroll
+        for (int k = 0; k < K; k++) v[s0 + lane + 32 * k] = x[k] * norm;
+    }
+    __syncthreads();
+}
+
+/* pk_wht_shared by the fastest way np2 allows. */
+__device__ __forceinline__ void pk_wht(float *v, int total, int np2) {
+    switch (np2) {
+    case 32: pk_wht_warps<1>(v, total); break;
+    case 64: pk_wht_warps<2>(v, total); break;
+    case 128: pk_wht_warps<4>(v, total); break;
+    case 256: pk_wht_warps<8>(v, total); break;
+    default: pk_wht_shared(v, total, np2);
+    }
+}
+
 #endif

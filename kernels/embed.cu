@@ -49,6 +49,104 @@ __global__ void pk_embed_kernel(pk_weight w, const int32_t *__restrict__ ids, fl
     pk_embed_store(y + (int64_t)i * w.cols + c, v, accumulate);
 }
 
+/* ---- the sum of several tables' rows (the LM's input: 17 streams) in one launch ---- */
+
+#define PK_EMBED_MAX_TABLES 24
+/* Passed by value (a kernel parameter, ~2.5 KB): a recording keeps its own copy. */
+struct pk_embed_set {
+    pk_weight w[PK_EMBED_MAX_TABLES];
+    const int32_t *ids[PK_EMBED_MAX_TABLES]; /* device: table t's n ids */
+    int n;
+};
+
+/* Adds v to the sum so far, the first table's value taken as is (as embed without accumulate). */
+__device__ __forceinline__ float pk_embed_add(float acc, float v, int t) { return t ? acc + v : v; }
+
+/* All tables NF2 with one group layout: one block per (group of the row, input i), each table's
+ * group decoded and transformed in turn; a thread keeps its values' sums (np2 <= 2·threads). */
+__global__ void pk_embed_sum_nf2_kernel(pk_embed_set s, float *__restrict__ y) {
+    pk_grid_wait();
+    PK_DYNAMIC_SHARED(float, v);
+    const int i = blockIdx.y, gs = s.w[0].group, np2 = s.w[0].np2;
+    float acc[2] = {0.0f, 0.0f};
+    for (int t = 0; t < s.n; t++) {
+        const pk_weight &w = s.w[t];
+        const int64_t row = pk_embed_row(s.ids[t][i], w.rows);
+        if (row < 0) { /* zeros */
+#pragma unroll
+            for (int a = 0; a < 2; a++) acc[a] = pk_embed_add(acc[a], 0.0f, t);
+            continue;
+        }
+        const int64_t e0 = w.elem0 + row * w.cols + (int64_t)blockIdx.x * gs;
+        const uint8_t *d = (const uint8_t *)w.data;
+        __syncthreads(); /* the previous table's values are read */
+        for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
+        __syncthreads();
+        pk_wht(v, np2, np2);
+        const float sc = pk_group_scale(w, e0 / gs);
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+            const int j = threadIdx.x + a * blockDim.x;
+            if (j < gs) acc[a] = pk_embed_add(acc[a], v[j] * sc, t);
+        }
+    }
+    float *dst = y + (int64_t)i * s.w[0].cols + (int64_t)blockIdx.x * gs;
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        const int j = threadIdx.x + a * blockDim.x;
+        if (j < gs) dst[j] = acc[a];
+    }
+}
+
+/* No NF2 table: a thread per (column, input), each table's element in turn (NF4's table read
+ * where it lies). */
+__global__ void pk_embed_sum_kernel(pk_embed_set s, float *__restrict__ y) {
+    pk_grid_wait();
+    const int i = blockIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, cols = s.w[0].cols;
+    if (c >= cols) return;
+    float acc = 0.0f;
+    for (int t = 0; t < s.n; t++) {
+        const pk_weight &w = s.w[t];
+        const int64_t row = pk_embed_row(s.ids[t][i], w.rows);
+        acc = pk_embed_add(acc, row < 0 ? 0.0f : pk_weight_elem(w, w.elem0 + row * cols + c, w.quant_map), t);
+    }
+    y[(int64_t)i * cols + c] = acc;
+}
+
+extern "C" int pk_embed_sum(const pk_weight *tables, const int *id_rows, int n_tables, const int32_t *ids, int n,
+                            float *y, cudaStream_t stream) {
+    if (n <= 0 || n_tables <= 0) return 0;
+    int nf2 = 0, same = n_tables <= PK_EMBED_MAX_TABLES;
+    for (int t = 0; t < n_tables; t++) {
+        nf2 += tables[t].fmt == PK_NF2;
+        same &=
+            tables[t].cols == tables[0].cols && tables[t].group == tables[0].group && tables[t].np2 == tables[0].np2;
+    }
+    if (!same || (nf2 && nf2 < n_tables) || (nf2 && 2 * pk_wht_threads(tables[0].np2) < tables[0].np2)) {
+        for (int t = 0; t < n_tables; t++) { /* one launch per table */
+            int rc = pk_embed(&tables[t], ids + (size_t)id_rows[t] * n, n, y, t > 0, stream);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    pk_embed_set s;
+    s.n = n_tables;
+    for (int t = 0; t < n_tables; t++) {
+        s.w[t] = tables[t];
+        s.ids[t] = ids + (size_t)id_rows[t] * n;
+    }
+    if (nf2) {
+        const int threads = pk_wht_threads(tables[0].np2);
+        dim3 grid((unsigned)(tables[0].cols / tables[0].group), (unsigned)n);
+        PK_LAUNCH(grid, threads, (size_t)tables[0].np2 * sizeof(float), stream, pk_embed_sum_nf2_kernel)(s, y);
+    } else {
+        dim3 grid(pk_blocks((size_t)tables[0].cols, 256), (unsigned)n);
+        PK_LAUNCH(grid, 256, 0, stream, pk_embed_sum_kernel)(s, y);
+    }
+    return pk_launched();
+}
+
 /* The ids stay in device memory (the kernels read them), so a recorded frame embeds tokens
  * uploaded or sampled after it was recorded. One grid row per input. */
 extern "C" int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate,

@@ -7,7 +7,8 @@
  *             by cuBLAS's SGEMM.
  * NF2 first rotates every group slice of x (the WHT, in shared memory) into the workspace. Every
  * path writes y or adds to it (pk_dst: a residual add in the product's epilogue);
- * pk_norm_matmul puts the RMSNorm before a product into the integer path's preparation. */
+ * pk_norm_matmul puts the RMSNorm before a product into the integer path's preparation, and
+ * weights marked latency-bound prepare their inputs in the product's own blocks. */
 #include <cublas_v2.h>
 
 #include "gemm_tc.cuh"
@@ -313,6 +314,62 @@ static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk
     return pk_launched();
 }
 
+/* ---- small products that prepare their inputs in each block (gemv_int.cuh) ---- */
+
+/* Inputs a self-preparing block rounds per pass (the shared float buffer): whole rotation
+ * slices (NF2) or runs, at most 1024, dividing the row. 0: none does. */
+static int self_slice(const pk_weight *w) {
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::RUN;
+    for (int len = 1024 / unit * unit; len >= unit; len -= unit)
+        if (w->cols % len == 0) return len;
+    return 0;
+}
+
+/* The shared memory every device grants a block without opting in, less the kernel's static
+ * reduction buffer. */
+#define PK_SELF_SMEM (48 * 1024 - 32 * (int)sizeof(float))
+
+static size_t self_smem(const pk_weight *w, int nb, int slice) {
+    return (size_t)nb * pk_int_self_input_bytes(w->fmt, w->cols) + (size_t)slice * sizeof(float);
+}
+
+/* Inputs a self-preparing block holds at once for n inputs (its kernel instance), 0 when the
+ * product does not prepare in its blocks: only weights the model marks latency-bound, on the
+ * integer path, whose one input fits. */
+static int self_inputs(const pk_weight *w, int n) {
+    const int slice = self_slice(w);
+    if (!w->latency_bound || !pk_self_prepare() || !int_gemv_takes(w, n) || !slice) return 0;
+    int nb = n == 1 ? 1 : n == 2 ? 2 : 4;
+    while (nb > 1 && self_smem(w, nb, slice) > PK_SELF_SMEM) nb /= 2;
+    return self_smem(w, nb, slice) <= PK_SELF_SMEM ? nb : 0;
+}
+
+template <int FMT, int NB, int RPW>
+static void launch_self(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
+                        pk_dst out, cudaStream_t stream) {
+    const int slice = self_slice(w);
+    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, self_smem(w, NB, slice), stream, pk_gemv_int_self_kernel<FMT, NB, RPW>)
+    (*w, x, prep, alpha, eps, h, n, log2_exact(w->group), slice, out);
+}
+
+/* Rows per warp as launch_int_batch's for the same inputs at once. */
+template <int FMT>
+static int int_self_as(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
+                       pk_dst out, cudaStream_t stream) {
+    switch (self_inputs(w, n)) {
+    case 1: launch_self<FMT, 1, PK_INT_RPW_1>(w, x, prep, alpha, eps, h, n, out, stream); break;
+    case 2: launch_self<FMT, 2, 4>(w, x, prep, alpha, eps, h, n, out, stream); break;
+    default: launch_self<FMT, 4, 2>(w, x, prep, alpha, eps, h, n, out, stream); break;
+    }
+    return pk_launched();
+}
+
+static int int_self(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
+                    pk_dst out, cudaStream_t stream) {
+    if (w->fmt == PK_NF2) return int_self_as<PK_NF2>(w, x, prep, alpha, eps, h, n, out, stream);
+    return int_self_as<PK_INT4>(w, x, prep, alpha, eps, h, n, out, stream);
+}
+
 /* Inputs one normalizing block prepares (each block sums the whole row, then rounds its slice):
  * enough blocks that no single SM does a row's work, each slice whole groups (NF2) or runs. A
  * -D override of 0 builds the unfused variant (a norm kernel, then the preparation), to time
@@ -341,6 +398,7 @@ static void int_norm_matmul_as(const float *x, const float *alpha, int n, int d,
 extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w,
                               float *y, float *ws, size_t ws_floats, void *cublas, cudaStream_t stream) {
     if (n <= 0) return 0;
+    if (w->cols == d && self_inputs(w, n)) return int_self(w, x, PK_PREP_NORM, alpha, eps, h, n, pk_dst{y, 0}, stream);
     const int len = norm_slice(w, d);
     if (!int_gemv_takes(w, n) || w->cols != d || !len) {
         int rc = pk_rmsnorm(x, alpha, n, d, eps, h, stream);
@@ -361,6 +419,8 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
     if (n <= 0 || w->rows <= 0) return 0;
     if (pk_matmul_workspace(w, n, x_gated) > ws_floats) return (int)cudaErrorInvalidValue;
     const pk_dst out = {y, accumulate};
+    if (self_inputs(w, n))
+        return int_self(w, x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, n, out, stream);
     if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);

@@ -96,7 +96,7 @@ __global__ void pk_int_prepare_kernel(const float *__restrict__ x, int64_t cols,
     const float *src = x + row * (GATED ? 2 * cols : cols) + col;
     for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = GATED ? pk_silu_gate(src[i], src[cols + i]) : src[i];
     __syncthreads();
-    if (FMT == PK_NF2) pk_wht_shared(v, len, len);
+    if (FMT == PK_NF2) pk_wht(v, len, len);
     for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x)
         pk_int_prepare_run<FMT>(v + r * F::RUN, (int64_t)blockIdx.x * (len / F::RUN) + r, planes, meta);
 }
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256)
     const float inv = pk_row_inv_rms(xi, d, eps, red);
     for (int j = threadIdx.x; j < len; j += blockDim.x) h[row * d + c0 + j] = v[j] = xi[c0 + j] * (alpha[c0 + j] * inv);
     __syncthreads();
-    if (FMT == PK_NF2) pk_wht_shared(v, len, np2);
+    if (FMT == PK_NF2) pk_wht(v, len, np2);
     for (int q = threadIdx.x; q < len / F::RUN; q += blockDim.x)
         pk_int_prepare_run<FMT>(v + q * F::RUN, (row * d + c0) / F::RUN + q, planes, meta);
 }
@@ -152,29 +152,25 @@ __device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, i
     return __ldg((const uint4 *)(base + (e0 + c * pk_int_fmt<FMT>::V) * (FMT == PK_NF2 ? 2 : 4) / 8));
 }
 
-/* A warp owns RPW consecutive rows, each lane a 16-byte chunk (4 runs) of each at a time, as in
- * gemv.cuh. Inputs load their planes once per run for all RPW rows. */
-template <int FMT, int NB, int RPW>
-__global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
-    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
-                       int gshift, pk_dst out) {
+/* Prepared activations are read from global memory through the read-only path, or from shared
+ * memory where the block prepared them itself. */
+template <bool SHARED, class T> __device__ __forceinline__ T pk_act_load(const T *p) { return SHARED ? *p : __ldg(p); }
+
+/* A warp's RPW consecutive rows (first elements e0) against n <= NB prepared inputs, each lane a
+ * 16-byte chunk (4 runs) of each row at a time, as in gemv.cuh; inputs load their planes once
+ * per run for all RPW rows. next holds the lane's first chunk of each row, loaded by the caller
+ * (before its pk_grid_wait: weights never change). */
+template <int FMT, int NB, int RPW, bool SHARED>
+__device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *__restrict__ planes,
+                                            const int2 *__restrict__ meta, int n, int gshift, const int64_t (&e0)[RPW],
+                                            uint4 (&next)[RPW], float (&acc)[NB][RPW]) {
     typedef pk_int_fmt<FMT> F;
     const int lane = threadIdx.x & 31;
-    int64_t e0[RPW];
-    const int64_t r0 = pk_warp_rows<RPW>(w, e0);
-    pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
-    if (r0 >= w.rows) return;
     const int64_t chunks = w.cols / F::V, runs = w.cols / F::RUN;
     const uint8_t *base = (const uint8_t *)w.data;
     const unsigned short *scales = (const unsigned short *)w.scales;
-    float acc[NB][RPW] = {};
-
     /* The next chunk's codes load while this one computes (a lane has 2 to 6 chunks per row on
      * the temporal shapes; on an H200 the gain was within the run-to-run spread). */
-    uint4 next[RPW];
-#pragma unroll
-    for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>(base, e0[r], lane, chunks);
-    pk_grid_wait(); /* the planes and meta come from the kernel before */
     for (int64_t c = lane; c < chunks; c += PK_WARP) {
         uint4 raw[RPW];
 #pragma unroll
@@ -196,10 +192,10 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
                 uint32_t p[F::RUN / 2];
 #pragma unroll
                 for (int v = 0; v < F::RUN / 8; v++) {
-                    const uint4 q = __ldg((const uint4 *)(planes + run * (F::RUN / 2)) + v);
+                    const uint4 q = pk_act_load<SHARED>((const uint4 *)(planes + run * (F::RUN / 2)) + v);
                     p[4 * v] = q.x, p[4 * v + 1] = q.y, p[4 * v + 2] = q.z, p[4 * v + 3] = q.w;
                 }
-                const int2 mt = __ldg(meta + run);
+                const int2 mt = pk_act_load<SHARED>(meta + run);
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
                     const uint32_t u = s == 0 ? raw[r].x : s == 1 ? raw[r].y : s == 2 ? raw[r].z : raw[r].w;
@@ -214,7 +210,103 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
             for (int i = 0; i < NB; i++) acc[i][r] += g * part[i][r];
         }
     }
+}
+
+/* The lane's first chunk of each of its rows. */
+template <int FMT, int RPW>
+__device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW], uint4 (&next)[RPW]) {
+    const int64_t chunks = w.cols / pk_int_fmt<FMT>::V;
+#pragma unroll
+    for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
+}
+
+template <int FMT, int NB, int RPW>
+__global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
+    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
+                       int gshift, pk_dst out) {
+    int64_t e0[RPW];
+    const int64_t r0 = pk_warp_rows<RPW>(w, e0);
+    pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
+    if (r0 >= w.rows) return;
+    uint4 next[RPW];
+    pk_int_first_codes<FMT, RPW>(w, e0, next);
+    pk_grid_wait(); /* the planes and meta come from the kernel before */
+    float acc[NB][RPW] = {};
+    pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
     pk_store_rows<NB, RPW>(acc, w, r0, n, out);
+}
+
+/* ---- products that prepare their own inputs ----
+ * A small product (the depformer's: a few hundred blocks at most, so its time is latency, not
+ * bandwidth) spends a launch on the preparation kernel before it, about as long as the product
+ * itself. Here every block prepares all inputs in its shared memory instead (the same values,
+ * bit for bit, as pk_int_prepare_kernel's; normalised first or gated as the preparation kernels
+ * do) and then runs the rows of pk_gemv_int_kernel on them: redundant work, n/(rows per block)
+ * of the weights' element count, traded for a launch. NB inputs at a time (as shared memory
+ * holds), all n in turn. */
+enum { PK_PREP_PLAIN, PK_PREP_GATED, PK_PREP_NORM };
+
+/* Shared bytes one input's prepared planes and run metadata take. */
+static inline size_t pk_int_self_input_bytes(int fmt, int64_t cols) { return pk_int_workspace_bytes(fmt, 1, cols); }
+
+/* Prepares input row `row` of x into slot `slot` of the block's planes and meta, `slice` inputs at
+ * a time through v (NF2: whole rotation slices). NORM also writes h = rmsnorm(x)·alpha (block 0
+ * only: every block computes the same). Every thread calls it; it ends with a barrier. */
+template <int FMT>
+__device__ __forceinline__ void pk_int_self_prepare(const float *__restrict__ x, int prep,
+                                                    const float *__restrict__ alpha, float eps, float *__restrict__ h,
+                                                    int64_t row, int slot, int64_t cols, int np2, int slice, float *v,
+                                                    uint32_t *planes, int2 *meta, float *red) {
+    typedef pk_int_fmt<FMT> F;
+    const float *src = x + row * (prep == PK_PREP_GATED ? 2 * cols : cols);
+    const float inv = prep == PK_PREP_NORM ? pk_row_inv_rms(src, (int)cols, eps, red) : 1.0f;
+    for (int64_t c0 = 0; c0 < cols; c0 += slice) {
+        for (int j = threadIdx.x; j < slice; j += blockDim.x) {
+            const int64_t c = c0 + j;
+            float val = src[c];
+            if (prep == PK_PREP_GATED) val = pk_silu_gate(val, src[cols + c]);
+            if (prep == PK_PREP_NORM) {
+                val = val * (alpha[c] * inv);
+                if (blockIdx.x == 0) h[row * cols + c] = val;
+            }
+            v[j] = val;
+        }
+        __syncthreads();
+        if (FMT == PK_NF2) pk_wht(v, slice, np2);
+        for (int q = threadIdx.x; q < slice / F::RUN; q += blockDim.x)
+            pk_int_prepare_run<FMT>(v + q * F::RUN, (slot * cols + c0) / F::RUN + q, planes, meta);
+        __syncthreads();
+    }
+}
+
+/* Dynamic shared memory: NB inputs' planes, then their run metadata, then `slice` floats. */
+template <int FMT, int NB, int RPW>
+__global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
+    pk_gemv_int_self_kernel(pk_weight w, const float *__restrict__ x, int prep, const float *__restrict__ alpha,
+                            float eps, float *__restrict__ h, int n, int gshift, int slice, pk_dst out) {
+    typedef pk_int_fmt<FMT> F;
+    PK_DYNAMIC_SHARED(uint32_t, planes);
+    __shared__ float red[32];
+    int2 *meta = (int2 *)((uint8_t *)planes + NB * w.cols * 2); /* as pk_int_plane_bytes */
+    float *v = (float *)(meta + NB * (w.cols / F::RUN));
+    int64_t e0[RPW];
+    const int64_t r0 = pk_warp_rows<RPW>(w, e0);
+    pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4);
+    uint4 next[RPW];
+    pk_int_first_codes<FMT, RPW>(w, e0, next);
+    pk_grid_wait(); /* x comes from the kernel before */
+    for (int i0 = 0; i0 < n; i0 += NB) {
+        const int m = n - i0 < NB ? n - i0 : NB;
+        for (int i = 0; i < m; i++)
+            pk_int_self_prepare<FMT>(x, prep, alpha, eps, h, i0 + i, i, w.cols, w.np2, slice, v, planes, meta, red);
+        if (r0 < w.rows) { /* a warp past the last row still prepares: the barriers need it */
+            if (i0) pk_int_first_codes<FMT, RPW>(w, e0, next);
+            float acc[NB][RPW] = {};
+            pk_int_rows<FMT, NB, RPW, true>(w, planes, meta, m, gshift, e0, next, acc);
+            pk_store_rows<NB, RPW>(acc, w, r0, m, pk_dst{out.y + (int64_t)i0 * w.rows, out.accumulate});
+        }
+        __syncthreads(); /* the next inputs overwrite the planes */
+    }
 }
 
 #endif

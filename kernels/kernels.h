@@ -31,6 +31,7 @@ typedef struct pk_weight {
     const float *nested_absmax; /* NF4 nested only */
     const float *nested_map;    /* NF4 nested only, [256] */
     float nested_offset;
+    int latency_bound; /* io/weight.h's: a product of few blocks, where a launch costs more than redundant work */
 } pk_weight;
 
 /* ---- gemv.cu: y[n][rows] = x[n][cols]·wᵀ ---- */
@@ -55,12 +56,14 @@ size_t pk_weight_read_bytes(const pk_weight *w);
 
 /* ---- embed.cu: y[i][:] (+)= row ids[i] of the table (ids device int32) ---- */
 int pk_embed(const pk_weight *table, const int32_t *ids, int n, float *y, int accumulate, cudaStream_t stream);
+/* y[i] = Σ_t row ids[id_rows[t]·n + i] of tables[t] (host array), in table order: one launch
+ * where the tables share their width and group layout (all NF2 or none), else one per table. */
+int pk_embed_sum(const pk_weight *tables, const int *id_rows, int n_tables, const int32_t *ids, int n, float *y,
+                 cudaStream_t stream);
 
 /* ---- lm_ops.cu ---- */
 int pk_add(float *y, const float *x, size_t count, cudaStream_t stream);
 int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream);
-int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
-            cudaStream_t stream);
 /* y [n][hidden] = silu(u[i][j])·u[i][hidden + j]: pk_matmul's gated input where it needs it apart. */
 int pk_silu_mul(const float *u, int n, int hidden, float *y, cudaStream_t stream);
 
@@ -78,11 +81,12 @@ typedef struct pk_kv_ring {
 size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);
 /* n rows of qkv [n][3·dim], each one query against its own ring: tables (device) holds per row a
  * pointer to its conversation's rings by layer, the ring used is [layer]; ring (host) gives the
- * format, capacity and window every row shares, and is the ring itself when tables is NULL
- * (n = 1). pos [n], out [n][dim]. */
-int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, const pk_kv_ring *ring,
+ * format, capacity and window (>= 1) every row shares, and is the ring itself when tables is NULL
+ * (n = 1). pos [n], out [n][dim]. rope_period > 0: q and k rotated first (qkv left as is). tickets: n·n_heads device
+ * counters, zero before the call and left zero after it (the splits' merge draws from them). */
+int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period, const pk_kv_ring *ring,
                  const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
-                 cudaStream_t stream);
+                 unsigned *tickets, cudaStream_t stream);
 
 /* ---- codec.cu ---- */
 typedef struct pk_conv {
@@ -135,6 +139,10 @@ uint64_t pk_nodes(void);
  * capability 9.0 and later unless PP_CUDA_PDL=0 (cuda.c decides, once per process). */
 void pk_set_programmatic_launch(int on);
 int pk_programmatic_launch(void);
+/* Whether products of latency-bound weights prepare their inputs in their own blocks (gemv.cu):
+ * on unless PP_CUDA_SELF_PREP=0 (cuda.c decides, once per process), to time both ways. */
+void pk_set_self_prepare(int on);
+int pk_self_prepare(void);
 /* Device memory traffic per work item, where it is counted: the CUDA emulation (tests/cuda_emu)
  * counts it from the first call on, in device memory allocated from then on; a GPU build does
  * not and returns -1. Each call passes fn (NULL: drops them), in the order they ran, the items

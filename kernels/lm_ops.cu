@@ -1,6 +1,6 @@
-/* lm_ops: the LM's small per-token operations (residual add, RMSNorm, interleaved RoPE, SiLU
- * gating). Memory-bound and tiny at batch 1: one pass each, statistics in fp32 with a block
- * reduction (the CPU accumulates in double; the difference is within the parity limits). */
+/* lm_ops: the LM's small per-token operations (residual add, RMSNorm, SiLU gating).
+ * Memory-bound and tiny at batch 1: one pass each, statistics in fp32 with a block reduction
+ * (the CPU accumulates in double; the difference is within the parity limits). */
 #include "common.cuh"
 
 static uint64_t nodes_issued; /* every CUDA backend of the process: relaxed atomics */
@@ -11,6 +11,10 @@ extern "C" uint64_t pk_nodes(void) { return __atomic_load_n(&nodes_issued, __ATO
 static int programmatic_launch;
 extern "C" void pk_set_programmatic_launch(int on) { __atomic_store_n(&programmatic_launch, on, __ATOMIC_RELAXED); }
 extern "C" int pk_programmatic_launch(void) { return __atomic_load_n(&programmatic_launch, __ATOMIC_RELAXED); }
+
+static int self_prepare = 1;
+extern "C" void pk_set_self_prepare(int on) { __atomic_store_n(&self_prepare, on, __ATOMIC_RELAXED); }
+extern "C" int pk_self_prepare(void) { return __atomic_load_n(&self_prepare, __ATOMIC_RELAXED); }
 
 #ifndef PK_EMU /* the emulation counts traffic (tests/cuda_emu/emu.cc); a GPU's is not visible here */
 extern "C" int pk_device_traffic(pk_traffic_fn fn, void *arg) {
@@ -47,37 +51,6 @@ __global__ void __launch_bounds__(1024)
 extern "C" int pk_rmsnorm(const float *x, const float *alpha, int n, int d, float eps, float *y, cudaStream_t stream) {
     if (n <= 0) return 0;
     PK_LAUNCH(n, d >= 1024 ? 1024 : (d + 31) / 32 * 32, 0, stream, pk_rmsnorm_kernel)(x, alpha, d, eps, y);
-    return pk_launched();
-}
-
-/* Thread per (row, pair j, head): the angle depends on (row, j) only. The frequency is formed
- * as the CPU does (exp of j·c, rounded to fp32, times the position). exp runs in double and is
- * rounded once, as libm's correctly rounded expf does: the device's expf is 2 ulp, and one ulp
- * of frequency is 3.6e-4 rad of angle at position 3000 (the first real-GPU parity run failed
- * there). The full-precision sincosf keeps angles of thousands of radians accurate. */
-__global__ void pk_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *__restrict__ pos,
-                               float c) {
-    pk_grid_wait();
-    int half = head_dim / 2;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t total = (int64_t)n * n_heads * half;
-    if (idx >= total) return;
-    int j = (int)(idx % half), h = (int)((idx / half) % n_heads), i = (int)(idx / ((int64_t)half * n_heads));
-    float freq = (float)exp((double)((float)j * c)), angle = freq * (float)pos[i];
-    float co, si;
-    sincosf(angle, &si, &co);
-    float *p = x + (size_t)i * stride + (size_t)h * head_dim + 2 * j;
-    float a = p[0], b = p[1];
-    p[0] = a * co - b * si;
-    p[1] = a * si + b * co;
-}
-
-extern "C" int pk_rope(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period,
-                       cudaStream_t stream) {
-    size_t total = (size_t)n * n_heads * (head_dim / 2);
-    if (!total) return 0;
-    float c = (float)(-log((double)max_period) * 2.0 / head_dim);
-    PK_LAUNCH(pk_blocks(total, 256), 256, 0, stream, pk_rope_kernel)(x, n, stride, n_heads, head_dim, pos, c);
     return pk_launched();
 }
 

@@ -245,6 +245,120 @@ static void test_norm_matmul(const wcase *wc, const held *h, int n, double limit
     twin_free(&y);
 }
 
+/* Weights marked latency-bound (the depformer's): NF2 and INT4 products prepare their inputs in
+ * each block of the product, one launch instead of two. Against the CPU at the integer products'
+ * tolerance, and against the same weight unmarked on the device: the same prepared values, so
+ * the same bits (the normalised product's 1/rms sums in another order: within REDUCE). Rows of
+ * two slices, and n = 5 and 8 run the 4-input instance twice. */
+static void test_latency_bound(pp_wformat fmt, int group, int np2, const char *name) {
+    const int64_t rows = 200, cols = 1536;
+    held h;
+    if (make_weight(fmt, rows, cols, group, np2, 0, &h)) {
+        TEST_COND("weight upload", 0);
+        return;
+    }
+    pp_weight marked = h.g;
+    marked.latency_bound = 1;
+    static const int batches[] = {1, 2, 3, 5, 8};
+    for (int b = 0; b < (int)(sizeof batches / sizeof batches[0]); b++) {
+        const int n = batches[b];
+        twin x = twin_rand((size_t)n * cols, 1.0f), u = twin_rand((size_t)n * 2 * cols, 3.0f);
+        twin a = twin_rand((size_t)cols, 1.0f), hn = twin_rand((size_t)n * cols, 0);
+        twin r = twin_rand((size_t)n * rows, 4.0f);
+        float *plain = gpu->ops->alloc(gpu, (size_t)n * rows * sizeof(float));
+        char what[112];
+        for (int op = 0; op < 3; op++) {
+            static const char *const ops[] = {"matmul_add", "matmul_silu_add", "norm_matmul"};
+            twin_free(&r);
+            r = twin_rand((size_t)n * rows, 4.0f);
+            gpu->ops->copy(gpu, plain, r.g, (size_t)n * rows * sizeof(float));
+            uint64_t nodes = gpu->ops->nodes_run(gpu);
+            if (op == 0) {
+                cpu->ops->matmul_add(cpu, &h.c, x.c, n, r.c);
+                gpu->ops->matmul_add(gpu, &marked, x.g, n, r.g);
+                nodes = gpu->ops->nodes_run(gpu) - nodes;
+                gpu->ops->matmul_add(gpu, &h.g, x.g, n, plain);
+            } else if (op == 1) {
+                cpu->ops->matmul_silu_add(cpu, &h.c, u.c, n, r.c);
+                gpu->ops->matmul_silu_add(gpu, &marked, u.g, n, r.g);
+                nodes = gpu->ops->nodes_run(gpu) - nodes;
+                gpu->ops->matmul_silu_add(gpu, &h.g, u.g, n, plain);
+            } else {
+                cpu->ops->norm_matmul(cpu, x.c, a.c, n, (int)cols, 1e-8f, hn.c, &h.c, r.c);
+                gpu->ops->norm_matmul(gpu, x.g, a.g, n, (int)cols, 1e-8f, hn.g, &marked, r.g);
+                nodes = gpu->ops->nodes_run(gpu) - nodes;
+                snprintf(what, sizeof what, "latency-bound norm_matmul %s n=%d: h", name, n);
+                compare(what, hn.g, hn.c, (size_t)n * cols, REDUCE);
+                gpu->ops->norm_matmul(gpu, x.g, a.g, n, (int)cols, 1e-8f, hn.g, &h.g, plain);
+            }
+            snprintf(what, sizeof what, "latency-bound %s %s n=%d", ops[op], name, n);
+            compare(what, r.g, r.c, (size_t)n * rows, ROUNDED);
+            snprintf(what, sizeof what, "  against the unmarked weight on the device");
+            compare(what, r.g, plain, (size_t)n * rows, op == 2 ? REDUCE : EXACT);
+            snprintf(what, sizeof what, "latency-bound %s %s n=%d: one launch", ops[op], name, n);
+            TEST_COND(what, nodes == 1);
+        }
+        gpu->ops->release(gpu, plain);
+        twin *t[] = {&x, &u, &a, &hn, &r};
+        for (int i = 0; i < 5; i++) twin_free(t[i]);
+    }
+    held_free(&h);
+}
+
+/* embed_sum over 17 tables (the LM's input) for 3 inputs, ids of every kind (-1, past the end,
+ * other negatives): all NF2 (one launch), no NF2 (one launch, int4 and nf4 mixed), NF2 among
+ * others (one launch per table); against the CPU and, on the device, against embed then embed
+ * with accumulate table by table (the same sums in the same order: the same bits). */
+static void test_embed_sum(void) {
+    enum { TABLES = 17, N = 3, ROWS = 40, COLS = 256 };
+    static const struct {
+        const char *what;
+        pp_wformat fmt[2]; /* even, odd tables */
+        long launches;
+    } cases[] = {{"nf2", {PP_WF_NF2, PP_WF_NF2}, 1},
+                 {"int4 and nf4", {PP_WF_INT4, PP_WF_NF4}, 1},
+                 {"nf2 and bf16", {PP_WF_NF2, PP_WF_BF16}, TABLES}};
+    for (int c = 0; c < 3; c++) {
+        held h[TABLES];
+        const pp_weight *tc[TABLES], *tg[TABLES];
+        int rows[TABLES], ok = 1;
+        for (int t = 0; t < TABLES; t++) {
+            pp_wformat f = cases[c].fmt[t & 1];
+            ok &= make_weight(f, ROWS, COLS,
+                              f == PP_WF_NF2    ? 128
+                              : f == PP_WF_BF16 ? 0
+                                                : 64,
+                              f == PP_WF_NF2 ? 128 : 0, 0, &h[t]) == 0;
+            tc[t] = &h[t].c;
+            tg[t] = &h[t].g;
+            rows[t] = (t + 1) % TABLES; /* the model's order: row 0 last */
+        }
+        TEST_COND("embed_sum tables uploaded", ok);
+        int32_t ids[TABLES * N];
+        for (int i = 0; i < TABLES * N; i++)
+            ids[i] = i % 7 == 3 ? -1 : i % 11 == 5 ? ROWS + 2 : i % 13 == 6 ? -5 : (i * 7) % ROWS;
+        int32_t *gids = gpu->ops->alloc(gpu, sizeof ids);
+        gpu->ops->upload(gpu, gids, ids, sizeof ids);
+        twin y = twin_rand((size_t)N * COLS, 1.0f);
+        float *one_by_one = gpu->ops->alloc(gpu, (size_t)N * COLS * sizeof(float));
+        cpu->ops->embed_sum(cpu, tc, rows, TABLES, ids, N, y.c);
+        uint64_t nodes = gpu->ops->nodes_run(gpu);
+        gpu->ops->embed_sum(gpu, tg, rows, TABLES, gids, N, y.g);
+        nodes = gpu->ops->nodes_run(gpu) - nodes;
+        for (int t = 0; t < TABLES; t++) gpu->ops->embed(gpu, tg[t], gids + (size_t)rows[t] * N, N, one_by_one, t > 0);
+        char what[96];
+        snprintf(what, sizeof what, "embed_sum %s, %d tables", cases[c].what, TABLES);
+        compare(what, y.g, y.c, (size_t)N * COLS, ELEM);
+        compare("  against embed table by table on the device", y.g, one_by_one, (size_t)N * COLS, EXACT);
+        snprintf(what, sizeof what, "embed_sum %s: %ld launches", cases[c].what, cases[c].launches);
+        TEST_COND(what, nodes == (uint64_t)cases[c].launches);
+        twin_free(&y);
+        gpu->ops->release(gpu, one_by_one);
+        gpu->ops->release(gpu, gids);
+        for (int t = 0; t < TABLES; t++) held_free(&h[t]);
+    }
+}
+
 /* matmul at batch 1, 2, 3, 8 (the batched kernels), 12 and 70 (tensor cores: part of one tile of
  * inputs, then two blocks of them; f32 weights: cuBLAS), on a row view (elem0 > 0) and on a
  * misaligned input (the one-element-at-a-time kernel). */
@@ -309,7 +423,7 @@ static void test_matmul(const wcase *wc) {
 /* ---- LM operations ---- */
 
 static void test_lm_ops(void) {
-    const int d = 256, heads = 4, hd = 64;
+    const int d = 256;
     twin x = twin_rand(3 * (size_t)d, 2.0f), a = twin_rand((size_t)d, 1.0f), y = twin_rand(3 * (size_t)d, 0);
     cpu->ops->rmsnorm(cpu, x.c, a.c, 3, d, 1e-8f, y.c);
     gpu->ops->rmsnorm(gpu, x.g, a.g, 3, d, 1e-8f, y.g);
@@ -320,22 +434,10 @@ static void test_lm_ops(void) {
     gpu->ops->add(gpu, s.g, x.g, 3 * (size_t)d);
     compare("add", s.g, s.c, 3 * (size_t)d, EXACT);
 
-    int32_t pos_h[3] = {0, 17, 2999};
-    int32_t *pc = cpu->ops->alloc(cpu, sizeof pos_h), *pg = gpu->ops->alloc(gpu, sizeof pos_h);
-    cpu->ops->upload(cpu, pc, pos_h, sizeof pos_h);
-    gpu->ops->upload(gpu, pg, pos_h, sizeof pos_h);
-    twin r = twin_rand(3 * 2 * (size_t)d, 1.0f); /* 3 rows of stride 2d, rotate the first d */
-    cpu->ops->rope(cpu, r.c, 3, 2 * d, heads, hd, pc, 10000.0f);
-    gpu->ops->rope(gpu, r.g, 3, 2 * d, heads, hd, pg, 10000.0f);
-    compare("rope 3 rows stride 2d, pos up to 2999", r.g, r.c, r.n, ELEM);
-
     twin_free(&x);
     twin_free(&a);
     twin_free(&y);
     twin_free(&s);
-    twin_free(&r);
-    cpu->ops->release(cpu, pc);
-    gpu->ops->release(gpu, pg);
 }
 
 /* Bytes of two backend buffers that differ. */
@@ -372,6 +474,36 @@ static void ring_free(pp_backend *be, pp_kv_ring *r) {
         if (p[i]) be->ops->release(be, p[i]);
 }
 
+/* The rotary embedding inside attn_rows: a window of one key, so out is v and the ring's slot
+ * holds the rotated key. Positions up to 2999, where the device's 2-ulp expf put angles 3.6e-4 rad
+ * off. */
+static void test_attn_rope(void) {
+    const int d = 256, heads = 4, hd = 64;
+    const int32_t positions[] = {0, 17, 2999};
+    for (int i = 0; i < 3; i++) {
+        pp_kv_ring rc = ring_make(cpu, PP_KV_F32, 4, d, heads), rg = ring_make(gpu, PP_KV_F32, 4, d, heads);
+        rc.window = rg.window = 1;
+        int32_t *pc = cpu->ops->alloc(cpu, sizeof(int32_t)), *pg = gpu->ops->alloc(gpu, sizeof(int32_t));
+        cpu->ops->upload(cpu, pc, &positions[i], sizeof(int32_t));
+        gpu->ops->upload(gpu, pg, &positions[i], sizeof(int32_t));
+        twin qkv = twin_rand(3 * (size_t)d, 1.0f), out = twin_rand((size_t)d, 0);
+        cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, 10000.0f, &rc, NULL, 0, pc, out.c);
+        gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, 10000.0f, &rg, NULL, 0, pg, out.g);
+        char what[80];
+        snprintf(what, sizeof what, "attn_rows rope, pos %d: stored key", positions[i]);
+        size_t slot = (size_t)(positions[i] % 4) * d;
+        compare(what, (const float *)rg.k + slot, (const float *)rc.k + slot, (size_t)d, ELEM);
+        snprintf(what, sizeof what, "attn_rows rope, pos %d: output", positions[i]);
+        compare(what, out.g, out.c, (size_t)d, ELEM);
+        twin_free(&qkv);
+        twin_free(&out);
+        ring_free(cpu, &rc);
+        ring_free(gpu, &rg);
+        cpu->ops->release(cpu, pc);
+        gpu->ops->release(gpu, pg);
+    }
+}
+
 /* Attention over one ring (attn_rows without tables): `steps` queries at positions 0.. so the
  * ring wraps; checks every output, then the stored caches byte for byte (both sides convert
  * each value with the same single rounding). */
@@ -387,8 +519,8 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
         twin qkv = twin_rand(3 * (size_t)dim, 1.0f);
         cpu->ops->upload(cpu, pc, &s, 4);
         gpu->ops->upload(gpu, pg, &s, 4);
-        cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, &rc, NULL, 0, pc, out.c);
-        gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, &rg, NULL, 0, pg, out.g);
+        cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, 0.0f, &rc, NULL, 0, pc, out.c);
+        gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, 0.0f, &rg, NULL, 0, pg, out.g);
         double e = result_nmse(out.g, out.c, (size_t)dim);
         if (!(e <= worst)) worst = e;
         twin_free(&qkv);
@@ -414,9 +546,10 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
 
 /* attn_rows: ROWS conversations at different positions, each with its own rings for 2 layers,
  * attended in one call per step through their ring tables (layer 1's rings used). Every output
- * and every stored ring byte must match the CPU. cap <= 64: one split, no merge. */
+ * and every stored ring byte must match the CPU (with rope, whose angles round differently, every
+ * stored value closely). cap <= 64: one split, no merge. */
 #define ROWS_ATTN 3
-static void test_attn_rows(pp_kv_format fmt, int cap) {
+static void test_attn_rows(pp_kv_format fmt, int cap, float rope) {
     enum { HEADS = 2, HD = 64, DIM = HEADS * HD, LAYERS = 2, STEPS = 90 };
     const int CAP = cap;
     pp_kv_ring rc[ROWS_ATTN][LAYERS], rg[ROWS_ATTN][LAYERS];
@@ -443,19 +576,25 @@ static void test_attn_rows(pp_kv_format fmt, int cap) {
         cpu->ops->upload(cpu, posc, pos, sizeof pos);
         gpu->ops->upload(gpu, posg, pos, sizeof pos);
         twin qkv = twin_rand((size_t)ROWS_ATTN * 3 * DIM, 1.0f);
-        cpu->ops->attn_rows(cpu, qkv.c, ROWS_ATTN, HEADS, HD, &rc[0][1], (const pp_kv_ring *const *)pc, 1, posc, out.c);
-        gpu->ops->attn_rows(gpu, qkv.g, ROWS_ATTN, HEADS, HD, &rg[0][1], (const pp_kv_ring *const *)pg, 1, posg, out.g);
+        cpu->ops->attn_rows(cpu, qkv.c, ROWS_ATTN, HEADS, HD, rope, &rc[0][1], (const pp_kv_ring *const *)pc, 1, posc,
+                            out.c);
+        gpu->ops->attn_rows(gpu, qkv.g, ROWS_ATTN, HEADS, HD, rope, &rg[0][1], (const pp_kv_ring *const *)pg, 1, posg,
+                            out.g);
         double e = result_nmse(out.g, out.c, (size_t)ROWS_ATTN * DIM);
         if (!(e <= worst)) worst = e;
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn_rows %s, cap %d, %d rows, worst", kv_names[fmt], cap, ROWS_ATTN);
+    snprintf(what, sizeof what, "attn_rows %s%s, cap %d, %d rows, worst", kv_names[fmt], rope > 0 ? " rope" : "", cap,
+             ROWS_ATTN);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
     size_t elem = pp_kv_elem_bytes(fmt), diff = 0;
     for (int i = 0; i < ROWS_ATTN; i++) {
-        diff += bytes_differing(rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM * elem);
+        if (rope > 0)
+            compare("  stored (rotated) keys of a row", rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM, ELEM);
+        else
+            diff += bytes_differing(rg[i][1].k, rc[i][1].k, (size_t)CAP * DIM * elem);
         diff += bytes_differing(rg[i][1].v, rc[i][1].v, (size_t)CAP * DIM * elem);
         for (int l = 0; l < LAYERS; l++) {
             ring_free(cpu, &rc[i][l]);
@@ -1029,9 +1168,13 @@ int main(void) {
     test_slow_path_told();
     printf("matmul and embed per format:\n");
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
+    test_latency_bound(PP_WF_NF2, 128, 128, "nf2 g128");
+    test_latency_bound(PP_WF_INT4, 64, 0, "int4 g64");
     test_host_weights();
+    test_embed_sum();
     printf("LM operations:\n");
     test_lm_ops();
+    test_attn_rope();
     for (int f = PP_KV_F32; f <= PP_KV_INT8; f++) {
         test_attn(40, 100, 4, 64, (pp_kv_format)f);     /* wraps the ring twice; one split */
         /* many splits, wrapped: the temporal case */
@@ -1040,9 +1183,10 @@ int main(void) {
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
     test_attn(70, 80, 2, 66, PP_KV_BF16);  /* a head of no whole lanes: element loads */
-    test_attn_rows(PP_KV_F32, 70);
-    test_attn_rows(PP_KV_INT8, 70);
-    test_attn_rows(PP_KV_BF16, 40); /* one split: the split kernel writes the output */
+    test_attn_rows(PP_KV_F32, 70, 0.0f);
+    test_attn_rows(PP_KV_INT8, 70, 0.0f);
+    test_attn_rows(PP_KV_BF16, 40, 0.0f); /* one split: the split kernel writes the output */
+    test_attn_rows(PP_KV_F32, 70, 10000.0f);
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE, 0);  /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE, 0); /* short outputs, accumulate */

@@ -207,7 +207,7 @@ static int load_depformer(pp_backend *be, const st_file *f, const pp_tf_shape *s
     dep_load d = {.be = be, .f = f, .tf = tf, .err = err};
     int rc = pp_tf_init(sh, tf, err);
     if (!rc) rc = pp_lm_catalog(&c, load_dep_tensor, &d);
-    if (!rc) pp_tf_link(tf);
+    if (!rc) pp_tf_link(tf, 0);
     return rc;
 }
 

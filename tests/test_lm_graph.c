@@ -37,11 +37,11 @@
 enum {
     OP_MATMUL,
     OP_EMBED,
+    OP_EMBED_SUM,
     OP_ADD,
     OP_RMSNORM,
     OP_NORM_MATMUL,
     OP_MATMUL_ADD,
-    OP_ROPE,
     OP_ATTN_ROWS,
     OP_MATMUL_SILU_ADD,
     OP_SAMPLE,
@@ -80,12 +80,12 @@ static void run_call(pp_backend *in, const call *c) {
     switch (c->op) {
     case OP_MATMUL: o->matmul(in, c->p[0], c->p[1], c->i[0], c->out); break;
     case OP_EMBED: o->embed(in, c->p[0], c->p[1], c->i[0], c->out, c->i[1]); break;
+    case OP_EMBED_SUM: o->embed_sum(in, c->p[0], c->p[1], c->i[0], c->p[2], c->i[1], c->out); break;
     case OP_ADD: o->add(in, c->out, c->p[1], c->z); break;
     case OP_RMSNORM: o->rmsnorm(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out); break;
     case OP_NORM_MATMUL: o->norm_matmul(in, c->p[0], c->p[1], c->i[0], c->i[1], c->f, c->out2, c->p[2], c->out); break;
-    case OP_ROPE: o->rope(in, c->out, c->i[0], c->i[1], c->i[2], c->i[3], c->p[0], c->f); break;
     case OP_ATTN_ROWS:
-        o->attn_rows(in, c->p[0], c->i[0], c->i[1], c->i[2], c->p[2], c->p[3], c->i[3], c->p[1], c->out);
+        o->attn_rows(in, (float *)c->p[0], c->i[0], c->i[1], c->i[2], c->f, c->p[2], c->p[3], c->i[3], c->p[1], c->out);
         break;
     case OP_MATMUL_ADD: o->matmul_add(in, c->p[0], c->p[1], c->i[0], c->out); break;
     case OP_MATMUL_SILU_ADD: o->matmul_silu_add(in, c->p[0], c->p[1], c->i[0], c->out); break;
@@ -120,6 +120,11 @@ static void w_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, 
 static void w_embed(pp_backend *be, const pp_weight *t, const int32_t *ids, int n, float *y, int acc) {
     issue(be, (call){.op = OP_EMBED, .p = {t, ids}, .i = {n, acc}, .out = y});
 }
+/* tables and id_rows: the caller keeps them (backend.h), so the recorded pointers stay valid */
+static void w_embed_sum(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
+                        const int32_t *ids, int n, float *y) {
+    issue(be, (call){.op = OP_EMBED_SUM, .p = {tables, id_rows, ids}, .i = {n_tables, n}, .out = y});
+}
 static void w_add(pp_backend *be, float *y, const float *x, size_t count) {
     issue(be, (call){.op = OP_ADD, .p = {NULL, x}, .z = count, .out = y});
 }
@@ -133,12 +138,10 @@ static void w_norm_matmul(pp_backend *be, const float *x, const float *a, int n,
 static void w_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
     issue(be, (call){.op = OP_MATMUL_ADD, .p = {w, x}, .i = {n}, .out = y});
 }
-static void w_rope(pp_backend *be, float *x, int n, int stride, int nh, int hd, const int32_t *pos, float mp) {
-    issue(be, (call){.op = OP_ROPE, .p = {pos}, .i = {n, stride, nh, hd}, .f = mp, .out = x});
-}
-static void w_attn_rows(pp_backend *be, const float *qkv, int n, int nh, int hd, const pp_kv_ring *ring,
+static void w_attn_rows(pp_backend *be, float *qkv, int n, int nh, int hd, float rope, const pp_kv_ring *ring,
                         const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
-    issue(be, (call){.op = OP_ATTN_ROWS, .p = {qkv, pos, ring, tables}, .i = {n, nh, hd, layer}, .out = out});
+    issue(be,
+          (call){.op = OP_ATTN_ROWS, .p = {qkv, pos, ring, tables}, .i = {n, nh, hd, layer}, .f = rope, .out = out});
 }
 static void w_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y) {
     issue(be, (call){.op = OP_MATMUL_SILU_ADD, .p = {w, u}, .i = {n}, .out = y});
@@ -223,10 +226,10 @@ static void rec_init(rec *r, pp_backend *inner) {
     r->ops.name = "rec";
     r->ops.matmul = w_matmul;
     r->ops.embed = w_embed;
+    r->ops.embed_sum = w_embed_sum;
     r->ops.add = w_add;
     r->ops.rmsnorm = w_rmsnorm;
     r->ops.norm_matmul = w_norm_matmul;
-    r->ops.rope = w_rope;
     r->ops.attn_rows = w_attn_rows;
     r->ops.matmul_add = w_matmul_add;
     r->ops.matmul_silu_add = w_matmul_silu_add;

@@ -76,7 +76,7 @@ static void test_window(pp_backend *be) {
         be->ops->upload(be, qkv_d, qkv, sizeof qkv);
         be->ops->upload(be, pos_d, &pos, sizeof pos);
         pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = CAPACITY, .window = CAPACITY - 1, .k = kc, .v = vc};
-        be->ops->attn_rows(be, qkv_d, 1, HEADS, HD, &ring, NULL, 0, pos_d, out_d);
+        be->ops->attn_rows(be, qkv_d, 1, HEADS, HD, 0.0f, &ring, NULL, 0, pos_d, out_d);
         be->ops->download(be, out, out_d, sizeof out);
         naive_attn(qkv, k, v, HEADS, HD, s - (CAPACITY - 2) > 0 ? s - (CAPACITY - 2) : 0, s, ref);
         naive_attn(qkv, k, v, HEADS, HD, s - (CAPACITY - 1) > 0 ? s - (CAPACITY - 1) : 0, s, full);
@@ -99,20 +99,24 @@ static void test_window(pp_backend *be) {
     free(v);
 }
 
+/* The key attn_rows stores is the rotated one: a ring of one slot and window holds it. */
 static void test_rope(pp_backend *be) {
     enum { HD = 128 };
     const int32_t positions[] = {2999, 90000, 360000, 1000000}; /* 4 min, 1 h, 4 h, 11 h of frames */
     int exact = 1;
     double double_diff = 0;
-    float *x_d = be->ops->alloc(be, HD * sizeof(float));
+    float *qkv_d = be->ops->alloc(be, 3 * HD * sizeof(float)), *out_d = be->ops->alloc(be, HD * sizeof(float));
+    pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = 1, .window = 1};
+    ring.k = be->ops->alloc(be, HD * sizeof(float));
+    ring.v = be->ops->alloc(be, HD * sizeof(float));
     int32_t *pos_d = be->ops->alloc(be, sizeof(int32_t));
     for (size_t n = 0; n < sizeof positions / sizeof positions[0]; n++) {
-        float x[HD], y[HD];
-        for (int i = 0; i < HD; i++) x[i] = uniform();
-        be->ops->upload(be, x_d, x, sizeof x);
+        float qkv[3 * HD], y[HD], *x = qkv + HD; /* the key */
+        for (int i = 0; i < 3 * HD; i++) qkv[i] = uniform();
+        be->ops->upload(be, qkv_d, qkv, sizeof qkv);
         be->ops->upload(be, pos_d, &positions[n], sizeof(int32_t));
-        be->ops->rope(be, x_d, 1, HD, 1, HD, pos_d, 10000.0f);
-        be->ops->download(be, y, x_d, sizeof y);
+        be->ops->attn_rows(be, qkv_d, 1, 1, HD, 10000.0f, &ring, NULL, 0, pos_d, out_d);
+        be->ops->download(be, y, ring.k, sizeof y);
         /* The reference's float32 formula, written out from the spec. */
         float c = (float)(-log(10000.0) * 2.0 / HD), t = (float)positions[n];
         for (int j = 0; j < HD / 2; j++) {
@@ -128,8 +132,8 @@ static void test_rope(pp_backend *be) {
            double_diff);
     TEST_COND("RoPE angles are float32(pos)*freq in float32 (bit-exact)", exact);
     TEST_COND("double-precision angles would differ at long positions", double_diff > 1e-3);
-    be->ops->release(be, x_d);
-    be->ops->release(be, pos_d);
+    void *bufs[] = {qkv_d, out_d, ring.k, ring.v, pos_d};
+    for (int i = 0; i < 5; i++) be->ops->release(be, bufs[i]);
 }
 
 static void test_positions(pp_backend *be) {

@@ -109,6 +109,22 @@ static const double gemm_tc_instr_per_byte[PP_WF_COUNT] = {
 
 double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemm_tc_instr_per_byte[fmt] : 0; }
 
+/* A product that prepares its inputs in each of its blocks (pk_gemv_int_self_kernel, the
+ * depformer's) repeats the preparation per block: n inputs of `cols` per block of `rows per block`
+ * rows, so n·cols·(thread instructions per element) / 32 warp instructions per rows·cols weights.
+ * Per element, NF2 ~80 (loading and normalising 25, the warp WHT 41 at 128 values, rounding a
+ * run 213 / 16), INT4 ~40 (no WHT): the loops' PTX instructions of the self kernel's normalising
+ * instance, sm_90, November 2026. Rows per block: 16 at 1 or 2 inputs, 8 beyond (kernels/gemv.cu);
+ * weight bytes per element with the f16 group scales of 64-weight groups. The latency of a block's
+ * preparation before its first product (about as long as its instructions in sequence) is not in
+ * this model. */
+static double self_prep_instr_per_byte(int fmt, int inputs) {
+    const double per_elem = fmt == PP_WF_NF2 ? 80 : fmt == PP_WF_INT4 ? 40 : 0;
+    const double bytes_per_weight = fmt == PP_WF_NF2 ? (2 + 16.0 / 64) / 8 : (4 + 16.0 / 64) / 8;
+    const int rows_per_block = inputs <= 2 ? 16 : 8;
+    return inputs * per_elem / (32.0 * rows_per_block * bytes_per_weight);
+}
+
 static bench_kernel *kernel_row(bench_traffic *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->k[i].name, name) == 0) return &t->k[i];
@@ -131,7 +147,7 @@ static void add_row(bench_traffic *t, const bench_kernel *k, double scale) {
 
 typedef struct take_ctx {
     bench_traffic *t;
-    int fmt;
+    int fmt, inputs;
 } take_ctx;
 
 static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
@@ -139,6 +155,7 @@ static void take_item(void *arg, const char *name, uint64_t read, uint64_t writt
     double per_byte = strncmp(name, "pk_gemv", 7) == 0       ? bench_gemv_instr_per_byte(c->fmt)
                       : strncmp(name, "pk_gemm_tc", 10) == 0 ? bench_gemm_tc_instr_per_byte(c->fmt)
                                                              : 0;
+    if (strncmp(name, "pk_gemv_int_self", 16) == 0) per_byte += self_prep_instr_per_byte(c->fmt, c->inputs);
     double instr = per_byte * (double)read;
     bench_kernel k = {.name = name, .launches = 1, .read = (double)read, .written = (double)written};
     k.s = fmax((k.read + k.written) / H100_BYTES_PER_S, instr / H100_WARP_INSTR_PER_S);
@@ -149,8 +166,8 @@ int bench_traffic_start(pp_backend *be) {
     return be->ops->device_traffic && be->ops->device_traffic(be, NULL, NULL) == 0;
 }
 
-void bench_traffic_take(pp_backend *be, int fmt, bench_traffic *t) {
-    take_ctx c = {t, fmt};
+void bench_traffic_take(pp_backend *be, int fmt, int inputs, bench_traffic *t) {
+    take_ctx c = {t, fmt, inputs};
     if (be->ops->device_traffic) be->ops->device_traffic(be, t ? take_item : NULL, &c);
 }
 

@@ -34,7 +34,8 @@ double bench_backend_copy_gbps(struct pp_backend *be);
  * takes max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 per clock x 1.755 GHz)), and each
  * node 1.3 us more. The emulation counts no instructions: a GEMV (a kernel whose name starts
  * with pk_gemv) issues the bytes it reads times its weight format's warp instructions per byte
- * (bench_gemv_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
+ * (bench_gemv_instr_per_byte; one that prepares its inputs in every block, more: bench.c's
+ * self_prep_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
  * its own rate (bench_gemm_tc_instr_per_byte; the bytes include its inputs', about a fifth more
  * than the weights' at 64 inputs of 4096); every other kernel, copy and fill counts as
  * memory-bound. */
@@ -52,8 +53,9 @@ double bench_gemv_instr_per_byte(int fmt);
 double bench_gemm_tc_instr_per_byte(int fmt); /* fmt: a pp_wformat */
 /* Starts counting, in device memory allocated from then on: 1 where be counts traffic, else 0. */
 int bench_traffic_start(struct pp_backend *be);
-/* Adds the work be ran since the previous call to t (NULL: drops it), GEMVs at format fmt's rate. */
-void bench_traffic_take(struct pp_backend *be, int fmt, bench_traffic *t);
+/* Adds the work be ran since the previous call to t (NULL: drops it), GEMVs at format fmt's rate
+ * for products of `inputs` inputs. */
+void bench_traffic_take(struct pp_backend *be, int fmt, int inputs, bench_traffic *t);
 /* out = ka·a + kb·b, totals and names alike (out may be a or b): fits and differences of runs. */
 void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb);
 /* Nodes and device traffic (t, where be counts it) of one codec frame, encode and decode, of n

@@ -110,7 +110,7 @@ int bench_attn(int argc, char **argv) {
             for (int fr = 0; fr < frames; fr++) {
                 double t0 = bench_now();
                 for (int l = 0; l < layers; l++)
-                    be->ops->attn_rows(be, qkv, 1, HEADS, HEAD_DIM, &rings[l], NULL, 0, &pos, out);
+                    be->ops->attn_rows(be, qkv, 1, HEADS, HEAD_DIM, 0.0f, &rings[l], NULL, 0, &pos, out);
                 t[fr] = bench_now() - t0;
             }
             bench_sort(t, frames);

@@ -203,13 +203,13 @@ static int measure_ticks(const pp_lm *lm, pp_backend *be, int fmt, int n, int ti
     if (!be->ops->nodes_run || ticks < 2) return time_ticks(lm, n, ticks, kv, context, median, err);
     double ms;
     bench_traffic one = {0}, many = {0};
-    bench_traffic_take(be, fmt, NULL);
+    bench_traffic_take(be, fmt, n, NULL);
     uint64_t n0 = be->ops->nodes_run(be);
     int rc = time_ticks(lm, n, ticks, kv, context, median, err);
     uint64_t n1 = be->ops->nodes_run(be);
-    bench_traffic_take(be, fmt, &many);
+    bench_traffic_take(be, fmt, n, &many);
     if (!rc) rc = time_ticks(lm, n, 1, kv, context, &ms, err);
-    bench_traffic_take(be, fmt, &one);
+    bench_traffic_take(be, fmt, n, &one);
     if (!rc) *nodes = (double)((n1 - n0) - (be->ops->nodes_run(be) - n1)) / (ticks - 1);
     bench_traffic_mix(traffic, &many, 1.0 / (ticks - 1), &one, -1.0 / (ticks - 1));
     return rc;

@@ -167,11 +167,11 @@ static int codec_frame(codec_bench *cb, int i, double *enc_s, double *dec_s, dou
 static int counted_frame(codec_bench *cb, int i, double *nodes, bench_traffic *t, char *err) {
     pp_backend *be = pp_mimi_backend(cb->m);
     double enc, dec, energy = 0;
-    bench_traffic_take(be, PP_WF_F32, NULL);
+    bench_traffic_take(be, PP_WF_F32, 1, NULL);
     uint64_t n0 = be->ops->nodes_run ? be->ops->nodes_run(be) : 0;
     int rc = codec_frame(cb, i, &enc, &dec, &energy, err);
     *nodes = be->ops->nodes_run ? (double)(be->ops->nodes_run(be) - n0) : 0;
-    bench_traffic_take(be, PP_WF_F32, t);
+    bench_traffic_take(be, PP_WF_F32, 1, t); /* f32: no product prepares its inputs */
     return rc;
 }
 

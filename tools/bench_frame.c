@@ -191,15 +191,18 @@ typedef struct lm {
     const pp_kv_ring **tables; /* backend [2]: the temporal and the depformer ring tables (one row) */
     pp_tf_scratch tsc, dsc;
     pp_weight emb[DEP_Q], text_emb, text_linear, dep_in[DEP_Q], linears[DEP_Q], dep_emb[DEP_Q - 1], dep_text_emb;
+    const pp_weight *inputs[DEP_Q + 1]; /* the input's tables as the model sums them, text last */
+    int input_rows[DEP_Q + 1];          /* and their ids' rows: ids [17] holds the audio streams, then text */
     float *out_norm, *x, *h, *dx, *logits;
     int32_t *pos, *dep_pos, *ids, *tokens; /* ids: the input column; tokens: the frame's [1+DEP_Q] */
     pp_sample_param *params;               /* [2]: text, audio */
     int dep_steps;                         /* depformer steps run per frame */
 } lm;
 
-/* Counts in *lm_bytes the weights that `steps_run` steps read. */
-static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int steps_run, pp_tf *tf, uint64_t *lm_bytes,
-                    char *err) {
+/* Counts in *lm_bytes the weights that `steps_run` steps read; steps marked latency-bound as the
+ * model marks the depformer's (pp_tf_link). */
+static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int steps_run, int latency_bound, pp_tf *tf,
+                    uint64_t *lm_bytes, char *err) {
     memset(tf, 0, sizeof *tf);
     tf->shape = *shape;
     tf->layers = calloc((size_t)shape->num_layers, sizeof *tf->layers);
@@ -219,13 +222,12 @@ static int build_tf(synth *s, pp_wformat fmt, const pp_tf_shape *shape, int step
         for (int st = 0; st < ns && !rc; st++) {
             rc = synth_weight(s, fmt, 2 * hid, d, &L->ffn_in[st], err);
             if (!rc) rc = synth_weight(s, fmt, d, hid, &L->ffn_out[st], err);
-            L->steps[st] = (pp_tf_step){pp_weight_rows(&L->in_proj, st * 3 * d, 3 * d),
-                                        pp_weight_rows(&L->out_proj, st * d, d), L->ffn_in[st], L->ffn_out[st]};
             if (st < steps_run) *lm_bytes += pp_weight_bytes(&L->ffn_in[st]) + pp_weight_bytes(&L->ffn_out[st]);
         }
         if (rc) return rc;
         *lm_bytes += (pp_weight_bytes(&L->in_proj) + pp_weight_bytes(&L->out_proj)) / (size_t)ns * (size_t)steps_run;
     }
+    pp_tf_link(tf, latency_bound);
     return PP_OK;
 }
 
@@ -280,8 +282,8 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
                       .num_layers = d->dep_layers,
                       .n_steps = DEP_Q,
                       .eps = 1e-8f};
-    int rc = build_tf(s, fmt, &ts, 1, &m->temporal, &s->lm_bytes[T_TEMPORAL], err);
-    if (!rc) rc = build_tf(s, fmt, &ds, dep_steps, &m->depformer, &s->lm_bytes[T_DEP], err);
+    int rc = build_tf(s, fmt, &ts, 1, 0, &m->temporal, &s->lm_bytes[T_TEMPORAL], err);
+    if (!rc) rc = build_tf(s, fmt, &ds, dep_steps, 1, &m->depformer, &s->lm_bytes[T_DEP], err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dim, &m->text_emb, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card, d->dim, &m->text_linear, err);
     if (!rc) rc = synth_weight(s, fmt, d->text_card + 1, d->dep_dim, &m->dep_text_emb, err);
@@ -292,8 +294,13 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
         if (!rc && k < DEP_Q - 1) rc = synth_weight(s, fmt, d->card + 1, d->dep_dim, &m->dep_emb[k], err);
         if (!rc && k < dep_steps)
             s->lm_bytes[T_DEP] += pp_weight_bytes(&m->dep_in[k]) + pp_weight_bytes(&m->linears[k]);
+        m->dep_in[k].latency_bound = m->linears[k].latency_bound = 1; /* as the model marks them */
+        m->inputs[k] = &m->emb[k];
+        m->input_rows[k] = k;
     }
     if (rc) return rc;
+    m->inputs[DEP_Q] = &m->text_emb;
+    m->input_rows[DEP_Q] = DEP_Q;
     s->lm_bytes[T_TEMPORAL] += pp_weight_bytes(&m->text_linear);
     rc = pp_tf_cache_init(be, &m->temporal, CAPACITY, CAPACITY - 1, kv, &m->tc, err);
     if (!rc) rc = pp_tf_cache_init(be, &m->depformer, DEP_Q, DEP_Q - 1, PP_KV_F32, &m->dc, err);
@@ -328,8 +335,7 @@ static void issue_temporal(void *arg) {
     lm *m = arg;
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
-    for (int k = 0; k < DEP_Q; k++) op->embed(be, &m->emb[k], m->ids + k, 1, m->x, k > 0);
-    op->embed(be, &m->text_emb, m->ids + DEP_Q, 1, m->x, 1);
+    op->embed_sum(be, m->inputs, m->input_rows, DEP_Q + 1, m->ids, 1, m->x);
     pp_tf_cache *tc = &m->tc;
     pp_tf_forward(be, &m->temporal, &m->tsc, &tc, m->tables, 1, m->x, m->pos, 0, NULL);
     op->rmsnorm(be, m->x, m->out_norm, 1, m->d.dim, 1e-8f, m->h);
@@ -370,7 +376,7 @@ typedef struct meter {
 } meter;
 
 static void meter_start(meter *mt) {
-    bench_traffic_take(mt->be, mt->fmt, NULL);
+    bench_traffic_take(mt->be, mt->fmt, 1, NULL);
     mt->nodes = nodes_now(mt->be);
     mt->t = bench_now();
 }
@@ -380,7 +386,7 @@ static void meter_mark(meter *mt, frame_cost *fc, int stage) {
     uint64_t n = nodes_now(mt->be);
     fc->nodes[stage] = (double)(n - mt->nodes);
     memset(&fc->traffic[stage], 0, sizeof fc->traffic[stage]);
-    bench_traffic_take(mt->be, stage == T_ENC || stage == T_DEC ? PP_WF_F32 : mt->fmt, &fc->traffic[stage]);
+    bench_traffic_take(mt->be, stage == T_ENC || stage == T_DEC ? PP_WF_F32 : mt->fmt, 1, &fc->traffic[stage]);
     mt->nodes = n;
     mt->t = bench_now(); /* collecting the traffic is no stage's time */
 }

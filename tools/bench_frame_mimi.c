@@ -237,10 +237,9 @@ static void transformer(bench_mimi *m, tstack *s, float *x) {
         tlayer *l = &s->l[i];
         op->layer_norm(be, m->xt, l->n1w, l->n1b, 2, D, 1e-5f, m->tq);
         op->matmul(be, &l->in_proj, m->tq, 2, m->tqkv);
-        op->rope(be, m->tqkv, 2, 3 * D, 2 * HEADS, D / HEADS, s->pos, 10000.0f); /* q and k */
         for (int q = 0; q < 2; q++) {
             pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = CONTEXT, .window = CONTEXT - 2 + q, .k = l->k, .v = l->v};
-            op->attn_rows(be, m->tqkv + (size_t)q * 3 * D, 1, HEADS, D / HEADS, &ring, NULL, 0, s->pos + q,
+            op->attn_rows(be, m->tqkv + (size_t)q * 3 * D, 1, HEADS, D / HEADS, 10000.0f, &ring, NULL, 0, s->pos + q,
                           m->tatt + (size_t)q * D);
         }
         op->matmul(be, &l->out_proj, m->tatt, 2, m->tq);

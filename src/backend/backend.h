@@ -111,6 +111,12 @@ typedef struct pp_backend_ops {
      * frame reads the ids uploaded before it, or tokens sampled inside it). accumulate=0
      * overwrites. */
     void (*embed)(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
+    /* y[i] = the sum over t < n_tables of tables[t] row ids[id_rows[t]·n + i], for i < n: embed
+     * of the first table, then embed with accumulate of each next one, in that order (so the
+     * same sums); ids int32 in backend memory, tables and id_rows host arrays the caller keeps
+     * (a recording may hold them). One operation so a device reads every table in one pass. */
+    void (*embed_sum)(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
+                      const int32_t *ids, int n, float *y);
     /* y[i] += x[i] for i < count. */
     void (*add)(pp_backend *be, float *y, const float *x, size_t count);
 
@@ -126,23 +132,22 @@ typedef struct pp_backend_ops {
      * product's input in the normalization's pass. h differs from x and y. */
     void (*norm_matmul)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
                         const pp_weight *w, float *y);
-    /* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride):
-     * each row holds n_heads heads of head_dim; pair (2j, 2j+1) of a head at position pos[i]
-     * is rotated by pos[i] · max_period^(-2j/head_dim). */
-    void (*rope)(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-                 float max_period);
     /* One query per row against a ring KV cache of any pp_kv_format: for each of n rows (qkv
-     * [n][3][n_heads·head_dim]: q, k, v; pos [n] int32), the row's k and v are converted to the
-     * ring's format and stored at slot pos mod capacity first (so the query also sees its own key
-     * as stored), then out[n][n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the
-     * keys at positions max(0, pos−window+1) .. pos. ring (host; its buffers backend memory,
+     * [n][3][n_heads·head_dim]: q, k, v; pos [n] int32), when rope > 0 the row's q and k heads
+     * get the interleaved rotary embedding first (pair (2j, 2j+1) of a head rotated by
+     * pos · rope^(−2j/head_dim), the angle formed in fp32 as the reference does: freq_j =
+     * exp(j·c) with c = −2·ln(rope)/head_dim rounded to fp32, angle = freq_j·pos); qkv's q and k
+     * are scratch, left rotated or not. Then the row's k and v are converted to the ring's format
+     * and stored at slot pos mod capacity (so the query also sees its own key as stored), and
+     * out[n][n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the keys at
+     * positions max(0, pos−window+1) .. pos. ring (host; its buffers backend memory,
      * [capacity][n_heads·head_dim] each, window <= capacity) is the ring itself when tables is
      * NULL (then n = 1); else every row has its own conversation's ring of this layer: tables
      * (backend memory) holds n pointers, row i's to its conversation's ring descriptors by layer
      * (pp_tf_cache's table), row i uses tables[i][layer], and ring is one row's ring of the
      * layer (every row shares its format, capacity and window). One launch for the batch on a
      * device. */
-    void (*attn_rows)(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+    void (*attn_rows)(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
     /* The gated FFN's output product and its residual add: y[n][w.rows] += m · wᵀ with
      * m[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden], hidden = w.cols. One

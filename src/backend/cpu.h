@@ -26,6 +26,8 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
 void pp_cpu_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int n, float *y);
 void pp_cpu_matmul_silu_add(pp_backend *be, const pp_weight *w, const float *u, int n, float *y);
 void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate);
+void pp_cpu_embed_sum(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
+                      const int32_t *ids, int n, float *y);
 
 /* cpu_gemv_avx2.c (x86-64): whether its loops take this weight (format and group size), and
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
@@ -64,9 +66,7 @@ void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);
 void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
                         const pp_weight *w, float *y);
-void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-                 float max_period);
-void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+void pp_cpu_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 

@@ -341,6 +341,11 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
     pthread_mutex_unlock(&g->lock);
 }
 
+void pp_cpu_embed_sum(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
+                      const int32_t *ids, int n, float *y) {
+    for (int t = 0; t < n_tables; t++) pp_cpu_embed(be, tables[t], ids + (size_t)id_rows[t] * n, n, y, t > 0);
+}
+
 void pp_cpu_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
     (void)be;
     float buf[QUANT_MAX_NP2];

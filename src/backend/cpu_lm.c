@@ -26,9 +26,9 @@ void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int 
     pp_cpu_matmul(be, w, h, n, y);
 }
 
-void pp_cpu_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-                 float max_period) {
-    (void)be;
+/* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride), each
+ * n_heads heads of head_dim at position pos[i] (attn_rows's rope). */
+static void rope_rows(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period) {
     int half = head_dim / 2;
     /* The reference forms freq_j = exp(j·c) with c rounded to fp32, then angle = freq_j·t in fp32. */
     float c = (float)(-log((double)max_period) * 2.0 / head_dim);
@@ -166,9 +166,11 @@ static void attn_row(pp_backend *be, const float *qkv, int n_heads, int head_dim
     pp_pool_run(cpu_pool(be), n_heads, attn_head, &job);
 }
 
-void pp_cpu_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
+void pp_cpu_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
                       const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
     size_t dim = (size_t)n_heads * head_dim;
+    /* q and k at once: the k heads follow the q heads in each row */
+    if (rope > 0) rope_rows(qkv, n, 3 * (int)dim, 2 * n_heads, head_dim, pos, rope);
     for (int i = 0; i < n; i++)
         attn_row(be, qkv + (size_t)i * 3 * dim, n_heads, head_dim, tables ? &tables[i][layer] : ring, pos + i,
                  out + (size_t)i * dim);

@@ -63,6 +63,8 @@ typedef struct cuda_ctx {
     size_t blas_ws_bytes;
     float *ws; /* kernels' workspace: NF2 rotations, prepared activations, attention splits */
     size_t ws_floats;
+    unsigned *tickets; /* zeroed counters the attention's last blocks draw from (and zero again) */
+    size_t n_tickets;
     void *stage[2];
     cudaEvent_t stage_done[2];
     cudaGraphExec_t graph[GRAPH_SLOTS];
@@ -130,32 +132,50 @@ static pk_weight to_pk(const pp_weight *w) {
         .nested_absmax = w->nested_absmax,
         .nested_map = w->nested_map,
         .nested_offset = w->nested_offset,
+        .latency_bound = w->latency_bound,
     };
     return k;
 }
 
 /* Makes the workspace at least `floats` long. Not while recording a graph: a recorded kernel
  * keeps the old pointer. */
-static int ws_reserve(cuda_ctx *c, size_t floats) {
-    if (floats <= c->ws_floats) return PP_OK;
+/* Grows *buf to hold at least `bytes` (a quarter more), zeroed when `zero`: outside a recording,
+ * after the stream drained (queued work may still use the old buffer). */
+static int grow_buffer(cuda_ctx *c, void **buf, size_t *have, size_t bytes, int zero, const char *what) {
+    if (bytes <= *have) return PP_OK;
     if (c->capturing)
         return cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__,
                          "workspace growth while recording a graph (run the frame once before capturing it)");
-    size_t n = floats + floats / 4;
-    float *p = NULL;
+    size_t n = bytes + bytes / 4;
+    void *p = NULL;
     PP_CUDA_TRY(c, NULL, cudaStreamSynchronize(c->stream));
-    PP_CUDA_TRY(c, NULL, cudaMalloc((void **)&p, n * sizeof(float)));
-    cudaFree(c->ws);
-    c->ws = p;
-    c->ws_floats = n;
-    /* Recorded graphs hold the old workspace: drop them, their owners record again. */
+    PP_CUDA_TRY(c, NULL, cudaMalloc(&p, n));
+    if (zero) PP_CUDA_TRY(c, NULL, cudaMemsetAsync(p, 0, n, c->stream));
+    cudaFree(*buf);
+    *buf = p;
+    *have = n;
+    /* Recorded graphs hold the old buffer: drop them, their owners record again. */
     for (int i = 0; i < GRAPH_SLOTS; i++)
         if (c->graph[i]) {
             cudaGraphExecDestroy(c->graph[i]);
             c->graph[i] = NULL;
         }
-    PP_DEBUG("cuda", "workspace grown to %.1f MiB", (double)n * 4 / (1 << 20));
+    PP_DEBUG("cuda", "%s grown to %.1f MiB", what, (double)n / (1 << 20));
     return PP_OK;
+}
+
+static int ws_reserve(cuda_ctx *c, size_t floats) {
+    size_t bytes = c->ws_floats * sizeof(float);
+    int rc = grow_buffer(c, (void **)&c->ws, &bytes, floats * sizeof(float), 0, "workspace");
+    c->ws_floats = bytes / sizeof(float);
+    return rc;
+}
+
+static int tickets_reserve(cuda_ctx *c, size_t count) {
+    size_t bytes = c->n_tickets * sizeof(unsigned);
+    int rc = grow_buffer(c, (void **)&c->tickets, &bytes, count * sizeof(unsigned), 1, "attention tickets");
+    c->n_tickets = bytes / sizeof(unsigned);
+    return rc;
 }
 
 /* ---- memory ---- */
@@ -497,6 +517,18 @@ static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *id
     CUDA_NOTE(c, pk_embed(&k, ids, n, y, accumulate, c->stream));
 }
 
+static void cuda_embed_sum(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
+                           const int32_t *ids, int n, float *y) {
+    cuda_ctx *c = ctx_of(be);
+    pk_weight k[32]; /* the LM has 17 tables */
+    if (n_tables > (int)(sizeof k / sizeof k[0])) {
+        for (int t = 0; t < n_tables; t++) cuda_embed(be, tables[t], ids + (size_t)id_rows[t] * n, n, y, t > 0);
+        return;
+    }
+    for (int t = 0; t < n_tables; t++) k[t] = to_pk(tables[t]);
+    CUDA_NOTE(c, pk_embed_sum(k, id_rows, n_tables, ids, n, y, c->stream));
+}
+
 static void cuda_add(pp_backend *be, float *y, const float *x, size_t count) {
     CUDA_NOTE(ctx_of(be), pk_add(y, x, count, ctx_of(be)->stream));
 }
@@ -514,11 +546,6 @@ static void cuda_norm_matmul(pp_backend *be, const float *x, const float *alpha,
     CUDA_NOTE(c, pk_norm_matmul(x, alpha, n, d, eps, h, &k, y, c->ws, c->ws_floats, c->blas, c->stream));
 }
 
-static void cuda_rope(pp_backend *be, float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos,
-                      float max_period) {
-    CUDA_NOTE(ctx_of(be), pk_rope(x, n, stride, n_heads, head_dim, pos, max_period, ctx_of(be)->stream));
-}
-
 /* The kernels read ring tables written as pp_kv_ring (the model's) as pk_kv_ring. */
 _Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) == sizeof(int) &&
                    offsetof(pp_kv_ring, capacity) == offsetof(pk_kv_ring, capacity) &&
@@ -529,13 +556,16 @@ _Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) 
                    offsetof(pp_kv_ring, vscale) == offsetof(pk_kv_ring, vscale),
                "pk_kv_ring mirrors pp_kv_ring");
 
-static void cuda_attn_rows(pp_backend *be, const float *qkv, int n, int n_heads, int head_dim, const pp_kv_ring *ring,
-                           const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+static void cuda_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope,
+                           const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
+                           float *out) {
     cuda_ctx *c = ctx_of(be);
     pk_kv_ring r = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale};
-    if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity))) return;
-    CUDA_NOTE(c, pk_attn_rows(qkv, n, n_heads, head_dim, &r, (const pk_kv_ring *const *)tables, layer, pos, out, c->ws,
-                              c->stream));
+    if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity)) ||
+        tickets_reserve(c, (size_t)n * n_heads))
+        return;
+    CUDA_NOTE(c, pk_attn_rows(qkv, n, n_heads, head_dim, rope, &r, (const pk_kv_ring *const *)tables, layer, pos, out,
+                              c->ws, c->tickets, c->stream));
 }
 
 /* ---- codec operations ---- */
@@ -724,10 +754,10 @@ static const pp_backend_ops cuda_ops = {
     .host_unmap = cuda_host_unmap,
     .matmul = cuda_matmul,
     .embed = cuda_embed,
+    .embed_sum = cuda_embed_sum,
     .add = cuda_add,
     .rmsnorm = cuda_rmsnorm,
     .norm_matmul = cuda_norm_matmul,
-    .rope = cuda_rope,
     .attn_rows = cuda_attn_rows,
     .matmul_add = cuda_matmul_add,
     .matmul_silu_add = cuda_matmul_silu_add,
@@ -764,6 +794,7 @@ static void ctx_free(cuda_ctx *c) {
         if (c->stage_done[i]) cudaEventDestroy(c->stage_done[i]);
     }
     cudaFree(c->ws);
+    cudaFree(c->tickets);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -812,6 +843,8 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
      * both ways. */
     const char *pdl = getenv("PP_CUDA_PDL");
     pk_set_programmatic_launch(prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0));
+    const char *self = getenv("PP_CUDA_SELF_PREP");
+    pk_set_self_prepare(!(self && strcmp(self, "0") == 0));
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)

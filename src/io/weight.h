@@ -51,6 +51,9 @@ typedef struct pp_weight {
     int nested_block;
     float nested_offset;
     const char *name;    /* the stored base key, for messages; owned by the file or backend */
+    /* Set by the model for weights of small products run one after another (the depformer's):
+     * their time is latency, so a backend may spend redundant work to save a launch. */
+    int latency_bound;
 } pp_weight;
 
 /* Loads the weight NAME (its base key; `.weight` or `in_proj_weight` as stored). Accepts

@@ -18,6 +18,10 @@ struct pp_lm {
     pp_weight emb[16];          /* audio streams 1..16: [card+1, dim] */
     pp_weight text_emb;         /* [text_card+1, dim] */
     pp_weight text_linear;      /* [text_card, dim] */
+    /* The input's tables in the reference's order of the sum (audio streams 1.., text last) and
+     * each one's row of the frame's ids ([17][n], stream 0 text): embed_sum's arguments. */
+    const pp_weight *inputs[PP_LM_STREAMS];
+    int input_rows[PP_LM_STREAMS];
     float *out_norm;            /* backend [dim] */
     pp_tf temporal, depformer;
     pp_weight dep_in[PP_LM_MAX_DEP_Q];      /* [dep_dim, dim] */
@@ -183,8 +187,14 @@ static int load_weights(pp_lm *lm, char *err) {
     if ((rc = pp_tf_init(&ts, &lm->temporal, err)) || (rc = pp_tf_init(&ds, &lm->depformer, err)) ||
         (rc = pp_lm_catalog(c, load_tensor, &L)))
         return rc;
-    pp_tf_link(&lm->temporal);
-    pp_tf_link(&lm->depformer);
+    /* The depformer's products are small and run one after another, 8 or 16 steps a frame. */
+    pp_tf_link(&lm->temporal, 0);
+    pp_tf_link(&lm->depformer, 1);
+    for (int k = 0; k < c->dep_q; k++) lm->dep_in[k].latency_bound = lm->linears[k].latency_bound = 1;
+    for (int k = 0; k <= c->n_q; k++) {
+        lm->inputs[k] = k < c->n_q ? &lm->emb[k] : &lm->text_emb;
+        lm->input_rows[k] = k < c->n_q ? k + 1 : 0;
+    }
     char name[128];
     snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
     if ((rc = refuse_extra(lm, name, "num_layers", c->num_layers, err))) return rc;
@@ -425,14 +435,9 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
 
 int pp_lm_work_rows(const pp_lm_work *w) { return w->rows; }
 
-/* The input rows from the ids in backend memory ([17][n]): audio streams, then text last (the
- * reference's order of the sum). */
+/* The input rows from the ids in backend memory. */
 static void embed_inputs(const pp_lm *lm, pp_lm_work *w, int n) {
-    pp_backend *be = lm->be;
-    for (int k = 1; k <= lm->cfg.n_q + 1; k++) {
-        int s = k <= lm->cfg.n_q ? k : 0;
-        be->ops->embed(be, s ? &lm->emb[s - 1] : &lm->text_emb, w->ids + (size_t)s * n, n, w->x, k > 1);
-    }
+    lm->be->ops->embed_sum(lm->be, lm->inputs, lm->input_rows, lm->cfg.n_q + 1, w->ids, n, w->x);
 }
 
 void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*cols)[PP_LM_STREAMS]) {

@@ -138,8 +138,6 @@ static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, 
     const int t = w->t, rows = t * n, d = c->d_model, hd = d / c->num_heads;
     be->ops->layer_norm(be, w->x, l->norm1_w, l->norm1_b, rows, d, LN_EPS, w->h);
     be->ops->matmul(be, &l->in_proj, w->h, rows, w->qkv);
-    /* q and k at once: the k heads follow the q heads in each row */
-    be->ops->rope(be, w->qkv, rows, 3 * d, 2 * c->num_heads, hd, w->pos, c->max_period);
     /* Every key of the call is in the ring before any query attends (the reference appends
      * the whole call first), and the ring's oldest slot is never visible: query i's window
      * (its descriptor) ends at it. attn_rows stores query i's own key and value before
@@ -147,8 +145,8 @@ static void layer_step(pp_backend *be, const mtr_config *c, const mtr_layer *l, 
      * are contiguous in the time-major batch. */
     for (int i = 0; i < t; i++) {
         pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = c->context, .window = c->context - t + i};
-        be->ops->attn_rows(be, w->qkv + (size_t)i * n * 3 * d, n, c->num_heads, hd, &ring, w->tables, li * t + i,
-                           w->pos + i * n, w->att + (size_t)i * n * d);
+        be->ops->attn_rows(be, w->qkv + (size_t)i * n * 3 * d, n, c->num_heads, hd, c->max_period, &ring, w->tables,
+                           li * t + i, w->pos + i * n, w->att + (size_t)i * n * d);
     }
     be->ops->matmul(be, &l->out_proj, w->att, rows, w->h);
     residual(be, w->x, w->h, l->scale1, rows, d);

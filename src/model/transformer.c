@@ -151,7 +151,7 @@ int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *t
     }
 }
 
-void pp_tf_link(pp_tf *tf) {
+void pp_tf_link(pp_tf *tf, int latency_bound) {
     int64_t d = tf->shape.dim;
     for (int l = 0; l < tf->shape.num_layers; l++) {
         pp_tf_layer *L = &tf->layers[l];
@@ -160,6 +160,8 @@ void pp_tf_link(pp_tf *tf) {
             L->steps[st].out = L->step_proj ? L->step_proj[2 * st + 1] : pp_weight_rows(&L->out_proj, st * d, d);
             L->steps[st].ffn_in = L->ffn_in[st];
             L->steps[st].ffn_out = L->ffn_out[st];
+            pp_weight *w[] = {&L->steps[st].qkv, &L->steps[st].out, &L->steps[st].ffn_in, &L->steps[st].ffn_out};
+            for (int i = 0; i < 4; i++) w[i]->latency_bound = latency_bound;
         }
     }
 }
@@ -296,9 +298,8 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
         op->norm_matmul(be, x, L->norm1, n, d, s->eps, sc->h, &w->qkv, sc->qkv);
-        /* q and k: the k heads follow the q heads in each row, so one call rotates both */
-        if (s->rope) op->rope(be, sc->qkv, n, 3 * d, 2 * s->num_heads, hd, pos, s->max_period);
-        op->attn_rows(be, sc->qkv, n, s->num_heads, hd, &caches[0]->rings[l], tables, l, pos, sc->att);
+        op->attn_rows(be, sc->qkv, n, s->num_heads, hd, s->rope ? s->max_period : 0.0f, &caches[0]->rings[l], tables, l,
+                      pos, sc->att);
         op->matmul_add(be, &w->out, sc->att, n, x);
         op->norm_matmul(be, x, L->norm2, n, d, s->eps, sc->h, &w->ffn_in, sc->u);
         op->matmul_silu_add(be, &w->ffn_out, sc->u, n, x);

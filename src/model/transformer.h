@@ -70,11 +70,11 @@ void pp_tf_quant_free(pp_tf_quant *q);
 
 /* Loading, driven by the LM catalogue: pp_tf_init sizes tf for shape (no weights yet; on
  * failure pp_tf_free it); pp_tf_load_tensor loads and uploads one catalogued layer tensor
- * into its place; pp_tf_link, once all are in, points each step at its weights. pp_tf_free
- * releases whatever was loaded. */
+ * into its place; pp_tf_link, once all are in, points each step at its weights (marked
+ * latency-bound, pp_weight's, when asked). pp_tf_free releases whatever was loaded. */
 int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err);
 int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t, char *err);
-void pp_tf_link(pp_tf *tf);
+void pp_tf_link(pp_tf *tf, int latency_bound);
 void pp_tf_free(pp_backend *be, pp_tf *tf);
 /* Adds every stored tensor of tf (not the per-step views) to the per-format load totals. */
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats);
