@@ -241,9 +241,8 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
  * right, as the next block likely writes them too); at the launch's end the set-aside bytes are
  * written. An atomic writes its result into the pre-image too, so it is never undone. With
  * PK_EMU_HELD_STORES=1 in the environment (read at the first allocation: device allocations are
- * pages from then on) every launch holds stores; without it, while counting, every other launch
- * of a kernel that an earlier launch saw fence or use a global atomic does (only counted memory
- * is held then). */
+ * pages from then on) every launch of more than one block holds stores; without it none does
+ * (ctest runs the self-test and the parity test both ways). */
 
 struct step_traffic {
     const char *name;
@@ -919,13 +918,7 @@ static void run_block(void) {
 static bool waited; /* the running launch called pk_grid_wait */
 void grid_waited() { waited = true; }
 
-static bool syncs; /* the running launch fenced or used a global atomic */
-/* Kernels (by launch name) that a launch saw fence or use a global atomic, each with how many of
- * its launches came after. */
-static std::map<std::string, unsigned long, std::less<>> syncing;
-
 void thread_fence() {
-    syncs = true;
     if (holding) publish_held();
 }
 
@@ -936,33 +929,22 @@ void atomic_stored(const void *p, size_t bytes) {
     if ((a >= (uintptr_t)__start_pk_emu_shared && a < (uintptr_t)__stop_pk_emu_shared) ||
         a - (uintptr_t)dyn_shared.data() < dyn_shared.size())
         return;
-    syncs = true;
     if (!holding) return;
     uintptr_t p_page = a & ~(uintptr_t)(page - 1);
     for (size_t i = 0; i < held.size(); i++)
         if (held[i] == p_page) memcpy(pre_images + i * page + (a - p_page), p, bytes);
 }
 
-/* Every launch with PK_EMU_HELD_STORES=1; otherwise, while counting (allocations are pages then),
- * every other launch of a kernel that hands data between blocks. */
-static bool holds_stores(const char *name) {
-    if (hold_all()) return true;
-    if (!counting) return false;
-    auto it = syncing.find(name);
-    return it != syncing.end() && it->second++ % 2 == 0;
-}
-
 static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, bool programmatic,
                               const std::function<void()> &fn) {
     waited = false;
-    syncs = false;
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
     descending = launches & 1;
     warp_ahead = launches & 2;
     launches++;
     unsigned long n_blocks = (unsigned long)grid.x * grid.y * grid.z;
-    holding = n_blocks > 1 && holds_stores(name); /* a lone block has no one to hide its stores from */
+    holding = n_blocks > 1 && hold_all(); /* a lone block has no one to hide its stores from */
     if (holding) reserve_holds();
     dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
     body = &fn;
@@ -985,7 +967,6 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
         land_set_aside();
     }
     holding = false;
-    if (syncs && syncing.find(name) == syncing.end()) syncing.emplace(name, 0);
     if (programmatic && !waited) {
         fprintf(stderr, "cuda_emu: %s: ", name);
         fatal("a programmatic launch whose kernel never calls pk_grid_wait (use PK_LAUNCH_PLAIN)");

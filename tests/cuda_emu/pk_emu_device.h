@@ -15,8 +15,8 @@
  * stores to device memory stay invisible to the other blocks until the block executes
  * __threadfence, and land when the launch ends if it never does; atomics are never held, and a
  * block reads its own stores. Every other such launch takes its blocks in descending order. With
- * PK_EMU_HELD_STORES=1 every launch holds stores; without it, every other launch of a kernel
- * seen fencing or using a global atomic does, but only while device traffic is counted (emu.cc). */
+ * PK_EMU_HELD_STORES=1 every launch holds stores (emu.cc); ctest runs the self-test and the
+ * parity test so. */
 #ifndef PK_EMU_DEVICE_H
 #define PK_EMU_DEVICE_H
 
