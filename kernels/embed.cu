@@ -16,24 +16,30 @@ __device__ __forceinline__ void pk_embed_store(float *dst, float v, int accumula
         *dst = v;
 }
 
+/* Group blockIdx.x of table row `row` decoded into v [np2] (codes, then the inverse WHT: it ends
+ * with a barrier); returns the group's scale. Every thread calls it. */
+__device__ __forceinline__ float pk_embed_nf2_group(const pk_weight &w, int64_t row, float *v) {
+    const int64_t e0 = w.elem0 + row * w.cols + (int64_t)blockIdx.x * w.group;
+    const uint8_t *d = (const uint8_t *)w.data;
+    for (int j = threadIdx.x; j < w.np2; j += blockDim.x) v[j] = j < w.group ? pk_nf2_code_at(d, e0 + j) : 0.0f;
+    __syncthreads();
+    pk_wht(v, w.np2, w.np2);
+    return pk_group_scale(w, e0 / w.group);
+}
+
 /* One block per (group of the row, input i). */
 __global__ void pk_embed_nf2_kernel(pk_weight w, const int32_t *__restrict__ ids, float *__restrict__ y,
                                     int accumulate) {
     pk_grid_wait();
     PK_DYNAMIC_SHARED(float, v);
-    const int i = blockIdx.y, gs = w.group, np2 = w.np2;
+    const int i = blockIdx.y, gs = w.group;
     const int64_t row = pk_embed_row(ids[i], w.rows);
     float *dst = y + (int64_t)i * w.cols + (int64_t)blockIdx.x * gs;
     if (row < 0) {
         for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, 0.0f, accumulate);
         return;
     }
-    const int64_t e0 = w.elem0 + row * w.cols + (int64_t)blockIdx.x * gs;
-    const uint8_t *d = (const uint8_t *)w.data;
-    for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
-    __syncthreads();
-    pk_wht_shared(v, np2, np2);
-    const float s = pk_group_scale(w, e0 / gs);
+    const float s = pk_embed_nf2_group(w, row, v);
     for (int j = threadIdx.x; j < gs; j += blockDim.x) pk_embed_store(dst + j, v[j] * s, accumulate);
 }
 
@@ -67,7 +73,7 @@ __device__ __forceinline__ float pk_embed_add(float acc, float v, int t) { retur
 __global__ void pk_embed_sum_nf2_kernel(pk_embed_set s, float *__restrict__ y) {
     pk_grid_wait();
     PK_DYNAMIC_SHARED(float, v);
-    const int i = blockIdx.y, gs = s.w[0].group, np2 = s.w[0].np2;
+    const int i = blockIdx.y, gs = s.w[0].group;
     float acc[2] = {0.0f, 0.0f};
     for (int t = 0; t < s.n; t++) {
         const pk_weight &w = s.w[t];
@@ -77,13 +83,8 @@ __global__ void pk_embed_sum_nf2_kernel(pk_embed_set s, float *__restrict__ y) {
             for (int a = 0; a < 2; a++) acc[a] = pk_embed_add(acc[a], 0.0f, t);
             continue;
         }
-        const int64_t e0 = w.elem0 + row * w.cols + (int64_t)blockIdx.x * gs;
-        const uint8_t *d = (const uint8_t *)w.data;
         __syncthreads(); /* the previous table's values are read */
-        for (int j = threadIdx.x; j < np2; j += blockDim.x) v[j] = j < gs ? pk_nf2_code_at(d, e0 + j) : 0.0f;
-        __syncthreads();
-        pk_wht(v, np2, np2);
-        const float sc = pk_group_scale(w, e0 / gs);
+        const float sc = pk_embed_nf2_group(w, row, v);
 #pragma unroll
         for (int a = 0; a < 2; a++) {
             const int j = threadIdx.x + a * blockDim.x;
