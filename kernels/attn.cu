@@ -14,8 +14,10 @@
  * else each live block leaves (unnormalised output, max, sum) in the workspace, and the last of
  * a (head, row)'s live blocks to finish (a ticket drawn after a fence, as in the CUDA
  * programming guide's last-block reduction) merges them and resets the ticket counter for the
- * next launch. */
+ * next launch. The block that writes a head's output then counts it toward the next product's
+ * input slices (pk_next, when the host planned one) and prepares those it completes. */
 #include "common.cuh"
+#include "gemv_int.cuh" /* pk_next_after_store: the output handed to the next product */
 
 #define PK_ATTN_SPLIT 64
 #define PK_ATTN_THREADS 128
@@ -152,12 +154,12 @@ __device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *s
 }
 
 /* After a block left its split's partial: draws the (head, row)'s ticket, and the last of its
- * `working` blocks merges their partials ph [working][head_dim + 2] into out [head_dim] and
- * zeroes the ticket for the next launch. Each split's weight exp(max_s − max) is formed once (a
+ * `working` blocks merges their partials ph [working][head_dim + 2] into out [head_dim], zeroes
+ * the ticket for the next launch and returns true. Each split's weight exp(max_s − max) is formed once (a
  * thread per split, PK_ATTN_THREADS splits at a time), not once per output value: a separate
  * merge kernel that did so took ~17 µs at 47 splits on an H200. Every thread calls it. Not
  * inlined: the merge's registers stay out of the split loop's allocation. */
-__device__ __attribute__((noinline)) void pk_attn_merge_last(const float *ph, int working, int head_dim,
+__device__ __attribute__((noinline)) bool pk_attn_merge_last(const float *ph, int working, int head_dim,
                                                              unsigned *ticket, float *out) {
     __shared__ unsigned drawn;
     __shared__ float weight[PK_ATTN_THREADS], red[32];
@@ -166,7 +168,7 @@ __device__ __attribute__((noinline)) void pk_attn_merge_last(const float *ph, in
     __syncthreads();
     if (threadIdx.x == 0) drawn = atomicAdd(ticket, 1u);
     __syncthreads();
-    if (drawn != (unsigned)working - 1) return;
+    if (drawn != (unsigned)working - 1) return false;
     __threadfence(); /* the other blocks' partials, seen after their tickets */
     const int stride = head_dim + 2;
     float mx = -INFINITY;
@@ -199,6 +201,7 @@ __device__ __attribute__((noinline)) void pk_attn_merge_last(const float *ph, in
         if (d < head_dim) out[d] = acc[a] / sum;
     }
     if (threadIdx.x == 0) atomicExch(ticket, 0u); /* ready for the next launch */
+    return true;
 }
 
 /* Block (head, split, row). VPL: consecutive values of head_dim per lane (head_dim <= 32·VPL),
@@ -207,7 +210,8 @@ template <int FMT, int VPL>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring one,
                          const pk_kv_ring *const *__restrict__ tables, int layer, const int32_t *__restrict__ pos,
-                         float *__restrict__ part, unsigned *__restrict__ tickets, float *__restrict__ out) {
+                         float *__restrict__ part, unsigned *__restrict__ tickets, float *__restrict__ out,
+                         pk_next nx) {
     __shared__ float wm[PK_ATTN_THREADS / 32], wl[PK_ATTN_THREADS / 32];
     __shared__ float wo[PK_ATTN_THREADS / 32][PK_ATTN_MAX_DIM];
     const int h = blockIdx.x, n_heads = gridDim.x, split = blockIdx.y, n_splits = gridDim.y, row = blockIdx.z;
@@ -300,24 +304,31 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
         else if (d < head_dim)
             dst[d] = acc / sum; /* sum >= 1: the split holds the newest key */
     }
-    if (working > 1)
-        pk_attn_merge_last(part + head * n_splits * (head_dim + 2), working, head_dim, &tickets[head],
-                           out + head * head_dim);
+    if (working > 1 && !pk_attn_merge_last(part + head * n_splits * (head_dim + 2), working, head_dim, &tickets[head],
+                                           out + head * head_dim))
+        return;
+    if (nx.prep) pk_next_after_store(nx, row, 1, (int64_t)h * head_dim, (int64_t)(h + 1) * head_dim);
 }
 
 template <int FMT>
 static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope rope, const pk_kv_ring *one,
                    const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, unsigned *tickets,
-                   float *out, int splits, cudaStream_t stream) {
+                   float *out, const pk_next &nx, int splits, cudaStream_t stream) {
     dim3 grid((unsigned)n_heads, (unsigned)splits, (unsigned)n);
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
     if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2>)
-    (qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
+    (qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, nx);
     else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(
-        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
+        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, nx);
     else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(
-        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out);
+        qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, nx);
+}
+
+/* The heads' outputs are the next product's plain input; a head spans at most
+ * PK_ATTN_MAX_DIM / PK_NEXT_MIN_LEN + 1 slices, within what one block completes at once. */
+extern "C" int pk_attn_hands_over(int head_dim, const pk_next *nx) {
+    return nx->prep == PK_NEXT_PLAIN && head_dim <= PK_ATTN_MAX_DIM;
 }
 
 extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity) {
@@ -326,22 +337,27 @@ extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capaci
 
 extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period,
                             const pk_kv_ring *ring, const pk_kv_ring *const *tables, int layer, const int32_t *pos,
-                            float *out, float *ws, unsigned *tickets, cudaStream_t stream) {
+                            float *out, float *ws, unsigned *tickets, const pk_next *next, cudaStream_t stream) {
     if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || ring->window <= 0 ||
-        n <= 0 || (n > 1 && !tables))
+        n <= 0 || (n > 1 && !tables) ||
+        (next && (!pk_attn_hands_over(head_dim, next) || next->n != n || next->cols != (int64_t)n_heads * head_dim)))
         return (int)cudaErrorInvalidValue;
+    const pk_next nx = next ? *next : pk_next{};
     int splits = attn_splits(ring->window < ring->capacity ? ring->window : ring->capacity);
     const pk_rope rope = {rope_period > 0,
                           rope_period > 0 ? (float)(-log((double)rope_period) * 2.0 / head_dim) : 0.0f};
     switch (ring->fmt) {
     case PK_KV_F32:
-        launch<PK_KV_F32>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
+        launch<PK_KV_F32>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, splits,
+                          stream);
         break;
     case PK_KV_BF16:
-        launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
+        launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, splits,
+                           stream);
         break;
     case PK_KV_INT8:
-        launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, splits, stream);
+        launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, splits,
+                           stream);
         break;
     default: return (int)cudaErrorInvalidValue;
     }

@@ -260,29 +260,47 @@ static int gemm(const pk_weight *w, const float *x, int n, pk_dst out, void *cub
 #define PK_INT_RPW_1 4
 #endif
 
+/* The prepared input of a product: its planes, run metadata and (handed over under NORM) the
+ * rows' 1/rms, and the plan of the product after it (prep PK_NEXT_NONE: none). */
+typedef struct int_input {
+    const uint32_t *planes;
+    const int2 *meta;
+    const float *row_scale;
+} int_input;
+
 template <int FMT, int NB, int RPW>
-static void launch_int(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, pk_dst out,
+static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst out, const pk_next &next,
                        cudaStream_t stream) {
     const int gshift = log2_exact(w->group);
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)
-    (*w, planes, meta, n, gshift, out);
+    (*w, in.planes, in.meta, in.row_scale, n, gshift, out, next);
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
  * rows per warp stay as high as the 128 registers allow without spilling (NF2 at 4 inputs and 4
  * rows spills): 4 rows for 1 or 2 inputs, 2 beyond. */
 template <int FMT>
-static void launch_int_batch(const pk_weight *w, const uint32_t *planes, const int2 *meta, int n, pk_dst out,
+static void launch_int_batch(const pk_weight *w, const int_input &in, int n, pk_dst out, const pk_next &next,
                              cudaStream_t stream) {
     if (n == 1)
-        launch_int<FMT, 1, PK_INT_RPW_1>(w, planes, meta, n, out, stream);
+        launch_int<FMT, 1, PK_INT_RPW_1>(w, in, n, out, next, stream);
     else if (n == 2)
-        launch_int<FMT, 2, 4>(w, planes, meta, n, out, stream);
+        launch_int<FMT, 2, 4>(w, in, n, out, next, stream);
     else if (n <= 4)
-        launch_int<FMT, 4, 2>(w, planes, meta, n, out, stream);
+        launch_int<FMT, 4, 2>(w, in, n, out, next, stream);
     else
-        launch_int<FMT, 8, 2>(w, planes, meta, n, out, stream);
+        launch_int<FMT, 8, 2>(w, in, n, out, next, stream);
 }
+
+static int_input workspace_input(const pk_weight *w, int n, float *ws) {
+    return int_input{(const uint32_t *)ws, (const int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols)), NULL};
+}
+
+static int_input handed_input(const pk_next *in) {
+    return int_input{in->planes, (const int2 *)in->meta, in->prep == PK_NEXT_NORM ? in->inv : NULL};
+}
+
+static pk_next no_next(void) { return pk_next{}; }
 
 template <int FMT, int GATED>
 static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *planes, int2 *meta, cudaStream_t stream) {
@@ -293,24 +311,24 @@ static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *pla
     (x, w->cols, len, planes, meta);
 }
 
+/* The preparation kernel first unless the input was handed over (in). */
 template <int FMT>
-static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, uint32_t *planes,
-                          int2 *meta, cudaStream_t stream) {
-    if (x_gated)
-        int_prepare<FMT, 1>(w, x, n, planes, meta, stream);
-    else
-        int_prepare<FMT, 0>(w, x, n, planes, meta, stream);
-    launch_int_batch<FMT>(w, planes, meta, n, out, stream);
+static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, float *ws,
+                          const pk_next *in, const pk_next &next, cudaStream_t stream) {
+    const int_input input = in ? handed_input(in) : workspace_input(w, n, ws);
+    if (!in && x_gated)
+        int_prepare<FMT, 1>(w, x, n, (uint32_t *)input.planes, (int2 *)input.meta, stream);
+    else if (!in)
+        int_prepare<FMT, 0>(w, x, n, (uint32_t *)input.planes, (int2 *)input.meta, stream);
+    launch_int_batch<FMT>(w, input, n, out, next, stream);
 }
 
-static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, float *ws,
-                      cudaStream_t stream) {
-    uint32_t *planes = (uint32_t *)ws;
-    int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
+static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, float *ws, const pk_next *in,
+                      const pk_next &next, cudaStream_t stream) {
     if (w->fmt == PK_NF2)
-        int_matmul_as<PK_NF2>(w, x, n, x_gated, out, planes, meta, stream);
+        int_matmul_as<PK_NF2>(w, x, n, x_gated, out, ws, in, next, stream);
     else
-        int_matmul_as<PK_INT4>(w, x, n, x_gated, out, planes, meta, stream);
+        int_matmul_as<PK_INT4>(w, x, n, x_gated, out, ws, in, next, stream);
     return pk_launched();
 }
 
@@ -385,43 +403,92 @@ static int norm_slice(const pk_weight *w, int d) {
     return 0;
 }
 
+/* The normalizing preparation kernel first unless the input was handed over (in). */
 template <int FMT>
 static void int_norm_matmul_as(const float *x, const float *alpha, int n, int d, float eps, float *h,
-                               const pk_weight *w, pk_dst out, int len, uint32_t *planes, int2 *meta,
-                               cudaStream_t stream) {
-    PK_LAUNCH(dim3((unsigned)(d / len), (unsigned)n), 256, (size_t)len * sizeof(float), stream,
-              pk_int_norm_prepare_kernel<FMT>)
-    (x, alpha, d, eps, len, w->np2, h, planes, meta);
-    launch_int_batch<FMT>(w, planes, meta, n, out, stream);
+                               const pk_weight *w, pk_dst out, int len, float *ws, const pk_next *in,
+                               const pk_next &next, cudaStream_t stream) {
+    const int_input input = in ? handed_input(in) : workspace_input(w, n, ws);
+    if (!in) {
+        PK_LAUNCH(dim3((unsigned)(d / len), (unsigned)n), 256, (size_t)len * sizeof(float), stream,
+                  pk_int_norm_prepare_kernel<FMT>)
+        (x, alpha, d, eps, len, w->np2, h, (uint32_t *)input.planes, (int2 *)input.meta);
+    }
+    launch_int_batch<FMT>(w, input, n, out, next, stream);
+}
+
+/* Whether a normalized product takes the normalizing preparation kernel and the integer product. */
+static int int_norm_takes(const pk_weight *w, int n, int d) {
+    return int_gemv_takes(w, n) && w->cols == d && norm_slice(w, d) && !self_inputs(w, n);
 }
 
 extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w,
-                              float *y, float *ws, size_t ws_floats, void *cublas, cudaStream_t stream) {
+                              float *y, float *ws, size_t ws_floats, void *cublas, const pk_next *in,
+                              const pk_next *next, cudaStream_t stream) {
     if (n <= 0) return 0;
+    if ((in && (in->prep != PK_NEXT_NORM || !int_norm_takes(w, n, d))) || (next && !int_norm_takes(w, n, d)))
+        return (int)cudaErrorInvalidValue; /* cuda.c plans hand-overs with pk_next_plan and pk_matmul_hands_over */
     if (w->cols == d && self_inputs(w, n)) return int_self(w, x, PK_PREP_NORM, alpha, eps, h, n, pk_dst{y, 0}, stream);
-    const int len = norm_slice(w, d);
-    if (!int_gemv_takes(w, n) || w->cols != d || !len) {
+    if (!int_norm_takes(w, n, d)) {
         int rc = pk_rmsnorm(x, alpha, n, d, eps, h, stream);
-        return rc ? rc : pk_matmul(w, h, n, 0, 0, y, ws, ws_floats, cublas, stream);
+        return rc ? rc : pk_matmul(w, h, n, 0, 0, y, ws, ws_floats, cublas, NULL, NULL, stream);
     }
     if (pk_matmul_workspace(w, n, 0) > ws_floats) return (int)cudaErrorInvalidValue;
-    uint32_t *planes = (uint32_t *)ws;
-    int2 *meta = (int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols));
+    const int len = norm_slice(w, d);
+    const pk_next nx = next ? *next : no_next();
     if (w->fmt == PK_NF2)
-        int_norm_matmul_as<PK_NF2>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, planes, meta, stream);
+        int_norm_matmul_as<PK_NF2>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
     else
-        int_norm_matmul_as<PK_INT4>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, planes, meta, stream);
+        int_norm_matmul_as<PK_INT4>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
     return pk_launched();
 }
 
+/* ---- hand-overs (kernels.h's pk_next) ---- */
+
+/* Whether a plain or gated product takes the integer kernel with the preparation kernel. */
+static int int_plain_takes(const pk_weight *w, int n) { return int_gemv_takes(w, n) && !self_inputs(w, n); }
+
+extern "C" int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_next *nx) {
+    *nx = pk_next{};
+    if (prep == PK_NEXT_NORM ? !int_norm_takes(next, n, d) : !int_plain_takes(next, n)) return 0;
+    const int len = next->fmt == PK_NF2 ? next->group : int4_slice(next->cols);
+    if (len < PK_NEXT_MIN_LEN || len > PK_NEXT_MAX_LEN || next->cols % len) return 0;
+    nx->prep = prep;
+    nx->fmt = next->fmt;
+    nx->len = len;
+    nx->np2 = next->np2;
+    nx->n = n;
+    nx->cols = next->cols;
+    return 1;
+}
+
+extern "C" size_t pk_next_bytes(const pk_next *nx) {
+    return pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols) + (size_t)nx->n * sizeof(float);
+}
+
+extern "C" size_t pk_next_counts(const pk_next *nx) { return (size_t)nx->n * (size_t)(nx->cols / nx->len + 1); }
+
+extern "C" void pk_next_place(pk_next *nx, void *buf, unsigned *counts) {
+    nx->planes = (uint32_t *)buf;
+    nx->meta = (int32_t *)((uint8_t *)buf + pk_int_plane_bytes(nx->n, nx->cols));
+    nx->inv = (float *)((uint8_t *)buf + pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols));
+    nx->counts = counts;
+}
+
+extern "C" int pk_matmul_hands_over(const pk_weight *w, int n, int d) {
+    return d > 0 ? int_norm_takes(w, n, d) : int_plain_takes(w, n);
+}
+
 extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumulate, float *y, float *ws,
-                         size_t ws_floats, void *cublas, cudaStream_t stream) {
+                         size_t ws_floats, void *cublas, const pk_next *in, const pk_next *next, cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return 0;
     if (pk_matmul_workspace(w, n, x_gated) > ws_floats) return (int)cudaErrorInvalidValue;
+    if ((in && in->prep != (x_gated ? PK_NEXT_GATED : PK_NEXT_PLAIN)) || ((in || next) && !int_plain_takes(w, n)))
+        return (int)cudaErrorInvalidValue; /* as pk_norm_matmul */
     const pk_dst out = {y, accumulate};
     if (self_inputs(w, n))
         return int_self(w, x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, n, out, stream);
-    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, stream);
+    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : no_next(), stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);
         int rc = pk_silu_mul(x, n, (int)w->cols, gate, stream);

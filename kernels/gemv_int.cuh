@@ -83,6 +83,112 @@ __device__ __forceinline__ void pk_int_prepare_run(const float *run, int64_t g, 
     meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -944 : -8) * sum);
 }
 
+/* ---- handing the next product its input (kernels.h's pk_next) ---- */
+#define PK_NEXT_MAX_LEN 1024 /* inputs of one slice: the block's shared buffer */
+#define PK_NEXT_MIN_LEN 32   /* keeps the slices one block can complete within PK_NEXT_MAX_DONE */
+#define PK_NEXT_MAX_DONE 64  /* a GEMV block's 16 rows of 8 inputs, an attention head of 256 */
+
+/* Input j of row `row` as the next product takes it, read through L2: other blocks of this
+ * launch wrote it. */
+__device__ __forceinline__ float pk_next_input(const pk_next &nx, int64_t row, int64_t j) {
+    if (nx.prep == PK_NEXT_GATED) {
+        const float *u = nx.x + row * 2 * nx.cols;
+        return pk_silu_gate(__ldcg(u + j), __ldcg(u + nx.cols + j));
+    }
+    const float v = __ldcg(nx.x + row * nx.cols + j);
+    return nx.prep == PK_NEXT_NORM ? v * nx.alpha[j] : v;
+}
+
+/* Slice s of row `row` prepared as pk_int_prepare_kernel prepares it, by the whole block through
+ * v; ends with a barrier. */
+__device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t row, int64_t s, float *v) {
+    const int64_t c0 = s * nx.len;
+    for (int j = threadIdx.x; j < nx.len; j += blockDim.x) v[j] = pk_next_input(nx, row, c0 + j);
+    __syncthreads();
+    int2 *meta = (int2 *)nx.meta;
+    if (nx.fmt == PK_NF2) {
+        enum { RUN = pk_int_fmt<PK_NF2>::RUN };
+        pk_wht(v, nx.len, nx.np2);
+        for (int r = threadIdx.x; r < nx.len / RUN; r += blockDim.x)
+            pk_int_prepare_run<PK_NF2>(v + r * RUN, (row * nx.cols + c0) / RUN + r, nx.planes, meta);
+    } else {
+        enum { RUN = pk_int_fmt<PK_INT4>::RUN };
+        for (int r = threadIdx.x; r < nx.len / RUN; r += blockDim.x)
+            pk_int_prepare_run<PK_INT4>(v + r * RUN, (row * nx.cols + c0) / RUN + r, nx.planes, meta);
+    }
+    __syncthreads();
+}
+
+/* After the block wrote outputs [e0, e1) of rows [row0, row0 + rows) of nx.x (GATED: columns of
+ * u, of which c and cols + c both feed input c): counts them toward their slices and prepares
+ * each slice it completes; under NORM the block completing a row's last slice then writes the
+ * row's inv and h. The fence before the count publishes this block's outputs, the one after a
+ * completed count orders the other blocks' before the reads (the CUDA programming guide's
+ * last-block pattern). Every thread calls it. Not inlined: its registers stay out of the
+ * caller's loops. */
+static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next nx, int64_t row0, int rows,
+                                                                     int64_t e0, int64_t e1) {
+    __shared__ int done[PK_NEXT_MAX_DONE];
+    __shared__ int n_done;
+    __shared__ float v[PK_NEXT_MAX_LEN], red[32];
+    const int64_t slices = nx.cols / nx.len;
+    unsigned *row_count = nx.counts + nx.n * slices;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned target = (unsigned)(nx.prep == PK_NEXT_GATED ? 2 * nx.len : nx.len);
+        int k = 0;
+        for (int64_t r = row0; r < row0 + rows; r++)
+            for (int64_t a = e0; a < e1;) {
+                const int64_t c = a % nx.cols, s = c / nx.len;
+                const int64_t b = a + (s + 1) * nx.len - c < e1 ? a + (s + 1) * nx.len - c : e1;
+                unsigned *count = nx.counts + r * slices + s;
+                if (atomicAdd(count, (unsigned)(b - a)) + (unsigned)(b - a) == target) {
+                    *count = 0; /* nothing else counts it in this launch: ready for the next */
+                    done[k++] = (int)(r * slices + s);
+                }
+                a = b;
+            }
+        n_done = k;
+    }
+    __syncthreads();
+    const int completed = n_done;
+    if (!completed) return;
+    __threadfence();
+    for (int i = 0; i < completed; i++) pk_next_prepare_slice(nx, done[i] / slices, done[i] % slices, v);
+    if (nx.prep != PK_NEXT_NORM) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int k = 0;
+        for (int i = 0; i < completed; i++) {
+            const int r = (int)(done[i] / slices);
+            if (atomicAdd(row_count + r, 1u) + 1 == (unsigned)slices) {
+                row_count[r] = 0;
+                done[k++] = r;
+            }
+        }
+        n_done = k;
+    }
+    __syncthreads();
+    const int rows_done = n_done;
+    if (!rows_done) return;
+    __threadfence();
+    for (int i = 0; i < rows_done; i++) {
+        const int64_t r = done[i];
+        const float *xr = nx.x + r * nx.cols;
+        float ss = 0.0f;
+        for (int64_t j = threadIdx.x; j < nx.cols; j += blockDim.x) {
+            const float x = __ldcg(xr + j);
+            ss += x * x;
+        }
+        const float inv = rsqrtf(nx.eps + pk_block_sum(ss, red) / (float)nx.cols);
+        if (threadIdx.x == 0) nx.inv[r] = inv;
+        for (int64_t j = threadIdx.x; j < nx.cols; j += blockDim.x)
+            nx.h[r * nx.cols + j] = __ldcg(xr + j) * (nx.alpha[j] * inv);
+    }
+}
+
 /* One block per slice of `len` inputs (NF2: a group, rotated first; INT4: PK_INT_PREP_SLICE or
  * less); a thread per run. Slices never straddle input rows (the launcher checks cols % len).
  * GATED: x is u [n][2·cols] and the inputs are silu(u[i][j])·u[i][cols + j]. */
@@ -220,20 +326,35 @@ __device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int
     for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
 }
 
+/* row_scale [n] (or NULL) multiplies input i's sums: a handed-over NORM input's 1/rms. With
+ * nx.prep set, the block then hands its output over (pk_next_after_store), so warps past the last
+ * row stay for its barriers. */
 template <int FMT, int NB, int RPW>
 __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
-    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
-                       int gshift, pk_dst out) {
+    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta,
+                       const float *__restrict__ row_scale, int n, int gshift, pk_dst out, pk_next nx) {
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
-    if (r0 >= w.rows) return;
+    if (r0 >= w.rows && !nx.prep) return;
     uint4 next[RPW];
     pk_int_first_codes<FMT, RPW>(w, e0, next);
     pk_grid_wait(); /* the planes and meta come from the kernel before */
-    float acc[NB][RPW] = {};
-    pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
-    pk_store_rows<NB, RPW>(acc, w, r0, n, out);
+    if (r0 < w.rows) {
+        float acc[NB][RPW] = {};
+        pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
+        if (row_scale)
+#pragma unroll
+            for (int i = 0; i < NB; i++)
+#pragma unroll
+                for (int r = 0; r < RPW; r++) acc[i][r] *= i < n ? row_scale[i] : 0.0f;
+        pk_store_rows<NB, RPW>(acc, w, r0, n, out);
+    }
+    if (nx.prep) {
+        const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x >> 5) * RPW;
+        const int64_t b1 = b0 + (blockDim.x >> 5) * RPW < w.rows ? b0 + (blockDim.x >> 5) * RPW : w.rows;
+        pk_next_after_store(nx, 0, n, b0, b1);
+    }
 }
 
 /* ---- products that prepare their own inputs ----

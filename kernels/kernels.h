@@ -34,6 +34,47 @@ typedef struct pk_weight {
     int latency_bound; /* io/weight.h's: a product of few blocks, where a launch costs more than redundant work */
 } pk_weight;
 
+/* ---- handing the next product its input (gemv.cu, attn.cu) ----
+ * An integer product (NF2, INT4) reads its input prepared: NF2 slices rotated, every run of
+ * inputs rounded to int16 with a scale (gemv_int.cuh). Where a product or an attention writes
+ * the next integer product's input, the block that completes a slice of `len` of those inputs
+ * (counted with a fence and an atomic) prepares that slice as it finishes, and the next product
+ * reads it: no preparation launch between them. The host (cuda.c) holds each such operation back
+ * until the next one arrives to know whether it feeds an integer product.
+ *   PLAIN: the inputs are the producer's output [n][cols].
+ *   GATED: the producer writes u [n][2·cols]; input j is silu(u[j])·u[cols + j].
+ *   NORM:  the producer writes x [n][cols] (a residual stream); the slices prepared are of
+ *          x·alpha, and the block completing a row's last slice writes inv[row] = 1/rms(x) and
+ *          h = x·alpha·inv; the next product multiplies its sums by inv[row]. */
+enum { PK_NEXT_NONE, PK_NEXT_PLAIN, PK_NEXT_GATED, PK_NEXT_NORM };
+typedef struct pk_next {
+    int prep;          /* PK_NEXT_* */
+    int fmt, len, np2; /* the next product's format, inputs per slice, NF2 rotation length */
+    int n;             /* rows */
+    int64_t cols;      /* the next product's inputs per row */
+    const float *x;    /* the producer's output */
+    const float *alpha;
+    float eps;
+    float *h;         /* NORM: [n][cols] */
+    uint32_t *planes; /* the prepared input: planes, run metadata ({scale, bias} int32 pairs), inv [n] */
+    int32_t *meta;
+    float *inv;
+    unsigned *counts; /* [n·cols/len + n], zero before the producer and left zero after it */
+} pk_next;
+/* Fills nx's shape (prep, fmt, len, np2, n, cols) when the product of n inputs by next reads a
+ * handed-over input (the integer kernel, not one that prepares in its own blocks, for NORM with
+ * d == next->cols); returns 0 when it does not. */
+int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_next *nx);
+/* Bytes of the prepared input (planes, metadata, inv) and counters of a plan. */
+size_t pk_next_bytes(const pk_next *nx);
+size_t pk_next_counts(const pk_next *nx);
+/* Points a plan's planes, meta and inv into buf (pk_next_bytes) and its counters at counts. */
+void pk_next_place(pk_next *nx, void *buf, unsigned *counts);
+/* Whether a product of n inputs by w (normalized first when d > 0) can hand over its output, and
+ * whether an attention of heads of head_dim can hand over for plan nx. */
+int pk_matmul_hands_over(const pk_weight *w, int n, int d);
+int pk_attn_hands_over(int head_dim, const pk_next *nx);
+
 /* ---- gemv.cu: y[n][rows] = x[n][cols]·wᵀ ---- */
 /* x_gated: x is the gated FFN's u [n][2·cols] and the product's input silu(u[i][j])·u[i][cols + j],
  * formed on the way in (by the integer products' preparation, else into the workspace first).
@@ -42,12 +83,16 @@ typedef struct pk_weight {
 size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated);
 /* cublas: a cublasHandle_t already bound to stream (used only for f32 weights at n > PK_GEMV_MAX_BATCH).
  * accumulate: y += the product (a residual add) instead of y =. */
+/* in: the input as handed over by the operation before (NULL: prepared here); next: the plan of
+ * the product after, whose input this one's output is (NULL: none); both pk_next above. */
 int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated, int accumulate, float *y, float *ws,
-              size_t ws_floats, void *cublas, cudaStream_t stream);
+              size_t ws_floats, void *cublas, const pk_next *in, const pk_next *next, cudaStream_t stream);
 /* h = rmsnorm(x)·alpha, then y = h·wᵀ. The same workspace as pk_matmul(w, n, 0); where the
- * integer product takes w, one kernel (a few blocks per row) normalizes and prepares. */
+ * integer product takes w, one kernel (a few blocks per row) normalizes and prepares, or the
+ * operation before handed the input over (in, NORM). */
 int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w, float *y,
-                   float *ws, size_t ws_floats, void *cublas, cudaStream_t stream);
+                   float *ws, size_t ws_floats, void *cublas, const pk_next *in, const pk_next *next,
+                   cudaStream_t stream);
 /* NULL when a product of n inputs by w takes a kernel made for its format, else which slow
  * kernel it takes instead (the caller says so once: a shape must never be slowed silently). */
 const char *pk_matmul_slow_path(const pk_weight *w, int n);
@@ -86,7 +131,7 @@ size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);
  * counters, zero before the call and left zero after it (the splits' merge draws from them). */
 int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period, const pk_kv_ring *ring,
                  const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
-                 unsigned *tickets, cudaStream_t stream);
+                 unsigned *tickets, const pk_next *next, cudaStream_t stream);
 
 /* ---- codec.cu ---- */
 typedef struct pk_conv {

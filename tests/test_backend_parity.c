@@ -474,6 +474,94 @@ static void ring_free(pp_backend *be, pp_kv_ring *r) {
         if (p[i]) be->ops->release(be, p[i]);
 }
 
+/* Hand-overs (kernels.h's pk_next): a transformer layer's chain of products on the device, each
+ * integer product's input prepared by the blocks of the operation before as they finish. The
+ * residual product then the normalized FFN input product, the gated output product, and the next
+ * layer's normalized product: against the CPU at the integer products' tolerance, and in
+ * launches: the first product's preparation and the four products (not a preparation before
+ * each). Rows of n = 1, 3 and 8 inputs; INT4's hidden width takes slices of 128. Then the
+ * attention handing its heads to the output projection: NF2's slices of 128 take two
+ * 64-wide heads each (a slice completed by two blocks), INT4's of 256 all four, across a ring
+ * cut into several splits (the merging block hands over) and its first steps (one split). */
+static void test_hand_over(pp_wformat fmt, int group, int np2, const char *name) {
+    enum { D = 256, HID = 384, HEADS = 4, HD = 64, CAP = 300, STEPS = 140 };
+    held wo, wi, wf, wq;
+    if (make_weight(fmt, D, D, group, np2, 0, &wo) || make_weight(fmt, 2 * HID, D, group, np2, 0, &wi) ||
+        make_weight(fmt, D, HID, group, np2, 0, &wf) || make_weight(fmt, 3 * D, D, group, np2, 0, &wq)) {
+        TEST_COND("weight upload", 0);
+        return;
+    }
+    static const int batches[] = {1, 3, 8};
+    char what[112];
+    for (int b = 0; b < (int)(sizeof batches / sizeof batches[0]); b++) {
+        const int n = batches[b];
+        twin a = twin_rand((size_t)n * D, 1.0f), x = twin_rand((size_t)n * D, 2.0f);
+        twin al1 = twin_rand(D, 1.0f), al2 = twin_rand(D, 1.0f), h1 = twin_rand((size_t)n * D, 0),
+             h2 = twin_rand((size_t)n * D, 0), u = twin_rand((size_t)n * 2 * HID, 0),
+             y = twin_rand((size_t)n * 3 * D, 0);
+        /* run 0 on the CPU; on the device run 1 warms up (its buffers grow, as in a frame's first
+         * plain run) on a copy of x, run 2 counts */
+        float *x_warm = gpu->ops->alloc(gpu, (size_t)n * D * sizeof(float));
+        gpu->ops->copy(gpu, x_warm, x.g, (size_t)n * D * sizeof(float));
+        uint64_t nodes = 0;
+        for (int k = 0; k < 3; k++) {
+            const int g = k > 0;
+            pp_backend *be = g ? gpu : cpu;
+            const pp_backend_ops *op = be->ops;
+            float *xs = k == 0 ? x.c : k == 1 ? x_warm : x.g;
+            if (k == 2) nodes = op->nodes_run(be);
+            op->matmul_add(be, g ? &wo.g : &wo.c, g ? a.g : a.c, n, xs);
+            op->norm_matmul(be, xs, g ? al1.g : al1.c, n, D, 1e-6f, g ? h1.g : h1.c, g ? &wi.g : &wi.c, g ? u.g : u.c);
+            op->matmul_silu_add(be, g ? &wf.g : &wf.c, g ? u.g : u.c, n, xs);
+            op->norm_matmul(be, xs, g ? al2.g : al2.c, n, D, 1e-6f, g ? h2.g : h2.c, g ? &wq.g : &wq.c, g ? y.g : y.c);
+            if (k == 2) nodes = op->nodes_run(be) - nodes;
+        }
+        const twin *out[] = {&h1, &u, &x, &h2, &y};
+        static const char *const names[] = {"h of the FFN norm", "u", "x", "h of the next norm", "y"};
+        for (int i = 0; i < 5; i++) {
+            snprintf(what, sizeof what, "hand-over %s n=%d: %s", name, n, names[i]);
+            compare(what, out[i]->g, out[i]->c, out[i]->n, i == 0 || i == 3 ? REDUCE : ROUNDED);
+        }
+        snprintf(what, sizeof what, "hand-over %s n=%d: 5 launches for 4 products", name, n);
+        printf("  %-44s %llu launches\n", what, (unsigned long long)nodes);
+        TEST_COND(what, nodes == 5);
+        gpu->ops->release(gpu, x_warm);
+        twin *t[] = {&a, &x, &al1, &al2, &h1, &h2, &u, &y};
+        for (int i = 0; i < 8; i++) twin_free(t[i]);
+    }
+    pp_kv_ring rc = ring_make(cpu, PP_KV_INT8, CAP, D, HEADS), rg = ring_make(gpu, PP_KV_INT8, CAP, D, HEADS);
+    int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t)), *posg = gpu->ops->alloc(gpu, sizeof(int32_t));
+    twin att = twin_rand(D, 0), x = twin_rand(D, 1.0f);
+    double worst = 0;
+    int launches_ok = 1;
+    for (int s = 0; s < STEPS; s++) {
+        twin qkv = twin_rand(3 * D, 1.0f);
+        cpu->ops->upload(cpu, posc, &s, sizeof s);
+        gpu->ops->upload(gpu, posg, &s, sizeof s);
+        cpu->ops->attn_rows(cpu, qkv.c, 1, HEADS, HD, 10000.0f, &rc, NULL, 0, posc, att.c);
+        cpu->ops->matmul_add(cpu, &wo.c, att.c, 1, x.c);
+        uint64_t nodes = gpu->ops->nodes_run(gpu);
+        gpu->ops->attn_rows(gpu, qkv.g, 1, HEADS, HD, 10000.0f, &rg, NULL, 0, posg, att.g);
+        gpu->ops->matmul_add(gpu, &wo.g, att.g, 1, x.g);
+        launches_ok &= s == 0 || gpu->ops->nodes_run(gpu) - nodes == 2; /* step 0 warms up */
+        double e = result_nmse(x.g, x.c, D);
+        if (!(e <= worst)) worst = e;
+        twin_free(&qkv);
+    }
+    snprintf(what, sizeof what, "hand-over %s attention to output, worst", name);
+    check_nmse(what, worst, ROUNDED);
+    snprintf(what, sizeof what, "hand-over %s attention to output: 2 launches", name);
+    TEST_COND(what, launches_ok);
+    ring_free(cpu, &rc);
+    ring_free(gpu, &rg);
+    cpu->ops->release(cpu, posc);
+    gpu->ops->release(gpu, posg);
+    twin_free(&att);
+    twin_free(&x);
+    held *w[] = {&wo, &wi, &wf, &wq};
+    for (int i = 0; i < 4; i++) held_free(w[i]);
+}
+
 /* The rotary embedding inside attn_rows: a window of one key, so out is v and the ring's slot
  * holds the rotated key. Positions up to 2999, where the device's 2-ulp expf put angles 3.6e-4 rad
  * off. */
@@ -1172,6 +1260,9 @@ int main(void) {
     test_latency_bound(PP_WF_INT4, 64, 0, "int4 g64");
     test_host_weights();
     test_embed_sum();
+    printf("hand-overs between operations:\n");
+    test_hand_over(PP_WF_NF2, 128, 128, "nf2 g128");
+    test_hand_over(PP_WF_INT4, 64, 0, "int4 g64");
     printf("LM operations:\n");
     test_lm_ops();
     test_attn_rope();

@@ -79,6 +79,10 @@ step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl
 # in-block preparation (one launch instead of two, redundant work in every block) gains here
 step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=0)" "$logs/bench-frame-int8kv-noselfprep.log" \
     env PP_CUDA_SELF_PREP=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the same with each product's input prepared by a kernel of its own (no hand-overs): what the
+# hand-overs' 126 fewer launches per frame gain here
+step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=0)" "$logs/bench-frame-int8kv-nohandover.log" \
+    env PP_CUDA_HAND_OVER=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
 # the emulation's count and H100 estimate of the same frame, to set beside the measurement
 step "emulated estimate (nf2; int8 KV; context 3000)" "$logs/bench-frame-emu.log" \
     "$build/personaplex-bench-emu" frame --formats nf2 --kv int8 --frames 1 --contexts 3000 --no-mimi --extrapolate

@@ -49,6 +49,27 @@ typedef struct alloc_rec {
     size_t bytes;
 } alloc_rec;
 
+/* An operation held back until the next one arrives (see "hand-overs" below): a product
+ * (normalized first when alpha is set) or an attention, with its arguments, and its input as
+ * the operation before handed it over (has_in). */
+typedef enum { HELD_NONE, HELD_MATMUL, HELD_ATTN } held_kind;
+typedef struct held_op {
+    held_kind kind;
+    int n, has_in;
+    pk_next in;
+    /* HELD_MATMUL */
+    pk_weight w;
+    const float *x, *alpha;
+    float eps, *h, *y;
+    int d, x_gated, accumulate;
+    /* HELD_ATTN */
+    float *qkv, rope, *out;
+    int n_heads, head_dim, layer;
+    pk_kv_ring ring;
+    const pk_kv_ring *const *tables;
+    const int32_t *pos;
+} held_op;
+
 /* A product's shape as far as the kernel choice goes (many: more than PK_GEMV_MAX_BATCH inputs). */
 typedef struct slow_shape {
     int fmt, group, many;
@@ -65,6 +86,13 @@ typedef struct cuda_ctx {
     size_t ws_floats;
     unsigned *tickets; /* zeroed counters the attention's last blocks draw from (and zero again) */
     size_t n_tickets;
+    held_op held;
+    int hand_over;   /* hand-overs on (PP_CUDA_HAND_OVER=0: off, to time both ways) */
+    void *handed[2]; /* handed-over inputs, alternating: a product reads one, prepares the other */
+    size_t handed_bytes[2];
+    int handed_turn;
+    unsigned *handed_counts; /* zeroed slice and row counters of the hand-overs (left zeroed) */
+    size_t handed_counts_bytes;
     void *stage[2];
     cudaEvent_t stage_done[2];
     cudaGraphExec_t graph[GRAPH_SLOTS];
@@ -178,6 +206,76 @@ static int tickets_reserve(cuda_ctx *c, size_t count) {
     return rc;
 }
 
+/* ---- hand-overs ----
+ * A product or attention is held back until the next operation arrives. When that one is an
+ * integer product whose input is the held one's output (the next layer's normalized product after
+ * a residual add, the FFN's output product after its input product, the output projection after
+ * the attention), the held one is issued with that product's plan (pk_next) and its blocks
+ * prepare the input as they finish: the preparation kernel goes. Every other operation, and all
+ * that waits on, records or frees the stream's work, issues the held one first (settle). */
+
+static void issue_held(cuda_ctx *c, const pk_next *next) {
+    held_op *h = &c->held;
+    const pk_next *in = h->has_in ? &h->in : NULL;
+    if (h->kind == HELD_MATMUL && h->alpha)
+        CUDA_NOTE(c, pk_norm_matmul(h->x, h->alpha, h->n, h->d, h->eps, h->h, &h->w, h->y, c->ws, c->ws_floats, c->blas,
+                                    in, next, c->stream));
+    else if (h->kind == HELD_MATMUL)
+        CUDA_NOTE(c, pk_matmul(&h->w, h->x, h->n, h->x_gated, h->accumulate, h->y, c->ws, c->ws_floats, c->blas, in,
+                               next, c->stream));
+    else if (h->kind == HELD_ATTN)
+        CUDA_NOTE(c, pk_attn_rows(h->qkv, h->n, h->n_heads, h->head_dim, h->rope, &h->ring, h->tables, h->layer, h->pos,
+                                  h->out, c->ws, c->tickets, next, c->stream));
+    h->kind = HELD_NONE;
+}
+
+static void settle(cuda_ctx *c) {
+    if (c->held.kind != HELD_NONE) issue_held(c, NULL);
+}
+
+/* Whether the held operation writes `input` as n rows of `width` floats and can hand it over. */
+static int held_writes(const cuda_ctx *c, const float *input, int n, int64_t width, const pk_next *plan) {
+    const held_op *h = &c->held;
+    if (h->n != n) return 0;
+    if (h->kind == HELD_MATMUL)
+        return h->y == input && h->w.rows == width && pk_matmul_hands_over(&h->w, n, h->alpha ? h->d : 0);
+    if (h->kind == HELD_ATTN)
+        return h->out == input && (int64_t)h->n_heads * h->head_dim == width && pk_attn_hands_over(h->head_dim, plan);
+    return 0;
+}
+
+/* Holds op, a product whose input is `input` (prep: how it takes it, PK_NEXT_*), after issuing the
+ * held one: with op's plan when that one writes op's input, so op reads it handed over. */
+static void hold_product(cuda_ctx *c, held_op *op, const float *input, int prep) {
+    pk_next nx;
+    const int64_t width = prep == PK_NEXT_GATED ? 2 * op->w.cols : op->w.cols;
+    const int planned =
+        c->hand_over && pk_next_plan(&op->w, op->n, op->d, prep, &nx) && held_writes(c, input, op->n, width, &nx);
+    const size_t bytes = planned ? pk_next_bytes(&nx) : 0,
+                 counts = planned ? pk_next_counts(&nx) * sizeof(unsigned) : 0;
+    if (planned && c->handed_bytes[0] >= bytes && c->handed_bytes[1] >= bytes && c->handed_counts_bytes >= counts) {
+        nx.x = input;
+        nx.alpha = op->alpha;
+        nx.eps = op->eps;
+        nx.h = op->h;
+        pk_next_place(&nx, c->handed[c->handed_turn], c->handed_counts);
+        issue_held(c, &nx);
+        c->handed_turn ^= 1;
+        op->has_in = 1;
+        op->in = nx;
+    } else {
+        settle(c);
+        /* The held operation, which may read one of the buffers, went first; now they grow (not
+         * while recording: the plain run before a recording grows them), and this product
+         * prepares its own input this time. Both grow alike, so a recording finds room on
+         * whichever turn it starts. */
+        if (planned && !c->capturing && !grow_buffer(c, &c->handed[0], &c->handed_bytes[0], bytes, 0, "hand-over") &&
+            !grow_buffer(c, &c->handed[1], &c->handed_bytes[1], bytes, 0, "hand-over"))
+            grow_buffer(c, (void **)&c->handed_counts, &c->handed_counts_bytes, counts, 1, "hand-over counters");
+    }
+    c->held = *op;
+}
+
 /* ---- memory ---- */
 
 static void *cuda_alloc(pp_backend *be, size_t bytes) {
@@ -209,6 +307,7 @@ static void *cuda_alloc(pp_backend *be, size_t bytes) {
 
 static void cuda_release(pp_backend *be, void *ptr) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (!ptr) return;
     for (size_t i = 0; i < c->n_allocs; i++)
         if (c->allocs[i].ptr == ptr) {
@@ -224,6 +323,7 @@ static void cuda_release(pp_backend *be, void *ptr) {
  * source is copied synchronously. The backend's callers pass pageable buffers. */
 static void cuda_upload(pp_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (!bytes) return;
     struct cudaPointerAttributes a;
     int pinned = cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost;
@@ -234,6 +334,7 @@ static void cuda_upload(pp_backend *be, void *dst, const void *src, size_t bytes
 
 static void cuda_sync(pp_backend *be) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (c->capturing) {
         cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__, "sync while recording");
         return;
@@ -243,6 +344,7 @@ static void cuda_sync(pp_backend *be) {
 
 static void cuda_download(pp_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (c->capturing) {
         cuda_fail(c, NULL, (int)cudaErrorStreamCaptureUnsupported, __FILE__, __LINE__, "download while recording");
         return;
@@ -253,6 +355,7 @@ static void cuda_download(pp_backend *be, void *dst, const void *src, size_t byt
 
 static void cuda_copy(pp_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (!bytes) return;
     pk_count_node();
     CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
@@ -260,6 +363,7 @@ static void cuda_copy(pp_backend *be, void *dst, const void *src, size_t bytes) 
 
 static void cuda_zero(pp_backend *be, void *dst, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (!bytes) return;
     pk_count_node();
     CUDA_NOTE(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
@@ -378,6 +482,7 @@ static const host_range *in_place_range(const cuda_ctx *c, const void *dev_data)
 
 static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *dev, char *err) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     part p[5];
     memset(dev, 0, sizeof *dev);
     if ((unsigned)host->fmt >= PP_WF_COUNT)
@@ -414,6 +519,7 @@ static int cuda_weight_upload(pp_backend *be, const pp_weight *host, pp_weight *
 
 static void cuda_weight_release(pp_backend *be, pp_weight *dev) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     part p[5];
     if (!dev->data) return;
     weight_parts(dev, p);
@@ -429,6 +535,7 @@ static void cuda_weight_release(pp_backend *be, pp_weight *dev) {
 
 static int cuda_host_map(pp_backend *be, const void *base, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     if (!c->in_place || !base || !bytes || c->n_maps == HOST_MAPS) return 0;
     /* registration works on whole pages */
     long page = sysconf(_SC_PAGESIZE);
@@ -453,6 +560,7 @@ static int cuda_host_map(pp_backend *be, const void *base, size_t bytes) {
 
 static void cuda_host_unmap(pp_backend *be, const void *base) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     for (int i = 0; i < c->n_maps; i++) {
         host_range *m = &c->maps[i];
         if ((const uint8_t *)base < m->base || (const uint8_t *)base >= m->base + m->bytes) continue;
@@ -493,10 +601,11 @@ static void tell_slow_path(cuda_ctx *c, const pp_weight *w, const pk_weight *k, 
 
 static void matmul(pp_backend *be, const pp_weight *w, const float *x, int n, int x_gated, int accumulate, float *y) {
     cuda_ctx *c = ctx_of(be);
-    pk_weight k = to_pk(w);
-    tell_slow_path(c, w, &k, n);
-    if (ws_reserve(c, pk_matmul_workspace(&k, n, x_gated))) return;
-    CUDA_NOTE(c, pk_matmul(&k, x, n, x_gated, accumulate, y, c->ws, c->ws_floats, c->blas, c->stream));
+    held_op op = {
+        .kind = HELD_MATMUL, .n = n, .w = to_pk(w), .x = x, .y = y, .x_gated = x_gated, .accumulate = accumulate};
+    tell_slow_path(c, w, &op.w, n);
+    if (ws_reserve(c, pk_matmul_workspace(&op.w, n, x_gated))) return;
+    hold_product(c, &op, x, x_gated ? PK_NEXT_GATED : PK_NEXT_PLAIN);
 }
 
 static void cuda_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, float *y) {
@@ -513,6 +622,7 @@ static void cuda_matmul_silu_add(pp_backend *be, const pp_weight *w, const float
 
 static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *ids, int n, float *y, int accumulate) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     pk_weight k = to_pk(table);
     CUDA_NOTE(c, pk_embed(&k, ids, n, y, accumulate, c->stream));
 }
@@ -520,6 +630,7 @@ static void cuda_embed(pp_backend *be, const pp_weight *table, const int32_t *id
 static void cuda_embed_sum(pp_backend *be, const pp_weight *const *tables, const int *id_rows, int n_tables,
                            const int32_t *ids, int n, float *y) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     pk_weight k[32]; /* the LM has 17 tables */
     if (n_tables > (int)(sizeof k / sizeof k[0])) {
         for (int t = 0; t < n_tables; t++) cuda_embed(be, tables[t], ids + (size_t)id_rows[t] * n, n, y, t > 0);
@@ -530,20 +641,23 @@ static void cuda_embed_sum(pp_backend *be, const pp_weight *const *tables, const
 }
 
 static void cuda_add(pp_backend *be, float *y, const float *x, size_t count) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_add(y, x, count, ctx_of(be)->stream));
 }
 
 static void cuda_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_rmsnorm(x, alpha, n, d, eps, y, ctx_of(be)->stream));
 }
 
 static void cuda_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
                              const pp_weight *w, float *y) {
     cuda_ctx *c = ctx_of(be);
-    pk_weight k = to_pk(w);
-    tell_slow_path(c, w, &k, n);
-    if (ws_reserve(c, pk_matmul_workspace(&k, n, 0))) return;
-    CUDA_NOTE(c, pk_norm_matmul(x, alpha, n, d, eps, h, &k, y, c->ws, c->ws_floats, c->blas, c->stream));
+    held_op op = {
+        .kind = HELD_MATMUL, .n = n, .w = to_pk(w), .x = x, .alpha = alpha, .eps = eps, .h = h, .y = y, .d = d};
+    tell_slow_path(c, w, &op.w, n);
+    if (ws_reserve(c, pk_matmul_workspace(&op.w, n, 0))) return;
+    hold_product(c, &op, x, PK_NEXT_NORM);
 }
 
 /* The kernels read ring tables written as pp_kv_ring (the model's) as pk_kv_ring. */
@@ -560,12 +674,22 @@ static void cuda_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int h
                            const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
                            float *out) {
     cuda_ctx *c = ctx_of(be);
-    pk_kv_ring r = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale};
+    settle(c);
     if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity)) ||
         tickets_reserve(c, (size_t)n * n_heads))
         return;
-    CUDA_NOTE(c, pk_attn_rows(qkv, n, n_heads, head_dim, rope, &r, (const pk_kv_ring *const *)tables, layer, pos, out,
-                              c->ws, c->tickets, c->stream));
+    c->held =
+        (held_op){.kind = HELD_ATTN,
+                  .n = n,
+                  .qkv = qkv,
+                  .rope = rope,
+                  .out = out,
+                  .n_heads = n_heads,
+                  .head_dim = head_dim,
+                  .layer = layer,
+                  .ring = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale},
+                  .tables = (const pk_kv_ring *const *)tables,
+                  .pos = pos};
 }
 
 /* ---- codec operations ---- */
@@ -583,6 +707,7 @@ _Static_assert(sizeof(pk_state_rows) == sizeof(pp_state_rows) &&
 
 static void cuda_conv1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *hist,
                         const pp_state_rows *rows, float *y, float *scratch, int flags) {
+    settle(ctx_of(be));
     (void)scratch; /* direct convolution: no im2col buffer */
     pk_conv k = to_pk_conv(cv);
     CUDA_NOTE(ctx_of(be), pk_conv1d(&k, x, t, hist, (const pk_state_rows *)rows, y, flags & PP_CONV_ACCUMULATE,
@@ -591,36 +716,46 @@ static void cuda_conv1d(pp_backend *be, const pp_conv *cv, const float *x, int t
 
 static void cuda_conv_tr1d(pp_backend *be, const pp_conv *cv, const float *x, int t, float *tail,
                            const pp_state_rows *rows, float *y, float *scratch) {
+    settle(ctx_of(be));
     pk_conv k = to_pk_conv(cv);
     CUDA_NOTE(ctx_of(be), pk_conv_tr1d(&k, x, t, tail, (const pk_state_rows *)rows, y, scratch, ctx_of(be)->stream));
 }
 
 static void cuda_elu(pp_backend *be, const float *x, float *y, size_t n) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_elu(x, y, n, ctx_of(be)->stream));
 }
 
-static void cuda_gelu(pp_backend *be, float *x, size_t n) { CUDA_NOTE(ctx_of(be), pk_gelu(x, n, ctx_of(be)->stream)); }
+static void cuda_gelu(pp_backend *be, float *x, size_t n) {
+    settle(ctx_of(be));
+    CUDA_NOTE(ctx_of(be), pk_gelu(x, n, ctx_of(be)->stream));
+}
 
 static void cuda_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
                             float *y) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_layer_norm(x, w, b, n, d, eps, y, ctx_of(be)->stream));
 }
 
 static void cuda_transpose(pp_backend *be, const float *x, int n, int rows, int cols, float *y) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_transpose(x, n, rows, cols, y, ctx_of(be)->stream));
 }
 
 static void cuda_scale_add(pp_backend *be, float *y, const float *x, const float *scale, int n, int d) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_scale_add(y, x, scale, n, d, ctx_of(be)->stream));
 }
 
 static void cuda_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
                             int subtract, int32_t *code, int code_stride) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_vq_nearest(cb, cb_sq, bins, dim, x, n, subtract, code, code_stride, ctx_of(be)->stream));
 }
 
 static void cuda_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride,
                             int n, float *y) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_vq_add_row(cb, bins, dim, code, code_stride, n, y, ctx_of(be)->stream));
 }
 
@@ -632,6 +767,7 @@ _Static_assert(sizeof(pk_sample_param) == sizeof(pp_sample_param) &&
 
 static void cuda_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params,
                         int stream, const int32_t *forced, int32_t *tokens) {
+    settle(ctx_of(be));
     CUDA_NOTE(ctx_of(be), pk_sample(logits, rows, n, (const pk_sample_param *)params, stream, forced, tokens,
                                     ctx_of(be)->stream));
 }
@@ -640,6 +776,7 @@ static void cuda_sample(pp_backend *be, const float *logits, int rows, int n, co
 
 static int cuda_last_error(pp_backend *be, char *err) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     return c->error ? pp_fail(err, c->error, "%s", c->error_msg) : PP_OK;
 }
 
@@ -651,6 +788,7 @@ static int check_slot(int slot, char *err) {
 
 static int cuda_graph_begin(pp_backend *be, int slot, char *err) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     int rc = check_slot(slot, err);
     if (rc) return rc;
     if (c->capturing) return pp_fail(err, PP_EINVAL, "cuda: graph_begin while already recording");
@@ -662,6 +800,7 @@ static int cuda_graph_begin(pp_backend *be, int slot, char *err) {
 
 static int cuda_graph_end(pp_backend *be, int slot, char *err) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     cudaGraph_t g = NULL;
     int rc = check_slot(slot, err);
     if (rc) return rc;
@@ -689,6 +828,7 @@ static int cuda_graph_end(pp_backend *be, int slot, char *err) {
 
 static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
     cuda_ctx *c = ctx_of(be);
+    settle(c);
     int rc = check_slot(slot, err);
     if (rc) return rc;
     if (!c->graph[slot]) return pp_fail(err, PP_ENOTFOUND, "cuda: graph slot %d holds no graph", slot);
@@ -697,10 +837,13 @@ static int cuda_graph_replay(pp_backend *be, int slot, char *err) {
     return PP_OK;
 }
 
-static uint64_t cuda_nodes_run(pp_backend *be) { return pk_nodes() + ctx_of(be)->nodes_replayed; }
+static uint64_t cuda_nodes_run(pp_backend *be) {
+    settle(ctx_of(be));
+    return pk_nodes() + ctx_of(be)->nodes_replayed;
+}
 
 static int cuda_device_traffic(pp_backend *be, pk_traffic_fn fn, void *arg) {
-    (void)be;
+    settle(ctx_of(be));
     return pk_device_traffic(fn, arg);
 }
 
@@ -795,6 +938,8 @@ static void ctx_free(cuda_ctx *c) {
     }
     cudaFree(c->ws);
     cudaFree(c->tickets);
+    for (int i = 0; i < 2; i++) cudaFree(c->handed[i]);
+    cudaFree(c->handed_counts);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -845,6 +990,8 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     pk_set_programmatic_launch(prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0));
     const char *self = getenv("PP_CUDA_SELF_PREP");
     pk_set_self_prepare(!(self && strcmp(self, "0") == 0));
+    const char *hand_over = getenv("PP_CUDA_HAND_OVER");
+    c->hand_over = !(hand_over && strcmp(hand_over, "0") == 0);
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)
@@ -890,6 +1037,7 @@ int pp_backend_cuda_create(int device, pp_backend **out, char *err) {
 
 static void cuda_destroy(pp_backend *be) {
     cuda_ctx *c = be->impl;
+    settle(c);
     if (c->n_allocs || c->weight_bytes)
         PP_WARN("cuda", "destroyed with %zu buffers (%zu bytes) and %zu weight bytes still allocated", c->n_allocs,
                 c->buffer_bytes, c->weight_bytes);
