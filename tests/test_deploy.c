@@ -10,10 +10,11 @@
  *   after its handshake, 0x05 "server shutting down" and close 1001; both sessions are
  *   drained and the server exits with status 0. The server runs with NOTIFY_SOCKET and
  *   WATCHDOG_USEC pointing at a socket of the test, standing in for systemd: it must report
- *   READY=1, ping WATCHDOG=1 and announce STOPPING=1 (when built with libsystemd). (The drain closes conversations at once, so
- *   the window in which /health says "draining" and new conversations are refused is too
- *   short to hit from a test.)
- * proxy: instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
+ *   READY=1, ping WATCHDOG=1 and announce STOPPING=1 (when built with libsystemd). (The drain closes conversations at
+ * once, so the window in which /health says "draining" and new conversations are refused is too short to hit from a
+ * test.) drain-unread: the same with a notification socket nobody reads (a stuck service manager), SIGTERM 3 s after
+ * the handshake: the drain happens all the same, and the server says once that notifications were not sent. proxy:
+ * instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
  *   --behind-proxy, behind Debian's nginx run as an ordinary process (its own prefix, config
  *   and temp paths, an ephemeral loopback port) with the proxy directives of
  *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake. With A
@@ -29,7 +30,10 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -120,31 +124,62 @@ static long metric(int port, const char *name) {
 
 /* A datagram socket standing in for systemd's notification socket; its path goes to the
  * server through NOTIFY_SOCKET. */
-static int notify_socket(void) {
+/* The test's stand-in for systemd's notification socket, read as the messages come (as systemd
+ * reads it: a socket nobody reads holds 10 datagrams, the watchdog's pings fill it in 2 s). */
+static struct {
+    int fd;
+    atomic_int stop;
+    pthread_t reader;
+    char text[65536]; /* the datagrams, joined by newlines */
+    size_t len;
+} g_notes;
+
+static void notes_take(void) {
+    ssize_t n;
+    while (g_notes.len + 2 < sizeof g_notes.text &&
+           (n = recv(g_notes.fd, g_notes.text + g_notes.len, sizeof g_notes.text - g_notes.len - 2, 0)) > 0) {
+        g_notes.len += (size_t)n;
+        g_notes.text[g_notes.len++] = '\n';
+        g_notes.text[g_notes.len] = '\0';
+    }
+}
+
+static void *notes_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&g_notes.stop)) {
+        struct pollfd p = {g_notes.fd, POLLIN, 0};
+        if (poll(&p, 1, 50) > 0) notes_take();
+    }
+    return NULL;
+}
+
+/* unread: the reader never starts (a service manager that does not read its socket). */
+static int notify_socket(int unread) {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/notify.sock", g_dir) >= sizeof a.sun_path) return -1;
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0) return -1;
     setenv("NOTIFY_SOCKET", a.sun_path, 1);
     setenv("WATCHDOG_USEC", "400000", 1); /* pings every 0.2 s */
-    return fd;
+    g_notes.fd = fd;
+    if (unread) atomic_store(&g_notes.stop, 1);
+    return pthread_create(&g_notes.reader, NULL, notes_main, NULL) == 0 ? fd : -1;
 }
 
-/* Everything the server sent to the notification socket, datagrams joined by newlines. */
-static void notify_read(int fd, char *out, size_t cap) {
-    size_t o = 0;
-    ssize_t n;
-    out[0] = '\0';
-    while (o + 2 < cap && (n = recv(fd, out + o, cap - o - 2, 0)) > 0) {
-        o += (size_t)n;
-        out[o++] = '\n';
-        out[o] = '\0';
-    }
+/* Everything the server sent to the notification socket. */
+static const char *notify_read(void) {
+    atomic_store(&g_notes.stop, 1);
+    pthread_join(g_notes.reader, NULL);
+    notes_take();
+    close(g_notes.fd);
+    return g_notes.text;
 }
 
 /* ---- drain --------------------------------------------------------------------------------------- */
 
-static void run_drain(const char *server, int n_extra, char **extra) {
+/* unread_notes: the notification socket is never read, and SIGTERM comes 3 s after the
+ * handshake, when its queue has long been full: the drain must not wait on it. */
+static void run_drain(const char *server, int unread_notes, int n_extra, char **extra) {
     int port = sp_free_port();
     char port_s[16], log[300];
     snprintf(port_s, sizeof port_s, "%d", port);
@@ -154,8 +189,7 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     for (int i = 0; i < n_extra && i < MAX_ARGS; i++) argv[n++] = extra[i];
     const char *tail[] = {"--demo", "--no-tls", "--host", "127.0.0.1", "--port", port_s, "--state-dir", g_dir, NULL};
     memcpy(argv + n, tail, sizeof tail);
-    int nfd = notify_socket();
-    TEST_COND("notification socket", nfd >= 0);
+    TEST_COND("notification socket", notify_socket(unread_notes) >= 0);
     pid_t pid = spawn(argv, log);
     TEST_COND("server ready", wait_health(port, "\"status\":\"ok\"", pid));
 
@@ -172,6 +206,7 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     if (killer == 0) {
         int ok = 0;
         for (int i = 0; i < 600 && !(ok = metric(port, "personaplex_bad_input_total ") >= 1); i++) usleep(50000);
+        if (ok && unread_notes) sleep(3);
         if (ok) kill(pid, SIGTERM);
         _exit(ok ? 0 : 1);
     }
@@ -204,14 +239,19 @@ static void run_drain(const char *server, int n_extra, char **extra) {
     int rc = exited ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : sp_stop(pid);
     TEST_COND("the server exits 0 after the drain", rc == 0);
     TEST_COND("the log tells the drain", test_lines_with(log, "draining 2 conversations") > 0);
+    const char *notes = notify_read();
 #ifdef PP_HAVE_SYSTEMD
-    static char notes[65536];
-    notify_read(nfd, notes, sizeof notes);
+    if (unread_notes) {
+        TEST_COND("an unread notification socket is logged once",
+                  test_lines_with(log, "not sent to the service manager") == 1);
+        return;
+    }
     TEST_COND("systemd: READY=1 with the status line", strstr(notes, "READY=1\nSTATUS=ready: model demo"));
     TEST_COND("systemd: watchdog pings", strstr(notes, "WATCHDOG=1"));
     TEST_COND("systemd: STOPPING=1 when draining", strstr(notes, "STOPPING=1\nSTATUS=draining 2 conversations"));
+#else
+    (void)notes;
 #endif
-    close(nfd);
 }
 
 /* ---- proxy --------------------------------------------------------------------------------------- */
@@ -347,14 +387,17 @@ static void run_proxy(const char *server, const char *source) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (strcmp(argv[1], "drain") != 0 && strcmp(argv[1], "proxy") != 0)) {
-        fprintf(stderr, "usage: test_deploy drain SERVER [ARG...] | proxy SERVER SOURCE_DIR\n");
+    const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
+              unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0;
+    if (argc < 3 || (!drain && !unread && strcmp(argv[1], "proxy") != 0)) {
+        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     snprintf(g_dir, sizeof g_dir, "/tmp/pp-deploy-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
-    if (strcmp(argv[1], "drain") == 0) run_drain(argv[2], argc - 3, argv + 3);
+    if (drain || unread)
+        run_drain(argv[2], unread, argc - 3, argv + 3);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {
