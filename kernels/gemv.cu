@@ -362,30 +362,38 @@ static int self_inputs(const pk_weight *w, int n) {
     return self_smem(w, nb, slice) <= PK_SELF_SMEM ? nb : 0;
 }
 
+/* The inputs of a self-preparing product: x, prepared as `prep` (PK_PREP_*: normalized with
+ * alpha, eps into h, gated, or plain), and the attention it runs after (attn.on). */
+typedef struct self_input {
+    const float *x;
+    int prep;
+    const float *alpha;
+    float eps;
+    float *h;
+    pk_attn_after attn;
+} self_input;
+
 template <int FMT, int NB, int RPW>
-static void launch_self(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
-                        pk_dst out, cudaStream_t stream) {
+static void launch_self(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
     const int slice = self_slice(w);
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, self_smem(w, NB, slice), stream, pk_gemv_int_self_kernel<FMT, NB, RPW>)
-    (*w, x, prep, alpha, eps, h, n, log2_exact(w->group), slice, out);
+    (*w, in.x, in.prep, in.alpha, in.eps, in.h, n, log2_exact(w->group), slice, out, in.attn);
 }
 
 /* Rows per warp as launch_int_batch's for the same inputs at once. */
 template <int FMT>
-static int int_self_as(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
-                       pk_dst out, cudaStream_t stream) {
+static int int_self_as(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
     switch (self_inputs(w, n)) {
-    case 1: launch_self<FMT, 1, PK_INT_RPW_1>(w, x, prep, alpha, eps, h, n, out, stream); break;
-    case 2: launch_self<FMT, 2, 4>(w, x, prep, alpha, eps, h, n, out, stream); break;
-    default: launch_self<FMT, 4, 2>(w, x, prep, alpha, eps, h, n, out, stream); break;
+    case 1: launch_self<FMT, 1, PK_INT_RPW_1>(w, in, n, out, stream); break;
+    case 2: launch_self<FMT, 2, 4>(w, in, n, out, stream); break;
+    default: launch_self<FMT, 4, 2>(w, in, n, out, stream); break;
     }
     return pk_launched();
 }
 
-static int int_self(const pk_weight *w, const float *x, int prep, const float *alpha, float eps, float *h, int n,
-                    pk_dst out, cudaStream_t stream) {
-    if (w->fmt == PK_NF2) return int_self_as<PK_NF2>(w, x, prep, alpha, eps, h, n, out, stream);
-    return int_self_as<PK_INT4>(w, x, prep, alpha, eps, h, n, out, stream);
+static int int_self(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
+    if (w->fmt == PK_NF2) return int_self_as<PK_NF2>(w, in, n, out, stream);
+    return int_self_as<PK_INT4>(w, in, n, out, stream);
 }
 
 /* Inputs one normalizing block prepares (each block sums the whole row, then rounds its slice):
@@ -428,7 +436,8 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
     if (n <= 0) return 0;
     if ((in && (in->prep != PK_NEXT_NORM || !int_norm_takes(w, n, d))) || (next && !int_norm_takes(w, n, d)))
         return (int)cudaErrorInvalidValue; /* cuda.c plans hand-overs with pk_next_plan and pk_matmul_hands_over */
-    if (w->cols == d && self_inputs(w, n)) return int_self(w, x, PK_PREP_NORM, alpha, eps, h, n, pk_dst{y, 0}, stream);
+    if (w->cols == d && self_inputs(w, n))
+        return int_self(w, self_input{x, PK_PREP_NORM, alpha, eps, h, pk_attn_after{}}, n, pk_dst{y, 0}, stream);
     if (!int_norm_takes(w, n, d)) {
         int rc = pk_rmsnorm(x, alpha, n, d, eps, h, stream);
         return rc ? rc : pk_matmul(w, h, n, 0, 0, y, ws, ws_floats, cublas, NULL, NULL, stream);
@@ -441,6 +450,25 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
     else
         int_norm_matmul_as<PK_INT4>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
     return pk_launched();
+}
+
+/* ---- the qkv product running the attention (kernels.h's pk_attn_args) ---- */
+
+extern "C" int pk_norm_matmul_attends(const pk_weight *w, int n, int d, const pk_attn_args *a) {
+    return w->cols == d && self_inputs(w, n) && gemv_threads == PK_ATTN_THREADS && a->ring.fmt == PK_KV_F32 &&
+           a->head_dim > 0 && a->head_dim <= 128 && a->n_heads > 0 && a->ring.window > 0 &&
+           a->ring.window <= PK_ATTN_SPLIT && a->ring.capacity > 0 && (n == 1 || a->tables) &&
+           w->rows == 3 * (int64_t)a->n_heads * a->head_dim;
+}
+
+extern "C" int pk_norm_matmul_attn(const float *x, const float *alpha, int n, int d, float eps, float *h,
+                                   const pk_weight *w, float *qkv, const pk_attn_args *a, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    if (!pk_norm_matmul_attends(w, n, d, a)) return (int)cudaErrorInvalidValue;
+    const pk_attn_after attn = {1,       a->n_heads, a->head_dim, pk_rope_of(a->rope_period, a->head_dim),
+                                a->ring, a->tables,  a->layer,    a->pos,
+                                a->out,  a->counts};
+    return int_self(w, self_input{x, PK_PREP_NORM, alpha, eps, h, attn}, n, pk_dst{qkv, 0}, stream);
 }
 
 /* ---- hand-overs (kernels.h's pk_next) ---- */
@@ -487,7 +515,8 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
         return (int)cudaErrorInvalidValue; /* as pk_norm_matmul */
     const pk_dst out = {y, accumulate};
     if (self_inputs(w, n))
-        return int_self(w, x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, n, out, stream);
+        return int_self(w, self_input{x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, pk_attn_after{}}, n,
+                        out, stream);
     if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : no_next(), stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);

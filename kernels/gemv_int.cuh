@@ -22,6 +22,7 @@
 #ifndef PP_KERNELS_GEMV_INT_CUH
 #define PP_KERNELS_GEMV_INT_CUH
 
+#include "attn.cuh" /* pk_attn_block: the attention a qkv product runs as its heads complete */
 #include "gemv.cuh" /* pk_warp_rows, pk_store_rows; decode_nf2.cuh's transform */
 
 #define PK_ACT_MAX 32767.0f   /* the activations' int16 range (the CPU's Q4K_ACT_MAX) */
@@ -400,11 +401,63 @@ __device__ __forceinline__ void pk_int_self_prepare(const float *__restrict__ x,
     }
 }
 
+/* kernels.h's pk_attn_args as a self-preparing product's blocks take it (on: there is one). */
+struct pk_attn_after {
+    int on, n_heads, head_dim;
+    pk_rope rope;
+    pk_kv_ring one;
+    const pk_kv_ring *const *tables;
+    int layer;
+    const int32_t *pos;
+    float *out;
+    unsigned *counts;
+};
+
+/* After the block wrote outputs [e0, e1) of the n rows of qkv [n][3·dim]: counts them toward their
+ * (row, head)'s q, k and v, and runs the attention of each head it completes (fenced and counted
+ * as pk_next_after_store). Every thread calls it; not inlined, as that one. */
+template <int VPL>
+static __device__ __attribute__((noinline)) void pk_attn_after_store(const pk_attn_after a, const float *qkv, int n,
+                                                                     int64_t e0, int64_t e1) {
+    __shared__ int done[PK_NEXT_MAX_DONE];
+    __shared__ int n_done;
+    const int64_t dim = (int64_t)a.n_heads * a.head_dim;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int k = 0;
+        for (int r = 0; r < n; r++)
+            for (int64_t e = e0; e < e1;) {
+                const int64_t c = e % dim, head = c / a.head_dim;
+                const int64_t b = e + (head + 1) * a.head_dim - c < e1 ? e + (head + 1) * a.head_dim - c : e1;
+                unsigned *count = a.counts + (int64_t)r * a.n_heads + head;
+                if (atomicAdd(count, (unsigned)(b - e)) + (unsigned)(b - e) == 3u * (unsigned)a.head_dim) {
+                    *count = 0;
+                    done[k++] = r * a.n_heads + (int)head;
+                }
+                e = b;
+            }
+        n_done = k;
+    }
+    __syncthreads();
+    const int completed = n_done;
+    if (!completed) return;
+    __threadfence();
+    for (int i = 0; i < completed; i++) {
+        const int r = done[i] / a.n_heads, head = done[i] % a.n_heads;
+        const pk_kv_ring ring = a.tables ? a.tables[r][a.layer] : a.one;
+        pk_attn_block<PK_KV_F32, VPL, true>(qkv, a.head_dim, a.rope, ring, a.pos, NULL, NULL, a.out, head, a.n_heads, 0,
+                                            1, r);
+        __syncthreads(); /* the next head reuses the block's shared buffers */
+    }
+}
+
 /* Dynamic shared memory: NB inputs' planes, then their run metadata, then `slice` floats. */
 template <int FMT, int NB, int RPW>
 __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     pk_gemv_int_self_kernel(pk_weight w, const float *__restrict__ x, int prep, const float *__restrict__ alpha,
-                            float eps, float *__restrict__ h, int n, int gshift, int slice, pk_dst out) {
+                            float eps, float *__restrict__ h, int n, int gshift, int slice, pk_dst out,
+                            pk_attn_after attn) {
     typedef pk_int_fmt<FMT> F;
     PK_DYNAMIC_SHARED(uint32_t, planes);
     __shared__ float red[32];
@@ -427,6 +480,14 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
             pk_store_rows<NB, RPW>(acc, w, r0, m, pk_dst{out.y + (int64_t)i0 * w.rows, out.accumulate});
         }
         __syncthreads(); /* the next inputs overwrite the planes */
+    }
+    if (attn.on) {
+        const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x >> 5) * RPW;
+        const int64_t b1 = b0 + (blockDim.x >> 5) * RPW < w.rows ? b0 + (blockDim.x >> 5) * RPW : w.rows;
+        if (attn.head_dim <= 64)
+            pk_attn_after_store<2>(attn, out.y, n, b0, b1);
+        else
+            pk_attn_after_store<4>(attn, out.y, n, b0, b1);
     }
 }
 

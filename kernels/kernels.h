@@ -133,6 +133,26 @@ int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_
                  const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
                  unsigned *tickets, const pk_next *next, cudaStream_t stream);
 
+/* A head's attention run by the product that computes its q, k and v (gemv.cu): where that
+ * product prepares its inputs in its own blocks (the depformer's), the block completing a head's
+ * q, k and v rows of a row runs that head's attention over the row's ring, as pk_attn_rows would
+ * (one split: the window holds at most 64 keys). */
+typedef struct pk_attn_args {
+    int n_heads, head_dim;
+    float rope_period;
+    pk_kv_ring ring; /* as pk_attn_rows' ring, tables, layer, pos, out */
+    const pk_kv_ring *const *tables;
+    int layer;
+    const int32_t *pos;
+    float *out;
+    unsigned *counts; /* [n·n_heads] device counters, zero before and left zero */
+} pk_attn_args;
+/* Whether the normalized product of n inputs by w (d = w.cols) can run a's attention so. */
+int pk_norm_matmul_attends(const pk_weight *w, int n, int d, const pk_attn_args *a);
+/* pk_norm_matmul into qkv, then a's attention, in one launch (where pk_norm_matmul_attends). */
+int pk_norm_matmul_attn(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w,
+                        float *qkv, const pk_attn_args *a, cudaStream_t stream);
+
 /* ---- codec.cu ---- */
 typedef struct pk_conv {
     const float *w, *b;

@@ -700,6 +700,85 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope) {
     twin_free(&out);
 }
 
+/* The depformer's layer start: a latency-bound qkv product (normalized, preparing its inputs in
+ * its own blocks) and the attention after it, which the product's blocks run as each completes a
+ * head's q, k and v (one launch). Against the CPU over 20 steps of f32 rings of 16 slots, window
+ * 15 (wrapped), with and without rotation; heads of 64 and of 128; one row without tables, and
+ * ROWS_ATTN rows each with its own ring. */
+static void test_attend_in_product(int heads, int hd, float rope) {
+    enum { CAP = 16, STEPS = 20 };
+    const int dim = heads * hd;
+    held w;
+    if (make_weight(PP_WF_NF2, 3 * dim, dim, 128, 128, 0, &w)) {
+        TEST_COND("weight upload", 0);
+        return;
+    }
+    pp_weight marked = w.g;
+    marked.latency_bound = 1;
+    char what[112];
+    for (int n = 1; n <= ROWS_ATTN; n += ROWS_ATTN - 1) {
+        pp_kv_ring rc[ROWS_ATTN], rg[ROWS_ATTN];
+        for (int i = 0; i < n; i++) {
+            rc[i] = ring_make(cpu, PP_KV_F32, CAP, dim, heads);
+            rg[i] = ring_make(gpu, PP_KV_F32, CAP, dim, heads);
+            rc[i].window = rg[i].window = CAP - 1;
+        }
+        /* per row its table of one layer's ring, and the rows' tables */
+        pp_kv_ring *tc[ROWS_ATTN], *tg[ROWS_ATTN];
+        for (int i = 0; i < n; i++) {
+            tc[i] = cpu->ops->alloc(cpu, sizeof rc[i]);
+            tg[i] = gpu->ops->alloc(gpu, sizeof rg[i]);
+            cpu->ops->upload(cpu, tc[i], &rc[i], sizeof rc[i]);
+            gpu->ops->upload(gpu, tg[i], &rg[i], sizeof rg[i]);
+        }
+        const pp_kv_ring **pc = cpu->ops->alloc(cpu, sizeof tc), **pg = gpu->ops->alloc(gpu, sizeof tg);
+        cpu->ops->upload(cpu, pc, tc, sizeof tc);
+        gpu->ops->upload(gpu, pg, tg, sizeof tg);
+        int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t) * n), *posg = gpu->ops->alloc(gpu, sizeof(int32_t) * n);
+        twin a = twin_rand((size_t)dim, 1.0f), hn = twin_rand((size_t)n * dim, 0);
+        twin qkv = twin_rand((size_t)n * 3 * dim, 0), out = twin_rand((size_t)n * dim, 0);
+        double worst = 0;
+        int one_launch = 1;
+        for (int s = 0; s < STEPS; s++) {
+            int32_t pos[ROWS_ATTN] = {s, s + 5, 2 * s};
+            cpu->ops->upload(cpu, posc, pos, sizeof(int32_t) * n);
+            gpu->ops->upload(gpu, posg, pos, sizeof(int32_t) * n);
+            twin x = twin_rand((size_t)n * dim, 2.0f);
+            const pp_kv_ring *const *tabc = n > 1 ? (const pp_kv_ring *const *)pc : NULL;
+            const pp_kv_ring *const *tabg = n > 1 ? (const pp_kv_ring *const *)pg : NULL;
+            cpu->ops->norm_matmul(cpu, x.c, a.c, n, dim, 1e-6f, hn.c, &w.c, qkv.c);
+            cpu->ops->attn_rows(cpu, qkv.c, n, heads, hd, rope, &rc[0], tabc, 0, posc, out.c);
+            uint64_t nodes = gpu->ops->nodes_run(gpu);
+            gpu->ops->norm_matmul(gpu, x.g, a.g, n, dim, 1e-6f, hn.g, &marked, qkv.g);
+            gpu->ops->attn_rows(gpu, qkv.g, n, heads, hd, rope, &rg[0], tabg, 0, posg, out.g);
+            one_launch &= s == 0 || gpu->ops->nodes_run(gpu) - nodes == 1; /* step 0 grows the counters */
+            double e = result_nmse(out.g, out.c, (size_t)n * dim);
+            if (!(e <= worst)) worst = e;
+            twin_free(&x);
+        }
+        snprintf(what, sizeof what, "qkv product attending, %d x %d%s, %d row%s, worst", heads, hd,
+                 rope > 0 ? " rope" : "", n, n > 1 ? "s" : "");
+        check_nmse(what, worst, ROUNDED);
+        compare("  stored keys of the first row", rg[0].k, rc[0].k, (size_t)CAP * dim, ROUNDED);
+        compare("  stored values of the first row", rg[0].v, rc[0].v, (size_t)CAP * dim, ROUNDED);
+        snprintf(what, sizeof what, "qkv product attending, %d x %d, %d rows: one launch", heads, hd, n);
+        TEST_COND(what, one_launch);
+        for (int i = 0; i < n; i++) {
+            ring_free(cpu, &rc[i]);
+            ring_free(gpu, &rg[i]);
+            cpu->ops->release(cpu, tc[i]);
+            gpu->ops->release(gpu, tg[i]);
+        }
+        cpu->ops->release(cpu, pc);
+        gpu->ops->release(gpu, pg);
+        cpu->ops->release(cpu, posc);
+        gpu->ops->release(gpu, posg);
+        twin *t[] = {&a, &hn, &qkv, &out};
+        for (int i = 0; i < 4; i++) twin_free(t[i]);
+    }
+    held_free(&w);
+}
+
 /* ---- codec operations ---- */
 
 /* Conversations in the batched codec calls. A conv row's state starts STATE_PAD floats into a
@@ -1278,6 +1357,8 @@ int main(void) {
     test_attn_rows(PP_KV_INT8, 70, 0.0f);
     test_attn_rows(PP_KV_BF16, 40, 0.0f); /* one split: the split kernel writes the output */
     test_attn_rows(PP_KV_F32, 70, 10000.0f);
+    test_attend_in_product(4, 64, 0.0f);
+    test_attend_in_product(2, 128, 10000.0f);
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE, 0);  /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE, 0); /* short outputs, accumulate */

@@ -670,10 +670,41 @@ _Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) 
                    offsetof(pp_kv_ring, vscale) == offsetof(pk_kv_ring, vscale),
                "pk_kv_ring mirrors pp_kv_ring");
 
+/* Where the held operation is a normalized product that prepares its inputs in its own blocks (the
+ * depformer's) and writes this attention's qkv, its blocks run the attention as they complete each
+ * head's q, k and v (pk_norm_matmul_attn): one launch for both. Returns 1 when it did. */
+static int attend_in_product(cuda_ctx *c, float *qkv, int n, int n_heads, int head_dim, float rope,
+                             const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
+                             float *out) {
+    held_op *h = &c->held;
+    if (!c->hand_over || h->kind != HELD_MATMUL || !h->alpha || h->y != qkv || h->n != n || h->has_in) return 0;
+    pk_attn_args a = {
+        .n_heads = n_heads,
+        .head_dim = head_dim,
+        .rope_period = rope,
+        .ring = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale},
+        .tables = (const pk_kv_ring *const *)tables,
+        .layer = layer,
+        .pos = pos,
+        .out = out};
+    const size_t counts = (size_t)n * n_heads * sizeof(unsigned);
+    if (!pk_norm_matmul_attends(&h->w, n, h->d, &a)) return 0;
+    /* the held product reads no counters: they may grow before it goes (not while recording) */
+    if (c->handed_counts_bytes < counts &&
+        (c->capturing ||
+         grow_buffer(c, (void **)&c->handed_counts, &c->handed_counts_bytes, counts, 1, "hand-over counters")))
+        return 0;
+    a.counts = c->handed_counts;
+    CUDA_NOTE(c, pk_norm_matmul_attn(h->x, h->alpha, n, h->d, h->eps, h->h, &h->w, qkv, &a, c->stream));
+    h->kind = HELD_NONE;
+    return 1;
+}
+
 static void cuda_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope,
                            const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
                            float *out) {
     cuda_ctx *c = ctx_of(be);
+    if (attend_in_product(c, qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, out)) return;
     settle(c);
     if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity)) ||
         tickets_reserve(c, (size_t)n * n_heads))
