@@ -164,7 +164,7 @@ static int is_pow2(int v) { return log2_exact(v) >= 0; }
 /* INT4's preparation slice: the largest power of two up to PK_INT_PREP_SLICE dividing cols. */
 static int int4_slice(int64_t cols) {
     int s = PK_INT_PREP_SLICE;
-    while (s > pk_int_fmt<PK_INT4>::RUN && cols % s) s /= 2;
+    while (s > pk_int_fmt<PK_INT4>::V && cols % s) s /= 2;
     return s;
 }
 
@@ -337,7 +337,7 @@ static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk
 /* Inputs a self-preparing block rounds per pass (the shared float buffer): whole rotation
  * slices (NF2) or runs, at most 1024, dividing the row. 0: none does. */
 static int self_slice(const pk_weight *w) {
-    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::RUN;
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::V;
     for (int len = 1024 / unit * unit; len >= unit; len -= unit)
         if (w->cols % len == 0) return len;
     return 0;
@@ -380,12 +380,13 @@ static void launch_self(const pk_weight *w, const self_input &in, int n, pk_dst 
     (*w, in.x, in.prep, in.alpha, in.eps, in.h, n, log2_exact(w->group), slice, out, in.attn);
 }
 
-/* Rows per warp as launch_int_batch's for the same inputs at once. */
+/* Rows per warp as launch_int_batch's for the same inputs at once, but 2 at 2 inputs: with the
+ * preparation's and the attention's registers, 4 rows spilled there (48 bytes, sm_87 and sm_90). */
 template <int FMT>
 static int int_self_as(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
     switch (self_inputs(w, n)) {
     case 1: launch_self<FMT, 1, PK_INT_RPW_1>(w, in, n, out, stream); break;
-    case 2: launch_self<FMT, 2, 4>(w, in, n, out, stream); break;
+    case 2: launch_self<FMT, 2, 2>(w, in, n, out, stream); break;
     default: launch_self<FMT, 4, 2>(w, in, n, out, stream); break;
     }
     return pk_launched();
@@ -405,7 +406,7 @@ static int int_self(const pk_weight *w, const self_input &in, int n, pk_dst out,
 #endif
 
 static int norm_slice(const pk_weight *w, int d) {
-    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::RUN;
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::V;
     for (int len = PK_NORM_SLICE / unit * unit; len >= unit; len -= unit)
         if (d % len == 0) return len;
     return 0;

@@ -4,19 +4,25 @@
  *
  * Activations are prepared once per product, as the CPU's integer loops prepare theirs
  * (backend/cpu_gemv_vnni.c): NF2 rotates each group slice (the same WHT, the same bits), then
- * every run of RUN consecutive inputs (NF2 16, INT4 8: one 32-bit word of codes) gets the scale
- * max|x|/32767 and is rounded to int16 q, bit for bit the CPU's values. dp4a multiplies bytes,
+ * every chunk of V consecutive inputs (NF2 64, INT4 32: the 16 bytes of codes a lane takes at
+ * once, four runs of RUN inputs, each one 32-bit code word) gets the scale max|x|/ACT and is
+ * rounded to integers q of at most ACT (NF2 16383, INT4 32767; the CPU rounds per 16 to 32767,
+ * so the two differ by the rounding, within the tolerances of the tests). dp4a multiplies bytes,
  * so q = 256·h + l is stored as two byte planes, h signed and l unsigned, each in the order the
  * code word's bit planes come out:
- *   NF2:  (u >> 2k) & 0x01010101 holds bit 0 of codes 4j + k in byte j (k = 0..3), and
- *         (u >> 2k+1) & 0x01010101 bit 1. The centroids ±283, ±944 (units of 0.0016) are
- *         1227·b1 + 661·b0 − 944, so a run's Σ c·q = 1227·B1 + 661·B0 − 944·Q with
- *         Bb = Σ b·q = 256·Σ b·h + Σ b·l, all exact in int32 (|terms| < 1.5e9).
+ *   NF2:  (u >> 2k) & 0x03030303 holds codes 4j + k (2 bits, c = 2·b1 + b0) in byte j
+ *         (k = 0..3), and (u >> 2k) & 0x01010101 their bit 0. The centroids ±283, ±944 (units
+ *         of 0.0016) are 1227·b1 + 661·b0 − 944, i.e. (1227·c + 95·b0 − 1888) / 2, so twice a
+ *         chunk's Σ c·q is 1227·C + 95·B − 1888·Q with C = Σ c·q, B = Σ b0·q (each 256·Σ·h +
+ *         Σ·l): one shift and two masks per byte position. The terms pass 2^31 (1227·C reaches
+ *         3.9e9) but the result is within ±2.0e9, so the sums are formed modulo 2^32 (unsigned)
+ *         and are exact; the half goes into the chunk's scale.
  *   INT4: u & 0x0F0F0F0F holds the nibbles of elements 2j, (u >> 4) & 0x0F0F0F0F of 2j + 1;
  *         Σ (nibble − 8)·q = Σ nibble·q − 8·Q.
- * The −944·Q or −8·Q term is prepared with the run's scale (its "bias"), so each run costs its
- * plane extractions, four dp4a per plane pair, a few integer multiply-adds, one conversion and
- * one multiply by the run's scale; the group's f16 scale multiplies a 16-byte chunk (4 runs) once.
+ * The −1888·Q or −8·Q term is prepared with the chunk's scale (its "bias"), so each run costs
+ * its plane extractions, four dp4a per plane pair and a few integer multiply-adds into the
+ * chunk's sum, and each chunk one conversion and the multiplies by its activation scale and its
+ * group's f16 scale.
  * Weights whose groups are not a power of two, or slices the group layout does not align with,
  * take the float template instead (int_gemv_takes in gemv.cu). */
 #ifndef PP_KERNELS_GEMV_INT_CUH
@@ -25,7 +31,6 @@
 #include "attn.cuh" /* pk_attn_block: the attention a qkv product runs as its heads complete */
 #include "gemv.cuh" /* pk_warp_rows, pk_store_rows; decode_nf2.cuh's transform */
 
-#define PK_ACT_MAX 32767.0f   /* the activations' int16 range (the CPU's Q4K_ACT_MAX) */
 #define PK_NF2_UNIT 0.0016f   /* the NF2 centroids are ±283 and ±944 of these */
 #define PK_INT_PREP_SLICE 256 /* INT4: inputs a preparation block rounds (no transform) */
 /* Blocks of 128 threads an SM must hold at once: caps registers at 128 per thread, no spills. */
@@ -33,55 +38,62 @@
 #define PK_INT_MIN_BLOCKS 4
 #endif
 
+/* RUN: inputs of one 32-bit code word; V: of a 16-byte chunk (4 runs), which also shares one
+ * activation scale; ACT: the largest rounded activation. NF2's 16383 keeps a chunk's sum
+ * (2·944·64·16383 < 2^31) in int32; INT4's chunk sums stay far below at 32767. */
 template <int FMT> struct pk_int_fmt;
 template <> struct pk_int_fmt<PK_NF2> {
-    enum { RUN = 16, V = 64 };
+    enum { RUN = 16, V = 64, ACT = 16383 };
 };
 template <> struct pk_int_fmt<PK_INT4> {
-    enum { RUN = 8, V = 32 };
+    enum { RUN = 8, V = 32, ACT = 32767 };
 };
 
 /* The prepared activations of n inputs of `cols`: byte planes [n][cols/RUN][2][RUN/4] words
- * (h words, then l words), then each run's {scale, bias} [n][cols/RUN]. */
+ * (h words, then l words), then each chunk's {scale, bias} [n][cols/V]. */
 static inline size_t pk_int_plane_bytes(int64_t n, int64_t cols) { return (size_t)(n * cols * 2); }
 static inline size_t pk_int_workspace_bytes(int fmt, int64_t n, int64_t cols) {
-    int run = fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::RUN : (int)pk_int_fmt<PK_INT4>::RUN;
-    return pk_int_plane_bytes(n, cols) + (size_t)(n * cols / run) * sizeof(int2);
+    int v = fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V;
+    return pk_int_plane_bytes(n, cols) + (size_t)(n * cols / v) * sizeof(int2);
 }
 
 __device__ __forceinline__ uint32_t pk_dp4a_u(uint32_t a, uint32_t b, uint32_t c) { return __dp4a(a, b, c); }
 __device__ __forceinline__ int pk_dp4a_s(int a, int b, int c) { return __dp4a(a, b, c); }
 
-/* Rounds the RUN inputs at `run` to int16 as run g (its index over all inputs): its byte
- * planes and its {scale, bias}. */
+/* Rounds the V inputs at `in` to integers of at most ACT as chunk g (its index over all inputs):
+ * its runs' byte planes and its {scale, bias}. */
 template <int FMT>
-__device__ __forceinline__ void pk_int_prepare_run(const float *run, int64_t g, uint32_t *__restrict__ planes,
-                                                   int2 *__restrict__ meta) {
+__device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g, uint32_t *__restrict__ planes,
+                                                     int2 *__restrict__ meta) {
     typedef pk_int_fmt<FMT> F;
+    const float act = (float)F::ACT;
     float m = 0.0f;
-#pragma unroll
-    for (int t = 0; t < F::RUN; t++) m = fmaxf(m, fabsf(run[t]));
-    const float inv = m > 0 ? PK_ACT_MAX / m : 0.0f;
-    uint32_t h[F::RUN / 4], l[F::RUN / 4];
+#pragma unroll 8
+    for (int t = 0; t < F::V; t++) m = fmaxf(m, fabsf(in[t]));
+    const float inv = m > 0 ? act / m : 0.0f;
     int sum = 0;
+    for (int s = 0; s < F::V / F::RUN; s++) { /* the chunk's runs */
+        const float *run = in + s * F::RUN;
+        uint32_t h[F::RUN / 4], l[F::RUN / 4];
 #pragma unroll
-    for (int k = 0; k < F::RUN / 4; k++) h[k] = l[k] = 0;
+        for (int k = 0; k < F::RUN / 4; k++) h[k] = l[k] = 0;
 #pragma unroll
-    for (int t = 0; t < F::RUN; t++) {
-        int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -PK_ACT_MAX), PK_ACT_MAX));
-        sum += q;
-        const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
-        h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
-        l[k] |= (uint32_t)(q & 255) << (8 * j);
+        for (int t = 0; t < F::RUN; t++) {
+            int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -act), act));
+            sum += q;
+            const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
+            h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
+            l[k] |= (uint32_t)(q & 255) << (8 * j);
+        }
+        uint32_t *dst = planes + (g * (F::V / F::RUN) + s) * (F::RUN / 2);
+#pragma unroll
+        for (int k = 0; k < F::RUN / 4; k++) {
+            dst[k] = h[k];
+            dst[F::RUN / 4 + k] = l[k];
+        }
     }
-    uint32_t *dst = planes + g * (F::RUN / 2);
-#pragma unroll
-    for (int k = 0; k < F::RUN / 4; k++) {
-        dst[k] = h[k];
-        dst[F::RUN / 4 + k] = l[k];
-    }
-    const float scale = m > 0 ? m / PK_ACT_MAX * (FMT == PK_NF2 ? PK_NF2_UNIT : 1.0f) : 0.0f;
-    meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -944 : -8) * sum);
+    const float scale = m > 0 ? m / act * (FMT == PK_NF2 ? PK_NF2_UNIT / 2 : 1.0f) : 0.0f;
+    meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -1888 : -8) * sum);
 }
 
 /* ---- handing the next product its input (kernels.h's pk_next) ---- */
@@ -108,14 +120,14 @@ __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t
     __syncthreads();
     int2 *meta = (int2 *)nx.meta;
     if (nx.fmt == PK_NF2) {
-        enum { RUN = pk_int_fmt<PK_NF2>::RUN };
+        enum { V = pk_int_fmt<PK_NF2>::V };
         pk_wht(v, nx.len, nx.np2);
-        for (int r = threadIdx.x; r < nx.len / RUN; r += blockDim.x)
-            pk_int_prepare_run<PK_NF2>(v + r * RUN, (row * nx.cols + c0) / RUN + r, nx.planes, meta);
+        for (int r = threadIdx.x; r < nx.len / V; r += blockDim.x)
+            pk_int_prepare_chunk<PK_NF2>(v + r * V, (row * nx.cols + c0) / V + r, nx.planes, meta);
     } else {
-        enum { RUN = pk_int_fmt<PK_INT4>::RUN };
-        for (int r = threadIdx.x; r < nx.len / RUN; r += blockDim.x)
-            pk_int_prepare_run<PK_INT4>(v + r * RUN, (row * nx.cols + c0) / RUN + r, nx.planes, meta);
+        enum { V = pk_int_fmt<PK_INT4>::V };
+        for (int r = threadIdx.x; r < nx.len / V; r += blockDim.x)
+            pk_int_prepare_chunk<PK_INT4>(v + r * V, (row * nx.cols + c0) / V + r, nx.planes, meta);
     }
     __syncthreads();
 }
@@ -204,8 +216,8 @@ __global__ void pk_int_prepare_kernel(const float *__restrict__ x, int64_t cols,
     for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = GATED ? pk_silu_gate(src[i], src[cols + i]) : src[i];
     __syncthreads();
     if (FMT == PK_NF2) pk_wht(v, len, len);
-    for (int r = threadIdx.x; r < len / F::RUN; r += blockDim.x)
-        pk_int_prepare_run<FMT>(v + r * F::RUN, (int64_t)blockIdx.x * (len / F::RUN) + r, planes, meta);
+    for (int r = threadIdx.x; r < len / F::V; r += blockDim.x)
+        pk_int_prepare_chunk<FMT>(v + r * F::V, (int64_t)blockIdx.x * (len / F::V) + r, planes, meta);
 }
 
 /* The normalization before a product and the product's preparation in one pass: block
@@ -227,36 +239,39 @@ __global__ void __launch_bounds__(256)
     for (int j = threadIdx.x; j < len; j += blockDim.x) h[row * d + c0 + j] = v[j] = xi[c0 + j] * (alpha[c0 + j] * inv);
     __syncthreads();
     if (FMT == PK_NF2) pk_wht(v, len, np2);
-    for (int q = threadIdx.x; q < len / F::RUN; q += blockDim.x)
-        pk_int_prepare_run<FMT>(v + q * F::RUN, (row * d + c0) / F::RUN + q, planes, meta);
+    for (int q = threadIdx.x; q < len / F::V; q += blockDim.x)
+        pk_int_prepare_chunk<FMT>(v + q * F::V, (row * d + c0) / F::V + q, planes, meta);
 }
 
-/* Σ c·q of one run: code word u against the run's planes (h words, then l words). */
-template <int FMT> __device__ __forceinline__ int pk_int_run(uint32_t u, const uint32_t *p, int bias) {
+/* acc plus Σ c·q of one run (NF2: twice it, less the bias term), modulo 2^32: code word u
+ * against the run's planes (h words, then l words). A chunk's four runs add up in one acc; with
+ * its bias the total is exact in int32. */
+template <int FMT> __device__ __forceinline__ uint32_t pk_int_run(uint32_t u, const uint32_t *p, uint32_t acc) {
     if (FMT == PK_NF2) {
-        int h0 = 0, h1 = 0;
-        uint32_t l0 = 0, l1 = 0;
+        int hc = 0, h0 = 0;
+        uint32_t lc = 0, l0 = 0;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const uint32_t b0 = (u >> (2 * k)) & 0x01010101u, b1 = (u >> (2 * k + 1)) & 0x01010101u;
+            const uint32_t t = u >> (2 * k), c = t & 0x03030303u, b0 = t & 0x01010101u;
+            hc = pk_dp4a_s((int)c, (int)p[k], hc);
             h0 = pk_dp4a_s((int)b0, (int)p[k], h0);
-            h1 = pk_dp4a_s((int)b1, (int)p[k], h1);
+            lc = pk_dp4a_u(c, p[4 + k], lc);
             l0 = pk_dp4a_u(b0, p[4 + k], l0);
-            l1 = pk_dp4a_u(b1, p[4 + k], l1);
         }
-        return 1227 * (256 * h1 + (int)l1) + 661 * (256 * h0 + (int)l0) + bias;
+        return acc + 1227u * (256u * (uint32_t)hc + lc) + 95u * (256u * (uint32_t)h0 + l0);
     }
     const uint32_t n0 = u & 0x0F0F0F0Fu, n1 = (u >> 4) & 0x0F0F0F0Fu;
     const int h = pk_dp4a_s((int)n0, (int)p[0], pk_dp4a_s((int)n1, (int)p[1], 0));
     const uint32_t l = pk_dp4a_u(n0, p[2], pk_dp4a_u(n1, p[3], 0u));
-    return 256 * h + (int)l + bias;
+    return acc + 256u * (uint32_t)h + l;
 }
 
-/* The 16 bytes of codes of chunk c of the row starting at element e0 (zeros past the row). */
-template <int FMT>
-__device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, int64_t c, int64_t chunks) {
-    if (c >= chunks) return make_uint4(0u, 0u, 0u, 0u);
-    return __ldg((const uint4 *)(base + (e0 + c * pk_int_fmt<FMT>::V) * (FMT == PK_NF2 ? 2 : 4) / 8));
+/* The 16 bytes of codes of chunk c of the row starting at element e0 (a multiple of the chunk's
+ * V elements, never negative); past the row (a prefetch the loop will not use) its last chunk
+ * again, so the load takes no branch and the address only shifts and adds. */
+template <int FMT> __device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, int c, int chunks) {
+    const uint64_t chunk = (uint64_t)(c < chunks ? c : chunks - 1);
+    return __ldg((const uint4 *)(base + ((uint64_t)e0 >> (FMT == PK_NF2 ? 2 : 1)) + chunk * 16));
 }
 
 /* Prepared activations are read from global memory through the read-only path, or from shared
@@ -273,48 +288,53 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
                                             uint4 (&next)[RPW], float (&acc)[NB][RPW]) {
     typedef pk_int_fmt<FMT> F;
     const int lane = threadIdx.x & 31;
-    const int64_t chunks = w.cols / F::V, runs = w.cols / F::RUN;
+    const int chunks = (int)(w.cols / F::V), runs = (int)(w.cols / F::RUN); /* a row's, within 32 bits */
     const uint8_t *base = (const uint8_t *)w.data;
     const unsigned short *scales = (const unsigned short *)w.scales;
     /* The next chunk's codes load while this one computes (a lane has 2 to 6 chunks per row on
      * the temporal shapes; on an H200 the gain was within the run-to-run spread). */
-    for (int64_t c = lane; c < chunks; c += PK_WARP) {
+    for (int c = lane; c < chunks; c += PK_WARP) {
         uint4 raw[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             raw[r] = next[r];
             next[r] = pk_int_codes<FMT>(base, e0[r], c + PK_WARP, chunks);
         }
-        float part[NB][RPW];
+        uint32_t sum[NB][RPW];
 #pragma unroll
         for (int i = 0; i < NB; i++)
 #pragma unroll
-            for (int r = 0; r < RPW; r++) part[i][r] = 0.0f;
+            for (int r = 0; r < RPW; r++) sum[i][r] = 0u;
 #pragma unroll
         for (int s = 0; s < 4; s++) { /* the chunk's runs, one code word each */
 #pragma unroll
             for (int i = 0; i < NB; i++) {
                 if (i >= n) break;
-                const int64_t run = (int64_t)i * runs + c * 4 + s;
+                const int run = i * runs + c * 4 + s;
                 uint32_t p[F::RUN / 2];
 #pragma unroll
                 for (int v = 0; v < F::RUN / 8; v++) {
                     const uint4 q = pk_act_load<SHARED>((const uint4 *)(planes + run * (F::RUN / 2)) + v);
                     p[4 * v] = q.x, p[4 * v + 1] = q.y, p[4 * v + 2] = q.z, p[4 * v + 3] = q.w;
                 }
-                const int2 mt = pk_act_load<SHARED>(meta + run);
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
                     const uint32_t u = s == 0 ? raw[r].x : s == 1 ? raw[r].y : s == 2 ? raw[r].z : raw[r].w;
-                    part[i][r] += (float)pk_int_run<FMT>(u, p, mt.y) * __int_as_float(mt.x);
+                    sum[i][r] = pk_int_run<FMT>(u, p, sum[i][r]);
                 }
             }
         }
+        /* the chunk's activation scale and bias, then the weights' group scale */
+        float g[RPW];
 #pragma unroll
-        for (int r = 0; r < RPW; r++) {
-            const float g = pk_f16(__ldg(scales + ((e0[r] + c * F::V) >> gshift)));
+        for (int r = 0; r < RPW; r++) g[r] = pk_f16(__ldg(scales + ((uint64_t)(e0[r] + (int64_t)c * F::V) >> gshift)));
 #pragma unroll
-            for (int i = 0; i < NB; i++) acc[i][r] += g * part[i][r];
+        for (int i = 0; i < NB; i++) {
+            if (i >= n) break;
+            const int2 mt = pk_act_load<SHARED>(meta + i * chunks + c);
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+                acc[i][r] += g[r] * __int_as_float(mt.x) * (float)(int)(sum[i][r] + (uint32_t)mt.y);
         }
     }
 }
@@ -322,7 +342,7 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
 /* The lane's first chunk of each of its rows. */
 template <int FMT, int RPW>
 __device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW], uint4 (&next)[RPW]) {
-    const int64_t chunks = w.cols / pk_int_fmt<FMT>::V;
+    const int chunks = (int)(w.cols / pk_int_fmt<FMT>::V);
 #pragma unroll
     for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
 }
@@ -395,8 +415,8 @@ __device__ __forceinline__ void pk_int_self_prepare(const float *__restrict__ x,
         }
         __syncthreads();
         if (FMT == PK_NF2) pk_wht(v, slice, np2);
-        for (int q = threadIdx.x; q < slice / F::RUN; q += blockDim.x)
-            pk_int_prepare_run<FMT>(v + q * F::RUN, (slot * cols + c0) / F::RUN + q, planes, meta);
+        for (int q = threadIdx.x; q < slice / F::V; q += blockDim.x)
+            pk_int_prepare_chunk<FMT>(v + q * F::V, (slot * cols + c0) / F::V + q, planes, meta);
         __syncthreads();
     }
 }
@@ -462,7 +482,7 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     PK_DYNAMIC_SHARED(uint32_t, planes);
     __shared__ float red[32];
     int2 *meta = (int2 *)((uint8_t *)planes + NB * w.cols * 2); /* as pk_int_plane_bytes */
-    float *v = (float *)(meta + NB * (w.cols / F::RUN));
+    float *v = (float *)(meta + NB * (w.cols / F::V));
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4);
