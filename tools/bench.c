@@ -91,7 +91,7 @@ double bench_backend_copy_gbps(pp_backend *be) {
  * the integer kernel). The two must be updated together. Q4_0 and Q8_0 run the one-element
  * kernel, which the report does not measure: Q4_K's figure stands in. */
 static const double gemv_instr_per_byte[PP_WF_COUNT] = {
-    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.371, [PP_WF_INT4] = 0.152,
+    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.310, [PP_WF_INT4] = 0.125,
     [PP_WF_NF4] = 0.429, [PP_WF_Q4_0] = 0.587, [PP_WF_Q8_0] = 0.587, [PP_WF_Q4K] = 0.587, [PP_WF_INT8] = 0.218};
 
 double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt] : 0; }
