@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
                          pk_next nx) {
     const pk_kv_ring r = tables ? tables[blockIdx.z][layer] : one;
     const int h = blockIdx.x;
-    if (pk_attn_block<FMT, VPL, false>(qkv, head_dim, rope, r, pos, part, tickets, out, h, gridDim.x, blockIdx.y,
-                                       gridDim.y, blockIdx.z) &&
+    if (pk_attn_block<FMT, VPL, false, PK_ATTN_THREADS / 32>(qkv, head_dim, rope, r, pos, part, tickets, out, h,
+                                                             gridDim.x, blockIdx.y, gridDim.y, blockIdx.z) &&
         nx.prep)
         pk_next_after_store(nx, blockIdx.z, 1, (int64_t)h * head_dim, (int64_t)(h + 1) * head_dim);
 }

@@ -193,19 +193,18 @@ static __device__ __attribute__((noinline)) bool pk_attn_merge_last(const float 
 }
 
 /* Split `split` of head h of row `row` (of n_heads heads, n_splits splits): the work of one
- * block of PK_ATTN_THREADS threads. VPL: consecutive values of head_dim per lane (head_dim <=
+ * block of WARPS warps. VPL: consecutive values of head_dim per lane (head_dim <=
  * 32·VPL), loaded as one vector per key and lane; a 128-wide head keeps 4 registers per key.
  * FRESH: other blocks of this launch wrote qkv (a product's epilogue runs it), so it is read
  * through L2. Every thread calls it; true in the block that wrote the head's output. */
-template <int FMT, int VPL, bool FRESH>
-__device__ __forceinline__ bool pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope,
-                                              const pk_kv_ring &r, const int32_t *__restrict__ pos,
-                                              float *__restrict__ part, unsigned *__restrict__ tickets,
-                                              float *__restrict__ out, int h, int n_heads, int split, int n_splits,
-                                              int row) {
-    __shared__ float wm[PK_ATTN_THREADS / 32], wl[PK_ATTN_THREADS / 32];
-    __shared__ float wo[PK_ATTN_THREADS / 32][PK_ATTN_MAX_DIM];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+template <int FMT, int VPL, bool FRESH, int WARPS>
+__device__ __forceinline__ bool
+pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
+              const int32_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
+              float *__restrict__ out, int h, int n_heads, int split, int n_splits, int row) {
+    __shared__ float wm[WARPS], wl[WARPS];
+    __shared__ float wo[WARPS][PK_ATTN_MAX_DIM];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5; /* WARPS */
     const int dim = n_heads * head_dim;
     const float *q = qkv + (size_t)row * 3 * dim;
     const int64_t last = pos[row], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;

@@ -91,9 +91,9 @@ __global__ void __launch_bounds__(128) pk_gemv_q4k_kernel(pk_weight w, const flo
 
 static const int gemv_threads = 128;
 
-/* Blocks of gemv_threads covering w's rows at rpw rows per warp. */
-static unsigned row_blocks(const pk_weight *w, int rpw) {
-    int64_t rows_per_block = (gemv_threads / PK_WARP) * rpw;
+/* Blocks of `threads` (gemv_threads unless given) covering w's rows at rpw rows per warp. */
+static unsigned row_blocks(const pk_weight *w, int rpw, int threads = gemv_threads) {
+    int64_t rows_per_block = (threads / PK_WARP) * rpw;
     return (unsigned)((w->rows + rows_per_block - 1) / rows_per_block);
 }
 
@@ -376,7 +376,8 @@ typedef struct self_input {
 template <int FMT, int NB, int RPW>
 static void launch_self(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
     const int slice = self_slice(w);
-    PK_LAUNCH(row_blocks(w, RPW), gemv_threads, self_smem(w, NB, slice), stream, pk_gemv_int_self_kernel<FMT, NB, RPW>)
+    PK_LAUNCH(row_blocks(w, RPW, PK_SELF_THREADS), PK_SELF_THREADS, self_smem(w, NB, slice), stream,
+              pk_gemv_int_self_kernel<FMT, NB, RPW>)
     (*w, in.x, in.prep, in.alpha, in.eps, in.h, n, log2_exact(w->group), slice, out, in.attn);
 }
 
@@ -456,10 +457,9 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
 /* ---- the qkv product running the attention (kernels.h's pk_attn_args) ---- */
 
 extern "C" int pk_norm_matmul_attends(const pk_weight *w, int n, int d, const pk_attn_args *a) {
-    return w->cols == d && self_inputs(w, n) && gemv_threads == PK_ATTN_THREADS && a->ring.fmt == PK_KV_F32 &&
-           a->head_dim > 0 && a->head_dim <= 128 && a->n_heads > 0 && a->ring.window > 0 &&
-           a->ring.window <= PK_ATTN_SPLIT && a->ring.capacity > 0 && (n == 1 || a->tables) &&
-           w->rows == 3 * (int64_t)a->n_heads * a->head_dim;
+    return w->cols == d && self_inputs(w, n) && a->ring.fmt == PK_KV_F32 && a->head_dim > 0 && a->head_dim <= 128 &&
+           a->n_heads > 0 && a->ring.window > 0 && a->ring.window <= PK_ATTN_SPLIT && a->ring.capacity > 0 &&
+           (n == 1 || a->tables) && w->rows == 3 * (int64_t)a->n_heads * a->head_dim;
 }
 
 extern "C" int pk_norm_matmul_attn(const float *x, const float *alpha, int n, int d, float eps, float *h,

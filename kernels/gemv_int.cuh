@@ -37,6 +37,7 @@
 #ifndef PK_INT_MIN_BLOCKS
 #define PK_INT_MIN_BLOCKS 4
 #endif
+#define PK_SELF_THREADS 256 /* a self-preparing product's block (pk_gemv_int_self_kernel) */
 
 /* RUN: inputs of one 32-bit code word; V: of a 16-byte chunk (4 runs), which also shares one
  * activation scale; ACT: the largest rounded activation. NF2's 16383 keeps a chunk's sum
@@ -112,23 +113,26 @@ __device__ __forceinline__ float pk_next_input(const pk_next &nx, int64_t row, i
     return nx.prep == PK_NEXT_NORM ? v * nx.alpha[j] : v;
 }
 
+/* pk_int_prepare_chunk of format fmt. Not inlined: the hand-over's rounding stays out of the
+ * registers of the kernels that end with it (the attention's int8 instance spilled). */
+static __device__ __attribute__((noinline)) void pk_next_round(int fmt, const float *in, int64_t g, uint32_t *planes,
+                                                               int2 *meta) {
+    if (fmt == PK_NF2)
+        pk_int_prepare_chunk<PK_NF2>(in, g, planes, meta);
+    else
+        pk_int_prepare_chunk<PK_INT4>(in, g, planes, meta);
+}
+
 /* Slice s of row `row` prepared as pk_int_prepare_kernel prepares it, by the whole block through
  * v; ends with a barrier. */
 __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t row, int64_t s, float *v) {
     const int64_t c0 = s * nx.len;
     for (int j = threadIdx.x; j < nx.len; j += blockDim.x) v[j] = pk_next_input(nx, row, c0 + j);
     __syncthreads();
-    int2 *meta = (int2 *)nx.meta;
-    if (nx.fmt == PK_NF2) {
-        enum { V = pk_int_fmt<PK_NF2>::V };
-        pk_wht(v, nx.len, nx.np2);
-        for (int r = threadIdx.x; r < nx.len / V; r += blockDim.x)
-            pk_int_prepare_chunk<PK_NF2>(v + r * V, (row * nx.cols + c0) / V + r, nx.planes, meta);
-    } else {
-        enum { V = pk_int_fmt<PK_INT4>::V };
-        for (int r = threadIdx.x; r < nx.len / V; r += blockDim.x)
-            pk_int_prepare_chunk<PK_INT4>(v + r * V, (row * nx.cols + c0) / V + r, nx.planes, meta);
-    }
+    if (nx.fmt == PK_NF2) pk_wht(v, nx.len, nx.np2);
+    const int v_len = nx.fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V;
+    for (int r = threadIdx.x; r < nx.len / v_len; r += blockDim.x)
+        pk_next_round(nx.fmt, v + r * v_len, (row * nx.cols + c0) / v_len + r, nx.planes, (int2 *)nx.meta);
     __syncthreads();
 }
 
@@ -139,7 +143,7 @@ __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t
  * completed count orders the other blocks' before the reads (the CUDA programming guide's
  * last-block pattern). Every thread calls it. Not inlined: its registers stay out of the
  * caller's loops. */
-static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next nx, int64_t row0, int rows,
+static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next &nx, int64_t row0, int rows,
                                                                      int64_t e0, int64_t e1) {
     __shared__ int done[PK_NEXT_MAX_DONE];
     __shared__ int n_done;
@@ -466,15 +470,17 @@ static __device__ __attribute__((noinline)) void pk_attn_after_store(const pk_at
     for (int i = 0; i < completed; i++) {
         const int r = done[i] / a.n_heads, head = done[i] % a.n_heads;
         const pk_kv_ring ring = a.tables ? a.tables[r][a.layer] : a.one;
-        pk_attn_block<PK_KV_F32, VPL, true>(qkv, a.head_dim, a.rope, ring, a.pos, NULL, NULL, a.out, head, a.n_heads, 0,
-                                            1, r);
+        pk_attn_block<PK_KV_F32, VPL, true, PK_SELF_THREADS / 32>(qkv, a.head_dim, a.rope, ring, a.pos, NULL, NULL,
+                                                                  a.out, head, a.n_heads, 0, 1, r);
         __syncthreads(); /* the next head reuses the block's shared buffers */
     }
 }
 
-/* Dynamic shared memory: NB inputs' planes, then their run metadata, then `slice` floats. */
+/* Dynamic shared memory: NB inputs' planes, then their run metadata, then `slice` floats. Blocks
+ * of PK_SELF_THREADS: twice the rows of the other products' blocks, so half the blocks repeat
+ * the preparation, each in half the time. */
 template <int FMT, int NB, int RPW>
-__global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
+__global__ void __launch_bounds__(PK_SELF_THREADS, PK_INT_MIN_BLOCKS / 2)
     pk_gemv_int_self_kernel(pk_weight w, const float *__restrict__ x, int prep, const float *__restrict__ alpha,
                             float eps, float *__restrict__ h, int n, int gshift, int slice, pk_dst out,
                             pk_attn_after attn) {
