@@ -136,33 +136,30 @@ __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t
     __syncthreads();
 }
 
-/* After the block wrote outputs [e0, e1) of rows [row0, row0 + rows) of nx.x (GATED: columns of
- * u, of which c and cols + c both feed input c): counts them toward their slices and prepares
- * each slice it completes; under NORM the block completing a row's last slice then writes the
- * row's inv and h. The fence before the count publishes this block's outputs, the one after a
- * completed count orders the other blocks' before the reads (the CUDA programming guide's
- * last-block pattern). Every thread calls it. Not inlined: its registers stay out of the
- * caller's loops. */
-static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next &nx, int64_t row0, int rows,
-                                                                     int64_t e0, int64_t e1) {
-    __shared__ int done[PK_NEXT_MAX_DONE];
+/* The counting step of a product's or attention's epilogue, by every thread of the block: publishes
+ * the block's outputs [e0, e1) of rows [row0, row0 + rows) (a fence), counts them toward groups
+ * of `group` consecutive outputs (output e of a row in group (e mod span) / group, span / group
+ * groups a row), each complete at `target`, and leaves in done the groups this block completed
+ * (row · groups + group; their counters reset for the next launch: nothing else counts them in
+ * this one). Returns their number; the other blocks' outputs of those groups are then visible
+ * (a second fence: the CUDA programming guide's last-block pattern). */
+static __device__ __forceinline__ int pk_count_completed(unsigned *counts, int64_t row0, int rows, int64_t e0,
+                                                         int64_t e1, int64_t span, int64_t group, unsigned target,
+                                                         int *done) {
     __shared__ int n_done;
-    __shared__ float v[PK_NEXT_MAX_LEN], red[32];
-    const int64_t slices = nx.cols / nx.len;
-    unsigned *row_count = nx.counts + nx.n * slices;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        const unsigned target = (unsigned)(nx.prep == PK_NEXT_GATED ? 2 * nx.len : nx.len);
+        const int64_t groups = span / group;
         int k = 0;
         for (int64_t r = row0; r < row0 + rows; r++)
             for (int64_t a = e0; a < e1;) {
-                const int64_t c = a % nx.cols, s = c / nx.len;
-                const int64_t b = a + (s + 1) * nx.len - c < e1 ? a + (s + 1) * nx.len - c : e1;
-                unsigned *count = nx.counts + r * slices + s;
+                const int64_t c = a % span, g = c / group;
+                const int64_t b = a + (g + 1) * group - c < e1 ? a + (g + 1) * group - c : e1;
+                unsigned *count = counts + r * groups + g;
                 if (atomicAdd(count, (unsigned)(b - a)) + (unsigned)(b - a) == target) {
-                    *count = 0; /* nothing else counts it in this launch: ready for the next */
-                    done[k++] = (int)(r * slices + s);
+                    *count = 0;
+                    done[k++] = (int)(r * groups + g);
                 }
                 a = b;
             }
@@ -170,8 +167,25 @@ static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_ne
     }
     __syncthreads();
     const int completed = n_done;
+    if (completed) __threadfence();
+    return completed;
+}
+
+/* After the block wrote outputs [e0, e1) of rows [row0, row0 + rows) of nx.x (GATED: columns of
+ * u, of which c and cols + c both feed input c): counts them toward their slices and prepares
+ * each slice it completes; under NORM the block completing a row's last slice then writes the
+ * row's inv and h (counted and fenced as pk_count_completed). Every thread calls it. Not inlined:
+ * its registers stay out of the caller's loops. */
+static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next &nx, int64_t row0, int rows,
+                                                                     int64_t e0, int64_t e1) {
+    __shared__ int done[PK_NEXT_MAX_DONE];
+    __shared__ int n_done;
+    __shared__ float v[PK_NEXT_MAX_LEN], red[32];
+    const int64_t slices = nx.cols / nx.len;
+    unsigned *row_count = nx.counts + nx.n * slices;
+    const int completed = pk_count_completed(nx.counts, row0, rows, e0, e1, nx.cols, nx.len,
+                                             (unsigned)(nx.prep == PK_NEXT_GATED ? 2 * nx.len : nx.len), done);
     if (!completed) return;
-    __threadfence();
     for (int i = 0; i < completed; i++) pk_next_prepare_slice(nx, done[i] / slices, done[i] % slices, v);
     if (nx.prep != PK_NEXT_NORM) return;
     __threadfence();
@@ -444,29 +458,8 @@ template <int VPL>
 static __device__ __attribute__((noinline)) void pk_attn_after_store(const pk_attn_after a, const float *qkv, int n,
                                                                      int64_t e0, int64_t e1) {
     __shared__ int done[PK_NEXT_MAX_DONE];
-    __shared__ int n_done;
-    const int64_t dim = (int64_t)a.n_heads * a.head_dim;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int k = 0;
-        for (int r = 0; r < n; r++)
-            for (int64_t e = e0; e < e1;) {
-                const int64_t c = e % dim, head = c / a.head_dim;
-                const int64_t b = e + (head + 1) * a.head_dim - c < e1 ? e + (head + 1) * a.head_dim - c : e1;
-                unsigned *count = a.counts + (int64_t)r * a.n_heads + head;
-                if (atomicAdd(count, (unsigned)(b - e)) + (unsigned)(b - e) == 3u * (unsigned)a.head_dim) {
-                    *count = 0;
-                    done[k++] = r * a.n_heads + (int)head;
-                }
-                e = b;
-            }
-        n_done = k;
-    }
-    __syncthreads();
-    const int completed = n_done;
-    if (!completed) return;
-    __threadfence();
+    const int completed = pk_count_completed(a.counts, 0, n, e0, e1, (int64_t)a.n_heads * a.head_dim, a.head_dim,
+                                             3u * (unsigned)a.head_dim, done);
     for (int i = 0; i < completed; i++) {
         const int r = done[i] / a.n_heads, head = done[i] % a.n_heads;
         const pk_kv_ring ring = a.tables ? a.tables[r][a.layer] : a.one;
