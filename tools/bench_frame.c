@@ -338,8 +338,7 @@ static void issue_temporal(void *arg) {
     op->embed_sum(be, m->inputs, m->input_rows, DEP_Q + 1, m->ids, 1, m->x);
     pp_tf_cache *tc = &m->tc;
     pp_tf_forward(be, &m->temporal, &m->tsc, &tc, m->tables, 1, m->x, m->pos, 0, NULL);
-    op->rmsnorm(be, m->x, m->out_norm, 1, m->d.dim, 1e-8f, m->h);
-    op->matmul(be, &m->text_linear, m->h, 1, m->logits);
+    op->norm_matmul(be, m->x, m->out_norm, 1, m->d.dim, 1e-8f, m->h, &m->text_linear, m->logits); /* as lm.c */
     op->sample(be, m->logits, 1, m->d.text_card, m->params, 0, NULL, m->tokens);
 }
 

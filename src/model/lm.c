@@ -464,20 +464,25 @@ static void put_row(pp_lm_work *w, int i, pp_lm_ctx *ctx, int64_t pos) {
     w->host_tables[i] = ctx->temporal.table;
 }
 
-/* h = out_norm(temporal transformer(x)) on the uploaded positions and rings. */
-static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers) {
+/* The temporal transformer over x on the uploaded positions and rings, then h = out_norm(x);
+ * with head, also logits = h · text_linearᵀ, the norm and the product as one operation (a device
+ * prepares the product's input in the last layer's product). */
+static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers, int head) {
     pp_backend *be = lm->be;
     const pp_lm_config *c = &lm->cfg;
     pp_tf_forward(be, &lm->temporal, &w->temporal, w->tmp_rows, w->tables, n, w->x, w->pos, 0,
                   layers ? w->layer_out : NULL);
-    be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
+    if (head)
+        be->ops->norm_matmul(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h, &lm->text_linear, w->logits);
+    else
+        be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
 }
 
 void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos) {
     for (int i = 0; i < n; i++) put_row(w, i, ctxs[i], pos[i]);
     lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
     lm->be->ops->upload(lm->be, w->tables, w->host_tables, (size_t)n * sizeof *w->tables);
-    temporal(lm, w, n, 0);
+    temporal(lm, w, n, 0, 0);
 }
 
 /* Everything a frame reads, into its fixed backend block in one upload (before a graph
@@ -506,12 +511,11 @@ static void frame_ops(const pp_lm *lm, pp_lm_work *w, int n, int steps, int inpu
     pp_backend *be = lm->be;
     const pp_lm_config *c = &lm->cfg;
     if (!inputs_ready) embed_inputs(lm, w, n);
-    temporal(lm, w, n, tr && tr->layer_out);
+    temporal(lm, w, n, tr && tr->layer_out, steps >= 0);
     size_t per = (size_t)c->num_layers * c->dim;
     for (int i = 0; tr && tr->layer_out && i < n; i++)
         trace_download(be, tr->layer_out[i], w->layer_out + i * per, per);
     if (steps < 0) return;
-    be->ops->matmul(be, &lm->text_linear, w->h, n, w->logits);
     if (tr) trace_download(be, tr->text_logits, w->logits, (size_t)n * c->text_card);
     be->ops->sample(be, w->logits, n, c->text_card, w->params, 0, w->forced, w->tokens);
     for (int k = 0; k < steps; k++) {
