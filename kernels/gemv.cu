@@ -260,12 +260,12 @@ static int gemm(const pk_weight *w, const float *x, int n, pk_dst out, void *cub
 #define PK_INT_RPW_1 4
 #endif
 
-/* The prepared input of a product: its planes, run metadata and (handed over under NORM) the
- * rows' 1/rms, and the plan of the product after it (prep PK_NEXT_NONE: none). */
+/* The prepared input of a product: its planes and run metadata, and norm: the NORM plan that
+ * handed it over (its prep PK_NEXT_NONE otherwise), whose rows' 1/rms the product forms. */
 typedef struct int_input {
     const uint32_t *planes;
     const int2 *meta;
-    const float *row_scale;
+    pk_next norm;
 } int_input;
 
 template <int FMT, int NB, int RPW>
@@ -273,7 +273,7 @@ static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst ou
                        cudaStream_t stream) {
     const int gshift = log2_exact(w->group);
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_int_kernel<FMT, NB, RPW>)
-    (*w, in.planes, in.meta, in.row_scale, n, gshift, out, next);
+    (*w, in.planes, in.meta, in.norm, n, gshift, out, next);
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
@@ -293,11 +293,11 @@ static void launch_int_batch(const pk_weight *w, const int_input &in, int n, pk_
 }
 
 static int_input workspace_input(const pk_weight *w, int n, float *ws) {
-    return int_input{(const uint32_t *)ws, (const int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols)), NULL};
+    return int_input{(const uint32_t *)ws, (const int2 *)((uint8_t *)ws + pk_int_plane_bytes(n, w->cols)), pk_next{}};
 }
 
 static int_input handed_input(const pk_next *in) {
-    return int_input{in->planes, (const int2 *)in->meta, in->prep == PK_NEXT_NORM ? in->inv : NULL};
+    return int_input{in->planes, (const int2 *)in->meta, in->prep == PK_NEXT_NORM ? *in : pk_next{}};
 }
 
 static pk_next no_next(void) { return pk_next{}; }
@@ -491,16 +491,16 @@ extern "C" int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_ne
     return 1;
 }
 
-extern "C" size_t pk_next_bytes(const pk_next *nx) {
-    return pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols) + (size_t)nx->n * sizeof(float);
-}
+extern "C" size_t pk_next_counts(const pk_next *nx) { return (size_t)nx->n * (size_t)(nx->cols / nx->len); }
 
-extern "C" size_t pk_next_counts(const pk_next *nx) { return (size_t)nx->n * (size_t)(nx->cols / nx->len + 1); }
+extern "C" size_t pk_next_bytes(const pk_next *nx) {
+    return pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols) + pk_next_counts(nx) * sizeof(float);
+}
 
 extern "C" void pk_next_place(pk_next *nx, void *buf, unsigned *counts) {
     nx->planes = (uint32_t *)buf;
     nx->meta = (int32_t *)((uint8_t *)buf + pk_int_plane_bytes(nx->n, nx->cols));
-    nx->inv = (float *)((uint8_t *)buf + pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols));
+    nx->sumsq = (float *)((uint8_t *)buf + pk_int_workspace_bytes(nx->fmt, nx->n, nx->cols));
     nx->counts = counts;
 }
 

@@ -124,10 +124,21 @@ static __device__ __attribute__((noinline)) void pk_next_round(int fmt, const fl
 }
 
 /* Slice s of row `row` prepared as pk_int_prepare_kernel prepares it, by the whole block through
- * v; ends with a barrier. */
-__device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t row, int64_t s, float *v) {
+ * v (red: pk_block_sum's); ends with a barrier. */
+__device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t row, int64_t s, float *v, float *red) {
     const int64_t c0 = s * nx.len;
-    for (int j = threadIdx.x; j < nx.len; j += blockDim.x) v[j] = pk_next_input(nx, row, c0 + j);
+    float ss = 0.0f; /* NORM: the slice's Σx², for the next product's 1/rms */
+    for (int j = threadIdx.x; j < nx.len; j += blockDim.x) {
+        v[j] = pk_next_input(nx, row, c0 + j);
+        if (nx.prep == PK_NEXT_NORM) {
+            const float x = __ldcg(nx.x + row * nx.cols + c0 + j);
+            ss += x * x;
+        }
+    }
+    if (nx.prep == PK_NEXT_NORM) {
+        ss = pk_block_sum(ss, red); /* its barriers also end the loads into v */
+        if (threadIdx.x == 0) nx.sumsq[row * (nx.cols / nx.len) + s] = ss;
+    }
     __syncthreads();
     if (nx.fmt == PK_NF2) pk_wht(v, nx.len, nx.np2);
     const int v_len = nx.fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V;
@@ -172,52 +183,37 @@ static __device__ __forceinline__ int pk_count_completed(unsigned *counts, int64
 }
 
 /* After the block wrote outputs [e0, e1) of rows [row0, row0 + rows) of nx.x (GATED: columns of
- * u, of which c and cols + c both feed input c): counts them toward their slices and prepares
- * each slice it completes; under NORM the block completing a row's last slice then writes the
- * row's inv and h (counted and fenced as pk_count_completed). Every thread calls it. Not inlined:
+ * u, of which c and cols + c both feed input c): counts them toward their slices (fenced as
+ * pk_count_completed) and prepares each slice it completes. Every thread calls it. Not inlined:
  * its registers stay out of the caller's loops. */
 static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_next &nx, int64_t row0, int rows,
                                                                      int64_t e0, int64_t e1) {
     __shared__ int done[PK_NEXT_MAX_DONE];
-    __shared__ int n_done;
     __shared__ float v[PK_NEXT_MAX_LEN], red[32];
     const int64_t slices = nx.cols / nx.len;
-    unsigned *row_count = nx.counts + nx.n * slices;
     const int completed = pk_count_completed(nx.counts, row0, rows, e0, e1, nx.cols, nx.len,
                                              (unsigned)(nx.prep == PK_NEXT_GATED ? 2 * nx.len : nx.len), done);
-    if (!completed) return;
-    for (int i = 0; i < completed; i++) pk_next_prepare_slice(nx, done[i] / slices, done[i] % slices, v);
-    if (nx.prep != PK_NEXT_NORM) return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int k = 0;
-        for (int i = 0; i < completed; i++) {
-            const int r = (int)(done[i] / slices);
-            if (atomicAdd(row_count + r, 1u) + 1 == (unsigned)slices) {
-                row_count[r] = 0;
-                done[k++] = r;
-            }
-        }
-        n_done = k;
-    }
-    __syncthreads();
-    const int rows_done = n_done;
-    if (!rows_done) return;
-    __threadfence();
-    for (int i = 0; i < rows_done; i++) {
-        const int64_t r = done[i];
-        const float *xr = nx.x + r * nx.cols;
+    for (int i = 0; i < completed; i++) pk_next_prepare_slice(nx, done[i] / slices, done[i] % slices, v, red);
+}
+
+/* The consumer's side of a NORM hand-over (in), by every thread of a product's block after its
+ * grid wait: each row's 1/rms from the slices' Σx² in slice order (the same in every block) into
+ * inv [n <= NB], then this block's share of h = x·alpha·inv (the blocks split the n·cols values).
+ * Not inlined, as pk_next_after_store. */
+template <int NB>
+static __device__ __attribute__((noinline)) void pk_norm_handed(const pk_next &in, int n, float *inv) {
+    const int slices = (int)(in.cols / in.len), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < n; r += blockDim.x >> 5) {
         float ss = 0.0f;
-        for (int64_t j = threadIdx.x; j < nx.cols; j += blockDim.x) {
-            const float x = __ldcg(xr + j);
-            ss += x * x;
-        }
-        const float inv = rsqrtf(nx.eps + pk_block_sum(ss, red) / (float)nx.cols);
-        if (threadIdx.x == 0) nx.inv[r] = inv;
-        for (int64_t j = threadIdx.x; j < nx.cols; j += blockDim.x)
-            nx.h[r * nx.cols + j] = __ldcg(xr + j) * (nx.alpha[j] * inv);
+        for (int s = lane; s < slices; s += 32) ss += in.sumsq[(int64_t)r * slices + s];
+        ss = pk_warp_sum(ss);
+        if (lane == 0) inv[r] = rsqrtf(in.eps + ss / (float)in.cols);
     }
+    __syncthreads();
+    const int64_t total = (int64_t)n * in.cols, per = (total + gridDim.x - 1) / gridDim.x;
+    const int64_t end = (blockIdx.x + 1) * per < total ? (blockIdx.x + 1) * per : total;
+    for (int64_t e = blockIdx.x * per + threadIdx.x; e < end; e += blockDim.x)
+        in.h[e] = in.x[e] * (in.alpha[e % in.cols] * inv[e / in.cols]);
 }
 
 /* One block per slice of `len` inputs (NF2: a group, rotated first; INT4: PK_INT_PREP_SLICE or
@@ -365,28 +361,30 @@ __device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int
     for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
 }
 
-/* row_scale [n] (or NULL) multiplies input i's sums: a handed-over NORM input's 1/rms. With
- * nx.prep set, the block then hands its output over (pk_next_after_store), so warps past the last
- * row stay for its barriers. */
+/* norm: the NORM hand-over this product's input came by (pk_norm_handed; its prep NONE
+ * otherwise), whose 1/rms multiplies input i's sums. With nx.prep set, the block then hands its
+ * output over (pk_next_after_store). Warps past the last row stay for either's barriers. */
 template <int FMT, int NB, int RPW>
 __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
-    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta,
-                       const float *__restrict__ row_scale, int n, int gshift, pk_dst out, pk_next nx) {
+    pk_gemv_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, pk_next norm,
+                       int n, int gshift, pk_dst out, pk_next nx) {
+    __shared__ float inv[NB];
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
-    if (r0 >= w.rows && !nx.prep) return;
+    if (r0 >= w.rows && !nx.prep && !norm.prep) return;
     uint4 next[RPW];
     pk_int_first_codes<FMT, RPW>(w, e0, next);
     pk_grid_wait(); /* the planes and meta come from the kernel before */
+    if (norm.prep) pk_norm_handed<NB>(norm, n, inv);
     if (r0 < w.rows) {
         float acc[NB][RPW] = {};
         pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
-        if (row_scale)
+        if (norm.prep)
 #pragma unroll
             for (int i = 0; i < NB; i++)
 #pragma unroll
-                for (int r = 0; r < RPW; r++) acc[i][r] *= i < n ? row_scale[i] : 0.0f;
+                for (int r = 0; r < RPW; r++) acc[i][r] *= i < n ? inv[i] : 0.0f;
         pk_store_rows<NB, RPW>(acc, w, r0, n, out);
     }
     if (nx.prep) {

@@ -44,8 +44,9 @@ typedef struct pk_weight {
  *   PLAIN: the inputs are the producer's output [n][cols].
  *   GATED: the producer writes u [n][2·cols]; input j is silu(u[j])·u[cols + j].
  *   NORM:  the producer writes x [n][cols] (a residual stream); the slices prepared are of
- *          x·alpha, and the block completing a row's last slice writes inv[row] = 1/rms(x) and
- *          h = x·alpha·inv; the next product multiplies its sums by inv[row]. */
+ *          x·alpha, and each slice's block leaves the slice's Σx² (sumsq); the next product's
+ *          blocks form each row's 1/rms from them (in slice order), multiply their sums by it
+ *          and write h = x·alpha/rms between them: no block finishes a row alone. */
 enum { PK_NEXT_NONE, PK_NEXT_PLAIN, PK_NEXT_GATED, PK_NEXT_NORM };
 typedef struct pk_next {
     int prep;          /* PK_NEXT_* */
@@ -56,10 +57,10 @@ typedef struct pk_next {
     const float *alpha;
     float eps;
     float *h;         /* NORM: [n][cols] */
-    uint32_t *planes; /* the prepared input: planes, run metadata ({scale, bias} int32 pairs), inv [n] */
+    uint32_t *planes; /* the prepared input: planes, run metadata ({scale, bias} int32 pairs), sumsq */
     int32_t *meta;
-    float *inv;
-    unsigned *counts; /* [n·cols/len + n], zero before the producer and left zero after it */
+    float *sumsq;     /* NORM: [n][cols/len] */
+    unsigned *counts; /* [n·cols/len], zero before the producer and left zero after it */
 } pk_next;
 /* Fills nx's shape (prep, fmt, len, np2, n, cols) when the product of n inputs by next reads a
  * handed-over input (the integer kernel, not one that prepares in its own blocks, for NORM with
@@ -68,7 +69,7 @@ int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_next *nx);
 /* Bytes of the prepared input (planes, metadata, inv) and counters of a plan. */
 size_t pk_next_bytes(const pk_next *nx);
 size_t pk_next_counts(const pk_next *nx);
-/* Points a plan's planes, meta and inv into buf (pk_next_bytes) and its counters at counts. */
+/* Points a plan's planes, meta and sumsq into buf (pk_next_bytes) and its counters at counts. */
 void pk_next_place(pk_next *nx, void *buf, unsigned *counts);
 /* Whether a product of n inputs by w (normalized first when d > 0) can hand over its output, and
  * whether an attention of heads of head_dim can hand over for plan nx. */
