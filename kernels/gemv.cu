@@ -300,8 +300,6 @@ static int_input handed_input(const pk_next *in) {
     return int_input{in->planes, (const int2 *)in->meta, in->prep == PK_NEXT_NORM ? *in : pk_next{}};
 }
 
-static pk_next no_next(void) { return pk_next{}; }
-
 template <int FMT, int GATED>
 static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *planes, int2 *meta, cudaStream_t stream) {
     const int len = FMT == PK_NF2 ? w->group : int4_slice(w->cols);
@@ -446,7 +444,7 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
     }
     if (pk_matmul_workspace(w, n, 0) > ws_floats) return (int)cudaErrorInvalidValue;
     const int len = norm_slice(w, d);
-    const pk_next nx = next ? *next : no_next();
+    const pk_next nx = next ? *next : pk_next{};
     if (w->fmt == PK_NF2)
         int_norm_matmul_as<PK_NF2>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
     else
@@ -518,7 +516,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
     if (self_inputs(w, n))
         return int_self(w, self_input{x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, pk_attn_after{}}, n,
                         out, stream);
-    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : no_next(), stream);
+    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : pk_next{}, stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);
         int rc = pk_silu_mul(x, n, (int)w->cols, gate, stream);

@@ -88,6 +88,12 @@ template <int RPW> __device__ __forceinline__ int64_t pk_warp_rows(const pk_weig
     return r0;
 }
 
+/* The rows [*b0, returned) of w the block's warps take (as pk_warp_rows), cut at w's last row. */
+template <int RPW> __device__ __forceinline__ int64_t pk_block_rows(const pk_weight &w, int64_t *b0) {
+    *b0 = (int64_t)blockIdx.x * (blockDim.x >> 5) * RPW;
+    return *b0 + (blockDim.x >> 5) * RPW < w.rows ? *b0 + (blockDim.x >> 5) * RPW : w.rows;
+}
+
 /* Streams this block's rows of w (bits per weight) toward L2. A GEMV does it before its
  * pk_grid_wait: the weights never change, so they may load while the previous kernel drains. */
 template <int RPW> __device__ __forceinline__ void pk_prefetch_block_rows(const pk_weight &w, int bits) {

@@ -103,14 +103,16 @@ __device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g,
 #define PK_NEXT_MAX_DONE 64  /* a GEMV block's 16 rows of 8 inputs, an attention head of 256 */
 
 /* Input j of row `row` as the next product takes it, read through L2: other blocks of this
- * launch wrote it. */
-__device__ __forceinline__ float pk_next_input(const pk_next &nx, int64_t row, int64_t j) {
+ * launch wrote it. NORM: x·alpha, and ss gains x². */
+__device__ __forceinline__ float pk_next_input(const pk_next &nx, int64_t row, int64_t j, float &ss) {
     if (nx.prep == PK_NEXT_GATED) {
         const float *u = nx.x + row * 2 * nx.cols;
         return pk_silu_gate(__ldcg(u + j), __ldcg(u + nx.cols + j));
     }
-    const float v = __ldcg(nx.x + row * nx.cols + j);
-    return nx.prep == PK_NEXT_NORM ? v * nx.alpha[j] : v;
+    const float x = __ldcg(nx.x + row * nx.cols + j);
+    if (nx.prep != PK_NEXT_NORM) return x;
+    ss += x * x;
+    return x * nx.alpha[j];
 }
 
 /* pk_int_prepare_chunk of format fmt. Not inlined: the hand-over's rounding stays out of the
@@ -128,13 +130,7 @@ static __device__ __attribute__((noinline)) void pk_next_round(int fmt, const fl
 __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t row, int64_t s, float *v, float *red) {
     const int64_t c0 = s * nx.len;
     float ss = 0.0f; /* NORM: the slice's Σx², for the next product's 1/rms */
-    for (int j = threadIdx.x; j < nx.len; j += blockDim.x) {
-        v[j] = pk_next_input(nx, row, c0 + j);
-        if (nx.prep == PK_NEXT_NORM) {
-            const float x = __ldcg(nx.x + row * nx.cols + c0 + j);
-            ss += x * x;
-        }
-    }
+    for (int j = threadIdx.x; j < nx.len; j += blockDim.x) v[j] = pk_next_input(nx, row, c0 + j, ss);
     if (nx.prep == PK_NEXT_NORM) {
         ss = pk_block_sum(ss, red); /* its barriers also end the loads into v */
         if (threadIdx.x == 0) nx.sumsq[row * (nx.cols / nx.len) + s] = ss;
@@ -200,8 +196,7 @@ static __device__ __attribute__((noinline)) void pk_next_after_store(const pk_ne
  * grid wait: each row's 1/rms from the slices' Σx² in slice order (the same in every block) into
  * inv [n <= NB], then this block's share of h = x·alpha·inv (the blocks split the n·cols values).
  * Not inlined, as pk_next_after_store. */
-template <int NB>
-static __device__ __attribute__((noinline)) void pk_norm_handed(const pk_next &in, int n, float *inv) {
+static __device__ __attribute__((noinline, unused)) void pk_norm_handed(const pk_next &in, int n, float *inv) {
     const int slices = (int)(in.cols / in.len), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int r = warp; r < n; r += blockDim.x >> 5) {
         float ss = 0.0f;
@@ -376,7 +371,7 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     uint4 next[RPW];
     pk_int_first_codes<FMT, RPW>(w, e0, next);
     pk_grid_wait(); /* the planes and meta come from the kernel before */
-    if (norm.prep) pk_norm_handed<NB>(norm, n, inv);
+    if (norm.prep) pk_norm_handed(norm, n, inv);
     if (r0 < w.rows) {
         float acc[NB][RPW] = {};
         pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
@@ -388,8 +383,8 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
         pk_store_rows<NB, RPW>(acc, w, r0, n, out);
     }
     if (nx.prep) {
-        const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x >> 5) * RPW;
-        const int64_t b1 = b0 + (blockDim.x >> 5) * RPW < w.rows ? b0 + (blockDim.x >> 5) * RPW : w.rows;
+        int64_t b0;
+        const int64_t b1 = pk_block_rows<RPW>(w, &b0);
         pk_next_after_store(nx, 0, n, b0, b1);
     }
 }
@@ -499,8 +494,8 @@ __global__ void __launch_bounds__(PK_SELF_THREADS, PK_INT_MIN_BLOCKS / 2)
         __syncthreads(); /* the next inputs overwrite the planes */
     }
     if (attn.on) {
-        const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x >> 5) * RPW;
-        const int64_t b1 = b0 + (blockDim.x >> 5) * RPW < w.rows ? b0 + (blockDim.x >> 5) * RPW : w.rows;
+        int64_t b0;
+        const int64_t b1 = pk_block_rows<RPW>(w, &b0);
         if (attn.head_dim <= 64)
             pk_attn_after_store<2>(attn, out.y, n, b0, b1);
         else

@@ -35,8 +35,8 @@ typedef struct pk_weight {
 } pk_weight;
 
 /* ---- handing the next product its input (gemv.cu, attn.cu) ----
- * An integer product (NF2, INT4) reads its input prepared: NF2 slices rotated, every run of
- * inputs rounded to int16 with a scale (gemv_int.cuh). Where a product or an attention writes
+ * An integer product (NF2, INT4) reads its input prepared: NF2 slices rotated, every chunk of
+ * inputs rounded to integers with a scale (gemv_int.cuh). Where a product or an attention writes
  * the next integer product's input, the block that completes a slice of `len` of those inputs
  * (counted with a fence and an atomic) prepares that slice as it finishes, and the next product
  * reads it: no preparation launch between them. The host (cuda.c) holds each such operation back
@@ -66,7 +66,7 @@ typedef struct pk_next {
  * handed-over input (the integer kernel, not one that prepares in its own blocks, for NORM with
  * d == next->cols); returns 0 when it does not. */
 int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_next *nx);
-/* Bytes of the prepared input (planes, metadata, inv) and counters of a plan. */
+/* Bytes of the prepared input (planes, metadata, sumsq) and counters of a plan. */
 size_t pk_next_bytes(const pk_next *nx);
 size_t pk_next_counts(const pk_next *nx);
 /* Points a plan's planes, meta and sumsq into buf (pk_next_bytes) and its counters at counts. */

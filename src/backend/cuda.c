@@ -91,7 +91,7 @@ typedef struct cuda_ctx {
     void *handed[2]; /* handed-over inputs, alternating: a product reads one, prepares the other */
     size_t handed_bytes[2];
     int handed_turn;
-    unsigned *handed_counts; /* zeroed slice and row counters of the hand-overs (left zeroed) */
+    unsigned *handed_counts; /* zeroed counters of the hand-overs and attending products (left zeroed) */
     size_t handed_counts_bytes;
     void *stage[2];
     cudaEvent_t stage_done[2];
@@ -670,6 +670,10 @@ _Static_assert(sizeof(pp_kv_ring) == sizeof(pk_kv_ring) && sizeof(pp_kv_format) 
                    offsetof(pp_kv_ring, vscale) == offsetof(pk_kv_ring, vscale),
                "pk_kv_ring mirrors pp_kv_ring");
 
+static pk_kv_ring to_pk_ring(const pp_kv_ring *r) {
+    return (pk_kv_ring){(int)r->fmt, r->capacity, r->window, r->k, r->v, r->kscale, r->vscale};
+}
+
 /* Where the held operation is a normalized product that prepares its inputs in its own blocks (the
  * depformer's) and writes this attention's qkv, its blocks run the attention as they complete each
  * head's q, k and v (pk_norm_matmul_attn): one launch for both. Returns 1 when it did. */
@@ -678,15 +682,14 @@ static int attend_in_product(cuda_ctx *c, float *qkv, int n, int n_heads, int he
                              float *out) {
     held_op *h = &c->held;
     if (!c->hand_over || h->kind != HELD_MATMUL || !h->alpha || h->y != qkv || h->n != n || h->has_in) return 0;
-    pk_attn_args a = {
-        .n_heads = n_heads,
-        .head_dim = head_dim,
-        .rope_period = rope,
-        .ring = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale},
-        .tables = (const pk_kv_ring *const *)tables,
-        .layer = layer,
-        .pos = pos,
-        .out = out};
+    pk_attn_args a = {.n_heads = n_heads,
+                      .head_dim = head_dim,
+                      .rope_period = rope,
+                      .ring = to_pk_ring(ring),
+                      .tables = (const pk_kv_ring *const *)tables,
+                      .layer = layer,
+                      .pos = pos,
+                      .out = out};
     const size_t counts = (size_t)n * n_heads * sizeof(unsigned);
     if (!pk_norm_matmul_attends(&h->w, n, h->d, &a)) return 0;
     /* the held product reads no counters: they may grow before it goes (not while recording) */
@@ -709,18 +712,17 @@ static void cuda_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int h
     if (ws_reserve(c, pk_attn_workspace(n, n_heads, head_dim, ring->capacity)) ||
         tickets_reserve(c, (size_t)n * n_heads))
         return;
-    c->held =
-        (held_op){.kind = HELD_ATTN,
-                  .n = n,
-                  .qkv = qkv,
-                  .rope = rope,
-                  .out = out,
-                  .n_heads = n_heads,
-                  .head_dim = head_dim,
-                  .layer = layer,
-                  .ring = {(int)ring->fmt, ring->capacity, ring->window, ring->k, ring->v, ring->kscale, ring->vscale},
-                  .tables = (const pk_kv_ring *const *)tables,
-                  .pos = pos};
+    c->held = (held_op){.kind = HELD_ATTN,
+                        .n = n,
+                        .qkv = qkv,
+                        .rope = rope,
+                        .out = out,
+                        .n_heads = n_heads,
+                        .head_dim = head_dim,
+                        .layer = layer,
+                        .ring = to_pk_ring(ring),
+                        .tables = (const pk_kv_ring *const *)tables,
+                        .pos = pos};
 }
 
 /* ---- codec operations ---- */
