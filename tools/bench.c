@@ -117,9 +117,8 @@ double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_CO
  * element), INT4 ~40 (no WHT): the loops' PTX instructions of the self kernel's normalising
  * instance, sm_90, November 2026. Rows per block: 32 at 1 input, 16 beyond (blocks of 8 warps,
  * 4 rows a warp at 1 input, 2 beyond: kernels/gemv.cu); weight bytes per element with the f16
- * group scales of 64-weight groups. The latency of a block's
- * preparation before its first product (about as long as its instructions in sequence) is not in
- * this model. */
+ * group scales of 64-weight groups. The latency of a block's preparation before its first
+ * product (about as long as its instructions in sequence) is not in this model. */
 static double self_prep_instr_per_byte(int fmt, int inputs) {
     const double per_elem = fmt == PP_WF_NF2 ? 80 : fmt == PP_WF_INT4 ? 40 : 0;
     const double bytes_per_weight = fmt == PP_WF_NF2 ? (2 + 16.0 / 64) / 8 : (4 + 16.0 / 64) / 8;
