@@ -18,13 +18,17 @@ __device__ __forceinline__ float pk_nf4_code_at(const uint8_t *d, int64_t e, con
     return lut[e & 1 ? b & 15 : b >> 4];
 }
 
-/* Block absmax: f32, or nested map[code]·absmax2[g / block] + offset rounded as the CPU does
- * (no fused multiply-add). */
-__device__ __forceinline__ float pk_nf4_absmax(const pk_weight &w, int64_t g) {
+/* Block absmax of block g: f32, or nested map[code]·absmax2[nested] + offset (nested: the
+ * second-level block holding g) rounded as the CPU does (no fused multiply-add). */
+__device__ __forceinline__ float pk_nf4_absmax_at(const pk_weight &w, int64_t g, int64_t nested) {
     if (!w.nested_absmax) return __ldg((const float *)w.scales + g);
     uint8_t code = ((const uint8_t *)w.scales)[g];
-    return __fadd_rn(__fmul_rn(__ldg(w.nested_map + code), __ldg(w.nested_absmax + g / w.nested_block)),
-                     w.nested_offset);
+    return __fadd_rn(__fmul_rn(__ldg(w.nested_map + code), __ldg(w.nested_absmax + nested)), w.nested_offset);
+}
+
+__device__ __forceinline__ float pk_nf4_absmax(const pk_weight &w, int64_t g) {
+    /* g < 2^32: a tensor would need 2^38 weights to pass it */
+    return pk_nf4_absmax_at(w, g, w.nested_absmax ? (uint32_t)g / (uint32_t)w.nested_block : 0);
 }
 
 #endif

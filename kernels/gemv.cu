@@ -1,5 +1,5 @@
 /* gemv: y = x·wᵀ for every weight format (the launcher picks the kernel).
- *   NF2 and INT4, n <= PK_GEMV_MAX_BATCH, power-of-two groups: integer dot products on
+ *   NF2, INT4 and NF4, n <= PK_GEMV_MAX_BATCH, power-of-two groups: integer dot products on
  *                                           prepared activations (gemv_int.cuh);
  *   n <= PK_GEMV_MAX_BATCH, aligned shapes: the chunked template of gemv.cuh;
  *   n <= PK_GEMV_MAX_BATCH, other shapes:   one warp per row, one element at a time;
@@ -10,6 +10,8 @@
  * pk_norm_matmul puts the RMSNorm before a product into the integer path's preparation, and
  * weights marked latency-bound prepare their inputs in the product's own blocks. */
 #include <cublas_v2.h>
+
+#include <type_traits>
 
 #include "gemm_tc.cuh"
 #include "gemv.cuh"
@@ -109,11 +111,13 @@ static int values_per_chunk(int fmt) {
     }
 }
 
-/* The chunked decode needs every row to start on a chunk (16 bytes) and chunks inside groups. */
+/* The chunked decode needs every row to start on a chunk (16 bytes), chunks inside groups and
+ * element indices within 32 bits (its group index divides in 32 bits). */
 static int weight_chunkable(const pk_weight *w) {
     if (w->fmt == PK_Q4_0 || w->fmt == PK_Q8_0 || w->fmt == PK_Q4K) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15)) return 0;
+    if ((uint64_t)w->elem0 + (uint64_t)w->rows * (uint64_t)w->cols > UINT32_MAX) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
 }
 
@@ -134,14 +138,14 @@ static void launch_rows(const pk_weight *w, const float *x, int n, pk_dst out, c
     PK_LAUNCH(row_blocks(w, RPW), gemv_threads, 0, stream, pk_gemv_kernel<FMT, NB, RPW>)(*w, x, n, out);
 }
 
-/* One instance per input count range. At 5..8 inputs the format's rows per warp take up to ~210
- * registers, which measured faster on an H200 than 1 row in 64 registers (NF4 4096 x 11264, 8
- * inputs: 0.126 against 0.378 ms). Where 4 rows spill (INT4 at 4 and 8 inputs on sm_87, INT8's
- * zero-point sums too) they take 2, and INT8 at 5..8 inputs 1 (2 spilled on sm_87 once products
- * could accumulate); INT4 only runs here for groups the integer kernel refuses. */
+/* One instance per input count range, each within 128 registers (tools/kernel-report.sh): the
+ * quantized formats' 4 rows per warp pass it at 3..4 inputs (~150 registers) and take 2 there,
+ * 1 at 5..8 (~210 registers at 4 rows). They run here only for shapes the integer kernel refuses
+ * (INT8: always). */
 template <int FMT>
 static void launch_chunked(const pk_weight *w, const float *x, int n, pk_dst out, cudaStream_t stream) {
-    const int rpw = pk_fmt<FMT>::RPW, rpw_many = FMT == PK_INT8 || FMT == PK_INT4 ? 2 : rpw; /* 3..8 inputs */
+    const int rpw = pk_fmt<FMT>::RPW, rpw_many = pk_fmt<FMT>::QUANT ? 2 : rpw; /* 3..4 inputs */
+    const int rpw_most = pk_fmt<FMT>::QUANT ? 1 : rpw_many;                    /* 5..8 */
     if (n == 1)
         launch_rows<FMT, 1, rpw>(w, x, n, out, stream);
     else if (n == 2)
@@ -149,7 +153,7 @@ static void launch_chunked(const pk_weight *w, const float *x, int n, pk_dst out
     else if (n <= 4)
         launch_rows<FMT, 4, rpw_many>(w, x, n, out, stream);
     else
-        launch_rows<FMT, PK_GEMV_MAX_BATCH, FMT == PK_INT8 ? 1 : rpw_many>(w, x, n, out, stream);
+        launch_rows<FMT, PK_GEMV_MAX_BATCH, rpw_most>(w, x, n, out, stream);
 }
 
 /* s where v = 1 << s, else -1. */
@@ -161,20 +165,32 @@ static int log2_exact(int v) {
 
 static int is_pow2(int v) { return log2_exact(v) >= 0; }
 
-/* INT4's preparation slice: the largest power of two up to PK_INT_PREP_SLICE dividing cols. */
-static int int4_slice(int64_t cols) {
+/* The preparation slice of INT4 and NF4 (no rotation): the largest power of two up to
+ * PK_INT_PREP_SLICE dividing cols. */
+static int unrotated_slice(int64_t cols) {
     int s = PK_INT_PREP_SLICE;
     while (s > pk_int_fmt<PK_INT4>::V && cols % s) s /= 2;
     return s;
 }
 
-/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, and for
- * NF2 the rotation slices on the weight's groups (as the float path assumes them to be). */
+/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, for NF2
+ * the rotation slices on the weight's groups (as the float path assumes them to be), for nested
+ * NF4 second-level blocks of a power of two of groups (a shift finds them). */
 static int int_gemv_takes(const pk_weight *w, int n) {
-    if ((w->fmt != PK_NF2 && w->fmt != PK_INT4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
-    int v = w->fmt == PK_NF2 ? (int)pk_fmt<PK_NF2>::V : (int)pk_fmt<PK_INT4>::V;
+    if ((w->fmt != PK_NF2 && w->fmt != PK_INT4 && w->fmt != PK_NF4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
+    const int v = pk_int_v(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15) || !is_pow2(w->group) || w->group % v) return 0;
+    if (w->fmt == PK_NF4) return w->quant_map && (!w->nested_absmax || is_pow2(w->nested_block));
     return w->fmt == PK_INT4 || (w->np2 == w->group && w->cols % w->group == 0 && w->elem0 % w->group == 0);
+}
+
+/* f(std::integral_constant<int, FMT>{}) for the format FMT of an integer product. */
+template <class F> static int with_int_format(int fmt, F &&f) {
+    switch (fmt) {
+    case PK_NF2: return f(std::integral_constant<int, PK_NF2>{});
+    case PK_NF4: return f(std::integral_constant<int, PK_NF4>{});
+    default: return f(std::integral_constant<int, PK_INT4>{});
+    }
 }
 
 /* Floats of workspace before the gated input's place (which follows them): NF2's rotated x. */
@@ -277,19 +293,20 @@ static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst ou
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
- * rows per warp stay as high as the 128 registers allow without spilling (NF2 at 4 inputs and 4
- * rows spills): 4 rows for 1 or 2 inputs, 2 beyond. */
+ * rows per warp stay as high as the 128 registers allow without spilling (tools/kernel-report.sh;
+ * a row holds 2 to 4 sums per input, pk_int_sum): 4 rows for 1 input; at 2, 4 rows for INT4 and
+ * NF4, 2 for NF2; at 3..4, 2; at 5..8, 2 for INT4, 1 for NF2 and NF4. */
 template <int FMT>
 static void launch_int_batch(const pk_weight *w, const int_input &in, int n, pk_dst out, const pk_next &next,
                              cudaStream_t stream) {
     if (n == 1)
         launch_int<FMT, 1, PK_INT_RPW_1>(w, in, n, out, next, stream);
     else if (n == 2)
-        launch_int<FMT, 2, 4>(w, in, n, out, next, stream);
+        launch_int<FMT, 2, FMT == PK_NF2 ? 2 : 4>(w, in, n, out, next, stream);
     else if (n <= 4)
         launch_int<FMT, 4, 2>(w, in, n, out, next, stream);
     else
-        launch_int<FMT, 8, 2>(w, in, n, out, next, stream);
+        launch_int<FMT, 8, FMT == PK_INT4 ? 2 : 1>(w, in, n, out, next, stream);
 }
 
 static int_input workspace_input(const pk_weight *w, int n, float *ws) {
@@ -302,8 +319,8 @@ static int_input handed_input(const pk_next *in) {
 
 template <int FMT, int GATED>
 static void int_prepare(const pk_weight *w, const float *x, int n, uint32_t *planes, int2 *meta, cudaStream_t stream) {
-    const int len = FMT == PK_NF2 ? w->group : int4_slice(w->cols);
-    const int threads = FMT == PK_INT4 ? 32 : pk_wht_threads(len);
+    const int len = FMT == PK_NF2 ? w->group : unrotated_slice(w->cols);
+    const int threads = FMT == PK_NF2 ? pk_wht_threads(len) : 32;
     const unsigned slices = (unsigned)((int64_t)n * w->cols / len);
     PK_LAUNCH(slices, threads, (size_t)len * sizeof(float), stream, pk_int_prepare_kernel<FMT, GATED>)
     (x, w->cols, len, planes, meta);
@@ -323,11 +340,10 @@ static void int_matmul_as(const pk_weight *w, const float *x, int n, int x_gated
 
 static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk_dst out, float *ws, const pk_next *in,
                       const pk_next &next, cudaStream_t stream) {
-    if (w->fmt == PK_NF2)
-        int_matmul_as<PK_NF2>(w, x, n, x_gated, out, ws, in, next, stream);
-    else
-        int_matmul_as<PK_INT4>(w, x, n, x_gated, out, ws, in, next, stream);
-    return pk_launched();
+    return with_int_format(w->fmt, [&](auto fmt) {
+        int_matmul_as<decltype(fmt)::value>(w, x, n, x_gated, out, ws, in, next, stream);
+        return pk_launched();
+    });
 }
 
 /* ---- small products that prepare their inputs in each block (gemv_int.cuh) ---- */
@@ -335,7 +351,7 @@ static int int_matmul(const pk_weight *w, const float *x, int n, int x_gated, pk
 /* Inputs a self-preparing block rounds per pass (the shared float buffer): whole rotation
  * slices (NF2) or runs, at most 1024, dividing the row. 0: none does. */
 static int self_slice(const pk_weight *w) {
-    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::V;
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_v(w->fmt);
     for (int len = 1024 / unit * unit; len >= unit; len -= unit)
         if (w->cols % len == 0) return len;
     return 0;
@@ -392,8 +408,7 @@ static int int_self_as(const pk_weight *w, const self_input &in, int n, pk_dst o
 }
 
 static int int_self(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
-    if (w->fmt == PK_NF2) return int_self_as<PK_NF2>(w, in, n, out, stream);
-    return int_self_as<PK_INT4>(w, in, n, out, stream);
+    return with_int_format(w->fmt, [&](auto fmt) { return int_self_as<decltype(fmt)::value>(w, in, n, out, stream); });
 }
 
 /* Inputs one normalizing block prepares (each block sums the whole row, then rounds its slice):
@@ -405,7 +420,7 @@ static int int_self(const pk_weight *w, const self_input &in, int n, pk_dst out,
 #endif
 
 static int norm_slice(const pk_weight *w, int d) {
-    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_fmt<PK_INT4>::V;
+    const int unit = w->fmt == PK_NF2 ? w->np2 : pk_int_v(w->fmt);
     for (int len = PK_NORM_SLICE / unit * unit; len >= unit; len -= unit)
         if (d % len == 0) return len;
     return 0;
@@ -445,11 +460,10 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
     if (pk_matmul_workspace(w, n, 0) > ws_floats) return (int)cudaErrorInvalidValue;
     const int len = norm_slice(w, d);
     const pk_next nx = next ? *next : pk_next{};
-    if (w->fmt == PK_NF2)
-        int_norm_matmul_as<PK_NF2>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
-    else
-        int_norm_matmul_as<PK_INT4>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
-    return pk_launched();
+    return with_int_format(w->fmt, [&](auto fmt) {
+        int_norm_matmul_as<decltype(fmt)::value>(x, alpha, n, d, eps, h, w, pk_dst{y, 0}, len, ws, in, nx, stream);
+        return pk_launched();
+    });
 }
 
 /* ---- the qkv product running the attention (kernels.h's pk_attn_args) ---- */
@@ -478,7 +492,7 @@ static int int_plain_takes(const pk_weight *w, int n) { return int_gemv_takes(w,
 extern "C" int pk_next_plan(const pk_weight *next, int n, int d, int prep, pk_next *nx) {
     *nx = pk_next{};
     if (prep == PK_NEXT_NORM ? !int_norm_takes(next, n, d) : !int_plain_takes(next, n)) return 0;
-    const int len = next->fmt == PK_NF2 ? next->group : int4_slice(next->cols);
+    const int len = next->fmt == PK_NF2 ? next->group : unrotated_slice(next->cols);
     if (len < PK_NEXT_MIN_LEN || len > PK_NEXT_MAX_LEN || next->cols % len) return 0;
     nx->prep = prep;
     nx->fmt = next->fmt;

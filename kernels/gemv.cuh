@@ -141,6 +141,18 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
     const int64_t chunks = w.cols / F::V;
     const uint8_t *base = (const uint8_t *)w.data;
     float acc[NB][RPW] = {};
+    /* Each row's group of the lane's chunk and the chunk's offset in it, stepped without dividing
+     * (the lane's chunks are PK_WARP·V elements apart; element indices fit 32 bits:
+     * weight_chunkable). Dense weights have no groups: one of every element, folded away. */
+    const uint32_t gsize = F::QUANT ? (uint32_t)w.group : 1u, gstep = PK_WARP * F::V / gsize,
+                   ostep = PK_WARP * F::V % gsize;
+    uint32_t grp[RPW], off[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        const uint32_t e = (uint32_t)(e0[r] + lane * F::V);
+        grp[r] = e / gsize;
+        off[r] = e % gsize;
+    }
 
     for (int64_t c = lane; c < chunks; c += PK_WARP) {
         uint4 raw[RPW];
@@ -174,11 +186,16 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
         }
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
-            const int64_t g = F::QUANT ? (e0[r] + c * F::V) / w.group : 0; /* dense weights have no groups */
-            float s = F::QUANT ? pk_group_scale(w, g) : 1.0f;
+            const uint32_t g = grp[r];
+            float s = F::QUANT ? pk_group_scale<FMT>(w, g) : 1.0f;
             float z = FMT == PK_INT8 && w.zeros ? (float)w.zeros[g] : 0.0f;
 #pragma unroll
             for (int i = 0; i < NB; i++) acc[i][r] += F::QUANT ? s * (part[i][r] - z * xsum[i]) : part[i][r];
+            if (F::QUANT) {
+                const uint32_t o = off[r] + ostep, wrap = o >= gsize;
+                grp[r] += gstep + wrap;
+                off[r] = wrap ? o - gsize : o;
+            }
         }
     }
     pk_store_rows<NB, RPW>(acc, w, r0, n, out);

@@ -1,28 +1,36 @@
-/* gemv_int: NF2 and INT4 products for 1..8 inputs in integer arithmetic (dp4a), so the packed
- * bytes rather than the decode instructions set the pace (the float template of gemv.cuh
- * spends ~15 PTX instructions per weight on these formats, this loop ~3 at one input).
+/* gemv_int: NF2, INT4 and NF4 products for 1..8 inputs in integer arithmetic (dp4a), so the
+ * packed bytes rather than the decode instructions set the pace (the float template of gemv.cuh
+ * spends ~15 PTX instructions per weight on these formats, this loop 3 to 6 at one input).
  *
  * Activations are prepared once per product, as the CPU's integer loops prepare theirs
  * (backend/cpu_gemv_vnni.c): NF2 rotates each group slice (the same WHT, the same bits), then
- * every chunk of V consecutive inputs (NF2 64, INT4 32: the 16 bytes of codes a lane takes at
- * once, four runs of RUN inputs, each one 32-bit code word) gets the scale max|x|/ACT and is
- * rounded to integers q of at most ACT (NF2 16383, INT4 32767; the CPU rounds per 16 to 32767,
- * so the two differ by the rounding, within the tolerances of the tests). dp4a multiplies bytes,
- * so q = 256·h + l is stored as two byte planes, h signed and l unsigned, each in the order the
- * code word's bit planes come out:
+ * every chunk of V consecutive inputs (NF2 64, INT4 and NF4 32: the 16 bytes of codes a lane
+ * takes at once, four runs of RUN inputs, each one 32-bit code word) gets the scale max|x|/ACT
+ * and is rounded to integers q of at most ACT (NF2 16383, INT4 32767, NF4 32639; the CPU rounds
+ * per 16 to 32767, so the two differ by the rounding, within the tolerances of the tests). dp4a
+ * multiplies bytes, so q = 256·h + l is stored as two byte planes, h signed, each in the order
+ * the code word's values come out:
  *   NF2:  (u >> 2k) & 0x03030303 holds codes 4j + k (2 bits, c = 2·b1 + b0) in byte j
  *         (k = 0..3), and (u >> 2k) & 0x01010101 their bit 0. The centroids ±283, ±944 (units
  *         of 0.0016) are 1227·b1 + 661·b0 − 944, i.e. (1227·c + 95·b0 − 1888) / 2, so twice a
  *         chunk's Σ c·q is 1227·C + 95·B − 1888·Q with C = Σ c·q, B = Σ b0·q (each 256·Σ·h +
- *         Σ·l): one shift and two masks per byte position. The terms pass 2^31 (1227·C reaches
- *         3.9e9) but the result is within ±2.0e9, so the sums are formed modulo 2^32 (unsigned)
- *         and are exact; the half goes into the chunk's scale.
+ *         Σ·l, l unsigned): one shift and two masks per byte position. The terms pass 2^31
+ *         (1227·C reaches 3.9e9) but the result is within ±2.0e9, so the sums are formed modulo
+ *         2^32 (unsigned) and are exact; the half goes into the chunk's scale.
  *   INT4: u & 0x0F0F0F0F holds the nibbles of elements 2j, (u >> 4) & 0x0F0F0F0F of 2j + 1;
- *         Σ (nibble − 8)·q = Σ nibble·q − 8·Q.
+ *         Σ (nibble − 8)·q = Σ nibble·q − 8·Q (l unsigned).
+ *   NF4:  the code's value in the weight's 16-entry table, rounded to T = 256·H + L of at most
+ *         32639 (error ≤ 1.5e-5 of the block's absmax), comes out of byte permutes of the
+ *         table's H and L bytes (8 registers) indexed by the code word's nibbles in place:
+ *         nibbles 0..3 give elements 1, 0, 3, 2 (bitsandbytes puts the even element high),
+ *         4..7 elements 5, 4, 7, 6. Weights and activations are both signed byte pairs
+ *         (l = q − 256·h in −128..127), so all four byte products are signed dp4a:
+ *         Σ T·q = 256·(256·Σ H·h + Σ (H·l + L·h)) + Σ L·l, its parts exact in int32 over a
+ *         chunk and joined in float.
  * The −1888·Q or −8·Q term is prepared with the chunk's scale (its "bias"), so each run costs
- * its plane extractions, four dp4a per plane pair and a few integer multiply-adds into the
- * chunk's sum, and each chunk one conversion and the multiplies by its activation scale and its
- * group's f16 scale.
+ * its plane extractions (NF4: permutes) and its dp4a, chained into the chunk's byte-product sums,
+ * and each chunk the sums' joining (a few integer multiply-adds), one or two conversions and the
+ * multiplies by its activation scale and its group's scale (f16; NF4 the absmax, nested or not).
  * Weights whose groups are not a power of two, or slices the group layout does not align with,
  * take the float template instead (int_gemv_takes in gemv.cu). */
 #ifndef PP_KERNELS_GEMV_INT_CUH
@@ -32,7 +40,7 @@
 #include "gemv.cuh" /* pk_warp_rows, pk_store_rows; decode_nf2.cuh's transform */
 
 #define PK_NF2_UNIT 0.0016f   /* the NF2 centroids are ±283 and ±944 of these */
-#define PK_INT_PREP_SLICE 256 /* INT4: inputs a preparation block rounds (no transform) */
+#define PK_INT_PREP_SLICE 256 /* INT4, NF4: inputs a preparation block rounds (no transform) */
 /* Blocks of 128 threads an SM must hold at once: caps registers at 128 per thread, no spills. */
 #ifndef PK_INT_MIN_BLOCKS
 #define PK_INT_MIN_BLOCKS 4
@@ -41,7 +49,8 @@
 
 /* RUN: inputs of one 32-bit code word; V: of a 16-byte chunk (4 runs), which also shares one
  * activation scale; ACT: the largest rounded activation. NF2's 16383 keeps a chunk's sum
- * (2·944·64·16383 < 2^31) in int32; INT4's chunk sums stay far below at 32767. */
+ * (2·944·64·16383 < 2^31) in int32; INT4's chunk sums stay far below at 32767; NF4's 32639 is
+ * the largest q whose signed bytes h = (q + 128) >> 8 and l = q − 256·h both fit. */
 template <int FMT> struct pk_int_fmt;
 template <> struct pk_int_fmt<PK_NF2> {
     enum { RUN = 16, V = 64, ACT = 16383 };
@@ -49,13 +58,18 @@ template <> struct pk_int_fmt<PK_NF2> {
 template <> struct pk_int_fmt<PK_INT4> {
     enum { RUN = 8, V = 32, ACT = 32767 };
 };
+template <> struct pk_int_fmt<PK_NF4> {
+    enum { RUN = 8, V = 32, ACT = 32639 };
+};
+#define PK_NF4_TABLE_ONE 32639 /* NF4's table value 1.0 as an integer (the same signed byte pair) */
+
+__host__ __device__ static inline int pk_int_v(int fmt) { return fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V; }
 
 /* The prepared activations of n inputs of `cols`: byte planes [n][cols/RUN][2][RUN/4] words
  * (h words, then l words), then each chunk's {scale, bias} [n][cols/V]. */
 static inline size_t pk_int_plane_bytes(int64_t n, int64_t cols) { return (size_t)(n * cols * 2); }
 static inline size_t pk_int_workspace_bytes(int fmt, int64_t n, int64_t cols) {
-    int v = fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V;
-    return pk_int_plane_bytes(n, cols) + (size_t)(n * cols / v) * sizeof(int2);
+    return pk_int_plane_bytes(n, cols) + (size_t)(n * cols / pk_int_v(fmt)) * sizeof(int2);
 }
 
 __device__ __forceinline__ uint32_t pk_dp4a_u(uint32_t a, uint32_t b, uint32_t c) { return __dp4a(a, b, c); }
@@ -82,9 +96,11 @@ __device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g,
         for (int t = 0; t < F::RUN; t++) {
             int q = __float2int_rn(fminf(fmaxf(run[t] * inv, -act), act));
             sum += q;
-            const int k = t % (F::RUN / 4), j = t / (F::RUN / 4); /* byte j of word k */
-            h[k] |= (uint32_t)((q >> 8) & 255) << (8 * j);
-            l[k] |= (uint32_t)(q & 255) << (8 * j);
+            /* byte j of word k, as the code word's values come out (see the top of the file) */
+            const int k = FMT == PK_NF4 ? t / 4 : t % (F::RUN / 4), j = FMT == PK_NF4 ? (t % 4) ^ 1 : t / (F::RUN / 4);
+            const int hi = FMT == PK_NF4 ? (q + 128) >> 8 : q >> 8; /* NF4: l signed too */
+            h[k] |= (uint32_t)(hi & 255) << (8 * j);
+            l[k] |= (uint32_t)((q - 256 * hi) & 255) << (8 * j);
         }
         uint32_t *dst = planes + (g * (F::V / F::RUN) + s) * (F::RUN / 2);
 #pragma unroll
@@ -93,8 +109,9 @@ __device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g,
             dst[F::RUN / 4 + k] = l[k];
         }
     }
-    const float scale = m > 0 ? m / act * (FMT == PK_NF2 ? PK_NF2_UNIT / 2 : 1.0f) : 0.0f;
-    meta[g] = make_int2(__float_as_int(scale), (FMT == PK_NF2 ? -1888 : -8) * sum);
+    const float unit = FMT == PK_NF2 ? PK_NF2_UNIT / 2 : FMT == PK_NF4 ? 1.0f / PK_NF4_TABLE_ONE : 1.0f;
+    const int bias = FMT == PK_NF2 ? -1888 * sum : FMT == PK_INT4 ? -8 * sum : 0;
+    meta[g] = make_int2(__float_as_int(m > 0 ? m / act * unit : 0.0f), bias);
 }
 
 /* ---- handing the next product its input (kernels.h's pk_next) ---- */
@@ -121,6 +138,8 @@ static __device__ __attribute__((noinline)) void pk_next_round(int fmt, const fl
                                                                int2 *meta) {
     if (fmt == PK_NF2)
         pk_int_prepare_chunk<PK_NF2>(in, g, planes, meta);
+    else if (fmt == PK_NF4)
+        pk_int_prepare_chunk<PK_NF4>(in, g, planes, meta);
     else
         pk_int_prepare_chunk<PK_INT4>(in, g, planes, meta);
 }
@@ -137,7 +156,7 @@ __device__ __forceinline__ void pk_next_prepare_slice(const pk_next &nx, int64_t
     }
     __syncthreads();
     if (nx.fmt == PK_NF2) pk_wht(v, nx.len, nx.np2);
-    const int v_len = nx.fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V;
+    const int v_len = pk_int_v(nx.fmt);
     for (int r = threadIdx.x; r < nx.len / v_len; r += blockDim.x)
         pk_next_round(nx.fmt, v + r * v_len, (row * nx.cols + c0) / v_len + r, nx.planes, (int2 *)nx.meta);
     __syncthreads();
@@ -252,27 +271,92 @@ __global__ void __launch_bounds__(256)
         pk_int_prepare_chunk<FMT>(v + q * F::V, (row * d + c0) / F::V + q, planes, meta);
 }
 
-/* acc plus Σ c·q of one run (NF2: twice it, less the bias term), modulo 2^32: code word u
- * against the run's planes (h words, then l words). A chunk's four runs add up in one acc; with
- * its bias the total is exact in int32. */
-template <int FMT> __device__ __forceinline__ uint32_t pk_int_run(uint32_t u, const uint32_t *p, uint32_t acc) {
-    if (FMT == PK_NF2) {
-        int hc = 0, h0 = 0;
-        uint32_t lc = 0, l0 = 0;
+/* NF4's table as byte planes: byte c % 4 of word c / 4 holds code c's H (h) and L (l), signed. */
+struct pk_nf4_table {
+    uint32_t h[4], l[4];
+};
+
+/* The table of a weight's quant_map, by each thread (16 loads, once per product). */
+__device__ __forceinline__ pk_nf4_table pk_nf4_int_table(const float *quant_map) {
+    pk_nf4_table t = {};
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        const int v = __float2int_rn(fminf(fmaxf(__ldg(quant_map + c), -1.0f), 1.0f) * PK_NF4_TABLE_ONE);
+        const int hi = (v + 128) >> 8;
+        t.h[c / 4] |= (uint32_t)(hi & 255) << (8 * (c % 4));
+        t.l[c / 4] |= (uint32_t)((v - 256 * hi) & 255) << (8 * (c % 4));
+    }
+    return t;
+}
+
+/* A chunk's sums for one input and row, each a dp4a chain over its four runs: NF2 Σ c·h, Σ b0·h
+ * (h signed) and Σ c·l, Σ b0·l (l unsigned); INT4 Σ nibble·h and Σ nibble·l; NF4 its three
+ * byte-product sums. All far within 32 bits; pk_int_total joins them once per chunk. */
+template <int FMT> struct pk_int_sum;
+template <> struct pk_int_sum<PK_NF2> {
+    int hc, h0;
+    uint32_t lc, l0;
+};
+template <> struct pk_int_sum<PK_INT4> {
+    int h;
+    uint32_t l;
+};
+template <> struct pk_int_sum<PK_NF4> {
+    int hh, mix, ll;
+};
+
+/* Adds one run to a chunk's sums: code word u against the run's planes p (h words, then l words;
+ * tab: NF4's table, unused by the others). */
+template <int FMT>
+__device__ __forceinline__ void pk_int_run(uint32_t u, const uint32_t *p, const pk_nf4_table &tab,
+                                           pk_int_sum<FMT> &sum) {
+    if constexpr (FMT == PK_NF2) {
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const uint32_t t = u >> (2 * k), c = t & 0x03030303u, b0 = t & 0x01010101u;
-            hc = pk_dp4a_s((int)c, (int)p[k], hc);
-            h0 = pk_dp4a_s((int)b0, (int)p[k], h0);
-            lc = pk_dp4a_u(c, p[4 + k], lc);
-            l0 = pk_dp4a_u(b0, p[4 + k], l0);
+            sum.hc = pk_dp4a_s((int)c, (int)p[k], sum.hc);
+            sum.h0 = pk_dp4a_s((int)b0, (int)p[k], sum.h0);
+            sum.lc = pk_dp4a_u(c, p[4 + k], sum.lc);
+            sum.l0 = pk_dp4a_u(b0, p[4 + k], sum.l0);
         }
-        return acc + 1227u * (256u * (uint32_t)hc + lc) + 95u * (256u * (uint32_t)h0 + l0);
+    } else if constexpr (FMT == PK_NF4) {
+        /* permute selectors: a nibble's low 3 bits pick the byte of the table's half (bit 3
+         * would replicate its sign), then bit 3 picks the half */
+        const uint32_t index = u & 0x77777777u, half = ((u >> 1) & 0x44444444u) | 0x32103210u;
+#pragma unroll
+        for (int k = 0; k < 2; k++) { /* nibbles 4k .. 4k + 3 */
+            const uint32_t i = index >> (16 * k), m = half >> (16 * k);
+            const int th = (int)__byte_perm(__byte_perm(tab.h[0], tab.h[1], i), __byte_perm(tab.h[2], tab.h[3], i), m);
+            const int tl = (int)__byte_perm(__byte_perm(tab.l[0], tab.l[1], i), __byte_perm(tab.l[2], tab.l[3], i), m);
+            sum.hh = pk_dp4a_s(th, (int)p[k], sum.hh);
+            sum.mix = pk_dp4a_s(th, (int)p[2 + k], pk_dp4a_s(tl, (int)p[k], sum.mix));
+            sum.ll = pk_dp4a_s(tl, (int)p[2 + k], sum.ll);
+        }
+    } else {
+        const uint32_t n0 = u & 0x0F0F0F0Fu, n1 = (u >> 4) & 0x0F0F0F0Fu;
+        sum.h = pk_dp4a_s((int)n0, (int)p[0], pk_dp4a_s((int)n1, (int)p[1], sum.h));
+        sum.l = pk_dp4a_u(n0, p[2], pk_dp4a_u(n1, p[3], sum.l));
     }
-    const uint32_t n0 = u & 0x0F0F0F0Fu, n1 = (u >> 4) & 0x0F0F0F0Fu;
-    const int h = pk_dp4a_s((int)n0, (int)p[0], pk_dp4a_s((int)n1, (int)p[1], 0));
-    const uint32_t l = pk_dp4a_u(n0, p[2], pk_dp4a_u(n1, p[3], 0u));
-    return acc + 256u * (uint32_t)h + l;
+}
+
+/* A chunk's Σ code·q with its bias, in float: NF2 and INT4 exact modulo 2^32 (see the top). */
+template <int FMT> __device__ __forceinline__ float pk_int_total(const pk_int_sum<FMT> &sum, int bias) {
+    if constexpr (FMT == PK_NF2)
+        return (float)(int)((uint32_t)bias + 1227u * (256u * (uint32_t)sum.hc + sum.lc) +
+                            95u * (256u * (uint32_t)sum.h0 + sum.l0));
+    else if constexpr (FMT == PK_NF4)
+        return fmaf(256.0f, (float)(256 * sum.hh + sum.mix), (float)sum.ll);
+    else
+        return (float)(int)((uint32_t)bias + 256u * (uint32_t)sum.h + sum.l);
+}
+
+/* The group scale of group g: f16 (NF2, INT4) or NF4's block absmax, whose nested second-level
+ * block is g >> nested_shift. */
+template <int FMT> __device__ __forceinline__ float pk_int_group_scale(const pk_weight &w, uint64_t g, int nested_shift) {
+    if constexpr (FMT == PK_NF4)
+        return pk_nf4_absmax_at(w, (int64_t)g, (int64_t)(g >> nested_shift));
+    else
+        return pk_f16(__ldg((const unsigned short *)w.scales + g));
 }
 
 /* The 16 bytes of codes of chunk c of the row starting at element e0 (a multiple of the chunk's
@@ -299,7 +383,10 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
     const int lane = threadIdx.x & 31;
     const int chunks = (int)(w.cols / F::V), runs = (int)(w.cols / F::RUN); /* a row's, within 32 bits */
     const uint8_t *base = (const uint8_t *)w.data;
-    const unsigned short *scales = (const unsigned short *)w.scales;
+    pk_nf4_table tab = {};
+    if (FMT == PK_NF4) tab = pk_nf4_int_table(w.quant_map);
+    /* NF4's nested blocks: a power of two of groups (int_gemv_takes) */
+    const int nested_shift = FMT == PK_NF4 && w.nested_block > 1 ? __ffs(w.nested_block) - 1 : 0;
     /* The next chunk's codes load while this one computes (a lane has 2 to 6 chunks per row on
      * the temporal shapes; on an H200 the gain was within the run-to-run spread). */
     for (int c = lane; c < chunks; c += PK_WARP) {
@@ -309,11 +396,11 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
             raw[r] = next[r];
             next[r] = pk_int_codes<FMT>(base, e0[r], c + PK_WARP, chunks);
         }
-        uint32_t sum[NB][RPW];
+        pk_int_sum<FMT> sum[NB][RPW];
 #pragma unroll
         for (int i = 0; i < NB; i++)
 #pragma unroll
-            for (int r = 0; r < RPW; r++) sum[i][r] = 0u;
+            for (int r = 0; r < RPW; r++) sum[i][r] = {};
 #pragma unroll
         for (int s = 0; s < 4; s++) { /* the chunk's runs, one code word each */
 #pragma unroll
@@ -329,21 +416,22 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
                     const uint32_t u = s == 0 ? raw[r].x : s == 1 ? raw[r].y : s == 2 ? raw[r].z : raw[r].w;
-                    sum[i][r] = pk_int_run<FMT>(u, p, sum[i][r]);
+                    pk_int_run<FMT>(u, p, tab, sum[i][r]);
                 }
             }
         }
         /* the chunk's activation scale and bias, then the weights' group scale */
         float g[RPW];
 #pragma unroll
-        for (int r = 0; r < RPW; r++) g[r] = pk_f16(__ldg(scales + ((uint64_t)(e0[r] + (int64_t)c * F::V) >> gshift)));
+        for (int r = 0; r < RPW; r++)
+            g[r] = pk_int_group_scale<FMT>(w, (uint64_t)(e0[r] + (int64_t)c * F::V) >> gshift, nested_shift);
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             if (i >= n) break;
             const int2 mt = pk_act_load<SHARED>(meta + i * chunks + c);
 #pragma unroll
             for (int r = 0; r < RPW; r++)
-                acc[i][r] += g[r] * __int_as_float(mt.x) * (float)(int)(sum[i][r] + (uint32_t)mt.y);
+                acc[i][r] += g[r] * __int_as_float(mt.x) * pk_int_total<FMT>(sum[i][r], mt.y);
         }
     }
 }

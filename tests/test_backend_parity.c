@@ -31,10 +31,11 @@
 #define EXACT 0.0
 #define ELEM 1e-12
 #define REDUCE 1e-10
-/* NF2 and INT4 products of 1..8 inputs round the activations to int16 per run of 16 or 8 on the
- * device (kernels/gemv_int.cuh), as the CPU's integer loops do but its float loops do not: an
- * error of ~1.5e-5 of a run's largest input per input, nmse ~3e-10 against the float loops. A
- * misplaced code or activation costs nmse ~1. */
+/* NF2, INT4 and NF4 products of 1..8 inputs round the activations to int16 per chunk of 64 or
+ * 32 on the device (kernels/gemv_int.cuh), as the CPU's integer loops do but its float loops do
+ * not: an error of ~1.5e-5 of a chunk's largest input per input, nmse ~3e-10 against the float
+ * loops; NF4 also its table to 1/32639 of the absmax. A misplaced code or activation costs
+ * nmse ~1. */
 #define ROUNDED 1e-8
 
 /* The temporal transformer's 3000-slot ring on a GPU; the CPU emulation of the CUDA backend
@@ -224,7 +225,7 @@ static const wcase wcases[] = {
     {PP_WF_INT8, 128, 0, 0, "int8 block 128"},
 };
 
-/* norm_matmul on weight h: h = the norm of x, y = h·wᵀ (NF2 and INT4 in one normalizing and
+/* norm_matmul on weight h: h = the norm of x, y = h·wᵀ (NF2, INT4 and NF4 in one normalizing and
  * preparing kernel where the integer product takes the weight), x untouched. */
 static void test_norm_matmul(const wcase *wc, const held *h, int n, double limit) {
     const int64_t d = h->c.cols, rows = h->c.rows;
@@ -245,15 +246,15 @@ static void test_norm_matmul(const wcase *wc, const held *h, int n, double limit
     twin_free(&y);
 }
 
-/* Weights marked latency-bound (the depformer's): NF2 and INT4 products prepare their inputs in
+/* Weights marked latency-bound (the depformer's): NF2, INT4 and NF4 products prepare their inputs in
  * each block of the product, one launch instead of two. Against the CPU at the integer products'
  * tolerance, and against the same weight unmarked on the device: the same prepared values, so
  * the same bits (the normalised product's 1/rms sums in another order: within REDUCE). Rows of
  * two slices, and n = 5 and 8 run the 4-input instance twice. */
-static void test_latency_bound(pp_wformat fmt, int group, int np2, const char *name) {
+static void test_latency_bound(pp_wformat fmt, int group, int np2, int nested, const char *name) {
     const int64_t rows = 200, cols = 1536;
     held h;
-    if (make_weight(fmt, rows, cols, group, np2, 0, &h)) {
+    if (make_weight(fmt, rows, cols, group, np2, nested, &h)) {
         TEST_COND("weight upload", 0);
         return;
     }
@@ -377,7 +378,7 @@ static void test_matmul(const wcase *wc) {
         cpu->ops->matmul(cpu, &h.c, x.c, n, y.c);
         gpu->ops->matmul(gpu, &h.g, x.g, n, y.g);
         snprintf(what, sizeof what, "matmul %s n=%d", wc->what, n);
-        double limit = (wc->fmt == PP_WF_NF2 || wc->fmt == PP_WF_INT4) && n <= 8 ? ROUNDED : REDUCE;
+        double limit = (wc->fmt == PP_WF_NF2 || wc->fmt == PP_WF_INT4 || wc->fmt == PP_WF_NF4) && n <= 8 ? ROUNDED : REDUCE;
         compare(what, y.g, y.c, (size_t)n * rows, limit);
         pp_weight vc = pp_weight_rows(&h.c, 64, 100), vg = pp_weight_rows(&h.g, 64, 100);
         cpu->ops->matmul(cpu, &vc, x.c + 1, n, y.c);
@@ -483,11 +484,11 @@ static void ring_free(pp_backend *be, pp_kv_ring *r) {
  * attention handing its heads to the output projection: NF2's slices of 128 take two
  * 64-wide heads each (a slice completed by two blocks), INT4's of 256 all four, across a ring
  * cut into several splits (the merging block hands over) and its first steps (one split). */
-static void test_hand_over(pp_wformat fmt, int group, int np2, const char *name) {
+static void test_hand_over(pp_wformat fmt, int group, int np2, int nested, const char *name) {
     enum { D = 256, HID = 384, HEADS = 4, HD = 64, CAP = 300, STEPS = 140 };
     held wo, wi, wf, wq;
-    if (make_weight(fmt, D, D, group, np2, 0, &wo) || make_weight(fmt, 2 * HID, D, group, np2, 0, &wi) ||
-        make_weight(fmt, D, HID, group, np2, 0, &wf) || make_weight(fmt, 3 * D, D, group, np2, 0, &wq)) {
+    if (make_weight(fmt, D, D, group, np2, nested, &wo) || make_weight(fmt, 2 * HID, D, group, np2, nested, &wi) ||
+        make_weight(fmt, D, HID, group, np2, nested, &wf) || make_weight(fmt, 3 * D, D, group, np2, nested, &wq)) {
         TEST_COND("weight upload", 0);
         return;
     }
@@ -1335,13 +1336,15 @@ int main(void) {
     test_slow_path_told();
     printf("matmul and embed per format:\n");
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
-    test_latency_bound(PP_WF_NF2, 128, 128, "nf2 g128");
-    test_latency_bound(PP_WF_INT4, 64, 0, "int4 g64");
+    test_latency_bound(PP_WF_NF2, 128, 128, 0, "nf2 g128");
+    test_latency_bound(PP_WF_INT4, 64, 0, 0, "int4 g64");
+    test_latency_bound(PP_WF_NF4, 64, 0, 1, "nf4 g64 nested");
     test_host_weights();
     test_embed_sum();
     printf("hand-overs between operations:\n");
-    test_hand_over(PP_WF_NF2, 128, 128, "nf2 g128");
-    test_hand_over(PP_WF_INT4, 64, 0, "int4 g64");
+    test_hand_over(PP_WF_NF2, 128, 128, 0, "nf2 g128");
+    test_hand_over(PP_WF_INT4, 64, 0, 0, "int4 g64");
+    test_hand_over(PP_WF_NF4, 64, 0, 1, "nf4 g64 nested");
     printf("LM operations:\n");
     test_lm_ops();
     test_attn_rope();

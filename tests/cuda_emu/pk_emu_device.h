@@ -32,6 +32,7 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
@@ -210,6 +211,21 @@ static inline int __dp4a(int a, int b, int c) {
 static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
     for (int k = 0; k < 4; k++) c += ((a >> (8 * k)) & 255u) * ((b >> (8 * k)) & 255u);
     return c;
+}
+
+/* 1 + the index of the lowest set bit, 0 for 0. */
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+
+/* prmt.b32 in its default mode: byte n of the result is byte (s >> 4n) & 7 of y:x, or that byte's
+ * sign bit in all eight bits where bit 3 of the selector nibble is set; s's upper half is unused. */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t bytes = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) {
+        const unsigned sel = (s >> (4 * n)) & 15u, b = (unsigned)(bytes >> (8 * (sel & 7u))) & 255u;
+        r |= (sel & 8u ? (b & 128u ? 255u : 0u) : b) << (8 * n);
+    }
+    return r;
 }
 
 /* The emulation builds with -ffp-contract=off, so these round once each as on the device. */
