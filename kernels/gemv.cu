@@ -173,15 +173,18 @@ static int unrotated_slice(int64_t cols) {
     return s;
 }
 
-/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, for NF2
- * the rotation slices on the weight's groups (as the float path assumes them to be), for nested
- * NF4 second-level blocks of a power of two of groups (a shift finds them). */
+/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, rows
+ * starting on groups, element indices within 32 bits, for NF2 the rotation slices on the weight's
+ * groups (as the float path assumes them to be), for nested NF4 second-level blocks of a power of
+ * two of groups (a shift finds them). */
 static int int_gemv_takes(const pk_weight *w, int n) {
     if ((w->fmt != PK_NF2 && w->fmt != PK_INT4 && w->fmt != PK_NF4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
+    if ((uint64_t)w->elem0 + (uint64_t)w->rows * (uint64_t)w->cols > UINT32_MAX) return 0;
     const int v = pk_int_v(w->fmt);
     if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15) || !is_pow2(w->group) || w->group % v) return 0;
+    if (w->cols % w->group || w->elem0 % w->group) return 0;
     if (w->fmt == PK_NF4) return w->quant_map && (!w->nested_absmax || is_pow2(w->nested_block));
-    return w->fmt == PK_INT4 || (w->np2 == w->group && w->cols % w->group == 0 && w->elem0 % w->group == 0);
+    return w->fmt == PK_INT4 || w->np2 == w->group;
 }
 
 /* f(std::integral_constant<int, FMT>{}) for the format FMT of an integer product. */

@@ -352,7 +352,8 @@ template <int FMT> __device__ __forceinline__ float pk_int_total(const pk_int_su
 
 /* The group scale of group g: f16 (NF2, INT4) or NF4's block absmax, whose nested second-level
  * block is g >> nested_shift. */
-template <int FMT> __device__ __forceinline__ float pk_int_group_scale(const pk_weight &w, uint64_t g, int nested_shift) {
+template <int FMT>
+__device__ __forceinline__ float pk_int_group_scale(const pk_weight &w, uint32_t g, int nested_shift) {
     if constexpr (FMT == PK_NF4)
         return pk_nf4_absmax_at(w, (int64_t)g, (int64_t)(g >> nested_shift));
     else
@@ -360,8 +361,9 @@ template <int FMT> __device__ __forceinline__ float pk_int_group_scale(const pk_
 }
 
 /* The 16 bytes of codes of chunk c of the row starting at element e0 (a multiple of the chunk's
- * V elements, never negative); past the row (a prefetch the loop will not use) its last chunk
- * again, so the load takes no branch and the address only shifts and adds. */
+ * V elements, never negative); past the row (a lane's first chunk of a row shorter than a warp's
+ * chunks, loaded before the lane knows it has none) its last chunk again, so the load takes no
+ * branch and the address only shifts and adds. */
 template <int FMT> __device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, int c, int chunks) {
     const uint64_t chunk = (uint64_t)(c < chunks ? c : chunks - 1);
     return __ldg((const uint4 *)(base + ((uint64_t)e0 >> (FMT == PK_NF2 ? 2 : 1)) + chunk * 16));
@@ -373,12 +375,14 @@ template <bool SHARED, class T> __device__ __forceinline__ T pk_act_load(const T
 
 /* A warp's RPW consecutive rows (first elements e0) against n <= NB prepared inputs, each lane a
  * 16-byte chunk (4 runs) of each row at a time, as in gemv.cuh; inputs load their planes once
- * per run for all RPW rows. next holds the lane's first chunk of each row, loaded by the caller
- * (before its pk_grid_wait: weights never change). */
+ * per run for all RPW rows. first holds the lane's first chunk of each row, loaded by the caller
+ * (before its pk_grid_wait: weights never change); the loop over the others loads each chunk
+ * as it starts (the rows' loads in flight together; holding the next chunk's codes in registers
+ * cost a move per word, and on an H200 it gained within the run-to-run spread). */
 template <int FMT, int NB, int RPW, bool SHARED>
 __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *__restrict__ planes,
                                             const int2 *__restrict__ meta, int n, int gshift, const int64_t (&e0)[RPW],
-                                            uint4 (&next)[RPW], float (&acc)[NB][RPW]) {
+                                            const uint4 (&first)[RPW], float (&acc)[NB][RPW]) {
     typedef pk_int_fmt<FMT> F;
     const int lane = threadIdx.x & 31;
     const int chunks = (int)(w.cols / F::V), runs = (int)(w.cols / F::RUN); /* a row's, within 32 bits */
@@ -387,15 +391,12 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
     if (FMT == PK_NF4) tab = pk_nf4_int_table(w.quant_map);
     /* NF4's nested blocks: a power of two of groups (int_gemv_takes) */
     const int nested_shift = FMT == PK_NF4 && w.nested_block > 1 ? __ffs(w.nested_block) - 1 : 0;
-    /* The next chunk's codes load while this one computes (a lane has 2 to 6 chunks per row on
-     * the temporal shapes; on an H200 the gain was within the run-to-run spread). */
-    for (int c = lane; c < chunks; c += PK_WARP) {
-        uint4 raw[RPW];
+    /* each row's first group: rows start on groups (int_gemv_takes); element indices within 32
+     * bits (the same) */
+    uint32_t g0[RPW];
 #pragma unroll
-        for (int r = 0; r < RPW; r++) {
-            raw[r] = next[r];
-            next[r] = pk_int_codes<FMT>(base, e0[r], c + PK_WARP, chunks);
-        }
+    for (int r = 0; r < RPW; r++) g0[r] = (uint32_t)e0[r] >> gshift;
+    auto chunk = [&](const uint4(&raw)[RPW], int c) {
         pk_int_sum<FMT> sum[NB][RPW];
 #pragma unroll
         for (int i = 0; i < NB; i++)
@@ -405,7 +406,7 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
         for (int s = 0; s < 4; s++) { /* the chunk's runs, one code word each */
 #pragma unroll
             for (int i = 0; i < NB; i++) {
-                if (i >= n) break;
+                if (NB > 1 && i >= n) break; /* NB = 1 runs n = 1 only */
                 const int run = i * runs + c * 4 + s;
                 uint32_t p[F::RUN / 2];
 #pragma unroll
@@ -421,27 +422,35 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
             }
         }
         /* the chunk's activation scale and bias, then the weights' group scale */
+        const uint32_t dg = (uint32_t)(c * F::V) >> gshift;
         float g[RPW];
 #pragma unroll
-        for (int r = 0; r < RPW; r++)
-            g[r] = pk_int_group_scale<FMT>(w, (uint64_t)(e0[r] + (int64_t)c * F::V) >> gshift, nested_shift);
+        for (int r = 0; r < RPW; r++) g[r] = pk_int_group_scale<FMT>(w, g0[r] + dg, nested_shift);
 #pragma unroll
         for (int i = 0; i < NB; i++) {
-            if (i >= n) break;
+            if (NB > 1 && i >= n) break;
             const int2 mt = pk_act_load<SHARED>(meta + i * chunks + c);
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 acc[i][r] += g[r] * __int_as_float(mt.x) * pk_int_total<FMT>(sum[i][r], mt.y);
         }
+    };
+    if (lane < chunks) chunk(first, lane);
+    for (int c = lane + PK_WARP; c < chunks; c += PK_WARP) {
+        uint4 raw[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; r++) raw[r] = pk_int_codes<FMT>(base, e0[r], c, chunks);
+        chunk(raw, c);
     }
 }
 
 /* The lane's first chunk of each of its rows. */
 template <int FMT, int RPW>
-__device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW], uint4 (&next)[RPW]) {
+__device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW], uint4 (&first)[RPW]) {
     const int chunks = (int)(w.cols / pk_int_fmt<FMT>::V);
 #pragma unroll
-    for (int r = 0; r < RPW; r++) next[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
+    for (int r = 0; r < RPW; r++)
+        first[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
 }
 
 /* norm: the NORM hand-over this product's input came by (pk_norm_handed; its prep NONE
@@ -456,13 +465,13 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
     if (r0 >= w.rows && !nx.prep && !norm.prep) return;
-    uint4 next[RPW];
-    pk_int_first_codes<FMT, RPW>(w, e0, next);
+    uint4 first[RPW];
+    pk_int_first_codes<FMT, RPW>(w, e0, first);
     pk_grid_wait(); /* the planes and meta come from the kernel before */
     if (norm.prep) pk_norm_handed(norm, n, inv);
     if (r0 < w.rows) {
         float acc[NB][RPW] = {};
-        pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, next, acc);
+        pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, first, acc);
         if (norm.prep)
 #pragma unroll
             for (int i = 0; i < NB; i++)
@@ -566,17 +575,17 @@ __global__ void __launch_bounds__(PK_SELF_THREADS, PK_INT_MIN_BLOCKS / 2)
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4);
-    uint4 next[RPW];
-    pk_int_first_codes<FMT, RPW>(w, e0, next);
+    uint4 first[RPW];
+    pk_int_first_codes<FMT, RPW>(w, e0, first);
     pk_grid_wait(); /* x comes from the kernel before */
     for (int i0 = 0; i0 < n; i0 += NB) {
         const int m = n - i0 < NB ? n - i0 : NB;
         for (int i = 0; i < m; i++)
             pk_int_self_prepare<FMT>(x, prep, alpha, eps, h, i0 + i, i, w.cols, w.np2, slice, v, planes, meta, red);
         if (r0 < w.rows) { /* a warp past the last row still prepares: the barriers need it */
-            if (i0) pk_int_first_codes<FMT, RPW>(w, e0, next);
+            if (i0) pk_int_first_codes<FMT, RPW>(w, e0, first);
             float acc[NB][RPW] = {};
-            pk_int_rows<FMT, NB, RPW, true>(w, planes, meta, m, gshift, e0, next, acc);
+            pk_int_rows<FMT, NB, RPW, true>(w, planes, meta, m, gshift, e0, first, acc);
             pk_store_rows<NB, RPW>(acc, w, r0, m, pk_dst{out.y + (int64_t)i0 * w.rows, out.accumulate});
         }
         __syncthreads(); /* the next inputs overwrite the planes */

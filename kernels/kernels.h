@@ -35,7 +35,7 @@ typedef struct pk_weight {
 } pk_weight;
 
 /* ---- handing the next product its input (gemv.cu, attn.cu) ----
- * An integer product (NF2, INT4) reads its input prepared: NF2 slices rotated, every chunk of
+ * An integer product (NF2, INT4, NF4) reads its input prepared: NF2 slices rotated, every chunk of
  * inputs rounded to integers with a scale (gemv_int.cuh). Where a product or an attention writes
  * the next integer product's input, the block that completes a slice of `len` of those inputs
  * (counted with a fence and an atomic) prepares that slice as it finishes, and the next product
