@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(128) pk_gemv_kernel(pk_weight w, const float *
     float acc[NB][RPW] = {};
     /* Each row's group of the lane's chunk and the chunk's offset in it, stepped without dividing
      * (the lane's chunks are PK_WARP·V elements apart; element indices fit 32 bits:
-     * weight_chunkable). Dense weights have no groups: one of every element, folded away. */
+     * weight_chunkable). Dense weights have no groups (gsize 1, never stepped). */
     const uint32_t gsize = F::QUANT ? (uint32_t)w.group : 1u, gstep = PK_WARP * F::V / gsize,
                    ostep = PK_WARP * F::V % gsize;
     uint32_t grp[RPW], off[RPW];

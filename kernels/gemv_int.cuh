@@ -20,7 +20,8 @@
  *   INT4: u & 0x0F0F0F0F holds the nibbles of elements 2j, (u >> 4) & 0x0F0F0F0F of 2j + 1;
  *         Σ (nibble − 8)·q = Σ nibble·q − 8·Q (l unsigned).
  *   NF4:  the code's value in the weight's 16-entry table, rounded to T = 256·H + L of at most
- *         32639 (error ≤ 1.5e-5 of the block's absmax), comes out of byte permutes of the
+ *         32639 in units of the table's largest |value| / 32639 (error ≤ 1.5e-5 of the block's
+ *         absmax in bitsandbytes' table, whose largest is 1), comes out of byte permutes of the
  *         table's H and L bytes (8 registers) indexed by the code word's nibbles in place:
  *         nibbles 0..3 give elements 1, 0, 3, 2 (bitsandbytes puts the even element high),
  *         4..7 elements 5, 4, 7, 6. Weights and activations are both signed byte pairs
@@ -61,9 +62,12 @@ template <> struct pk_int_fmt<PK_INT4> {
 template <> struct pk_int_fmt<PK_NF4> {
     enum { RUN = 8, V = 32, ACT = 32639 };
 };
-#define PK_NF4_TABLE_ONE 32639 /* NF4's table value 1.0 as an integer (the same signed byte pair) */
+#define PK_NF4_TABLE_ONE 32639 /* NF4's largest table value as an integer (the same signed byte pair) */
 
-__host__ __device__ static inline int pk_int_v(int fmt) { return fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V; }
+/* V of an integer product's format. */
+__host__ __device__ static inline int pk_int_v(int fmt) {
+    return fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V; /* INT4's = NF4's */
+}
 
 /* The prepared activations of n inputs of `cols`: byte planes [n][cols/RUN][2][RUN/4] words
  * (h words, then l words), then each chunk's {scale, bias} [n][cols/V]. */
@@ -271,17 +275,23 @@ __global__ void __launch_bounds__(256)
         pk_int_prepare_chunk<FMT>(v + q * F::V, (row * d + c0) / F::V + q, planes, meta);
 }
 
-/* NF4's table as byte planes: byte c % 4 of word c / 4 holds code c's H (h) and L (l), signed. */
+/* NF4's table as byte planes: byte c % 4 of word c / 4 holds code c's H (h) and L (l), signed,
+ * in units of top / PK_NF4_TABLE_ONE (top: the largest |value|, 1 in bitsandbytes' table). */
 struct pk_nf4_table {
     uint32_t h[4], l[4];
+    float top;
 };
 
 /* The table of a weight's quant_map, by each thread (16 loads, once per product). */
 __device__ __forceinline__ pk_nf4_table pk_nf4_int_table(const float *quant_map) {
     pk_nf4_table t = {};
+    float value[16];
+#pragma unroll
+    for (int c = 0; c < 16; c++) t.top = fmaxf(t.top, fabsf(value[c] = __ldg(quant_map + c)));
+    const float unit = t.top > 0 ? PK_NF4_TABLE_ONE / t.top : 0.0f;
 #pragma unroll
     for (int c = 0; c < 16; c++) {
-        const int v = __float2int_rn(fminf(fmaxf(__ldg(quant_map + c), -1.0f), 1.0f) * PK_NF4_TABLE_ONE);
+        const int v = __float2int_rn(value[c] * unit);
         const int hi = (v + 128) >> 8;
         t.h[c / 4] |= (uint32_t)(hi & 255) << (8 * (c % 4));
         t.l[c / 4] |= (uint32_t)((v - 256 * hi) & 255) << (8 * (c % 4));
@@ -442,6 +452,11 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
         for (int r = 0; r < RPW; r++) raw[r] = pk_int_codes<FMT>(base, e0[r], c, chunks);
         chunk(raw, c);
     }
+    if (FMT == PK_NF4)
+#pragma unroll
+        for (int i = 0; i < NB; i++)
+#pragma unroll
+            for (int r = 0; r < RPW; r++) acc[i][r] *= tab.top; /* the table's unit (1: exact) */
 }
 
 /* The lane's first chunk of each of its rows. */

@@ -131,8 +131,12 @@ static void twin_free(twin *t) {
 typedef struct {
     pp_weight host, c, g;
     void *data, *scales, *nested;
-    float map[256];
+    float map[256], table[16];
 } held;
+
+/* make_weight's `nested` for NF4: the absmax nested (1), and the value table a file's own, three
+ * times bitsandbytes' (2; the codes and absmax as for 1, so the weight is three times larger). */
+enum { NF4_NESTED = 1, NF4_NESTED_OWN_TABLE = 2 };
 
 /* A rows × cols weight in format fmt from Gaussian-like values, quantized by io/quant.h. */
 static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, int np2, int nested, held *h) {
@@ -171,6 +175,10 @@ static int make_weight(pp_wformat fmt, int64_t rows, int64_t cols, int group, in
         h->data = malloc(n / 2);
         pp_quant_nf4_quantize(src, (int64_t)groups, group, h->data, absmax);
         h->host.quant_map = pp_quant_nf4_table;
+        if (nested == NF4_NESTED_OWN_TABLE) {
+            for (int c = 0; c < 16; c++) h->table[c] = 3.0f * pp_quant_nf4_table[c];
+            h->host.quant_map = h->table;
+        }
         if (nested) {
             size_t nb = (groups + 255) / 256;
             h->scales = malloc(groups);
@@ -217,7 +225,8 @@ static const wcase wcases[] = {
     {PP_WF_NF2, 96, 128, 0, "nf2 g96/np2 128 (element path)"},
     {PP_WF_INT4, 64, 0, 0, "int4 g64"},
     {PP_WF_NF4, 64, 0, 0, "nf4 f32 absmax"},
-    {PP_WF_NF4, 64, 0, 1, "nf4 nested absmax"},
+    {PP_WF_NF4, 64, 0, NF4_NESTED, "nf4 nested absmax"},
+    {PP_WF_NF4, 64, 0, NF4_NESTED_OWN_TABLE, "nf4 nested, a table of largest 3"},
     {PP_WF_Q4_0, 32, 0, 0, "q4_0 (element GEMV)"},
     {PP_WF_Q8_0, 32, 0, 0, "q8_0 (element GEMV)"},
     {PP_WF_Q4K, 256, 0, 0, "q4_k"},
@@ -1338,13 +1347,13 @@ int main(void) {
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
     test_latency_bound(PP_WF_NF2, 128, 128, 0, "nf2 g128");
     test_latency_bound(PP_WF_INT4, 64, 0, 0, "int4 g64");
-    test_latency_bound(PP_WF_NF4, 64, 0, 1, "nf4 g64 nested");
+    test_latency_bound(PP_WF_NF4, 64, 0, NF4_NESTED, "nf4 g64 nested");
     test_host_weights();
     test_embed_sum();
     printf("hand-overs between operations:\n");
     test_hand_over(PP_WF_NF2, 128, 128, 0, "nf2 g128");
     test_hand_over(PP_WF_INT4, 64, 0, 0, "int4 g64");
-    test_hand_over(PP_WF_NF4, 64, 0, 1, "nf4 g64 nested");
+    test_hand_over(PP_WF_NF4, 64, 0, NF4_NESTED, "nf4 g64 nested");
     printf("LM operations:\n");
     test_lm_ops();
     test_attn_rope();
