@@ -330,12 +330,13 @@ __device__ __forceinline__ void pk_int_run(uint32_t u, const uint32_t *p, const 
             sum.l0 = pk_dp4a_u(b0, p[4 + k], sum.l0);
         }
     } else if constexpr (FMT == PK_NF4) {
-        /* permute selectors: a nibble's low 3 bits pick the byte of the table's half (bit 3
-         * would replicate its sign), then bit 3 picks the half */
-        const uint32_t index = u & 0x77777777u, half = ((u >> 1) & 0x44444444u) | 0x32103210u;
+        /* permute selectors: a nibble's low 3 bits pick the byte in each half of the table
+         * (__byte_perm reads a selector nibble's low 3 bits, of the low 16 bits), then its bit 3
+         * the half */
+        const uint32_t half = ((u >> 1) & 0x44444444u) | 0x32103210u;
 #pragma unroll
         for (int k = 0; k < 2; k++) { /* nibbles 4k .. 4k + 3 */
-            const uint32_t i = index >> (16 * k), m = half >> (16 * k);
+            const uint32_t i = u >> (16 * k), m = half >> (16 * k);
             const int th = (int)__byte_perm(__byte_perm(tab.h[0], tab.h[1], i), __byte_perm(tab.h[2], tab.h[3], i), m);
             const int tl = (int)__byte_perm(__byte_perm(tab.l[0], tab.l[1], i), __byte_perm(tab.l[2], tab.l[3], i), m);
             sum.hh = pk_dp4a_s(th, (int)p[k], sum.hh);

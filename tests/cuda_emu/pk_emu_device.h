@@ -216,15 +216,12 @@ static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
 /* 1 + the index of the lowest set bit, 0 for 0. */
 static inline int __ffs(int x) { return __builtin_ffs(x); }
 
-/* prmt.b32 in its default mode: byte n of the result is byte (s >> 4n) & 7 of y:x, or that byte's
- * sign bit in all eight bits where bit 3 of the selector nibble is set; s's upper half is unused. */
+/* CUDA's documented __byte_perm: byte n of the result is byte (s >> 4n) & 7 of y:x; a selector
+ * nibble's bit 3 and s's upper half are unused (nvcc masks them off before its prmt). */
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t bytes = (uint64_t)y << 32 | x;
     unsigned r = 0;
-    for (int n = 0; n < 4; n++) {
-        const unsigned sel = (s >> (4 * n)) & 15u, b = (unsigned)(bytes >> (8 * (sel & 7u))) & 255u;
-        r |= (sel & 8u ? (b & 128u ? 255u : 0u) : b) << (8 * n);
-    }
+    for (int n = 0; n < 4; n++) r |= (unsigned)((bytes >> (8 * ((s >> (4 * n)) & 7u))) & 255u) << (8 * n);
     return r;
 }
 
