@@ -111,13 +111,17 @@ static int values_per_chunk(int fmt) {
     }
 }
 
+/* Whether w's element indices fit 32 bits, as the chunked and integer kernels index groups. */
+static int indices_fit_32(const pk_weight *w) {
+    return (uint64_t)w->elem0 + (uint64_t)w->rows * (uint64_t)w->cols <= UINT32_MAX;
+}
+
 /* The chunked decode needs every row to start on a chunk (16 bytes), chunks inside groups and
- * element indices within 32 bits (its group index divides in 32 bits). */
+ * element indices within 32 bits. */
 static int weight_chunkable(const pk_weight *w) {
     if (w->fmt == PK_Q4_0 || w->fmt == PK_Q8_0 || w->fmt == PK_Q4K) return 0; /* ggml blocks: the per-row kernel */
     int v = values_per_chunk(w->fmt);
-    if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15)) return 0;
-    if ((uint64_t)w->elem0 + (uint64_t)w->rows * (uint64_t)w->cols > UINT32_MAX) return 0;
+    if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15) || !indices_fit_32(w)) return 0;
     return w->fmt <= PK_BF16 || w->group % v == 0;
 }
 
@@ -179,10 +183,9 @@ static int unrotated_slice(int64_t cols) {
  * two of groups (a shift finds them). */
 static int int_gemv_takes(const pk_weight *w, int n) {
     if ((w->fmt != PK_NF2 && w->fmt != PK_INT4 && w->fmt != PK_NF4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
-    if ((uint64_t)w->elem0 + (uint64_t)w->rows * (uint64_t)w->cols > UINT32_MAX) return 0;
-    const int v = pk_int_v(w->fmt);
-    if (w->cols % v || w->elem0 % v || ((uintptr_t)w->data & 15) || !is_pow2(w->group) || w->group % v) return 0;
-    if (w->cols % w->group || w->elem0 % w->group) return 0;
+    /* whole groups of whole chunks a row: rows start on chunks too */
+    if (!is_pow2(w->group) || w->group % pk_int_v(w->fmt) || w->cols % w->group || w->elem0 % w->group) return 0;
+    if (((uintptr_t)w->data & 15) || !indices_fit_32(w)) return 0;
     if (w->fmt == PK_NF4) return w->quant_map && (!w->nested_absmax || is_pow2(w->nested_block));
     return w->fmt == PK_INT4 || w->np2 == w->group;
 }

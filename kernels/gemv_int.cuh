@@ -368,7 +368,7 @@ __device__ __forceinline__ float pk_int_group_scale(const pk_weight &w, uint32_t
     if constexpr (FMT == PK_NF4)
         return pk_nf4_absmax_at(w, (int64_t)g, (int64_t)(g >> nested_shift));
     else
-        return pk_f16(__ldg((const unsigned short *)w.scales + g));
+        return pk_group_scale<FMT>(w, g);
 }
 
 /* The 16 bytes of codes of chunk c of the row starting at element e0 (a multiple of the chunk's
