@@ -300,17 +300,19 @@ static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst ou
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
  * rows per warp stay as high as the 128 registers allow without spilling (tools/kernel-report.sh;
- * a row holds 2 to 4 sums per input, pk_int_sum): 4 rows for 1 input; at 2, 4 rows for INT4 and
- * NF4, 2 for NF2; at 3..4, 2; at 5..8, 2 for INT4, 1 for NF2 and NF4. */
+ * a row holds 2 to 4 sums per input, pk_int_sum, and a chunk of codes, NF4's twice as wide):
+ * 4 rows for 1 input (NF4 2); at 2, 4 rows for INT4, 2 for NF2 and NF4; at 3..4, 2 (NF4 1); at
+ * 5..8, 2 for INT4, 1 for NF2 and NF4. */
 template <int FMT>
 static void launch_int_batch(const pk_weight *w, const int_input &in, int n, pk_dst out, const pk_next &next,
                              cudaStream_t stream) {
+    constexpr int cw = pk_int_fmt<FMT>::CW;
     if (n == 1)
-        launch_int<FMT, 1, PK_INT_RPW_1>(w, in, n, out, next, stream);
+        launch_int<FMT, 1, PK_INT_RPW_1 / cw>(w, in, n, out, next, stream);
     else if (n == 2)
-        launch_int<FMT, 2, FMT == PK_NF2 ? 2 : 4>(w, in, n, out, next, stream);
+        launch_int<FMT, 2, FMT == PK_INT4 ? 4 : 2>(w, in, n, out, next, stream);
     else if (n <= 4)
-        launch_int<FMT, 4, 2>(w, in, n, out, next, stream);
+        launch_int<FMT, 4, 2 / cw>(w, in, n, out, next, stream);
     else
         launch_int<FMT, 8, FMT == PK_INT4 ? 2 : 1>(w, in, n, out, next, stream);
 }
@@ -405,10 +407,11 @@ static void launch_self(const pk_weight *w, const self_input &in, int n, pk_dst 
  * preparation's and the attention's registers, 4 rows spilled there (48 bytes, sm_87 and sm_90). */
 template <int FMT>
 static int int_self_as(const pk_weight *w, const self_input &in, int n, pk_dst out, cudaStream_t stream) {
+    constexpr int cw = pk_int_fmt<FMT>::CW;
     switch (self_inputs(w, n)) {
-    case 1: launch_self<FMT, 1, PK_INT_RPW_1>(w, in, n, out, stream); break;
+    case 1: launch_self<FMT, 1, PK_INT_RPW_1 / cw>(w, in, n, out, stream); break;
     case 2: launch_self<FMT, 2, 2>(w, in, n, out, stream); break;
-    default: launch_self<FMT, 4, 2>(w, in, n, out, stream); break;
+    default: launch_self<FMT, 4, 2 / cw>(w, in, n, out, stream); break;
     }
     return pk_launched();
 }

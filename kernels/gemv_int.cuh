@@ -4,12 +4,13 @@
  *
  * Activations are prepared once per product, as the CPU's integer loops prepare theirs
  * (backend/cpu_gemv_vnni.c): NF2 rotates each group slice (the same WHT, the same bits), then
- * every chunk of V consecutive inputs (NF2 64, INT4 and NF4 32: the 16 bytes of codes a lane
- * takes at once, four runs of RUN inputs, each one 32-bit code word) gets the scale max|x|/ACT
- * and is rounded to integers q of at most ACT (NF2 16383, INT4 32767, NF4 32639; the CPU rounds
- * per 16 to 32767, so the two differ by the rounding, within the tolerances of the tests). dp4a
- * multiplies bytes, so q = 256·h + l is stored as two byte planes, h signed, each in the order
- * the code word's values come out:
+ * every chunk of V consecutive inputs (NF2 64 and INT4 32: the 16 bytes of codes a lane takes
+ * at once; NF4 64: its 32 bytes, one bitsandbytes block, so one absmax a chunk; runs of RUN
+ * inputs, each one 32-bit code word) gets the scale max|x|/ACT and is rounded to integers q of
+ * at most ACT (NF2 16383, INT4 32767, NF4 32639; the CPU rounds per 16 to 32767, so the two
+ * differ by the rounding, within the tolerances of the tests). dp4a multiplies bytes, so
+ * q = 256·h + l is stored as two byte planes, h signed, each in the order the code word's
+ * values come out:
  *   NF2:  (u >> 2k) & 0x03030303 holds codes 4j + k (2 bits, c = 2·b1 + b0) in byte j
  *         (k = 0..3), and (u >> 2k) & 0x01010101 their bit 0. The centroids ±283, ±944 (units
  *         of 0.0016) are 1227·b1 + 661·b0 − 944, i.e. (1227·c + 95·b0 − 1888) / 2, so twice a
@@ -25,15 +26,17 @@
  *         table's H and L bytes (8 registers) indexed by the code word's nibbles in place:
  *         nibbles 0..3 give elements 1, 0, 3, 2 (bitsandbytes puts the even element high),
  *         4..7 elements 5, 4, 7, 6. Weights and activations are both signed byte pairs
- *         (l = q − 256·h in −128..127), so all four byte products are signed dp4a:
- *         Σ T·q = 256·(256·Σ H·h + Σ (H·l + L·h)) + Σ L·l, its parts exact in int32 over a
- *         chunk and joined in float.
+ *         (l = q − 256·h in −128..127), so the byte products are signed dp4a:
+ *         Σ T·q = 256·(256·Σ H·h + Σ (H·l + L·h)) + Σ L·l. The last term is left out: a
+ *         product's L·l is at most 2^14 where T·q reaches 2^30 (1.5e-5 of the range, the size of
+ *         the table's own rounding, and of either sign), and it would cost two of a word's eight
+ *         dp4a. The other two sums are exact in int32 over a chunk; the 256 is in its scale.
  * The −1888·Q or −8·Q term is prepared with the chunk's scale (its "bias"), so each run costs
  * its plane extractions (NF4: permutes) and its dp4a, chained into the chunk's byte-product sums,
  * and each chunk the sums' joining (a few integer multiply-adds), one or two conversions and the
  * multiplies by its activation scale and its group's scale (f16; NF4 the absmax, nested or not).
- * Weights whose groups are not a power of two, or slices the group layout does not align with,
- * take the float template instead (int_gemv_takes in gemv.cu). */
+ * Weights whose groups are not a power of two of whole chunks, or slices the group layout does
+ * not align with, take the float template instead (int_gemv_takes in gemv.cu). */
 #ifndef PP_KERNELS_GEMV_INT_CUH
 #define PP_KERNELS_GEMV_INT_CUH
 
@@ -48,25 +51,25 @@
 #endif
 #define PK_SELF_THREADS 256 /* a self-preparing product's block (pk_gemv_int_self_kernel) */
 
-/* RUN: inputs of one 32-bit code word; V: of a 16-byte chunk (4 runs), which also shares one
- * activation scale; ACT: the largest rounded activation. NF2's 16383 keeps a chunk's sum
+/* RUN: inputs of one 32-bit code word; V: of a chunk of CW 16-byte loads (4·CW runs), which also
+ * shares one activation scale; ACT: the largest rounded activation. NF2's 16383 keeps a chunk's sum
  * (2·944·64·16383 < 2^31) in int32; INT4's chunk sums stay far below at 32767; NF4's 32639 is
  * the largest q whose signed bytes h = (q + 128) >> 8 and l = q − 256·h both fit. */
 template <int FMT> struct pk_int_fmt;
 template <> struct pk_int_fmt<PK_NF2> {
-    enum { RUN = 16, V = 64, ACT = 16383 };
+    enum { RUN = 16, V = 64, CW = 1, ACT = 16383 };
 };
 template <> struct pk_int_fmt<PK_INT4> {
-    enum { RUN = 8, V = 32, ACT = 32767 };
+    enum { RUN = 8, V = 32, CW = 1, ACT = 32767 };
 };
 template <> struct pk_int_fmt<PK_NF4> {
-    enum { RUN = 8, V = 32, ACT = 32639 };
+    enum { RUN = 8, V = 64, CW = 2, ACT = 32639 };
 };
 #define PK_NF4_TABLE_ONE 32639 /* NF4's largest table value as an integer (the same signed byte pair) */
 
 /* V of an integer product's format. */
 __host__ __device__ static inline int pk_int_v(int fmt) {
-    return fmt == PK_NF2 ? (int)pk_int_fmt<PK_NF2>::V : (int)pk_int_fmt<PK_INT4>::V; /* INT4's = NF4's */
+    return fmt == PK_INT4 ? (int)pk_int_fmt<PK_INT4>::V : (int)pk_int_fmt<PK_NF2>::V; /* NF2's = NF4's */
 }
 
 /* The prepared activations of n inputs of `cols`: byte planes [n][cols/RUN][2][RUN/4] words
@@ -113,7 +116,7 @@ __device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g,
             dst[F::RUN / 4 + k] = l[k];
         }
     }
-    const float unit = FMT == PK_NF2 ? PK_NF2_UNIT / 2 : FMT == PK_NF4 ? 1.0f / PK_NF4_TABLE_ONE : 1.0f;
+    const float unit = FMT == PK_NF2 ? PK_NF2_UNIT / 2 : FMT == PK_NF4 ? 256.0f / PK_NF4_TABLE_ONE : 1.0f;
     const int bias = FMT == PK_NF2 ? -1888 * sum : FMT == PK_INT4 ? -8 * sum : 0;
     meta[g] = make_int2(__float_as_int(m > 0 ? m / act * unit : 0.0f), bias);
 }
@@ -300,8 +303,8 @@ __device__ __forceinline__ pk_nf4_table pk_nf4_int_table(const float *quant_map)
 }
 
 /* A chunk's sums for one input and row, each a dp4a chain over its four runs: NF2 Σ c·h, Σ b0·h
- * (h signed) and Σ c·l, Σ b0·l (l unsigned); INT4 Σ nibble·h and Σ nibble·l; NF4 its three
- * byte-product sums. All far within 32 bits; pk_int_total joins them once per chunk. */
+ * (h signed) and Σ c·l, Σ b0·l (l unsigned); INT4 Σ nibble·h and Σ nibble·l; NF4 Σ H·h and
+ * Σ (H·l + L·h). All far within 32 bits; pk_int_total joins them once per chunk. */
 template <int FMT> struct pk_int_sum;
 template <> struct pk_int_sum<PK_NF2> {
     int hc, h0;
@@ -311,9 +314,7 @@ template <> struct pk_int_sum<PK_INT4> {
     int h;
     uint32_t l;
 };
-template <> struct pk_int_sum<PK_NF4> {
-    int hh, mix, ll;
-};
+template <> struct pk_int_sum<PK_NF4> { int hh, mix; };
 
 /* Adds one run to a chunk's sums: code word u against the run's planes p (h words, then l words;
  * tab: NF4's table, unused by the others). */
@@ -341,7 +342,6 @@ __device__ __forceinline__ void pk_int_run(uint32_t u, const uint32_t *p, const 
             const int tl = (int)__byte_perm(__byte_perm(tab.l[0], tab.l[1], i), __byte_perm(tab.l[2], tab.l[3], i), m);
             sum.hh = pk_dp4a_s(th, (int)p[k], sum.hh);
             sum.mix = pk_dp4a_s(th, (int)p[2 + k], pk_dp4a_s(tl, (int)p[k], sum.mix));
-            sum.ll = pk_dp4a_s(tl, (int)p[2 + k], sum.ll);
         }
     } else {
         const uint32_t n0 = u & 0x0F0F0F0Fu, n1 = (u >> 4) & 0x0F0F0F0Fu;
@@ -350,97 +350,110 @@ __device__ __forceinline__ void pk_int_run(uint32_t u, const uint32_t *p, const 
     }
 }
 
-/* A chunk's Σ code·q with its bias, in float: NF2 and INT4 exact modulo 2^32 (see the top). */
+/* A chunk's Σ code·q with its bias, in float: NF2 and INT4 exact modulo 2^32; NF4's over 256 (see
+ * the top). */
 template <int FMT> __device__ __forceinline__ float pk_int_total(const pk_int_sum<FMT> &sum, int bias) {
     if constexpr (FMT == PK_NF2)
-        return (float)(int)((uint32_t)bias + 1227u * (256u * (uint32_t)sum.hc + sum.lc) +
-                            95u * (256u * (uint32_t)sum.h0 + sum.l0));
+        return (float)(int)((uint32_t)bias + 1227u * 256u * (uint32_t)sum.hc + 1227u * sum.lc +
+                            95u * 256u * (uint32_t)sum.h0 + 95u * sum.l0); /* four multiply-adds */
     else if constexpr (FMT == PK_NF4)
-        return fmaf(256.0f, (float)(256 * sum.hh + sum.mix), (float)sum.ll);
+        return (float)(256 * sum.hh + sum.mix); /* within 2^29: exact to 2^-24 */
     else
         return (float)(int)((uint32_t)bias + 256u * (uint32_t)sum.h + sum.l);
 }
 
-/* The group scale of group g: f16 (NF2, INT4) or NF4's block absmax, whose nested second-level
- * block is g >> nested_shift. */
-template <int FMT>
-__device__ __forceinline__ float pk_int_group_scale(const pk_weight &w, uint32_t g, int nested_shift) {
-    if constexpr (FMT == PK_NF4)
-        return pk_nf4_absmax_at(w, (int64_t)g, (int64_t)(g >> nested_shift));
-    else
-        return pk_group_scale<FMT>(w, g);
-}
+/* Each row's group scales, read at a chunk's group offset dg from the row's first group: f16
+ * (NF2, INT4), or NF4's absmax (pk_nf4_absmax_at; nested, its second-level block is
+ * g >> nested_shift), whose kind the branch here tests once per chunk rather than once per row. */
+template <int FMT, int RPW> struct pk_int_scales {
+    uint32_t g0[RPW]; /* each row's first group */
+    int nested_shift;
 
-/* The 16 bytes of codes of chunk c of the row starting at element e0 (a multiple of the chunk's
- * V elements, never negative); past the row (a lane's first chunk of a row shorter than a warp's
- * chunks, loaded before the lane knows it has none) its last chunk again, so the load takes no
- * branch and the address only shifts and adds. */
-template <int FMT> __device__ __forceinline__ uint4 pk_int_codes(const uint8_t *base, int64_t e0, int c, int chunks) {
-    const uint64_t chunk = (uint64_t)(c < chunks ? c : chunks - 1);
-    return __ldg((const uint4 *)(base + ((uint64_t)e0 >> (FMT == PK_NF2 ? 2 : 1)) + chunk * 16));
-}
+    __device__ __forceinline__ pk_int_scales(const pk_weight &w, const int64_t (&e0)[RPW], int gshift) {
+        /* NF4's nested blocks: a power of two of groups (int_gemv_takes) */
+        nested_shift = FMT == PK_NF4 && w.nested_block > 1 ? __ffs(w.nested_block) - 1 : 0;
+        /* rows start on groups, element indices within 32 bits (int_gemv_takes) */
+#pragma unroll
+        for (int r = 0; r < RPW; r++) g0[r] = (uint32_t)e0[r] >> gshift;
+    }
 
-/* Prepared activations are read from global memory through the read-only path, or from shared
- * memory where the block prepared them itself. */
-template <bool SHARED, class T> __device__ __forceinline__ T pk_act_load(const T *p) { return SHARED ? *p : __ldg(p); }
+    __device__ __forceinline__ void get(const pk_weight &w, uint32_t dg, float (&g)[RPW]) const {
+        if constexpr (FMT == PK_NF4) {
+            if (w.nested_absmax) {
+#pragma unroll
+                for (int r = 0; r < RPW; r++) g[r] = pk_nf4_absmax_at(w, g0[r] + dg, (g0[r] + dg) >> nested_shift);
+            } else {
+#pragma unroll
+                for (int r = 0; r < RPW; r++) g[r] = pk_nf4_absmax_at(w, g0[r] + dg, 0);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < RPW; r++) g[r] = pk_f16(__ldg((const unsigned short *)w.scales + (g0[r] + dg)));
+        }
+    }
+};
+
+/* Where a row's codes start (its first element e0, a multiple of the chunk's V elements). */
+template <int FMT> __device__ __forceinline__ const uint4 *pk_int_code_row(const pk_weight &w, int64_t e0) {
+    return (const uint4 *)((const uint8_t *)w.data + ((uint64_t)e0 >> (FMT == PK_NF2 ? 2 : 1)));
+}
 
 /* A warp's RPW consecutive rows (first elements e0) against n <= NB prepared inputs, each lane a
- * 16-byte chunk (4 runs) of each row at a time, as in gemv.cuh; inputs load their planes once
- * per run for all RPW rows. first holds the lane's first chunk of each row, loaded by the caller
- * (before its pk_grid_wait: weights never change); the loop over the others loads each chunk
- * as it starts (the rows' loads in flight together; holding the next chunk's codes in registers
- * cost a move per word, and on an H200 it gained within the run-to-run spread). */
-template <int FMT, int NB, int RPW, bool SHARED>
+ * chunk (CW 16-byte loads) of each row at a time, as in gemv.cuh; inputs load their planes once
+ * per run for all RPW rows. The planes and meta are global (read-only for the kernel) or the
+ * block's shared memory; plain loads, so their offsets within a chunk fold into the loads. first
+ * holds the lane's first chunk of each row, loaded by the caller (before its pk_grid_wait: weights
+ * never change); the loop over the others loads each chunk as it starts (the rows' loads in
+ * flight together; holding the next chunk's codes in registers cost a move per word, and on an
+ * H200 it gained within the run-to-run spread). */
+template <int FMT, int NB, int RPW>
 __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *__restrict__ planes,
                                             const int2 *__restrict__ meta, int n, int gshift, const int64_t (&e0)[RPW],
-                                            const uint4 (&first)[RPW], float (&acc)[NB][RPW]) {
+                                            const uint4 (&first)[RPW][pk_int_fmt<FMT>::CW], float (&acc)[NB][RPW]) {
     typedef pk_int_fmt<FMT> F;
     const int lane = threadIdx.x & 31;
     const int chunks = (int)(w.cols / F::V), runs = (int)(w.cols / F::RUN); /* a row's, within 32 bits */
-    const uint8_t *base = (const uint8_t *)w.data;
     pk_nf4_table tab = {};
     if (FMT == PK_NF4) tab = pk_nf4_int_table(w.quant_map);
-    /* NF4's nested blocks: a power of two of groups (int_gemv_takes) */
-    const int nested_shift = FMT == PK_NF4 && w.nested_block > 1 ? __ffs(w.nested_block) - 1 : 0;
-    /* each row's first group: rows start on groups (int_gemv_takes); element indices within 32
-     * bits (the same) */
-    uint32_t g0[RPW];
+    const pk_int_scales<FMT, RPW> scales(w, e0, gshift);
+    const uint4 *rows[RPW];
 #pragma unroll
-    for (int r = 0; r < RPW; r++) g0[r] = (uint32_t)e0[r] >> gshift;
-    auto chunk = [&](const uint4(&raw)[RPW], int c) {
+    for (int r = 0; r < RPW; r++) rows[r] = pk_int_code_row<FMT>(w, e0[r]);
+    auto chunk = [&](const uint4(&raw)[RPW][F::CW], int c) {
         pk_int_sum<FMT> sum[NB][RPW];
 #pragma unroll
         for (int i = 0; i < NB; i++)
 #pragma unroll
             for (int r = 0; r < RPW; r++) sum[i][r] = {};
 #pragma unroll
-        for (int s = 0; s < 4; s++) { /* the chunk's runs, one code word each */
+        for (int s = 0; s < F::V / F::RUN; s++) { /* the chunk's runs, one code word each */
 #pragma unroll
             for (int i = 0; i < NB; i++) {
                 if (NB > 1 && i >= n) break; /* NB = 1 runs n = 1 only */
-                const int run = i * runs + c * 4 + s;
+                /* run s of the chunk of input i: RUN / 2 words */
+                const uint4 *p4 =
+                    (const uint4 *)planes + (int64_t)(i * runs + c * (F::V / F::RUN)) * (F::RUN / 8) + s * (F::RUN / 8);
                 uint32_t p[F::RUN / 2];
 #pragma unroll
                 for (int v = 0; v < F::RUN / 8; v++) {
-                    const uint4 q = pk_act_load<SHARED>((const uint4 *)(planes + run * (F::RUN / 2)) + v);
+                    const uint4 q = p4[v];
                     p[4 * v] = q.x, p[4 * v + 1] = q.y, p[4 * v + 2] = q.z, p[4 * v + 3] = q.w;
                 }
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
-                    const uint32_t u = s == 0 ? raw[r].x : s == 1 ? raw[r].y : s == 2 ? raw[r].z : raw[r].w;
+                    const uint4 &w4 = raw[r][s / 4];
+                    const uint32_t u = s % 4 == 0 ? w4.x : s % 4 == 1 ? w4.y : s % 4 == 2 ? w4.z : w4.w;
                     pk_int_run<FMT>(u, p, tab, sum[i][r]);
                 }
             }
         }
         /* the chunk's activation scale and bias, then the weights' group scale */
-        const uint32_t dg = (uint32_t)(c * F::V) >> gshift;
         float g[RPW];
-#pragma unroll
-        for (int r = 0; r < RPW; r++) g[r] = pk_int_group_scale<FMT>(w, g0[r] + dg, nested_shift);
+        scales.get(w, (uint32_t)(c * F::V) >> gshift, g);
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             if (NB > 1 && i >= n) break;
-            const int2 mt = pk_act_load<SHARED>(meta + i * chunks + c);
+            const int2 mt = meta[i * chunks + c];
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 acc[i][r] += g[r] * __int_as_float(mt.x) * pk_int_total<FMT>(sum[i][r], mt.y);
@@ -448,9 +461,11 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
     };
     if (lane < chunks) chunk(first, lane);
     for (int c = lane + PK_WARP; c < chunks; c += PK_WARP) {
-        uint4 raw[RPW];
+        uint4 raw[RPW][F::CW];
 #pragma unroll
-        for (int r = 0; r < RPW; r++) raw[r] = pk_int_codes<FMT>(base, e0[r], c, chunks);
+        for (int r = 0; r < RPW; r++)
+#pragma unroll
+            for (int j = 0; j < F::CW; j++) raw[r][j] = __ldg(rows[r] + c * F::CW + j);
         chunk(raw, c);
     }
     if (FMT == PK_NF4)
@@ -460,13 +475,18 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
             for (int r = 0; r < RPW; r++) acc[i][r] *= tab.top; /* the table's unit (1: exact) */
 }
 
-/* The lane's first chunk of each of its rows. */
+/* The lane's first chunk of each of its rows; past the row (a lane's first chunk of a row shorter
+ * than a warp's chunks, loaded before the lane knows it has none) the row's last chunk again, so
+ * the load takes no branch. */
 template <int FMT, int RPW>
-__device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW], uint4 (&first)[RPW]) {
-    const int chunks = (int)(w.cols / pk_int_fmt<FMT>::V);
+__device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW],
+                                                   uint4 (&first)[RPW][pk_int_fmt<FMT>::CW]) {
+    typedef pk_int_fmt<FMT> F;
+    const int chunks = (int)(w.cols / F::V), lane = threadIdx.x & 31, c = lane < chunks ? lane : chunks - 1;
 #pragma unroll
     for (int r = 0; r < RPW; r++)
-        first[r] = pk_int_codes<FMT>((const uint8_t *)w.data, e0[r], threadIdx.x & 31, chunks);
+#pragma unroll
+        for (int j = 0; j < F::CW; j++) first[r][j] = __ldg(pk_int_code_row<FMT>(w, e0[r]) + c * F::CW + j);
 }
 
 /* norm: the NORM hand-over this product's input came by (pk_norm_handed; its prep NONE
@@ -481,13 +501,13 @@ __global__ void __launch_bounds__(128, PK_INT_MIN_BLOCKS)
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4); /* the wait comes after the first codes */
     if (r0 >= w.rows && !nx.prep && !norm.prep) return;
-    uint4 first[RPW];
+    uint4 first[RPW][pk_int_fmt<FMT>::CW];
     pk_int_first_codes<FMT, RPW>(w, e0, first);
     pk_grid_wait(); /* the planes and meta come from the kernel before */
     if (norm.prep) pk_norm_handed(norm, n, inv);
     if (r0 < w.rows) {
         float acc[NB][RPW] = {};
-        pk_int_rows<FMT, NB, RPW, false>(w, planes, meta, n, gshift, e0, first, acc);
+        pk_int_rows<FMT, NB, RPW>(w, planes, meta, n, gshift, e0, first, acc);
         if (norm.prep)
 #pragma unroll
             for (int i = 0; i < NB; i++)
@@ -591,7 +611,7 @@ __global__ void __launch_bounds__(PK_SELF_THREADS, PK_INT_MIN_BLOCKS / 2)
     int64_t e0[RPW];
     const int64_t r0 = pk_warp_rows<RPW>(w, e0);
     pk_prefetch_block_rows<RPW>(w, FMT == PK_NF2 ? 2 : 4);
-    uint4 first[RPW];
+    uint4 first[RPW][pk_int_fmt<FMT>::CW];
     pk_int_first_codes<FMT, RPW>(w, e0, first);
     pk_grid_wait(); /* x comes from the kernel before */
     for (int i0 = 0; i0 < n; i0 += NB) {
@@ -601,7 +621,7 @@ __global__ void __launch_bounds__(PK_SELF_THREADS, PK_INT_MIN_BLOCKS / 2)
         if (r0 < w.rows) { /* a warp past the last row still prepares: the barriers need it */
             if (i0) pk_int_first_codes<FMT, RPW>(w, e0, first);
             float acc[NB][RPW] = {};
-            pk_int_rows<FMT, NB, RPW, true>(w, planes, meta, m, gshift, e0, first, acc);
+            pk_int_rows<FMT, NB, RPW>(w, planes, meta, m, gshift, e0, first, acc);
             pk_store_rows<NB, RPW>(acc, w, r0, m, pk_dst{out.y + (int64_t)i0 * w.rows, out.accumulate});
         }
         __syncthreads(); /* the next inputs overwrite the planes */

@@ -91,8 +91,8 @@ double bench_backend_copy_gbps(pp_backend *be) {
  * NF4 the integer kernel). The two must be updated together. Q4_0 and Q8_0 run the one-element
  * kernel, which the report does not measure: Q4_K's figure stands in. */
 static const double gemv_instr_per_byte[PP_WF_COUNT] = {
-    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.258, [PP_WF_INT4] = 0.090,
-    [PP_WF_NF4] = 0.284, [PP_WF_Q4_0] = 0.587, [PP_WF_Q8_0] = 0.587, [PP_WF_Q4K] = 0.587, [PP_WF_INT8] = 0.210};
+    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.250, [PP_WF_INT4] = 0.088,
+    [PP_WF_NF4] = 0.237, [PP_WF_Q4_0] = 0.587, [PP_WF_Q8_0] = 0.587, [PP_WF_Q4K] = 0.587, [PP_WF_INT8] = 0.210};
 
 double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt] : 0; }
 
@@ -116,8 +116,8 @@ double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_CO
  * run 213 / 16, counted before the rounding moved to 64-input chunks: the same work per
  * element), INT4 and NF4 ~40 (no WHT; the same rounding, in other byte orders): the loops' PTX
  * instructions of the self kernel's normalising instance, sm_90, November 2026. Rows per block:
- * 32 at 1 input, 16 beyond (blocks of 8 warps, 4 rows a warp at 1 input, 2 beyond:
- * kernels/gemv.cu); weight bytes per element with the group scales of 64-weight groups (f16;
+ * 8 warps' (kernels/gemv.cu: 4 rows a warp at 1 input, 2 beyond; NF4, whose chunks are twice as
+ * wide, 2 at 1 and 2 inputs, 1 beyond); weight bytes per element with the group scales of 64-weight groups (f16;
  * NF4 the nested absmax's byte). The latency of a block's preparation before its first product
  * (about as long as its instructions in sequence) is not in this model. */
 static double self_prep_instr_per_byte(int fmt, int inputs) {
@@ -125,7 +125,8 @@ static double self_prep_instr_per_byte(int fmt, int inputs) {
     const double bytes_per_weight = fmt == PP_WF_NF2   ? (2 + 16.0 / 64) / 8
                                     : fmt == PP_WF_NF4 ? (4 + 8.0 / 64) / 8
                                                        : (4 + 16.0 / 64) / 8;
-    const int rows_per_block = inputs == 1 ? 32 : 16;
+    const int rows_per_warp = fmt == PP_WF_NF4 ? (inputs <= 2 ? 2 : 1) : inputs == 1 ? 4 : 2;
+    const int rows_per_block = 8 * rows_per_warp;
     return inputs * per_elem / (32.0 * rows_per_block * bytes_per_weight);
 }
 
