@@ -75,16 +75,37 @@ static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
 
 static int64_t block_weights(pp_wformat fmt) { return (int64_t)WORDS * weights_per_word(fmt); }
 
-/* ---- every format: an activation run rounded to int16 against its largest |x| ---- */
+/* ---- every format: an activation run rounded to int16 against its largest |x| ----
+ * In vector registers, 16 inputs at a time: a product's preparation runs on one thread before
+ * its rows are shared out, and as calls of fmaxf, fminf and lrintf it took about a sixth of a
+ * 2-thread NF2 product of 4096 x 14336. The same operations on each value, so the same results. */
 
-static float absmax(const float *v, int n) {
-    float m = 0;
-    for (int t = 0; t < n; t++) m = fmaxf(m, fabsf(v[t]));
-    return m;
+/* Lanes [0, n) of 16, n > 0. */
+static __mmask16 first_lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+
+/* The largest |x| of v[0..n); a NaN is passed over, as fmaxf passes it over. */
+VNNI_FN float absmax(const float *v, int n) {
+    __m512 m = _mm512_setzero_ps();
+    for (int t = 0; t < n; t += 16) /* max_ps returns its second operand when the first is NaN */
+        m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(n - t), v + t)), m);
+    return _mm512_reduce_max_ps(m);
 }
 
-/* x·inv rounded, within ±top (inv = top / the run's largest |x|, or 0 for a run of zeros). */
-static int16_t act_round(float x, float inv, float top) { return (int16_t)lrintf(fminf(fmaxf(x * inv, -top), top)); }
+/* src[0..n)·inv, within ±top, rounded to the nearest integer (ties to even, as lrintf in the
+ * default mode) into dst[0..n); returns their sum. inv = top / the run's largest |x|, or 0 for a
+ * run of zeros. */
+VNNI_FN int32_t round_run(const float *src, int n, float inv, float top, int16_t *dst) {
+    const __m512 scale = _mm512_set1_ps(inv), hi = _mm512_set1_ps(top), lo = _mm512_set1_ps(-top);
+    __m512i sum = _mm512_setzero_si512();
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 k = first_lanes(n - t);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + t), scale); /* absent lanes: 0 */
+        const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        sum = _mm512_add_epi32(sum, q);
+        _mm256_mask_storeu_epi16(dst + t, k, _mm512_cvtepi32_epi16(q));
+    }
+    return _mm512_reduce_add_epi32(sum);
+}
 
 /* ---- Q4_K and INT8: activations in natural order, one scale per block of inputs ---- */
 
@@ -105,8 +126,8 @@ CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, c
     for (int64_t b = 0; b < blocks; b++) {
         const float *src = x + b * B;
         float m = absmax(src, (int)B), inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        int32_t rounded = 0; /* |Σ| <= 128·32767: exact as a float */
-        for (int t = 0; t < B; t++) rounded += out->q[b * B + t] = act_round(src[t], inv, Q4K_ACT_MAX);
+        /* |Σ| <= 128·32767: exact as a float */
+        int32_t rounded = round_run(src, (int)B, inv, Q4K_ACT_MAX, out->q + b * B);
         out->scale[b] = m / Q4K_ACT_MAX;
         if (w->fmt == PP_WF_INT8 && sums) sums[b] = (float)rounded;
         for (int j = 0; w->fmt == PP_WF_Q4K && j < Q4K_SUBS; j++) {
@@ -141,7 +162,9 @@ CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cp
         const float *src = x + b * PAIR;
         int16_t *dst = out->q + b * PAIR;
         float m = absmax(src, PAIR), inv = m > 0 ? Q4K_ACT_MAX / m : 0;
-        for (int t = 0; t < PAIR; t++) dst[pair_slot(t)] = act_round(src[t], inv, Q4K_ACT_MAX);
+        int16_t q[PAIR];
+        round_run(src, PAIR, inv, Q4K_ACT_MAX, q);
+        for (int t = 0; t < PAIR; t++) dst[pair_slot(t)] = q[t];
         out->scale[b] = m / Q4K_ACT_MAX;
         for (int l = 0; out->bias && l < LANES; l++) /* lane l multiplies words 2l, 2l+1 of both vectors */
             out->bias[b * LANES + l] = -8 * (dst[2 * l] + dst[2 * l + 1] + dst[B32 + 2 * l] + dst[B32 + 2 * l + 1]);
@@ -215,10 +238,12 @@ CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu
         for (int64_t r = 0; r < w->cols / run; r++) {
             const float *src = x + (int64_t)i * w->cols + r * run;
             float m = absmax(src, run), inv = m > 0 ? top / m : 0;
+            int16_t q[16]; /* a run: 2W <= 16 */
+            round_run(src, run, inv, top, q);
             int64_t block = r * run / B * B, lane = r % LANES;
             int16_t *dst = out->q + (int64_t)i * cols + block;
             /* weight W·word + k of the block, word = 2·lane + t / W, k = t % W */
-            for (int t = 0; t < run; t++) dst[(t % W) * WORDS + 2 * lane + t / W] = act_round(src[t], inv, top);
+            for (int t = 0; t < run; t++) dst[(t % W) * WORDS + 2 * lane + t / W] = q[t];
             out->scale[(size_t)i * (size_t)runs + (size_t)r] = m > 0 ? m / top * unit : 0;
         }
 }
