@@ -393,9 +393,18 @@ template <int FMT, int RPW> struct pk_int_scales {
     }
 };
 
-/* Where a row's codes start (its first element e0, a multiple of the chunk's V elements). */
-template <int FMT> __device__ __forceinline__ const uint4 *pk_int_code_row(const pk_weight &w, int64_t e0) {
-    return (const uint4 *)((const uint8_t *)w.data + ((uint64_t)e0 >> (FMT == PK_NF2 ? 2 : 1)));
+/* The CW 16-byte loads of codes of chunk c of each row (first elements e0, multiples of the
+ * chunk's V elements). */
+template <int FMT, int RPW>
+__device__ __forceinline__ void pk_int_chunk_codes(const pk_weight &w, const int64_t (&e0)[RPW], int c,
+                                                   uint4 (&raw)[RPW][pk_int_fmt<FMT>::CW]) {
+    typedef pk_int_fmt<FMT> F;
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        const uint4 *row = (const uint4 *)((const uint8_t *)w.data + ((uint64_t)e0[r] >> (FMT == PK_NF2 ? 2 : 1)));
+#pragma unroll
+        for (int j = 0; j < F::CW; j++) raw[r][j] = __ldg(row + c * F::CW + j);
+    }
 }
 
 /* A warp's RPW consecutive rows (first elements e0) against n <= NB prepared inputs, each lane a
@@ -416,9 +425,6 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
     pk_nf4_table tab = {};
     if (FMT == PK_NF4) tab = pk_nf4_int_table(w.quant_map);
     const pk_int_scales<FMT, RPW> scales(w, e0, gshift);
-    const uint4 *rows[RPW];
-#pragma unroll
-    for (int r = 0; r < RPW; r++) rows[r] = pk_int_code_row<FMT>(w, e0[r]);
     auto chunk = [&](const uint4(&raw)[RPW][F::CW], int c) {
         pk_int_sum<FMT> sum[NB][RPW];
 #pragma unroll
@@ -462,10 +468,7 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
     if (lane < chunks) chunk(first, lane);
     for (int c = lane + PK_WARP; c < chunks; c += PK_WARP) {
         uint4 raw[RPW][F::CW];
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int j = 0; j < F::CW; j++) raw[r][j] = __ldg(rows[r] + c * F::CW + j);
+        pk_int_chunk_codes<FMT, RPW>(w, e0, c, raw);
         chunk(raw, c);
     }
     if (FMT == PK_NF4)
@@ -481,12 +484,8 @@ __device__ __forceinline__ void pk_int_rows(const pk_weight &w, const uint32_t *
 template <int FMT, int RPW>
 __device__ __forceinline__ void pk_int_first_codes(const pk_weight &w, const int64_t (&e0)[RPW],
                                                    uint4 (&first)[RPW][pk_int_fmt<FMT>::CW]) {
-    typedef pk_int_fmt<FMT> F;
-    const int chunks = (int)(w.cols / F::V), lane = threadIdx.x & 31, c = lane < chunks ? lane : chunks - 1;
-#pragma unroll
-    for (int r = 0; r < RPW; r++)
-#pragma unroll
-        for (int j = 0; j < F::CW; j++) first[r][j] = __ldg(pk_int_code_row<FMT>(w, e0[r]) + c * F::CW + j);
+    const int chunks = (int)(w.cols / pk_int_fmt<FMT>::V), lane = threadIdx.x & 31;
+    pk_int_chunk_codes<FMT, RPW>(w, e0, lane < chunks ? lane : chunks - 1, first);
 }
 
 /* norm: the NORM hand-over this product's input came by (pk_norm_handed; its prep NONE
