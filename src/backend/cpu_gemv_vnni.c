@@ -370,18 +370,66 @@ VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
 }
 
-/* The eight 6-bit scales (bytes of *sc) and mins (*mins) of a block's 12 packed bytes: scales
- * 0..3 and mins 0..3 are the low 6 bits of bytes 0..3 and 4..7; scales and mins 4..7 take their
- * low 4 bits from the nibbles of bytes 8..11 and their top 2 bits from the top of bytes 0..3 and
- * 4..7 (the layout quant_q4_k_scale_min reads one at a time). */
-static inline void unpack_scales(const uint8_t *packed, uint64_t *sc, uint64_t *mins) {
-    uint32_t w[3];
-    memcpy(w, packed, sizeof w);
-    const uint32_t six = 0x3f3f3f3fu, four = 0x0f0f0f0fu, two = 0x03030303u;
-    uint32_t sc_hi = (w[2] & four) | (((w[0] >> 6) & two) << 4);
-    uint32_t m_hi = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
-    *sc = (uint64_t)(w[0] & six) | (uint64_t)sc_hi << 32;
-    *mins = (uint64_t)(w[1] & six) | (uint64_t)m_hi << 32;
+/* A Q4_K block's header for the four row slots of a pass at once (a pass of fewer rows repeats
+ * its last row), unpacked a vector op per step for all four: one row at a time in scalar code it
+ * took a quarter of a product. Per row the header is the f16 d and dmin, then 12 bytes packing
+ * eight 6-bit scales and mins: scales and mins 0..3 are the low 6 bits of bytes 0..3 and 4..7;
+ * 4..7 take their low 4 bits from the nibbles of bytes 8..11 and their top 2 bits from the tops
+ * of bytes 0..3 (scales) and 4..7 (mins), the layout quant_q4_k_scale_min reads one at a time. */
+typedef struct q4k_header {
+    int32_t sc2[ROWS][Q4K_SUBS]; /* each scale in both 16-bit halves: the products' broadcast operand */
+    float d[2 * ROWS];           /* d, dmin of each row */
+    __m512 min_dmin[ROWS / 2];   /* m_j·dmin of rows 2t (lanes 0-7) and 2t + 1 (lanes 8-15) */
+} q4k_header;
+
+/* Header byte positions (d and dmin are bytes 0..3) in each 16-byte lane, -1 for a zero: the
+ * low bits of [sc0..sc7, m0..m7] (the high mins' bits are the high nibble: shifted by 4), and
+ * where the top 2 bits of sc4..sc7 and m4..m7 are. */
+static const int8_t q4k_low_at[16] = {4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15};
+static const int8_t q4k_top_at[16] = {-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11};
+static const int8_t q4k_low_bits[16] = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15};
+
+VNNI_FN __m512i each_lane(const int8_t bytes[16]) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)bytes));
+}
+
+/* vpermb indices taking row pair t's (rows 2t, 2t + 1) unpacked byte j (of [sc0..7, m0..7]) into
+ * the low byte of dword i = 8·row + j, offset by `at` (0: scales, 8: mins). */
+VNNI_FN __m512i pair_dwords(int t, int at) {
+    uint8_t idx[64];
+    for (int b = 0; b < 64; b++) idx[b] = (uint8_t)(32 * t + 16 * (b / 32) + at + b / 4 % 8);
+    return _mm512_loadu_si512(idx);
+}
+
+VNNI_FN void q4k_unpack(const uint8_t *const blk[ROWS], q4k_header *h) {
+    __m128i header[ROWS];
+    for (int k = 0; k < ROWS; k++) header[k] = _mm_loadu_si128((const __m128i *)(const void *)blk[k]);
+    __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(header[0]), header[1], 1);
+    z = _mm512_inserti32x4(_mm512_inserti32x4(z, header[2], 2), header[3], 3);
+    /* multishift controls: each byte its own 8 bits, the high mins' 4 bits up (low), and bits 6-7
+     * moved to 4-5 (top) */
+    const __m512i low_shift = _mm512_set4_epi64(0x3c342c2418100800ll, 0x3830282018100800ll, 0x3c342c2418100800ll,
+                                                0x3830282018100800ll),
+                  top_shift = _mm512_set1_epi64(0x3a322a221a120a02ll);
+    __m512i low = _mm512_multishift_epi64_epi8(low_shift, _mm512_shuffle_epi8(z, each_lane(q4k_low_at)));
+    __m512i top = _mm512_multishift_epi64_epi8(top_shift, _mm512_shuffle_epi8(z, each_lane(q4k_top_at)));
+    /* (low & low_bits) | (top & 0x30) */
+    __m512i unpacked =
+        _mm512_ternarylogic_epi32(low, each_lane(q4k_low_bits), _mm512_and_si512(top, _mm512_set1_epi8(0x30)), 0xEA);
+    const __mmask64 low_bytes = 0x1111111111111111ull, both_halves = 0x5555555555555555ull;
+    for (int t = 0; t < ROWS / 2; t++)
+        _mm512_storeu_si512(h->sc2[2 * t], _mm512_maskz_permutexvar_epi8(both_halves, pair_dwords(t, 0), unpacked));
+    const __m512i d_words = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25 << 16 | 24, 17 << 16 | 16,
+                                             9 << 16 | 8, 1 << 16 | 0); /* words 0, 1 of each lane */
+    __m256 d = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(d_words, z)));
+    _mm256_storeu_ps(h->d, d);
+    for (int t = 0; t < ROWS / 2; t++) {
+        __m512 mins = _mm512_cvtepi32_ps(_mm512_maskz_permutexvar_epi8(low_bytes, pair_dwords(t, 8), unpacked));
+        __m512i dmin_at =
+            _mm512_set_epi32(4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
+                             4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1);
+        h->min_dmin[t] = _mm512_mul_ps(mins, _mm512_permutexvar_ps(dmin_at, _mm512_castps256_ps512(d)));
+    }
 }
 
 /* rb rows × nb inputs over whole rows. */
@@ -390,13 +438,15 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
     const pp_weight *w = p->w;
     const int64_t nblk = w->cols / Q4K_BLOCK;
     const uint8_t *row[ROWS];
-    for (int k = 0; k < rb; k++)
-        row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / Q4K_BLOCK * QUANT_Q4_K_BYTES;
+    for (int k = 0; k < ROWS; k++) /* the absent rows repeat the last one */
+        row[k] = (const uint8_t *)w->data +
+                 (w->elem0 + (p->r + (k < rb ? k : rb - 1)) * w->cols) / Q4K_BLOCK * QUANT_Q4_K_BYTES;
     const float *sums = p->x->sums;
-    __m512 acc[ROWS][INPUTS];
-    __m256 macc[ROWS][INPUTS];
-    for (int k = 0; k < rb; k++)
-        for (int q = 0; q < nb; q++) acc[k][q] = _mm512_setzero_ps(), macc[k][q] = _mm256_setzero_ps();
+    __m512 acc[ROWS][INPUTS], macc[ROWS / 2][INPUTS]; /* macc: the mins' part, rows 2t and 2t + 1 */
+    for (int q = 0; q < nb; q++) {
+        for (int k = 0; k < rb; k++) acc[k][q] = _mm512_setzero_ps();
+        for (int t = 0; t < (rb + 1) / 2; t++) macc[t][q] = _mm512_setzero_ps();
+    }
     const __m512i low = _mm512_set1_epi16(15);
     /* vpmultishiftqb controls giving each 16-bit lane (a code byte b) b >> 4: its low byte takes
      * the lane's bits 4..11, its high byte the lane's zero high byte; port 5 rather than the
@@ -404,48 +454,48 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
     const __m512i high_nibble = _mm512_set1_epi64(0x3834282418140804ll);
     for (int64_t b = 0; b < nblk; b++) {
         __m512i sum[ROWS][INPUTS];
-        float d[ROWS], dmin[ROWS];
-        uint64_t sc[ROWS], mins[ROWS];
-        int32_t sc2[ROWS][Q4K_SUBS]; /* each scale in both halves: a 32-bit broadcast from memory is a load only */
-        for (int k = 0; k < rb; k++) {
-            const uint8_t *blk = row[k] + b * QUANT_Q4_K_BYTES;
-            uint32_t dd;
-            memcpy(&dd, blk, sizeof dd);
-            __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));
-            d[k] = _mm_cvtss_f32(f), dmin[k] = _mm_cvtss_f32(_mm_movehdup_ps(f));
-            unpack_scales(blk + 4, &sc[k], &mins[k]);
-            __m256i s8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc[k]));
-            _mm256_storeu_si256((__m256i *)sc2[k], _mm256_or_si256(s8, _mm256_slli_epi32(s8, 16)));
+        q4k_header h;
+        const uint8_t *blk[ROWS];
+        for (int k = 0; k < ROWS; k++) blk[k] = row[k] + b * QUANT_Q4_K_BYTES;
+        q4k_unpack(blk, &h);
+        /* the scales are read back as 32-bit broadcasts from memory, loads only (from registers
+         * each took two shuffles) */
+        __asm__("" : "+m"(h.sc2));
+        for (int k = 0; k < rb; k++)
             for (int q = 0; q < nb; q++) sum[k][q] = _mm512_setzero_si512();
-        }
         for (int pair = 0; pair < Q4K_SUBS / 2; pair++)
             for (int k = 0; k < rb; k++) {
-                const uint8_t *qs = row[k] + b * QUANT_Q4_K_BYTES + 16 + 32 * pair;
+                const uint8_t *qs = blk[k] + 16 + 32 * pair;
                 cpu_fetch_ahead(qs);
+                /* the codes times their sub-block's scale (q·sc <= 945: u8 × s8 in vpmaddubsw, its
+                 * other byte pair 0 × 0) */
                 __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qs));
-                __m512i lo = _mm512_mullo_epi16(_mm512_and_si512(codes, low), _mm512_set1_epi32(sc2[k][2 * pair]));
-                __m512i hi = _mm512_mullo_epi16(_mm512_multishift_epi64_epi8(high_nibble, codes),
-                                                _mm512_set1_epi32(sc2[k][2 * pair + 1]));
+                __m512i lo = _mm512_maddubs_epi16(_mm512_and_si512(codes, low), _mm512_set1_epi32(h.sc2[k][2 * pair]));
+                __m512i hi = _mm512_maddubs_epi16(_mm512_multishift_epi64_epi8(high_nibble, codes),
+                                                  _mm512_set1_epi32(h.sc2[k][2 * pair + 1]));
                 for (int q = 0; q < nb; q++) {
                     const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * nblk + b) * Q4K_BLOCK + 64 * pair;
                     sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], lo, _mm512_loadu_si512(xq));
                     sum[k][q] = _mm512_dpwssd_epi32(sum[k][q], hi, _mm512_loadu_si512(xq + 32));
                 }
             }
-        for (int k = 0; k < rb; k++) {
-            __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mins[k])));
-            for (int q = 0; q < nb; q++) {
-                int64_t xb = (int64_t)(p->i + q) * nblk + b;
-                acc[k][q] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(d[k] * p->x->scale[xb]), acc[k][q]);
-                macc[k][q] = _mm256_fmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(dmin[k])),
-                                             _mm256_loadu_ps(sums + xb * Q4K_SUBS), macc[k][q]);
-            }
+        for (int q = 0; q < nb; q++) {
+            int64_t xb = (int64_t)(p->i + q) * nblk + b;
+            for (int k = 0; k < rb; k++)
+                acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k][q]), _mm512_set1_ps(h.d[2 * k] * p->x->scale[xb]),
+                                            acc[k][q]);
+            __m512 sub_sums = _mm512_castpd_ps(
+                _mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(const void *)(sums + xb * Q4K_SUBS))));
+            for (int t = 0; t < (rb + 1) / 2; t++) macc[t][q] = _mm512_fmadd_ps(h.min_dmin[t], sub_sums, macc[t][q]);
         }
     }
     for (int k = 0; k < rb; k++)
-        for (int q = 0; q < nb; q++)
-            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(macc[k][q]);
+        for (int q = 0; q < nb; q++) {
+            __m512 m = macc[k / 2][q];
+            __m256 half = k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1))
+                                : _mm512_castps512_ps256(m);
+            y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(half);
+        }
 }
 
 /* INT8: rb rows × nb inputs. Per activation block each row's 128 codes widen to 16 bits in four
