@@ -69,6 +69,10 @@
 #define INT8_BLOCK 128       /* INT8's activation block: groups are whole blocks (a row, or 128n) */
 #define B32 32               /* Q4_0 and Q8_0 weights per block */
 #define PAIR (2 * B32)       /* their activation block: a pair of blocks */
+/* Q4_0 and Q8_0 rows are long (8 KB and 15 KB at 14336 columns): CPU_FETCH_AHEAD lands in the
+ * next rows, which the pass is reading already; 2 KB ahead in the row measured best (Q8_0 at 2
+ * threads 2.69 -> 2.14 ms at 4096 x 14336; 1, 3, 4 and 8 KB between the two) */
+#define B32_FETCH_AHEAD 2048
 
 /* Layout facts of a format: W weights per word, K = W codes decoded per word. */
 static int weights_per_word(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 8 : 4; }
@@ -546,16 +550,17 @@ VNNI_FN void run_pass_int8(const pass *p, pp_wformat fmt, int rb, int nb, float 
             y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - zacc[k][q];
 }
 
-/* The f32 scales d of `count` consecutive Q4_0/Q8_0 blocks from `first` (`bytes` apart; their
- * 32-bit gathers keep the low halves), times the pair's activation scale xs[b / 2] when xs is
- * given, then LANES zeros (read by the last pair's permute). */
-VNNI_FN void stage_b32_scales(const uint8_t *first, int bytes, int64_t count, __m512i stride, const float *xs,
-                              float *sc) {
+/* The f32 scales d of `count` consecutive Q4_0/Q8_0 blocks from `first` (`bytes` apart), times
+ * the pair's activation scale xs[b / 2] when xs is given, then LANES zeros (read by the last
+ * pair's permute). The halves are read one by one: a vpgatherdd of them on Zen 4 held the loop
+ * up for as long as its lines took to come from DRAM (half of a 2-thread Q4_0 product). */
+VNNI_FN void stage_b32_scales(const uint8_t *first, int bytes, int64_t count, const float *xs, float *sc) {
     const __m512i pair_of = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     int64_t j = 0;
     for (; j + LANES <= count; j += LANES) {
-        __m512i d = _mm512_i32gather_epi32(stride, first + j * bytes, 1);
-        __m512 v = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        uint16_t d[LANES];
+        for (int t = 0; t < LANES; t++) d[t] = quant_ld16(first + (j + t) * bytes, 0);
+        __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)d));
         if (xs)
             v = _mm512_mul_ps(v, _mm512_permutexvar_ps(pair_of, _mm512_castps256_ps512(_mm256_loadu_ps(xs + j / 2))));
         _mm512_storeu_ps(sc + j, v);
@@ -585,18 +590,19 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
     const __m512i low = _mm512_set1_epi16(15),
                   halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     float sc[ROWS][2 * SCALE_SPAN / PAIR + LANES];
-    const __m512i stride = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(bytes));
     for (int64_t c = 0; c < npairs; c += span) {
         int64_t len = npairs - c < span ? npairs - c : span;
         /* one input: its pair scales are folded into the staged ones */
         const float *xs1 = nb == 1 ? p->x->scale + (int64_t)p->i * npairs + c : NULL;
-        for (int k = 0; k < rb; k++) stage_b32_scales(row[k] + 2 * c * bytes, bytes, 2 * len, stride, xs1, sc[k]);
+        for (int k = 0; k < rb; k++) stage_b32_scales(row[k] + 2 * c * bytes, bytes, 2 * len, xs1, sc[k]);
         for (int64_t j = c; j < c + len; j++) {
             __m512i lo[ROWS], hi[ROWS];
             for (int k = 0; k < rb; k++) {
                 const uint8_t *a = row[k] + 2 * j * bytes + 2, *b = a + bytes;
-                cpu_fetch_ahead(a);
+                /* within the row (its lines, not the next rows', which the pass reads already):
+                 * every line of a pair, so both of Q8_0's 68 bytes */
+                _mm_prefetch((const char *)a + B32_FETCH_AHEAD, _MM_HINT_T0);
+                if (fmt == PP_WF_Q8_0) _mm_prefetch((const char *)a + B32_FETCH_AHEAD + 64, _MM_HINT_T0);
                 if (fmt == PP_WF_Q4_0) {
                     __m512i v = _mm512_cvtepu8_epi16(two_halves(a, b));
                     lo[k] = _mm512_and_si512(v, low), hi[k] = _mm512_srli_epi16(v, 4);
