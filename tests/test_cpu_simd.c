@@ -2,9 +2,9 @@
  * loops on the same random data: matrix products of every weight format and group layout for
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
- * libm's expm1f) and the RVQ search. Runs every variant this CPU supports (products: AVX2, and
- * AVX-512 VNNI's integer loops with their own stated tolerance); skipped where only the
- * portable loops exist. */
+ * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every variant this CPU supports
+ * (products: AVX2, and AVX-512 VNNI's integer loops with their own stated tolerance); skipped where only the portable
+ * loops exist. */
 #include "backend/cpu.h"
 #include "base/err.h"
 #include "io/quant.h"
@@ -354,6 +354,22 @@ static void test_attention(cpu_simd simd) {
     }
 }
 
+/* NF2's rotation of the activations: the AVX2 transform against pp_quant_fwht, bit for bit
+ * (the same additions in the same stages), for every power of two it takes. */
+static void test_fwht(void) {
+#if CPU_HAVE_AVX2
+    for (int n = 8; n <= QUANT_MAX_NP2; n *= 2) {
+        float a[QUANT_MAX_NP2], b[QUANT_MAX_NP2];
+        for (int i = 0; i < n; i++) a[i] = b[i] = frand() * 3.0f;
+        pp_quant_fwht(a, n);
+        pp_cpu_fwht_avx2(b, n);
+        char what[64];
+        snprintf(what, sizeof what, "fwht n %d: avx2 equals portable bit for bit", n);
+        TEST_COND(what, memcmp(a, b, sizeof(float) * (size_t)n) == 0);
+    }
+#endif
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     if (pp_backend_cpu_create(2, &be, err)) {
@@ -371,6 +387,7 @@ int main(void) {
         printf("comparing %s against portable\n", pp_cpu_simd_name(s));
         test_matmul(s);
     }
+    test_fwht();
     test_codec(best);
     test_attention(best);
     pp_backend_destroy(be);

@@ -239,13 +239,20 @@ static void gemv_task(void *ctx, int task) {
 }
 
 /* NF2: the normalised Walsh-Hadamard transform of every group slice of every input. */
-static void rotate_x(const pp_weight *w, const float *x, int n, float *xp) {
+static void rotate_x(pp_backend *be, const pp_weight *w, const float *x, int n, float *xp) {
     int gs = w->group;
     float tmp[QUANT_MAX_NP2];
+    void (*fwht)(float *, int) = pp_quant_fwht;
+#if CPU_HAVE_AVX2
+    /* serial before the rows are shared out: scalar, a twentieth of a 2-thread product */
+    if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && w->np2 >= 8) fwht = pp_cpu_fwht_avx2;
+#else
+    (void)be;
+#endif
     for (int64_t s = 0; s < (int64_t)n * w->cols; s += gs) {
         memcpy(tmp, x + s, (size_t)gs * sizeof *tmp);
         for (int k = gs; k < w->np2; k++) tmp[k] = 0;
-        pp_quant_fwht(tmp, w->np2);
+        fwht(tmp, w->np2);
         memcpy(xp + s, tmp, (size_t)gs * sizeof *tmp);
     }
 }
@@ -278,9 +285,9 @@ static int reserve(void **p, size_t *cap, size_t need, size_t size) {
 }
 
 /* NF2's rotated activations in g->xp (lock held); NULL without memory for them. */
-static const float *rotated(cpu_gemv *g, const pp_weight *w, const float *x, int n) {
+static const float *rotated(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n) {
     if (!reserve((void **)&g->xp, &g->cap, (size_t)n * (size_t)w->cols, sizeof(float))) return NULL;
-    rotate_x(w, x, n, g->xp);
+    rotate_x(be, w, x, n, g->xp);
     return g->xp;
 }
 
@@ -292,7 +299,7 @@ static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const fl
     size_t q_elems, runs;
     pp_cpu_vnni_sizes(w, n, &q_elems, &runs);
     pthread_mutex_lock(&g->lock);
-    const float *src = w->fmt == PP_WF_NF2 ? rotated(g, w, x, n) : x;
+    const float *src = w->fmt == PP_WF_NF2 ? rotated(be, g, w, x, n) : x;
     int ok = src && reserve((void **)&g->vq, &g->vq_cap, q_elems, sizeof *g->vq) &&
              reserve((void **)&g->runs, &g->runs_cap, runs, sizeof *g->runs);
     if (ok) {
@@ -330,7 +337,7 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
         return;
     }
     pthread_mutex_lock(&g->lock);
-    const float *xp = rotated(g, w, x, n);
+    const float *xp = rotated(be, g, w, x, n);
     if (xp) {
         run_rows(be, w, xp, NULL, n, y, &g->nf2_lut[0][0]);
     } else {

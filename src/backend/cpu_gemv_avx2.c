@@ -19,12 +19,40 @@
 #include "io/quant.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define INLINE CPU_AVX2 static inline __attribute__((always_inline))
 #define ROWS 4     /* rows per pass */
 #define INPUTS 4   /* inputs per pass */
 #define CHUNK 1024 /* columns whose group scales are fetched at once */
+
+/* One in-register stage of the transform (distance h = 1, 2 or 4 lanes): a lane without bit h
+ * becomes a + b with its partner h lanes up, a lane with it the partner's a − b. */
+INLINE __m256 fwht_stage(__m256 v, __m256 partner, int lanes_with_bit) {
+    const __m256i lane_bit = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+    __m256i take_sub = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(lanes_with_bit), lane_bit), lane_bit);
+    return _mm256_blendv_ps(_mm256_add_ps(v, partner), _mm256_sub_ps(partner, v), _mm256_castsi256_ps(take_sub));
+}
+
+CPU_AVX2 void pp_cpu_fwht_avx2(float *v, int n) {
+    for (int i = 0; i < n; i += 8) {
+        __m256 a = _mm256_loadu_ps(v + i);
+        a = fwht_stage(a, _mm256_permute_ps(a, 0xB1), 0xAA);         /* lanes 1 0 3 2 ... */
+        a = fwht_stage(a, _mm256_permute_ps(a, 0x4E), 0xCC);         /* lanes 2 3 0 1 ... */
+        a = fwht_stage(a, _mm256_permute2f128_ps(a, a, 0x01), 0xF0); /* the other half */
+        _mm256_storeu_ps(v + i, a);
+    }
+    for (int h = 8; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j += 8) {
+                __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+                _mm256_storeu_ps(v + j, _mm256_add_ps(a, b));
+                _mm256_storeu_ps(v + j + h, _mm256_sub_ps(a, b));
+            }
+    const __m256 norm = _mm256_set1_ps(1.0f / sqrtf((float)n));
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), norm));
+}
 
 /* acc[q] += w · x[q][col] for the pass's nb inputs. */
 INLINE void fma_inputs(__m256 *acc, __m256 w, const float *const *x, int nb, int64_t col) {
