@@ -2,9 +2,9 @@
  * loops on the same random data: matrix products of every weight format and group layout for
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
- * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every variant this CPU supports
- * (products: AVX2, and AVX-512 VNNI's integer loops with their own stated tolerance); skipped where only the portable
- * loops exist. */
+ * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every
+ * variant this CPU supports (products: AVX2, and AVX-512 VNNI's integer loops with their own
+ * stated tolerance); skipped where only the portable loops exist. */
 #include "backend/cpu.h"
 #include "base/err.h"
 #include "io/quant.h"
