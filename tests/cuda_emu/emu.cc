@@ -7,7 +7,8 @@
  * side lies inside one, and work recorded into a graph may not touch host memory (a frame is
  * uploaded before its replay; the backend's design keeps transfers out of graphs). On request
  * (pk_device_traffic) it counts the device memory each step reads and writes, and it can hold
- * each block's stores back from the others until the block fences (PK_EMU_HELD_STORES=1). */
+ * each block's stores back from the others until the block fences (PK_EMU_HELD_STORES=1), or
+ * keep device memory from host code as a GPU does (PK_EMU_HOST_GUARD=1). */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -242,7 +243,13 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
  * written. An atomic writes its result into the pre-image too, so it is never undone. With
  * PK_EMU_HELD_STORES=1 in the environment (read at the first allocation: device allocations are
  * pages from then on) every launch of more than one block holds stores; without it none does
- * (ctest runs the self-test and the parity test both ways). */
+ * (ctest runs the self-test and the parity test both ways).
+ *
+ * Host guard: a GPU's memory is not the host's, so host code that reads or writes it through a
+ * pointer (a result "downloaded" without cudaMemcpy) dies there with SIGSEGV, while here, where
+ * device memory is host memory, it would read the right bytes. With PK_EMU_HOST_GUARD=1 in the
+ * environment (read at the first allocation) device allocations are pages closed to every
+ * access between steps: such code dies here too, after a line naming the allocation. */
 
 struct step_traffic {
     const char *name;
@@ -250,6 +257,8 @@ struct step_traffic {
 };
 
 static bool paging;                             /* on_fault is installed; device allocations are pages */
+static bool guarding;                           /* PK_EMU_HOST_GUARD=1: closed to the host between steps */
+static bool in_step;                            /* a step is running: its accesses are the device's */
 static bool counting;
 static size_t page;
 static struct sigaction chained;                /* SIGSEGV's action before paging began */
@@ -290,13 +299,13 @@ static void *paged_alloc(size_t bytes, bool counted) {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return NULL;
     memset(p, 0xff, n);
-    if (mprotect(p, n, counted ? PROT_NONE : PROT_READ)) fatal("cannot protect paged device memory");
+    if (mprotect(p, n, counted || guarding ? PROT_NONE : PROT_READ)) fatal("cannot protect paged device memory");
     return p;
 }
 
 static void close_opened(void) {
     protect(opened, PROT_NONE);
-    protect(opened_uncounted, PROT_READ);
+    protect(opened_uncounted, guarding ? PROT_NONE : PROT_READ);
     opened.clear();
     opened_uncounted.clear();
     rewritten.clear();
@@ -384,6 +393,17 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
     auto it = regions.upper_bound(a);
     if (it != regions.begin() && (--it)->second.paged && a - it->first < mapped_bytes(it->second.bytes)) {
         const region &r = it->second;
+        if (guarding && !in_step) { /* the host's own access: on a GPU it faults */
+            char line[200];
+            int n = snprintf(line, sizeof line,
+                             "cuda_emu: host code touched device memory at %p, byte %zu of a %zu-byte cudaMalloc "
+                             "allocation: on a GPU this access faults (PK_EMU_HOST_GUARD)\n",
+                             (void *)a, (size_t)(a - it->first), r.bytes);
+            ssize_t written = write(STDERR_FILENO, line, n > 0 ? (size_t)n : 0);
+            (void)written; /* dying anyway */
+            signal(sig, SIG_DFL); /* the access faults again and ends the process */
+            return;
+        }
         uintptr_t p = a & ~(uintptr_t)(page - 1);
         /* x86-64: bit 1 of the page fault's error code is set for a write */
         bool write = ((ucontext_t *)context)->uc_mcontext.gregs[REG_ERR] & 2;
@@ -428,6 +448,18 @@ static bool hold_all(void) {
     return on;
 }
 
+/* PK_EMU_HOST_GUARD=1: device memory closed to host code between steps. */
+static bool host_guard(void) {
+    static const bool on = [] {
+        const char *v = getenv("PK_EMU_HOST_GUARD");
+        if (!v || strcmp(v, "1")) return false;
+        start_paging();
+        guarding = true;
+        return true;
+    }();
+    return on;
+}
+
 /* The storage hold fills, reserved at the first holding launch (virtual until used). */
 static void reserve_holds(void) {
     if (pre_images) return;
@@ -460,12 +492,18 @@ struct step {
 static cudaError_t run_step(const step &s) {
     if (!paging) return s.run();
     close_opened();
-    if (!counting) return s.run();
-    step_name = s.name;
-    step_read = step_written = 0;
+    if (counting) {
+        step_name = s.name;
+        step_read = step_written = 0;
+    }
+    in_step = true;
     cudaError_t e = s.run();
-    step_name = NULL;
-    traffic.push_back(step_traffic{s.name, step_read, step_written});
+    in_step = false;
+    if (counting) {
+        step_name = NULL;
+        traffic.push_back(step_traffic{s.name, step_read, step_written});
+    }
+    if (guarding) close_opened(); /* nothing stays open to the host */
     return e;
 }
 
@@ -494,7 +532,8 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     *ptr = NULL;
     if (device && any_capture()) return forbidden_in_capture();
     if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
-    bool paged = device && (hold_all() || counting), counted = device && counting;
+    const bool guard = host_guard(); /* both read before either starts paging's allocations */
+    bool paged = device && (hold_all() || counting || guard), counted = device && counting;
     size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
     void *p = paged ? paged_alloc(bytes, counted) : aligned_alloc(256, padded);
     if (!p) return note(cudaErrorMemoryAllocation);

@@ -8,7 +8,8 @@
  * device traffic counter (pk_device_traffic) gives exact bytes per kernel, copy and fill,
  * replays included, and under held stores a last-block merge without its __threadfence (or that
  * picks the last block by index) comes out wrong while one with it, a block's reads of its own
- * stores and atomics stay right. */
+ * stores and atomics stay right; under the host guard a host read of device memory dies as on a
+ * GPU. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -556,6 +557,37 @@ static void test_held_stores(void) {
     cudaFree(counter);
 }
 
+/* With PK_EMU_HOST_GUARD=1 (ctest's cuda_emu_self_held) host code that reads device memory
+ * through a pointer dies with SIGSEGV, as on a GPU, while kernels and copies still reach it;
+ * without it the read succeeds (device memory is host memory here). */
+static void test_host_guard(void) {
+    const char *env = getenv("PK_EMU_HOST_GUARD");
+    const bool guarded = env && strcmp(env, "1") == 0;
+    float x[THREADS], y[THREADS] = {0};
+    for (int i = 0; i < THREADS; i++) x[i] = (float)i;
+    float *xd = device_copy(x, THREADS), *yd = NULL;
+    cudaMalloc((void **)&yd, sizeof y);
+    PK_LAUNCH_PLAIN(1, THREADS, 0, NULL, scale_kernel)(xd, 2.0f, yd);
+    cudaMemcpyAsync(y, yd, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("kernels and copies reach device memory", y[5] == 10.0f);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) {
+        volatile float host_read = yd[5]; /* what a download without cudaMemcpy does */
+        (void)host_read;
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    const bool died = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+    TEST_COND(guarded ? "under the host guard a host read of device memory dies with SIGSEGV"
+                      : "without the host guard a host read of device memory succeeds",
+              died == guarded);
+    cudaFree(xd);
+    cudaFree(yd);
+}
+
 int main(void) {
     test_schedules();
     test_unwritten_memory();
@@ -566,5 +598,6 @@ int main(void) {
     test_wmma();
     test_traffic();
     test_held_stores();
+    test_host_guard();
     return test_report();
 }
