@@ -13,6 +13,10 @@
  *   REDUCE   1e-10  reductions over up to a few thousand fp32 terms in another order
  *                   (matmul, norms, attention, convolutions): relative error ~1e-6 per output
  *                   at worst, NMSE ~1e-12 typically; a wrong index or scale gives > 1e-2
+ *   TENSOR   1e-9   products of more than 8 inputs on tensor cores (3xTF32, kernels/gemm_tc.cuh):
+ *                   the emulation's exact fp32 adds give ~3e-13, but an H200's tensor cores
+ *                   add with rounding of their own: up to 1.2e-10 measured (NF2's element path,
+ *                   768 columns), more over longer rows
  * Tokens (sample, vq_nearest codes) must be identical. */
 #include "backend/backend.h"
 #include "base/err.h"
@@ -31,6 +35,7 @@
 #define EXACT 0.0
 #define ELEM 1e-12
 #define REDUCE 1e-10
+#define TENSOR 1e-9
 /* NF2, INT4 and NF4 products of 1..8 inputs round the activations to int16 per chunk of 64
  * (INT4 32) on the device (kernels/gemv_int.cuh), as the CPU's integer loops do but its float
  * loops do not: an error of ~1.5e-5 of a chunk's largest input per input, nmse ~3e-10 against the
@@ -92,6 +97,15 @@ static double result_nmse(const float *on_gpu, const float *on_cpu, size_t n) {
     double e = g && c ? nmse(g, c, n) : INFINITY;
     free(g);
     free(c);
+    return e;
+}
+
+/* The NMSE of one device result against another (both downloaded from the device). */
+static double device_nmse(const float *a, const float *ref, size_t n) {
+    float *x = get(gpu, a, n), *r = get(gpu, ref, n);
+    double e = x && r ? nmse(x, r, n) : INFINITY;
+    free(x);
+    free(r);
     return e;
 }
 
@@ -304,7 +318,7 @@ static void test_latency_bound(pp_wformat fmt, int group, int np2, int nested, c
             snprintf(what, sizeof what, "latency-bound %s %s n=%d", ops[op], name, n);
             compare(what, r.g, r.c, (size_t)n * rows, ROUNDED);
             snprintf(what, sizeof what, "  against the unmarked weight on the device");
-            compare(what, r.g, plain, (size_t)n * rows, op == 2 ? REDUCE : EXACT);
+            check_nmse(what, device_nmse(r.g, plain, (size_t)n * rows), op == 2 ? REDUCE : EXACT);
             snprintf(what, sizeof what, "latency-bound %s %s n=%d: one launch", ops[op], name, n);
             TEST_COND(what, nodes == 1);
         }
@@ -318,7 +332,9 @@ static void test_latency_bound(pp_wformat fmt, int group, int np2, int nested, c
 /* embed_sum over 17 tables (the LM's input) for 3 inputs, ids of every kind (-1, past the end,
  * other negatives): all NF2 (one launch), no NF2 (one launch, int4 and nf4 mixed), NF2 among
  * others (one launch per table); against the CPU and, on the device, against embed then embed
- * with accumulate table by table (the same sums in the same order: the same bits). */
+ * with accumulate table by table (the same sums in the same order: the same bits, except where
+ * the one NF2 launch is a kernel of its own, whose multiply-adds nvcc contracts its own way:
+ * 7e-15 on an H200, the same bits in the emulation, which is built without contraction). */
 static void test_embed_sum(void) {
     enum { TABLES = 17, N = 3, ROWS = 40, COLS = 256 };
     static const struct {
@@ -359,7 +375,9 @@ static void test_embed_sum(void) {
         char what[96];
         snprintf(what, sizeof what, "embed_sum %s, %d tables", cases[c].what, TABLES);
         compare(what, y.g, y.c, (size_t)N * COLS, ELEM);
-        compare("  against embed table by table on the device", y.g, one_by_one, (size_t)N * COLS, EXACT);
+        const double same = cases[c].fmt[0] == PP_WF_NF2 && cases[c].launches == 1 ? ELEM : EXACT;
+        check_nmse("  against embed table by table on the device", device_nmse(y.g, one_by_one, (size_t)N * COLS),
+                   same);
         snprintf(what, sizeof what, "embed_sum %s: %ld launches", cases[c].what, cases[c].launches);
         TEST_COND(what, nodes == (uint64_t)cases[c].launches);
         twin_free(&y);
@@ -387,7 +405,8 @@ static void test_matmul(const wcase *wc) {
         cpu->ops->matmul(cpu, &h.c, x.c, n, y.c);
         gpu->ops->matmul(gpu, &h.g, x.g, n, y.g);
         snprintf(what, sizeof what, "matmul %s n=%d", wc->what, n);
-        double limit = (wc->fmt == PP_WF_NF2 || wc->fmt == PP_WF_INT4 || wc->fmt == PP_WF_NF4) && n <= 8 ? ROUNDED : REDUCE;
+        const int rounds_inputs = wc->fmt == PP_WF_NF2 || wc->fmt == PP_WF_INT4 || wc->fmt == PP_WF_NF4;
+        double limit = n > 8 ? (wc->fmt == PP_WF_F32 ? REDUCE : TENSOR) : rounds_inputs ? ROUNDED : REDUCE;
         compare(what, y.g, y.c, (size_t)n * rows, limit);
         pp_weight vc = pp_weight_rows(&h.c, 64, 100), vg = pp_weight_rows(&h.g, 64, 100);
         cpu->ops->matmul(cpu, &vc, x.c + 1, n, y.c);
