@@ -8,6 +8,9 @@
 # when a GEMV kernel (pk_gemv*) or the tensor-core product (pk_gemm_tc*) spills: its inner loop
 # must keep every accumulator and every load in flight in registers; and when a GEMV instance
 # takes more than 128 registers (fewer resident warps than hide its loads' latency: issue #25);
+# and when a self-preparing product (pk_gemv_int_self_kernel) declares more static shared memory
+# than PK_SELF_STATIC_SMEM (kernels/gemv.cu), which its launches leave beside their dynamic
+# shared memory: past 48 KB together a GPU refuses the launch;
 # and when the one-input loop of NF2, INT4 or NF4 issues more than 0.25 warp instructions per
 # weight byte (below). Exits 77 without nvcc; exits 1 when a file does not compile.
 #
@@ -202,6 +205,9 @@ failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" -eq 0 ] || exit 1
 
+# what the self-preparing products' launches leave for their own __shared__ variables
+self_static="$(sed -n 's/^#define PK_SELF_STATIC_SMEM (\(.*\))$/\1/p' "$root/kernels/gemv.cu")"
+self_static=$((self_static))
 printf '%-6s %-58s %5s %7s %6s %7s %6s\n' arch kernel regs spill stack smem warps
 for arch in $archs; do
     # ptxas prints, per kernel: "Compiling entry function 'NAME'", then its stack and spill
@@ -227,6 +233,9 @@ done | sort -u -k2,2 -k1,1 | while read -r arch name regs spill stack smem; do
         echo "$arch $short" >>"$tmp/bad"
     elif [[ "$name" == *pk_gemv* ]] && [ "$regs" -gt 128 ]; then
         flag="  <- > 128 registers"
+        echo "$arch $short" >>"$tmp/bad"
+    elif [[ "$name" == *pk_gemv_int_self_kernel* ]] && [ "$smem" -gt "$self_static" ]; then
+        flag="  <- static smem > PK_SELF_STATIC_SMEM ($self_static)"
         echo "$arch $short" >>"$tmp/bad"
     fi
     printf 'sm_%-3s %-58.58s %5s %7s %6s %7s %6s%s\n' "$arch" "$short" "$regs" "$spill" "$stack" "$smem" "$warps" "$flag"
@@ -296,10 +305,12 @@ awk -v archs="$archs" '
 
 bad=0
 if [ -s "$tmp/bad" ]; then
-    echo "kernel-report: $(wc -l <"$tmp/bad") GEMV kernel instance(s) spill or pass 128 registers" >&2
+    echo "kernel-report: $(wc -l <"$tmp/bad") GEMV kernel instance(s) spill, pass 128 registers or pass" \
+        "PK_SELF_STATIC_SMEM" >&2
     bad=1
 else
-    echo "kernel-report: no GEMV or tensor-core product kernel spills; every GEMV within 128 registers (sm_${archs// /, sm_})"
+    echo "kernel-report: no GEMV or tensor-core product kernel spills; every GEMV within 128 registers," \
+        "self-preparing ones within ${self_static} bytes of static shared memory (sm_${archs// /, sm_})"
 fi
 if grep -q "above target" "$tmp/targets"; then
     echo "kernel-report: a one-input NF2, INT4 or NF4 loop issues more than 0.25 warp instructions per weight byte" >&2

@@ -4,8 +4,8 @@
 #   2. build/       normal build (CUDA when a toolkit is found, PP_CUDA to override) + ctest
 #   3. build-asan/  CPU build with ASan + UBSan + ctest
 #   4. tools/cross-check.sh: the engine library compiled and linked for aarch64 (one entry)
-#   5. tools/kernel-report.sh: no CUDA GEMV kernel spills or passes 128 registers, sm_87 and sm_90 (one entry;
-#      skipped without nvcc)
+#   5. tools/kernel-report.sh: no CUDA GEMV kernel spills or passes 128 registers or its shared-memory budget,
+#      sm_87 and sm_90 (one entry; skipped without nvcc)
 #   6. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)
 # Ends with one line "N passed, N failed" (tests, plus one entry per fuzz target; a failed
 # build or configure counts as a failure). Exit status 0 only when nothing failed.
@@ -110,7 +110,7 @@ tools/kernel-report.sh >"$logs/kernel-report.log" 2>&1
 case $? in
 0) passed=$((passed + 1)) ;;
 77) skipped=$((skipped + 1)) ;;
-*) note_fail "kernel-report: a GEMV kernel spills or passes 128 registers (log: $logs/kernel-report.log)" ;;
+*) note_fail "kernel-report: a GEMV kernel spills or passes 128 registers or its budget (log: $logs/kernel-report.log)" ;;
 esac
 grep -E "spills|<- |^kernel-report" "$logs/kernel-report.log" | tail -n 5
 
