@@ -15,7 +15,8 @@
  * bytes against the tick's floor: the weights read once and each conversation's rings up to its
  * position. --codec adds the batch's Mimi encode and decode (the released codec's shapes) to the
  * tick. --extrapolate counts synthetic models of 1 and 2 layers of each transformer and scales
- * the counts linearly to L and D (no times then): the real model's tick from small ones. */
+ * the counts linearly to L and D, and the times too on a real GPU (the emulation's times are
+ * its CPU's, not shown): the real model's tick from small ones. */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -292,6 +293,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
     tick_counts *tc = calloc((size_t)nb * 4, sizeof *tc); /* [model][batch]: as run, then (1,1) (2,1) (1,2) */
     int rc = tc ? pp_backend_create(o->device, o->threads, &be, err) : pp_fail(err, PP_ENOMEM, "out of memory");
     if (!rc) counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
+    /* Times mean something on a real device; extrapolated on the emulation they are its own CPU's. */
+    int timed = !o->extrapolate || !counted;
     if (!rc && o->extrapolate && !be->ops->nodes_run)
         rc = pp_fail(err, PP_EINVAL, "--extrapolate counts a device backend's work (--device cuda)");
     if (!rc && !o->extrapolate) rc = measure_model(o, be, fmt, kv, wpath, cpath, tc, err);
@@ -310,8 +313,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
     if (!rc) {
         if (o->extrapolate)
             printf("extrapolated to %d + %d layers: X(L, D) = X(1, 1) + (L - 1)·(X(2, 1) - X(1, 1)) + (D - 1)·(X(1, "
-                   "2) - X(1, 1)), nodes and traffic per tick alike; no times\n",
-                   o->layers, o->dep_layers);
+                   "2) - X(1, 1)), nodes, traffic%s per tick alike\n",
+                   o->layers, o->dep_layers, timed ? " and times" : " (no times: the emulation's are its own)");
         if (o->codec) printf("the tick includes the batch's Mimi encode and decode (released shapes, f32 weights)\n");
         if (counted)
             printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
@@ -320,9 +323,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
                    "read once\n",
                    o->format, bench_gemv_instr_per_byte(fmt), bench_gemm_tc_instr_per_byte(fmt),
                    o->codec ? ", the codec's" : "");
-        printf("%6s %12s %18s %14s %12s%s\n", "batch", o->extrapolate ? "" : "tick ms",
-               o->extrapolate ? "" : "ms/conversation", o->extrapolate ? "" : "vs batch 1",
-               be->ops->nodes_run ? "nodes/tick" : "",
+        printf("%6s %12s %18s %14s %12s%s\n", "batch", timed ? "tick ms" : "", timed ? "ms/conversation" : "",
+               timed ? "vs batch 1" : "", be->ops->nodes_run ? "nodes/tick" : "",
                counted ? "  dev MB/tick  est. ms/tick  floor MB  vs floor" : "");
     }
     double one = 0;
@@ -330,7 +332,7 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
         const tick_counts *t = &tc[i];
         double per = t->ms / o->batches[i];
         if (o->batches[i] == 1) one = per;
-        if (o->extrapolate)
+        if (!timed)
             printf("%6d %12s %18s %14s", o->batches[i], "", "", "");
         else if (one > 0)
             printf("%6d %12.1f %18.2f %13.2fx", o->batches[i], t->ms, per, one / per);

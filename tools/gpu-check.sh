@@ -7,17 +7,22 @@
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
 #      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch, and
 #      the emulation's node and byte count and H100 estimate of that frame beside it);
-#      the codec per frame; the batched tick at 1-64 conversations at context 3000 (one temporal
-#      layer, so the synthetic model is written in seconds)
+#      the codec per frame; the batched tick at 1-64 conversations at context 3000, timed on
+#      synthetic models of 1 and 2 layers and extrapolated to the real 32 + 6 (so the models
+#      are written in seconds)
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
 #      the demo model, or on WEIGHTS=FILE (the real model, at its full context once it runs long
 #      enough; the server's start-up calibration is in its log beside the loadtest's)
-# Prints a table of what passed with its timing; logs are in build-gpu/gpu-check/.
+# The steps run in the order of what they tell: correctness, the frame, the batch and the load
+# test, then the variants. Each row is printed as its step ends, the whole table and the
+# benchmarks' output at the end; logs are in build-gpu/gpu-check/.
 #   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
 #                                      -DPP_CUDA_ARCHS for this GPU): a GPU host without the
 #                                      server's -dev packages can still run every check
 #   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
+#   DEADLINE=S                         start no step after S seconds (a lent GPU's minutes): a
+#                                      step gets at most the time left, the rest are SKIP (time)
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +30,7 @@ build="$root/build-gpu"
 logs="$build/gpu-check"
 frames="${FRAMES:-50}"
 step_timeout="${STEP_TIMEOUT:-600}"
+started=$(date +%s)
 rows=()
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -38,16 +44,26 @@ if [ -z "${PP_CUDA_ARCHS:-}" ]; then
 fi
 mkdir -p "$logs"
 
-# step NAME LOG COMMAND...: runs the command, records PASS / FAIL / SKIP and seconds.
+# step NAME LOG COMMAND...: runs the command, records PASS / FAIL / SKIP and seconds, prints the
+# row. Under DEADLINE a step gets at most the time left, and none once it is spent.
 step() {
-    local name="$1" log="$2" t0 rc status
+    local name="$1" log="$2" t0 rc status limit="$step_timeout"
     shift 2
     t0=$(date +%s.%N)
-    timeout "$step_timeout" "$@" >"$log" 2>&1
-    rc=$?
-    case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL ($rc)" ;; esac
-    rows+=("$(printf '%-44s %-10s %7.1f s   %s' "$name" "$status" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" \
+    if [ -n "${DEADLINE:-}" ] && [ $((started + DEADLINE - $(date +%s))) -lt "$limit" ]; then
+        limit=$((started + DEADLINE - $(date +%s)))
+    fi
+    if [ "$limit" -le 0 ]; then
+        echo "not run: DEADLINE=$DEADLINE s was reached" >"$log"
+        rc=77 status="SKIP (time)"
+    else
+        timeout "$limit" "$@" >"$log" 2>&1
+        rc=$?
+        case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL ($rc)" ;; esac
+    fi
+    rows+=("$(printf '%-52s %-12s %7.1f s   %s' "$name" "$status" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" \
         "${log#"$root"/}")")
+    echo "${rows[-1]}"
     return $rc
 }
 
@@ -66,33 +82,13 @@ for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$roo
     name="$(basename "$dir")"
     step "golden $name --device cuda" "$logs/golden-$name.log" "$build/personaplex-golden" "$dir" --device cuda
 done
-for batch in 1 4; do
-    step "bench gemv (batch $batch)" "$logs/bench-gemv-$batch.log" \
-        "$build/personaplex-bench" gemv --device cuda --batch "$batch" --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
-done
+step "bench gemv (batch 1)" "$logs/bench-gemv-1.log" \
+    "$build/personaplex-bench" gemv --device cuda --batch 1 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
 step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the same without programmatic dependent launch: what it gains on this GPU
-step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
-    env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the same with the depformer's products preparing their inputs in separate kernels: what the
-# in-block preparation (one launch instead of two, redundant work in every block) gains here
-step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=0)" "$logs/bench-frame-int8kv-noselfprep.log" \
-    env PP_CUDA_SELF_PREP=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the same with each product's input prepared by a kernel of its own (no hand-overs): what the
-# hand-overs' 126 fewer launches per frame gain here
-step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=0)" "$logs/bench-frame-int8kv-nohandover.log" \
-    env PP_CUDA_HAND_OVER=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the emulation's count and H100 estimate of the same frame, to set beside the measurement
-step "emulated estimate (nf2; int8 KV; context 3000)" "$logs/bench-frame-emu.log" \
-    "$build/personaplex-bench-emu" frame --formats nf2 --kv int8 --frames 1 --contexts 3000 --no-mimi --extrapolate
-step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
-    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
-step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
-    "$build/personaplex-bench" codec --device cuda --frames "$frames"
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
-    --context 3000
+    --context 3000 --layers 32 --dep-layers 6 --extrapolate
 if [ -n "${WEIGHTS:-}" ]; then
     step "loadtest (64 conversations, $(basename "$WEIGHTS"))" "$logs/loadtest.log" bash -c '
         port=$((20000 + RANDOM % 20000))
@@ -108,9 +104,31 @@ else
     step "loadtest (64 conversations, demo model)" "$logs/loadtest.log" \
         "$build/personaplex-loadtest" --server "$build/personaplex-server" --clients 64 --seconds 30
 fi
+step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
+    "$build/personaplex-bench" codec --device cuda --frames "$frames"
+step "bench gemv (batch 4)" "$logs/bench-gemv-4.log" \
+    "$build/personaplex-bench" gemv --device cuda --batch 4 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
+step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
+    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
+# the same without programmatic dependent launch: what it gains on this GPU
+step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
+    env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the same with the depformer's products preparing their inputs in separate kernels: what the
+# in-block preparation (one launch instead of two, redundant work in every block) gains here
+step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=0)" "$logs/bench-frame-int8kv-noselfprep.log" \
+    env PP_CUDA_SELF_PREP=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the same with each product's input prepared by a kernel of its own (no hand-overs): what the
+# hand-overs' 126 fewer launches per frame gain here
+step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=0)" "$logs/bench-frame-int8kv-nohandover.log" \
+    env PP_CUDA_HAND_OVER=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the emulation's count and H100 estimate of the same frame, to set beside the measurement (a
+# PREBUILT copy may leave the emulated benchmark out: it runs on the CPU, as anywhere)
+[ -x "$build/personaplex-bench-emu" ] && step "emulated estimate (nf2; int8 KV; context 3000)" \
+    "$logs/bench-frame-emu.log" "$build/personaplex-bench-emu" frame --formats nf2 --kv int8 --frames 1 \
+    --contexts 3000 --no-mimi --extrapolate
 
 echo
-printf '%-44s %-10s %9s   %s\n' "check" "result" "time" "log"
+printf '%-52s %-12s %9s   %s\n' "check" "result" "time" "log"
 printf '%s\n' "${rows[@]}"
 echo
 echo "== parity: failures and totals =="
@@ -118,7 +136,7 @@ grep -E "^FAIL|passed" "$logs/parity.log"
 echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
-    "$logs/bench-batch.log"
+    "$logs/bench-batch.log" 2>/dev/null
 echo "== loadtest =="
 tail -4 "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL
