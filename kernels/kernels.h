@@ -206,7 +206,7 @@ uint64_t pk_nodes(void);
 void pk_set_programmatic_launch(int on);
 int pk_programmatic_launch(void);
 /* Whether products of latency-bound weights prepare their inputs in their own blocks (gemv.cu):
- * on unless PP_CUDA_SELF_PREP=0 (cuda.c decides, once per process), to time both ways. */
+ * off unless PP_CUDA_SELF_PREP=1 (cuda.c decides, once per process), to time both ways. */
 void pk_set_self_prepare(int on);
 int pk_self_prepare(void);
 /* Device memory traffic per work item, where it is counted: the CUDA emulation (tests/cuda_emu)

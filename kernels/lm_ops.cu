@@ -12,7 +12,7 @@ static int programmatic_launch;
 extern "C" void pk_set_programmatic_launch(int on) { __atomic_store_n(&programmatic_launch, on, __ATOMIC_RELAXED); }
 extern "C" int pk_programmatic_launch(void) { return __atomic_load_n(&programmatic_launch, __ATOMIC_RELAXED); }
 
-static int self_prepare = 1;
+static int self_prepare;
 extern "C" void pk_set_self_prepare(int on) { __atomic_store_n(&self_prepare, on, __ATOMIC_RELAXED); }
 extern "C" int pk_self_prepare(void) { return __atomic_load_n(&self_prepare, __ATOMIC_RELAXED); }
 

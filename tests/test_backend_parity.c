@@ -1347,6 +1347,10 @@ static void test_batched_weight_traffic(void) {
 int main(void) {
     char err[PP_ERR_LEN];
     pp_log_set_level(PP_LOG_WARN);
+    /* The fused paths are opt-in on the device (cuda.c); this test checks them beside the plain
+     * ones (test_matmul and the rest take the plain paths whatever the settings). */
+    setenv("PP_CUDA_SELF_PREP", "1", 0);
+    setenv("PP_CUDA_HAND_OVER", "1", 0);
     int rc = pp_backend_create("cuda", 0, &gpu, err);
     if (rc == PP_EUNSUPPORTED) TEST_SKIP(err);
     if (rc) {

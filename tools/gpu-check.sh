@@ -113,14 +113,16 @@ step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
 # the same without programmatic dependent launch: what it gains on this GPU
 step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
     env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the same with the depformer's products preparing their inputs in separate kernels: what the
-# in-block preparation (one launch instead of two, redundant work in every block) gains here
-step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=0)" "$logs/bench-frame-int8kv-noselfprep.log" \
-    env PP_CUDA_SELF_PREP=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-# the same with each product's input prepared by a kernel of its own (no hand-overs): what the
-# hand-overs' 126 fewer launches per frame gain here
-step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=0)" "$logs/bench-frame-int8kv-nohandover.log" \
-    env PP_CUDA_HAND_OVER=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+# the same with the opt-in fusions (cuda.c), each alone and both: the depformer's products
+# preparing their inputs in their own blocks (one launch instead of two, redundant work in
+# every block), and products handing the next one its prepared input (126 fewer launches)
+step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=1)" "$logs/bench-frame-int8kv-selfprep.log" \
+    env PP_CUDA_SELF_PREP=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=1)" "$logs/bench-frame-int8kv-handover.log" \
+    env PP_CUDA_HAND_OVER=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+step "bench frame (nf2; int8 KV; both fusions)" "$logs/bench-frame-int8kv-fused.log" \
+    env PP_CUDA_SELF_PREP=1 PP_CUDA_HAND_OVER=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" \
+    --formats nf2 --kv int8
 # the emulation's count and H100 estimate of the same frame, to set beside the measurement (a
 # PREBUILT copy may leave the emulated benchmark out: it runs on the CPU, as anywhere)
 [ -x "$build/personaplex-bench-emu" ] && step "emulated estimate (nf2; int8 KV; context 3000)" \
@@ -135,7 +137,8 @@ echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log"
 echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
-    "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
+    "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
+    "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
     "$logs/bench-batch.log" 2>/dev/null
 echo "== loadtest =="
 tail -4 "$logs/loadtest.log"

@@ -87,7 +87,7 @@ typedef struct cuda_ctx {
     unsigned *tickets; /* zeroed counters the attention's last blocks draw from (and zero again) */
     size_t n_tickets;
     held_op held;
-    int hand_over;   /* hand-overs on (PP_CUDA_HAND_OVER=0: off, to time both ways) */
+    int hand_over;   /* hand-overs on (PP_CUDA_HAND_OVER=1; off by default) */
     void *handed[2]; /* handed-over inputs, alternating: a product reads one, prepares the other */
     size_t handed_bytes[2];
     int handed_turn;
@@ -1021,10 +1021,15 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
      * both ways. */
     const char *pdl = getenv("PP_CUDA_PDL");
     pk_set_programmatic_launch(prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0));
+    /* Two fusions that save launches (docs/backend.md §2.1): small products preparing their input
+     * in their own blocks (PP_CUDA_SELF_PREP=1) and products and attention preparing the next
+     * product's input as they finish (PP_CUDA_HAND_OVER=1). They cost more than the launches they
+     * save on an H200: NF2 frame, int8 KV, context 3000, temporal + depformer 4.05 + 1.60 ms with
+     * both off, 4.34 + 2.87 ms with both on. Off unless asked for; tools/gpu-check.sh times them. */
     const char *self = getenv("PP_CUDA_SELF_PREP");
-    pk_set_self_prepare(!(self && strcmp(self, "0") == 0));
+    pk_set_self_prepare(self && strcmp(self, "1") == 0);
     const char *hand_over = getenv("PP_CUDA_HAND_OVER");
-    c->hand_over = !(hand_over && strcmp(hand_over, "0") == 0);
+    c->hand_over = hand_over && strcmp(hand_over, "1") == 0;
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)
