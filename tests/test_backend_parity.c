@@ -91,23 +91,22 @@ static double nmse(const float *a, const float *ref, size_t n) {
     return den > 0 ? num / den : num;
 }
 
-/* The NMSE of a result on the GPU against the CPU's (both downloaded); infinite without memory. */
-static double result_nmse(const float *on_gpu, const float *on_cpu, size_t n) {
-    float *g = get(gpu, on_gpu, n), *c = get(cpu, on_cpu, n);
+/* The NMSE of a result in one backend's memory against a reference in another's (or the same
+ * one's), both downloaded; infinite without memory. */
+static double nmse_between(pp_backend *be, const float *x, pp_backend *ref_be, const float *ref, size_t n) {
+    float *g = get(be, x, n), *c = get(ref_be, ref, n);
     double e = g && c ? nmse(g, c, n) : INFINITY;
     free(g);
     free(c);
     return e;
 }
 
-/* The NMSE of one device result against another (both downloaded from the device). */
-static double device_nmse(const float *a, const float *ref, size_t n) {
-    float *x = get(gpu, a, n), *r = get(gpu, ref, n);
-    double e = x && r ? nmse(x, r, n) : INFINITY;
-    free(x);
-    free(r);
-    return e;
+static double result_nmse(const float *on_gpu, const float *on_cpu, size_t n) {
+    return nmse_between(gpu, on_gpu, cpu, on_cpu, n);
 }
+
+/* One device result against another: a device pointer is no host buffer on a GPU. */
+static double device_nmse(const float *a, const float *ref, size_t n) { return nmse_between(gpu, a, gpu, ref, n); }
 
 /* Reports an NMSE and checks it against limit. */
 static void check_nmse(const char *what, double e, double limit) {

@@ -1021,7 +1021,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
      * both ways. */
     const char *pdl = getenv("PP_CUDA_PDL");
     pk_set_programmatic_launch(prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0));
-    /* Two fusions that save launches (docs/backend.md §2.1): small products preparing their input
+    /* Two fusions that save launches (docs/backend.md §2.2): small products preparing their input
      * in their own blocks (PP_CUDA_SELF_PREP=1) and products and attention preparing the next
      * product's input as they finish (PP_CUDA_HAND_OVER=1). They cost more than the launches they
      * save on an H200: NF2 frame, int8 KV, context 3000, temporal + depformer 4.05 + 1.60 ms with
