@@ -86,15 +86,24 @@ double bench_backend_copy_gbps(pp_backend *be) {
 #define H100_WARP_INSTR_PER_S (132 * 4 * 1.755e9)
 #define H100_NODE_S 1.3e-6
 
-/* Warp instructions a GEMV issues per byte it reads, by weight format: the one-input loops'
- * warp/B as tools/kernel-report.sh derives them from the PTX (sm_90, November 2026; NF2, INT4 and
- * NF4 the integer kernel). The two must be updated together. Q4_0 and Q8_0 run the one-element
- * kernel, which the report does not measure: Q4_K's figure stands in. */
-static const double gemv_instr_per_byte[PP_WF_COUNT] = {
-    [PP_WF_F32] = 0.031, [PP_WF_F16] = 0.082,  [PP_WF_BF16] = 0.074, [PP_WF_NF2] = 0.250, [PP_WF_INT4] = 0.088,
-    [PP_WF_NF4] = 0.237, [PP_WF_Q4_0] = 0.587, [PP_WF_Q8_0] = 0.587, [PP_WF_Q4K] = 0.587, [PP_WF_INT8] = 0.210};
+/* Warp instructions a GEMV issues per byte it reads, by weight format and kernel instance (1, 2,
+ * 3..4 and 5..8 inputs): the loops' warp/B as tools/kernel-report.sh derives them from the PTX
+ * (sm_90, November 2026; NF2, INT4 and NF4 the integer kernel). The two must be updated
+ * together. Each input adds its products to the shared decode, so 8 inputs cost NF2 7x the
+ * instructions of one (an H200 ran a tick of 8 conversations 9x slower than one: an estimate
+ * at one input's rate had it 2x). Q4_K has an instance for 1 input and one for more; Q4_0 and
+ * Q8_0 run the one-element kernel, which the report does not measure: Q4_K's figures stand in. */
+static const double gemv_instr_per_byte[PP_WF_COUNT][4] = {
+    [PP_WF_F32] = {0.031, 0.052, 0.094, 0.172},  [PP_WF_F16] = {0.082, 0.119, 0.193, 0.349},
+    [PP_WF_BF16] = {0.074, 0.111, 0.186, 0.341}, [PP_WF_NF2] = {0.250, 0.453, 0.816, 1.814},
+    [PP_WF_INT4] = {0.088, 0.158, 0.338, 0.682}, [PP_WF_NF4] = {0.237, 0.315, 0.530, 0.982},
+    [PP_WF_Q4_0] = {0.587, 4.286, 4.286, 4.286}, [PP_WF_Q8_0] = {0.587, 4.286, 4.286, 4.286},
+    [PP_WF_Q4K] = {0.587, 4.286, 4.286, 4.286},  [PP_WF_INT8] = {0.210, 0.278, 0.503, 1.242}};
 
-double bench_gemv_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt] : 0; }
+double bench_gemv_instr_per_byte(int fmt, int inputs) {
+    const int instance = inputs <= 1 ? 0 : inputs == 2 ? 1 : inputs <= 4 ? 2 : 3;
+    return fmt >= 0 && fmt < PP_WF_COUNT ? gemv_instr_per_byte[fmt][instance] : 0;
+}
 
 /* The same for the tensor-core product of more than 8 inputs (kernels/gemm_tc.cuh), per step of
  * one block (32 rows x 32 columns, up to 64 inputs): the PTX instructions of its loop on the
@@ -157,7 +166,7 @@ typedef struct take_ctx {
 
 static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
     take_ctx *c = arg;
-    double per_byte = strncmp(name, "pk_gemv", 7) == 0       ? bench_gemv_instr_per_byte(c->fmt)
+    double per_byte = strncmp(name, "pk_gemv", 7) == 0       ? bench_gemv_instr_per_byte(c->fmt, c->inputs)
                       : strncmp(name, "pk_gemm_tc", 10) == 0 ? bench_gemm_tc_instr_per_byte(c->fmt)
                                                              : 0;
     if (strncmp(name, "pk_gemv_int_self", 16) == 0) per_byte += self_prep_instr_per_byte(c->fmt, c->inputs);

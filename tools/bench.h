@@ -34,7 +34,7 @@ double bench_backend_copy_gbps(struct pp_backend *be);
  * takes max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 per clock x 1.755 GHz)), and each
  * node 1.3 us more. The emulation counts no instructions: a GEMV (a kernel whose name starts
  * with pk_gemv) issues the bytes it reads times its weight format's warp instructions per byte
- * (bench_gemv_instr_per_byte; one that prepares its inputs in every block, more: bench.c's
+ * at its number of inputs (bench_gemv_instr_per_byte; one that prepares its inputs in every block, more: bench.c's
  * self_prep_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
  * its own rate (bench_gemm_tc_instr_per_byte; the bytes include its inputs', about a fifth more
  * than the weights' at 64 inputs of 4096); every other kernel, copy and fill counts as
@@ -49,7 +49,7 @@ typedef struct bench_traffic {
     int n;
     bench_kernel k[BENCH_KERNELS]; /* by name; the last also takes every name past the others */
 } bench_traffic;
-double bench_gemv_instr_per_byte(int fmt);
+double bench_gemv_instr_per_byte(int fmt, int inputs); /* inputs: 1..8 (the kernel instance's) */
 double bench_gemm_tc_instr_per_byte(int fmt); /* fmt: a pp_wformat */
 /* Starts counting, in device memory allocated from then on: 1 where be counts traffic, else 0. */
 int bench_traffic_start(struct pp_backend *be);

@@ -470,7 +470,7 @@ static void print_costs(const frame_cost *fc, const double floor[2], pp_wformat 
     double need = floor[T_TEMPORAL] + floor[T_DEP];
     printf("      LM device bytes / (weights + KV) %.1f / %.1f MB = %.2f; H100 estimate (LM GEMV %.3f warp instr/B) "
            "ms: temporal %.3f, depformer %.3f, LM %.3f, mimi encode %.3f, decode %.3f, whole %.3f\n",
-           lm / 1e6, need / 1e6, lm / need, bench_gemv_instr_per_byte(fmt), est[T_TEMPORAL], est[T_DEP],
+           lm / 1e6, need / 1e6, lm / need, bench_gemv_instr_per_byte(fmt, 1), est[T_TEMPORAL], est[T_DEP],
            est[T_TEMPORAL] + est[T_DEP], est[T_ENC], est[T_DEC], est[T_FRAME]);
     if (o->kernels) bench_traffic_print(&t[T_FRAME]);
 }
