@@ -34,8 +34,8 @@ double bench_backend_copy_gbps(struct pp_backend *be);
  * takes max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 per clock x 1.755 GHz)), and each
  * node 1.3 us more. The emulation counts no instructions: a GEMV (a kernel whose name starts
  * with pk_gemv) issues the bytes it reads times its weight format's warp instructions per byte
- * at its number of inputs (bench_gemv_instr_per_byte; one that prepares its inputs in every block, more: bench.c's
- * self_prep_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
+ * at its number of inputs (bench_gemv_instr_per_byte; one that prepares its inputs in every
+ * block, more: bench.c's self_prep_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
  * its own rate (bench_gemm_tc_instr_per_byte; the bytes include its inputs', about a fifth more
  * than the weights' at 64 inputs of 4096); every other kernel, copy and fill counts as
  * memory-bound. */

@@ -47,11 +47,12 @@ mkdir -p "$logs"
 # step NAME LOG COMMAND...: runs the command, records PASS / FAIL / SKIP and seconds, prints the
 # row. Under DEADLINE a step gets at most the time left, and none once it is spent.
 step() {
-    local name="$1" log="$2" t0 rc status limit="$step_timeout"
+    local name="$1" log="$2" t0 rc status limit="$step_timeout" left
     shift 2
     t0=$(date +%s.%N)
-    if [ -n "${DEADLINE:-}" ] && [ $((started + DEADLINE - $(date +%s))) -lt "$limit" ]; then
-        limit=$((started + DEADLINE - $(date +%s)))
+    if [ -n "${DEADLINE:-}" ]; then
+        left=$((started + DEADLINE - $(date +%s)))
+        [ "$left" -lt "$limit" ] && limit=$left
     fi
     if [ "$limit" -le 0 ]; then
         echo "not run: DEADLINE=$DEADLINE s was reached" >"$log"
@@ -65,6 +66,15 @@ step() {
         "${log#"$root"/}")")
     echo "${rows[-1]}"
     return $rc
+}
+
+# frame_int8kv LABEL [VAR=VALUE...]: the NF2 frame with the int8 KV cache under those settings,
+# logged as bench-frame-int8kv-LABEL.log (LABEL empty: the defaults, bench-frame-int8kv.log)
+frame_int8kv() {
+    local label="$1"
+    shift
+    step "bench frame (nf2; int8 KV${*:+; $*})" "$logs/bench-frame-int8kv${label:+-$label}.log" \
+        env "$@" "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
 }
 
 if [ "${PREBUILT:-0}" = 1 ]; then
@@ -84,8 +94,7 @@ for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$roo
 done
 step "bench gemv (batch 1)" "$logs/bench-gemv-1.log" \
     "$build/personaplex-bench" gemv --device cuda --batch 1 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
-step "bench frame (nf2; int8 KV)" "$logs/bench-frame-int8kv.log" \
-    "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+frame_int8kv ""
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
     --context 3000 --layers 32 --dep-layers 6 --extrapolate
@@ -111,18 +120,13 @@ step "bench gemv (batch 4)" "$logs/bench-gemv-4.log" \
 step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
 # the same without programmatic dependent launch: what it gains on this GPU
-step "bench frame (nf2; int8 KV; PP_CUDA_PDL=0)" "$logs/bench-frame-int8kv-nopdl.log" \
-    env PP_CUDA_PDL=0 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
+frame_int8kv nopdl PP_CUDA_PDL=0
 # the same with the opt-in fusions (cuda.c), each alone and both: the depformer's products
 # preparing their inputs in their own blocks (one launch instead of two, redundant work in
 # every block), and products handing the next one its prepared input (126 fewer launches)
-step "bench frame (nf2; int8 KV; PP_CUDA_SELF_PREP=1)" "$logs/bench-frame-int8kv-selfprep.log" \
-    env PP_CUDA_SELF_PREP=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-step "bench frame (nf2; int8 KV; PP_CUDA_HAND_OVER=1)" "$logs/bench-frame-int8kv-handover.log" \
-    env PP_CUDA_HAND_OVER=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
-step "bench frame (nf2; int8 KV; both fusions)" "$logs/bench-frame-int8kv-fused.log" \
-    env PP_CUDA_SELF_PREP=1 PP_CUDA_HAND_OVER=1 "$build/personaplex-bench" frame --device cuda --frames "$frames" \
-    --formats nf2 --kv int8
+frame_int8kv selfprep PP_CUDA_SELF_PREP=1
+frame_int8kv handover PP_CUDA_HAND_OVER=1
+frame_int8kv fused PP_CUDA_SELF_PREP=1 PP_CUDA_HAND_OVER=1
 # the emulation's count and H100 estimate of the same frame, to set beside the measurement (a
 # PREBUILT copy may leave the emulated benchmark out: it runs on the CPU, as anywhere)
 [ -x "$build/personaplex-bench-emu" ] && step "emulated estimate (nf2; int8 KV; context 3000)" \

@@ -532,7 +532,7 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     *ptr = NULL;
     if (device && any_capture()) return forbidden_in_capture();
     if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
-    const bool guard = host_guard(); /* both read before either starts paging's allocations */
+    const bool guard = host_guard(); /* read here: the || below skips it once hold_all() is on */
     bool paged = device && (hold_all() || counting || guard), counted = device && counting;
     size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
     void *p = paged ? paged_alloc(bytes, counted) : aligned_alloc(256, padded);
