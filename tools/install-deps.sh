@@ -19,6 +19,7 @@ CORE_PACKAGES=(
     libsystemd-dev                              # sd_notify readiness for the systemd unit
     zlib1g-dev                                  # voice .pt archives: CRC-32, DEFLATE entries
     gcc-aarch64-linux-gnu g++-aarch64-linux-gnu # tools/cross-check.sh (aarch64 engine build)
+    qemu-user                                   # tools/cross-check.sh (NEON tests, golden cases on aarch64)
     systemd curl file python3                   # unit verify, fetch-weights, deploy tests
 )
 PROXY_PACKAGES=(

@@ -3,7 +3,8 @@
 #   1. tools/install-deps.sh
 #   2. build/       normal build (CUDA when a toolkit is found, PP_CUDA to override) + ctest
 #   3. build-asan/  CPU build with ASan + UBSan + ctest
-#   4. tools/cross-check.sh: the engine library compiled and linked for aarch64 (one entry)
+#   4. tools/cross-check.sh: the engine library compiled and linked for aarch64, its CPU tests and golden cases run
+#      under qemu-user (one entry)
 #   5. tools/kernel-report.sh: no CUDA GEMV kernel spills or passes 128 registers or its shared-memory budget,
 #      sm_87 and sm_90 (one entry; skipped without nvcc)
 #   6. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)

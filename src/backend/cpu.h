@@ -42,6 +42,12 @@ void pp_cpu_gemv_block_rows_avx2(const pp_weight *w, const float *x, int n, floa
 /* cpu_gemv_int8.c (x86-64): the same for INT8 weights. */
 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
+/* cpu_gemv_neon.c (aarch64): the NEON twins of cpu_gemv_avx2.c's loops for the dense formats, NF2, INT4 and
+ * NF4 (the others run the portable loops), and of its transform. */
+int pp_cpu_gemv_neon_handles(const pp_weight *w);
+void pp_cpu_gemv_rows_neon(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+void pp_cpu_fwht_neon(float *v, int n);
+
 /* cpu_attn_avx2.c (x86-64): every head's attention over ring positions [first, last] (q and
  * out: [n_heads·head_dim]), as cpu_lm.c's loop computes it, on the pool; for head sizes that
  * are multiples of 8. -1 (nothing done) without memory for its scratch. */

@@ -11,9 +11,9 @@
  * grow-only scratch owned by the backend.
  *
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run
- * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs, and on CPUs
- * with AVX-512 VNNI the low-bit formats run cpu_gemv_vnni.c's integer products on activations
- * rounded to int16. */
+ * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs (on aarch64,
+ * cpu_gemv_neon.c's), and on CPUs with AVX-512 VNNI the low-bit formats run cpu_gemv_vnni.c's
+ * integer products on activations rounded to int16. */
 #include "backend/cpu.h"
 
 #include "base/err.h"
@@ -124,7 +124,8 @@ typedef struct {
     int n;
     int64_t rows_per_task;
     const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
-    int avx2;         /* cpu_gemv_avx2.c's loops take these rows */
+    /* set: the SIMD twin of the loops below takes these rows (cpu_gemv_avx2.c, cpu_gemv_neon.c) */
+    void (*simd_rows)(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
     const cpu_vnni_x *vx; /* set: cpu_gemv_vnni.c's loops take them, on these activations */
 } gemv_job;
 
@@ -223,11 +224,11 @@ static void gemv_task(void *ctx, int task) {
         pp_cpu_gemv_rows_vnni(j->w, j->vx, j->n, j->y, r0, r1);
         return;
     }
-    if (j->avx2) {
-        pp_cpu_gemv_rows_avx2(j->w, j->x, j->n, j->y, r0, r1);
+#endif
+    if (j->simd_rows) {
+        j->simd_rows(j->w, j->x, j->n, j->y, r0, r1);
         return;
     }
-#endif
     if (j->w->fmt <= PP_WF_BF16)
         dense_rows(j, r0, r1);
     else if (j->w->fmt == PP_WF_INT8)
@@ -247,6 +248,8 @@ static void rotate_x(pp_backend *be, const pp_weight *w, const float *x, int n, 
     /* it runs on one thread before the rows are shared out; scalar, it was about a twentieth of
      * a 2-thread NF2 product of 4096 x 14336 */
     if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && w->np2 >= 8) fwht = pp_cpu_fwht_avx2;
+#elif CPU_HAVE_NEON
+    if (cpu_simd_of(be) == CPU_SIMD_NEON && w->np2 >= 8) fwht = pp_cpu_fwht_neon;
 #else
     (void)be;
 #endif
@@ -270,7 +273,9 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const c
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
     gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .vx = vx};
 #if CPU_HAVE_AVX2
-    j.avx2 = cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w);
+    if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w)) j.simd_rows = pp_cpu_gemv_rows_avx2;
+#elif CPU_HAVE_NEON
+    if (cpu_simd_of(be) == CPU_SIMD_NEON && pp_cpu_gemv_neon_handles(w)) j.simd_rows = pp_cpu_gemv_rows_neon;
 #endif
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }

@@ -25,11 +25,14 @@ cpu_simd pp_cpu_simd_detect(void) {
         __builtin_cpu_supports("avx512vbmi"))
         return CPU_SIMD_VNNI;
     return CPU_SIMD_AVX2;
-#endif
+#elif CPU_HAVE_NEON
+    return CPU_SIMD_NEON;
+#else
     return CPU_SIMD_PORTABLE;
+#endif
 }
 
 const char *pp_cpu_simd_name(cpu_simd s) {
-    static const char *const names[] = {"portable", "avx2", "avx512-vnni"};
+    static const char *const names[] = {"portable", "avx2", "avx512-vnni", "neon"};
     return names[s];
 }

@@ -6,17 +6,29 @@
  * creation (pp_cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
  * can run both on the same data and compare. PP_CPU_SIMD=portable (or avx2) in the environment
  * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
- * Elsewhere (aarch64) only the portable variant exists; it is written with GCC vector types,
- * which the compiler maps to NEON. */
+ * On aarch64, where NEON is part of the baseline, the matrix products and NF2's rotation have
+ * NEON twins (cpu_gemv_neon.c, chosen unless PP_CPU_SIMD=portable); the other loops are the
+ * portable ones, written with GCC vector types that the compiler maps to NEON. */
 #ifndef PP_BACKEND_CPU_SIMD_H
 #define PP_BACKEND_CPU_SIMD_H
 
 typedef enum {
-    CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 */
+    CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 and aarch64 */
     CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
     CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
                           and integer products for the low-bit weights (cpu_gemv_vnni.c) */
+    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c. Never chosen on x86-64, whose code
+                          compares the three above by order */
 } cpu_simd;
+
+/* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a
+ * loop reads now keeps enough of the stream in flight for one core to draw its share of DRAM
+ * bandwidth (on x86-64 the hardware prefetchers alone left a whole frame's products, 2 GB of
+ * weights, at half of it). */
+#define CPU_FETCH_AHEAD 8192
+static inline __attribute__((always_inline)) void cpu_fetch_ahead(const void *p) {
+    __builtin_prefetch((const char *)p + CPU_FETCH_AHEAD, 0, 3); /* x86-64: prefetcht0; aarch64: prfm pldl1keep */
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CPU_HAVE_AVX2 1
@@ -36,16 +48,13 @@ __attribute__((target("avx2"), always_inline)) static inline float cpu_hsum8(__m
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-/* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a
- * loop reads now keeps enough of the stream in flight for one core to draw its share of DRAM
- * bandwidth (the hardware prefetchers alone left a whole frame's products, 2 GB of weights,
- * at half of it). */
-#define CPU_FETCH_AHEAD 8192
-static inline __attribute__((always_inline)) void cpu_fetch_ahead(const void *p) {
-    _mm_prefetch((const char *)p + CPU_FETCH_AHEAD, _MM_HINT_T0);
-}
+#define CPU_HAVE_NEON 0
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define CPU_HAVE_AVX2 0
+#define CPU_HAVE_NEON 1
 #else
 #define CPU_HAVE_AVX2 0
+#define CPU_HAVE_NEON 0
 #endif
 
 /* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2"). */
