@@ -48,10 +48,10 @@ int pp_cpu_gemv_neon_handles(const pp_weight *w);
 void pp_cpu_gemv_rows_neon(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 void pp_cpu_fwht_neon(float *v, int n);
 
-/* cpu_attn_avx2.c (x86-64): every head's attention over ring positions [first, last] (q and
- * out: [n_heads·head_dim]), as cpu_lm.c's loop computes it, on the pool; for head sizes that
- * are multiples of 8. -1 (nothing done) without memory for its scratch. */
-int pp_cpu_attn_avx2(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
+/* cpu_attn_simd.c (x86-64 with AVX2, aarch64): every head's attention over ring positions [first, last] (q and
+ * out: [n_heads·head_dim]), as cpu_lm.c's loop computes it, on the pool; for head sizes that are multiples of 8.
+ * -1 (nothing done) without memory for its scratch. */
+int pp_cpu_attn_simd(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
                      int64_t last, float *out);
 
 /* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the

@@ -13,25 +13,12 @@
 
 #if CPU_HAVE_AVX2
 
+#include "backend/cpu_vf8.h"
 #include "io/quant.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
-
-#define INLINE CPU_AVX2 static inline __attribute__((always_inline))
-#define SIMD_FN CPU_AVX2
-
-typedef __m256 vf8;
-INLINE vf8 vf8_load(const float *p) { return _mm256_loadu_ps(p); }
-INLINE void vf8_store(float *p, vf8 v) { _mm256_storeu_ps(p, v); }
-INLINE vf8 vf8_zero(void) { return _mm256_setzero_ps(); }
-INLINE vf8 vf8_set1(float f) { return _mm256_set1_ps(f); }
-INLINE vf8 vf8_add(vf8 a, vf8 b) { return _mm256_add_ps(a, b); }
-INLINE vf8 vf8_sub(vf8 a, vf8 b) { return _mm256_sub_ps(a, b); }
-INLINE vf8 vf8_mul(vf8 a, vf8 b) { return _mm256_mul_ps(a, b); }
-INLINE vf8 vf8_fma(vf8 a, vf8 b, vf8 c) { return _mm256_fmadd_ps(b, c, a); }
-INLINE float vf8_hsum(vf8 v) { return cpu_hsum8(v); }
 
 /* One in-register stage of the transform (distance h = 1, 2 or 4 lanes): a lane without bit h
  * becomes a + b with its partner h lanes up, a lane with it the partner's a − b. */

@@ -15,27 +15,12 @@
 
 #if CPU_HAVE_NEON
 
+#include "backend/cpu_vf8.h"
 #include "io/quant.h"
 
 #include <arm_neon.h>
 #include <math.h>
 #include <string.h>
-
-#define INLINE static inline __attribute__((always_inline))
-#define SIMD_FN
-
-typedef struct {
-    float32x4_t lo, hi;
-} vf8;
-INLINE vf8 vf8_load(const float *p) { return (vf8){vld1q_f32(p), vld1q_f32(p + 4)}; }
-INLINE void vf8_store(float *p, vf8 v) { vst1q_f32(p, v.lo), vst1q_f32(p + 4, v.hi); }
-INLINE vf8 vf8_set1(float f) { return (vf8){vdupq_n_f32(f), vdupq_n_f32(f)}; }
-INLINE vf8 vf8_zero(void) { return vf8_set1(0.0f); }
-INLINE vf8 vf8_add(vf8 a, vf8 b) { return (vf8){vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)}; }
-INLINE vf8 vf8_sub(vf8 a, vf8 b) { return (vf8){vsubq_f32(a.lo, b.lo), vsubq_f32(a.hi, b.hi)}; }
-INLINE vf8 vf8_mul(vf8 a, vf8 b) { return (vf8){vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)}; }
-INLINE vf8 vf8_fma(vf8 a, vf8 b, vf8 c) { return (vf8){vfmaq_f32(a.lo, b.lo, c.lo), vfmaq_f32(a.hi, b.hi, c.hi)}; }
-INLINE float vf8_hsum(vf8 v) { return vaddvq_f32(vaddq_f32(v.lo, v.hi)); }
 
 /* One in-register stage of the transform (distance 1 or 2 lanes): a lane in `upper` becomes its
  * partner's a − b, the others a + b with the partner above. */

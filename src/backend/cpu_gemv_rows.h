@@ -3,15 +3,8 @@
  * variant.
  *
  * Not a normal header: a SIMD file (cpu_gemv_avx2.c, cpu_gemv_neon.c) includes it once, after
- * defining its vector of eight floats and the few operations that differ between instruction
- * sets; the loops below are then compiled for that set. What the includer defines:
- *   INLINE                   the attributes of an always-inline function of its variant
- *   SIMD_FN                  the attributes of an out-of-line function of its variant
- *   vf8                      eight floats, in registers
- *   vf8_load(p) vf8_store(p, v)  eight floats from / to memory, any alignment
- *   vf8_zero() vf8_set1(f)   zeros; f in every lane
- *   vf8_add, vf8_sub, vf8_mul, vf8_fma(a, b, c) = a + b·c (one rounding)
- *   vf8_hsum(v)              the sum of the eight lanes
+ * cpu_vf8.h (eight floats in registers) and after defining the decoding, which differs between
+ * instruction sets; the loops below are then compiled for that set. What the includer defines:
  *   fwht8(v)                 the transform's stages of distance 1, 2 and 4 within v, as pp_quant_fwht
  *                            computes them (a + b below, a − b above)
  *   group_tab                one row's decode state within one group (a scaled table, or INT4's

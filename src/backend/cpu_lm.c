@@ -158,9 +158,9 @@ static void attn_row(pp_backend *be, const float *qkv, int n_heads, int head_dim
         .q = qkv, .ring = ring, .out = out, .head_dim = head_dim, .n_heads = n_heads,
         .first = s - ring->window + 1 > 0 ? s - ring->window + 1 : 0, .last = s,
     };
-#if CPU_HAVE_AVX2
-    if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && head_dim % 8 == 0 &&
-        pp_cpu_attn_avx2(cpu_pool(be), ring, n_heads, head_dim, qkv, job.first, job.last, out) == 0)
+#if CPU_HAVE_AVX2 || CPU_HAVE_NEON
+    if (cpu_simd_of(be) != CPU_SIMD_PORTABLE && head_dim % 8 == 0 &&
+        pp_cpu_attn_simd(cpu_pool(be), ring, n_heads, head_dim, qkv, job.first, job.last, out) == 0)
         return;
 #endif
     pp_pool_run(cpu_pool(be), n_heads, attn_head, &job);

@@ -6,9 +6,10 @@
  * creation (pp_cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
  * can run both on the same data and compare. PP_CPU_SIMD=portable (or avx2) in the environment
  * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
- * On aarch64, where NEON is part of the baseline, the matrix products and NF2's rotation have
- * NEON twins (cpu_gemv_neon.c, chosen unless PP_CPU_SIMD=portable); the other loops are the
- * portable ones, written with GCC vector types that the compiler maps to NEON. */
+ * On aarch64, where NEON is part of the baseline, the matrix products, NF2's rotation and the
+ * attention have NEON twins (cpu_gemv_neon.c, cpu_attn_simd.c; chosen unless
+ * PP_CPU_SIMD=portable); the other loops are the portable ones, written with GCC vector types
+ * that the compiler maps to NEON. */
 #ifndef PP_BACKEND_CPU_SIMD_H
 #define PP_BACKEND_CPU_SIMD_H
 
@@ -17,8 +18,8 @@ typedef enum {
     CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
     CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
                           and integer products for the low-bit weights (cpu_gemv_vnni.c) */
-    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c. Never chosen on x86-64, whose code
-                          compares the three above by order */
+    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c and cpu_attn_simd.c's attention. Never
+                          chosen on x86-64, whose code compares the three above by order */
 } cpu_simd;
 
 /* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a

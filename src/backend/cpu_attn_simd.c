@@ -1,5 +1,6 @@
-/* cpu_attn_avx2: the AVX2+FMA twin of cpu_lm.c's attention of one query over a KV ring (f32,
- * bf16 or int8), for head sizes that are multiples of 8.
+/* cpu_attn_simd: the SIMD twin (AVX2+FMA on x86-64, NEON on aarch64; cpu_vf8.h) of cpu_lm.c's
+ * attention of one query over a KV ring (f32, bf16 or int8), for head sizes that are multiples
+ * of 8.
  *
  * The time of this operation is reading the ring: at context 3000 the temporal transformer's
  * 32 layers read 774 MiB of int8 keys and values per frame. A ring slot holds every head's key
@@ -18,14 +19,14 @@
  * bound). */
 #include "backend/cpu.h"
 
-#if CPU_HAVE_AVX2
+#if CPU_HAVE_AVX2 || CPU_HAVE_NEON
 
-#include <immintrin.h>
+#include "backend/cpu_vf8.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define INLINE CPU_AVX2 static inline __attribute__((always_inline))
 #define BLOCK 32      /* slots per block: the scores of every head stay in L1 */
 #define MIN_RANGE 128 /* positions per task at least: fewer do not pay for a task */
 #define MAX_TASKS 16
@@ -34,20 +35,20 @@
 /* exp(x) of 8 values x <= 0 (clamped at -87, where it is ~1.6e-38): 2^k·exp(r), x = k·ln2 + r
  * with |r| <= ln2/2 (Cody-Waite split of ln2) and exp(r) by its Taylor series to r^8
  * (truncation below 1e-9 relative). */
-INLINE __m256 exp8_nonpositive(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187e-6f), r);
+INLINE vf8 exp8_nonpositive(vf8 x) {
+    x = vf8_max(x, vf8_set1(-87.0f));
+    vf8 k = vf8_round(vf8_mul(x, vf8_set1(1.44269504f)));
+    vf8 r = vf8_fma(x, k, vf8_set1(-0.693145751953125f));
+    r = vf8_fma(r, k, vf8_set1(-1.428606765330187e-6f));
     static const float c[] = {1.0f / 40320, 1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    __m256 p = _mm256_set1_ps(c[0]);
-    for (int i = 1; i < 9; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c[i]));
-    __m256i two = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(two));
+    vf8 p = vf8_set1(c[0]);
+    for (int i = 1; i < 9; i++) p = vf8_fma(vf8_set1(c[i]), p, r);
+    return vf8_mul(p, vf8_pow2(k));
 }
 
 /* Eight stored values from element d of a row, as floats. */
-INLINE __m256 load8(pp_kv_format fmt, const void *row, int d) {
+#if CPU_HAVE_AVX2
+INLINE vf8 load8(pp_kv_format fmt, const void *row, int d) {
     if (fmt == PP_KV_INT8)
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)row + d))));
     if (fmt == PP_KV_BF16)
@@ -55,6 +56,20 @@ INLINE __m256 load8(pp_kv_format fmt, const void *row, int d) {
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d))), 16));
     return _mm256_loadu_ps((const float *)row + d);
 }
+#else
+INLINE vf8 load8(pp_kv_format fmt, const void *row, int d) {
+    if (fmt == PP_KV_INT8) {
+        int16x8_t v = vmovl_s8(vld1_s8((const int8_t *)row + d));
+        return (vf8){vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v))};
+    }
+    if (fmt == PP_KV_BF16) {
+        uint16x8_t h = vld1q_u16((const uint16_t *)row + d);
+        return (vf8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
+                     vreinterpretq_f32_u32(vshll_high_n_u16(h, 16))};
+    }
+    return vf8_load((const float *)row + d);
+}
+#endif
 
 typedef struct split_job {
     const pp_kv_ring *r;
@@ -68,14 +83,14 @@ static size_t part_floats(int n_heads, int head_dim) { return (size_t)n_heads * 
 
 /* q·(row's D values), in float; two sums so the multiply-adds overlap. */
 INLINE float dot(pp_kv_format fmt, const float *q, const void *row, int D) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    vf8 a0 = vf8_zero(), a1 = vf8_zero();
     int d = 0;
     for (; d + 16 <= D; d += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(fmt, row, d), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(fmt, row, d + 8), a1);
+        a0 = vf8_fma(a0, vf8_load(q + d), load8(fmt, row, d));
+        a1 = vf8_fma(a1, vf8_load(q + d + 8), load8(fmt, row, d + 8));
     }
-    if (d < D) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(fmt, row, d), a0);
-    return cpu_hsum8(_mm256_add_ps(a0, a1));
+    if (d < D) a0 = vf8_fma(a0, vf8_load(q + d), load8(fmt, row, d));
+    return vf8_hsum(vf8_add(a0, a1));
 }
 
 /* Slots [slot, slot + n) of the ring (n <= BLOCK) into a task's running outputs o, maxima m,
@@ -88,12 +103,11 @@ INLINE void block(pp_kv_format fmt, const split_job *j, size_t slot, int n, floa
     for (int i = 0; i < n; i++)
         for (int h = 0; h < H; h++) {
             /* the block's values, read head by head below, come in while the keys stream */
-            for (size_t b = 0; b < head_bytes; b += 64)
-                _mm_prefetch(v + (size_t)i * slot_bytes + (size_t)h * head_bytes + b, _MM_HINT_T1);
+            for (size_t b = 0; b < head_bytes; b += 64) /* x86-64: prefetcht1 */
+                __builtin_prefetch(v + (size_t)i * slot_bytes + (size_t)h * head_bytes + b, 0, 2);
             float x = dot(fmt, j->q + (size_t)h * D, k + (size_t)i * slot_bytes + (size_t)h * head_bytes, D);
             s[h * BLOCK + i] = fmt == PP_KV_INT8 ? x * r->kscale[(slot + (size_t)i) * (size_t)H + (size_t)h] : x;
         }
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int h = 0; h < H; h++) {
         float *sh = s + h * BLOCK, bm = sh[0];
         for (int i = 1; i < n; i++) bm = sh[i] > bm ? sh[i] : bm;
@@ -103,14 +117,13 @@ INLINE void block(pp_kv_format fmt, const split_job *j, size_t slot, int n, floa
             l[h] *= f;
             m[h] = bm;
         }
-        __m256 sum = _mm256_setzero_ps(), mv = _mm256_set1_ps(m[h]);
+        vf8 sum = vf8_zero(), mv = vf8_set1(m[h]);
         for (int i = 0; i < n; i += 8) { /* lanes past n are masked to 0 */
-            __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), lane));
-            __m256 e = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sh + i), mv)), live);
-            sum = _mm256_add_ps(sum, e);
-            _mm256_storeu_ps(sh + i, e);
+            vf8 e = vf8_keep_first(exp8_nonpositive(vf8_sub(vf8_load(sh + i), mv)), n - i);
+            sum = vf8_add(sum, e);
+            vf8_store(sh + i, e);
         }
-        l[h] += cpu_hsum8(sum);
+        l[h] += vf8_hsum(sum);
         if (fmt == PP_KV_INT8)
             for (int i = 0; i < n; i++) sh[i] *= r->vscale[(slot + (size_t)i) * (size_t)H + (size_t)h];
     }
@@ -119,14 +132,14 @@ INLINE void block(pp_kv_format fmt, const split_job *j, size_t slot, int n, floa
         for (int d0 = 0; d0 < D; d0 += SPAN) {
             int len = D - d0 < SPAN ? D - d0 : SPAN;
             float *oh = o + (size_t)h * D + d0;
-            __m256 acc[SPAN / 8];
-            for (int c = 0; c < len / 8; c++) acc[c] = _mm256_loadu_ps(oh + 8 * c);
+            vf8 acc[SPAN / 8];
+            for (int c = 0; c < len / 8; c++) acc[c] = vf8_load(oh + 8 * c);
             for (int i = 0; i < n; i++) {
                 const char *vr = v + (size_t)i * slot_bytes + (size_t)h * head_bytes;
-                __m256 wi = _mm256_set1_ps(w[i]);
-                for (int c = 0; c < len / 8; c++) acc[c] = _mm256_fmadd_ps(wi, load8(fmt, vr, d0 + 8 * c), acc[c]);
+                vf8 wi = vf8_set1(w[i]);
+                for (int c = 0; c < len / 8; c++) acc[c] = vf8_fma(acc[c], wi, load8(fmt, vr, d0 + 8 * c));
             }
-            for (int c = 0; c < len / 8; c++) _mm256_storeu_ps(oh + 8 * c, acc[c]);
+            for (int c = 0; c < len / 8; c++) vf8_store(oh + 8 * c, acc[c]);
         }
     }
 }
@@ -147,7 +160,7 @@ INLINE void range_of(pp_kv_format fmt, const split_job *j, int task) {
     }
 }
 
-CPU_AVX2 static void range_task(void *ctx, int task) {
+SIMD_FN static void range_task(void *ctx, int task) {
     const split_job *j = ctx;
     switch (j->r->fmt) {
     case PP_KV_INT8: range_of(PP_KV_INT8, j, task); break;
@@ -156,7 +169,7 @@ CPU_AVX2 static void range_task(void *ctx, int task) {
     }
 }
 
-int pp_cpu_attn_avx2(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
+int pp_cpu_attn_simd(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
                      int64_t last, float *out) {
     int64_t n = last - first + 1, tasks = (n + MIN_RANGE - 1) / MIN_RANGE,
             most = 2 * (pool ? pp_pool_threads(pool) : 1);
