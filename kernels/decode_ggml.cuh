@@ -29,6 +29,21 @@ __device__ __forceinline__ void pk_q4k_scale_min(const uint8_t *q, int j, int *s
     }
 }
 
+/* The same from the 12 bytes as three little-endian words (one load each where a warp's lanes
+ * want different sub-blocks of one block), without branches on j. */
+__device__ __forceinline__ void pk_q4k_scale_min_words(const uint32_t w[3], int j, uint32_t *sc, uint32_t *m) {
+    const int k = 8 * (j & 3);
+    const uint32_t a = (w[0] >> k) & 255u, b = (w[1] >> k) & 255u, c = (w[2] >> k) & 255u;
+    const int high = j >= 4;
+    *sc = high ? (c & 15u) | ((a >> 6) << 4) : a & 63u;
+    *m = high ? (c >> 4) | ((b >> 6) << 4) : b & 63u;
+}
+
+/* u < 2^23 as a float, exactly: the bits of 2^23 + u, less 2^23. Two full-rate operations (ptxas
+ * fuses the or into the mask that isolates u) where an integer-to-float conversion runs at an
+ * eighth of the float rate (16 a clock per SM on sm_80..sm_90). */
+__device__ __forceinline__ float pk_small_u32_f32(uint32_t u) { return __uint_as_float(0x4B000000u | u) - 8388608.0f; }
+
 /* Element i (0..255) of a Q4_K block: sub-block j = i/32 has a 6-bit scale and min; pairs of
  * sub-blocks share 32 bytes, the even one in the low nibbles. */
 __device__ __forceinline__ float pk_q4k_at(const uint8_t *blk, int i) {

@@ -91,14 +91,19 @@ double bench_backend_copy_gbps(pp_backend *be) {
  * (sm_90, November 2026; NF2, INT4 and NF4 the integer kernel). The two must be updated
  * together. Each input adds its products to the shared decode, so 8 inputs cost NF2 7x the
  * instructions of one (an H200 ran a tick of 8 conversations 9x slower than one: an estimate
- * at one input's rate had it 2x). Q4_K has an instance for 1 input and one for more; Q4_0 and
- * Q8_0 run the one-element kernel, which the report does not measure: Q4_K's figures stand in. */
+ * at one input's rate had it 2x). Q4_K has an instance for 1 input and one for more. Q4_0 and
+ * Q8_0 run the one-element kernel, which the report does not measure: the figures of Q4_K's
+ * earlier kernel (a lane per sub-block) stand in. The model prices issue only, every
+ * instruction alike: that Q4_K kernel's activation loads (32 cache lines per warp load) held it
+ * to 4 % of an H200's bandwidth, which no per-byte instruction rate shows, and the present one
+ * counts more PTX instructions for having traded its integer-to-float conversions (an eighth of
+ * the float rate) for pairs of full-rate ones (kernels/decode_ggml.cuh). */
 static const double gemv_instr_per_byte[PP_WF_COUNT][4] = {
     [PP_WF_F32] = {0.031, 0.052, 0.094, 0.172},  [PP_WF_F16] = {0.082, 0.119, 0.193, 0.349},
     [PP_WF_BF16] = {0.074, 0.111, 0.186, 0.341}, [PP_WF_NF2] = {0.250, 0.453, 0.816, 1.814},
     [PP_WF_INT4] = {0.088, 0.158, 0.338, 0.682}, [PP_WF_NF4] = {0.237, 0.315, 0.530, 0.982},
     [PP_WF_Q4_0] = {0.587, 4.286, 4.286, 4.286}, [PP_WF_Q8_0] = {0.587, 4.286, 4.286, 4.286},
-    [PP_WF_Q4K] = {0.587, 4.286, 4.286, 4.286},  [PP_WF_INT8] = {0.210, 0.278, 0.503, 1.242}};
+    [PP_WF_Q4K] = {0.894, 2.217, 2.217, 2.217},  [PP_WF_INT8] = {0.210, 0.278, 0.503, 1.242}};
 
 double bench_gemv_instr_per_byte(int fmt, int inputs) {
     const int instance = inputs <= 1 ? 0 : inputs == 2 ? 1 : inputs <= 4 ? 2 : 3;

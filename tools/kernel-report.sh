@@ -250,8 +250,8 @@ done | sort -u -k2,2 -k1,1 >"$tmp/loops"
 echo
 echo "GEMV inner loops (PTX, one thread, one iteration; warp/B = instr / (32 x wB); target <= 0.25 for NF2, INT4, NF4)"
 # Short names: the format's name for the template's first argument. Q4_K's consumed bytes come
-# from the source, not the loads: lanes 2j and 2j+1 load the same 32 code bytes (low and high
-# nibbles) and 8 lanes the same block header, so a lane's 32 weights are 18 bytes of the file.
+# from the source, not the loads: 8 lanes load the same block header, and an iteration's four
+# blocks (its unroll) are 4 x 144 bytes of the file over 32 lanes, 18 a lane.
 awk '
     BEGIN {
         split("F32 F16 BF16 NF2 INT4 NF4 Q4_0 Q8_0 Q4K INT8", f, " "); for (i in f) fname[i - 1] = f[i]
