@@ -39,11 +39,13 @@ void pp_cpu_fwht_avx2(float *v, int n);
 /* cpu_gemv_blocks.c (x86-64): the same for the ggml block formats Q4_K, Q4_0 and Q8_0
  * (pp_cpu_gemv_rows_avx2 hands them on). */
 void pp_cpu_gemv_block_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
-/* cpu_gemv_int8.c (x86-64): the same for INT8 weights. */
-void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* cpu_gemv_int8.c (x86-64 with AVX2, aarch64): the same for INT8 weights, whose groups and first element it
+ * handles when they are multiples of 8 (pp_cpu_gemv_int8_handles). */
+int pp_cpu_gemv_int8_handles(const pp_weight *w);
+void pp_cpu_gemv_int8_rows_simd(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 
-/* cpu_gemv_neon.c (aarch64): the NEON twins of cpu_gemv_avx2.c's loops for the dense formats, NF2, INT4 and
- * NF4 (the others run the portable loops), and of its transform. */
+/* cpu_gemv_neon.c (aarch64): the NEON twins of cpu_gemv_avx2.c's loops for the dense formats, NF2, INT4, NF4
+ * and INT8 (the ggml block formats run the portable loops), and of its transform. */
 int pp_cpu_gemv_neon_handles(const pp_weight *w);
 void pp_cpu_gemv_rows_neon(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
 void pp_cpu_fwht_neon(float *v, int n);

@@ -47,29 +47,11 @@ INLINE vf8 exp8_nonpositive(vf8 x) {
 }
 
 /* Eight stored values from element d of a row, as floats. */
-#if CPU_HAVE_AVX2
 INLINE vf8 load8(pp_kv_format fmt, const void *row, int d) {
-    if (fmt == PP_KV_INT8)
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)row + d))));
-    if (fmt == PP_KV_BF16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d))), 16));
-    return _mm256_loadu_ps((const float *)row + d);
-}
-#else
-INLINE vf8 load8(pp_kv_format fmt, const void *row, int d) {
-    if (fmt == PP_KV_INT8) {
-        int16x8_t v = vmovl_s8(vld1_s8((const int8_t *)row + d));
-        return (vf8){vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v))};
-    }
-    if (fmt == PP_KV_BF16) {
-        uint16x8_t h = vld1q_u16((const uint16_t *)row + d);
-        return (vf8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
-                     vreinterpretq_f32_u32(vshll_high_n_u16(h, 16))};
-    }
+    if (fmt == PP_KV_INT8) return vf8_from_i8((const int8_t *)row + d);
+    if (fmt == PP_KV_BF16) return vf8_from_bf16((const uint16_t *)row + d);
     return vf8_load((const float *)row + d);
 }
-#endif
 
 typedef struct split_job {
     const pp_kv_ring *r;

@@ -37,9 +37,8 @@ INLINE vf8 fwht8(vf8 a) {
 /* Eight dense weights starting at element pointer p. */
 INLINE vf8 dense8(pp_wformat fmt, const uint8_t *p) {
     if (fmt == PP_WF_F32) return _mm256_loadu_ps((const float *)p);
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (fmt == PP_WF_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if (fmt == PP_WF_BF16) return vf8_from_bf16((const uint16_t *)p);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
 /* NF2: t0 its scaled centroids (twice); NF4: t0, t1 the two halves of its scaled table; INT4:
@@ -98,8 +97,8 @@ int pp_cpu_gemv_avx2_handles(const pp_weight *w) {
     switch (w->fmt) {
     case PP_WF_Q4K:
     case PP_WF_Q4_0:
-    case PP_WF_Q8_0: return 1;                                      /* cpu_gemv_blocks.c */
-    case PP_WF_INT8: return w->group % 8 == 0 && w->elem0 % 8 == 0; /* cpu_gemv_int8.c */
+    case PP_WF_Q8_0: return 1;                           /* cpu_gemv_blocks.c */
+    case PP_WF_INT8: return pp_cpu_gemv_int8_handles(w); /* cpu_gemv_int8.c */
     default: return float_rows_handle(w);
     }
 }
@@ -110,7 +109,7 @@ CPU_AVX2 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, f
     if (pp_wformat_block_bytes(w->fmt))
         pp_cpu_gemv_block_rows_avx2(w, x, n, y, r0, r1);
     else if (w->fmt == PP_WF_INT8)
-        pp_cpu_gemv_int8_rows_avx2(w, x, n, y, r0, r1);
+        pp_cpu_gemv_int8_rows_simd(w, x, n, y, r0, r1);
     else
         float_rows(w, x, n, y, r0, r1);
 }

@@ -1,60 +1,56 @@
-/* cpu_gemv_int8: the AVX2+FMA twin of cpu_gemv.c's INT8 rows (docs/formats.md §8). Eight codes at
- * a time widen to floats and fuse into one sum per input, which takes its group's scale once at
- * the end of the group (a whole row for bitsandbytes' per-row scales), so a row costs one
- * widening and one FMA per input for every eight weights. Zero points (asymmetric weights) are
- * subtracted from the widened codes, one integer subtraction more; symmetric weights compile
- * without it. */
+/* cpu_gemv_int8: the SIMD twin (AVX2+FMA on x86-64, NEON on aarch64; cpu_vf8.h) of cpu_gemv.c's
+ * INT8 rows (docs/formats.md §8). Eight codes at a time widen to floats and fuse into one sum per
+ * input, which takes its group's scale once at the end of the group (a whole row for
+ * bitsandbytes' per-row scales), so a row costs one widening and one FMA per input for every
+ * eight weights. Zero points (asymmetric weights) are subtracted from the widened codes (exact in
+ * float, as in integers), one subtraction more; symmetric weights compile without it. */
 #include "backend/cpu.h"
 
-#if CPU_HAVE_AVX2
+#if CPU_HAVE_AVX2 || CPU_HAVE_NEON
 
+#include "backend/cpu_vf8.h"
 #include "io/quant.h"
-
-#include <immintrin.h>
 
 #define ROWS 4
 #define INPUTS 2
 
 /* Rows [r, r + rb) for inputs [i, i + nb): each eight inputs' values are loaded once for all rows. */
-CPU_AVX2 static inline __attribute__((always_inline)) void pass(const pp_weight *w, const float *x, int64_t r, int rb,
-                                                                int i, int nb, float *y, int zeros) {
+INLINE void pass(const pp_weight *w, const float *x, int64_t r, int rb, int i, int nb, float *y, int zeros) {
     const int8_t *q[ROWS];
     int64_t g0[ROWS];
-    __m256 total[ROWS][INPUTS];
+    vf8 total[ROWS][INPUTS];
     for (int k = 0; k < rb; k++) {
         q[k] = (const int8_t *)w->data + w->elem0 + (r + k) * w->cols;
         g0[k] = (w->elem0 + (r + k) * w->cols) / w->group;
-        for (int m = 0; m < nb; m++) total[k][m] = _mm256_setzero_ps();
+        for (int m = 0; m < nb; m++) total[k][m] = vf8_zero();
     }
     for (int64_t c = 0; c < w->cols; c += w->group) {
-        __m256 acc[ROWS][INPUTS];
-        __m256i zero[ROWS];
+        vf8 acc[ROWS][INPUTS], zero[ROWS];
         for (int k = 0; k < rb; k++) {
-            zero[k] = _mm256_set1_epi32(zeros ? w->zeros[g0[k] + c / w->group] : 0);
-            for (int m = 0; m < nb; m++) acc[k][m] = _mm256_setzero_ps();
+            zero[k] = vf8_set1(zeros ? (float)w->zeros[g0[k] + c / w->group] : 0.0f);
+            for (int m = 0; m < nb; m++) acc[k][m] = vf8_zero();
         }
         for (int64_t j = c; j < c + w->group; j += 8) {
-            __m256 xv[INPUTS];
-            for (int m = 0; m < nb; m++) xv[m] = _mm256_loadu_ps(x + (int64_t)(i + m) * w->cols + j);
+            vf8 xv[INPUTS];
+            for (int m = 0; m < nb; m++) xv[m] = vf8_load(x + (int64_t)(i + m) * w->cols + j);
             for (int k = 0; k < rb; k++) {
                 cpu_fetch_ahead(q[k] + j);
-                __m256i codes = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q[k] + j)));
-                __m256 v = _mm256_cvtepi32_ps(zeros ? _mm256_sub_epi32(codes, zero[k]) : codes);
-                for (int m = 0; m < nb; m++) acc[k][m] = _mm256_fmadd_ps(v, xv[m], acc[k][m]);
+                vf8 v = vf8_from_i8(q[k] + j);
+                if (zeros) v = vf8_sub(v, zero[k]);
+                for (int m = 0; m < nb; m++) acc[k][m] = vf8_fma(acc[k][m], v, xv[m]);
             }
         }
         for (int k = 0; k < rb; k++) {
             float s;
             pp_weight_group_scales(w, g0[k] + c / w->group, 1, &s);
-            for (int m = 0; m < nb; m++) total[k][m] = _mm256_fmadd_ps(acc[k][m], _mm256_set1_ps(s), total[k][m]);
+            for (int m = 0; m < nb; m++) total[k][m] = vf8_fma(total[k][m], acc[k][m], vf8_set1(s));
         }
     }
     for (int k = 0; k < rb; k++)
-        for (int m = 0; m < nb; m++) y[(int64_t)(i + m) * w->rows + r + k] = cpu_hsum8(total[k][m]);
+        for (int m = 0; m < nb; m++) y[(int64_t)(i + m) * w->rows + r + k] = vf8_hsum(total[k][m]);
 }
 
-CPU_AVX2 static inline __attribute__((always_inline)) void rows(const pp_weight *w, const float *x, int n, float *y,
-                                                                int64_t r0, int64_t r1, int zeros) {
+INLINE void rows(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1, int zeros) {
     for (int64_t r = r0; r < r1;) {
         int rb = r1 - r >= ROWS ? ROWS : 1;
         for (int i = 0; i < n; i += INPUTS) {
@@ -69,7 +65,9 @@ CPU_AVX2 static inline __attribute__((always_inline)) void rows(const pp_weight 
     }
 }
 
-CPU_AVX2 void pp_cpu_gemv_int8_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
+int pp_cpu_gemv_int8_handles(const pp_weight *w) { return w->group % 8 == 0 && w->elem0 % 8 == 0; }
+
+SIMD_FN void pp_cpu_gemv_int8_rows_simd(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
     if (w->zeros)
         rows(w, x, n, y, r0, r1, 1);
     else

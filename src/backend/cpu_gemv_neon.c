@@ -42,12 +42,10 @@ INLINE vf8 fwht8(vf8 v) {
 /* Eight dense weights starting at element pointer p. */
 INLINE vf8 dense8(pp_wformat fmt, const uint8_t *p) {
     if (fmt == PP_WF_F32) return (vf8){vld1q_f32((const float *)p), vld1q_f32((const float *)p + 4)};
+    if (fmt == PP_WF_BF16) return vf8_from_bf16((const uint16_t *)p);
     uint16x8_t h = vld1q_u16((const uint16_t *)p);
-    if (fmt == PP_WF_F16)
-        return (vf8){vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))),
-                     vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)))};
-    return (vf8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
-                 vreinterpretq_f32_u32(vshll_high_n_u16(h, 16))};
+    return (vf8){vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))),
+                 vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)))};
 }
 
 /* NF2: t[0] its scaled centroids; NF4: t[0..3] its 16 scaled entries; INT4: t[0] = s, t[1] = −8s. */
@@ -130,10 +128,15 @@ INLINE void nf2_16(const group_tab *t, uint32_t u, vf8 out[2]) {
 
 #include "backend/cpu_gemv_rows.h"
 
-int pp_cpu_gemv_neon_handles(const pp_weight *w) { return float_rows_handle(w); }
+int pp_cpu_gemv_neon_handles(const pp_weight *w) {
+    return w->fmt == PP_WF_INT8 ? pp_cpu_gemv_int8_handles(w) : float_rows_handle(w);
+}
 
 void pp_cpu_gemv_rows_neon(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1) {
-    float_rows(w, x, n, y, r0, r1);
+    if (w->fmt == PP_WF_INT8)
+        pp_cpu_gemv_int8_rows_simd(w, x, n, y, r0, r1);
+    else
+        float_rows(w, x, n, y, r0, r1);
 }
 
 void pp_cpu_fwht_neon(float *v, int n) { simd_fwht(v, n); }

@@ -18,8 +18,9 @@ typedef enum {
     CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
     CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
                           and integer products for the low-bit weights (cpu_gemv_vnni.c) */
-    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c and cpu_attn_simd.c's attention. Never
-                          chosen on x86-64, whose code compares the three above by order */
+    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
+                          cpu_attn_simd.c's attention. Never chosen on x86-64, whose code compares the three above
+                          by order */
 } cpu_simd;
 
 /* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a

@@ -8,6 +8,7 @@
  *   vf8_round(v)             to the nearest integer, ties to even
  *   vf8_pow2(k)              2^k for integer-valued k in [-126, 127]
  *   vf8_keep_first(v, n)     lanes n and above set to 0
+ *   vf8_from_i8(p), vf8_from_bf16(p)  eight int8 / bf16 values from memory, as floats (exact)
  *   vf8_hsum(v)              the sum of the eight lanes */
 #ifndef PP_BACKEND_CPU_VF8_H
 #define PP_BACKEND_CPU_VF8_H
@@ -38,6 +39,12 @@ INLINE vf8 vf8_keep_first(vf8 v, int n) {
     return _mm256_and_ps(v, _mm256_castsi256_ps(live));
 }
 INLINE float vf8_hsum(vf8 v) { return cpu_hsum8(v); }
+INLINE vf8 vf8_from_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+INLINE vf8 vf8_from_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
 
 #elif CPU_HAVE_NEON
 
@@ -70,6 +77,15 @@ INLINE vf8 vf8_keep_first(vf8 v, int n) {
                  vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v.hi), vcltq_u32(lane_hi, count)))};
 }
 INLINE float vf8_hsum(vf8 v) { return vaddvq_f32(vaddq_f32(v.lo, v.hi)); }
+INLINE vf8 vf8_from_i8(const int8_t *p) {
+    int16x8_t v = vmovl_s8(vld1_s8(p));
+    return (vf8){vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v))};
+}
+INLINE vf8 vf8_from_bf16(const uint16_t *p) {
+    uint16x8_t h = vld1q_u16(p);
+    return (vf8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)),
+                 vreinterpretq_f32_u32(vshll_high_n_u16(h, 16))};
+}
 
 #endif
 
