@@ -36,7 +36,7 @@ INLINE vf8 fwht8(vf8 a) {
 
 /* Eight dense weights starting at element pointer p. */
 INLINE vf8 dense8(pp_wformat fmt, const uint8_t *p) {
-    if (fmt == PP_WF_F32) return _mm256_loadu_ps((const float *)p);
+    if (fmt == PP_WF_F32) return vf8_load((const float *)p);
     if (fmt == PP_WF_BF16) return vf8_from_bf16((const uint16_t *)p);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }

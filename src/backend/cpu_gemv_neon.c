@@ -10,7 +10,7 @@
  *   INT4: 8 nibbles from one 32-bit word, low nibble first; (q − 8)·s as fma(q, s, −8s),
  *         exact before its one rounding, like the portable product.
  *   NF4:  8 nibbles, high nibble first; 16 scaled entries in four registers (tbl over 64 bytes).
- * NF2's activation transform is cpu_gemv_rows.h's too. */
+ * NF2's activation transform is cpu_gemv_rows.h's too, and INT8 weights run cpu_gemv_int8.c's loop. */
 #include "backend/cpu.h"
 
 #if CPU_HAVE_NEON
@@ -41,7 +41,7 @@ INLINE vf8 fwht8(vf8 v) {
 
 /* Eight dense weights starting at element pointer p. */
 INLINE vf8 dense8(pp_wformat fmt, const uint8_t *p) {
-    if (fmt == PP_WF_F32) return (vf8){vld1q_f32((const float *)p), vld1q_f32((const float *)p + 4)};
+    if (fmt == PP_WF_F32) return vf8_load((const float *)p);
     if (fmt == PP_WF_BF16) return vf8_from_bf16((const uint16_t *)p);
     uint16x8_t h = vld1q_u16((const uint16_t *)p);
     return (vf8){vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))),
@@ -83,7 +83,7 @@ INLINE uint8x16_t float_bytes(uint32x4_t codes) {
     return vreinterpretq_u8_u32(vmlaq_n_u32(vdupq_n_u32(0x03020100u), codes, 0x04040404u));
 }
 
-/* Four codes of `bits` bits, from the word v holds in every lane, shifted down by the lanes' shifts. */
+/* Four codes (mask: their width) from the word v holds in every lane, shifted down by the lanes' shifts. */
 INLINE uint32x4_t codes4(uint32x4_t v, int32x4_t down, uint32_t mask) {
     return vandq_u32(vshlq_u32(v, down), vdupq_n_u32(mask));
 }

@@ -1,5 +1,5 @@
 /* cpu_vf8: eight floats in registers, for the loops written once for every SIMD variant
- * (cpu_gemv_rows.h's products, cpu_attn_simd.c's attention). On x86-64 an AVX2 register, on
+ * (cpu_gemv_rows.h's and cpu_gemv_int8.c's products, cpu_attn_simd.c's attention). On x86-64 an AVX2 register, on
  * aarch64 a pair of NEON registers; a file that includes it compiles its loops for that set.
  *   INLINE, SIMD_FN          the attributes of an always-inline / an out-of-line function of the variant
  *   vf8_load(p) vf8_store(p, v)  eight floats from / to memory, any alignment
