@@ -13,6 +13,7 @@
 
 #include <type_traits>
 
+#include "gemm_int.cuh"
 #include "gemm_tc.cuh"
 #include "gemv.cuh"
 #include "gemv_int.cuh"
@@ -199,14 +200,42 @@ static int unrotated_slice(int64_t cols) {
  * starting on groups, element indices within 32 bits, for NF2 the rotation slices on the weight's
  * groups (as the float path assumes them to be), for nested NF4 second-level blocks of a power of
  * two of groups (a shift finds them). */
-static int int_gemv_takes(const pk_weight *w, int n) {
-    if ((w->fmt != PK_NF2 && w->fmt != PK_INT4 && w->fmt != PK_NF4) || n < 1 || n > PK_GEMV_MAX_BATCH) return 0;
+static int int_prepares(const pk_weight *w) {
+    if (w->fmt != PK_NF2 && w->fmt != PK_INT4 && w->fmt != PK_NF4) return 0;
     /* whole groups of whole chunks a row: rows start on chunks too */
     if (!is_pow2(w->group) || w->group % pk_int_v(w->fmt) || w->cols % w->group || w->elem0 % w->group) return 0;
     if (((uintptr_t)w->data & 15) || !indices_fit_32(w)) return 0;
     if (w->fmt == PK_NF4) return w->quant_map && (!w->nested_absmax || is_pow2(w->nested_block));
     return w->fmt == PK_INT4 || w->np2 == w->group;
 }
+
+/* Whether the product of n inputs takes the integer tensor cores (gemm_int.cuh): NF2 and INT4
+ * prepared as for the integer GEMV. Unless pk_imma_min_batch() says otherwise: NF2 from 8
+ * inputs, and from 4 where its smallest tiles give every SM a block; INT4 past
+ * PK_GEMV_MAX_BATCH. On an H200, ms, GEMV against tensor cores:
+ *   NF2 12288 x 4096:  4 inputs 0.068 / 0.044, 8 inputs 0.237 / 0.051 (2: 0.038 / 0.048)
+ *   NF2 4096 x 11264:  4 inputs 0.061 / 0.095 (128 blocks of 32 rows), 8 inputs 0.255 / 0.103
+ *   NF2 5632 x 1024:   4 inputs 0.019 / 0.013
+ *   INT4 12288 x 4096: 4 inputs 0.054 / 0.077, 8 inputs 0.101 / 0.080; 4096 x 11264 at 8:
+ *                      0.085 / 0.199 (before the launcher's smaller tiles). */
+static int imma_takes(const pk_weight *w, int n) {
+    if ((w->fmt != PK_NF2 && w->fmt != PK_INT4) || !int_prepares(w)) return 0;
+    /* weights that prepare their inputs in the product's blocks (PP_CUDA_SELF_PREP=1) keep the GEMV */
+    if (w->latency_bound && pk_self_prepare() && n <= PK_GEMV_MAX_BATCH) return 0;
+    const int asked = pk_imma_min_batch();
+    if (asked) return n >= asked;
+    if (w->fmt == PK_INT4) return n > PK_GEMV_MAX_BATCH;
+    const int64_t smallest_tile_rows = (PK_IMMA_THREADS / PK_WARP) * 8;
+    return n >= 8 || (n >= 4 && w->rows >= smallest_tile_rows * pk_device_sms());
+}
+
+/* Whether the integer GEMV (gemv_int.cuh) takes it: 1..8 inputs the tensor cores leave. */
+static int int_gemv_takes(const pk_weight *w, int n) {
+    return n >= 1 && n <= PK_GEMV_MAX_BATCH && !imma_takes(w, n) && int_prepares(w);
+}
+
+/* Whether the product reads prepared activations: either of the two. */
+static int int_takes(const pk_weight *w, int n) { return int_gemv_takes(w, n) || imma_takes(w, n); }
 
 /* f(std::integral_constant<int, FMT>{}) for the format FMT of an integer product. */
 template <class F> static int with_int_format(int fmt, F &&f) {
@@ -221,16 +250,16 @@ template <class F> static int with_int_format(int fmt, F &&f) {
 static size_t base_workspace(const pk_weight *w, int n) { return w->fmt == PK_NF2 ? (size_t)n * (size_t)w->cols : 0; }
 
 extern "C" size_t pk_matmul_workspace(const pk_weight *w, int n, int x_gated) {
-    if (int_gemv_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
+    if (int_takes(w, n)) return (pk_int_workspace_bytes(w->fmt, n, w->cols) + sizeof(float) - 1) / sizeof(float);
     return base_workspace(w, n) + (x_gated ? (size_t)n * (size_t)w->cols : 0);
 }
 
 extern "C" const char *pk_matmul_slow_path(const pk_weight *w, int n) {
     if (n > PK_GEMV_MAX_BATCH)
-        return w->fmt == PK_F32 || weight_chunkable(w) || ggml_tc_decodes(w)
+        return w->fmt == PK_F32 || imma_takes(w, n) || weight_chunkable(w) || ggml_tc_decodes(w)
                    ? NULL
                    : "the tensor-core product, decoding element by element";
-    if (int_gemv_takes(w, n) || q4k_rows_take(w, NULL) || weight_chunkable(w)) return NULL;
+    if (int_takes(w, n) || q4k_rows_take(w, NULL) || weight_chunkable(w)) return NULL;
     return "the GEMV that decodes one element at a time";
 }
 
@@ -316,6 +345,46 @@ static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst ou
     (*w, in.planes, in.meta, in.norm, n, gshift, out, next);
 }
 
+/* The integer tensor-core product (gemm_int.cuh) on tiles of MT x 16 inputs by NT x 8 rows a
+ * warp, four warps a block (blockIdx.y: the next MT x 16 inputs). */
+static dim3 imma_grid(const pk_weight *w, int n, int mt, int nt) {
+    const int64_t rows_per_block = (PK_IMMA_THREADS / PK_WARP) * nt * 8;
+    return dim3((unsigned)((w->rows + rows_per_block - 1) / rows_per_block), (unsigned)((n + mt * 16 - 1) / (mt * 16)));
+}
+
+template <int FMT, int MT, int NT>
+static void launch_imma_tiles(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
+    PK_LAUNCH(imma_grid(w, n, MT, NT), PK_IMMA_THREADS, 0, stream, pk_gemm_int_kernel<FMT, MT, NT>)
+    (*w, in.planes, in.meta, n, log2_exact(w->group), out);
+}
+
+/* The largest tiles the inputs fill and the sums' registers allow (COMBOS·MT·NT <= 16), then
+ * smaller ones (fewer rows a warp, then fewer inputs: more blocks re-reading the codes, from L2)
+ * while there would be fewer than two blocks an SM: on an H200, NF2 4096 x 11264 at 16 inputs
+ * took 0.128 ms on 64 blocks of 64 rows, twice 12288 x 4096's time on 192. */
+template <int FMT>
+static void launch_imma(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
+    int mt = n <= 16 ? 1 : n <= 32 ? 2 : 4, nt = FMT == PK_NF2 && mt == 4 ? 1 : 2;
+    const int64_t enough = 2 * (int64_t)pk_device_sms();
+    while ((nt > 1 || mt > 1) && (int64_t)imma_grid(w, n, mt, nt).x * imma_grid(w, n, mt, nt).y < enough) {
+        if (nt > 1)
+            nt = 1;
+        else
+            mt /= 2;
+    }
+    switch (mt * 10 + nt) {
+    case 11: launch_imma_tiles<FMT, 1, 1>(w, in, n, out, stream); break;
+    case 12: launch_imma_tiles<FMT, 1, 2>(w, in, n, out, stream); break;
+    case 21: launch_imma_tiles<FMT, 2, 1>(w, in, n, out, stream); break;
+    case 22: launch_imma_tiles<FMT, 2, 2>(w, in, n, out, stream); break;
+    case 41: launch_imma_tiles<FMT, 4, 1>(w, in, n, out, stream); break;
+    default:
+        if constexpr (FMT != PK_NF2)
+            launch_imma_tiles<FMT, 4, 2>(w, in, n, out, stream); /* NF2: 4 x 2 x 4 sums too many */
+        break;
+    }
+}
+
 /* One instance per input count range. Every row of a warp reuses each input's activations, so
  * rows per warp stay as high as the 128 registers allow without spilling (tools/kernel-report.sh;
  * a row holds 2 to 4 sums per input, pk_int_sum, and a chunk of codes, NF4's twice as wide):
@@ -325,6 +394,11 @@ template <int FMT>
 static void launch_int_batch(const pk_weight *w, const int_input &in, int n, pk_dst out, const pk_next &next,
                              cudaStream_t stream) {
     constexpr int cw = pk_int_fmt<FMT>::CW;
+    if constexpr (FMT != PK_NF4)
+        if (imma_takes(w, n)) { /* no hand-overs there: pk_next_plan and pk_norm_matmul keep to the GEMV */
+            launch_imma<FMT>(w, in, n, out, stream);
+            return;
+        }
     if (n == 1)
         launch_int<FMT, 1, PK_INT_RPW_1 / cw>(w, in, n, out, next, stream);
     else if (n == 2)
@@ -471,10 +545,12 @@ static void int_norm_matmul_as(const float *x, const float *alpha, int n, int d,
     launch_int_batch<FMT>(w, input, n, out, next, stream);
 }
 
-/* Whether a normalized product takes the normalizing preparation kernel and the integer product. */
-static int int_norm_takes(const pk_weight *w, int n, int d) {
-    return int_gemv_takes(w, n) && w->cols == d && norm_slice(w, d) && !self_inputs(w, n);
+/* Whether a normalized product takes the normalizing preparation kernel and an integer product
+ * (norm_prepares), and whether that is the GEMV, which alone takes hand-overs (int_norm_takes). */
+static int norm_prepares(const pk_weight *w, int n, int d) {
+    return int_takes(w, n) && w->cols == d && norm_slice(w, d) && !self_inputs(w, n);
 }
+static int int_norm_takes(const pk_weight *w, int n, int d) { return int_gemv_takes(w, n) && norm_prepares(w, n, d); }
 
 extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, float eps, float *h, const pk_weight *w,
                               float *y, float *ws, size_t ws_floats, void *cublas, const pk_next *in,
@@ -484,7 +560,7 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
         return (int)cudaErrorInvalidValue; /* cuda.c plans hand-overs with pk_next_plan and pk_matmul_hands_over */
     if (w->cols == d && self_inputs(w, n))
         return int_self(w, self_input{x, PK_PREP_NORM, alpha, eps, h, pk_attn_after{}}, n, pk_dst{y, 0}, stream);
-    if (!int_norm_takes(w, n, d)) {
+    if (!norm_prepares(w, n, d)) {
         int rc = pk_rmsnorm(x, alpha, n, d, eps, h, stream);
         return rc ? rc : pk_matmul(w, h, n, 0, 0, y, ws, ws_floats, cublas, NULL, NULL, stream);
     }
@@ -561,7 +637,7 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
     if (self_inputs(w, n))
         return int_self(w, self_input{x, x_gated ? PK_PREP_GATED : PK_PREP_PLAIN, NULL, 0.0f, NULL, pk_attn_after{}}, n,
                         out, stream);
-    if (int_gemv_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : pk_next{}, stream);
+    if (int_takes(w, n)) return int_matmul(w, x, n, x_gated, out, ws, in, next ? *next : pk_next{}, stream);
     if (x_gated) { /* the gated input apart, after the product's own workspace */
         float *gate = ws + base_workspace(w, n);
         int rc = pk_silu_mul(x, n, (int)w->cols, gate, stream);

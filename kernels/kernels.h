@@ -209,6 +209,15 @@ int pk_programmatic_launch(void);
  * off unless PP_CUDA_SELF_PREP=1 (cuda.c decides, once per process), to time both ways. */
 void pk_set_self_prepare(int on);
 int pk_self_prepare(void);
+/* Inputs from which NF2 and INT4 products run on the integer tensor cores (gemm_int.cuh) rather
+ * than the integer GEMV or, above PK_GEMV_MAX_BATCH, the TF32 tensor-core product: 0 (each
+ * format's own, gemv.cu) unless PP_CUDA_IMMA_MIN=N (cuda.c, once per process; 2..9, or 0 for
+ * never: INT_MAX). */
+void pk_set_imma_min_batch(int n);
+int pk_imma_min_batch(void);
+/* The device's SMs, for launchers that size their tiles to fill them (cuda.c sets it). */
+void pk_set_device_sms(int n);
+int pk_device_sms(void);
 /* Device memory traffic per work item, where it is counted: the CUDA emulation (tests/cuda_emu)
  * counts it from the first call on, in device memory allocated from then on; a GPU build does
  * not and returns -1. Each call passes fn (NULL: drops them), in the order they ran, the items

@@ -16,6 +16,14 @@ static int self_prepare;
 extern "C" void pk_set_self_prepare(int on) { __atomic_store_n(&self_prepare, on, __ATOMIC_RELAXED); }
 extern "C" int pk_self_prepare(void) { return __atomic_load_n(&self_prepare, __ATOMIC_RELAXED); }
 
+static int imma_min_batch; /* 0: each format's own (gemv.cu) */
+extern "C" void pk_set_imma_min_batch(int n) { __atomic_store_n(&imma_min_batch, n, __ATOMIC_RELAXED); }
+extern "C" int pk_imma_min_batch(void) { return __atomic_load_n(&imma_min_batch, __ATOMIC_RELAXED); }
+
+static int device_sms = 1;
+extern "C" void pk_set_device_sms(int n) { __atomic_store_n(&device_sms, n, __ATOMIC_RELAXED); }
+extern "C" int pk_device_sms(void) { return __atomic_load_n(&device_sms, __ATOMIC_RELAXED); }
+
 #ifndef PK_EMU /* the emulation counts traffic (tests/cuda_emu/emu.cc); a GPU's is not visible here */
 extern "C" int pk_device_traffic(pk_traffic_fn fn, void *arg) {
     (void)fn;

@@ -123,6 +123,24 @@ static const double gemm_tc_instr_per_byte[PP_WF_COUNT] = {
 
 double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemm_tc_instr_per_byte[fmt] : 0; }
 
+/* The same for the integer tensor-core product (kernels/gemm_int.cuh), NF2 and INT4, by its tile
+ * of 16, 32 or 64 inputs (the largest tiles the launcher takes, rows per warp 16, 16 and 8 for
+ * NF2, 16 for INT4): the PTX instructions of its chunk loop (sm_90, November 2026) with each
+ * mma.sync counted as 8 (an m16n8k32 of bytes is 4096 multiply-adds; a Hopper SM's quarter does
+ * ~512 a clock through mma.sync), over the chunk's weight bytes with their f16 scales (NF2 64
+ * columns, 18 bytes a row; INT4 32, 17 bytes):
+ *   NF2  16 inputs: (196 - 16 + 16 x 8) / 288 = 1.07;  32: (326 - 32 + 32 x 8) / 288 = 1.91;
+ *        64: (345 - 32 + 32 x 8) / 144 = 3.95
+ *   INT4 16 inputs: (145 - 4 + 4 x 8) / 272 = 0.64;  32: (230 - 8 + 8 x 8) / 272 = 1.05;
+ *        64: (446 - 16 + 16 x 8) / 272 = 2.05
+ * On the H200 the 64-input NF2 product of 12288 x 4096 took 0.160 ms; this model says 0.057
+ * (the integer GEMV's model is as far from its measurement: issue only, no latency). */
+double bench_gemm_int_instr_per_byte(int fmt, int inputs) {
+    const int tile = inputs <= 16 ? 0 : inputs <= 32 ? 1 : 2;
+    static const double nf2[3] = {1.07, 1.91, 3.95}, int4[3] = {0.64, 1.05, 2.05};
+    return fmt == PP_WF_NF2 ? nf2[tile] : fmt == PP_WF_INT4 ? int4[tile] : 0;
+}
+
 /* A product that prepares its inputs in each of its blocks (pk_gemv_int_self_kernel, the
  * depformer's) repeats the preparation per block: n inputs of `cols` per block of `rows per block`
  * rows, so n·cols·(thread instructions per element) / 32 warp instructions per rows·cols weights.
@@ -171,9 +189,10 @@ typedef struct take_ctx {
 
 static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
     take_ctx *c = arg;
-    double per_byte = strncmp(name, "pk_gemv", 7) == 0       ? bench_gemv_instr_per_byte(c->fmt, c->inputs)
-                      : strncmp(name, "pk_gemm_tc", 10) == 0 ? bench_gemm_tc_instr_per_byte(c->fmt)
-                                                             : 0;
+    double per_byte = strncmp(name, "pk_gemv", 7) == 0        ? bench_gemv_instr_per_byte(c->fmt, c->inputs)
+                      : strncmp(name, "pk_gemm_tc", 10) == 0  ? bench_gemm_tc_instr_per_byte(c->fmt)
+                      : strncmp(name, "pk_gemm_int", 11) == 0 ? bench_gemm_int_instr_per_byte(c->fmt, c->inputs)
+                                                              : 0;
     if (strncmp(name, "pk_gemv_int_self", 16) == 0) per_byte += self_prep_instr_per_byte(c->fmt, c->inputs);
     double instr = per_byte * (double)read;
     bench_kernel k = {.name = name, .launches = 1, .read = (double)read, .written = (double)written};
@@ -239,6 +258,9 @@ static const bench_mode modes[] = {
 };
 
 int main(int argc, char **argv) {
+    /* each row as it is measured, also into a log: a run stopped at its time limit (gpu-check's
+     * steps) keeps the rows it had */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     size_t n = sizeof modes / sizeof modes[0];
     for (size_t i = 0; argc > 1 && i < n; i++)
         if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);

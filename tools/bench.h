@@ -37,8 +37,9 @@ double bench_backend_copy_gbps(struct pp_backend *be);
  * at its number of inputs (bench_gemv_instr_per_byte; one that prepares its inputs in every
  * block, more: bench.c's self_prep_instr_per_byte), the tensor-core product of more inputs (pk_gemm_tc) the same at
  * its own rate (bench_gemm_tc_instr_per_byte; the bytes include its inputs', about a fifth more
- * than the weights' at 64 inputs of 4096); every other kernel, copy and fill counts as
- * memory-bound. */
+ * than the weights' at 64 inputs of 4096), the integer tensor-core product of NF2 and INT4
+ * (pk_gemm_int) at its tile's (bench_gemm_int_instr_per_byte); every other kernel, copy and fill
+ * counts as memory-bound. */
 #define BENCH_KERNELS 48
 typedef struct bench_kernel {
     const char *name;
@@ -51,6 +52,7 @@ typedef struct bench_traffic {
 } bench_traffic;
 double bench_gemv_instr_per_byte(int fmt, int inputs); /* inputs: 1..8 (the kernel instance's) */
 double bench_gemm_tc_instr_per_byte(int fmt); /* fmt: a pp_wformat */
+double bench_gemm_int_instr_per_byte(int fmt, int inputs); /* NF2, INT4; inputs: any */
 /* Starts counting, in device memory allocated from then on: 1 where be counts traffic, else 0. */
 int bench_traffic_start(struct pp_backend *be);
 /* Adds the work be ran since the previous call to t (NULL: drops it), GEMVs at format fmt's rate

@@ -319,10 +319,11 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
         if (counted)
             printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
                    "(bench.h), warp instructions per byte (%s): GEMVs %.3f at 1 input to %.3f at 5-8, tensor-core "
-                   "products %.2f; floor MB: the LM's matrices (not its embedding tables)%s and each conversation's "
-                   "rings up to its position, read once\n",
+                   "products %.2f (integer: %.2f at 16 inputs to %.2f at 64); floor MB: the LM's matrices (not its "
+                   "embedding tables)%s and each conversation's rings up to its position, read once\n",
                    o->format, bench_gemv_instr_per_byte(fmt, 1), bench_gemv_instr_per_byte(fmt, 8),
-                   bench_gemm_tc_instr_per_byte(fmt), o->codec ? ", the codec's" : "");
+                   bench_gemm_tc_instr_per_byte(fmt), bench_gemm_int_instr_per_byte(fmt, 16),
+                   bench_gemm_int_instr_per_byte(fmt, 64), o->codec ? ", the codec's" : "");
         printf("%6s %12s %18s %14s %12s%s\n", "batch", timed ? "tick ms" : "", timed ? "ms/conversation" : "",
                timed ? "vs batch 1" : "", be->ops->nodes_run ? "nodes/tick" : "",
                counted ? "  dev MB/tick  est. ms/tick  floor MB  vs floor" : "");

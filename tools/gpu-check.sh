@@ -3,13 +3,14 @@
 #   1. builds with CUDA in build-gpu/ (for this GPU's architecture only, unless PP_CUDA_ARCHS is set)
 #   2. test_backend_parity: every backend operation, CPU against CUDA
 #   3. every golden case (tests/data/golden, and heldout/) with --device cuda
-#   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1 and 4 inputs), and
+#   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1, 4 and 64 inputs), and
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
 #      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch, and
 #      the emulation's node and byte count and H100 estimate of that frame beside it);
 #      the codec per frame; the batched tick at 1-64 conversations at context 3000, timed on
 #      synthetic models of 1 and 2 layers and extrapolated to the real 32 + 6 (so the models
-#      are written in seconds)
+#      are written in seconds; about 130 s on an H200), last again without the integer tensor
+#      cores (PP_CUDA_IMMA_MIN=0)
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
 #      the demo model, or on WEIGHTS=FILE (the real model, at its full context once it runs long
 #      enough; the server's start-up calibration is in its log beside the loadtest's)
@@ -117,6 +118,8 @@ step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
     "$build/personaplex-bench" codec --device cuda --frames "$frames"
 step "bench gemv (batch 4)" "$logs/bench-gemv-4.log" \
     "$build/personaplex-bench" gemv --device cuda --batch 4 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
+step "bench gemv (batch 64)" "$logs/bench-gemv-64.log" \
+    "$build/personaplex-bench" gemv --device cuda --batch 64 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
 step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
 # the same without programmatic dependent launch: what it gains on this GPU
@@ -127,6 +130,11 @@ frame_int8kv nopdl PP_CUDA_PDL=0
 frame_int8kv selfprep PP_CUDA_SELF_PREP=1
 frame_int8kv handover PP_CUDA_HAND_OVER=1
 frame_int8kv fused PP_CUDA_SELF_PREP=1 PP_CUDA_HAND_OVER=1
+# the batched tick without the integer tensor cores (NF2: the GEMV to 8 inputs, TF32 beyond):
+# what they gain on this GPU
+step "bench batch (as above; PP_CUDA_IMMA_MIN=0)" "$logs/bench-batch-noimma.log" \
+    env PP_CUDA_IMMA_MIN=0 "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 \
+    --ticks "$frames" --context 3000 --layers 32 --dep-layers 6 --extrapolate
 # the emulation's count and H100 estimate of the same frame, to set beside the measurement (a
 # PREBUILT copy may leave the emulated benchmark out: it runs on the CPU, as anywhere)
 [ -x "$build/personaplex-bench-emu" ] && step "emulated estimate (nf2; int8 KV; context 3000)" \
@@ -140,10 +148,10 @@ echo
 echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log"
 echo "== gemv, frame, codec and batch benchmarks =="
-cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-frame-int8kv.log" \
+cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
-    "$logs/bench-batch.log" 2>/dev/null
+    "$logs/bench-batch.log" "$logs/bench-batch-noimma.log" 2>/dev/null
 echo "== loadtest =="
 tail -4 "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

@@ -5,7 +5,7 @@
 #   tools/kernel-report.sh [ARCHS]     default "87 90"; NVCC=path overrides the compiler
 # Prints one line per kernel and architecture: registers, spill bytes (stores + loads), stack,
 # static shared memory, and the resident warps per SM the registers allow (64 at most). Exits 1
-# when a GEMV kernel (pk_gemv*) or the tensor-core product (pk_gemm_tc*) spills: its inner loop
+# when a GEMV kernel (pk_gemv*) or a tensor-core product (pk_gemm_tc*, pk_gemm_int*) spills: its inner loop
 # must keep every accumulator and every load in flight in registers; and when a GEMV instance
 # takes more than 128 registers (fewer resident warps than hide its loads' latency: issue #25);
 # and when a self-preparing product (pk_gemv_int_self_kernel) declares more static shared memory
@@ -228,7 +228,7 @@ done | sort -u -k2,2 -k1,1 | while read -r arch name regs spill stack smem; do
     warps=$((65536 / (per_thread * 32)))
     [ "$warps" -gt 64 ] && warps=64
     flag=""
-    if [[ "$name" == *pk_gemv* || "$name" == *pk_gemm_tc* ]] && [ "$spill" -gt 0 ]; then
+    if [[ "$name" == *pk_gemv* || "$name" == *pk_gemm_* ]] && [ "$spill" -gt 0 ]; then
         flag="  <- spills"
         echo "$arch $short" >>"$tmp/bad"
     elif [[ "$name" == *pk_gemv* ]] && [ "$regs" -gt 128 ]; then

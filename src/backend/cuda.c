@@ -16,6 +16,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1030,6 +1031,18 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     pk_set_self_prepare(self && strcmp(self, "1") == 0);
     const char *hand_over = getenv("PP_CUDA_HAND_OVER");
     c->hand_over = hand_over && strcmp(hand_over, "1") == 0;
+    pk_set_device_sms(prop.multiProcessorCount);
+    /* Where the integer tensor cores take over from the integer GEMV (0: never, the TF32 product
+     * past 8 inputs), to time the ways against each other */
+    const char *imma_min = getenv("PP_CUDA_IMMA_MIN");
+    if (imma_min) {
+        char *end;
+        const long v = strtol(imma_min, &end, 10);
+        if (*end || end == imma_min || (v != 0 && (v < 2 || v > PK_GEMV_MAX_BATCH + 1)))
+            return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_IMMA_MIN=%s: give 2..%d inputs, or 0 for never", imma_min,
+                           PK_GEMV_MAX_BATCH + 1);
+        pk_set_imma_min_batch(v ? (int)v : INT_MAX);
+    }
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)

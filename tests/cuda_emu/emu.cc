@@ -96,6 +96,14 @@ extern "C" cudaError_t cudaGetDeviceCount(int *count) {
 
 extern "C" cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : note(cudaErrorInvalidDevice); }
 
+/* The SMs the device reports: 1, or PK_EMU_SMS=N (1..1024), so launchers that size their tiles
+ * to the SMs (gemv.cu's launch_imma) take the choices of a larger device. */
+static int emu_sms(void) {
+    const char *v = getenv("PK_EMU_SMS");
+    const int n = v ? atoi(v) : 1;
+    return n >= 1 && n <= 1024 ? n : 1;
+}
+
 extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     if (device != 0) return note(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof *prop);
@@ -103,7 +111,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int 
     prop->totalGlobalMem = emu_total_bytes;
     prop->major = 9;
     prop->minor = 0;
-    prop->multiProcessorCount = 1;
+    prop->multiProcessorCount = emu_sms();
     prop->integrated = emu_integrated();
     return cudaSuccess;
 }
@@ -874,6 +882,18 @@ void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *
         memcpy(out, slots[src_lane & (WARP - 1)], 4);
     else
         memcpy(out, slots[src_lane & (WARP - 1)], 8);
+}
+
+void gather(const void *value, size_t size, void *all) {
+    static unsigned char gathered[MAX_WARPS][2][WARP][32]; /* as exchange, wider */
+    fiber *f = current;
+    unsigned char(*slots)[32] = gathered[f->warp][f->shuffles & 1];
+    if (size > sizeof slots[0]) fatal("warp gather of more than 32 bytes a lane");
+    memcpy(slots[f->lane], value, size);
+    f->shuffles++;
+    f->shuffle_mask = 0xffffffffu;
+    wait_at(AT_WARP_BARRIER);
+    for (int lane = 0; lane < WARP; lane++) memcpy((unsigned char *)all + (size_t)lane * size, slots[lane], size);
 }
 
 /* A fiber's first frame: runs the kernel body, then leaves for good. */

@@ -87,6 +87,9 @@ const uint3 &thread_idx();
 void sync_block();
 /* Lane exchange among the warp's lanes: writes `size` bytes of value, returns lane src's. */
 void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out);
+/* Every lane of the full warp writes `size` (<= 32) bytes of value; all receives the 32 lanes'
+ * values in lane order. */
+void gather(const void *value, size_t size, void *all);
 /* Device-side misuse the hardware leaves undefined: stops the run with the message. */
 [[noreturn]] void misuse(const char *what);
 int lane_id();
@@ -212,6 +215,38 @@ static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
     for (int k = 0; k < 4; k++) c += ((a >> (8 * k)) & 255u) * ((b >> (8 * k)) & 255u);
     return c;
 }
+
+namespace pk_emu {
+/* mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.u8.s32 with c as both sums (warp-collective):
+ * the 16 x 32 bytes of a and 32 x 8 of b gathered from the lanes' fragments in PTX's layout
+ * (lane = 4·group + t: a's registers rows group, group + 8, group, group + 8 at columns 4t..4t+3,
+ * then 16 + 4t..; b's rows 4t.., 16 + 4t.. of column group; c's elements (group, 2t), (group,
+ * 2t + 1), (group + 8, 2t), (group + 8, 2t + 1)), summed exactly in int32 (wrapping). */
+static inline void imma_m16n8k32(bool a_signed, int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    struct frag {
+        uint32_t a[4], b[2];
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
+    gather(&mine, sizeof mine, all);
+    int ma[16][32], mb[32][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const int grp = lane >> 2, t = lane & 3;
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < 4; j++) {
+                const uint8_t byte = (uint8_t)(all[lane].a[r] >> (8 * j));
+                ma[grp + 8 * (r & 1)][16 * (r >> 1) + 4 * t + j] = a_signed ? (int)(int8_t)byte : (int)byte;
+            }
+        for (int r = 0; r < 2; r++)
+            for (int j = 0; j < 4; j++) mb[16 * r + 4 * t + j][grp] = (int)(uint8_t)(all[lane].b[r] >> (8 * j));
+    }
+    const int lane = lane_id(), grp = lane >> 2, t = lane & 3;
+    for (int k = 0; k < 4; k++) {
+        const int row = grp + 8 * (k >> 1), col = 2 * t + (k & 1);
+        uint32_t s = (uint32_t)c[k];
+        for (int j = 0; j < 32; j++) s += (uint32_t)(ma[row][j] * mb[j][col]);
+        c[k] = (int)s;
+    }
+}
+} // namespace pk_emu
 
 /* 1 + the index of the lowest set bit, 0 for 0. */
 static inline int __ffs(int x) { return __builtin_ffs(x); }
