@@ -7,7 +7,7 @@
  * value to the ring's format and stores them (an int8 head's max|x| is one block reduction).
  * The visible keys (positions max(0, pos − window + 1) .. pos) are cut into splits of
  * PK_ATTN_SPLIT keys; block (head, split, row) runs an online softmax over its keys (each warp
- * PK_ATTN_KEYS keys at a time, lanes over head_dim). The grid follows the capacity, not the
+ * PK_ATTN_KEYS(FMT) keys at a time, lanes over head_dim). The grid follows the capacity, not the
  * position (which lives in device memory), so the launch is the same every frame and a captured
  * graph replays it; but only the splits that hold keys work, so a short context costs its keys,
  * not the capacity: the others return at once. With one live split its block writes the output;

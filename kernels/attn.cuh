@@ -9,7 +9,10 @@
 #define PK_ATTN_SPLIT 64
 #define PK_ATTN_THREADS 128
 #define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
-#define PK_ATTN_KEYS 4      /* keys a warp loads ahead */
+/* Keys a warp loads ahead: as many as 32 registers of a lane's raw words hold at a 128-wide head
+ * (f32 4, bf16 and int8 8: their words are decoded where used), so that many memory round trips
+ * overlap. */
+#define PK_ATTN_KEYS(FMT) ((FMT) == PK_KV_F32 ? 4 : 8)
 
 /* A value other blocks of this launch may have written (FRESH) is read through L2. */
 template <bool FRESH> __device__ __forceinline__ float pk_load_fresh(const float *p) { return FRESH ? __ldcg(p) : *p; }
@@ -52,14 +55,6 @@ __device__ __forceinline__ float pk_kv_new(const float *src, int d, int head_dim
     float a = pk_load_fresh<FRESH>(src + (d & ~1)), b = pk_load_fresh<FRESH>(src + (d | 1));
     pk_rope_rotate(rope, d >> 1, p, a, b);
     return d & 1 ? b : a;
-}
-
-/* Element e of head h at slot `slot`, decoded. */
-template <int FMT>
-__device__ __forceinline__ float pk_kv_load(const void *base, const float *scales, size_t off, size_t scale_idx) {
-    if (FMT == PK_KV_F32) return ((const float *)base)[off];
-    if (FMT == PK_KV_BF16) return pk_bf16(((const uint16_t *)base)[off]);
-    return (float)((const int8_t *)base)[off] * scales[scale_idx];
 }
 
 /* The block stores head h of the new key (which 0) or value (1) at `slot` in the ring's format.
@@ -118,26 +113,44 @@ template <int BYTES> __device__ __forceinline__ void pk_load_words(const uint8_t
     }
 }
 
-/* Elements off .. off + valid - 1 of a ring buffer into out (the rest 0), decoded: one load of
- * VPL elements (not one per element) when whole (the head splits into whole lanes, so every
- * lane's offset is a multiple of VPL), else one by one. */
+/* A lane's VPL values of one key or value as stored: raw words (VPL elements in the ring's
+ * format) and, for int8, the slot's scale; decoded where used (pk_kv_decode). */
+template <int FMT, int VPL> struct pk_kv_lane {
+    enum { BYTES = VPL * (FMT == PK_KV_F32 ? 4 : FMT == PK_KV_BF16 ? 2 : 1), WORDS = BYTES >= 4 ? BYTES / 4 : 1 };
+    uint32_t w[WORDS];
+    float scale;
+};
+
+/* Elements off .. off + valid - 1 of a ring buffer (the rest 0): one load of VPL elements (not one
+ * per element) when whole (the head splits into whole lanes, so every lane's offset is a multiple
+ * of VPL), else one by one into the same words. */
 template <int FMT, int VPL>
 __device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *scales, size_t off, size_t scale_idx,
-                                                bool whole, int valid, float (&out)[VPL]) {
-    enum { BYTES = VPL * (FMT == PK_KV_F32 ? 4 : FMT == PK_KV_BF16 ? 2 : 1) };
-    if (!whole) {
-#pragma unroll
-        for (int t = 0; t < VPL; t++) out[t] = t < valid ? pk_kv_load<FMT>(base, scales, off + t, scale_idx) : 0.0f;
+                                                bool whole, int valid, pk_kv_lane<FMT, VPL> &out) {
+    typedef pk_kv_lane<FMT, VPL> L;
+    out.scale = FMT == PK_KV_INT8 ? scales[scale_idx] : 1.0f;
+    if (whole) {
+        pk_load_words<L::BYTES>((const uint8_t *)base + off * (L::BYTES / VPL), out.w);
         return;
     }
-    uint32_t w[BYTES >= 4 ? BYTES / 4 : 1];
-    pk_load_words<BYTES>((const uint8_t *)base + off * (BYTES / VPL), w);
-    const float sc = FMT == PK_KV_INT8 ? scales[scale_idx] : 1.0f;
+#pragma unroll
+    for (int i = 0; i < L::WORDS; i++) out.w[i] = 0;
 #pragma unroll
     for (int t = 0; t < VPL; t++) {
-        if (FMT == PK_KV_F32) out[t] = __uint_as_float(w[t]);
-        else if (FMT == PK_KV_BF16) out[t] = pk_bf16((uint16_t)(w[t / 2] >> (16 * (t % 2))));
-        else out[t] = (float)(int8_t)(uint8_t)(w[t / 4] >> (8 * (t % 4))) * sc;
+        if (t >= valid) break;
+        if (FMT == PK_KV_F32) out.w[t] = ((const uint32_t *)base)[off + t];
+        else if (FMT == PK_KV_BF16) out.w[t / 2] |= (uint32_t)((const uint16_t *)base)[off + t] << (16 * (t % 2));
+        else out.w[t / 4] |= (uint32_t)((const uint8_t *)base)[off + t] << (8 * (t % 4));
+    }
+}
+
+template <int FMT, int VPL>
+__device__ __forceinline__ void pk_kv_decode(const pk_kv_lane<FMT, VPL> &in, float (&out)[VPL]) {
+#pragma unroll
+    for (int t = 0; t < VPL; t++) {
+        if (FMT == PK_KV_F32) out[t] = __uint_as_float(in.w[t]);
+        else if (FMT == PK_KV_BF16) out[t] = pk_bf16((uint16_t)(in.w[t / 2] >> (16 * (t % 2))));
+        else out[t] = (float)(int8_t)(uint8_t)(in.w[t / 4] >> (8 * (t % 4))) * in.scale;
     }
 }
 
@@ -234,34 +247,36 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
 #pragma unroll
     for (int t = 0; t < VPL; t++) qv[t] *= scale;
     float m = -INFINITY, l = 0.0f;
-    /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, PK_ATTN_KEYS of them at a time: their
-     * keys and values are loaded before the first is used, so that many memory round trips
-     * overlap instead of following one another. */
-    for (int64_t p = k0 + warp; p <= k1; p += (int64_t)nw * PK_ATTN_KEYS) {
-        float kx[PK_ATTN_KEYS][VPL], vx[PK_ATTN_KEYS][VPL];
+    /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, KEYS of them at a time: their keys
+     * and values are loaded before the first is used, so that many memory round trips overlap
+     * instead of following one another. */
+    constexpr int KEYS = PK_ATTN_KEYS(FMT);
+    for (int64_t p = k0 + warp; p <= k1; p += (int64_t)nw * KEYS) {
+        pk_kv_lane<FMT, VPL> kr[KEYS] = {}, vr[KEYS] = {};
 #pragma unroll
-        for (int u = 0; u < PK_ATTN_KEYS; u++) {
+        for (int u = 0; u < KEYS; u++) {
             const int64_t pu = p + (int64_t)u * nw;
             const size_t slot = (size_t)((pu <= k1 ? pu : p) % r.capacity), off = slot * dim + (size_t)h * head_dim;
             const size_t si = slot * n_heads + h;
-#pragma unroll
-            for (int t = 0; t < VPL; t++) kx[u][t] = vx[u][t] = 0.0f;
             if (live) {
-                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off + d0, si, whole, head_dim - d0, kx[u]);
-                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off + d0, si, whole, head_dim - d0, vx[u]);
+                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off + d0, si, whole, head_dim - d0, kr[u]);
+                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off + d0, si, whole, head_dim - d0, vr[u]);
             }
         }
 #pragma unroll
-        for (int u = 0; u < PK_ATTN_KEYS; u++) {
+        for (int u = 0; u < KEYS; u++) {
             if (p + (int64_t)u * nw > k1) break; /* the same in every lane */
+            float kx[VPL], vx[VPL];
+            pk_kv_decode<FMT, VPL>(kr[u], kx);
+            pk_kv_decode<FMT, VPL>(vr[u], vx);
             float s = 0.0f;
 #pragma unroll
-            for (int t = 0; t < VPL; t++) s += qv[t] * kx[u][t];
+            for (int t = 0; t < VPL; t++) s += qv[t] * kx[t];
             s = pk_warp_sum(s);
             float mn = fmaxf(m, s), f = expf(m - mn), e = expf(s - mn);
             l = l * f + e;
 #pragma unroll
-            for (int t = 0; t < VPL; t++) o[t] = o[t] * f + e * vx[u][t];
+            for (int t = 0; t < VPL; t++) o[t] = o[t] * f + e * vx[t];
             m = mn;
         }
     }
