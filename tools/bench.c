@@ -187,16 +187,19 @@ typedef struct take_ctx {
     int fmt, inputs;
 } take_ctx;
 
+double bench_kernel_s(const char *name, int fmt, int inputs, double read, double written) {
+    double per_byte = strncmp(name, "pk_gemv", 7) == 0        ? bench_gemv_instr_per_byte(fmt, inputs)
+                      : strncmp(name, "pk_gemm_tc", 10) == 0  ? bench_gemm_tc_instr_per_byte(fmt)
+                      : strncmp(name, "pk_gemm_int", 11) == 0 ? bench_gemm_int_instr_per_byte(fmt, inputs)
+                                                              : 0;
+    if (strncmp(name, "pk_gemv_int_self", 16) == 0) per_byte += self_prep_instr_per_byte(fmt, inputs);
+    return fmax((read + written) / H100_BYTES_PER_S, per_byte * read / H100_WARP_INSTR_PER_S);
+}
+
 static void take_item(void *arg, const char *name, uint64_t read, uint64_t written) {
     take_ctx *c = arg;
-    double per_byte = strncmp(name, "pk_gemv", 7) == 0        ? bench_gemv_instr_per_byte(c->fmt, c->inputs)
-                      : strncmp(name, "pk_gemm_tc", 10) == 0  ? bench_gemm_tc_instr_per_byte(c->fmt)
-                      : strncmp(name, "pk_gemm_int", 11) == 0 ? bench_gemm_int_instr_per_byte(c->fmt, c->inputs)
-                                                              : 0;
-    if (strncmp(name, "pk_gemv_int_self", 16) == 0) per_byte += self_prep_instr_per_byte(c->fmt, c->inputs);
-    double instr = per_byte * (double)read;
     bench_kernel k = {.name = name, .launches = 1, .read = (double)read, .written = (double)written};
-    k.s = fmax((k.read + k.written) / H100_BYTES_PER_S, instr / H100_WARP_INSTR_PER_S);
+    k.s = bench_kernel_s(name, c->fmt, c->inputs, k.read, k.written);
     add_row(c->t, &k, 1);
 }
 

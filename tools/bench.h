@@ -64,6 +64,8 @@ void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, co
  * conversations in one batch (tools/bench_codec.c), on random weights of the released Mimi's
  * shapes, after the frames that start the rows and record the calls; *weights: their bytes. */
 int bench_codec_count(struct pp_backend *be, int n, double *nodes, bench_traffic *t, double *weights, char *err);
+/* One kernel's part of the estimate, seconds: name's rate (fmt, inputs) on its bytes. */
+double bench_kernel_s(const char *name, int fmt, int inputs, double read, double written);
 /* The estimate in seconds: t's kernels plus 1.3 us per node. */
 double bench_estimate_s(const bench_traffic *t, double nodes);
 /* A line per name (launches, MB read and written, estimated us), the costliest first. */

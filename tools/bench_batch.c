@@ -4,6 +4,7 @@
  *                           [--layers L] [--dep-layers D] [--format bf16|nf2|int4|nf4]
  *                           [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] [--threads N]
  *                           [--device cpu|cuda] [--context N] [--codec] [--extrapolate]
+ *                           [--project 32,64]
  * Without --weights it writes a synthetic model with the PersonaPlex-7B shapes but only L
  * temporal and D depformer layers (default 1 and 1, so a CPU finishes in seconds) to a
  * temporary directory, quantized to --format, and removes it afterwards. The conversations
@@ -16,7 +17,8 @@
  * position. --codec adds the batch's Mimi encode and decode (the released codec's shapes) to the
  * tick. --extrapolate counts synthetic models of 1 and 2 layers of each transformer and scales
  * the counts linearly to L and D, and the times too on a real GPU (the emulation's times are
- * its CPU's, not shown): the real model's tick from small ones. */
+ * its CPU's, not shown): the real model's tick from small ones. --project adds rows for batch
+ * sizes too large to emulate, from the counts at the first and last of --batches (project()). */
 #include "bench.h"
 
 #include "backend/backend.h"
@@ -41,6 +43,7 @@ typedef struct {
     const char *weights, *config, *device, *format, *kv;
     int layers, dep_layers, ticks, threads, context;
     int batches[MAX_BATCHES], n_batches;
+    int project[MAX_BATCHES], n_project; /* --project: batch sizes projected from the counted ones */
     int codec;       /* --codec: the tick includes the batch's Mimi encode and decode */
     int extrapolate; /* --extrapolate: counted at 1 and 2 layers, scaled to --layers / --dep-layers */
 } batch_opts;
@@ -82,10 +85,13 @@ static int parse(int argc, char **argv, batch_opts *o) {
             o->context = atoi(v);
         else if (strcmp(a, "--batches") == 0) {
             if ((o->n_batches = parse_list(v, o->batches, MAX_BATCHES)) < 1) return -1;
+        } else if (strcmp(a, "--project") == 0) {
+            if ((o->n_project = parse_list(v, o->project, MAX_BATCHES)) < 1) return -1;
         } else
             return -1;
     }
-    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 && o->context >= 0 && !(o->extrapolate && o->weights)
+    return o->layers >= 1 && o->dep_layers >= 1 && o->ticks >= 1 && o->context >= 0 &&
+                   !(o->extrapolate && o->weights) && (!o->n_project || o->n_batches >= 2)
                ? 0
                : -1;
 }
@@ -272,6 +278,30 @@ static void extrapolate(tick_counts *out, const tick_counts *a, const tick_count
     bench_traffic_mix(&out->t, &ab, 1.0, &c->t, kc);
 }
 
+/* --project: the counts at n from those at the first and last counted sizes a < b. Each kernel's
+ * bytes are linear in n through its counts at a and b (a kernel that ran only at b keeps b's: a
+ * product whose kernel changed with n, whose weights it reads once); its estimate is priced at n
+ * inputs; the nodes are b's (the tick's launches do not depend on n once the products take
+ * their many-input kernels: 772 at 1, 8, 32 and 64 conversations on an H200). */
+static void project(tick_counts *out, const tick_counts *a, int na, const tick_counts *b, int nb, int n, int fmt) {
+    const double k = (double)(n - nb) / (nb - na);
+    *out = *b;
+    out->kv_bytes = b->kv_bytes / nb * n;
+    out->t.read = out->t.written = out->t.s = 0;
+    for (int i = 0; i < b->t.n; i++) {
+        bench_kernel *r = &out->t.k[i];
+        for (int j = 0; j < a->t.n; j++)
+            if (strcmp(a->t.k[j].name, r->name) == 0) {
+                r->read += k * (r->read - a->t.k[j].read);
+                r->written += k * (r->written - a->t.k[j].written);
+            }
+        r->s = bench_kernel_s(r->name, fmt, n, r->read, r->written);
+        out->t.read += r->read;
+        out->t.written += r->written;
+        out->t.s += r->s;
+    }
+}
+
 /* The tick's codec, one batch size: added to the LM's counts when --codec. */
 static int add_codec(pp_backend *be, int n, tick_counts *tc, double *codec_weights, char *err) {
     double nodes = 0;
@@ -316,6 +346,10 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
                    "2) - X(1, 1)), nodes, traffic%s per tick alike\n",
                    o->layers, o->dep_layers, timed ? " and times" : " (no times: the emulation's are its own)");
         if (o->codec) printf("the tick includes the batch's Mimi encode and decode (released shapes, f32 weights)\n");
+        if (counted && o->n_project)
+            printf("projected rows: each kernel's bytes linear in n through its counts at %d and %d (one that ran only "
+                   "at %d keeps them), priced at n inputs; nodes and weights as at %d\n",
+                   o->batches[0], o->batches[nb - 1], o->batches[nb - 1], o->batches[nb - 1]);
         if (counted)
             printf("device MB per tick: counted by the backend per page touched; est. ms: the H100 estimate "
                    "(bench.h), warp instructions per byte (%s): GEMVs %.3f at 1 input to %.3f at 5-8, tensor-core "
@@ -329,11 +363,17 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
                counted ? "  dev MB/tick  est. ms/tick  floor MB  vs floor" : "");
     }
     double one = 0;
-    for (int i = 0; !rc && i < nb; i++) {
-        const tick_counts *t = &tc[i];
-        double per = t->ms / o->batches[i];
-        if (o->batches[i] == 1) one = per;
-        if (!timed)
+    const int rows = nb + (counted ? o->n_project : 0);
+    for (int i = 0; !rc && i < rows; i++) {
+        const int n = i < nb ? o->batches[i] : o->project[i - nb];
+        tick_counts projected;
+        if (i >= nb) project(&projected, &tc[0], o->batches[0], &tc[nb - 1], o->batches[nb - 1], n, (int)fmt);
+        const tick_counts *t = i < nb ? &tc[i] : &projected;
+        double per = t->ms / n;
+        if (n == 1) one = per;
+        if (i >= nb)
+            printf("%6d %12s %18s %14s", n, "", "(projected)", "");
+        else if (!timed)
             printf("%6d %12s %18s %14s", o->batches[i], "", "", "");
         else if (one > 0)
             printf("%6d %12.1f %18.2f %13.2fx", o->batches[i], t->ms, per, one / per);
@@ -356,9 +396,10 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
 int bench_batch(int argc, char **argv) {
     batch_opts o;
     if (parse(argc, argv, &o)) {
-        fprintf(stderr, "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
-                        "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
-                        "[--threads N] [--device cpu|cuda] [--context N] [--codec] [--extrapolate]\n");
+        fprintf(stderr,
+                "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
+                "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
+                "[--threads N] [--device cpu|cuda] [--context N] [--codec] [--extrapolate] [--project N,...]\n");
         return 2;
     }
     pp_log_set_level(PP_LOG_WARN);
