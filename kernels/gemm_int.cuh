@@ -44,7 +44,7 @@ template <> struct pk_imma_fmt<PK_INT4> {
 };
 
 /* c += a·b on one m16n8k32 tile, a signed (the h plane) or not, b unsigned; PTX's fragment
- * layout (the emulation's pk_emu::imma follows it). Not volatile: no side effects, so the
+ * layout (the emulation's pk_emu::imma_m16n8k32 follows it). Not volatile: no side effects, so the
  * compiler may issue the next step's loads ahead of it. */
 template <bool A_SIGNED>
 __device__ __forceinline__ void pk_imma(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

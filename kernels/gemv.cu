@@ -196,7 +196,8 @@ static int unrotated_slice(int64_t cols) {
     return s;
 }
 
-/* Whether the integer kernel takes this product: its chunks inside power-of-two groups, rows
+/* Whether the integer kernels (the GEMV, the tensor cores) can take this weight's products, on
+ * activations prepared for it: its chunks inside power-of-two groups, rows
  * starting on groups, element indices within 32 bits, for NF2 the rotation slices on the weight's
  * groups (as the float path assumes them to be), for nested NF4 second-level blocks of a power of
  * two of groups (a shift finds them). */
@@ -366,7 +367,8 @@ template <int FMT>
 static void launch_imma(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
     int mt = n <= 16 ? 1 : n <= 32 ? 2 : 4, nt = FMT == PK_NF2 && mt == 4 ? 1 : 2;
     const int64_t enough = 2 * (int64_t)pk_device_sms();
-    while ((nt > 1 || mt > 1) && (int64_t)imma_grid(w, n, mt, nt).x * imma_grid(w, n, mt, nt).y < enough) {
+    for (dim3 g = imma_grid(w, n, mt, nt); (nt > 1 || mt > 1) && (int64_t)g.x * g.y < enough;
+         g = imma_grid(w, n, mt, nt)) {
         if (nt > 1)
             nt = 1;
         else
