@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
                 }
             }
         }
-        /* the chunk's sums, joined as pk_int_total, times the activation and group scales */
+        /* the chunk's sums, joined by pk_int_total, times the activation and group scales */
         float gs[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -166,14 +166,14 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int k = 2 * h + e; /* c0, c1: input g; c2, c3: input g + 8 */
-                        const int *sm = &sum[mt][nt][0][0];
-                        uint32_t total;
+                        const int(&sm)[I::COMBOS][4] = sum[mt][nt];
+                        pk_int_sum<FMT> chunk;
                         if constexpr (FMT == PK_NF2)
-                            total = (uint32_t)mtc.y + 1227u * 256u * (uint32_t)sm[k] + 1227u * (uint32_t)sm[4 + k] +
-                                    95u * 256u * (uint32_t)sm[8 + k] + 95u * (uint32_t)sm[12 + k];
+                            chunk.hc = sm[0][k], chunk.lc = (uint32_t)sm[1][k], chunk.h0 = sm[2][k],
+                            chunk.l0 = (uint32_t)sm[3][k];
                         else
-                            total = (uint32_t)mtc.y + 256u * (uint32_t)sm[k] + (uint32_t)sm[4 + k];
-                        acc[mt][nt][k] += gs[nt][e] * __int_as_float(mtc.x) * (float)(int)total;
+                            chunk.h = sm[0][k], chunk.l = (uint32_t)sm[1][k];
+                        acc[mt][nt][k] += gs[nt][e] * __int_as_float(mtc.x) * pk_int_total<FMT>(chunk, mtc.y);
                     }
             }
     }
