@@ -18,19 +18,20 @@
  * multiply them into f32 sums. No shared memory: a block's four warps read the same activations,
  * which L1 serves, and each warp its own rows' codes.
  *
- * A warp owns NT tiles of 8 rows and MT tiles of 16 inputs (blockIdx.y: the next MT·16 inputs);
- * COMBOS·MT·NT·4 int32 sums a lane, at most 64, and MT·NT·4 floats. The launcher takes smaller
- * tiles where the large ones would leave SMs idle (gemv.cu's launch_imma). */
+ * A warp owns NT tiles of 8 rows and one of 16 inputs (blockIdx.y: the next 16 inputs); COMBOS·NT·4
+ * int32 sums a lane, at most 64, and NT·4 floats. Each activation fragment a warp loads (16 inputs
+ * by 32 bytes of a plane) feeds COMBOS / 2 · NT products: a warp's loads from L1, not the tensor
+ * cores, bound the product, so a warp takes as many rows as its registers allow rather than more
+ * inputs (gemv.cu's launch_imma). */
 #ifndef PP_KERNELS_GEMM_INT_CUH
 #define PP_KERNELS_GEMM_INT_CUH
 
 #include "gemv_int.cuh"
 
 #define PK_IMMA_THREADS 128
-/* Blocks an SM must hold: unsaid (0) as in the H200's timings, but 2 for 16 inputs by 16 rows a
- * warp, which ptxas otherwise fits in 96 registers with a 4-byte spill (sm_87 and sm_90). Saying 1
- * instead of nothing gives ptxas room it takes: NF2's 64-input tile went from 138 registers to 176. */
-#define PK_IMMA_MIN_BLOCKS(MT, NT) ((MT) == 1 && (NT) == 2 ? 2 : 0)
+/* Blocks an SM must hold: unsaid (0) as in the H200's timings, but 2 for 16 rows a warp, which
+ * ptxas otherwise fits in 96 registers with a 4-byte spill (sm_87 and sm_90). */
+#define PK_IMMA_MIN_BLOCKS(NT) ((NT) == 2 ? 2 : 0)
 
 template <int FMT> struct pk_imma_fmt;
 template <> struct pk_imma_fmt<PK_NF2> {
@@ -77,8 +78,8 @@ template <int FMT> __device__ __forceinline__ void pk_imma_codes(const uint4 &w4
     }
 }
 
-template <int FMT, int MT, int NT>
-__global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
+template <int FMT, int NT>
+__global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(NT))
     pk_gemm_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
                        int gshift, pk_dst out) {
     typedef pk_int_fmt<FMT> F;
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
     constexpr int STEPS = F::V / 32; /* m16n8k32 steps a chunk */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t row0 = ((int64_t)blockIdx.x * (PK_IMMA_THREADS / 32) + (threadIdx.x >> 5)) * (NT * 8);
-    const int i0 = (int)blockIdx.y * MT * 16;
+    const int i0 = (int)blockIdx.y * 16;
     const int chunks = (int)(w.cols / F::V), words = (int)(w.cols / 2); /* a row's, within 32 bits */
     /* this lane's code rows (row0 + 8·nt + g, the last row again past the end) and the group
      * scales' first index of the rows its sums hold (row0 + 8·nt + 2t + e) */
@@ -103,17 +104,15 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
             g0[nt][e] = (uint32_t)(w.elem0 + rs * w.cols) >> gshift;
         }
     }
-    /* this lane's input rows (g and g + 8 of each tile; past n the last again, never stored) */
-    int in[MT][2];
+    /* this lane's input rows (g and g + 8 of the tile; past n the last again, never stored) */
+    int in[2];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) in[mt][h] = i0 + mt * 16 + 8 * h + g < n ? i0 + mt * 16 + 8 * h + g : n - 1;
+    for (int h = 0; h < 2; h++) in[h] = i0 + 8 * h + g < n ? i0 + 8 * h + g : n - 1;
     uint4 next[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) next[nt] = __ldg(codes[nt]);
     pk_grid_wait(); /* the planes and meta come from the kernel before; the weights never change */
-    float acc[MT][NT][4] = {};
+    float acc[NT][4] = {};
     for (int c = 0; c < chunks; c++) {
         uint4 cur[NT];
 #pragma unroll
@@ -121,30 +120,27 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
         if (c + 1 < chunks)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) next[nt] = __ldg(codes[nt] + c + 1);
-        int sum[MT][NT][I::COMBOS][4] = {};
+        int sum[NT][I::COMBOS][4] = {};
 #pragma unroll
         for (int s = 0; s < STEPS; s++) {
             uint32_t b[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) pk_imma_codes<FMT>(cur[nt], s, t, b[nt]);
             const int at = (c * STEPS + s) * 16 + I::word(t);
+            const uint2 h0 = *(const uint2 *)(planes + (int64_t)in[0] * words + at);
+            const uint2 h1 = *(const uint2 *)(planes + (int64_t)in[1] * words + at);
+            const uint2 l0 = *(const uint2 *)(planes + (int64_t)in[0] * words + at + I::PLANE_L);
+            const uint2 l1 = *(const uint2 *)(planes + (int64_t)in[1] * words + at + I::PLANE_L);
+            const uint32_t ah[4] = {h0.x, h1.x, h0.y, h1.y}, al[4] = {l0.x, l1.x, l0.y, l1.y};
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const uint2 h0 = *(const uint2 *)(planes + (int64_t)in[mt][0] * words + at);
-                const uint2 h1 = *(const uint2 *)(planes + (int64_t)in[mt][1] * words + at);
-                const uint2 l0 = *(const uint2 *)(planes + (int64_t)in[mt][0] * words + at + I::PLANE_L);
-                const uint2 l1 = *(const uint2 *)(planes + (int64_t)in[mt][1] * words + at + I::PLANE_L);
-                const uint32_t ah[4] = {h0.x, h1.x, h0.y, h1.y}, al[4] = {l0.x, l1.x, l0.y, l1.y};
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint32_t b_main[2] = {b[nt][0], b[nt][1]};
-                    pk_imma<true>(sum[mt][nt][0], ah, b_main);
-                    pk_imma<false>(sum[mt][nt][1], al, b_main);
-                    if constexpr (FMT == PK_NF2) {
-                        const uint32_t b_bit0[2] = {b[nt][2], b[nt][3]};
-                        pk_imma<true>(sum[mt][nt][2], ah, b_bit0);
-                        pk_imma<false>(sum[mt][nt][3], al, b_bit0);
-                    }
+            for (int nt = 0; nt < NT; nt++) {
+                const uint32_t b_main[2] = {b[nt][0], b[nt][1]};
+                pk_imma<true>(sum[nt][0], ah, b_main);
+                pk_imma<false>(sum[nt][1], al, b_main);
+                if constexpr (FMT == PK_NF2) {
+                    const uint32_t b_bit0[2] = {b[nt][2], b[nt][3]};
+                    pk_imma<true>(sum[nt][2], ah, b_bit0);
+                    pk_imma<false>(sum[nt][3], al, b_bit0);
                 }
             }
         }
@@ -157,40 +153,36 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(MT, NT))
                 gs[nt][e] =
                     pk_f16(__ldg((const unsigned short *)w.scales + (g0[nt][e] + ((uint32_t)(c * F::V) >> gshift))));
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+        for (int h = 0; h < 2; h++) {
+            const int2 mtc = meta[(int64_t)in[h] * chunks + c];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int2 mtc = meta[(int64_t)in[mt][h] * chunks + c];
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int k = 2 * h + e; /* c0, c1: input g; c2, c3: input g + 8 */
-                        const int(&sm)[I::COMBOS][4] = sum[mt][nt];
-                        pk_int_sum<FMT> chunk;
-                        if constexpr (FMT == PK_NF2)
-                            chunk.hc = sm[0][k], chunk.lc = (uint32_t)sm[1][k], chunk.h0 = sm[2][k],
-                            chunk.l0 = (uint32_t)sm[3][k];
-                        else
-                            chunk.h = sm[0][k], chunk.l = (uint32_t)sm[1][k];
-                        acc[mt][nt][k] += gs[nt][e] * __int_as_float(mtc.x) * pk_int_total<FMT>(chunk, mtc.y);
-                    }
-            }
+                for (int e = 0; e < 2; e++) {
+                    const int k = 2 * h + e; /* c0, c1: input g; c2, c3: input g + 8 */
+                    const int(&sm)[I::COMBOS][4] = sum[nt];
+                    pk_int_sum<FMT> chunk;
+                    if constexpr (FMT == PK_NF2)
+                        chunk.hc = sm[0][k], chunk.lc = (uint32_t)sm[1][k], chunk.h0 = sm[2][k],
+                        chunk.l0 = (uint32_t)sm[3][k];
+                    else
+                        chunk.h = sm[0][k], chunk.l = (uint32_t)sm[1][k];
+                    acc[nt][k] += gs[nt][e] * __int_as_float(mtc.x) * pk_int_total<FMT>(chunk, mtc.y);
+                }
+        }
     }
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int k = 0; k < 4; k++) {
+        const int i = i0 + 8 * (k >> 1) + g;
+        if (i >= n) continue;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int i = i0 + mt * 16 + 8 * (k >> 1) + g;
-            if (i >= n) continue;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int64_t r = row0 + nt * 8 + 2 * t + (k & 1);
-                if (r >= w.rows) continue;
-                float *dst = out.y + (int64_t)i * w.rows + r;
-                *dst = out.accumulate ? *dst + acc[mt][nt][k] : acc[mt][nt][k];
-            }
+        for (int nt = 0; nt < NT; nt++) {
+            const int64_t r = row0 + nt * 8 + 2 * t + (k & 1);
+            if (r >= w.rows) continue;
+            float *dst = out.y + (int64_t)i * w.rows + r;
+            *dst = out.accumulate ? *dst + acc[nt][k] : acc[nt][k];
         }
+    }
 }
 
 #endif

@@ -346,45 +346,37 @@ static void launch_int(const pk_weight *w, const int_input &in, int n, pk_dst ou
     (*w, in.planes, in.meta, in.norm, n, gshift, out, next);
 }
 
-/* The integer tensor-core product (gemm_int.cuh) on tiles of MT x 16 inputs by NT x 8 rows a
- * warp, four warps a block (blockIdx.y: the next MT x 16 inputs). */
-static dim3 imma_grid(const pk_weight *w, int n, int mt, int nt) {
+/* The integer tensor-core product (gemm_int.cuh) on tiles of 16 inputs by NT x 8 rows a warp, four
+ * warps a block (blockIdx.y: the next 16 inputs). */
+static dim3 imma_grid(const pk_weight *w, int n, int nt) {
     const int64_t rows_per_block = (PK_IMMA_THREADS / PK_WARP) * nt * 8;
-    return dim3((unsigned)((w->rows + rows_per_block - 1) / rows_per_block), (unsigned)((n + mt * 16 - 1) / (mt * 16)));
+    return dim3((unsigned)((w->rows + rows_per_block - 1) / rows_per_block), (unsigned)((n + 15) / 16));
 }
 
-template <int FMT, int MT, int NT>
+template <int FMT, int NT>
 static void launch_imma_tiles(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
-    PK_LAUNCH(imma_grid(w, n, MT, NT), PK_IMMA_THREADS, 0, stream, pk_gemm_int_kernel<FMT, MT, NT>)
+    PK_LAUNCH(imma_grid(w, n, NT), PK_IMMA_THREADS, 0, stream, pk_gemm_int_kernel<FMT, NT>)
     (*w, in.planes, in.meta, n, log2_exact(w->group), out);
 }
 
-/* The largest tiles the inputs fill and the sums' registers allow (COMBOS·MT·NT <= 16), then
- * smaller ones (fewer rows a warp, then fewer inputs: more blocks re-reading the codes, from L2)
- * while there would be fewer than two blocks an SM: on an H200, NF2 4096 x 11264 at 16 inputs
- * took 0.128 ms on 64 blocks of 64 rows, twice 12288 x 4096's time on 192. */
+/* 32 rows a warp (the most the sums' registers hold: 64 for NF2), fewer while the blocks would not
+ * give every SM one. Rows rather than inputs: on an H200 at 64 inputs, NF2 ms by tile (inputs x
+ * rows a warp) 64 x 8 / 32 x 16 / 16 x 16 / 16 x 32:
+ *   12288 x 4096  0.161 / 0.105 / 0.122 / 0.093
+ *   22528 x 4096  0.312 / 0.197 / 0.198 / 0.168
+ *   4096 x 11264  0.284 / 0.207 / 0.120 / 0.158 (128 blocks of 16 x 32: fewer than the SMs)
+ *   5632 x 1024   0.037 / 0.027 / 0.025 / 0.024
+ * and INT4 12288 x 4096 0.231 / 0.163 / 0.155 / 0.144 (each tile's registers allowing). */
 template <int FMT>
 static void launch_imma(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
-    int mt = n <= 16 ? 1 : n <= 32 ? 2 : 4, nt = FMT == PK_NF2 && mt == 4 ? 1 : 2;
-    const int64_t enough = 2 * (int64_t)pk_device_sms();
-    for (dim3 g = imma_grid(w, n, mt, nt); (nt > 1 || mt > 1) && (int64_t)g.x * g.y < enough;
-         g = imma_grid(w, n, mt, nt)) {
-        if (nt > 1)
-            nt = 1;
-        else
-            mt /= 2;
-    }
-    switch (mt * 10 + nt) {
-    case 11: launch_imma_tiles<FMT, 1, 1>(w, in, n, out, stream); break;
-    case 12: launch_imma_tiles<FMT, 1, 2>(w, in, n, out, stream); break;
-    case 21: launch_imma_tiles<FMT, 2, 1>(w, in, n, out, stream); break;
-    case 22: launch_imma_tiles<FMT, 2, 2>(w, in, n, out, stream); break;
-    case 41: launch_imma_tiles<FMT, 4, 1>(w, in, n, out, stream); break;
-    default:
-        if constexpr (FMT != PK_NF2)
-            launch_imma_tiles<FMT, 4, 2>(w, in, n, out, stream); /* NF2: 4 x 2 x 4 sums too many */
-        break;
-    }
+    int nt = 4;
+    for (dim3 g = imma_grid(w, n, nt); nt > 1 && (int64_t)g.x * g.y < pk_device_sms(); g = imma_grid(w, n, nt)) nt /= 2;
+    if (nt == 4)
+        launch_imma_tiles<FMT, 4>(w, in, n, out, stream);
+    else if (nt == 2)
+        launch_imma_tiles<FMT, 2>(w, in, n, out, stream);
+    else
+        launch_imma_tiles<FMT, 1>(w, in, n, out, stream);
 }
 
 /* One instance per input count range. Every row of a warp reuses each input's activations, so

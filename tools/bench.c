@@ -80,6 +80,18 @@ double bench_backend_copy_gbps(pp_backend *be) {
     return best / 1e9;
 }
 
+pp_backend *bench_backend(const char *device, int threads, double *bw) {
+    if (strcmp(device, "cpu") == 0) return bench_cpu_backend(threads, bw);
+    char err[PP_ERR_LEN];
+    pp_backend *be;
+    if (pp_backend_create(device, threads, &be, err)) {
+        fprintf(stderr, "personaplex-bench: %s\n", err);
+        return NULL;
+    }
+    *bw = bench_backend_copy_gbps(be);
+    return be;
+}
+
 /* ---- device traffic and the H100 estimate ---- */
 
 #define H100_BYTES_PER_S 3.0e12
@@ -123,22 +135,19 @@ static const double gemm_tc_instr_per_byte[PP_WF_COUNT] = {
 
 double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_COUNT ? gemm_tc_instr_per_byte[fmt] : 0; }
 
-/* The same for the integer tensor-core product (kernels/gemm_int.cuh), NF2 and INT4, by its tile
- * of 16, 32 or 64 inputs (the largest tiles the launcher takes, rows per warp 16, 16 and 8 for
- * NF2, 16 for INT4): the PTX instructions of its chunk loop (sm_90, November 2026) with each
- * mma.sync counted as 8 (an m16n8k32 of bytes is 4096 multiply-adds; a Hopper SM's quarter does
- * ~512 a clock through mma.sync), over the chunk's weight bytes with their f16 scales (NF2 64
- * columns, 18 bytes a row; INT4 32, 17 bytes):
- *   NF2  16 inputs: (196 - 16 + 16 x 8) / 288 = 1.07;  32: (326 - 32 + 32 x 8) / 288 = 1.91;
- *        64: (345 - 32 + 32 x 8) / 144 = 3.95
- *   INT4 16 inputs: (145 - 4 + 4 x 8) / 272 = 0.64;  32: (230 - 8 + 8 x 8) / 272 = 1.05;
- *        64: (446 - 16 + 16 x 8) / 272 = 2.05
- * On the H200 the 64-input NF2 product of 12288 x 4096 took 0.160 ms; this model says 0.057
- * (the integer GEMV's model is as far from its measurement: issue only, no latency). */
+/* The same for the integer tensor-core product (kernels/gemm_int.cuh), NF2 and INT4: a warp takes
+ * 16 inputs by 32 rows (the launcher's tile for the large weights), so n inputs run the chunk loop
+ * ceil(n / 16) times over each weight byte. Per run, the PTX instructions of its chunk loop (sm_90,
+ * November 2026) with each mma.sync counted as 8 (an m16n8k32 of bytes is 4096 multiply-adds; a
+ * Hopper SM's quarter does ~512 a clock through mma.sync), over the chunk's weight bytes with
+ * their f16 scales (32 rows; NF2 64 columns, 18 bytes a row; INT4 32, 17 bytes):
+ *   NF2 (360 - 32 + 32 x 8) / 576 = 1.01;  INT4 (251 - 8 + 8 x 8) / 544 = 0.56
+ * Issue only: what bounds the kernel is its activation loads from L1 (each 16-input fragment of
+ * a plane, 512 bytes, feeds 8 products), which this model does not count. On the H200 the 64-input
+ * NF2 product of 12288 x 4096 took 0.093 ms; this model says 0.058. */
 double bench_gemm_int_instr_per_byte(int fmt, int inputs) {
-    const int tile = inputs <= 16 ? 0 : inputs <= 32 ? 1 : 2;
-    static const double nf2[3] = {1.07, 1.91, 3.95}, int4[3] = {0.64, 1.05, 2.05};
-    return fmt == PP_WF_NF2 ? nf2[tile] : fmt == PP_WF_INT4 ? int4[tile] : 0;
+    const double per_run = fmt == PP_WF_NF2 ? 1.01 : fmt == PP_WF_INT4 ? 0.56 : 0;
+    return per_run * ((inputs + 15) / 16);
 }
 
 /* A product that prepares its inputs in each of its blocks (pk_gemv_int_self_kernel, the

@@ -12,7 +12,7 @@ int bench_codec(int argc, char **argv); /* tools/bench_codec.c */
 int bench_lm(int argc, char **argv);    /* tools/bench_lm.c */
 int bench_batch(int argc, char **argv); /* tools/bench_batch.c: sessions advancing together */
 int bench_frame(int argc, char **argv); /* tools/bench_frame.c: a whole frame on a backend */
-int bench_attn(int argc, char **argv);  /* tools/bench_attn.c: CPU attention over a KV ring */
+int bench_attn(int argc, char **argv);  /* tools/bench_attn.c: attention over KV rings, one or many rows */
 
 /* Monotonic seconds. */
 double bench_now(void);
@@ -27,6 +27,9 @@ struct pp_backend *bench_cpu_backend(int threads, double *bw);
 /* A backend's own copy bandwidth (device memory on a GPU), bytes read + written per second
  * (GB/s), best of 5 over 256 MB; 0 without memory for the buffers. */
 double bench_backend_copy_gbps(struct pp_backend *be);
+/* The backend named `device` ("cpu": bench_cpu_backend) with its copy bandwidth (*bw: memcpy's on
+ * the CPU, bench_backend_copy_gbps on a device); NULL after printing why it could not be created. */
+struct pp_backend *bench_backend(const char *device, int threads, double *bw);
 
 /* ---- device traffic and the H100 estimate (frame and batch modes) ----
  * Where a backend counts device memory traffic (its device_traffic op: the CUDA emulation), the

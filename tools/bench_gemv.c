@@ -238,19 +238,12 @@ int bench_gemv(int argc, char **argv) {
     /* quantized formats need whole groups (128 for NF2) */
     if (batch < 1 || threads < 0 || (custom.rows && (small || custom.cols % 128))) return usage();
     double bw;
-    pp_backend *be = NULL;
-    if (strcmp(device, "cpu") == 0) {
-        if (!(be = bench_cpu_backend(threads, &bw))) return 1;
+    pp_backend *be = bench_backend(device, threads, &bw);
+    if (!be) return 1;
+    if (strcmp(device, "cpu") == 0)
         printf("memcpy bandwidth: %.1f GB/s (read + write); batch %d\n", bw, batch);
-    } else {
-        char err[PP_ERR_LEN];
-        if (pp_backend_create(device, threads, &be, err)) {
-            fprintf(stderr, "personaplex-bench: %s\n", err);
-            return 1;
-        }
-        bw = bench_backend_copy_gbps(be);
+    else
         printf("%s copy bandwidth: %.1f GB/s (read + write); batch %d\n", be->ops->name, bw, batch);
-    }
     printf("%-28s %-6s %10s %10s %9s %8s %9s\n", "shape (rows x cols)", "format", "MB", "ms/gemv", "GB/s", "% copy",
            "Gw/s");
     const shape *list = custom.rows ? &custom : small ? small_shapes : shapes;
