@@ -11,7 +11,8 @@
 #define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
 /* Keys a warp loads ahead: as many as 32 registers of a lane's raw words hold at a 128-wide head
  * (f32 4, bf16 and int8 8: their words are decoded where used), so that many memory round trips
- * overlap. */
+ * overlap. More is not better: with 16 int8 keys (5 blocks an SM for want of registers, not 6) a
+ * layer of 64 conversations at context 3000 took 1.68 ms on an H200 where 8 took 0.95. */
 #define PK_ATTN_KEYS(FMT) ((FMT) == PK_KV_F32 ? 4 : 8)
 
 /* A value other blocks of this launch may have written (FRESH) is read through L2. */
@@ -144,13 +145,18 @@ __device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *s
     }
 }
 
+/* A lane's values as floats, before the int8 scale (applied once a key, pk_attn_block). An int8
+ * byte b becomes a float without a conversion instruction (a quarter of the float rate): b + 128
+ * (b ^ 0x80, unsigned) is placed under 2^23's exponent, a float of value 2^23 + b + 128 exactly,
+ * and 2^23 + 128 is subtracted, exactly. */
 template <int FMT, int VPL>
 __device__ __forceinline__ void pk_kv_decode(const pk_kv_lane<FMT, VPL> &in, float (&out)[VPL]) {
 #pragma unroll
     for (int t = 0; t < VPL; t++) {
         if (FMT == PK_KV_F32) out[t] = __uint_as_float(in.w[t]);
         else if (FMT == PK_KV_BF16) out[t] = pk_bf16((uint16_t)(in.w[t / 2] >> (16 * (t % 2))));
-        else out[t] = (float)(int8_t)(uint8_t)(in.w[t / 4] >> (8 * (t % 4))) * in.scale;
+        else
+            out[t] = __uint_as_float(__byte_perm(in.w[t / 4] ^ 0x80808080u, 0x4B000000u, 0x7440u + t % 4)) - 8388736.0f;
     }
 }
 
@@ -205,28 +211,62 @@ static __device__ __attribute__((noinline)) bool pk_attn_merge_last(const float 
     return true;
 }
 
-/* Split `split` of head h of row `row` (of n_heads heads, n_splits splits): the work of one
- * block of WARPS warps. VPL: consecutive values of head_dim per lane (head_dim <=
- * 32·VPL), loaded as one vector per key and lane; a 128-wide head keeps 4 registers per key.
- * FRESH: other blocks of this launch wrote qkv (a product's epilogue runs it), so it is read
- * through L2. Every thread calls it; true in the block that wrote the head's output. */
+/* The sums of G values (a lane's partial dot products with G keys) over the warp, transposed: each
+ * halving step exchanges half the values a lane still holds, so the G sums take G − 1 + log2(32 / G)
+ * shuffles instead of G·5, and lane L ends with the whole sum of key pk_group_key<G>(L). */
+template <int G> __device__ __forceinline__ float pk_warp_sum_group(float (&v)[G], int lane) {
+#pragma unroll
+    for (int half = G / 2, o = 16; half >= 1; half /= 2, o /= 2) {
+        const bool upper = lane & o;
+#pragma unroll
+        for (int j = 0; j < half; j++) {
+            const float keep = upper ? v[j + half] : v[j], give = upper ? v[j] : v[j + half];
+            v[j] = keep + __shfl_xor_sync(0xffffffffu, give, o);
+        }
+    }
+    float s = v[0];
+#pragma unroll
+    for (int o = 16 / G; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+/* The key whose sum pk_warp_sum_group<G> leaves in `lane`, and the first lane holding key u. */
+template <int G> __device__ __forceinline__ int pk_group_key(int lane) {
+    int u = 0;
+#pragma unroll
+    for (int half = G / 2, o = 16; half >= 1; half /= 2, o /= 2) u += lane & o ? half : 0;
+    return u;
+}
+template <int G> __device__ __forceinline__ int pk_group_lane(int u) {
+    int lane = 0;
+#pragma unroll
+    for (int half = G / 2, o = 16; half >= 1; half /= 2, o /= 2) lane += u & half ? o : 0;
+    return lane;
+}
+
+/* Split `split` of head h of row `row` (of n_heads heads, n_splits splits of `span` keys, a
+ * multiple of PK_ATTN_SPLIT): the work of one block of WARPS warps. VPL: consecutive values of
+ * head_dim per lane (head_dim <= 32·VPL), loaded as one vector per key and lane; a 128-wide head
+ * keeps 4 registers per key. FRESH: other blocks of this launch wrote qkv (a product's epilogue
+ * runs it), so it is read through L2. Every thread calls it; true in the block that wrote the
+ * head's output. */
 template <int FMT, int VPL, bool FRESH, int WARPS>
 __device__ __forceinline__ bool
 pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
               const int32_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
-              float *__restrict__ out, int h, int n_heads, int split, int n_splits, int row) {
+              float *__restrict__ out, int h, int n_heads, int split, int n_splits, int span, int row) {
     __shared__ float wm[WARPS], wl[WARPS];
     __shared__ float wo[WARPS][PK_ATTN_MAX_DIM];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5; /* WARPS */
     const int dim = n_heads * head_dim;
     const float *q = qkv + (size_t)row * 3 * dim;
     const int64_t last = pos[row], first = last - r.window + 1 > 0 ? last - r.window + 1 : 0;
-    const int64_t k0 = first + (int64_t)split * PK_ATTN_SPLIT;
+    const int64_t k0 = first + (int64_t)split * span;
     if (k0 > last) return false; /* a split past the live keys: nothing to do, nothing to merge */
-    const int64_t k1 = k0 + PK_ATTN_SPLIT - 1 < last ? k0 + PK_ATTN_SPLIT - 1 : last;
+    const int64_t k1 = k0 + span - 1 < last ? k0 + span - 1 : last;
     /* The split holding the newest position stores its key and value first, so this query sees
      * them as stored; no other split reads that slot. */
-    if (k0 <= last && last < k0 + PK_ATTN_SPLIT) {
+    if (k0 <= last && last < k0 + span) {
         __shared__ float red[32];
         pk_kv_store_head<FMT, FRESH>(q, head_dim, r, last, rope, h, n_heads, 0, red);
         pk_kv_store_head<FMT, FRESH>(q, head_dim, r, last, rope, h, n_heads, 1, red);
@@ -249,36 +289,62 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
     float m = -INFINITY, l = 0.0f;
     /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, KEYS of them at a time: their keys
      * and values are loaded before the first is used, so that many memory round trips overlap
-     * instead of following one another. */
+     * instead of following one another. The group's scores are summed together
+     * (pk_warp_sum_group), the lanes holding key u's sum exponentiate it, and the output is
+     * rescaled once a group rather than once a key. Slots advance by subtraction, not by a 64-bit
+     * remainder per key (a hundred-odd instructions, as much as the rest of an int8 key's work). */
     constexpr int KEYS = PK_ATTN_KEYS(FMT);
-    for (int64_t p = k0 + warp; p <= k1; p += (int64_t)nw * KEYS) {
+    const int my_key = pk_group_key<KEYS>(lane);
+    const int cap = r.capacity, step = nw * KEYS;
+    const size_t head_off = (size_t)h * head_dim + d0;
+    int slot_p = (int)((k0 + warp) % cap); /* p's */
+    for (int64_t p = k0 + warp; p <= k1; p += step) {
         pk_kv_lane<FMT, VPL> kr[KEYS] = {}, vr[KEYS] = {};
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
-            const int64_t pu = p + (int64_t)u * nw;
-            const size_t slot = (size_t)((pu <= k1 ? pu : p) % r.capacity), off = slot * dim + (size_t)h * head_dim;
-            const size_t si = slot * n_heads + h;
+            int su = slot_p + u * nw; /* a key past the split reads p's slot again: its weight is 0 */
+            while (su >= cap) su -= cap;
+            const unsigned slot = (unsigned)(p + (int64_t)u * nw <= k1 ? su : slot_p);
+            const size_t off = (size_t)slot * (unsigned)dim + head_off, si = (size_t)slot * (unsigned)n_heads + h;
             if (live) {
-                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off + d0, si, whole, head_dim - d0, kr[u]);
-                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off + d0, si, whole, head_dim - d0, vr[u]);
+                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off, si, whole, head_dim - d0, kr[u]);
+                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off, si, whole, head_dim - d0, vr[u]);
             }
         }
+        for (slot_p += step; slot_p >= cap;) slot_p -= cap;
+        float s[KEYS];
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
-            if (p + (int64_t)u * nw > k1) break; /* the same in every lane */
-            float kx[VPL], vx[VPL];
+            float kx[VPL];
             pk_kv_decode<FMT, VPL>(kr[u], kx);
-            pk_kv_decode<FMT, VPL>(vr[u], vx);
-            float s = 0.0f;
+            s[u] = 0.0f;
 #pragma unroll
-            for (int t = 0; t < VPL; t++) s += qv[t] * kx[t];
-            s = pk_warp_sum(s);
-            float mn = fmaxf(m, s), f = expf(m - mn), e = expf(s - mn);
-            l = l * f + e;
-#pragma unroll
-            for (int t = 0; t < VPL; t++) o[t] = o[t] * f + e * vx[t];
-            m = mn;
+            for (int t = 0; t < VPL; t++) s[u] += qv[t] * kx[t];
+            if (FMT == PK_KV_INT8) s[u] *= kr[u].scale;
         }
+        float mine = pk_warp_sum_group<KEYS>(s, lane);
+        if (p + (int64_t)my_key * nw > k1) mine = -INFINITY; /* a key past the split's: weight 0 */
+        float mn = mine;
+#pragma unroll
+        for (int o2 = 16; o2 >= 32 / KEYS; o2 /= 2) mn = fmaxf(mn, __shfl_xor_sync(0xffffffffu, mn, o2));
+        mn = fmaxf(m, mn); /* key 0 of the group is live: finite */
+        const float f = expf(m - mn), e_mine = expf(mine - mn);
+        float sum_e = e_mine; /* over the group's keys: the lanes holding different keys */
+#pragma unroll
+        for (int o2 = 16; o2 >= 32 / KEYS; o2 /= 2) sum_e += __shfl_xor_sync(0xffffffffu, sum_e, o2);
+#pragma unroll
+        for (int t = 0; t < VPL; t++) o[t] *= f;
+#pragma unroll
+        for (int u = 0; u < KEYS; u++) {
+            const float e = __shfl_sync(0xffffffffu, e_mine, pk_group_lane<KEYS>(u));
+            const float ev = FMT == PK_KV_INT8 ? e * vr[u].scale : e;
+            float vx[VPL];
+            pk_kv_decode<FMT, VPL>(vr[u], vx);
+#pragma unroll
+            for (int t = 0; t < VPL; t++) o[t] += ev * vx[t];
+        }
+        l = l * f + sum_e;
+        m = mn;
     }
     if (lane == 0) {
         wm[warp] = m;
@@ -290,7 +356,7 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
     __syncthreads();
     const size_t head = (size_t)row * n_heads + h;
     /* this (head, row)'s splits with keys: this one and those after it up to the newest key */
-    const int working = split + 1 + (int)((last - k1 + PK_ATTN_SPLIT - 1) / PK_ATTN_SPLIT);
+    const int working = split + 1 + (int)((last - k1 + span - 1) / span);
     float mx = -INFINITY;
     for (int w = 0; w < nw; w++) mx = fmaxf(mx, wm[w]);
     /* one split with keys: the output itself */

@@ -215,6 +215,10 @@ int pk_self_prepare(void);
  * never: INT_MAX). */
 void pk_set_imma_min_batch(int n);
 int pk_imma_min_batch(void);
+/* Keys each block of the attention takes: 0 (attn.cu chooses by the launch's size) unless
+ * PP_CUDA_ATTN_SPAN=N (cuda.c, once per process; a multiple of 64), to time the choices. */
+void pk_set_attn_span(int keys);
+int pk_attn_span(void);
 /* The device's SMs, for launchers that size their tiles to fill them (cuda.c sets it). */
 void pk_set_device_sms(int n);
 int pk_device_sms(void);

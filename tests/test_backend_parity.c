@@ -668,11 +668,13 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
 /* attn_rows: ROWS conversations at different positions, each with its own rings for 2 layers,
  * attended in one call per step through their ring tables (layer 1's rings used). Every output
  * and every stored ring byte must match the CPU (with rope, whose angles round differently, every
- * stored value closely). cap <= 64: one split, no merge. */
+ * stored value closely). cap <= 64: one split, no merge. The keys a block takes grow with the
+ * blocks the launch has per SM (attn.cu's attn_span): 3 rows of 4 heads over 300 keys take splits
+ * of 256 with the emulation's 1 SM and 64 with PK_EMU_SMS=16, 3 rows of 8 heads one split of 512. */
 #define ROWS_ATTN 3
-static void test_attn_rows(pp_kv_format fmt, int cap, float rope) {
-    enum { HEADS = 2, HD = 64, DIM = HEADS * HD, LAYERS = 2, STEPS = 90 };
-    const int CAP = cap;
+static void test_attn_rows(pp_kv_format fmt, int cap, float rope, int heads) {
+    enum { HD = 64, LAYERS = 2, STEPS = 90 };
+    const int CAP = cap, HEADS = heads, DIM = heads * HD;
     pp_kv_ring rc[ROWS_ATTN][LAYERS], rg[ROWS_ATTN][LAYERS];
     pp_kv_ring *tc[ROWS_ATTN], *tg[ROWS_ATTN]; /* each row's table in backend memory */
     for (int i = 0; i < ROWS_ATTN; i++) {
@@ -693,7 +695,7 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope) {
     twin out = twin_rand((size_t)ROWS_ATTN * DIM, 0);
     double worst = 0;
     for (int s = 0; s < STEPS; s++) {
-        int32_t pos[ROWS_ATTN] = {s, s + 13, 3 * s}; /* the third wraps its ring more than once */
+        int32_t pos[ROWS_ATTN] = {s, s + 13, 3 * s + (cap > 70 ? cap - 70 : 0)}; /* the third wraps its ring */
         cpu->ops->upload(cpu, posc, pos, sizeof pos);
         gpu->ops->upload(gpu, posg, pos, sizeof pos);
         twin qkv = twin_rand((size_t)ROWS_ATTN * 3 * DIM, 1.0f);
@@ -706,8 +708,8 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope) {
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn_rows %s%s, cap %d, %d rows, worst", kv_names[fmt], rope > 0 ? " rope" : "", cap,
-             ROWS_ATTN);
+    snprintf(what, sizeof what, "attn_rows %s%s, cap %d, %d rows of %d heads, worst", kv_names[fmt],
+             rope > 0 ? " rope" : "", cap, ROWS_ATTN, heads);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
     size_t elem = pp_kv_elem_bytes(fmt), diff = 0;
@@ -1392,10 +1394,12 @@ int main(void) {
     test_attn(16, 16, 16, 64, PP_KV_F32); /* the depformer's shape */
     test_attn(70, 80, 2, 192, PP_KV_INT8); /* heads wider than 128: 8 values per lane */
     test_attn(70, 80, 2, 66, PP_KV_BF16);  /* a head of no whole lanes: element loads */
-    test_attn_rows(PP_KV_F32, 70, 0.0f);
-    test_attn_rows(PP_KV_INT8, 70, 0.0f);
-    test_attn_rows(PP_KV_BF16, 40, 0.0f); /* one split: the split kernel writes the output */
-    test_attn_rows(PP_KV_F32, 70, 10000.0f);
+    test_attn_rows(PP_KV_F32, 70, 0.0f, 2);
+    test_attn_rows(PP_KV_INT8, 70, 0.0f, 2);
+    test_attn_rows(PP_KV_BF16, 40, 0.0f, 2); /* one split: the split kernel writes the output */
+    test_attn_rows(PP_KV_F32, 70, 10000.0f, 2);
+    test_attn_rows(PP_KV_INT8, 300, 0.0f, 4); /* longer splits (above) */
+    test_attn_rows(PP_KV_F32, 300, 10000.0f, 8);
     test_attend_in_product(4, 64, 0.0f);
     test_attend_in_product(2, 128, 10000.0f);
     printf("codec operations:\n");

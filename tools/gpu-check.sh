@@ -10,7 +10,8 @@
 #      the codec per frame; the batched tick at 1-64 conversations at context 3000, timed on
 #      synthetic models of 1 and 2 layers and extrapolated to the real 32 + 6 (so the models
 #      are written in seconds; about 130 s on an H200), last again without the integer tensor
-#      cores (PP_CUDA_IMMA_MIN=0)
+#      cores (PP_CUDA_IMMA_MIN=0); the batch's attention alone over 1, 8 and 64 conversations'
+#      rings
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
 #      the demo model, or on WEIGHTS=FILE (the real model, at its full context once it runs long
 #      enough; the server's start-up calibration is in its log beside the loadtest's)
@@ -99,6 +100,11 @@ frame_int8kv ""
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
     --context 3000 --layers 32 --dep-layers 6 --extrapolate
+# the batched tick's attention alone: 1, 8 and 64 conversations' int8 rings (8 layers each, so 64
+# conversations' fit an 80 GB card), read at what bandwidth
+step "bench attn (int8 KV, 1 / 8 / 64 conversations)" "$logs/bench-attn.log" bash -c '
+    for rows in 1 8 64; do "$1/personaplex-bench" attn --device cuda --rows $rows --layers 8 --kv int8 \
+        --contexts 1000,3000 --frames 9 || exit; done' _ "$build"
 if [ -n "${WEIGHTS:-}" ]; then
     step "loadtest (64 conversations, $(basename "$WEIGHTS"))" "$logs/loadtest.log" bash -c '
         port=$((20000 + RANDOM % 20000))
@@ -151,7 +157,7 @@ echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
-    "$logs/bench-batch.log" "$logs/bench-batch-noimma.log" 2>/dev/null
+    "$logs/bench-batch.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" 2>/dev/null
 echo "== loadtest =="
 tail -4 "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

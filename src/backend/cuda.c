@@ -1043,6 +1043,15 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
                            PK_GEMV_MAX_BATCH + 1);
         pk_set_imma_min_batch(v ? (int)v : INT_MAX);
     }
+    /* Keys per attention block (0: by the launch's size, attn.cu), to time the spans */
+    const char *span = getenv("PP_CUDA_ATTN_SPAN");
+    if (span) {
+        char *end;
+        const long v = strtol(span, &end, 10);
+        if (*end || end == span || v < 0 || v % 64 || v > (1 << 20))
+            return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_SPAN=%s: give a multiple of 64 keys, or 0", span);
+        pk_set_attn_span((int)v);
+    }
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
     if (rc == (int)cudaErrorNoKernelImageForDevice)

@@ -157,6 +157,13 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return out;
 }
 
+/* Lane src_lane's value (within the warp: the low 5 bits). */
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src_lane) {
+    T out;
+    pk_emu::shuffle(mask, &v, sizeof v, src_lane & 31, &out);
+    return out;
+}
+
 /* Lanes below delta keep their own value. */
 template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta) {
     T out;
