@@ -11,8 +11,9 @@
 #define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
 /* Keys a warp loads ahead: as many as 32 registers of a lane's raw words hold at a 128-wide head
  * (f32 4, bf16 and int8 8: their words are decoded where used), so that many memory round trips
- * overlap. More is not better: with 16 int8 keys (5 blocks an SM for want of registers, not 6) a
- * layer of 64 conversations at context 3000 took 1.68 ms on an H200 where 8 took 0.95. */
+ * overlap. More was not better: with 16 int8 keys (5 blocks an SM for want of registers, not 6) a
+ * layer of 64 conversations at context 3000 took 1.68 ms on an H200 where 8 took 0.95, both
+ * while each key still paid a 64-bit remainder and quarter-rate conversions (pk_attn_block). */
 #define PK_ATTN_KEYS(FMT) ((FMT) == PK_KV_F32 ? 4 : 8)
 
 /* A value other blocks of this launch may have written (FRESH) is read through L2. */

@@ -142,9 +142,9 @@ double bench_gemm_tc_instr_per_byte(int fmt) { return fmt >= 0 && fmt < PP_WF_CO
  * Hopper SM's quarter does ~512 a clock through mma.sync), over the chunk's weight bytes with
  * their f16 scales (32 rows; NF2 64 columns, 18 bytes a row; INT4 32, 17 bytes):
  *   NF2 (360 - 32 + 32 x 8) / 576 = 1.01;  INT4 (251 - 8 + 8 x 8) / 544 = 0.56
- * Issue only: what bounds the kernel is its activation loads from L1 (each 16-input fragment of
- * a plane, 512 bytes, feeds 8 products), which this model does not count. On the H200 the 64-input
- * NF2 product of 12288 x 4096 took 0.093 ms; this model says 0.058. */
+ * Issue only: the kernel's warps wait on their activation loads (gemm_int.cuh), which this model
+ * does not count. On the H200 the 64-input NF2 product of 12288 x 4096 took 0.091 ms; this model
+ * says 0.058. */
 double bench_gemm_int_instr_per_byte(int fmt, int inputs) {
     const double per_run = fmt == PP_WF_NF2 ? 1.01 : fmt == PP_WF_INT4 ? 0.56 : 0;
     return per_run * ((inputs + 15) / 16);
