@@ -982,6 +982,17 @@ static void ctx_free(cuda_ctx *c) {
     free(c);
 }
 
+/* The value of environment variable `name` (NULL when unset) and, in *v, its whole decimal
+ * integer, or LONG_MIN when it is not one (which every caller's range rejects). */
+static const char *env_long(const char *name, long *v) {
+    const char *s = getenv(name);
+    if (!s) return NULL;
+    char *end;
+    *v = strtol(s, &end, 10);
+    if (*end || end == s) *v = LONG_MIN;
+    return s;
+}
+
 /* Whether weights are read in place from host memory (host_map): on an integrated GPU, whose
  * memory is the host's, a device copy would only hold them twice; elsewhere on request. */
 static int host_weights_init(cuda_ctx *c, int device, char *err) {
@@ -1034,21 +1045,18 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     pk_set_device_sms(prop.multiProcessorCount);
     /* Where the integer tensor cores take over from the integer GEMV (0: never, the TF32 product
      * past 8 inputs), to time the ways against each other */
-    const char *imma_min = getenv("PP_CUDA_IMMA_MIN");
+    long v;
+    const char *imma_min = env_long("PP_CUDA_IMMA_MIN", &v);
     if (imma_min) {
-        char *end;
-        const long v = strtol(imma_min, &end, 10);
-        if (*end || end == imma_min || (v != 0 && (v < 2 || v > PK_GEMV_MAX_BATCH + 1)))
+        if (v != 0 && (v < 2 || v > PK_GEMV_MAX_BATCH + 1))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_IMMA_MIN=%s: give 2..%d inputs, or 0 for never", imma_min,
                            PK_GEMV_MAX_BATCH + 1);
         pk_set_imma_min_batch(v ? (int)v : INT_MAX);
     }
     /* Keys per attention block (0: by the launch's size, attn.cu), to time the spans */
-    const char *span = getenv("PP_CUDA_ATTN_SPAN");
+    const char *span = env_long("PP_CUDA_ATTN_SPAN", &v);
     if (span) {
-        char *end;
-        const long v = strtol(span, &end, 10);
-        if (*end || end == span || v < 0 || v % 64 || v > (1 << 20))
+        if (v < 0 || v % 64 || v > (1 << 20))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_SPAN=%s: give a multiple of 64 keys, or 0", span);
         pk_set_attn_span((int)v);
     }
