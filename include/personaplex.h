@@ -17,7 +17,8 @@
  * first session (sessions with the same voice and prompt then start in milliseconds), and per
  * 80 ms tick pp_session_batch_encode all sessions with a frame, one pp_session_batch_step over
  * them (a pp_session_batch from pp_session_batch_create), pp_session_batch_decode.
- * pp_demo_write makes a tiny random model to try the pipeline without downloading weights.
+ * pp_demo_write makes a random model (tiny, or of the released shapes) to try the pipeline, or
+ * measure a machine, without downloading weights.
  *
  * The engine's own modules include this header for these declarations (one place for each);
  * their internal headers are not part of the API. */
@@ -232,12 +233,24 @@ typedef struct pp_demo_files {
     char voices_dir[PP_DEMO_PATH_MAX]; /* dir/voices */
 } pp_demo_files;
 
+/* The demo's shapes. TINY: dim 64, 2 layers, a small codec; real time on a small CPU. RELEASED:
+ * PersonaPlex-7B's and Mimi's released shapes (32 layers of 4096, 2.6 GB written), to
+ * measure what a machine holds before the checkpoint is downloaded; real time needs a GPU. */
+typedef enum pp_demo_size { PP_DEMO_TINY, PP_DEMO_RELEASED } pp_demo_size;
+
+typedef struct pp_demo_opts {
+    pp_demo_size size;
+    int lm_context; /* the LM's context (KV ring frames); 0: 3000, the released model's */
+    int lm_nf2;     /* the LM's matrices in NF2 (random codes), as model-turbo2bit.safetensors;
+                       else BF16. The released size is always NF2 (15 GB of BF16 would take minutes) */
+} pp_demo_opts;
+
 /* Writes the demo model into dir (created if missing; existing files are replaced) and fills
- * out with the paths. */
+ * out with the paths. pp_demo_write: the tiny size, BF16, context 3000. */
 int pp_demo_write(const char *dir, pp_demo_files *out, char *err);
-/* The same with the LM's context (KV ring frames) set to lm_context (0: the default 3000), so
- * that tests outgrow the attention window in seconds. */
-int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err);
+int pp_demo_write_opts(const char *dir, const pp_demo_opts *opts, pp_demo_files *out, char *err);
+/* "tiny" or "released" to its size: 0, or -1 for anything else. */
+int pp_demo_size_parse(const char *name, pp_demo_size *out);
 
 #ifdef __cplusplus
 }

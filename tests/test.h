@@ -43,6 +43,20 @@ static inline int test_lines_with(const char *path, const char *text) {
     return n;
 }
 
+/* 1 when the files at a and b hold the same bytes (0 when either cannot be read). */
+static inline int test_files_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
 /* max|a-b| / max|b| over n values (0 when both are all-zero). */
 static inline double test_rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;

@@ -40,19 +40,6 @@ static void input_frame(int f, float *pcm) {
     }
 }
 
-static int files_equal(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int eq = fa && fb;
-    while (eq) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) eq = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
-}
-
 static pp_session *start(pp_model *m, const pp_session_params *p) {
     char err[PP_ERR_LEN];
     pp_session *s = NULL;
@@ -123,9 +110,9 @@ int main(void) {
     pp_demo_files other;
     TEST_COND("demo model written", pp_demo_write(dir_a, &g_files, err) == PP_OK);
     TEST_COND("demo model written again", pp_demo_write(dir_b, &other, err) == PP_OK);
-    TEST_COND("demo LM is deterministic", files_equal(g_files.weights, other.weights));
-    TEST_COND("demo codec is deterministic", files_equal(g_files.mimi, other.mimi));
-    TEST_COND("demo tokenizer is deterministic", files_equal(g_files.tokenizer, other.tokenizer));
+    TEST_COND("demo LM is deterministic", test_files_equal(g_files.weights, other.weights));
+    TEST_COND("demo codec is deterministic", test_files_equal(g_files.mimi, other.mimi));
+    TEST_COND("demo tokenizer is deterministic", test_files_equal(g_files.tokenizer, other.tokenizer));
 
     pp_backend *be = NULL;
     pp_model *m = NULL;

@@ -13,8 +13,11 @@
 #      cores (PP_CUDA_IMMA_MIN=0); the batch's attention alone over 1, 8 and 64 conversations'
 #      rings
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
-#      the demo model, or on WEIGHTS=FILE (the real model, at its full context once it runs long
-#      enough; the server's start-up calibration is in its log beside the loadtest's)
+#      WEIGHTS=FILE (the real model), else on the demo model of the released shapes (random NF2
+#      weights, written in seconds: the same work as model-turbo2bit.safetensors), for
+#      LOADTEST_SECONDS (default 300); the server's tick times are reported for the whole run and
+#      from 245 s on, when every conversation's ring holds the full context (3000 frames of
+#      80 ms, prompts included, after its handshake); the server's start-up calibration is in its log
 # The steps run in the order of what they tell: correctness, the frame, the batch and the load
 # test, then the variants. Each row is printed as its step ends, the whole table and the
 # benchmarks' output at the end; logs are in build-gpu/gpu-check/.
@@ -22,6 +25,7 @@
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
 #                                      -DPP_CUDA_ARCHS for this GPU): a GPU host without the
 #                                      server's -dev packages can still run every check
+#   LOADTEST_SECONDS=S (default 300)   length of the 64-conversation load test
 #   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
 #   DEADLINE=S                         start no step after S seconds (a lent GPU's minutes): a
 #                                      step gets at most the time left, the rest are SKIP (time)
@@ -31,6 +35,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-gpu"
 logs="$build/gpu-check"
 frames="${FRAMES:-50}"
+loadtest_seconds="${LOADTEST_SECONDS:-300}"
+full_context_s=245 # 3000 frames of 80 ms (fewer after the prompts) plus the handshakes
+loadtest_args=(--clients 64 --seconds "$loadtest_seconds")
+[ "$loadtest_seconds" -gt $((full_context_s + 10)) ] && loadtest_args+=(--ticks-from "$full_context_s")
 step_timeout="${STEP_TIMEOUT:-600}"
 started=$(date +%s)
 rows=()
@@ -112,13 +120,14 @@ if [ -n "${WEIGHTS:-}" ]; then
             --state-dir "$3/loadtest-state" >"$3/loadtest-server.log" 2>&1 &
         server=$!
         for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
-        "$1/personaplex-loadtest" --port "$port" --clients 64 --seconds 60
+        "$1/personaplex-loadtest" --port "$port" "${@:4}"
         rc=$?
         kill "$server"; wait "$server"
-        exit $rc' _ "$build" "$WEIGHTS" "$logs"
+        exit $rc' _ "$build" "$WEIGHTS" "$logs" "${loadtest_args[@]}"
 else
-    step "loadtest (64 conversations, demo model)" "$logs/loadtest.log" \
-        "$build/personaplex-loadtest" --server "$build/personaplex-server" --clients 64 --seconds 30
+    step "loadtest (64 conversations, demo model of the released shapes)" "$logs/loadtest.log" \
+        "$build/personaplex-loadtest" --server "$build/personaplex-server" --server-arg --demo-size \
+        --server-arg released "${loadtest_args[@]}"
 fi
 step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
     "$build/personaplex-bench" codec --device cuda --frames "$frames"
@@ -159,5 +168,5 @@ cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" 
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
     "$logs/bench-batch.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" 2>/dev/null
 echo "== loadtest =="
-tail -4 "$logs/loadtest.log"
+grep -E '^(loadtest:|all |live:|joiners:|server)' "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

@@ -2,6 +2,7 @@
  *
  *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
  *                        [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]
+ *                        [--server-arg ARG]... [--ticks-from S]
  *
  * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
  * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
@@ -17,8 +18,13 @@
  * the prompt cache cannot answer for it), sends the two header pages and leaves half a second after its
  * handshake. The report then gives the page gaps of the first (live) clients apart, and the
  * joiners' handshake times: how a crowd joining disturbs conversations already running.
- * With --server it starts `BINARY --demo` on a free loopback
- * port (--no-tls unless --tls) and stops it with SIGTERM afterwards.
+ * The server's own account of the run follows, from its /metrics before and after: how many
+ * batched LM ticks ran, of how many conversations, and their times (mean, the share within a
+ * frame, p50 and p99 to the histogram's bounds); with --ticks-from S, also those of the run's
+ * end from S seconds on (e.g. once every conversation's ring holds the model's full context:
+ * the model's context less its prompt frames, plus the handshakes). With --server it starts `BINARY --demo` on a
+ * free loopback port (--no-tls unless --tls), adding each --server-arg (e.g. --demo-size
+ * released), and stops it with SIGTERM afterwards.
  *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
  * timing is reported, never judged (slow machines are slow, not broken). */
@@ -51,11 +57,15 @@
 #define FRAME_MS 80.0
 #define MAX_CLIENTS 256
 #define JOINER_STAY_MS 500 /* a joiner's time after its handshake */
+#define MAX_SERVER_ARGS 8
+#define READY_TIMEOUT_S 300 /* the released-size demo is written and calibrated first */
+#define TICK_BOUNDS 16      /* at least the server's tick histogram's bounds */
 
 typedef struct lt_opts {
     const char *server, *wav, *query;
-    int port, tls, clients, burst;
-    double seconds, slack_ms, burst_at;
+    const char *server_args[MAX_SERVER_ARGS];
+    int port, tls, clients, burst, n_server_args;
+    double seconds, slack_ms, burst_at, ticks_from;
 } lt_opts;
 
 /* ---- the server process (--server) ---- */
@@ -65,17 +75,11 @@ static pid_t start_server(const lt_opts *o, const char *dir) {
     snprintf(port, sizeof port, "%d", o->port);
     snprintf(max, sizeof max, "%d", o->clients + o->burst);
     snprintf(log, sizeof log, "%s/server.log", dir);
-    const char *argv[16] = {o->server,
-                            "--demo",
-                            "--host",
-                            "127.0.0.1",
-                            "--port",
-                            port,
-                            "--state-dir",
-                            dir,
-                            "--max-sessions",
-                            max,
-                            o->tls ? NULL : "--no-tls"};
+    const char *argv[16 + MAX_SERVER_ARGS] = {
+        o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir, "--max-sessions", max};
+    int argc = 10;
+    if (!o->tls) argv[argc++] = "--no-tls";
+    for (int i = 0; i < o->n_server_args; i++) argv[argc++] = o->server_args[i];
     return sp_spawn(argv, log);
 }
 
@@ -170,13 +174,99 @@ static int parse(int argc, char **argv, lt_opts *o) {
         else if (strcmp(a, "--query") == 0) o->query = v;
         else if (strcmp(a, "--burst") == 0) o->burst = atoi(v);
         else if (strcmp(a, "--burst-at") == 0) o->burst_at = atof(v);
+        else if (strcmp(a, "--ticks-from") == 0) o->ticks_from = atof(v);
+        else if (strcmp(a, "--server-arg") == 0 && o->n_server_args < MAX_SERVER_ARGS)
+            o->server_args[o->n_server_args++] = v;
         else return -1;
     }
     if (o->burst_at < 0) o->burst_at = o->seconds / 3;
     int where = (o->server != NULL) + (o->port > 0);
+    if ((o->n_server_args && !o->server) || o->ticks_from < 0 || o->ticks_from >= o->seconds) return -1;
     return where == 1 && o->clients >= 1 && o->burst >= 0 && o->clients + o->burst <= MAX_CLIENTS && o->seconds > 0
                ? 0
                : -1;
+}
+
+/* ---- the server's account (/metrics) ---- */
+
+/* personaplex_tick_seconds (cumulative counts at each upper bound) and the batch sizes' sum. */
+typedef struct lt_ticks {
+    double le[TICK_BOUNDS], cum[TICK_BOUNDS]; /* le in ms; the last bound is +Inf */
+    int n;
+    double count, sum_s, batch_sum;
+} lt_ticks;
+
+/* The value of a /metrics sample line starting with `name` (labels included), or -1. */
+static double sample(const char *body, const char *name) {
+    size_t len = strlen(name);
+    for (const char *line = body; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        if (strncmp(line, name, len) == 0 && line[len] == ' ') return atof(line + len + 1);
+    return -1;
+}
+
+/* 0 with t filled from a /metrics request h, or its HTTP status (-1: no answer) when it failed (an
+ * --api-keys server asks for a key the load test does not have). */
+static int parse_ticks(const wc_http *h, lt_ticks *t) {
+    int status = h->done ? h->status : -1;
+    memset(t, 0, sizeof *t);
+    static const char bucket[] = "personaplex_tick_seconds_bucket{le=\"";
+    for (const char *p = h->body; status == 200 && p && (p = strstr(p, bucket)) && t->n < TICK_BOUNDS;) {
+        p += sizeof bucket - 1;
+        t->le[t->n] = strncmp(p, "+Inf", 4) == 0 ? 1e300 : 1e3 * atof(p);
+        const char *value = strstr(p, "} ");
+        if (value) t->cum[t->n++] = atof(value + 2);
+    }
+    if (status == 200) {
+        t->count = sample(h->body, "personaplex_tick_seconds_count");
+        t->sum_s = sample(h->body, "personaplex_tick_seconds_sum");
+        t->batch_sum = sample(h->body, "personaplex_tick_batch_size_sum");
+    }
+    return status == 200 && t->n > 0 && t->count >= 0 ? 0 : status;
+}
+
+static int fetch_ticks(lt_ticks *t) {
+    wc_http h = {.path = "/metrics"};
+    wc_http *req = &h;
+    wc_run(NULL, 0, &req, 1, 10e3);
+    int rc = parse_ticks(&h, t);
+    wc_http_free(&h);
+    return rc;
+}
+
+/* The upper bound (ms) of the bucket holding quantile q of the ticks in d, and the one below. */
+static void tick_quantile(const lt_ticks *d, double q, double *lo, double *hi) {
+    int b = 0;
+    while (b < d->n - 1 && d->cum[b] < q * d->count) b++;
+    *lo = b ? d->le[b - 1] : 0;
+    *hi = d->le[b];
+}
+
+static void print_bound(const char *label, double lo, double hi) {
+    if (hi > 1e299) printf("%s > %g ms", label, lo);
+    else printf("%s in (%g, %g] ms", label, lo, hi);
+}
+
+/* The ticks between two snapshots of the same server. */
+static void report_ticks(const char *who, const lt_ticks *before, const lt_ticks *after) {
+    lt_ticks d = *after;
+    for (int b = 0; b < d.n; b++) d.cum[b] -= b < before->n ? before->cum[b] : 0;
+    d.count -= before->count;
+    d.sum_s -= before->sum_s;
+    d.batch_sum -= before->batch_sum;
+    if (d.count <= 0) {
+        printf("%s: no LM ticks ran\n", who);
+        return;
+    }
+    double within = 0, lo, hi;
+    for (int b = 0; b < d.n; b++)
+        if (d.le[b] <= FRAME_MS) within = d.cum[b];
+    printf("%s: %.0f LM ticks of %.1f conversations on average, mean %.1f ms, %.1f %% within %.0f ms; ", who, d.count,
+           d.batch_sum / d.count, 1e3 * d.sum_s / d.count, 100 * within / d.count, FRAME_MS);
+    tick_quantile(&d, 0.5, &lo, &hi);
+    print_bound("p50", lo, hi);
+    tick_quantile(&d, 0.99, &lo, &hi);
+    print_bound(", p99", lo, hi);
+    printf("\n");
 }
 
 /* Prints the page-gap summary of clients [from, to) whose gaps are all[0..n_all). */
@@ -189,8 +279,9 @@ static void summary(const char *who, int from, int to, int frames, double limit_
            n_all ? all[n_all - 1] : 0, limit_ms, late, n_all, ok ? "continuous" : "BROKEN");
 }
 
-/* Runs the clients against the server on o->port; prints the report; 0 when all continuous. */
-static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames) {
+/* Runs the clients against the server on o->port, with the request `extra` (NULL: none) beside
+ * them; prints the report; 0 when all continuous. */
+static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames, wc_http *extra) {
     char path[1024];
     snprintf(path, sizeof path, "/api/chat%s%s", *o->query ? "?" : "", o->query);
     int n = o->clients + o->burst;
@@ -221,7 +312,7 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
                              .connect_after_ms = joiner ? 1e3 * o->burst_at : 0};
         list[i] = &conns[i];
     }
-    wc_run(list, n, NULL, 0, 1e3 * (o->seconds + o->burst_at + 120));
+    wc_run(list, n, &extra, extra != NULL, 1e3 * (o->seconds + o->burst_at + 120));
     printf("%-7s %10s %8s %8s %8s %8s %9s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max", "pages", "late",
            "continuity");
     int ok_all = 1;
@@ -273,8 +364,9 @@ int main(int argc, char **argv) {
     lt_opts o;
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
-                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]\n",
-                MAX_CLIENTS);
+                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
+                        "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
+                MAX_CLIENTS, MAX_SERVER_ARGS);
         return 2;
     }
     char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-loadtest-XXXXXX";
@@ -290,14 +382,27 @@ int main(int argc, char **argv) {
     int status = 1;
     if (!rc && wc_init(o.tls, o.port) != 0) rc = pp_fail(err, PP_EIO, "cannot create the lws client context");
     if (!rc) {
-        if (pid > 0 && !sp_wait_ready(pid, 60)) {
+        if (pid > 0 && !sp_wait_ready(pid, READY_TIMEOUT_S)) {
             fprintf(stderr, "loadtest: the server did not become ready (log: %s/server.log)\n", dir);
         } else {
             printf("loadtest: %d clients, %.0f s of %s each, %s://127.0.0.1:%d", o.clients, o.seconds, o.wav,
                    o.tls ? "wss" : "ws", o.port);
             if (o.burst) printf("; %d more join at once after %.1f s", o.burst, o.burst_at);
             printf("\n");
-            status = drive(&o, up.m, up.m + 2, frames);
+            lt_ticks before, at_from, after;
+            wc_http from = {.path = "/metrics", .connect_after_ms = 1e3 * o.ticks_from};
+            int metrics = fetch_ticks(&before);
+            status = drive(&o, up.m, up.m + 2, frames, o.ticks_from > 0 ? &from : NULL);
+            if (!metrics) metrics = fetch_ticks(&after);
+            if (!metrics) report_ticks("server", &before, &after);
+            else printf("server: /metrics unavailable (HTTP %d): no tick times\n", metrics);
+            if (!metrics && o.ticks_from > 0) {
+                char who[64];
+                snprintf(who, sizeof who, "server, from %.0f s on", o.ticks_from);
+                if (parse_ticks(&from, &at_from) == 0) report_ticks(who, &at_from, &after);
+                else printf("%s: /metrics did not answer\n", who);
+            }
+            wc_http_free(&from);
         }
         wc_shutdown();
     }

@@ -43,12 +43,12 @@ typedef struct {
     uint64_t done, total;
 } job;
 
-static int declare(job *j, const char *base, const char *suffix, st_dtype dt, int ndim, const int64_t *shape,
+static int declare(st_writer *w, const char *base, const char *suffix, st_dtype dt, int ndim, const int64_t *shape,
                    char *err) {
     char key[KEY_LEN];
     int k = snprintf(key, sizeof key, "%s%s", base, suffix);
     if (k < 0 || (size_t)k >= sizeof key) return pp_fail(err, PP_EINVAL, "tensor name '%s' too long", base);
-    return pp_st_writer_declare(j->w, key, dt, ndim, shape, err);
+    return pp_st_writer_declare(w, key, dt, ndim, shape, err);
 }
 
 static const char *torch_dtype(st_dtype dt) {
@@ -57,65 +57,94 @@ static const char *torch_dtype(st_dtype dt) {
 
 /* The quant_state JSON. The offset is printed at a fixed width so the blob's length is known
  * when it is declared, before the data is seen. */
-static int nf4_state(char *buf, size_t cap, const st_tensor *t, int bs, float offset) {
+static int nf4_state(char *buf, size_t cap, st_dtype source, int64_t rows, int64_t cols, int bs, float offset) {
     return snprintf(buf, cap,
                     "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%lld, %lld], "
                     "\"nested_blocksize\": %d, \"nested_dtype\": \"float32\", \"nested_offset\": % .8e}",
-                    bs, torch_dtype(t->dtype), (long long)t->shape[0], (long long)t->shape[1], NF4_NESTED_BLOCK,
-                    (double)offset);
+                    bs, torch_dtype(source), (long long)rows, (long long)cols, NF4_NESTED_BLOCK, (double)offset);
+}
+
+int pp_quantize_declare(st_writer *w, const char *name, st_dtype source, int64_t rows, int64_t cols, pp_wformat fmt,
+                        int group, char *err) {
+    int64_t gs = group == PP_QUANTIZE_ROW ? cols : group, groups = rows * cols / gs, one = 1, four = 4, two = 2;
+    if (cols % gs)
+        return pp_fail(err, PP_EINVAL,
+                       "tensor '%s': row length %lld is not a multiple of the group size %d (pick another group)", name,
+                       (long long)cols, group);
+    int64_t shape[2] = {rows, cols};
+    int rc;
+    if (fmt == PP_WF_INT8) {
+        char key[KEY_LEN];
+        int64_t scb[2] = {rows, cols / gs};
+        if ((rc = pp_wl_int8_scales_key(name, key, sizeof key)))
+            return pp_fail(err, rc, "tensor name '%s' too long", name);
+        if ((rc = pp_st_writer_declare(w, name, ST_I8, 2, shape, err))) return rc;
+        return pp_st_writer_declare(w, key, ST_F32, group == PP_QUANTIZE_ROW ? 1 : 2, scb, err);
+    }
+    if (fmt == PP_WF_NF2) {
+        int64_t np = groups * gs / 4;
+        if ((rc = declare(w, name, ".packed", ST_U8, 1, &np, err)) ||
+            (rc = declare(w, name, ".scales", ST_F16, 1, &groups, err)) ||
+            (rc = declare(w, name, ".shape", ST_I64, 1, &four, err)) ||
+            (rc = declare(w, name, ".gs", ST_I64, 1, &one, err)) ||
+            (rc = declare(w, name, ".np2", ST_I64, 1, &one, err)))
+            return rc;
+        return declare(w, name, ".numel", ST_I64, 1, &one, err);
+    }
+    int64_t half = rows * cols / 2;
+    if (fmt == PP_WF_INT4) {
+        if ((rc = declare(w, name, "", ST_U8, 1, &half, err)) ||
+            (rc = declare(w, name, ".__scales__", ST_F16, 1, &groups, err)) ||
+            (rc = declare(w, name, ".__shape__", ST_I64, 1, &two, err)))
+            return rc;
+        return declare(w, name, ".__numel__", ST_I64, 1, &one, err);
+    }
+    char blob[512];
+    int64_t packed_shape[2] = {half, 1}, nested = (groups + NF4_NESTED_BLOCK - 1) / NF4_NESTED_BLOCK, n256 = 256,
+            n16 = 16, blen = nf4_state(blob, sizeof blob, source, rows, cols, group, 0.0f);
+    if ((rc = declare(w, name, "", ST_U8, 2, packed_shape, err)) ||
+        (rc = declare(w, name, ".absmax", ST_U8, 1, &groups, err)) ||
+        (rc = declare(w, name, ".nested_absmax", ST_F32, 1, &nested, err)) ||
+        (rc = declare(w, name, ".nested_quant_map", ST_F32, 1, &n256, err)) ||
+        (rc = declare(w, name, ".quant_map", ST_F32, 1, &n16, err)))
+        return rc;
+    return declare(w, name, ".quant_state.bitsandbytes__nf4", ST_U8, 1, &blen, err);
+}
+
+int pp_quantize_write(st_writer *w, const char *name, st_dtype source, const pp_qtensor *q, char *err) {
+    const pp_weight *qw = &q->w;
+    int64_t shape4[4] = {qw->rows, qw->cols, 0, 0}, numel = qw->rows * qw->cols, g = qw->group, np2 = qw->np2;
+    int rc = pp_st_writer_write(w, q->codes, q->codes_bytes, err);
+    if (!rc) rc = pp_st_writer_write(w, q->scales, q->scales_bytes, err);
+    if (rc) return rc;
+    if (qw->fmt == PP_WF_NF2) {
+        if (!(rc = pp_st_writer_write(w, shape4, sizeof shape4, err)) && !(rc = pp_st_writer_write(w, &g, 8, err)) &&
+            !(rc = pp_st_writer_write(w, &np2, 8, err)))
+            rc = pp_st_writer_write(w, &numel, 8, err);
+    } else if (qw->fmt == PP_WF_INT4) {
+        if (!(rc = pp_st_writer_write(w, shape4, 16, err))) rc = pp_st_writer_write(w, &numel, 8, err);
+    } else if (qw->fmt == PP_WF_NF4) {
+        char blob[512];
+        int blen = nf4_state(blob, sizeof blob, source, qw->rows, qw->cols, (int)g, qw->nested_offset),
+            want = nf4_state(NULL, 0, source, qw->rows, qw->cols, (int)g, 0.0f);
+        if (blen != want)
+            return pp_fail(err, PP_EINVAL, "tensor '%s': nested offset %g is not finite", name,
+                           (double)qw->nested_offset);
+        if (!(rc = pp_st_writer_write(w, q->nested, q->nested_bytes, err)) &&
+            !(rc = pp_st_writer_write(w, q->nested_map, 256 * sizeof(float), err)) &&
+            !(rc = pp_st_writer_write(w, pp_quant_nf4_table, 16 * sizeof(float), err)))
+            rc = pp_st_writer_write(w, blob, (size_t)blen, err);
+    }
+    return rc;
 }
 
 static int declare_tensor(job *j, const st_tensor *t, char *err) {
-    pp_wformat fmt = j->o->fmt;
-    if (!pp_quantize_selects(fmt, t->name, t->ndim))
+    if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim))
         return pp_st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s; only F32, F16 and BF16 can be quantized",
                        pp_st_path(j->in), t->name, pp_st_dtype_name(t->dtype));
-    int64_t cols = t->shape[1], numel = t->numel, gs = j->gs == PP_QUANTIZE_ROW ? cols : j->gs, groups = numel / gs;
-    if (cols % gs)
-        return pp_fail(err, PP_EINVAL,
-                       "%s: tensor '%s': row length %lld is not a multiple of the group size %d "
-                       "(pick another --group)",
-                       pp_st_path(j->in), t->name, (long long)cols, j->gs);
-    int64_t one = 1, four = 4, two = 2;
-    int rc;
-    if (fmt == PP_WF_INT8) {
-        char key[KEY_LEN];
-        int64_t scb[2] = {t->shape[0], cols / gs};
-        if ((rc = pp_wl_int8_scales_key(t->name, key, sizeof key)))
-            return pp_fail(err, rc, "tensor name '%s' too long", t->name);
-        if ((rc = pp_st_writer_declare(j->w, t->name, ST_I8, 2, t->shape, err))) return rc;
-        return pp_st_writer_declare(j->w, key, ST_F32, j->gs == PP_QUANTIZE_ROW ? 1 : 2, scb, err);
-    }
-    if (fmt == PP_WF_NF2) {
-        int64_t np = groups * j->gs / 4;
-        if ((rc = declare(j, t->name, ".packed", ST_U8, 1, &np, err)) ||
-            (rc = declare(j, t->name, ".scales", ST_F16, 1, &groups, err)) ||
-            (rc = declare(j, t->name, ".shape", ST_I64, 1, &four, err)) ||
-            (rc = declare(j, t->name, ".gs", ST_I64, 1, &one, err)) ||
-            (rc = declare(j, t->name, ".np2", ST_I64, 1, &one, err)))
-            return rc;
-        return declare(j, t->name, ".numel", ST_I64, 1, &one, err);
-    }
-    int64_t half = numel / 2;
-    if (fmt == PP_WF_INT4) {
-        if ((rc = declare(j, t->name, "", ST_U8, 1, &half, err)) ||
-            (rc = declare(j, t->name, ".__scales__", ST_F16, 1, &groups, err)) ||
-            (rc = declare(j, t->name, ".__shape__", ST_I64, 1, &two, err)))
-            return rc;
-        return declare(j, t->name, ".__numel__", ST_I64, 1, &one, err);
-    }
-    char blob[512];
-    int64_t packed_shape[2] = {half, 1}, nested = (groups + NF4_NESTED_BLOCK - 1) / NF4_NESTED_BLOCK, n256 = 256,
-            n16 = 16, blen = nf4_state(blob, sizeof blob, t, j->gs, 0.0f);
-    if ((rc = declare(j, t->name, "", ST_U8, 2, packed_shape, err)) ||
-        (rc = declare(j, t->name, ".absmax", ST_U8, 1, &groups, err)) ||
-        (rc = declare(j, t->name, ".nested_absmax", ST_F32, 1, &nested, err)) ||
-        (rc = declare(j, t->name, ".nested_quant_map", ST_F32, 1, &n256, err)) ||
-        (rc = declare(j, t->name, ".quant_map", ST_F32, 1, &n16, err)))
-        return rc;
-    return declare(j, t->name, ".quant_state.bitsandbytes__nf4", ST_U8, 1, &blen, err);
+    return pp_quantize_declare(j->w, t->name, t->dtype, t->shape[0], t->shape[1], j->o->fmt, j->gs, err);
 }
 
 static void progress(job *j, uint64_t bytes) {
@@ -123,35 +152,12 @@ static void progress(job *j, uint64_t bytes) {
     if (j->o->progress) j->o->progress(j->o->user, j->done, j->total);
 }
 
-/* The quantized tensor's keys' data, in the order declare_tensor declared them. */
 static int write_quantized(job *j, const st_tensor *t, char *err) {
     pp_qtensor q;
     int rc = pp_quantize_tensor(j->in, t, j->o->fmt, j->gs, &q, err);
     if (rc) return rc;
-    const pp_weight *w = &q.w;
-    int64_t shape4[4] = {w->rows, w->cols, 0, 0}, numel = w->rows * w->cols, g = w->group, np2 = w->np2;
-    if (!(rc = pp_st_writer_write(j->w, q.codes, q.codes_bytes, err)))
-        rc = pp_st_writer_write(j->w, q.scales, q.scales_bytes, err);
-    if (rc) {
-    } else if (w->fmt == PP_WF_NF2) {
-        if (!(rc = pp_st_writer_write(j->w, shape4, sizeof shape4, err)) &&
-            !(rc = pp_st_writer_write(j->w, &g, 8, err)) && !(rc = pp_st_writer_write(j->w, &np2, 8, err)))
-            rc = pp_st_writer_write(j->w, &numel, 8, err);
-    } else if (w->fmt == PP_WF_INT4) {
-        if (!(rc = pp_st_writer_write(j->w, shape4, 16, err))) rc = pp_st_writer_write(j->w, &numel, 8, err);
-    } else if (w->fmt == PP_WF_NF4) {
-        char blob[512];
-        int blen = nf4_state(blob, sizeof blob, t, (int)g, w->nested_offset),
-            want = nf4_state(NULL, 0, t, (int)g, 0.0f);
-        if (blen != want)
-            rc = pp_fail(err, PP_EINVAL, "tensor '%s': nested offset %g is not finite", t->name,
-                         (double)w->nested_offset);
-        if (!rc && !(rc = pp_st_writer_write(j->w, q.nested, q.nested_bytes, err)) &&
-            !(rc = pp_st_writer_write(j->w, q.nested_map, 256 * sizeof(float), err)) &&
-            !(rc = pp_st_writer_write(j->w, pp_quant_nf4_table, 16 * sizeof(float), err)))
-            rc = pp_st_writer_write(j->w, blob, (size_t)blen, err);
-    }
-    if (!rc && j->o->report) j->o->report(j->o->user, t->name, w->rows, w->cols, q.cosine);
+    rc = pp_quantize_write(j->w, t->name, t->dtype, &q, err);
+    if (!rc && j->o->report) j->o->report(j->o->user, t->name, q.w.rows, q.w.cols, q.cosine);
     pp_qtensor_free(&q);
     progress(j, t->nbytes);
     return rc;

@@ -27,6 +27,14 @@ typedef struct pp_quantize_opts {
 /* True when the format quantizes the tensor NAME of the given dims. */
 int pp_quantize_selects(pp_wformat fmt, const char *name, int ndim);
 
+/* The two halves of writing one quantized tensor into a safetensors file, for writers of their
+ * own (the demo model): pp_quantize_declare declares the keys of tensor NAME ([rows, cols],
+ * stored as `source` before quantization) in fmt with group (PP_EINVAL, naming the tensor, when
+ * the group does not divide a row); pp_quantize_write writes q's data into them, in that order. */
+int pp_quantize_declare(st_writer *w, const char *name, st_dtype source, int64_t rows, int64_t cols, pp_wformat fmt,
+                        int group, char *err);
+int pp_quantize_write(st_writer *w, const char *name, st_dtype source, const pp_qtensor *q, char *err);
+
 int pp_quantize_file(const char *in_path, const char *out_path, const pp_quantize_opts *opts, char *err);
 /* The same quantization without a file: opts->report gets every tensor's cosine. */
 int pp_quantize_report(const char *in_path, const pp_quantize_opts *opts, char *err);

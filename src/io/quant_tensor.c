@@ -2,6 +2,8 @@
 #include "io/quant_tensor.h"
 
 #include "base/err.h"
+#include "base/rng.h"
+#include "io/half.h"
 #include "io/quant.h"
 
 #include <math.h>
@@ -138,6 +140,45 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
     free(dec);
     if (rc) pp_qtensor_free(q);
     return rc;
+}
+
+int pp_qtensor_random_nf2(int64_t rows, int64_t cols, int group, float rms, uint64_t seed, pp_qtensor *q, char *err) {
+    memset(q, 0, sizeof *q);
+    int rc = pp_quantize_check(PP_WF_NF2, group, err);
+    if (rc) return rc;
+    if (rows < 1 || cols < 1 || cols % group)
+        return pp_fail(err, PP_EINVAL, "random NF2 tensor [%lld, %lld]: rows of %d-weight groups only", (long long)rows,
+                       (long long)cols, group);
+    int np2 = 1;
+    while (np2 < group) np2 *= 2;
+    q->w = (pp_weight){.fmt = PP_WF_NF2, .rows = rows, .cols = cols, .group = group, .np2 = np2};
+    if (!alloc_buffers(q, NULL)) {
+        pp_qtensor_free(q);
+        return pp_fail(err, PP_ENOMEM, "random NF2 tensor [%lld, %lld]: out of memory", (long long)rows,
+                       (long long)cols);
+    }
+    /* A transformed Gaussian group is Gaussian: a code is an outer one when |z| passes the
+     * midpoint of the two positive centroids. */
+    const float *c = pp_quant_nf2_codebook;
+    double outer = 0.5 * erfc(0.5 * (c[2] + c[3]) / sqrt(2.0)),
+           mean_square = 2 * outer * c[3] * c[3] + (1 - 2 * outer) * c[2] * c[2];
+    uint32_t below_inner = (uint32_t)(outer * 65536.0 + 0.5), below_upper = 65536 - below_inner;
+    uint8_t *codes = q->codes;
+    for (size_t i = 0; i < q->codes_bytes; i++) {
+        uint64_t r = pp_splitmix64(&seed);
+        uint8_t byte = 0;
+        for (int k = 0; k < 4; k++, r >>= 16) {
+            uint32_t u = (uint32_t)(r & 0xffff);
+            byte |= (uint8_t)((u < below_inner ? 0 : u < 32768 ? 1 : u < below_upper ? 2 : 3) << (2 * k));
+        }
+        codes[i] = byte;
+    }
+    uint16_t scale = pp_f32_to_f16((float)(rms / sqrt(mean_square)));
+    uint16_t *scales = q->scales;
+    for (size_t g = 0; g < q->scales_bytes / 2; g++) scales[g] = scale;
+    q->w.data = q->codes;
+    q->w.scales = q->scales;
+    return PP_OK;
 }
 
 void pp_qtensor_free(pp_qtensor *q) {

@@ -29,6 +29,12 @@ int pp_quantize_check(pp_wformat fmt, int group, char *err);
 /* Quantizes tensor t of f into q (group as pp_quantize_check accepts; the row length must be a
  * multiple). On failure q holds nothing. */
 int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err);
+/* An NF2 tensor [rows, cols] that quantizes nothing, for models of the released shapes written in
+ * seconds (the demo's released size; quantizing random dense weights would take minutes). Codes
+ * are drawn independently at the frequencies quantizing Gaussian weights gives (about
+ * 16/34/34/16 %, what the loader's histogram check expects); every scale is set so the decoded
+ * weights have RMS `rms`. The same seed gives the same bytes. */
+int pp_qtensor_random_nf2(int64_t rows, int64_t cols, int group, float rms, uint64_t seed, pp_qtensor *q, char *err);
 void pp_qtensor_free(pp_qtensor *q);
 
 #endif

@@ -216,7 +216,9 @@ static void *load_main(void *arg) {
     if (!rc && a->opt.demo) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
-        rc = pp_demo_write_context(dir, a->opt.demo_context, &a->demo, err);
+        pp_demo_opts demo = {.lm_context = a->opt.demo_context};
+        pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked in main */
+        rc = pp_demo_write_opts(dir, &demo, &a->demo, err);
         mp = (pp_model_paths){.weights = a->demo.weights,
                               .mimi = a->demo.mimi,
                               .tokenizer = a->demo.tokenizer,
@@ -400,6 +402,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     pp_log_set_level((pp_log_level)level);
+    pp_demo_size demo_size;
+    if (pp_demo_size_parse(a.opt.demo_size, &demo_size) != 0) {
+        fprintf(stderr, "personaplex-server: --demo-size: '%s' is not tiny or released\n", a.opt.demo_size);
+        server_options_free(&a.opt);
+        return 2;
+    }
     if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
         fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
         server_options_free(&a.opt);

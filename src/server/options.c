@@ -75,6 +75,12 @@ static const opt_spec g_opts[] = {
     {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
      "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
      "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},
+    {"demo-size", "SIZE", OPT_STRING, F(demo_size), 0, 0, "tiny", NULL,
+     "The --demo model's size: tiny, or released: the released model's shapes (32 layers of 4096, the "
+     "full Mimi codec) with random NF2 weights, as model-turbo2bit.safetensors, written to "
+     "STATE_DIR/demo at start-up (2.6 GB: 2.2 GB of LM, 0.3 GB of codec; about 20 s). It speaks nonsense too, but "
+     "costs what the real model costs: the start-up calibration and a load test then say how many "
+     "conversations this machine holds before the checkpoint is downloaded. Real time needs a GPU."},
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
      "Voice used when a client sends no voice_prompt (with or without the .pt suffix)."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,

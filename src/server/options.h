@@ -45,6 +45,7 @@ typedef struct server_options {
     int trim_after_ms;  /* ms after a conversation ends before freed memory is returned (-1: never) */
     char *echo_cancel;  /* "off", "auto", "on" (engine.h) */
     int demo_context;   /* LM context of the --demo model (0: its default) */
+    char *demo_size;    /* "tiny" or "released" (pp_demo_size_parse) */
     int skip_memory_check;
     int weights_in_host_memory; /* CUDA reads the weights from the mapped file (backend.h host_map) */
     char *quantize;             /* NULL, or the layout a dense checkpoint is quantized to while loading */

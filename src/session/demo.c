@@ -1,18 +1,22 @@
-/* demo: generation of the tiny built-in model (see demo.h).
+/* demo: generation of the built-in model (see demo.h).
  *
  * Every tensor gets values from its own stream (splitmix64 seeded by a hash of its name), so
  * the files are the same bytes on every run and machine. Initialisation follows what the
  * tensor is, by its name: biases 0; norm scales 1; Mimi's LayerScale 0.01 (its config);
  * codebook usage counts 1 (so codebook rows are the stored sums); embeddings and codebooks
- * N(0, 1); every other matrix N(0, gain / sqrt(fan_in)). The Mimi decoder's last convolution,
+ * N(0, 1); every other matrix N(0, gain / sqrt(fan_in)). An LM matrix in NF2 gets random codes
+ * whose decode has that RMS instead (pp_qtensor_random_nf2). The Mimi decoder's last convolution,
  * whose output is the waveform, is then scaled once so that decoding random codes gives an
  * RMS of DEMO_TARGET_RMS: audible, far from clipping. */
 #include "session/demo.h"
 
 #include "backend/backend.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/frame.h"
 #include "base/log.h"
+#include "base/rng.h"
+#include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "io/tensor_list.h"
 #include "io/voice.h"
@@ -21,6 +25,7 @@
 #include "model/mimi.h"
 #include "text/spm.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +33,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DEMO_VOCAB 200          /* tokenizer pieces = the LM's text_card */
+#define DEMO_VOCAB 200          /* tokenizer pieces: the tiny LM's text_card */
 #define DEMO_TARGET_RMS 0.08f
 #define DEMO_VOICE_FRAMES 8
 #define DEMO_CONTEXT 3000       /* the released model's */
+#define DEMO_NF2_GROUP 128      /* the released NF2 file's; halved until it divides a row */
 
 /* dim 64, 2 layers, a 1-layer depformer of width 32: about 3 M parameters. %d: the context. */
 static const char g_lm_config[] =
@@ -44,6 +50,9 @@ static const char g_lm_config[] =
     " \"depformer_context\": 16, \"depformer_max_period\": 10000, \"depformer_gating\": \"silu\",\n"
     " \"depformer_pos_emb\": \"none\", \"depformer_weights_per_step\": true,\n"
     " \"delays\": [0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]}\n";
+
+/* The released size: the loader's default architecture with the context. */
+static const char g_released_lm_config[] = "{\"context\": %d}\n";
 
 /* The sizes of tests/data/golden/mimi-synth with the released codec's 250-frame context. */
 #define STR_(x) #x
@@ -71,16 +80,9 @@ static int add_lm_tensor(void *ctx, const pp_lm_tensor *t) {
 
 /* ---- values ------------------------------------------------------------------------------------ */
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double gaussian(uint64_t *s) {
-    double u = ((double)(splitmix(s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-    double v = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    double u = ((double)(pp_splitmix64(s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+    double v = (double)(pp_splitmix64(s) >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
@@ -117,38 +119,74 @@ static int is_waveform_conv(const pp_tensor_spec *t) {
     return strncmp(t->name, "decoder.model.", 14) == 0 && t->ndim == 3 && t->shape[0] == 1;
 }
 
-/* Writes every tensor of l to path in dtype (F32 or BF16); the waveform conv is scaled by
- * out_scale. */
-static int write_tensors(const char *path, const pp_tensor_list *l, st_dtype dtype, float out_scale, char *err) {
+/* The NF2 group of an LM tensor written in NF2, or 0 when it stays dense. */
+static int nf2_group(const pp_tensor_spec *t, int nf2) {
+    if (!nf2 || !pp_quantize_selects(PP_WF_NF2, t->name, t->ndim)) return 0;
+    int group = DEMO_NF2_GROUP;
+    while (group > 4 && t->shape[1] % group) group /= 2;
+    return group;
+}
+
+static uint64_t name_seed(const char *name) {
+    uint64_t state = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) state = (state ^ (uint8_t)*c) * 0x100000001b3ull;
+    return state;
+}
+
+static int write_dense(st_writer *w, const pp_tensor_spec *t, st_dtype dtype, float scale, char *err) {
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    float value;
+    double sigma;
+    init_rule(t, &value, &sigma);
+    uint64_t state = name_seed(t->name);
+    float buf[1024];
+    uint16_t half[1024];
+    int rc = PP_OK;
+    for (int64_t o = 0; o < numel && !rc; o += 1024) {
+        int n = numel - o < 1024 ? (int)(numel - o) : 1024;
+        for (int k = 0; k < n; k++) buf[k] = scale * (sigma > 0 ? (float)(sigma * gaussian(&state)) : value);
+        if (dtype == ST_BF16) {
+            for (int k = 0; k < n; k++) half[k] = pp_f32_to_bf16(buf[k]);
+            rc = pp_st_writer_write(w, half, (size_t)n * sizeof *half, err);
+        } else {
+            rc = pp_st_writer_write(w, buf, (size_t)n * sizeof *buf, err);
+        }
+    }
+    return rc;
+}
+
+static int write_nf2(st_writer *w, const pp_tensor_spec *t, st_dtype dtype, int group, char *err) {
+    float value;
+    double sigma;
+    init_rule(t, &value, &sigma);
+    pp_qtensor q;
+    int rc = pp_qtensor_random_nf2(t->shape[0], t->shape[1], group, (float)sigma, name_seed(t->name), &q, err);
+    if (!rc) rc = pp_quantize_write(w, t->name, dtype, &q, err);
+    pp_qtensor_free(&q);
+    return rc;
+}
+
+/* Writes every tensor of l to path in dtype (F32 or BF16), the LM's matrices in NF2 when nf2 is
+ * set; the waveform conv is scaled by out_scale. */
+static int write_tensors(const char *path, const pp_tensor_list *l, st_dtype dtype, int nf2, float out_scale,
+                         char *err) {
     st_writer *w;
     int rc = pp_st_writer_create(path, &w, err);
     if (rc) return rc;
-    for (size_t i = 0; i < l->n && !rc; i++)
-        rc = pp_st_writer_declare(w, l->v[i].name, dtype, l->v[i].ndim, l->v[i].shape, err);
-    if (!rc) rc = pp_st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
-    if (!rc) rc = pp_st_writer_begin(w, err);
-    float buf[1024];
-    uint16_t half[1024];
     for (size_t i = 0; i < l->n && !rc; i++) {
         const pp_tensor_spec *t = &l->v[i];
-        int64_t numel = 1;
-        for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
-        float value;
-        double sigma;
-        init_rule(t, &value, &sigma);
-        float scale = is_waveform_conv(t) ? out_scale : 1.0f;
-        uint64_t state = 0xcbf29ce484222325ull;
-        for (const char *c = t->name; *c; c++) state = (state ^ (uint8_t)*c) * 0x100000001b3ull;
-        for (int64_t o = 0; o < numel && !rc; o += 1024) {
-            int n = numel - o < 1024 ? (int)(numel - o) : 1024;
-            for (int k = 0; k < n; k++) buf[k] = scale * (sigma > 0 ? (float)(sigma * gaussian(&state)) : value);
-            if (dtype == ST_BF16) {
-                for (int k = 0; k < n; k++) half[k] = pp_f32_to_bf16(buf[k]);
-                rc = pp_st_writer_write(w, half, (size_t)n * sizeof *half, err);
-            } else {
-                rc = pp_st_writer_write(w, buf, (size_t)n * sizeof *buf, err);
-            }
-        }
+        int group = nf2_group(t, nf2);
+        rc = group ? pp_quantize_declare(w, t->name, dtype, t->shape[0], t->shape[1], PP_WF_NF2, group, err)
+                   : pp_st_writer_declare(w, t->name, dtype, t->ndim, t->shape, err);
+    }
+    if (!rc) rc = pp_st_writer_metadata(w, "personaplex", "demo model: random weights, speaks nonsense", err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    for (size_t i = 0; i < l->n && !rc; i++) {
+        const pp_tensor_spec *t = &l->v[i];
+        int group = nf2_group(t, nf2);
+        rc = group ? write_nf2(w, t, dtype, group, err)
+                   : write_dense(w, t, dtype, is_waveform_conv(t) ? out_scale : 1.0f, err);
     }
     if (rc) {
         pp_st_writer_abort(w);
@@ -184,7 +222,7 @@ static int measure_rms(const char *mimi_path, float *rms, char *err) {
     float pcm[PP_FRAME_SAMPLES];
     for (int f = 0; f < 12 && !rc; f++) {
         int32_t codes[PP_LM_AUDIO_CODEBOOKS];
-        for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) codes[k] = (int32_t)(splitmix(&state) % 2048);
+        for (int k = 0; k < PP_LM_AUDIO_CODEBOOKS; k++) codes[k] = (int32_t)(pp_splitmix64(&state) % 2048);
         rc = pp_mimi_decode_frame(s, codes, pcm, err);
         for (int i = 0; f >= 4 && !rc && i < PP_FRAME_SAMPLES; i++, count++) sum += (double)pcm[i] * pcm[i];
     }
@@ -202,45 +240,64 @@ static int write_voice(const char *path, const pp_lm_config *c, uint64_t seed, c
     for (int64_t i = 0; i < v.frames * v.dim; i++) v.embeddings[i] = (float)gaussian(&seed);
     /* The ring after a voice phase: text PAD, audio codes of the clip (any valid code here). */
     for (int k = 0; k < PP_VOICE_STREAMS; k++)
-        for (int j = 0; j < PP_VOICE_RING; j++) v.cache[k][j] = k == 0 ? 3 : (int64_t)(splitmix(&seed) % 2048);
+        for (int j = 0; j < PP_VOICE_RING; j++) v.cache[k][j] = k == 0 ? 3 : (int64_t)(pp_splitmix64(&seed) % 2048);
     int rc = pp_voice_save_pt(path, &v, err);
     free(v.embeddings);
     return rc;
 }
 
-int pp_demo_write(const char *dir, pp_demo_files *out, char *err) { return pp_demo_write_context(dir, 0, out, err); }
+int pp_demo_size_parse(const char *name, pp_demo_size *out) {
+    int tiny = strcmp(name, "tiny") == 0, released = strcmp(name, "released") == 0;
+    if (!tiny && !released) return -1;
+    *out = tiny ? PP_DEMO_TINY : PP_DEMO_RELEASED;
+    return 0;
+}
 
-int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, char *err) {
+int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
+    return pp_demo_write_opts(dir, &(pp_demo_opts){.size = PP_DEMO_TINY}, out, err);
+}
+
+int pp_demo_write_opts(const char *dir, const pp_demo_opts *opts, pp_demo_files *out, char *err) {
     char path[PP_DEMO_PATH_MAX + 64], config[sizeof g_lm_config + 16];
     pp_tensor_list lm = {0}, codec = {0};
     pp_lm_config lc;
     mimi_config mc;
     void *spm = NULL;
     size_t spm_len = 0;
+    const int released = opts->size == PP_DEMO_RELEASED, nf2 = released || opts->lm_nf2;
+    const double t0 = pp_now_ms();
     int rc = make_dir(dir, err);
     snprintf(out->weights, sizeof out->weights, "%s/lm.safetensors", dir);
     snprintf(out->mimi, sizeof out->mimi, "%s/mimi/mimi.safetensors", dir);
     snprintf(out->tokenizer, sizeof out->tokenizer, "%s/tokenizer.model", dir);
     snprintf(out->voices_dir, sizeof out->voices_dir, "%s/voices", dir);
-    /* The LM. */
-    int config_len = snprintf(config, sizeof config, g_lm_config, lm_context ? lm_context : DEMO_CONTEXT);
+    /* The LM: the released size is the loader's default architecture, so its config.json only
+     * states the context. */
+    int context = opts->lm_context ? opts->lm_context : DEMO_CONTEXT,
+        config_len = snprintf(config, sizeof config, released ? g_released_lm_config : g_lm_config, context);
     if (!rc) rc = pp_lm_config_parse(config, (size_t)config_len, "demo LM config", &lc, err);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!rc) rc = write_text(path, config, (size_t)config_len, err);
     if (!rc) pp_lm_catalog(&lc, add_lm_tensor, &lm);
     if (!rc && lm.failed) rc = pp_fail(err, PP_ENOMEM, "demo: out of memory");
-    if (!rc) rc = write_tensors(out->weights, &lm, ST_BF16, 1.0f, err);
-    /* The codec, written twice: the second time with the waveform calibrated. */
+    if (!rc) rc = write_tensors(out->weights, &lm, ST_BF16, nf2, 1.0f, err);
+    /* The codec, written twice: the second time with the waveform calibrated. The released one
+     * takes the loader's defaults, which a config.json left by a tiny one would override. */
     snprintf(path, sizeof path, "%s/mimi", dir);
     if (!rc) rc = make_dir(path, err);
     snprintf(path, sizeof path, "%s/mimi/config.json", dir);
-    if (!rc) rc = write_text(path, g_mimi_config, sizeof g_mimi_config - 1, err);
-    if (!rc) rc = pp_mimi_config_load(path, &mc, err);
+    if (released) {
+        pp_mimi_config_default(&mc);
+        if (!rc && unlink(path) != 0 && errno != ENOENT) rc = pp_fail(err, PP_EIO, "cannot remove %s", path);
+    } else {
+        if (!rc) rc = write_text(path, g_mimi_config, sizeof g_mimi_config - 1, err);
+        if (!rc) rc = pp_mimi_config_load(path, &mc, err);
+    }
     if (!rc) rc = pp_mimi_catalog_list(&mc, &codec, err);
-    if (!rc) rc = write_tensors(out->mimi, &codec, ST_F32, 1.0f, err);
+    if (!rc) rc = write_tensors(out->mimi, &codec, ST_F32, 0, 1.0f, err);
     float rms = 0.0f;
     if (!rc) rc = measure_rms(out->mimi, &rms, err);
-    if (!rc && rms > 0.0f) rc = write_tensors(out->mimi, &codec, ST_F32, DEMO_TARGET_RMS / rms, err);
+    if (!rc && rms > 0.0f) rc = write_tensors(out->mimi, &codec, ST_F32, 0, DEMO_TARGET_RMS / rms, err);
     /* Tokenizer and voices. */
     if (!rc) rc = pp_spm_make_demo(DEMO_VOCAB, &spm, &spm_len, err);
     if (!rc) rc = write_text(out->tokenizer, spm, spm_len, err);
@@ -257,8 +314,11 @@ int pp_demo_write_context(const char *dir, int lm_context, pp_demo_files *out, c
     }
     free(spm);
     if (!rc)
-        PP_INFO("demo", "demo model written to %s (%zu + %zu tensors; codec RMS %.3f calibrated to %.2f)", dir, lm.n,
-                codec.n, rms, DEMO_TARGET_RMS);
+        PP_INFO("demo",
+                "%s demo model written to %s in %.1f s (%zu + %zu tensors, LM in %s; codec RMS %.3f calibrated "
+                "to %.2f)",
+                released ? "released-size" : "tiny", dir, (pp_now_ms() - t0) / 1e3, lm.n, codec.n, nf2 ? "NF2" : "BF16",
+                rms, DEMO_TARGET_RMS);
     pp_tensor_list_free(&lm);
     pp_tensor_list_free(&codec);
     return rc;
