@@ -43,7 +43,9 @@ static void check_layout(const char *weights) {
             const st_tensor *gs = pp_st_find(f, key);
             snprintf(key, sizeof key, "%s.shape", base);
             const st_tensor *shape = pp_st_find(f, key);
-            int64_t g = gs ? *(const int64_t *)gs->data : 0, cols = shape ? ((const int64_t *)shape->data)[1] : 0;
+            int64_t g = 0, cols = 0; /* the file's I64 values need not be 8-byte aligned */
+            if (gs) memcpy(&g, gs->data, sizeof g);
+            if (shape) memcpy(&cols, (const uint8_t *)shape->data + sizeof cols, sizeof cols);
             bad_group += !(g >= 4 && g <= 128 && cols % g == 0);
             nf2++;
         }

@@ -9,9 +9,9 @@
 #      the emulation's node and byte count and H100 estimate of that frame beside it);
 #      the codec per frame; the batched tick at 1-64 conversations at context 3000, timed on
 #      synthetic models of 1 and 2 layers and extrapolated to the real 32 + 6 (so the models
-#      are written in seconds; about 130 s on an H200), last again without the integer tensor
-#      cores (PP_CUDA_IMMA_MIN=0); the batch's attention alone over 1, 8 and 64 conversations'
-#      rings
+#      are written in seconds; about 130 s on an H200), then at 1 and 64 with the batch's codec,
+#      last again without the integer tensor cores (PP_CUDA_IMMA_MIN=0); the batch's attention
+#      alone over 1, 8 and 64 conversations' rings
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
 #      WEIGHTS=FILE (the real model), else on the demo model of the released shapes (random NF2
 #      weights, written in seconds: the same work as model-turbo2bit.safetensors), for
@@ -108,6 +108,11 @@ frame_int8kv ""
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
     --context 3000 --layers 32 --dep-layers 6 --extrapolate
+# the same tick with the batch's Mimi encode and decode (the released codec, f32 weights): the
+# whole pass a server's engine runs every 80 ms
+step "bench batch with the codec (nf2, int8 KV, n = 1 / 64)" "$logs/bench-batch-codec.log" \
+    "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,64 --ticks "$frames" \
+    --context 3000 --layers 32 --dep-layers 6 --extrapolate --codec
 # the batched tick's attention alone: 1, 8 and 64 conversations' int8 rings (8 layers each, so 64
 # conversations' fit an 80 GB card), read at what bandwidth
 step "bench attn (int8 KV, 1 / 8 / 64 conversations)" "$logs/bench-attn.log" bash -c '
@@ -166,7 +171,8 @@ echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
-    "$logs/bench-batch.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" 2>/dev/null
+    "$logs/bench-batch.log" "$logs/bench-batch-codec.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" \
+    2>/dev/null
 echo "== loadtest =="
 grep -E '^(loadtest:|all |live:|joiners:|server)' "$logs/loadtest.log"
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL

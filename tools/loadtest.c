@@ -19,12 +19,13 @@
  * handshake. The report then gives the page gaps of the first (live) clients apart, and the
  * joiners' handshake times: how a crowd joining disturbs conversations already running.
  * The server's own account of the run follows, from its /metrics before and after: how many
- * batched LM ticks ran, of how many conversations, and their times (mean, the share within a
- * frame, p50 and p99 to the histogram's bounds); with --ticks-from S, also those of the run's
- * end from S seconds on (e.g. once every conversation's ring holds the model's full context:
- * the model's context less its prompt frames, plus the handshakes). With --server it starts `BINARY --demo` on a
- * free loopback port (--no-tls unless --tls), adding each --server-arg (e.g. --demo-size
- * released), and stops it with SIGTERM afterwards.
+ * batched LM ticks ran, of how many conversations, and their times; then its conversation
+ * frames' time from input complete to output queued (the codec and any wait included). Each
+ * as mean, share within a frame, p50 and p99 to the histograms' bounds. With --ticks-from S,
+ * the same again for the run's end from S seconds on (e.g. once every conversation's ring holds
+ * the model's full context: that context less its prompt frames, plus the handshakes). With
+ * --server it starts `BINARY --demo` on a free loopback port (--no-tls unless --tls), adding
+ * each --server-arg (e.g. --demo-size released), and stops it with SIGTERM afterwards.
  *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
  * timing is reported, never judged (slow machines are slow, not broken). */
@@ -59,7 +60,7 @@
 #define JOINER_STAY_MS 500 /* a joiner's time after its handshake */
 #define MAX_SERVER_ARGS 8
 #define READY_TIMEOUT_S 300 /* the released-size demo is written and calibrated first */
-#define TICK_BOUNDS 16      /* at least the server's tick histogram's bounds */
+#define HIST_BOUNDS 16      /* at least the server's histograms' bounds */
 
 typedef struct lt_opts {
     const char *server, *wav, *query;
@@ -189,14 +190,21 @@ static int parse(int argc, char **argv, lt_opts *o) {
 
 /* ---- the server's account (/metrics) ---- */
 
-/* personaplex_tick_seconds (cumulative counts at each upper bound) and the batch sizes' sum. */
-typedef struct lt_ticks {
-    double le[TICK_BOUNDS], cum[TICK_BOUNDS]; /* le in ms; the last bound is +Inf */
+/* One /metrics histogram: cumulative counts at each upper bound. */
+typedef struct lt_hist {
+    double le[HIST_BOUNDS], cum[HIST_BOUNDS]; /* le in ms; the last bound is +Inf */
     int n;
-    double count, sum_s, batch_sum;
-} lt_ticks;
+    double count, sum_s;
+} lt_hist;
 
-/* The value of a /metrics sample line starting with `name` (labels included), or -1. */
+/* The LM ticks (personaplex_tick_seconds, and the batch sizes' sum) and the conversation frames'
+ * time from input complete to output queued, codec and waiting included (the "frame" stage). */
+typedef struct lt_metrics {
+    lt_hist tick, frame;
+    double batch_sum;
+} lt_metrics;
+
+/* The value of the /metrics sample `name` (labels included), or -1. */
 static double sample(const char *body, const char *name) {
     size_t len = strlen(name);
     for (const char *line = body; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
@@ -204,69 +212,84 @@ static double sample(const char *body, const char *name) {
     return -1;
 }
 
-/* 0 with t filled from a /metrics request h, or its HTTP status (-1: no answer) when it failed (an
- * --api-keys server asks for a key the load test does not have). */
-static int parse_ticks(const wc_http *h, lt_ticks *t) {
-    int status = h->done ? h->status : -1;
-    memset(t, 0, sizeof *t);
-    static const char bucket[] = "personaplex_tick_seconds_bucket{le=\"";
-    for (const char *p = h->body; status == 200 && p && (p = strstr(p, bucket)) && t->n < TICK_BOUNDS;) {
-        p += sizeof bucket - 1;
-        t->le[t->n] = strncmp(p, "+Inf", 4) == 0 ? 1e300 : 1e3 * atof(p);
+/* Histogram `name` with the label `label` ("" for none) from a /metrics body; 0 when found. */
+static int parse_hist(const char *body, const char *name, const char *label, lt_hist *h) {
+    char key[160];
+    memset(h, 0, sizeof *h);
+    int len = snprintf(key, sizeof key, "%s_bucket{%s%sle=\"", name, label, *label ? "," : "");
+    for (const char *p = body; p && (p = strstr(p, key)) && h->n < HIST_BOUNDS;) {
+        p += len;
+        h->le[h->n] = strncmp(p, "+Inf", 4) == 0 ? 1e300 : 1e3 * atof(p);
         const char *value = strstr(p, "} ");
-        if (value) t->cum[t->n++] = atof(value + 2);
+        if (value) h->cum[h->n++] = atof(value + 2);
     }
-    if (status == 200) {
-        t->count = sample(h->body, "personaplex_tick_seconds_count");
-        t->sum_s = sample(h->body, "personaplex_tick_seconds_sum");
-        t->batch_sum = sample(h->body, "personaplex_tick_batch_size_sum");
-    }
-    return status == 200 && t->n > 0 && t->count >= 0 ? 0 : status;
+    const char *open = *label ? "{" : "", *close = *label ? "}" : "";
+    snprintf(key, sizeof key, "%s_count%s%s%s", name, open, label, close);
+    h->count = sample(body, key);
+    snprintf(key, sizeof key, "%s_sum%s%s%s", name, open, label, close);
+    h->sum_s = sample(body, key);
+    return h->n > 0 && h->count >= 0 ? 0 : -1;
 }
 
-static int fetch_ticks(lt_ticks *t) {
+/* 0 with m filled from a /metrics request, or its HTTP status (-1: no answer or not ours)
+ * when it failed (an --api-keys server asks for a key the load test does not have). */
+static int parse_metrics(const wc_http *h, lt_metrics *m) {
+    int status = h->done ? h->status : -1;
+    if (status != 200 || !h->body) return status == 200 ? -1 : status;
+    m->batch_sum = sample(h->body, "personaplex_tick_batch_size_sum");
+    if (parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) ||
+        parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame))
+        return -1;
+    return 0;
+}
+
+static int fetch_metrics(lt_metrics *m) {
     wc_http h = {.path = "/metrics"};
     wc_http *req = &h;
     wc_run(NULL, 0, &req, 1, 10e3);
-    int rc = parse_ticks(&h, t);
+    int rc = parse_metrics(&h, m);
     wc_http_free(&h);
     return rc;
 }
 
-/* The upper bound (ms) of the bucket holding quantile q of the ticks in d, and the one below. */
-static void tick_quantile(const lt_ticks *d, double q, double *lo, double *hi) {
-    int b = 0;
-    while (b < d->n - 1 && d->cum[b] < q * d->count) b++;
-    *lo = b ? d->le[b - 1] : 0;
-    *hi = d->le[b];
-}
-
-static void print_bound(const char *label, double lo, double hi) {
-    if (hi > 1e299) printf("%s > %g ms", label, lo);
-    else printf("%s in (%g, %g] ms", label, lo, hi);
-}
-
-/* The ticks between two snapshots of the same server. */
-static void report_ticks(const char *who, const lt_ticks *before, const lt_ticks *after) {
-    lt_ticks d = *after;
+/* after less before, bucket by bucket. */
+static lt_hist hist_between(const lt_hist *before, const lt_hist *after) {
+    lt_hist d = *after;
     for (int b = 0; b < d.n; b++) d.cum[b] -= b < before->n ? before->cum[b] : 0;
     d.count -= before->count;
     d.sum_s -= before->sum_s;
-    d.batch_sum -= before->batch_sum;
-    if (d.count <= 0) {
+    return d;
+}
+
+/* Prints "mean, share within a frame, p50 and p99 to the histogram's bounds" of d. */
+static void print_hist(const lt_hist *d) {
+    double within = 0;
+    for (int b = 0; b < d->n; b++)
+        if (d->le[b] <= FRAME_MS) within = d->cum[b];
+    printf("mean %.1f ms, %.1f %% within %.0f ms", 1e3 * d->sum_s / d->count, 100 * within / d->count, FRAME_MS);
+    static const double quantiles[] = {0.5, 0.99};
+    for (int q = 0; q < 2; q++) {
+        int b = 0;
+        while (b < d->n - 1 && d->cum[b] < quantiles[q] * d->count) b++;
+        double lo = b ? d->le[b - 1] : 0, hi = d->le[b];
+        if (hi > 1e299) printf("; p%.0f > %g ms", 100 * quantiles[q], lo);
+        else printf("; p%.0f in (%g, %g] ms", 100 * quantiles[q], lo, hi);
+    }
+    printf("\n");
+}
+
+/* What the server did between two snapshots of it. */
+static void report_metrics(const char *who, const lt_metrics *before, const lt_metrics *after) {
+    lt_hist tick = hist_between(&before->tick, &after->tick), frame = hist_between(&before->frame, &after->frame);
+    if (tick.count <= 0 || frame.count <= 0) {
         printf("%s: no LM ticks ran\n", who);
         return;
     }
-    double within = 0, lo, hi;
-    for (int b = 0; b < d.n; b++)
-        if (d.le[b] <= FRAME_MS) within = d.cum[b];
-    printf("%s: %.0f LM ticks of %.1f conversations on average, mean %.1f ms, %.1f %% within %.0f ms; ", who, d.count,
-           d.batch_sum / d.count, 1e3 * d.sum_s / d.count, 100 * within / d.count, FRAME_MS);
-    tick_quantile(&d, 0.5, &lo, &hi);
-    print_bound("p50", lo, hi);
-    tick_quantile(&d, 0.99, &lo, &hi);
-    print_bound(", p99", lo, hi);
-    printf("\n");
+    printf("%s: %.0f LM ticks of %.1f conversations on average: ", who, tick.count,
+           (after->batch_sum - before->batch_sum) / tick.count);
+    print_hist(&tick);
+    printf("%s: %.0f conversation frames, input to output (codec and waiting included): ", who, frame.count);
+    print_hist(&frame);
 }
 
 /* Prints the page-gap summary of clients [from, to) whose gaps are all[0..n_all). */
@@ -389,17 +412,17 @@ int main(int argc, char **argv) {
                    o.tls ? "wss" : "ws", o.port);
             if (o.burst) printf("; %d more join at once after %.1f s", o.burst, o.burst_at);
             printf("\n");
-            lt_ticks before, at_from, after;
+            lt_metrics before, at_from, after;
             wc_http from = {.path = "/metrics", .connect_after_ms = 1e3 * o.ticks_from};
-            int metrics = fetch_ticks(&before);
+            int metrics = fetch_metrics(&before);
             status = drive(&o, up.m, up.m + 2, frames, o.ticks_from > 0 ? &from : NULL);
-            if (!metrics) metrics = fetch_ticks(&after);
-            if (!metrics) report_ticks("server", &before, &after);
-            else printf("server: /metrics unavailable (HTTP %d): no tick times\n", metrics);
+            if (!metrics) metrics = fetch_metrics(&after);
+            if (!metrics) report_metrics("server", &before, &after);
+            else printf("server: /metrics unavailable (HTTP %d): no server figures\n", metrics);
             if (!metrics && o.ticks_from > 0) {
                 char who[64];
                 snprintf(who, sizeof who, "server, from %.0f s on", o.ticks_from);
-                if (parse_ticks(&from, &at_from) == 0) report_ticks(who, &at_from, &after);
+                if (parse_metrics(&from, &at_from) == 0) report_metrics(who, &at_from, &after);
                 else printf("%s: /metrics did not answer\n", who);
             }
             wc_http_free(&from);
