@@ -408,6 +408,11 @@ int main(int argc, char **argv) {
         server_options_free(&a.opt);
         return 2;
     }
+    if (demo_size != PP_DEMO_TINY && !a.opt.demo) { /* a size asked for, and a checkpoint would run */
+        fprintf(stderr, "personaplex-server: --demo-size %s describes the --demo model; add --demo\n", a.opt.demo_size);
+        server_options_free(&a.opt);
+        return 2;
+    }
     if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
         fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
         server_options_free(&a.opt);
