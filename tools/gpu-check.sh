@@ -29,6 +29,9 @@
 #   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
 #   DEADLINE=S                         start no step after S seconds (a lent GPU's minutes): a
 #                                      step gets at most the time left, the rest are SKIP (time)
+#   STEPS=REGEX                        run only the steps whose names match (grep -E; the build
+#                                      always runs), e.g. STEPS='parity|loadtest' for the
+#                                      64-conversation load test within a lent GPU's 15 minutes
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,7 +58,8 @@ fi
 mkdir -p "$logs"
 
 # step NAME LOG COMMAND...: runs the command, records PASS / FAIL / SKIP and seconds, prints the
-# row. Under DEADLINE a step gets at most the time left, and none once it is spent.
+# row. Under DEADLINE a step gets at most the time left, and none once it is spent; under STEPS
+# only the steps it matches run.
 step() {
     local name="$1" log="$2" t0 rc status limit="$step_timeout" left
     shift 2
@@ -64,7 +68,10 @@ step() {
         left=$((started + DEADLINE - $(date +%s)))
         [ "$left" -lt "$limit" ] && limit=$left
     fi
-    if [ "$limit" -le 0 ]; then
+    if [ -n "${STEPS:-}" ] && [[ $name != build* ]] && ! grep -qE -- "$STEPS" <<<"$name"; then
+        echo "not run: STEPS=$STEPS does not match it" >"$log"
+        rc=77 status="SKIP (STEPS)"
+    elif [ "$limit" -le 0 ]; then
         echo "not run: DEADLINE=$DEADLINE s was reached" >"$log"
         rc=77 status="SKIP (time)"
     else
@@ -166,7 +173,7 @@ printf '%-52s %-12s %9s   %s\n' "check" "result" "time" "log"
 printf '%s\n' "${rows[@]}"
 echo
 echo "== parity: failures and totals =="
-grep -E "^FAIL|passed" "$logs/parity.log"
+grep -E "^FAIL|passed" "$logs/parity.log" 2>/dev/null
 echo "== gemv, frame, codec and batch benchmarks =="
 cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
@@ -174,5 +181,5 @@ cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" 
     "$logs/bench-batch.log" "$logs/bench-batch-codec.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" \
     2>/dev/null
 echo "== loadtest =="
-grep -E '^(loadtest:|all |live:|joiners:|server)' "$logs/loadtest.log"
+grep -E '^(loadtest:|all |live:|joiners:|server)' "$logs/loadtest.log" 2>/dev/null
 ! printf '%s\n' "${rows[@]}" | grep -q FAIL
