@@ -21,13 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int sh_get(const char *path, wc_http *h, double timeout_ms) {
-    memset(h, 0, sizeof *h);
-    h->path = path;
-    wc_run(NULL, 0, &h, 1, timeout_ms);
-    return h->done ? h->status : -1;
-}
-
 int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
     memset(s, 0, sizeof *s);
     s->tls = tls;
@@ -95,18 +88,7 @@ int sh_fd_count(const sh_server *s) {
 
 double sh_metric(const char *name) {
     wc_http h;
-    double v = -1;
-    size_t len = strlen(name);
-    if (sh_get("/metrics", &h, 5000) == 200 && h.body)
-        for (const char *line = h.body; *line;) {
-            if (strncmp(line, name, len) == 0 && line[len] == ' ') {
-                v = atof(line + len + 1);
-                break;
-            }
-            const char *nl = strchr(line, '\n');
-            if (!nl) break;
-            line = nl + 1;
-        }
+    double v = sp_get("/metrics", &h, 5000) == 200 ? sp_metric(h.body, name) : -1;
     wc_http_free(&h);
     return v;
 }
@@ -114,7 +96,7 @@ double sh_metric(const char *name) {
 int sh_active(void) {
     wc_http h;
     int active = -1;
-    if (sh_get("/health", &h, 5000) >= 0 && h.body) {
+    if (sp_get("/health", &h, 5000) >= 0 && h.body) {
         const char *p = strstr(h.body, "\"active\":");
         if (p) active = atoi(p + 9);
     }

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "server_process.h" /* sp_free_port, sp_stop, sp_uplink_wav, sp_msgs */
+#include "server_process.h" /* sp_free_port, sp_get, sp_stop, sp_uplink_wav, sp_msgs */
 #include "ws_client.h"
 
 typedef struct sh_server {
@@ -34,15 +34,12 @@ int sh_stop(sh_server *s);
 /* Removes the state directory, or keeps it when keep, printing where and the log's tail. */
 void sh_cleanup(sh_server *s, int keep);
 
-/* GET path from the server into h (free with wc_http_free); the HTTP status, or -1. */
-int sh_get(const char *path, wc_http *h, double timeout_ms);
 /* How many lines of the server's log contain text. */
 int sh_log_count(const sh_server *s, const char *text);
 /* VmRSS in kB and the number of open file descriptors of the server, -1 on error. */
 long sh_rss_kb(const sh_server *s);
 int sh_fd_count(const sh_server *s);
-/* The value of the first /metrics line starting with name (a full sample name with labels,
- * e.g. "personaplex_frames_total"), or -1. */
+/* The server's /metrics sample `name` (sp_metric), or -1. */
 double sh_metric(const char *name);
 /* The "active" count of /health, or -1. */
 int sh_active(void);

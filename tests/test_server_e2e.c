@@ -453,11 +453,11 @@ static void scenario_leave_early(void) {
 
 static void scenario_http(int after_calls) {
     wc_http h;
-    TEST_COND("/health 200", sh_get("/health", &h, 5000) == 200);
+    TEST_COND("/health 200", sp_get("/health", &h, 5000) == 200);
     TEST_COND("/health says model demo", h.body && strstr(h.body, "\"model\":\"demo\"") != NULL);
     TEST_COND("/health is JSON", strstr(h.type, "application/json") != NULL);
     wc_http_free(&h);
-    TEST_COND("/metrics 200", sh_get("/metrics", &h, 5000) == 200);
+    TEST_COND("/metrics 200", sp_get("/metrics", &h, 5000) == 200);
     if (after_calls)
         TEST_COND("/metrics counts frames", h.body && strstr(h.body, "personaplex_frames_total ") &&
                                                 !strstr(h.body, "personaplex_frames_total 0\n"));
@@ -473,18 +473,18 @@ static void scenario_http(int after_calls) {
         line += len + (line[len] == '\n');
     }
     wc_http_free(&h);
-    TEST_COND("/api/voices 200", sh_get("/api/voices", &h, 5000) == 200);
+    TEST_COND("/api/voices 200", sp_get("/api/voices", &h, 5000) == 200);
     TEST_COND("/api/voices lists NATF2", h.body && strstr(h.body, "\"NATF2\"") != NULL);
     wc_http_free(&h);
-    TEST_COND("/ is index.html", sh_get("/", &h, 5000) == 200 && strstr(h.type, "text/html") != NULL);
+    TEST_COND("/ is index.html", sp_get("/", &h, 5000) == 200 && strstr(h.type, "text/html") != NULL);
     wc_http_free(&h);
-    TEST_COND("/app.js is JavaScript", sh_get("/app.js", &h, 5000) == 200 && strstr(h.type, "text/javascript"));
+    TEST_COND("/app.js is JavaScript", sp_get("/app.js", &h, 5000) == 200 && strstr(h.type, "text/javascript"));
     wc_http_free(&h);
-    TEST_COND("traversal is refused", sh_get("/../CMakeLists.txt", &h, 5000) == 404);
+    TEST_COND("traversal is refused", sp_get("/../CMakeLists.txt", &h, 5000) == 404);
     wc_http_free(&h);
-    TEST_COND("encoded traversal is refused", sh_get("/%2e%2e/CMakeLists.txt", &h, 5000) == 404);
+    TEST_COND("encoded traversal is refused", sp_get("/%2e%2e/CMakeLists.txt", &h, 5000) == 404);
     wc_http_free(&h);
-    TEST_COND("missing file is 404", sh_get("/no-such-file.js", &h, 5000) == 404);
+    TEST_COND("missing file is 404", sp_get("/no-such-file.js", &h, 5000) == 404);
     wc_http_free(&h);
 }
 

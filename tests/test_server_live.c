@@ -285,7 +285,7 @@ static void test_memory(void) {
         TEST_COND("conversations of the burst ran", done > 0);
     }
     wc_http h;
-    TEST_COND("GET /metrics", sh_get("/metrics", &h, 5000) == 200 && h.body);
+    TEST_COND("GET /metrics", sp_get("/metrics", &h, 5000) == 200 && h.body);
     if (test_failed) {
         wc_http_free(&h);
         sp_msgs_free(&up);

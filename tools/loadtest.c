@@ -204,14 +204,6 @@ typedef struct lt_metrics {
     double batch_sum;
 } lt_metrics;
 
-/* The value of the /metrics sample `name` (labels included), or -1. */
-static double sample(const char *body, const char *name) {
-    size_t len = strlen(name);
-    for (const char *line = body; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
-        if (strncmp(line, name, len) == 0 && line[len] == ' ') return atof(line + len + 1);
-    return -1;
-}
-
 /* Histogram `name` with the label `label` ("" for none) from a /metrics body; 0 when found. */
 static int parse_hist(const char *body, const char *name, const char *label, lt_hist *h) {
     char key[160];
@@ -225,9 +217,9 @@ static int parse_hist(const char *body, const char *name, const char *label, lt_
     }
     const char *open = *label ? "{" : "", *close = *label ? "}" : "";
     snprintf(key, sizeof key, "%s_count%s%s%s", name, open, label, close);
-    h->count = sample(body, key);
+    h->count = sp_metric(body, key);
     snprintf(key, sizeof key, "%s_sum%s%s%s", name, open, label, close);
-    h->sum_s = sample(body, key);
+    h->sum_s = sp_metric(body, key);
     return h->n > 0 && h->count >= 0 ? 0 : -1;
 }
 
@@ -236,7 +228,7 @@ static int parse_hist(const char *body, const char *name, const char *label, lt_
 static int parse_metrics(const wc_http *h, lt_metrics *m) {
     int status = h->done ? h->status : -1;
     if (status != 200 || !h->body) return status == 200 ? -1 : status;
-    m->batch_sum = sample(h->body, "personaplex_tick_batch_size_sum");
+    m->batch_sum = sp_metric(h->body, "personaplex_tick_batch_size_sum");
     if (parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) ||
         parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame))
         return -1;
@@ -244,9 +236,8 @@ static int parse_metrics(const wc_http *h, lt_metrics *m) {
 }
 
 static int fetch_metrics(lt_metrics *m) {
-    wc_http h = {.path = "/metrics"};
-    wc_http *req = &h;
-    wc_run(NULL, 0, &req, 1, 10e3);
+    wc_http h;
+    sp_get("/metrics", &h, 10e3);
     int rc = parse_metrics(&h, m);
     wc_http_free(&h);
     return rc;

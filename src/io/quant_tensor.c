@@ -37,6 +37,13 @@ uint64_t pp_quantized_bytes(pp_wformat fmt, int group, int64_t rows, int64_t col
     return pp_weight_bytes(&w);
 }
 
+/* NF2's Walsh-Hadamard length for a group: the power of two at least its size. */
+static int nf2_transform_length(int group) {
+    int np2 = 1;
+    while (np2 < group) np2 *= 2;
+    return np2;
+}
+
 static int64_t chunk_rows(int64_t cols) { return cols >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / cols; }
 
 /* Codes and per-group scales of source rows [r0, r0 + nr) (x holds them), at their offsets. */
@@ -120,10 +127,12 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
                        "%s: tensor '%s': row length %lld is not a multiple of the group size %lld "
                        "(pick another group)",
                        pp_st_path(f), t->name, (long long)cols, (long long)gs);
-    int np2 = 1;
-    while (np2 < gs) np2 *= 2;
-    q->w = (pp_weight){
-        .fmt = fmt, .rows = rows, .cols = cols, .group = (int)gs, .np2 = fmt == PP_WF_NF2 ? np2 : 0, .name = t->name};
+    q->w = (pp_weight){.fmt = fmt,
+                       .rows = rows,
+                       .cols = cols,
+                       .group = (int)gs,
+                       .np2 = fmt == PP_WF_NF2 ? nf2_transform_length((int)gs) : 0,
+                       .name = t->name};
     float *absmax = NULL, *x = malloc(sizeof(float) * CHUNK_ELEMS), *dec = malloc(sizeof(float) * CHUNK_ELEMS);
     if (!x || !dec || !alloc_buffers(q, &absmax))
         rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);
@@ -149,9 +158,8 @@ int pp_qtensor_random_nf2(int64_t rows, int64_t cols, int group, float rms, uint
     if (rows < 1 || cols < 1 || cols % group)
         return pp_fail(err, PP_EINVAL, "random NF2 tensor [%lld, %lld]: rows of %d-weight groups only", (long long)rows,
                        (long long)cols, group);
-    int np2 = 1;
-    while (np2 < group) np2 *= 2;
-    q->w = (pp_weight){.fmt = PP_WF_NF2, .rows = rows, .cols = cols, .group = group, .np2 = np2};
+    q->w =
+        (pp_weight){.fmt = PP_WF_NF2, .rows = rows, .cols = cols, .group = group, .np2 = nf2_transform_length(group)};
     if (!alloc_buffers(q, NULL)) {
         pp_qtensor_free(q);
         return pp_fail(err, PP_ENOMEM, "random NF2 tensor [%lld, %lld]: out of memory", (long long)rows,

@@ -39,12 +39,24 @@ pid_t sp_spawn(const char *const *argv, const char *log_path) {
     return pid;
 }
 
+int sp_get(const char *path, wc_http *h, double timeout_ms) {
+    memset(h, 0, sizeof *h);
+    h->path = path;
+    wc_run(NULL, 0, &h, 1, timeout_ms);
+    return h->done ? h->status : -1;
+}
+
+double sp_metric(const char *body, const char *name) {
+    size_t len = strlen(name);
+    for (const char *line = body; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        if (strncmp(line, name, len) == 0 && line[len] == ' ') return atof(line + len + 1);
+    return -1;
+}
+
 int sp_wait_ready(pid_t pid, double timeout_s) {
     for (int i = 0; i < (int)(timeout_s * 10); i++) {
-        wc_http h = {.path = "/health"};
-        wc_http *hs[] = {&h};
-        wc_run(NULL, 0, hs, 1, 2000);
-        int ok = h.done && h.status == 200 && h.body && strstr(h.body, "\"ready\":true");
+        wc_http h;
+        int ok = sp_get("/health", &h, 2000) == 200 && h.body && strstr(h.body, "\"ready\":true");
         wc_http_free(&h);
         if (ok) return 1;
         if (waitpid(pid, NULL, WNOHANG) == pid) return 0;

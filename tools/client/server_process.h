@@ -14,6 +14,11 @@ int sp_free_port(void);
 /* Starts argv[0] with argv (NULL-terminated), stdout and stderr to log_path; the child gets
  * SIGTERM when the caller dies. The pid, or -1. */
 pid_t sp_spawn(const char *const *argv, const char *log_path);
+/* GET path from the server into h (free with wc_http_free); the HTTP status, or -1. */
+int sp_get(const char *path, wc_http *h, double timeout_ms);
+/* The value of the first line of a /metrics body starting with name and a space (a full sample
+ * name with labels, e.g. "personaplex_frames_total"), or -1. */
+double sp_metric(const char *body, const char *name);
 /* Polls /health until it says ready (1), or the process exits or timeout_s pass (0). */
 int sp_wait_ready(pid_t pid, double timeout_s);
 /* SIGTERM, then waits (SIGKILL after 30 s). Returns the exit status (128 + signal when killed
