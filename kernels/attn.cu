@@ -46,7 +46,7 @@ static int attn_span(int n, int n_heads, int keys) {
 #define PK_ATTN_MIN_BLOCKS(VPL) ((VPL) <= 4 ? 6 : 0)
 
 /* Block (head, split, row). */
-template <int FMT, int VPL>
+template <int FMT, int VPL, bool AHEAD>
 __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring one,
                          const pk_kv_ring *const *__restrict__ tables, int layer, const int32_t *__restrict__ pos,
@@ -54,13 +54,13 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
                          pk_next nx) {
     const pk_kv_ring r = tables ? tables[blockIdx.z][layer] : one;
     const int h = blockIdx.x;
-    if (pk_attn_block<FMT, VPL, false, PK_ATTN_THREADS / 32>(qkv, head_dim, rope, r, pos, part, tickets, out, h,
-                                                             gridDim.x, blockIdx.y, gridDim.y, span, blockIdx.z) &&
+    if (pk_attn_block<FMT, VPL, false, PK_ATTN_THREADS / 32, AHEAD>(
+            qkv, head_dim, rope, r, pos, part, tickets, out, h, gridDim.x, blockIdx.y, gridDim.y, span, blockIdx.z) &&
         nx.prep)
         pk_next_after_store(nx, blockIdx.z, 1, (int64_t)h * head_dim, (int64_t)(h + 1) * head_dim);
 }
 
-template <int FMT>
+template <int FMT, bool AHEAD>
 static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope rope, const pk_kv_ring *one,
                    const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, unsigned *tickets,
                    float *out, const pk_next &nx, int keys, cudaStream_t stream) {
@@ -68,11 +68,11 @@ static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope r
     dim3 grid((unsigned)n_heads, (unsigned)attn_splits(keys, span), (unsigned)n);
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
-    if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2>)
+    if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2, AHEAD>)
     (qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, span, nx);
-    else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4>)(
+    else if (head_dim <= 128) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 4, AHEAD>)(
         qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, span, nx);
-    else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32>)(
+    else PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, PK_ATTN_MAX_DIM / 32, AHEAD>)(
         qkv, head_dim, rope, *one, tables, layer, pos, ws, tickets, out, span, nx);
 }
 
@@ -98,16 +98,20 @@ extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, 
     const pk_rope rope = pk_rope_of(rope_period, head_dim);
     switch (ring->fmt) {
     case PK_KV_F32:
-        launch<PK_KV_F32>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, keys,
-                          stream);
+        launch<PK_KV_F32, false>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, keys,
+                                 stream);
         break;
     case PK_KV_BF16:
-        launch<PK_KV_BF16>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, keys,
-                           stream);
+        launch<PK_KV_BF16, false>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, keys,
+                                  stream);
         break;
     case PK_KV_INT8:
-        launch<PK_KV_INT8>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx, keys,
-                           stream);
+        if (PK_ATTN_AHEAD(PK_KV_INT8))
+            launch<PK_KV_INT8, true>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx,
+                                     keys, stream);
+        else
+            launch<PK_KV_INT8, false>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx,
+                                      keys, stream);
         break;
     default: return (int)cudaErrorInvalidValue;
     }

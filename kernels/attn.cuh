@@ -16,6 +16,13 @@
  * while each key still paid a 64-bit remainder and quarter-rate conversions (pk_attn_block). */
 #define PK_ATTN_KEYS(FMT) ((FMT) == PK_KV_F32 ? 4 : 8)
 
+/* Whether a warp loads its next group of keys before the arithmetic of the present one (AHEAD of
+ * pk_attn_block): for int8 rings unless PP_CUDA_ATTN_AHEAD=0 (pk_attn_ahead). Without it a warp
+ * alternates between waiting on its loads and computing, and int8 read at about half bf16's byte
+ * rate on an H200 (2.3 against 4.1 TB/s at 64 conversations). Both groups' raw words fit sm_90's
+ * 80 registers with no spill for int8 only: bf16's and f32's, twice and four times as many, spill. */
+#define PK_ATTN_AHEAD(FMT) ((FMT) == PK_KV_INT8 && pk_attn_ahead())
+
 /* A value other blocks of this launch may have written (FRESH) is read through L2. */
 template <bool FRESH> __device__ __forceinline__ float pk_load_fresh(const float *p) { return FRESH ? __ldcg(p) : *p; }
 
@@ -116,21 +123,20 @@ template <int BYTES> __device__ __forceinline__ void pk_load_words(const uint8_t
 }
 
 /* A lane's VPL values of one key or value as stored: raw words (VPL elements in the ring's
- * format) and, for int8, the slot's scale; decoded where used (pk_kv_decode). */
+ * format), decoded where used (pk_kv_decode). An int8 slot's scale is loaded once per key by the
+ * lanes that hold its score (pk_attn_block), not by every lane. */
 template <int FMT, int VPL> struct pk_kv_lane {
     enum { BYTES = VPL * (FMT == PK_KV_F32 ? 4 : FMT == PK_KV_BF16 ? 2 : 1), WORDS = BYTES >= 4 ? BYTES / 4 : 1 };
     uint32_t w[WORDS];
-    float scale;
 };
 
 /* Elements off .. off + valid - 1 of a ring buffer (the rest 0): one load of VPL elements (not one
  * per element) when whole (the head splits into whole lanes, so every lane's offset is a multiple
  * of VPL), else one by one into the same words. */
 template <int FMT, int VPL>
-__device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *scales, size_t off, size_t scale_idx,
-                                                bool whole, int valid, pk_kv_lane<FMT, VPL> &out) {
+__device__ __forceinline__ void pk_kv_load_lane(const void *base, size_t off, bool whole, int valid,
+                                                pk_kv_lane<FMT, VPL> &out) {
     typedef pk_kv_lane<FMT, VPL> L;
-    out.scale = FMT == PK_KV_INT8 ? scales[scale_idx] : 1.0f;
     if (whole) {
         pk_load_words<L::BYTES>((const uint8_t *)base + off * (L::BYTES / VPL), out.w);
         return;
@@ -146,7 +152,7 @@ __device__ __forceinline__ void pk_kv_load_lane(const void *base, const float *s
     }
 }
 
-/* A lane's values as floats, before the int8 scale (applied once a key, pk_attn_block). An int8
+/* A lane's values as floats, before the int8 scale (applied to a key's sum, pk_attn_block). An int8
  * byte b becomes a float without a conversion instruction (a quarter of the float rate): b + 128
  * (b ^ 0x80, unsigned) is placed under 2^23's exponent, a float of value 2^23 + b + 128 exactly,
  * and 2^23 + 128 is subtracted, exactly. */
@@ -245,13 +251,53 @@ template <int G> __device__ __forceinline__ int pk_group_lane(int u) {
     return lane;
 }
 
+/* The raw keys and values of a warp's group of KEYS keys, p, p + nw, ..., p + (KEYS − 1)·nw,
+ * and for int8 the scales of this lane's key of the group (the lanes holding its score load them,
+ * two loads a lane a group, not two a key). Slots advance by subtraction, not by a 64-bit
+ * remainder per key (a hundred-odd instructions, as much as the rest of an int8 key's work). */
+template <int FMT, int VPL, int KEYS> struct pk_attn_group {
+    struct where {
+        pk_kv_ring r;
+        int64_t k1; /* the split's last key */
+        int nw;     /* the block's warps: the stride between a warp's keys */
+        unsigned dim, head_off, n_heads;
+        int h;
+        bool live, whole; /* the lane holds values; the head splits into whole lanes */
+        int valid, my_key;
+    };
+    pk_kv_lane<FMT, VPL> k[KEYS] = {}, v[KEYS] = {}; /* a lane past the head keeps zeros */
+    float k_scale = 1.0f, v_scale = 1.0f;
+
+    /* The group of p, whose slot is slot_p. A key past the split reads p's slot again: its weight is 0. */
+    __device__ __forceinline__ void load(const where &at, int64_t p, int slot_p) {
+        unsigned my_slot = 0;
+#pragma unroll
+        for (int u = 0; u < KEYS; u++) {
+            int su = slot_p + u * at.nw;
+            while (su >= at.r.capacity) su -= at.r.capacity;
+            const unsigned slot = (unsigned)(p + (int64_t)u * at.nw <= at.k1 ? su : slot_p);
+            const size_t off = (size_t)slot * at.dim + at.head_off;
+            if (u == at.my_key) my_slot = slot;
+            if (at.live) {
+                pk_kv_load_lane<FMT, VPL>(at.r.k, off, at.whole, at.valid, k[u]);
+                pk_kv_load_lane<FMT, VPL>(at.r.v, off, at.whole, at.valid, v[u]);
+            }
+        }
+        if (FMT == PK_KV_INT8) {
+            const size_t si = (size_t)my_slot * at.n_heads + at.h;
+            k_scale = at.r.kscale[si];
+            v_scale = at.r.vscale[si];
+        }
+    }
+};
+
 /* Split `split` of head h of row `row` (of n_heads heads, n_splits splits of `span` keys, a
  * multiple of PK_ATTN_SPLIT): the work of one block of WARPS warps. VPL: consecutive values of
  * head_dim per lane (head_dim <= 32·VPL), loaded as one vector per key and lane; a 128-wide head
  * keeps 4 registers per key. FRESH: other blocks of this launch wrote qkv (a product's epilogue
  * runs it), so it is read through L2. Every thread calls it; true in the block that wrote the
  * head's output. */
-template <int FMT, int VPL, bool FRESH, int WARPS>
+template <int FMT, int VPL, bool FRESH, int WARPS, bool AHEAD>
 __device__ __forceinline__ bool
 pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
               const int32_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
@@ -290,29 +336,30 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
     float m = -INFINITY, l = 0.0f;
     /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, KEYS of them at a time: their keys
      * and values are loaded before the first is used, so that many memory round trips overlap
-     * instead of following one another. The group's scores are summed together
-     * (pk_warp_sum_group), the lanes holding key u's sum exponentiate it, and the output is
-     * rescaled once a group rather than once a key. Slots advance by subtraction, not by a 64-bit
-     * remainder per key (a hundred-odd instructions, as much as the rest of an int8 key's work). */
+     * instead of following one another. AHEAD issues the next group's loads before this group's
+     * arithmetic, so the warp's loads stay in flight while it computes (see PK_ATTN_AHEAD). The group's
+     * scores are summed together (pk_warp_sum_group), the lanes holding key u's sum exponentiate
+     * it, and the output is rescaled once a group rather than once a key. */
     constexpr int KEYS = PK_ATTN_KEYS(FMT);
+    typedef pk_attn_group<FMT, VPL, KEYS> group;
     const int my_key = pk_group_key<KEYS>(lane);
-    const int cap = r.capacity, step = nw * KEYS;
-    const size_t head_off = (size_t)h * head_dim + d0;
-    int slot_p = (int)((k0 + warp) % cap); /* p's */
+    const int step = nw * KEYS;
+    const unsigned head_off = (unsigned)(h * head_dim + d0);
+    const typename group::where at = {r, k1,   nw,    (unsigned)dim, head_off, (unsigned)n_heads,
+                                      h, live, whole, head_dim - d0, my_key};
+    group next;
+    int slot_p = (int)((k0 + warp) % r.capacity); /* p's */
+    if (AHEAD && k0 + warp <= k1) next.load(at, k0 + warp, slot_p);
     for (int64_t p = k0 + warp; p <= k1; p += step) {
-        pk_kv_lane<FMT, VPL> kr[KEYS] = {}, vr[KEYS] = {};
-#pragma unroll
-        for (int u = 0; u < KEYS; u++) {
-            int su = slot_p + u * nw; /* a key past the split reads p's slot again: its weight is 0 */
-            while (su >= cap) su -= cap;
-            const unsigned slot = (unsigned)(p + (int64_t)u * nw <= k1 ? su : slot_p);
-            const size_t off = (size_t)slot * (unsigned)dim + head_off, si = (size_t)slot * (unsigned)n_heads + h;
-            if (live) {
-                pk_kv_load_lane<FMT, VPL>(r.k, r.kscale, off, si, whole, head_dim - d0, kr[u]);
-                pk_kv_load_lane<FMT, VPL>(r.v, r.vscale, off, si, whole, head_dim - d0, vr[u]);
-            }
-        }
-        for (slot_p += step; slot_p >= cap;) slot_p -= cap;
+        group cur;
+        if (AHEAD)
+            cur = next;
+        else
+            cur.load(at, p, slot_p);
+        for (slot_p += step; slot_p >= r.capacity;) slot_p -= r.capacity;
+        if (AHEAD && p + step <= k1) next.load(at, p + step, slot_p);
+        const pk_kv_lane<FMT, VPL>(&kr)[KEYS] = cur.k, (&vr)[KEYS] = cur.v;
+        const float k_scale = cur.k_scale, v_scale = cur.v_scale;
         float s[KEYS];
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
@@ -321,9 +368,8 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
             s[u] = 0.0f;
 #pragma unroll
             for (int t = 0; t < VPL; t++) s[u] += qv[t] * kx[t];
-            if (FMT == PK_KV_INT8) s[u] *= kr[u].scale;
         }
-        float mine = pk_warp_sum_group<KEYS>(s, lane);
+        float mine = pk_warp_sum_group<KEYS>(s, lane) * k_scale;
         if (p + (int64_t)my_key * nw > k1) mine = -INFINITY; /* a key past the split's: weight 0 */
         float mn = mine;
 #pragma unroll
@@ -335,10 +381,10 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
         for (int o2 = 16; o2 >= 32 / KEYS; o2 /= 2) sum_e += __shfl_xor_sync(0xffffffffu, sum_e, o2);
 #pragma unroll
         for (int t = 0; t < VPL; t++) o[t] *= f;
+        const float ev_mine = e_mine * v_scale; /* the weight of key my_key's value */
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
-            const float e = __shfl_sync(0xffffffffu, e_mine, pk_group_lane<KEYS>(u));
-            const float ev = FMT == PK_KV_INT8 ? e * vr[u].scale : e;
+            const float ev = __shfl_sync(0xffffffffu, ev_mine, pk_group_lane<KEYS>(u));
             float vx[VPL];
             pk_kv_decode<FMT, VPL>(vr[u], vx);
 #pragma unroll

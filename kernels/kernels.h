@@ -219,6 +219,11 @@ int pk_imma_min_batch(void);
  * PP_CUDA_ATTN_SPAN=N (cuda.c, once per process; a multiple of 64), to time the choices. */
 void pk_set_attn_span(int keys);
 int pk_attn_span(void);
+/* Whether an int8 ring's attention loads a warp's next keys before computing on the present ones
+ * (attn.cuh, PK_ATTN_AHEAD): 1 unless PP_CUDA_ATTN_AHEAD=0 (cuda.c, once per process), to time
+ * the two. */
+void pk_set_attn_ahead(int on);
+int pk_attn_ahead(void);
 /* The device's SMs, for launchers that size their tiles to fill them (cuda.c sets it). */
 void pk_set_device_sms(int n);
 int pk_device_sms(void);

@@ -11,7 +11,8 @@
 #      synthetic models of 1 and 2 layers and extrapolated to the real 32 + 6 (so the models
 #      are written in seconds; about 130 s on an H200), then at 1 and 64 with the batch's codec,
 #      last again without the integer tensor cores (PP_CUDA_IMMA_MIN=0); the batch's attention
-#      alone over 1, 8 and 64 conversations' rings
+#      alone over 1, 8 and 64 conversations' rings, with and without int8's loads ahead
+#      (PP_CUDA_ATTN_AHEAD=0)
 #   5. personaplex-loadtest: 64 conversations through the server on this GPU over loopback, on
 #      WEIGHTS=FILE (the real model), else on the demo model of the released shapes (random NF2
 #      weights, written in seconds: the same work as model-turbo2bit.safetensors), for
@@ -94,6 +95,16 @@ frame_int8kv() {
         env "$@" "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
 }
 
+# attn_int8kv LABEL [VAR=VALUE...]: the same for the attention of 1, 8 and 64 conversations, logged
+# as bench-attn[-LABEL].log
+attn_int8kv() {
+    local label="$1"
+    shift
+    step "bench attn (int8 KV, 1 / 8 / 64 conversations${*:+; $*})" "$logs/bench-attn${label:+-$label}.log" \
+        env "$@" bash -c 'for rows in 1 8 64; do "$1/personaplex-bench" attn --device cuda --rows $rows \
+            --layers 8 --kv int8 --contexts 1000,3000 --frames 9 || exit; done' _ "$build"
+}
+
 if [ "${PREBUILT:-0}" = 1 ]; then
     [ -x "$build/personaplex-golden" ] || { echo "gpu-check: PREBUILT=1 but $build has no personaplex-golden" >&2; exit 1; }
 elif ! step "build (sm_$PP_CUDA_ARCHS)" "$logs/build.log" bash -c \
@@ -121,10 +132,10 @@ step "bench batch with the codec (nf2, int8 KV, n = 1 / 64)" "$logs/bench-batch-
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,64 --ticks "$frames" \
     --context 3000 --layers 32 --dep-layers 6 --extrapolate --codec
 # the batched tick's attention alone: 1, 8 and 64 conversations' int8 rings (8 layers each, so 64
-# conversations' fit an 80 GB card), read at what bandwidth
-step "bench attn (int8 KV, 1 / 8 / 64 conversations)" "$logs/bench-attn.log" bash -c '
-    for rows in 1 8 64; do "$1/personaplex-bench" attn --device cuda --rows $rows --layers 8 --kv int8 \
-        --contexts 1000,3000 --frames 9 || exit; done' _ "$build"
+# conversations' fit an 80 GB card), read at what bandwidth; then without the loads ahead (attn.cuh):
+# what they gain on this GPU
+attn_int8kv ""
+attn_int8kv noahead PP_CUDA_ATTN_AHEAD=0
 if [ -n "${WEIGHTS:-}" ]; then
     step "loadtest (64 conversations, $(basename "$WEIGHTS"))" "$logs/loadtest.log" bash -c '
         port=$((20000 + RANDOM % 20000))
@@ -179,6 +190,7 @@ cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" 
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
     "$logs/bench-batch.log" "$logs/bench-batch-codec.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" \
+    "$logs/bench-attn-noahead.log" \
     2>/dev/null
 echo "== loadtest =="
 grep -E '^(loadtest:|all |live:|joiners:|server)' "$logs/loadtest.log" 2>/dev/null
