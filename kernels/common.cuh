@@ -66,6 +66,16 @@ __device__ __forceinline__ void pk_grid_wait(void) {
 }
 #endif
 
+/* Asks L1 for the 128-byte line holding p ahead of its loads. The emulation reads p's byte
+ * instead, so an address outside its buffer fails there (ASan, the emulated device's checks). */
+__device__ __forceinline__ void pk_prefetch_l1(const void *p) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)*(const volatile char *)p;
+#endif
+}
+
 /* Asks L2 for the bytes [p, p + bytes) ahead of their loads (a GEMV's weights, before its
  * pk_grid_wait: they stream in while the previous kernel drains). */
 __device__ __forceinline__ void pk_prefetch_l2(const void *p, size_t bytes) {

@@ -24,7 +24,8 @@
  * registers allow rather than more inputs: fewer loads per product, and on an H200 the faster tile
  * on every large weight (gemv.cu's launch_imma). Neither L1's bandwidth (about 7 us of activation
  * loads for NF2 12288 x 4096 at 64 inputs, at 128 bytes a clock an SM) nor the tensor cores bound
- * it yet (0.091 ms): its warps wait on those loads. */
+ * it yet (0.091 ms): its warps wait on those loads, which is why a block asks L1 for them ahead
+ * (PK_IMMA_L1_AHEAD). */
 #ifndef PP_KERNELS_GEMM_INT_CUH
 #define PP_KERNELS_GEMM_INT_CUH
 
@@ -80,10 +81,16 @@ template <int FMT> __device__ __forceinline__ void pk_imma_codes(const uint4 &w4
     }
 }
 
+/* Chunks ahead whose activations a block asks L1 for (pk_gemm_int_kernel's l1_ahead): the planes
+ * are L2's, a few hundred cycles away, and a warp's loads of a chunk's activations otherwise go
+ * out only as its steps begin, with 12 warps an SM (NF2, 32 rows a warp: 168 registers) to hide
+ * them. Two chunks are 4 KB of a block's L1. */
+#define PK_IMMA_L1_AHEAD 2
+
 template <int FMT, int NT>
 __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(NT))
     pk_gemm_int_kernel(pk_weight w, const uint32_t *__restrict__ planes, const int2 *__restrict__ meta, int n,
-                       int gshift, pk_dst out) {
+                       int gshift, pk_dst out, int l1_ahead) {
     typedef pk_int_fmt<FMT> F;
     typedef pk_imma_fmt<FMT> I;
     constexpr int STEPS = F::V / 32; /* m16n8k32 steps a chunk */
@@ -110,10 +117,16 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(NT))
     int in[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) in[h] = i0 + 8 * h + g < n ? i0 + 8 * h + g : n - 1;
+    /* lanes 0..15 ask for input i0 + lane's chunk c + PK_IMMA_L1_AHEAD (the tile's 16 inputs: a
+     * chunk of an input's planes is one line, NF2's 128 bytes, or half of one, INT4's 64) */
+    const uint32_t *ahead = planes + (int64_t)(i0 + lane < n ? i0 + lane : n - 1) * words;
+    const bool asks = l1_ahead && lane < 16;
     uint4 next[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) next[nt] = __ldg(codes[nt]);
     pk_grid_wait(); /* the planes and meta come from the kernel before; the weights never change */
+    if (asks)
+        for (int c = 1; c < PK_IMMA_L1_AHEAD && c < chunks; c++) pk_prefetch_l1(ahead + c * STEPS * 16);
     float acc[NT][4] = {};
     for (int c = 0; c < chunks; c++) {
         uint4 cur[NT];
@@ -122,6 +135,7 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(NT))
         if (c + 1 < chunks)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) next[nt] = __ldg(codes[nt] + c + 1);
+        if (asks && c + PK_IMMA_L1_AHEAD < chunks) pk_prefetch_l1(ahead + (c + PK_IMMA_L1_AHEAD) * STEPS * 16);
         int sum[NT][I::COMBOS][4] = {};
 #pragma unroll
         for (int s = 0; s < STEPS; s++) {

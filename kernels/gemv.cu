@@ -356,7 +356,7 @@ static dim3 imma_grid(const pk_weight *w, int n, int nt) {
 template <int FMT, int NT>
 static void launch_imma_tiles(const pk_weight *w, const int_input &in, int n, pk_dst out, cudaStream_t stream) {
     PK_LAUNCH(imma_grid(w, n, NT), PK_IMMA_THREADS, 0, stream, pk_gemm_int_kernel<FMT, NT>)
-    (*w, in.planes, in.meta, n, log2_exact(w->group), out);
+    (*w, in.planes, in.meta, n, log2_exact(w->group), out, pk_imma_l1_ahead());
 }
 
 /* 32 rows a warp (the most the sums' registers hold: 64 for NF2), fewer while the blocks would not

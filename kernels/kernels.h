@@ -215,6 +215,10 @@ int pk_self_prepare(void);
  * never: INT_MAX). */
 void pk_set_imma_min_batch(int n);
 int pk_imma_min_batch(void);
+/* Whether the integer tensor-core product asks L1 for its activations chunks ahead (gemm_int.cuh,
+ * PK_IMMA_L1_AHEAD): 1 unless PP_CUDA_IMMA_L1_AHEAD=0 (cuda.c, once per process), to time the two. */
+void pk_set_imma_l1_ahead(int on);
+int pk_imma_l1_ahead(void);
 /* Keys each block of the attention takes: 0 (attn.cu chooses by the launch's size) unless
  * PP_CUDA_ATTN_SPAN=N (cuda.c, once per process; a multiple of 64), to time the choices. */
 void pk_set_attn_span(int keys);

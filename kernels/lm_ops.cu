@@ -24,6 +24,10 @@ static int attn_span; /* 0: attn.cu chooses */
 extern "C" void pk_set_attn_span(int keys) { __atomic_store_n(&attn_span, keys, __ATOMIC_RELAXED); }
 extern "C" int pk_attn_span(void) { return __atomic_load_n(&attn_span, __ATOMIC_RELAXED); }
 
+static int imma_l1_ahead = 1;
+extern "C" void pk_set_imma_l1_ahead(int on) { __atomic_store_n(&imma_l1_ahead, on, __ATOMIC_RELAXED); }
+extern "C" int pk_imma_l1_ahead(void) { return __atomic_load_n(&imma_l1_ahead, __ATOMIC_RELAXED); }
+
 static int attn_ahead = 1;
 extern "C" void pk_set_attn_ahead(int on) { __atomic_store_n(&attn_ahead, on, __ATOMIC_RELAXED); }
 extern "C" int pk_attn_ahead(void) { return __atomic_load_n(&attn_ahead, __ATOMIC_RELAXED); }

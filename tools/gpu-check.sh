@@ -3,7 +3,8 @@
 #   1. builds with CUDA in build-gpu/ (for this GPU's architecture only, unless PP_CUDA_ARCHS is set)
 #   2. test_backend_parity: every backend operation, CPU against CUDA
 #   3. every golden case (tests/data/golden, and heldout/) with --device cuda
-#   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1, 4 and 64 inputs), and
+#   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1, 4 and 64 inputs, the
+#      last again without the tensor-core product's L1 requests ahead, PP_CUDA_IMMA_L1_AHEAD=0), and
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
 #      3000, then the int8 KV cache on NF2 (with and without programmatic dependent launch, and
 #      the emulation's node and byte count and H100 estimate of that frame beside it);
@@ -95,6 +96,16 @@ frame_int8kv() {
         env "$@" "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2 --kv int8
 }
 
+# gemv_batch N [LABEL VAR=VALUE...]: every format's products of N inputs on the real shapes, logged
+# as bench-gemv-N[-LABEL].log
+gemv_batch() {
+    local batch="$1" label="${2:-}"
+    shift $(($# > 1 ? 2 : 1))
+    step "bench gemv (batch $batch${*:+; $*})" "$logs/bench-gemv-$batch${label:+-$label}.log" \
+        env "$@" "$build/personaplex-bench" gemv --device cuda --batch "$batch" --seconds 0.3 \
+        --formats bf16,nf2,int4,nf4,int8,q4_k
+}
+
 # attn_int8kv LABEL [VAR=VALUE...]: the same for the attention of 1, 8 and 64 conversations, logged
 # as bench-attn[-LABEL].log
 attn_int8kv() {
@@ -120,8 +131,7 @@ for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$roo
     name="$(basename "$dir")"
     step "golden $name --device cuda" "$logs/golden-$name.log" "$build/personaplex-golden" "$dir" --device cuda
 done
-step "bench gemv (batch 1)" "$logs/bench-gemv-1.log" \
-    "$build/personaplex-bench" gemv --device cuda --batch 1 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
+gemv_batch 1
 frame_int8kv ""
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
     "$build/personaplex-bench" batch --device cuda --format nf2 --kv int8 --batches 1,8,32,64 --ticks "$frames" \
@@ -154,10 +164,11 @@ else
 fi
 step "bench codec (Mimi encode + decode)" "$logs/bench-codec.log" \
     "$build/personaplex-bench" codec --device cuda --frames "$frames"
-step "bench gemv (batch 4)" "$logs/bench-gemv-4.log" \
-    "$build/personaplex-bench" gemv --device cuda --batch 4 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
-step "bench gemv (batch 64)" "$logs/bench-gemv-64.log" \
-    "$build/personaplex-bench" gemv --device cuda --batch 64 --seconds 0.3 --formats bf16,nf2,int4,nf4,int8,q4_k
+gemv_batch 4
+gemv_batch 64
+# the same without the tensor-core product's activations asked of L1 ahead (gemm_int.cuh): what
+# that gains on this GPU
+gemv_batch 64 nol1ahead PP_CUDA_IMMA_L1_AHEAD=0
 step "bench frame (nf2,int4,nf4,bf16; f32 KV)" "$logs/bench-frame.log" \
     "$build/personaplex-bench" frame --device cuda --frames "$frames" --formats nf2,int4,nf4,bf16
 # the same without programmatic dependent launch: what it gains on this GPU
@@ -186,7 +197,8 @@ echo
 echo "== parity: failures and totals =="
 grep -E "^FAIL|passed" "$logs/parity.log" 2>/dev/null
 echo "== gemv, frame, codec and batch benchmarks =="
-cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-frame-int8kv.log" \
+cat "$logs/bench-gemv-1.log" "$logs/bench-gemv-4.log" "$logs/bench-gemv-64.log" "$logs/bench-gemv-64-nol1ahead.log" \
+    "$logs/bench-frame-int8kv.log" \
     "$logs/bench-frame-int8kv-nopdl.log" "$logs/bench-frame-int8kv-selfprep.log" "$logs/bench-frame-int8kv-handover.log" \
     "$logs/bench-frame-int8kv-fused.log" "$logs/bench-frame-emu.log" "$logs/bench-frame.log" "$logs/bench-codec.log" \
     "$logs/bench-batch.log" "$logs/bench-batch-codec.log" "$logs/bench-batch-noimma.log" "$logs/bench-attn.log" \

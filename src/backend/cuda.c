@@ -1060,11 +1060,17 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_SPAN=%s: give a multiple of 64 keys, or 0", span);
         pk_set_attn_span((int)v);
     }
-    /* Whether int8 attention loads ahead (attn.cuh), to time it against the kernel without */
-    const char *ahead = env_long("PP_CUDA_ATTN_AHEAD", &v);
-    if (ahead) {
-        if (v != 0 && v != 1) return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_AHEAD=%s: give 0 or 1", ahead);
-        pk_set_attn_ahead((int)v);
+    /* Whether int8 attention loads ahead (attn.cuh) and the integer tensor-core product asks L1
+     * for its activations ahead (gemm_int.cuh), to time each against the kernel without */
+    static const struct {
+        const char *name;
+        void (*set)(int);
+    } switches[] = {{"PP_CUDA_ATTN_AHEAD", pk_set_attn_ahead}, {"PP_CUDA_IMMA_L1_AHEAD", pk_set_imma_l1_ahead}};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
+        const char *on = env_long(switches[i].name, &v);
+        if (!on) continue;
+        if (v != 0 && v != 1) return pp_fail(err, PP_EINVAL, "cuda: %s=%s: give 0 or 1", switches[i].name, on);
+        switches[i].set((int)v);
     }
     /* A first kernel launch: a GPU the build has no code for fails here, not mid-conversation. */
     int rc = pk_add(c->ws, c->ws, 1, c->stream);
