@@ -39,10 +39,10 @@ static int attn_span(int n, int n_heads, int keys) {
     return span;
 }
 
-/* Six blocks an SM (24 warps, 192 keys in flight) for heads up to 128 wide, 80 registers, no
- * spill: what the H200 measurements in attn.cuh ran (left to itself, ptxas gives sm_90's int8
- * instance 72 registers and seven blocks, not timed). Wider heads' instances are left their
- * registers. */
+/* Six blocks an SM (24 warps, 192 keys in flight; with int8's loads ahead, also while the warps
+ * compute) for heads up to 128 wide, 80 registers, no spill: what the H200 measurements in
+ * attn.cuh ran (left to itself, ptxas gives sm_90's int8 instance 72 registers and seven blocks,
+ * not timed). Wider heads' instances are left their registers. */
 #define PK_ATTN_MIN_BLOCKS(VPL) ((VPL) <= 4 ? 6 : 0)
 
 /* Block (head, split, row). */
@@ -106,7 +106,7 @@ extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, 
                                   stream);
         break;
     case PK_KV_INT8:
-        if (PK_ATTN_AHEAD(PK_KV_INT8))
+        if (pk_attn_ahead()) /* pk_attn_block's AHEAD */
             launch<PK_KV_INT8, true>(qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, ws, tickets, out, nx,
                                      keys, stream);
         else

@@ -16,13 +16,6 @@
  * while each key still paid a 64-bit remainder and quarter-rate conversions (pk_attn_block). */
 #define PK_ATTN_KEYS(FMT) ((FMT) == PK_KV_F32 ? 4 : 8)
 
-/* Whether a warp loads its next group of keys before the arithmetic of the present one (AHEAD of
- * pk_attn_block): for int8 rings unless PP_CUDA_ATTN_AHEAD=0 (pk_attn_ahead). Without it a warp
- * alternates between waiting on its loads and computing, and int8 read at about half bf16's byte
- * rate on an H200 (2.3 against 4.1 TB/s at 64 conversations). Both groups' raw words fit sm_90's
- * 80 registers with no spill for int8 only: bf16's and f32's, twice and four times as many, spill. */
-#define PK_ATTN_AHEAD(FMT) ((FMT) == PK_KV_INT8 && pk_attn_ahead())
-
 /* A value other blocks of this launch may have written (FRESH) is read through L2. */
 template <bool FRESH> __device__ __forceinline__ float pk_load_fresh(const float *p) { return FRESH ? __ldcg(p) : *p; }
 
@@ -295,8 +288,12 @@ template <int FMT, int VPL, int KEYS> struct pk_attn_group {
  * multiple of PK_ATTN_SPLIT): the work of one block of WARPS warps. VPL: consecutive values of
  * head_dim per lane (head_dim <= 32·VPL), loaded as one vector per key and lane; a 128-wide head
  * keeps 4 registers per key. FRESH: other blocks of this launch wrote qkv (a product's epilogue
- * runs it), so it is read through L2. Every thread calls it; true in the block that wrote the
- * head's output. */
+ * runs it), so it is read through L2. AHEAD: a warp loads its next group of keys before the
+ * arithmetic of the present one (attn.cu: int8 rings unless PP_CUDA_ATTN_AHEAD=0). Without it a
+ * warp alternates between waiting on its loads and computing, and int8 read at about half bf16's
+ * byte rate on an H200 (2.3 against 4.1 TB/s at 64 conversations). Both groups' raw words fit
+ * sm_90's 80 registers with no spill for int8 only: bf16's and f32's, twice and four times as
+ * many, spill. Every thread calls it; true in the block that wrote the head's output. */
 template <int FMT, int VPL, bool FRESH, int WARPS, bool AHEAD>
 __device__ __forceinline__ bool
 pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
@@ -336,10 +333,9 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
     float m = -INFINITY, l = 0.0f;
     /* Warp w takes keys k0 + w, k0 + w + nw, ... in order, KEYS of them at a time: their keys
      * and values are loaded before the first is used, so that many memory round trips overlap
-     * instead of following one another. AHEAD issues the next group's loads before this group's
-     * arithmetic, so the warp's loads stay in flight while it computes (see PK_ATTN_AHEAD). The group's
-     * scores are summed together (pk_warp_sum_group), the lanes holding key u's sum exponentiate
-     * it, and the output is rescaled once a group rather than once a key. */
+     * instead of following one another (with AHEAD, the next group's while this one is computed).
+     * The group's scores are summed together (pk_warp_sum_group), the lanes holding key u's sum
+     * exponentiate it, and the output is rescaled once a group rather than once a key. */
     constexpr int KEYS = PK_ATTN_KEYS(FMT);
     typedef pk_attn_group<FMT, VPL, KEYS> group;
     const int my_key = pk_group_key<KEYS>(lane);

@@ -224,7 +224,7 @@ int pk_imma_l1_ahead(void);
 void pk_set_attn_span(int keys);
 int pk_attn_span(void);
 /* Whether an int8 ring's attention loads a warp's next keys before computing on the present ones
- * (attn.cuh, PK_ATTN_AHEAD): 1 unless PP_CUDA_ATTN_AHEAD=0 (cuda.c, once per process), to time
+ * (attn.cuh, pk_attn_block's AHEAD): 1 unless PP_CUDA_ATTN_AHEAD=0 (cuda.c, once per process), to time
  * the two. */
 void pk_set_attn_ahead(int on);
 int pk_attn_ahead(void);
