@@ -354,18 +354,16 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
             cur.load(at, p, slot_p);
         for (slot_p += step; slot_p >= r.capacity;) slot_p -= r.capacity;
         if (AHEAD && p + step <= k1) next.load(at, p + step, slot_p);
-        const pk_kv_lane<FMT, VPL>(&kr)[KEYS] = cur.k, (&vr)[KEYS] = cur.v;
-        const float k_scale = cur.k_scale, v_scale = cur.v_scale;
         float s[KEYS];
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
             float kx[VPL];
-            pk_kv_decode<FMT, VPL>(kr[u], kx);
+            pk_kv_decode<FMT, VPL>(cur.k[u], kx);
             s[u] = 0.0f;
 #pragma unroll
             for (int t = 0; t < VPL; t++) s[u] += qv[t] * kx[t];
         }
-        float mine = pk_warp_sum_group<KEYS>(s, lane) * k_scale;
+        float mine = pk_warp_sum_group<KEYS>(s, lane) * cur.k_scale;
         if (p + (int64_t)my_key * nw > k1) mine = -INFINITY; /* a key past the split's: weight 0 */
         float mn = mine;
 #pragma unroll
@@ -377,12 +375,12 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
         for (int o2 = 16; o2 >= 32 / KEYS; o2 /= 2) sum_e += __shfl_xor_sync(0xffffffffu, sum_e, o2);
 #pragma unroll
         for (int t = 0; t < VPL; t++) o[t] *= f;
-        const float ev_mine = e_mine * v_scale; /* the weight of key my_key's value */
+        const float ev_mine = e_mine * cur.v_scale; /* the weight of key my_key's value */
 #pragma unroll
         for (int u = 0; u < KEYS; u++) {
             const float ev = __shfl_sync(0xffffffffu, ev_mine, pk_group_lane<KEYS>(u));
             float vx[VPL];
-            pk_kv_decode<FMT, VPL>(vr[u], vx);
+            pk_kv_decode<FMT, VPL>(cur.v[u], vx);
 #pragma unroll
             for (int t = 0; t < VPL; t++) o[t] += ev * vx[t];
         }

@@ -117,10 +117,14 @@ __global__ void __launch_bounds__(PK_IMMA_THREADS, PK_IMMA_MIN_BLOCKS(NT))
     int in[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) in[h] = i0 + 8 * h + g < n ? i0 + 8 * h + g : n - 1;
-    /* lanes 0..15 ask for input i0 + lane's chunk c + PK_IMMA_L1_AHEAD (the tile's 16 inputs: a
-     * chunk of an input's planes is one line, NF2's 128 bytes, or half of one, INT4's 64) */
-    const uint32_t *ahead = planes + (int64_t)(i0 + lane < n ? i0 + lane : n - 1) * words;
-    const bool asks = l1_ahead && lane < 16;
+    /* The block's warps share the tile's 16 inputs (one L1), so they split the requests: lane
+     * j < ASKS of warp w asks for input i0 + ASKS·w + j's chunk c + PK_IMMA_L1_AHEAD (a chunk of an
+     * input's planes is one line, NF2's 128 bytes, or half of one, INT4's 64). */
+    constexpr int ASKS = 16 / (PK_IMMA_THREADS / 32);
+    static_assert(ASKS * (PK_IMMA_THREADS / 32) == 16, "the block's warps split a tile's 16 inputs");
+    const int asked = i0 + ASKS * (int)(threadIdx.x >> 5) + lane;
+    const uint32_t *ahead = planes + (int64_t)(asked < n ? asked : n - 1) * words;
+    const bool asks = l1_ahead && lane < ASKS;
     uint4 next[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) next[nt] = __ldg(codes[nt]);
