@@ -458,14 +458,19 @@ static void scenario_http(int after_calls) {
     TEST_COND("/health is JSON", strstr(h.type, "application/json") != NULL);
     wc_http_free(&h);
     TEST_COND("/metrics 200", sp_get("/metrics", &h, 5000) == 200);
-    if (after_calls)
+    if (after_calls) {
         TEST_COND("/metrics counts frames", h.body && strstr(h.body, "personaplex_frames_total ") &&
                                                 !strstr(h.body, "personaplex_frames_total 0\n"));
+        TEST_COND("/metrics times the ticks' host work",
+                  h.body && strstr(h.body, "personaplex_tick_host_seconds_count ") &&
+                      !strstr(h.body, "personaplex_tick_host_seconds_count 0\n"));
+    }
     TEST_COND("/metrics has stage histograms",
               h.body && strstr(h.body, "personaplex_frame_stage_seconds_bucket{stage=\"lm\",le=\"+Inf\"}"));
     /* The measured per-stage cost, for the log (not asserted: speed belongs to the bench tool). */
     static const char *const shown[] = {"personaplex_frames_total", "personaplex_late_frames_total",
-                                        "personaplex_frame_stage_seconds_sum", "personaplex_frame_stage_seconds_count"};
+                                        "personaplex_frame_stage_seconds_sum", "personaplex_frame_stage_seconds_count",
+                                        "personaplex_tick_host_seconds_sum"};
     for (const char *line = h.body; after_calls && line && *line;) {
         size_t len = strcspn(line, "\n");
         for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++)

@@ -19,7 +19,8 @@
  * handshake. The report then gives the page gaps of the first (live) clients apart, and the
  * joiners' handshake times: how a crowd joining disturbs conversations already running.
  * The server's own account of the run follows, from its /metrics before and after: how many
- * batched LM ticks ran, of how many conversations, and their times; then its conversation
+ * batched LM ticks ran, of how many conversations, and their times, and the host work of those
+ * ticks (each conversation's echo cancellation and downlink encoding); then its conversation
  * frames' time from input complete to output queued (the codec and any wait included). Each
  * as mean, share within a frame, p50 and p99 to the histograms' bounds. With --ticks-from S,
  * the same again for the run's end from S seconds on (e.g. once every conversation's ring holds
@@ -201,6 +202,7 @@ typedef struct lt_hist {
  * time from input complete to output queued, codec and waiting included (the "frame" stage). */
 typedef struct lt_metrics {
     lt_hist tick, frame;
+    lt_hist host; /* the ticks' per-conversation host work; count 0 from a server without it */
     double batch_sum;
 } lt_metrics;
 
@@ -232,6 +234,7 @@ static int parse_metrics(const wc_http *h, lt_metrics *m) {
     if (parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) ||
         parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame))
         return -1;
+    parse_hist(h->body, "personaplex_tick_host_seconds", "", &m->host);
     return 0;
 }
 
@@ -279,6 +282,11 @@ static void report_metrics(const char *who, const lt_metrics *before, const lt_m
     printf("%s: %.0f LM ticks of %.1f conversations on average: ", who, tick.count,
            (after->batch_sum - before->batch_sum) / tick.count);
     print_hist(&tick);
+    lt_hist host = hist_between(&before->host, &after->host);
+    if (host.count > 0) {
+        printf("%s: the same ticks' host work (echo cancellation, downlink encoding, queueing): ", who);
+        print_hist(&host);
+    }
     printf("%s: %.0f conversation frames, input to output (codec and waiting included): ", who, frame.count);
     print_hist(&frame);
 }

@@ -3,18 +3,20 @@
  * The engine owns the pp_sessions. Each pass first takes every running conversation's waiting
  * uplink frame (through the echo canceller when it has one) and encodes it, then runs ONE tick
  * over all of them: a single batched LM step (pp_session_batch_step), then each one's decode
- * and downlink page (and text piece). Ticks start as soon as a frame is waiting, so an idle
- * server adds no latency; under load the frames that arrive during a tick wait for the next
- * one, so the batch grows with the load and every weight is read once per tick for all of them.
- * After the tick come joins, in arrival order: create the session, run its prompt frames
- * (session.h: a batched pass, or the whole prompt from the prompt cache), send the handshake.
- * Each unit of that work runs only when its estimated cost ends before the next live frame is
- * due, so someone joining never makes a live frame late; a join waits instead (and after 3 s
- * without slack gets a unit anyway). The heap trim after conversations end (memory.h) runs in
- * the same slack. All model calls come from one thread, which keeps the backend free of
- * locking. When a pass finds nothing to do the thread sleeps until engine_wake (new
- * connection, new audio, a closed socket), or while conversations run, for at most 20 ms: a
- * client that sends no audio gets silence frames and, past the idle timeout, a close
+ * and downlink page (and text piece). The per-conversation host work of a tick (echo
+ * cancellation, the downlink's Opus or μ-law encoding) runs on a pool of host threads, a
+ * conversation a task; everything else stays on the engine thread. Ticks start as soon as a
+ * frame is waiting, so an idle server adds no latency; under load the frames that arrive during
+ * a tick wait for the next one, so the batch grows with the load and every weight is read once
+ * per tick for all of them. After the tick come joins, in arrival order: create the session,
+ * run its prompt frames (session.h: a batched pass, or the whole prompt from the prompt cache),
+ * send the handshake. Each unit of that work runs only when its estimated cost ends before the
+ * next live frame is due, so someone joining never makes a live frame late; a join waits
+ * instead (and after 3 s without slack gets a unit anyway). The heap trim after conversations
+ * end (memory.h) runs in the same slack. All model calls come from one thread, which keeps the
+ * backend free of locking. When a pass finds nothing to do the thread sleeps until engine_wake
+ * (new connection, new audio, a closed socket), or while conversations run, for at most 20 ms:
+ * a client that sends no audio gets silence frames and, past the idle timeout, a close
  * (pacing.h). Output is handed to the service thread through the conn's queue and the notify
  * callback (lws_cancel_service); the engine never calls lws itself. */
 #ifndef PP_SERVER_ENGINE_H
@@ -46,6 +48,7 @@ typedef struct engine_config {
     int idle_timeout;          /* seconds without client audio before a conversation ends; 0: never */
     int trim_after_ms;         /* after a conversation ends and this long passes, the heap is trimmed; -1: never */
     echo_cancel_mode echo_cancel;
+    int host_threads;          /* threads for the ticks' per-conversation host work; 0: every online core */
 } engine_config;
 
 /* Starts the engine thread. */

@@ -189,6 +189,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
         .idle_timeout = a->opt.idle_timeout,
         .trim_after_ms = a->opt.trim_after_ms,
         .echo_cancel = (echo_cancel_mode)echo_cancel_parse(a->opt.echo_cancel),
+        .host_threads = a->opt.threads,
     };
     return engine_create(&cfg, out, err);
 }

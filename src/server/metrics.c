@@ -49,7 +49,7 @@ struct metrics {
     int active;
     uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input, unauthorized;
     histogram stage[METRICS_STAGES];
-    histogram tick, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
+    histogram tick, tick_host, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
     histogram join_wait;
     double join_work_ms;
     uint64_t join_work_units;
@@ -108,9 +108,10 @@ void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_tick(metrics *m, double ms, int batch) {
+void metrics_tick(metrics *m, double lm_ms, double host_ms, int batch) {
     pthread_mutex_lock(&m->lock);
-    observe(&m->tick, g_bounds, N_BOUNDS, ms, 1e-3);
+    observe(&m->tick, g_bounds, N_BOUNDS, lm_ms, 1e-3);
+    observe(&m->tick_host, g_bounds, N_BOUNDS, host_ms, 1e-3);
     observe(&m->tick_batch, g_batch_bounds, N_OF(g_batch_bounds), batch, 1);
     pthread_mutex_unlock(&m->lock);
 }
@@ -302,6 +303,10 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     put(&o, "# HELP personaplex_tick_seconds Time of one batched LM step over every conversation with a frame.\n"
             "# TYPE personaplex_tick_seconds histogram\n");
     put_histogram(&o, "personaplex_tick_seconds", NULL, &m->tick, g_bounds, N_BOUNDS, 1e-3);
+    put(&o, "# HELP personaplex_tick_host_seconds Host work of one tick around its batched calls: every "
+            "conversation's echo cancellation, downlink encoding and queueing, on the host threads.\n"
+            "# TYPE personaplex_tick_host_seconds histogram\n");
+    put_histogram(&o, "personaplex_tick_host_seconds", NULL, &m->tick_host, g_bounds, N_BOUNDS, 1e-3);
     put(&o, "# HELP personaplex_tick_batch_size Conversations advanced by one tick.\n"
             "# TYPE personaplex_tick_batch_size histogram\n");
     put_histogram(&o, "personaplex_tick_batch_size", NULL, &m->tick_batch, g_batch_bounds, N_OF(g_batch_bounds), 1);

@@ -27,8 +27,10 @@ void metrics_session_ended(metrics *m);
 void metrics_session_rejected(metrics *m);
 /* One conversation frame: stage times in ms; late when the frame took longer than its 80 ms. */
 void metrics_frame(metrics *m, const double ms[METRICS_STAGES], int late);
-/* One engine tick: the batched LM step's time in ms and how many conversations it advanced. */
-void metrics_tick(metrics *m, double ms, int batch);
+/* One engine tick: the batched LM step's time in ms, its per-conversation host work's (echo
+ * cancellation, downlink encoding and queueing, on the host pool) and how many conversations
+ * it advanced. */
+void metrics_tick(metrics *m, double lm_ms, double host_ms, int batch);
 /* A conversation's prompts done (admission to handshake, ms), from the prompt cache or not. */
 void metrics_prompt(metrics *m, double ms, int cached);
 /* A join waited this long (ms) from admission until its first work ran (behind earlier joins and

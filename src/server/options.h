@@ -25,7 +25,7 @@ typedef struct server_options {
     char *state_dir;
     int no_tls;
     char *device;       /* "auto", "cpu", "cuda" */
-    int threads;        /* CPU backend threads (0: all cores) */
+    int threads;        /* CPU threads of each parallel stage (0: all cores) */
     int max_sessions;   /* 0: "auto", the measured capacity (session/plan.h) */
     char *kv_cache;     /* "auto", "f32", "bf16", "int8" */
     int prompt_cache_mb; /* host memory for prompt states; 0 disables the prompt cache */
