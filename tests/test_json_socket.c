@@ -2,9 +2,11 @@
  * realtime.c, twilio.c): events in, what lands in the conn (frames of the right samples,
  * restarts, settings) and every answer out, each a JSON event of the expected type and error
  * code. The server side (wire.c): frames of speech and quiet in, the realtime turn's events,
- * transcript deltas whole in UTF-8, Twilio media, marks and barge-in `clear` out. */
+ * transcript deltas whole in UTF-8, Twilio media, marks and barge-in `clear` out; and its
+ * start-up measure of what a frame's encoding costs. */
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -355,6 +357,15 @@ static void check_twilio_wire(void) {
     conn_destroy(c);
 }
 
+/* The start-up measure of a frame's downlink encoding: a time, not an error or a zero. */
+static void check_frame_cost(void) {
+    char err[PP_ERR_LEN];
+    double ms = -1;
+    TEST_COND("wire_frame_cost measures", wire_frame_cost(&ms, err) == PP_OK);
+    printf("one frame's Opus encoding: %.3f ms\n", ms);
+    TEST_COND("a frame's encoding takes some time", ms > 0 && isfinite(ms));
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_ERROR);
     char err[PP_ERR_LEN];
@@ -365,6 +376,7 @@ int main(void) {
     check_twilio_input(m);
     check_realtime_wire();
     check_twilio_wire();
+    check_frame_cost();
     metrics_destroy(m);
     return test_report();
 }

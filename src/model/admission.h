@@ -20,7 +20,8 @@
  *     pp_admission_calibrate(lm, sizes, 4, 3, PP_KV_INT8, cfg->context, &cal, err);
  *     pp_admission_limits lim;
  *     pp_admission_limits_default(&lim);
- *     lim.per_session_ms = 0;   (the codec runs batched: session/plan.c adds it to each point)
+ *     lim.per_session_ms = host work per conversation outside the batch (session/plan.c: the
+ *                          server's downlink encoding; the codec runs batched, inside each point)
  *     lim.mem_free = pp_admission_free_memory(be);
  *     lim.per_session_bytes = pp_lm_ctx_bytes(cfg, PP_KV_INT8) + codec state bytes;
  *     pp_admission_report rep;

@@ -470,6 +470,11 @@ static void engine_free(engine *e) {
     free(e);
 }
 
+int engine_host_threads(int configured) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return configured > 0 ? configured : online > 0 ? (int)online : 1;
+}
+
 int engine_create(const engine_config *cfg, engine **out, char *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return pp_fail(err, PP_ENOMEM, "engine: out of memory");
@@ -491,7 +496,7 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
                  ? PP_OK
                  : pp_fail(err, PP_ENOMEM, "engine: out of memory");
     if (!rc) rc = pp_session_batch_create(cfg->model, (int)n, &e->batch, err);
-    int host_threads = cfg->host_threads > 0 ? cfg->host_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int host_threads = engine_host_threads(cfg->host_threads);
     if (host_threads > (int)n) host_threads = (int)n; /* a task is a conversation */
     if (!rc && host_threads > 1) rc = pp_pool_create(host_threads, &e->host, err);
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e) != 0)

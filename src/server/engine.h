@@ -51,6 +51,10 @@ typedef struct engine_config {
     int host_threads;          /* threads for the ticks' per-conversation host work; 0: every online core */
 } engine_config;
 
+/* The threads an engine_config's host_threads asks for: itself, or with 0 every online core
+ * (an engine uses no more than its max_sessions of them). */
+int engine_host_threads(int configured);
+
 /* Starts the engine thread. */
 int engine_create(const engine_config *cfg, engine **out, char *err);
 /* Stops the thread and frees every session and conn it still holds. Call after the service

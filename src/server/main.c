@@ -20,6 +20,7 @@
 #include "server/memory.h"
 #include "server/model_dir.h"
 #include "server/tls.h"
+#include "server/wire.h"
 #include "session/demo.h"
 #include "session/plan.h"
 
@@ -162,19 +163,24 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     int rc = kv_format(a->opt.kv_cache, pp_model_get_backend(model), &kv, err);
     if (!rc) rc = pp_model_set_kv_cache(model, kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
+    /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task. */
+    int host_threads = engine_host_threads(a->opt.threads);
+    double encode_ms = 0;
+    if (!rc) rc = wire_frame_cost(&encode_ms, err);
     pp_plan plan;
-    if (!rc) rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, &plan, err);
+    if (!rc) rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, encode_ms / host_threads, &plan, err);
     if (rc) return rc;
     PP_INFO("server",
-            "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms per frame, %.1f MiB with a %s KV "
-            "cache; %.1f GiB free)",
-            plan.why, plan.tick1_ms, plan.codec_ms, (double)plan.per_session_bytes / (1 << 20), kv_names[kv],
-            (double)plan.mem_free / (1 << 30));
+            "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms, downlink encoding %.2f ms per frame "
+            "on %d host thread%s; %.1f MiB with a %s KV cache; %.1f GiB free)",
+            plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, host_threads, host_threads == 1 ? "" : "s",
+            (double)plan.per_session_bytes / (1 << 20), kv_names[kv], (double)plan.mem_free / (1 << 30));
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
     metrics_set_capacity(a->srv.metrics, &(metrics_capacity){.tick1_ms = plan.tick1_ms,
                                                              .codec_ms = plan.codec_ms,
+                                                             .host_ms = plan.host_ms,
                                                              .frame_ms = plan.frame_ms,
                                                              .by_time = plan.by_time,
                                                              .by_memory = plan.by_memory,

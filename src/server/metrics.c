@@ -264,6 +264,9 @@ static void put_capacity(out_buf *o, const metrics_capacity *c) {
               "Start-up calibration: one conversation's LM tick at the full context.", c->tick1_ms / 1e3);
     put_gauge(o, "personaplex_capacity_codec_seconds",
               "Start-up calibration: one conversation's Mimi encode and decode of a frame.", c->codec_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_host_seconds",
+              "Start-up calibration: one conversation's downlink encoding of a frame, over the host threads.",
+              c->host_ms / 1e3);
     put_gauge(o, "personaplex_capacity_frame_seconds",
               "Start-up calibration: predicted work per 80 ms frame at the admitted maximum.", c->frame_ms / 1e3);
     put_gauge(o, "personaplex_capacity_by_time", "Conversations the frame time alone allows.", c->by_time);

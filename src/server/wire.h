@@ -36,6 +36,11 @@ long wire_frame(wire *w, const float *pcm_in, int from_client, const float *pcm_
 /* The conversation restarts from its prompts with params: an open turn ends as cancelled.
  * Returns the bytes queued. */
 long wire_restart(wire *w, const pp_session_params *params);
+/* What one conversation's frame costs the host in its wire, measured on this thread: the chat
+ * protocol's Opus encoding of a voiced, noisy frame (the dearest of the formats; μ-law and PCM
+ * cost a fraction of it). *ms gets the mean of a few frames after two seconds of them: what a
+ * running conversation's frame costs. */
+int wire_frame_cost(double *ms, char *err);
 /* A realtime session's audio format object ({"type":"audio/pcm","rate":24000}, ...). */
 const char *wire_format_json(audio_format f);
 

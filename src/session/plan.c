@@ -79,7 +79,7 @@ static int calibrate(const pp_model *m, pp_kv_format kv, const pp_admission_limi
     return PP_OK;
 }
 
-int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *out, char *err) {
+int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double host_ms, pp_plan *out, char *err) {
     memset(out, 0, sizeof *out);
     const pp_lm *lm = pp_model_lm(m);
     pp_kv_format kv = pp_model_kv_cache(m);
@@ -89,7 +89,7 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
     double codec1_ms = 0;
     int rc = time_codec(m, 1, &codec1_ms, &codec_bytes, err);
     if (rc) return rc;
-    lim.per_session_ms = 0; /* the codec runs batched inside each calibrated tick */
+    lim.per_session_ms = host_ms; /* the codec runs batched inside each calibrated tick */
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
     if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
@@ -111,14 +111,15 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *o
                      .tick1_ms = lm1_ms,
                      .context = pp_lm_get_config(lm)->context,
                      .codec_ms = codec1_ms,
+                     .host_ms = host_ms,
                      .frame_ms = pp_admission_predict(&cal, &lim, n > 0 ? n : 1),
                      .per_session_bytes = lim.per_session_bytes,
                      .mem_free = lim.mem_free};
     if (n > 0)
         snprintf(out->why, sizeof out->why,
                  "%s; real time alone allows %d, memory %d (ticks timed at 1..%d conversations, each at the full "
-                 "context of %d frames, with their batched codec)",
-                 rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context);
+                 "context of %d frames, with their batched codec; %.2f ms of host work added per conversation)",
+                 rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context, host_ms);
     else
         snprintf(out->why, sizeof out->why,
                  "1 conversation although %s (one takes %.1f ms per %.0f ms frame): replies will lag",

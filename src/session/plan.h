@@ -1,8 +1,9 @@
 /* plan: how many conversations a loaded model serves at once, measured at start-up.
  *
  * A server ticks every conversation together once per 80 ms frame (session.h batches), so
- * the limit is the largest n whose tick plus n conversations' codec work fits the frame with
- * headroom (model/admission.h), and whose state fits the free memory. pp_plan_capacity times
+ * the limit is the largest n whose tick with its batched codec work, plus n times the caller's
+ * own work per conversation (host_ms), fits the frame with headroom (model/admission.h), and
+ * whose state fits the free memory. pp_plan_capacity times
  * the LM tick at batch sizes 1, 2, 4, ... (stopping once a size no longer fits the frame or
  * the memory, at most PP_ADMISSION_POINTS sizes), times one conversation's Mimi encode and
  * decode of a frame, reads the free memory where the KV rings live (device or host) and
@@ -25,14 +26,17 @@ typedef struct pp_plan {
     double tick1_ms;          /* measured LM tick of one conversation at the full context */
     int context;              /* that context (frames): every calibration tick ran at it */
     double codec_ms;          /* measured Mimi encode + decode of one conversation's frame */
+    double host_ms;           /* the caller's per-conversation work per frame outside the batch */
     double frame_ms;          /* predicted work per frame at `sessions` */
     size_t per_session_bytes; /* KV rings in the model's format + codec state + scratch */
     size_t mem_free;
-    char why[320]; /* the figure and the binding limit, in words */
+    char why[384]; /* the figure and the binding limit, in words */
 } pp_plan;
 
 /* hard_max 0: no configured ceiling (PP_PLAN_MAX still applies); reserved_host: host bytes
- * promised elsewhere (the prompt cache), taken off the free memory on the CPU backend. */
-int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, pp_plan *out, char *err);
+ * promised elsewhere (the prompt cache), taken off the free memory on the CPU backend; host_ms:
+ * what each conversation's frame costs the caller outside the batched calls, in ms of the tick
+ * (a server: its downlink encoding, over the threads that share it), added to every tick. */
+int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double host_ms, pp_plan *out, char *err);
 
 #endif
