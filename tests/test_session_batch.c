@@ -11,12 +11,17 @@
  *   call and gives exactly the frames of the first, which ran its prompts; so does one with
  *   another seed (against a lone uncached run with that seed). Another prompt, voice or KV
  *   format misses the cache. The counters say so.
- * - The stages refuse to run out of order; a batch refuses a session twice or too many. */
+ * - The stages refuse to run out of order; a batch refuses a session twice or too many.
+ * - The start-up capacity plan counts the caller's per-conversation work outside the batch (a
+ *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
+ *   (the 80 ms frame at 80 % headroom) are admitted, a host_ms past the budget leaves one
+ *   conversation that cannot run in real time, and the plan says what it added. */
 #include "test.h"
 
 #include "base/err.h"
 #include "base/log.h"
 #include "session/demo.h"
+#include "session/plan.h"
 #include "session/session.h"
 
 #include <math.h>
@@ -254,6 +259,29 @@ static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_mod
     pp_model_close(m);
 }
 
+static pp_plan plan_with(pp_model *m, double host_ms) {
+    char err[PP_ERR_LEN];
+    pp_plan p;
+    int rc = pp_plan_capacity(m, 0, 0, host_ms, &p, err);
+    if (rc) fprintf(stderr, "plan: %s\n", err);
+    TEST_COND("the plan is made", rc == PP_OK);
+    printf("host %.0f ms a conversation: %d conversations (time alone %d, memory %d): %s\n", host_ms, p.sessions,
+           p.by_time, p.by_memory, p.why);
+    return p;
+}
+
+static void test_capacity_plan(pp_model *m) {
+    pp_plan none = plan_with(m, 0), some = plan_with(m, 10), too_much = plan_with(m, 100);
+    TEST_COND("the plan keeps the host work it was given", some.host_ms == 10 && none.host_ms == 0);
+    TEST_COND("10 ms a conversation: at most 6 fit 64 ms", some.by_time <= 6);
+    TEST_COND("host work never raises the limit", some.by_time <= none.by_time);
+    TEST_COND("the plan says what it added", strstr(some.why, "10.00 ms of host work added per conversation") != NULL);
+    TEST_COND("100 ms a conversation: not even one in real time",
+              too_much.by_time == 0 && too_much.sessions == 1 &&
+                  strstr(too_much.why, "not even one runs in real time"));
+    TEST_COND("its predicted frame counts the host work", too_much.frame_ms >= 100);
+}
+
 int main(void) {
     char err[PP_ERR_LEN], dir[64] = "/tmp/pp-session-batch-XXXXXX";
     pp_log_set_level(PP_LOG_WARN);
@@ -275,6 +303,7 @@ int main(void) {
     test_batching(m);
     test_stage_order(m);
     test_prompt_cache(&files, be, m);
+    test_capacity_plan(m);
     pp_model_close(m);
     pp_backend_destroy(be);
     return test_report();

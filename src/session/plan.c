@@ -89,7 +89,7 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double hos
     double codec1_ms = 0;
     int rc = time_codec(m, 1, &codec1_ms, &codec_bytes, err);
     if (rc) return rc;
-    lim.per_session_ms = host_ms; /* the codec runs batched inside each calibrated tick */
+    lim.per_session_ms = host_ms; /* the caller's; the codec runs batched inside each calibrated tick */
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
     if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
