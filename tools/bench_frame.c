@@ -25,12 +25,12 @@
  * t1 the one-thread LM frame time (a core's throughput, its share of memory stalls included),
  * bytes what the frame reads (weights and KV); the same formula for this machine sits beside
  * the measured time, so its error shows. */
-#define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "bench.h"
 #include "bench_frame.h"
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "io/quant.h"
 #include "io/safetensors.h"
 #include "io/weight.h"
@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define DEP_Q 16
 #define CAPACITY 3000 /* the temporal KV ring: PersonaPlex's context */
@@ -681,7 +680,7 @@ int bench_frame(int argc, char **argv) {
         return 2;
     }
     o.copy_bw = bench_backend_copy_gbps(be);
-    o.threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = pp_pool_threads_for(threads);
     o.counted = bench_traffic_start(be); /* before the weights are allocated: only those after count */
     printf("frame benchmark on %s: temporal %d layers dim %d, depformer %d layers dim %d x %d steps, %s;\n"
            "copy bandwidth %.1f GB/s (read + write); %d frames per row; times in ms (p50 p99);\n"

@@ -79,11 +79,14 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+int pp_pool_threads_for(int n_threads) {
+    if (n_threads > 0) return n_threads;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
 int pp_pool_create(int n_threads, pp_pool **out, char *err) {
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    n_threads = pp_pool_threads_for(n_threads);
     pp_pool *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, PP_ENOMEM, "thread pool: out of memory");
     p->n_threads = n_threads;

@@ -12,6 +12,8 @@ typedef void (*pp_pool_fn)(void *ctx, int task);
 
 /* n_threads counts the caller: 1 means no worker threads. 0 picks the number of online CPUs. */
 int pp_pool_create(int n_threads, pp_pool **out, char *err);
+/* The threads pp_pool_create(n_threads, ...) runs with, for callers that size work by them first. */
+int pp_pool_threads_for(int n_threads);
 void pp_pool_destroy(pp_pool *pool);
 int pp_pool_threads(const pp_pool *pool);
 void pp_pool_run(pp_pool *pool, int n_tasks, pp_pool_fn fn, void *ctx);

@@ -12,4 +12,9 @@ static inline uint64_t pp_splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+/* A uniform double in [0, 1) from the top 53 bits of the next value. */
+static inline double pp_splitmix64_unit(uint64_t *state) {
+    return (double)(pp_splitmix64(state) >> 11) / 9007199254740992.0;
+}
+
 #endif

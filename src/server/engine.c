@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define POLL_NS 20000000LL  /* while conversations run: how often silence frames are considered */
 /* A join that found no slack for this long gets one unit anyway (an overloaded server admits
@@ -166,11 +165,14 @@ static int job_prefill(engine *e, job *j) {
     return 1;
 }
 
+/* Whether j's frame in the tick goes through its echo canceller: client audio, canceller on. */
+static int job_echoes(const job *j) { return j->from_client && j->aec; }
+
 /* Stage 1 of a frame: j->pcm_in (the client's audio, or silence) joins the tick. */
 static void job_encode_frame(engine *e, job *j, int from_client) {
     j->from_client = from_client;
     j->encode_ms = 0;
-    e->n_echo += from_client && j->aec;
+    e->n_echo += job_echoes(j);
     j->t_expect = j->t_frame + PP_FRAME_NS;
     e->tick_jobs[e->n_tick++] = j;
 }
@@ -180,7 +182,7 @@ static void job_encode_frame(engine *e, job *j, int from_client) {
 static void echo_task(void *arg, int i) {
     engine *e = arg;
     job *j = e->tick_jobs[i];
-    if (!j->from_client || !j->aec) return;
+    if (!job_echoes(j)) return;
     char err[PP_ERR_LEN];
     int64_t t0 = pp_now_ns();
     double before = pp_frame_energy(j->pcm_in);
@@ -470,11 +472,6 @@ static void engine_free(engine *e) {
     free(e);
 }
 
-int engine_host_threads(int configured) {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return configured > 0 ? configured : online > 0 ? (int)online : 1;
-}
-
 int engine_create(const engine_config *cfg, engine **out, char *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return pp_fail(err, PP_ENOMEM, "engine: out of memory");
@@ -496,7 +493,7 @@ int engine_create(const engine_config *cfg, engine **out, char *err) {
                  ? PP_OK
                  : pp_fail(err, PP_ENOMEM, "engine: out of memory");
     if (!rc) rc = pp_session_batch_create(cfg->model, (int)n, &e->batch, err);
-    int host_threads = engine_host_threads(cfg->host_threads);
+    int host_threads = pp_pool_threads_for(cfg->host_threads);
     if (host_threads > (int)n) host_threads = (int)n; /* a task is a conversation */
     if (!rc && host_threads > 1) rc = pp_pool_create(host_threads, &e->host, err);
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e) != 0)

@@ -48,12 +48,8 @@ typedef struct engine_config {
     int idle_timeout;          /* seconds without client audio before a conversation ends; 0: never */
     int trim_after_ms;         /* after a conversation ends and this long passes, the heap is trimmed; -1: never */
     echo_cancel_mode echo_cancel;
-    int host_threads;          /* threads for the ticks' per-conversation host work; 0: every online core */
+    int host_threads; /* threads for the ticks' per-conversation host work (pp_pool_threads_for) */
 } engine_config;
-
-/* The threads an engine_config's host_threads asks for: itself, or with 0 every online core
- * (an engine uses no more than its max_sessions of them). */
-int engine_host_threads(int configured);
 
 /* Starts the engine thread. */
 int engine_create(const engine_config *cfg, engine **out, char *err);

@@ -10,6 +10,7 @@
 #include "audio/aec.h"
 #include "backend/backend.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "io/onnx_bundle.h"
 #include "io/onnx_mimi.h"
 #include "model/mimi.h"
@@ -164,7 +165,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     if (!rc) rc = pp_model_set_kv_cache(model, kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task. */
-    int host_threads = engine_host_threads(a->opt.threads);
+    int host_threads = pp_pool_threads_for(a->opt.threads);
     double encode_ms = 0;
     if (!rc) rc = wire_frame_cost(&encode_ms, err);
     pp_plan plan;
@@ -195,7 +196,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
         .idle_timeout = a->opt.idle_timeout,
         .trim_after_ms = a->opt.trim_after_ms,
         .echo_cancel = (echo_cancel_mode)echo_cancel_parse(a->opt.echo_cancel),
-        .host_threads = a->opt.threads,
+        .host_threads = host_threads,
     };
     return engine_create(&cfg, out, err);
 }

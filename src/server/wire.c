@@ -354,7 +354,7 @@ int wire_frame_cost(double *ms, char *err) {
     const double w = 2 * 3.14159265358979 / PP_SAMPLE_RATE; /* radians per sample at 1 Hz */
     uint64_t seed = 1;
     for (int i = 0; i < FRAMES * PP_FRAME_SAMPLES; i++) {
-        double noise = (double)(pp_splitmix64(&seed) >> 11) / (1ull << 53) - 0.5;
+        double noise = pp_splitmix64_unit(&seed) - 0.5;
         double voice = sin(140 * w * i) + 0.5 * sin(280 * w * i) + 0.25 * sin(420 * w * i);
         pcm[i] = (float)(0.2 * (0.6 + 0.4 * sin(3 * w * i)) * voice + 0.02 * noise);
     }

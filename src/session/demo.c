@@ -82,7 +82,7 @@ static int add_lm_tensor(void *ctx, const pp_lm_tensor *t) {
 
 static double gaussian(uint64_t *s) {
     double u = ((double)(pp_splitmix64(s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-    double v = (double)(pp_splitmix64(s) >> 11) / 9007199254740992.0;
+    double v = pp_splitmix64_unit(s);
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
