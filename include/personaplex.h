@@ -251,6 +251,9 @@ int pp_demo_write(const char *dir, pp_demo_files *out, char *err);
 int pp_demo_write_opts(const char *dir, const pp_demo_opts *opts, pp_demo_files *out, char *err);
 /* "tiny" or "released" to its size: 0, or -1 for anything else. */
 int pp_demo_size_parse(const char *name, pp_demo_size *out);
+/* What pp_model_open takes for the demo in files (which must outlive the paths), named "demo";
+ * the other fields are left for the caller to set. */
+pp_model_paths pp_demo_paths(const pp_demo_files *files);
 
 #ifdef __cplusplus
 }

@@ -18,11 +18,7 @@ int main(void) {
     pp_session *s = NULL;
     int rc = pp_demo_write(dir, &files, err);
     if (!rc) rc = pp_backend_create("cpu", 2, &be, err);
-    pp_model_paths paths = {.weights = files.weights,
-                            .mimi = files.mimi,
-                            .tokenizer = files.tokenizer,
-                            .voices_dir = files.voices_dir,
-                            .name = "demo"};
+    pp_model_paths paths = pp_demo_paths(&files);
     if (!rc) rc = pp_model_open(be, &paths, &m, err);
     pp_session_params p;
     pp_params_defaults(&p);

@@ -82,8 +82,7 @@ int main(void) {
     pp_backend *be = NULL;
     pp_model *m = NULL;
     TEST_COND("cpu backend", pp_backend_cpu_create(1, &be, err) == PP_OK);
-    pp_model_paths paths = {
-        .weights = files.weights, .mimi = files.mimi, .tokenizer = files.tokenizer, .voices_dir = files.voices_dir};
+    pp_model_paths paths = pp_demo_paths(&files);
     rc = pp_model_open(be, &paths, &m, err);
     if (rc) fprintf(stderr, "model: %s\n", err);
     TEST_COND("NF2 demo model opens", rc == PP_OK);

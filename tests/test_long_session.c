@@ -170,11 +170,7 @@ static void test_demo_session(pp_backend *be) {
     pp_wav w = {0};
     if (!mkdtemp(dir)) TEST_SKIP("no temporary directory");
     int rc = pp_demo_write(dir, &files, err);
-    pp_model_paths paths = {.weights = files.weights,
-                            .mimi = files.mimi,
-                            .tokenizer = files.tokenizer,
-                            .voices_dir = files.voices_dir,
-                            .name = "demo"};
+    pp_model_paths paths = pp_demo_paths(&files);
     if (!rc) rc = pp_model_open(be, &paths, &m, err);
     pp_session_params p;
     pp_params_defaults(&p);

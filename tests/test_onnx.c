@@ -263,11 +263,8 @@ static void test_named_prompt(void) {
     if (f) fwrite(prompts, 1, sizeof prompts, f), fclose(f);
     pp_backend *be = NULL;
     pp_model *m = NULL;
-    pp_model_paths paths = {.weights = files.weights,
-                            .mimi = files.mimi,
-                            .tokenizer = files.tokenizer,
-                            .voices_dir = files.voices_dir,
-                            .prompts = path};
+    pp_model_paths paths = pp_demo_paths(&files);
+    paths.prompts = path;
     int rc = pp_backend_cpu_create(1, &be, err);
     if (!rc) rc = pp_model_open(be, &paths, &m, err);
     if (rc) fprintf(stderr, "%s\n", err);

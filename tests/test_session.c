@@ -117,11 +117,7 @@ int main(void) {
     pp_backend *be = NULL;
     pp_model *m = NULL;
     TEST_COND("cpu backend", pp_backend_cpu_create(1, &be, err) == PP_OK);
-    pp_model_paths paths = {.weights = g_files.weights,
-                            .mimi = g_files.mimi,
-                            .tokenizer = g_files.tokenizer,
-                            .voices_dir = g_files.voices_dir,
-                            .name = "demo"};
+    pp_model_paths paths = pp_demo_paths(&g_files);
     int rc = pp_model_open(be, &paths, &m, err);
     if (rc) fprintf(stderr, "model: %s\n", err);
     TEST_COND("demo model opens", rc == PP_OK);

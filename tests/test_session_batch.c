@@ -212,11 +212,7 @@ static void cached_run(pp_model *m, const pp_session_params *p, int want_cached,
 static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
     char err[PP_ERR_LEN];
     pp_model *m = NULL;
-    pp_model_paths paths = {.weights = files->weights,
-                            .mimi = files->mimi,
-                            .tokenizer = files->tokenizer,
-                            .voices_dir = files->voices_dir,
-                            .name = "demo"};
+    pp_model_paths paths = pp_demo_paths(files);
     int rc = pp_model_open(be, &paths, &m, err);
     if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
     TEST_COND("model with a prompt cache", rc == PP_OK);
@@ -291,11 +287,7 @@ int main(void) {
     pp_model *m = NULL;
     TEST_COND("demo model written", pp_demo_write(dir, &files, err) == PP_OK);
     TEST_COND("cpu backend", pp_backend_cpu_create(2, &be, err) == PP_OK);
-    pp_model_paths paths = {.weights = files.weights,
-                            .mimi = files.mimi,
-                            .tokenizer = files.tokenizer,
-                            .voices_dir = files.voices_dir,
-                            .name = "demo"};
+    pp_model_paths paths = pp_demo_paths(&files);
     int rc = pp_model_open(be, &paths, &m, err);
     if (rc) fprintf(stderr, "model: %s\n", err);
     TEST_COND("demo model opens", rc == PP_OK);

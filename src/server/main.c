@@ -227,15 +227,13 @@ static void *load_main(void *arg) {
         pp_demo_opts demo = {.lm_context = a->opt.demo_context};
         pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked in main */
         rc = pp_demo_write_opts(dir, &demo, &a->demo, err);
-        mp = (pp_model_paths){.weights = a->demo.weights,
-                              .mimi = a->demo.mimi,
-                              .tokenizer = a->demo.tokenizer,
-                              .voices_dir = a->demo.voices_dir,
-                              .name = "demo",
-                              .quantize = a->opt.quantize,
-                              .quantize_group = a->opt.quantize_group,
-                              .quantize_temporal_only = a->opt.quantize_temporal_only};
-        if (a->opt.voices_dir) mp.voices_dir = a->opt.voices_dir;
+        pp_model_paths demo_paths = pp_demo_paths(&a->demo); /* mp's quantize options stay */
+        mp.weights = demo_paths.weights;
+        mp.mimi = demo_paths.mimi;
+        mp.tokenizer = demo_paths.tokenizer;
+        mp.voices_dir = a->opt.voices_dir ? a->opt.voices_dir : demo_paths.voices_dir;
+        mp.prompts = NULL;
+        mp.name = demo_paths.name;
     }
     /* Before the load: the weights and one f32 conversation must fit. How many conversations
      * fit in the chosen KV format, and in real time, is measured once the model is in. */

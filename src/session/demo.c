@@ -253,6 +253,14 @@ int pp_demo_size_parse(const char *name, pp_demo_size *out) {
     return 0;
 }
 
+pp_model_paths pp_demo_paths(const pp_demo_files *files) {
+    return (pp_model_paths){.weights = files->weights,
+                            .mimi = files->mimi,
+                            .tokenizer = files->tokenizer,
+                            .voices_dir = files->voices_dir,
+                            .name = "demo"};
+}
+
 int pp_demo_write(const char *dir, pp_demo_files *out, char *err) {
     return pp_demo_write_opts(dir, &(pp_demo_opts){.size = PP_DEMO_TINY}, out, err);
 }
