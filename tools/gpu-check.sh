@@ -25,7 +25,8 @@
 # benchmarks' output at the end; logs are in build-gpu/gpu-check/.
 #   tools/gpu-check.sh                 FRAMES=N (default 50) frames per benchmark row
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
-#                                      -DPP_CUDA_ARCHS for this GPU): a GPU host without the
+#                                      -DPP_CUDA_ARCHS for this GPU, e.g. unpacked from
+#                                      tools/gpu-bundle.sh's bundle): a GPU host without the
 #                                      server's -dev packages can still run every check
 #   LOADTEST_SECONDS=S (default 300)   length of the 64-conversation load test
 #   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
@@ -118,6 +119,12 @@ attn_int8kv() {
 
 if [ "${PREBUILT:-0}" = 1 ]; then
     [ -x "$build/personaplex-golden" ] || { echo "gpu-check: PREBUILT=1 but $build has no personaplex-golden" >&2; exit 1; }
+    # a tools/gpu-bundle.sh bundle: its programs look for the test data and the web UI in the
+    # source path they were built in
+    if [ -f "$build/source-root" ]; then
+        built_in="$(cat "$build/source-root")"
+        if [ ! -e "$built_in" ]; then mkdir -p "$(dirname "$built_in")" && ln -s "$root" "$built_in"; fi
+    fi
 elif ! step "build (sm_$PP_CUDA_ARCHS)" "$logs/build.log" bash -c \
     "cmake -S '$root' -B '$build' -DPP_CUDA=ON -DPP_CUDA_ARCHS='$PP_CUDA_ARCHS' && cmake --build '$build' -j$(nproc)"; then
     printf '%s\n' "${rows[@]}"
