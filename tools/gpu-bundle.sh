@@ -19,10 +19,6 @@ archs="${PP_CUDA_ARCHS:-90}"
 programs=(personaplex-server personaplex-loadtest personaplex-bench personaplex-golden test_backend_parity
     test_backend_sample)
 
-command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || {
-    echo "gpu-bundle: no CUDA compiler (nvcc) here" >&2
-    exit 1
-}
 # The programs look in build-gpu/lib first, for their own libraries and those libraries' (DT_RPATH,
 # unlike DT_RUNPATH, also serves the indirect ones), so nothing else on the host loads ours.
 # shellcheck disable=SC2016 # $ORIGIN is the loader's, not the shell's
