@@ -3,9 +3,9 @@
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
  * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every
- * variant this CPU supports (products: AVX2, and AVX-512 VNNI's integer loops with their own
- * stated tolerance; on aarch64 NEON's products and attention, which tools/cross-check.sh runs
- * under qemu); skipped where only the portable loops exist. */
+ * variant this CPU supports (products: AVX2's float loops, and the integer loops of AVX2 and
+ * AVX-512 VNNI with their own stated tolerance; on aarch64 NEON's products and attention, which
+ * tools/cross-check.sh runs under qemu); skipped where only the portable loops exist. */
 #include "backend/cpu.h"
 #include "base/err.h"
 #include "io/quant.h"
@@ -132,12 +132,14 @@ static double compare(const pp_weight *w, int n, cpu_simd simd) {
     return worst;
 }
 
-/* The VNNI loops round activations to int16 (at most 1.5e-5 of their run's largest |x|, NF4
- * 3.1e-5) and NF4's table to 1/16383 of its largest entry: measured errors stay below 1e-5 of
- * the row's Σ|w·x|, 3e-5 leaves margin, and a decode or layout mistake still gives order 1. */
+/* The integer loops (AVX-512 VNNI's, and AVX2's for the block formats from avx2-int16 on) round
+ * activations to int16 (at most 1.5e-5 of their run's largest |x|, NF4 3.1e-5) and NF4's table
+ * to 1/16383 of its largest entry: measured errors stay below 1e-5 of the row's Σ|w·x|, 3e-5
+ * leaves margin, and a decode or layout mistake still gives order 1. */
 static double tolerance(const pp_weight *w, cpu_simd simd) {
 #if CPU_HAVE_AVX2
-    if (simd == CPU_SIMD_VNNI && pp_cpu_vnni_handles(w)) return 3e-5;
+    if (simd == CPU_SIMD_VNNI && pp_cpu_int_gemv_vnni.handles(w)) return 3e-5;
+    if (simd >= CPU_SIMD_AVX2_INT16 && pp_cpu_int_gemv_avx2.handles(w)) return 3e-5;
 #else
     (void)w, (void)simd;
 #endif
@@ -392,8 +394,9 @@ int main(void) {
         pp_backend_destroy(be);
         TEST_SKIP("this CPU (or PP_CPU_SIMD) runs only the portable loops");
     }
-    /* on x86-64 every variant up to the best: the VNNI machine still runs the AVX2 loops for the
-     * formats and layouts the integer loops do not take, and when PP_CPU_SIMD=avx2 */
+    /* on x86-64 every variant up to the best: the AVX2 float loops still run the formats and
+     * layouts the integer loops do not take, and every product when PP_CPU_SIMD=avx2; a VNNI
+     * machine also checks AVX2's integer loops */
     for (cpu_simd s = best == CPU_SIMD_NEON ? best : CPU_SIMD_AVX2; s <= best; s++) {
         printf("comparing %s against portable\n", pp_cpu_simd_name(s));
         test_matmul(s);

@@ -56,22 +56,27 @@ void pp_cpu_fwht_neon(float *v, int n);
 int pp_cpu_attn_simd(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_dim, const float *q, int64_t first,
                      int64_t last, float *out);
 
-/* cpu_gemv_vnni.c (x86-64, CPU_SIMD_VNNI): the low-bit formats' activations as int16 in the
- * order the integer loops read them, with one scale per run of 2W inputs (W weights per 16-bit
- * word of codes; Q4_K: per 256-input block, plus the sub-blocks' sums; Q4_0, Q8_0: per pair of
- * 32-input blocks); buffers sized by the
- * caller (pp_cpu_vnni_sizes: rows padded to whole blocks). */
-typedef struct cpu_vnni_x {
+/* Integer products for the low-bit formats (x86-64): the activations rounded to int16 in the order
+ * a family's loops read them, with their scales (buffers sized by the caller from `sizes`), then
+ * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ from them. cpu_gemv_vnni.c's (CPU_SIMD_VNNI: NF2, INT4,
+ * NF4 with one scale per run of 2W inputs, W weights per 16-bit word of codes; Q4_K per 256-input
+ * block plus its sub-blocks' sums; Q4_0, Q8_0 per pair of 32-input blocks; INT8 per 128 inputs)
+ * and cpu_gemv_i16.c's (CPU_SIMD_AVX2_INT16 and up, on 256-bit vectors: Q4_K as VNNI's in another
+ * order, Q4_0 and Q8_0 per 32-input block). */
+typedef struct cpu_int_x {
     int16_t *q;
     float *scale;
     float *sums;   /* Q4_K: each 32-input sub-block's Σx; INT8 with zero points: each block's Σ of its rounded
                       inputs (set by prepare, inside the scale buffer) */
     int32_t *bias; /* Q4_0: each pair of blocks' lane sums of −8·x (set by prepare, inside it too) */
-} cpu_vnni_x;
-int pp_cpu_vnni_handles(const pp_weight *w);
-void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs);
-void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out);
-void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1);
+} cpu_int_x;
+typedef struct cpu_int_gemv {
+    int (*handles)(const pp_weight *w);
+    void (*sizes)(const pp_weight *w, int n, size_t *q, size_t *scales);
+    void (*prepare)(const pp_weight *w, const float *x, int n, cpu_int_x *out);
+    void (*rows)(const pp_weight *w, const cpu_int_x *x, int n, float *y, int64_t r0, int64_t r1);
+} cpu_int_gemv;
+extern const cpu_int_gemv pp_cpu_int_gemv_vnni, pp_cpu_int_gemv_avx2;
 
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);

@@ -12,8 +12,9 @@
  *
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run
  * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs (on aarch64,
- * cpu_gemv_neon.c's), and on CPUs with AVX-512 VNNI the low-bit formats run cpu_gemv_vnni.c's
- * integer products on activations rounded to int16. */
+ * cpu_gemv_neon.c's), and packed formats run integer products on activations rounded to int16:
+ * cpu_gemv_vnni.c's (every packed format) on CPUs with AVX-512 VNNI, cpu_gemv_i16.c's (Q4_K, Q4_0,
+ * Q8_0) on the other AVX2 ones. */
 #include "backend/cpu.h"
 
 #include "base/err.h"
@@ -30,8 +31,8 @@ struct cpu_gemv {
     pthread_mutex_t lock; /* the scratch serves one product at a time */
     float *xp;
     size_t cap;
-    int16_t *vq;   /* VNNI: int16 activations [vq_cap] */
-    float *runs;   /* VNNI: run scales [runs_cap] */
+    int16_t *vq; /* integer products: int16 activations [vq_cap] */
+    float *runs; /* integer products: their scales [runs_cap] */
     size_t vq_cap, runs_cap;
     /* The accumulating products' scratch (matmul_add, matmul_silu_add), apart from the products':
      * the gated input and the product before it joins y. */
@@ -126,7 +127,8 @@ typedef struct {
     const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
     /* set: the SIMD twin of the loops below takes these rows (cpu_gemv_avx2.c, cpu_gemv_neon.c) */
     void (*simd_rows)(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
-    const cpu_vnni_x *vx; /* set: cpu_gemv_vnni.c's loops take them, on these activations */
+    const cpu_int_gemv *ig; /* set: these integer loops take the rows, on the activations ix */
+    const cpu_int_x *ix;
 } gemv_job;
 
 static void dense_rows(const gemv_job *j, int64_t r0, int64_t r1) {
@@ -220,8 +222,8 @@ static void gemv_task(void *ctx, int task) {
     if (r1 > j->w->rows) r1 = j->w->rows;
     if (r0 >= r1) return;
 #if CPU_HAVE_AVX2
-    if (j->vx) {
-        pp_cpu_gemv_rows_vnni(j->w, j->vx, j->n, j->y, r0, r1);
+    if (j->ig) {
+        j->ig->rows(j->w, j->ix, j->n, j->y, r0, r1);
         return;
     }
 #endif
@@ -261,8 +263,8 @@ static void rotate_x(pp_backend *be, const pp_weight *w, const float *x, int n, 
     }
 }
 
-static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const cpu_vnni_x *vx, int n, float *y,
-                     const float *lut) {
+static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const cpu_int_gemv *ig, const cpu_int_x *ix,
+                     int n, float *y, const float *lut) {
     pp_pool *pool = cpu_pool(be);
     int threads = pool ? pp_pool_threads(pool) : 1;
     /* A few tasks per thread so uneven progress balances; at least 8 rows so small products
@@ -271,7 +273,7 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const c
     int64_t per = (w->rows + tasks - 1) / tasks;
     if (per < 8) per = 8;
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
-    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .vx = vx};
+    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .ig = ig, .ix = ix};
 #if CPU_HAVE_AVX2
     if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w)) j.simd_rows = pp_cpu_gemv_rows_avx2;
 #elif CPU_HAVE_NEON
@@ -298,20 +300,29 @@ static const float *rotated(pp_backend *be, cpu_gemv *g, const pp_weight *w, con
 }
 
 #if CPU_HAVE_AVX2
-/* The integer products of cpu_gemv_vnni.c; 0 when they cannot take this product (the caller
- * then runs the float loops). */
-static int vnni_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
-    if (cpu_simd_of(be) != CPU_SIMD_VNNI || !pp_cpu_vnni_handles(w)) return 0;
-    size_t q_elems, runs;
-    pp_cpu_vnni_sizes(w, n, &q_elems, &runs);
+/* The integer products for w on this CPU, NULL when neither family takes it (the float loops do). */
+static const cpu_int_gemv *int_gemv_for(pp_backend *be, const pp_weight *w) {
+    cpu_simd simd = cpu_simd_of(be);
+    if (simd == CPU_SIMD_VNNI && pp_cpu_int_gemv_vnni.handles(w)) return &pp_cpu_int_gemv_vnni;
+    if (simd >= CPU_SIMD_AVX2_INT16 && pp_cpu_int_gemv_avx2.handles(w)) return &pp_cpu_int_gemv_avx2;
+    return NULL;
+}
+
+/* The integer products; 0 when they cannot take this product (the caller then runs the float
+ * loops). */
+static int int_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
+    const cpu_int_gemv *ig = int_gemv_for(be, w);
+    if (!ig) return 0;
+    size_t q_elems, scales;
+    ig->sizes(w, n, &q_elems, &scales);
     pthread_mutex_lock(&g->lock);
     const float *src = w->fmt == PP_WF_NF2 ? rotated(be, g, w, x, n) : x;
     int ok = src && reserve((void **)&g->vq, &g->vq_cap, q_elems, sizeof *g->vq) &&
-             reserve((void **)&g->runs, &g->runs_cap, runs, sizeof *g->runs);
+             reserve((void **)&g->runs, &g->runs_cap, scales, sizeof *g->runs);
     if (ok) {
-        cpu_vnni_x vx = {.q = g->vq, .scale = g->runs};
-        pp_cpu_vnni_prepare(w, src, n, &vx);
-        run_rows(be, w, NULL, &vx, n, y, NULL);
+        cpu_int_x ix = {.q = g->vq, .scale = g->runs};
+        ig->prepare(w, src, n, &ix);
+        run_rows(be, w, NULL, ig, &ix, n, y, NULL);
     }
     pthread_mutex_unlock(&g->lock);
     return ok;
@@ -322,14 +333,14 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
 #if CPU_HAVE_AVX2
-    if (vnni_matmul(be, g, w, x, n, y)) return;
+    if (int_matmul(be, g, w, x, n, y)) return;
 #endif
     if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt) || w->fmt == PP_WF_INT8) {
-        run_rows(be, w, x, NULL, n, y, NULL);
+        run_rows(be, w, x, NULL, NULL, n, y, NULL);
         return;
     }
     if (w->fmt == PP_WF_INT4) {
-        run_rows(be, w, x, NULL, n, y, &g->int4_lut[0][0]);
+        run_rows(be, w, x, NULL, NULL, n, y, &g->int4_lut[0][0]);
         return;
     }
     if (w->fmt == PP_WF_NF4) {
@@ -339,13 +350,13 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
             lut[b][0] = table[b >> 4]; /* bitsandbytes: high nibble first */
             lut[b][1] = table[b & 15];
         }
-        run_rows(be, w, x, NULL, n, y, &lut[0][0]);
+        run_rows(be, w, x, NULL, NULL, n, y, &lut[0][0]);
         return;
     }
     pthread_mutex_lock(&g->lock);
     const float *xp = rotated(be, g, w, x, n);
     if (xp) {
-        run_rows(be, w, xp, NULL, n, y, &g->nf2_lut[0][0]);
+        run_rows(be, w, xp, NULL, NULL, n, y, &g->nf2_lut[0][0]);
     } else {
         PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld activations, decoding rows instead",
                  w->name ? w->name : "?", n, (long long)w->cols);

@@ -5,7 +5,7 @@
  * (vpermw) decodes 32 weights and one vpdpwssd multiplies them into 16 int32 sums, so the
  * packed bytes rather than the instructions set the pace.
  *
- * Activations are prepared once per product (pp_cpu_vnni_prepare): each run of 2W consecutive
+ * Activations are prepared once per product (vnni_prepare): each run of 2W consecutive
  * inputs (W = weights per 16-bit word of codes: 8 for NF2, 4 for the 4-bit formats) gets its
  * own scale and is rounded to int16, and the values are stored in the order the decoded
  * weights come out of a 64-byte block of codes: shifting the block's 32 words right by the
@@ -124,7 +124,7 @@ static void blocks_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
     *scales = blocks * (w->fmt == PP_WF_Q4K ? 1 + Q4K_SUBS : w->zeros ? 2 : 1);
 }
 
-CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+CPU_VNNI static void blocks_prepare(const pp_weight *w, const float *x, int n, cpu_int_x *out) {
     int64_t B = act_block(w), blocks = (int64_t)n * (w->cols / B);
     float *sums = out->sums = w->fmt == PP_WF_Q4K || w->zeros ? out->scale + blocks : NULL;
     for (int64_t b = 0; b < blocks; b++) {
@@ -159,7 +159,7 @@ static void pairs_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
  * weight: vector (c % 32) / 16, lane half c / 32, word c % 16. */
 static int pair_slot(int c) { return (c % B32) / 16 * B32 + c / B32 * 16 + c % 16; }
 
-CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cpu_int_x *out) {
     int64_t pairs = (int64_t)n * (w->cols / PAIR);
     out->bias = w->fmt == PP_WF_Q4_0 ? (int32_t *)(void *)(out->scale + pairs) : NULL;
     for (int64_t b = 0; b < pairs; b++) {
@@ -181,7 +181,7 @@ CPU_VNNI static void pairs_prepare(const pp_weight *w, const float *x, int n, cp
  * are zeros, so the absent half adds nothing. Rows and groups start on run boundaries, and a
  * block lies within one group or holds whole groups. */
 
-int pp_cpu_vnni_handles(const pp_weight *w) {
+static int vnni_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
     if (w->fmt == PP_WF_INT8) return w->group % INT8_BLOCK == 0 && w->elem0 % INT8_BLOCK == 0;
     if (is_b32(w->fmt)) return w->cols % PAIR == 0 && w->elem0 % PAIR == 0;
@@ -197,7 +197,7 @@ static int64_t padded_cols(const pp_weight *w) {
     return (w->cols + b - 1) / b * b;
 }
 
-void pp_cpu_vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
+static void vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
     if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
         blocks_sizes(w, n, q, runs);
         return;
@@ -222,7 +222,7 @@ static float table_unit(const pp_weight *w) {
     return top > 0 ? top / NF4_TABLE_MAX : 1.0f;
 }
 
-CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu_vnni_x *out) {
+CPU_VNNI static void vnni_prepare(const pp_weight *w, const float *x, int n, cpu_int_x *out) {
     if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
         blocks_prepare(w, x, n, out);
         return;
@@ -235,7 +235,7 @@ CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu
     int64_t B = block_weights(w->fmt), cols = padded_cols(w), runs = cols / run;
     float top = act_max(w->fmt), unit = table_unit(w);
     size_t q_elems, n_runs;
-    pp_cpu_vnni_sizes(w, n, &q_elems, &n_runs);
+    vnni_sizes(w, n, &q_elems, &n_runs);
     memset(out->q, 0, q_elems * sizeof *out->q); /* a half block's absent half */
     memset(out->scale, 0, n_runs * sizeof *out->scale);
     for (int i = 0; i < n; i++)
@@ -254,7 +254,7 @@ CPU_VNNI void pp_cpu_vnni_prepare(const pp_weight *w, const float *x, int n, cpu
 
 typedef struct pass {
     const pp_weight *w;
-    const cpu_vnni_x *x;
+    const cpu_int_x *x;
     int64_t r;   /* first row */
     int i;       /* first input */
     __m512i table;
@@ -630,36 +630,12 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
 }
 
-/* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers. */
-#define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \
-    do {                                                                                                               \
-        if ((rb) == 4 && (nb) == 1)                                                                                    \
-            run(p, fmt, 4, 1, y);                                                                                      \
-        else if ((rb) == 4)                                                                                            \
-            run(p, fmt, 4, 2, y);                                                                                      \
-        else if ((rb) == 2)                                                                                            \
-            run(p, fmt, 2, 4, y);                                                                                      \
-        else if ((nb) == 4)                                                                                            \
-            run(p, fmt, 1, 4, y);                                                                                      \
-        else if ((nb) == 2)                                                                                            \
-            run(p, fmt, 1, 2, y);                                                                                      \
-        else                                                                                                           \
-            run(p, fmt, 1, 1, y);                                                                                      \
-    } while (0)
+#define INT_FN CPU_VNNI
+#define INT_PASS_CODES
+#define INT_PASS_INT8
+#include "backend/cpu_gemv_int_rows.h"
 
-CPU_VNNI static void run_fmt(const pass *p, int rb, int nb, float *y) {
-    switch (p->w->fmt) {
-    case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
-    case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
-    case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
-    case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
-    case PP_WF_Q4_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q4_0, rb, nb, y); break;
-    case PP_WF_Q8_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q8_0, rb, nb, y); break;
-    default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
-    }
-}
-
-CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int n, float *y, int64_t r0, int64_t r1) {
+CPU_VNNI static void vnni_rows(const pp_weight *w, const cpu_int_x *x, int n, float *y, int64_t r0, int64_t r1) {
     pass p = {.w = w, .x = x};
     if (w->fmt != PP_WF_Q4K && w->fmt != PP_WF_INT8 && !is_b32(w->fmt)) { /* the decode tables of the code formats */
         int run = 2 * weights_per_word(w->fmt);
@@ -670,22 +646,9 @@ CPU_VNNI void pp_cpu_gemv_rows_vnni(const pp_weight *w, const cpu_vnni_x *x, int
         p.lane_group = _mm512_loadu_si512(lane_group);
         for (int k = 0; k < weights_per_word(w->fmt); k++) p.shift_ctl[k] = shift_control(w->fmt, k);
     }
-    for (p.r = r0; p.r < r1;) {
-        int rb = r1 - p.r >= ROWS ? ROWS : 1;
-        for (p.i = 0; p.i < n;) {
-            int nb = n - p.i >= INPUTS ? INPUTS : n - p.i >= 2 ? 2 : 1;
-            if (rb == ROWS && nb == INPUTS) { /* as two 2-row passes */
-                run_fmt(&p, 2, nb, y);
-                p.r += 2;
-                run_fmt(&p, 2, nb, y);
-                p.r -= 2;
-            } else {
-                run_fmt(&p, rb, nb, y);
-            }
-            p.i += nb;
-        }
-        p.r += rb;
-    }
+    run_rows(&p, n, y, r0, r1);
 }
+
+const cpu_int_gemv pp_cpu_int_gemv_vnni = {vnni_handles, vnni_sizes, vnni_prepare, vnni_rows};
 
 #endif

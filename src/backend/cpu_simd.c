@@ -20,11 +20,12 @@ cpu_simd pp_cpu_simd_detect(void) {
         !(c & bit_F16C))
         return CPU_SIMD_PORTABLE;
     if (force && strcmp(force, "avx2") == 0) return CPU_SIMD_AVX2;
+    if (force && strcmp(force, "avx2-int16") == 0) return CPU_SIMD_AVX2_INT16;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
         __builtin_cpu_supports("avx512vbmi"))
         return CPU_SIMD_VNNI;
-    return CPU_SIMD_AVX2;
+    return CPU_SIMD_AVX2_INT16;
 #elif CPU_HAVE_NEON
     return CPU_SIMD_NEON;
 #else
@@ -33,6 +34,6 @@ cpu_simd pp_cpu_simd_detect(void) {
 }
 
 const char *pp_cpu_simd_name(cpu_simd s) {
-    static const char *const names[] = {"portable", "avx2", "avx512-vnni", "neon"};
+    static const char *const names[] = {"portable", "avx2", "avx2-int16", "avx512-vnni", "neon"};
     return names[s];
 }

@@ -4,7 +4,7 @@
  * Hot loops are written once as an always-inline body and compiled twice: plainly, and under
  * CPU_AVX2 (a function attribute, GCC and clang). The backend detects the CPU once at
  * creation (pp_cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
- * can run both on the same data and compare. PP_CPU_SIMD=portable (or avx2) in the environment
+ * can run both on the same data and compare. PP_CPU_SIMD=portable (avx2, avx2-int16) in the environment
  * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
  * On aarch64, where NEON is part of the baseline, the matrix products, NF2's rotation and the
  * attention have NEON twins (cpu_gemv_neon.c, cpu_attn_simd.c; chosen unless
@@ -14,13 +14,16 @@
 #define PP_BACKEND_CPU_SIMD_H
 
 typedef enum {
-    CPU_SIMD_PORTABLE, /* plain C: the reference, and the only variant off x86-64 and aarch64 */
-    CPU_SIMD_AVX2,     /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later) */
-    CPU_SIMD_VNNI,     /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the AVX2 loops,
-                          and integer products for the low-bit weights (cpu_gemv_vnni.c) */
-    CPU_SIMD_NEON,     /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
-                          cpu_attn_simd.c's attention. Never chosen on x86-64, whose code compares the three above
-                          by order */
+    CPU_SIMD_PORTABLE,   /* plain C: the reference, and the only variant off x86-64 and aarch64 */
+    CPU_SIMD_AVX2,       /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later), float loops only: a cap
+                            (PP_CPU_SIMD=avx2) that keeps every product in float, as references want */
+    CPU_SIMD_AVX2_INT16, /* the same CPUs' default: the AVX2 loops, and integer products on int16 activations
+                            for ggml's Q4_K, Q4_0 and Q8_0 (cpu_gemv_i16.c) */
+    CPU_SIMD_VNNI,       /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the above, and
+                            AVX-512 integer products for the low-bit and ggml block weights (cpu_gemv_vnni.c) */
+    CPU_SIMD_NEON,       /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
+                            cpu_attn_simd.c's attention. Never chosen on x86-64, whose code compares the four above
+                            by order */
 } cpu_simd;
 
 /* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a
@@ -59,7 +62,8 @@ __attribute__((target("avx2"), always_inline)) static inline float cpu_hsum8(__m
 #define CPU_HAVE_NEON 0
 #endif
 
-/* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2"). */
+/* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2",
+ * "avx2-int16"). */
 cpu_simd pp_cpu_simd_detect(void);
 const char *pp_cpu_simd_name(cpu_simd s);
 

@@ -1,0 +1,69 @@
+/* cpu_gemv_int_rows: the row driver of the integer products (cpu_gemv_vnni.c, cpu_gemv_i16.c),
+ * written once for both instruction sets.
+ *
+ * Not a normal header: a file includes it once, after defining
+ *   INT_FN                        its functions' target attribute
+ *   ROWS, INPUTS                  4 and 4: a pass's most rows and inputs
+ *   pass                          a struct with the members r (first row) and i (first input)
+ *   run_pass_q4k(p, fmt, rb, nb, y)  rb rows × nb inputs of Q4_K over whole rows
+ *   run_pass_b32                  the same for Q4_0 and Q8_0
+ *   run_pass                      the same for NF2, INT4 and NF4, when INT_PASS_CODES is defined
+ *   run_pass_int8                 the same for INT8, when INT_PASS_INT8 is defined
+ * The format and the pass shape become constants, so each pass is compiled for its own. */
+
+/* The pass shapes, at most 8 (row, input) pairs so sums and accumulators stay in registers or
+ * close to them. */
+#define RUN_SHAPE(run, p, fmt, rb, nb, y)                                                                              \
+    do {                                                                                                               \
+        if ((rb) == 4 && (nb) == 1)                                                                                    \
+            run(p, fmt, 4, 1, y);                                                                                      \
+        else if ((rb) == 4)                                                                                            \
+            run(p, fmt, 4, 2, y);                                                                                      \
+        else if ((rb) == 2)                                                                                            \
+            run(p, fmt, 2, 4, y);                                                                                      \
+        else if ((nb) == 4)                                                                                            \
+            run(p, fmt, 1, 4, y);                                                                                      \
+        else if ((nb) == 2)                                                                                            \
+            run(p, fmt, 1, 2, y);                                                                                      \
+        else                                                                                                           \
+            run(p, fmt, 1, 1, y);                                                                                      \
+    } while (0)
+
+INT_FN static void run_fmt(const pass *p, int rb, int nb, float *y) {
+    switch (p->w->fmt) {
+#ifdef INT_PASS_CODES
+    case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
+    case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
+    case PP_WF_NF4: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
+#endif
+#ifdef INT_PASS_INT8
+    case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
+#endif
+    case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
+    case PP_WF_Q4_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q4_0, rb, nb, y); break;
+    case PP_WF_Q8_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q8_0, rb, nb, y); break;
+    default: break; /* not taken: the family's handles() refuses the rest */
+    }
+}
+
+/* Rows [r0, r1) of y[n][rows]: four rows at a time (a task's last rows one at a time) against up
+ * to four inputs; four by four as two passes of two rows. A decoded weight vector feeds every
+ * input of its pass, an activation vector every row. */
+INT_FN static void run_rows(pass *p, int n, float *y, int64_t r0, int64_t r1) {
+    for (p->r = r0; p->r < r1;) {
+        int rb = r1 - p->r >= ROWS ? ROWS : 1;
+        for (p->i = 0; p->i < n;) {
+            int nb = n - p->i >= INPUTS ? INPUTS : n - p->i >= 2 ? 2 : 1;
+            if (rb == ROWS && nb == INPUTS) {
+                run_fmt(p, 2, nb, y);
+                p->r += 2;
+                run_fmt(p, 2, nb, y);
+                p->r -= 2;
+            } else {
+                run_fmt(p, rb, nb, y);
+            }
+            p->i += nb;
+        }
+        p->r += rb;
+    }
+}
