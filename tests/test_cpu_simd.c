@@ -138,8 +138,7 @@ static double compare(const pp_weight *w, int n, cpu_simd simd) {
  * leaves margin, and a decode or layout mistake still gives order 1. */
 static double tolerance(const pp_weight *w, cpu_simd simd) {
 #if CPU_HAVE_AVX2
-    if (simd == CPU_SIMD_VNNI && pp_cpu_int_gemv_vnni.handles(w)) return 3e-5;
-    if (simd >= CPU_SIMD_AVX2_INT16 && pp_cpu_int_gemv_avx2.handles(w)) return 3e-5;
+    if (pp_cpu_int_gemv_for(simd, w)) return 3e-5;
 #else
     (void)w, (void)simd;
 #endif

@@ -77,6 +77,9 @@ typedef struct cpu_int_gemv {
     void (*rows)(const pp_weight *w, const cpu_int_x *x, int n, float *y, int64_t r0, int64_t r1);
 } cpu_int_gemv;
 extern const cpu_int_gemv pp_cpu_int_gemv_vnni, pp_cpu_int_gemv_avx2;
+/* cpu_gemv.c (x86-64): the integer products variant simd runs for w, NULL when neither family takes
+ * it (the float loops do). */
+const cpu_int_gemv *pp_cpu_int_gemv_for(cpu_simd simd, const pp_weight *w);
 
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);

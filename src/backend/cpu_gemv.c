@@ -300,9 +300,7 @@ static const float *rotated(pp_backend *be, cpu_gemv *g, const pp_weight *w, con
 }
 
 #if CPU_HAVE_AVX2
-/* The integer products for w on this CPU, NULL when neither family takes it (the float loops do). */
-static const cpu_int_gemv *int_gemv_for(pp_backend *be, const pp_weight *w) {
-    cpu_simd simd = cpu_simd_of(be);
+const cpu_int_gemv *pp_cpu_int_gemv_for(cpu_simd simd, const pp_weight *w) {
     if (simd == CPU_SIMD_VNNI && pp_cpu_int_gemv_vnni.handles(w)) return &pp_cpu_int_gemv_vnni;
     if (simd >= CPU_SIMD_AVX2_INT16 && pp_cpu_int_gemv_avx2.handles(w)) return &pp_cpu_int_gemv_avx2;
     return NULL;
@@ -311,7 +309,7 @@ static const cpu_int_gemv *int_gemv_for(pp_backend *be, const pp_weight *w) {
 /* The integer products; 0 when they cannot take this product (the caller then runs the float
  * loops). */
 static int int_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
-    const cpu_int_gemv *ig = int_gemv_for(be, w);
+    const cpu_int_gemv *ig = pp_cpu_int_gemv_for(cpu_simd_of(be), w);
     if (!ig) return 0;
     size_t q_elems, scales;
     ig->sizes(w, n, &q_elems, &scales);
