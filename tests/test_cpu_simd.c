@@ -132,10 +132,10 @@ static double compare(const pp_weight *w, int n, cpu_simd simd) {
     return worst;
 }
 
-/* The integer loops (AVX-512 VNNI's, and AVX2's for the block formats from avx2-int16 on) round
- * activations to int16 (at most 1.5e-5 of their run's largest |x|, NF4 3.1e-5) and NF4's table
- * to 1/16383 of its largest entry: measured errors stay below 1e-5 of the row's Σ|w·x|, 3e-5
- * leaves margin, and a decode or layout mistake still gives order 1. */
+/* The integer loops (AVX-512 VNNI's, and AVX2's from avx2-int16 on) round activations to int16
+ * (at most 1.5e-5 of their run's largest |x|, NF4 3.1e-5) and NF4's table to 1/16383 of its
+ * largest entry: measured errors stay below 1e-5 of the row's Σ|w·x|, 3e-5 leaves margin, and a
+ * decode or layout mistake still gives order 1. */
 static double tolerance(const pp_weight *w, cpu_simd simd) {
 #if CPU_HAVE_AVX2
     if (pp_cpu_int_gemv_for(simd, w)) return 3e-5;
@@ -186,6 +186,11 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_NF2, 9, 384, 128, 128, 0, "nf2 half block"},
         {PP_WF_INT4, 9, 320, 64, 0, 0, "int4 half block"},
         {PP_WF_NF4, 9, 192, 32, 0, 0, "nf4 half block"},
+        /* AVX2's integer loops: groups of half a block, and groups that end inside a block */
+        {PP_WF_NF2, 11, 768, 64, 64, 0, "nf2 g64"},
+        {PP_WF_NF2, 7, 768, 192, 256, 0, "nf2 g192 in 256"},
+        {PP_WF_INT4, 9, 576, 96, 0, 0, "int4 g96"},
+        {PP_WF_NF4, 9, 576, 96, 0, 3, "nf4 g96 nested"},
         {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
         {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
         {PP_WF_Q4_0, 37, 512, 32, 0, 0, "q4_0"},

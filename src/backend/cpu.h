@@ -61,8 +61,8 @@ int pp_cpu_attn_simd(pp_pool *pool, const pp_kv_ring *r, int n_heads, int head_d
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ from them. cpu_gemv_vnni.c's (CPU_SIMD_VNNI: NF2, INT4,
  * NF4 with one scale per run of 2W inputs, W weights per 16-bit word of codes; Q4_K per 256-input
  * block plus its sub-blocks' sums; Q4_0, Q8_0 per pair of 32-input blocks; INT8 per 128 inputs)
- * and cpu_gemv_i16.c's (CPU_SIMD_AVX2_INT16 and up, on 256-bit vectors: Q4_K as VNNI's in another
- * order, Q4_0 and Q8_0 per 32-input block). */
+ * and cpu_gemv_i16.c's (CPU_SIMD_AVX2_INT16 and up, on 256-bit vectors: NF2, INT4, NF4 with a scale per
+ * 8-lane run, Q4_K as VNNI's in another order, Q4_0 and Q8_0 per 32-input block). */
 typedef struct cpu_int_x {
     int16_t *q;
     float *scale;
@@ -80,6 +80,9 @@ extern const cpu_int_gemv pp_cpu_int_gemv_vnni, pp_cpu_int_gemv_avx2;
 /* cpu_gemv.c (x86-64): the integer products variant simd runs for w, NULL when neither family takes
  * it (the float loops do). */
 const cpu_int_gemv *pp_cpu_int_gemv_for(cpu_simd simd, const pp_weight *w);
+/* The 16 codes of NF2, INT4 or NF4 as the integer loops' int16 values (NF2's 4 repeated), what one
+ * unit of them is worth before the group scale, and the largest |x| an activation is rounded to. */
+void pp_cpu_int16_codes(const pp_weight *w, int16_t values[16], float *unit, float *act_max);
 
 /* cpu_lm.c */
 void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *y);

@@ -12,9 +12,8 @@
  *
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run
  * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs (on aarch64,
- * cpu_gemv_neon.c's), and packed formats run integer products on activations rounded to int16:
- * cpu_gemv_vnni.c's (every packed format) on CPUs with AVX-512 VNNI, cpu_gemv_i16.c's (Q4_K, Q4_0,
- * Q8_0) on the other AVX2 ones. */
+ * cpu_gemv_neon.c's), and the low-bit formats run integer products on activations rounded to int16:
+ * cpu_gemv_vnni.c's on CPUs with AVX-512 VNNI, cpu_gemv_i16.c's on the other AVX2 ones. */
 #include "backend/cpu.h"
 
 #include "base/err.h"

@@ -1,17 +1,39 @@
-/* cpu_gemv_i16: integer dot products for ggml's block formats (Q4_K, Q4_0, Q8_0; io/quant.h) on
- * x86-64 CPUs with AVX2 (CPU_SIMD_AVX2_INT16; see cpu_simd.h).
+/* cpu_gemv_i16: integer dot products on x86-64 CPUs with AVX2 (CPU_SIMD_AVX2_INT16; see
+ * cpu_simd.h) for the low-bit formats (NF2, INT4, NF4) and ggml's block formats (Q4_K, Q4_0,
+ * Q8_0), and the int16 code values that cpu_gemv_vnni.c's AVX-512 loops share with them.
  *
- * The float loops of cpu_gemv_blocks.c widen every code to a float (two conversions per 8
- * weights) and spend an FMA per 8 weights and input. Here the codes stay integers: Q4_K's are
- * multiplied by their sub-block's 6-bit scale in one vpmaddubsw per 16 of them, Q4_0's and
- * Q8_0's widened to 16-bit lanes, and vpmaddwd multiplies 16 of them by int16 activations into 8
- * int32 sums, as AVX-512's vpdpwssd does on twice the width (cpu_gemv_vnni.c). Activations are
- * rounded to 1/32767 of their block's largest |x| (at most 1.5e-5 of it per input), once per
- * product; the relative error of a product is of order 1e-5 (test_cpu_simd checks it).
+ * The float loops of cpu_gemv_avx2.c spend a variable shift and a permute to decode 8 weights,
+ * then an FMA per 8 weights and input. Here one shift, one mask and two byte shuffles (vpshufb:
+ * the low and the high bytes of the code values) decode 32 weights, two unpacks make them
+ * 16-bit lanes, and a vpmaddwd per 16 weights and input multiplies them by int16 activations
+ * into 8 int32 sums, as AVX-512's vpdpwssd does on twice the width. The block formats have
+ * passes of their own (run_pass_q4k, run_pass_b32).
  *
- * Against the float loops on a 2-core AVX2 Zen at 4096 x 14336 (tools/bench-vs-ggml.sh, per
- * product, batches 1/2/4/8): Q4_K 6.54/8.79/13.7/24.7 ms -> 2.86/4.35/5.70/13.1, Q4_0
- * 4.25/6.06/9.45/19.3 -> 2.41/3.17/6.58/12.7, Q8_0 4.34/6.11/8.26/17.2 -> 3.33/4.67/7.16/12.9. */
+ * Against the float loops on a 2-core AVX2 Zen at 4096 x 14336 (tools/bench-vs-ggml.sh): NF2,
+ * INT4 and NF4 1.3x, 1.5x and 2.1x as fast for one input and faster for two, but 5-18% slower
+ * for four and eight (NF4 at eight faster), where vpmaddwd plus vpaddd multiply no more weights
+ * per instruction than one FMA and the decoding no longer dominates; Q4_K, Q4_0 and Q8_0 faster
+ * for every batch. The choice never depends on the batch: batched and lone products must stay
+ * identical.
+ *
+ * A block is 32 bytes of one row's codes: 128 NF2 weights, 64 of the 4-bit formats. Code k of
+ * byte b is weight cpb·b + k of the block (cpb codes per byte: 4 or 2). Decoding code k: the
+ * bytes are shifted so the code sits in each byte's low bits and masked to 4 bits (NF2's four
+ * values repeat through the 16-entry table, so the next code's bits left above it do not
+ * matter), looked up, and unpacked: A (unpacklo) holds bytes 0-7 and 16-23 of the block as
+ * 16-bit lanes, B (unpackhi) bytes 8-15 and 24-31. vpmaddwd adds lanes 2j and 2j + 1 of each
+ * 128-bit half h, so int32 lane 4h + j of a block's sum collects bytes 16h + 2j, 16h + 2j + 1
+ * (from A) and 16h + 8 + 2j, 16h + 9 + 2j (from B) over every code: 16 NF2 weights or 8 4-bit
+ * ones, all in half h of the block. That set is the lane's run: its activations are rounded to
+ * int16 against their largest |x| with one scale, and it lies in one weight group because
+ * groups are whole half blocks (i16_handles). After each block the 8 lane sums are
+ * converted and scaled in float.
+ *
+ * Activations are prepared once per product in the order the decoded lanes meet them: per
+ * input and block, for each code k, A's 16 then B's 16 (so weight cpb·b + k sits at
+ * 32k + slot(b)), then 8 lane scales. The values and bounds are cpu_gemv_vnni.c's, so the
+ * errors (docs/numerics.md) and the overflow argument are too: a lane adds 16 NF2 products of
+ * at most 944·32767, or 8 4-bit ones of at most 16383·16383, per block. */
 #include "backend/cpu.h"
 
 #if CPU_HAVE_AVX2
@@ -19,28 +41,68 @@
 #include "io/quant.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define I16_FN CPU_AVX2 static inline __attribute__((always_inline))
+#define BLOCK_BYTES 32
+#define LANES 8       /* int32 sums per block */
+#define CODE_LANES 16 /* int16 lanes of a decoded vector */
 #define ROWS 4
 #define INPUTS 4
+#define SCALE_SPAN 2048  /* columns whose group scales are fetched at once */
+#define NF2_UNIT 0.0016f /* the NF2 centroids are ±283 and ±944 of these */
+#define NF4_TABLE_MAX 16383
 #define Q4K_BLOCK QUANT_Q4_K_BLOCK
 #define Q4K_SUBS 8 /* sub-blocks of 32 weights per block */
 #define Q4K_SUB 32
 #define Q4K_ACT_MAX 32767.0f /* and Q4_0's, Q8_0's */
 #define B32 32               /* Q4_0 and Q8_0 weights per block */
 
+void pp_cpu_int16_codes(const pp_weight *w, int16_t values[16], float *unit, float *act_max) {
+    static const int16_t nf2[4] = {-944, -283, 283, 944};
+    float top = 0;
+    for (int i = 0; i < 16 && w->fmt == PP_WF_NF4; i++) top = fmaxf(top, fabsf(quant_ldf32(w->quant_map, (size_t)i)));
+    *unit = w->fmt == PP_WF_NF2 ? NF2_UNIT : w->fmt == PP_WF_NF4 && top > 0 ? top / NF4_TABLE_MAX : 1.0f;
+    /* NF4's table already takes 14 bits: its activations get one bit less so a lane's sum fits */
+    *act_max = w->fmt == PP_WF_NF4 ? 16383.0f : 32767.0f;
+    for (int i = 0; i < 16; i++)
+        values[i] = w->fmt == PP_WF_NF2    ? nf2[i & 3]
+                    : w->fmt == PP_WF_INT4 ? (int16_t)(i - 8)
+                                           : (int16_t)lrintf(quant_ldf32(w->quant_map, (size_t)i) / *unit);
+}
+
+static int codes_per_byte(pp_wformat fmt) { return fmt == PP_WF_NF2 ? 4 : 2; }
+
+static int64_t block_weights(pp_wformat fmt) { return (int64_t)BLOCK_BYTES * codes_per_byte(fmt); }
+
+/* Bits to shift a byte right so that its code k is the low bits; bitsandbytes NF4 puts the
+ * high nibble first. */
+static int code_shift(pp_wformat fmt, int k) {
+    return fmt == PP_WF_NF2 ? 2 * k : fmt == PP_WF_INT4 ? 4 * k : 4 - 4 * k;
+}
+
+/* Where byte b's codes go among a code's 32 activations: A's lanes are bytes 0-7 and 16-23, B's
+ * (16 on) bytes 8-15 and 24-31. */
+static int slot(int b) { return (b & 8 ? CODE_LANES : 0) + (b >> 4) * 8 + (b & 7); }
+
 static int is_b32(pp_wformat fmt) { return fmt == PP_WF_Q4_0 || fmt == PP_WF_Q8_0; }
 
 static int i16_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
-    return is_b32(w->fmt) && w->cols % B32 == 0 && w->elem0 % B32 == 0;
+    if (w->fmt == PP_WF_Q4_0 || w->fmt == PP_WF_Q8_0) return w->cols % B32 == 0 && w->elem0 % B32 == 0;
+    if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
+    int64_t b = block_weights(w->fmt), g = w->group;
+    return g > 0 && g % (b / 2) == 0 && w->cols % b == 0 && w->cols % g == 0 && w->elem0 % g == 0;
 }
 
-/* A scale per block of inputs, and for Q4_K its sub-blocks' Σx after them. */
 static void i16_sizes(const pp_weight *w, int n, size_t *q, size_t *scales) {
     *q = (size_t)n * (size_t)w->cols;
-    *scales = w->fmt == PP_WF_Q4K ? *q / Q4K_BLOCK * (1 + Q4K_SUBS) : *q / B32;
+    /* Q4_K: a scale per block, then its sub-blocks' Σx; Q4_0, Q8_0: a scale per block */
+    if (w->fmt == PP_WF_Q4K)
+        *scales = *q / Q4K_BLOCK * (1 + Q4K_SUBS);
+    else
+        *scales = is_b32(w->fmt) ? *q / B32 : *q / (size_t)block_weights(w->fmt) * LANES;
 }
 
 /* The largest of m's lanes. */
@@ -64,6 +126,60 @@ I16_FN float absmax(const float *src, int n) {
 I16_FN __m256i round_lanes(__m256 v, __m256 inv, float top) {
     return _mm256_cvtps_epi32(
         _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv), _mm256_set1_ps(-top)), _mm256_set1_ps(top)));
+}
+
+/* [max(a0, a1), max(a2, a3), max(b0, b1), max(b2, b3)] in each 128-bit half. */
+I16_FN __m256 max_pairs(__m256 a, __m256 b) {
+    return _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
+}
+
+/* One block's activations (B floats at src, in vector registers: scalar fmaxf and lrintf calls
+ * took a sixth of a product in cpu_gemv_vnni.c), rounded per lane run as cpu_gemv_vnni.c rounds
+ * its runs: the int16 values to dst, the 8 lane scales to scale. Float vector r holds bytes
+ * 8r/cpb on; NF2: bytes 2r, 2r + 1, one part of lane 4(r/8) + r%4, whose other part is vector
+ * r + 4; 4-bit: bytes 4r..4r+3, parts of lanes l and l + 1 (l = 4(r/4) + 2(r%2)), whose other
+ * parts are vector r + 2. */
+I16_FN void prepare_block(pp_wformat fmt, const float *src, float top, float unit, int16_t *dst, float *scale) {
+    const int nf2 = fmt == PP_WF_NF2, vectors = nf2 ? 16 : 8;
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    __m256 v[16], m[8];
+    for (int r = 0; r < vectors; r++) v[r] = _mm256_loadu_ps(src + 8 * r);
+    /* lanes' maxima (max_ps returns its second operand when the first is NaN: a NaN is passed
+     * over, as fmaxf passes it over) */
+    for (int t = 0; t < (nf2 ? 8 : 4); t++) {
+        int r = nf2 ? 8 * (t / 4) + t % 4 : 4 * (t / 2) + t % 2, other = r + (nf2 ? 4 : 2);
+        m[t] = _mm256_max_ps(_mm256_andnot_ps(sign, v[other]), _mm256_max_ps(_mm256_andnot_ps(sign, v[r]), zero));
+    }
+    __m256 lanes;
+    if (nf2) {
+        __m256 q0 = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3])); /* lanes 0-3, twice */
+        __m256 q1 = max_pairs(max_pairs(m[4], m[5]), max_pairs(m[6], m[7]));
+        lanes = _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+    } else { /* lanes 0, 2, 4, 6 then 1, 3, 5, 7 */
+        __m256 q = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3]));
+        lanes = _mm256_permutevar8x32_ps(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    const __m256 hi = _mm256_set1_ps(top);
+    const __m256 inv = _mm256_and_ps(_mm256_cmp_ps(lanes, zero, _CMP_GT_OQ), _mm256_div_ps(hi, lanes));
+    _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_div_ps(lanes, hi), _mm256_set1_ps(unit)));
+    for (int r = 0; r < vectors; r++) {
+        int l = nf2 ? 4 * (r / 8) + r % 4 : 4 * (r / 4) + 2 * (r % 2);
+        __m256i which = nf2 ? _mm256_set1_epi32(l) : _mm256_setr_epi32(l, l, l, l, l + 1, l + 1, l + 1, l + 1);
+        __m256i q = round_lanes(v[r], _mm256_permutevar8x32_ps(inv, which), top);
+        int at = slot(8 * r / (nf2 ? 4 : 2));
+        if (nf2) { /* [b k0..k3, b+1 k0..k3] -> per code k the pair (b, b + 1) */
+            q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            int16_t pairs[8];
+            _mm_storeu_si128((__m128i *)(void *)pairs,
+                             _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
+            for (int k = 0; k < 4; k++) memcpy(dst + 2 * CODE_LANES * k + at, pairs + 2 * k, 2 * sizeof *pairs);
+        } else { /* [b k0, b k1, ..., b+3 k1] -> per code k the four bytes' values */
+            q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            _mm_storel_epi64((__m128i *)(void *)(dst + at), w);
+            _mm_storel_epi64((__m128i *)(void *)(dst + 2 * CODE_LANES + at), _mm_unpackhi_epi64(w, w));
+        }
+    }
 }
 
 /* Q4_K: each 256-input block rounded against its largest |x|, each 32-input sub-block split into
@@ -114,18 +230,116 @@ I16_FN void b32_prepare(const float *x, int64_t blocks, cpu_int_x *out) {
 }
 
 CPU_AVX2 static void i16_prepare(const pp_weight *w, const float *x, int n, cpu_int_x *out) {
-    if (w->fmt == PP_WF_Q4K)
+    if (w->fmt == PP_WF_Q4K) {
         q4k_prepare(x, (int64_t)n * (w->cols / Q4K_BLOCK), out);
-    else
+        return;
+    }
+    if (is_b32(w->fmt)) {
         b32_prepare(x, (int64_t)n * (w->cols / B32), out);
+        return;
+    }
+    const int64_t B = block_weights(w->fmt), blocks = (int64_t)n * (w->cols / B);
+    int16_t values[16];
+    float unit, top;
+    pp_cpu_int16_codes(w, values, &unit, &top);
+    for (int64_t b = 0; b < blocks; b++) {
+        if (w->fmt == PP_WF_NF2)
+            prepare_block(PP_WF_NF2, x + b * B, top, unit, out->q + b * B, out->scale + b * LANES);
+        else
+            prepare_block(PP_WF_INT4, x + b * B, top, unit, out->q + b * B, out->scale + b * LANES);
+    }
 }
 
 typedef struct pass {
     const pp_weight *w;
     const cpu_int_x *x;
-    int64_t r; /* first row */
-    int i;     /* first input */
+    int64_t r;                     /* first row */
+    int i;                         /* first input */
+    __m256i low_bytes, high_bytes; /* the code values' bytes, a 16-entry vpshufb table per half */
 } pass;
+
+/* Code k of a block's 32 bytes as int16 values: A and B as at the top of the file. */
+I16_FN void decode(pp_wformat fmt, __m256i codes, int k, const pass *p, __m256i *a, __m256i *b) {
+    int shift = code_shift(fmt, k);
+    __m256i idx = _mm256_and_si256(shift ? _mm256_srli_epi16(codes, shift) : codes, _mm256_set1_epi8(15));
+    __m256i lo = _mm256_shuffle_epi8(p->low_bytes, idx), hi = _mm256_shuffle_epi8(p->high_bytes, idx);
+    *a = _mm256_unpacklo_epi8(lo, hi);
+    *b = _mm256_unpackhi_epi8(lo, hi);
+}
+
+/* The group scale of each half block of columns [c, c + len) of row r. A group holds whole half
+ * blocks, so the group index moves on every group / half of them (no division per half block). */
+I16_FN void half_scales(const pp_weight *w, int64_t r, int64_t c, int64_t len, int64_t half, float *hs) {
+    const int64_t e = w->elem0 + r * w->cols + c, g0 = e / w->group;
+    float nested[SCALE_SPAN / 32 + 1];
+    if (w->fmt == PP_WF_NF4) /* its nested absmax goes through the reference */
+        pp_weight_group_scales(w, g0, (e + len - 1) / w->group - g0 + 1, nested);
+    int64_t g = g0, within = e % w->group;
+    for (int64_t t = 0; t < len / half; t++) {
+        hs[t] = w->fmt == PP_WF_NF4 ? nested[g - g0] : _cvtsh_ss(((const uint16_t *)w->scales)[g]);
+        within += half;
+        if (within == w->group) within = 0, g++;
+    }
+}
+
+/* Prefetches the group scales of rows [r, r + rb) (clipped to the weight): a pass fetches its next
+ * rows' before it starts on its own. The codes' prefetch runs ahead in each row, but the scales are
+ * another array, whose lines (INT4: one per row every 2048 columns) each waited on DRAM. */
+I16_FN void fetch_scales(const pp_weight *w, int64_t r, int rb) {
+    const int size = w->fmt != PP_WF_NF4 ? 2 : w->nested_block ? 1 : 4;
+    if (r + rb > w->rows) rb = (int)(w->rows > r ? w->rows - r : 0);
+    for (int k = 0; k < rb; k++) {
+        const char *first = (const char *)w->scales + (w->elem0 + (r + k) * w->cols) / w->group * size;
+        for (int64_t at = 0; at < w->cols / w->group * size; at += 64) __builtin_prefetch(first + at, 0, 3);
+    }
+}
+
+/* rb rows × nb inputs over whole rows. */
+I16_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
+    const pp_weight *w = p->w;
+    const int cpb = codes_per_byte(fmt);
+    const int64_t B = block_weights(fmt), blocks = w->cols / B, half = B / 2, chunk = SCALE_SPAN / B * B;
+    const uint8_t *row[ROWS];
+    for (int k = 0; k < rb; k++) row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / cpb;
+    __m256 acc[ROWS][INPUTS];
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
+    float hs[ROWS][SCALE_SPAN / 32];
+    fetch_scales(w, p->r + rb, rb);
+    for (int64_t c = 0; c < w->cols; c += chunk) {
+        int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
+        for (int k = 0; k < rb; k++) half_scales(w, p->r + k, c, len, half, hs[k]);
+        /* row by row within a block: one row's codes and sums live at a time beside the accumulators */
+        for (int64_t b = c / B; b < (c + len) / B; b++) {
+            int64_t h = (b * B - c) / half;
+            for (int k = 0; k < rb; k++) {
+                const uint8_t *at = row[k] + b * BLOCK_BYTES;
+                const __m256i codes = _mm256_loadu_si256((const __m256i *)(const void *)at);
+                cpu_fetch_ahead(at);
+                __m256i sum[INPUTS];
+                for (int q = 0; q < nb; q++) sum[q] = _mm256_setzero_si256();
+                for (int t = 0; t < cpb; t++) {
+                    __m256i va, vb;
+                    decode(fmt, codes, t, p, &va, &vb);
+                    for (int q = 0; q < nb; q++) {
+                        const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * blocks + b) * B + 2 * CODE_LANES * t;
+                        __m256i xa = _mm256_loadu_si256((const __m256i *)(const void *)xq),
+                                xb = _mm256_loadu_si256((const __m256i *)(const void *)(xq + CODE_LANES));
+                        sum[q] = _mm256_add_epi32(
+                            sum[q], _mm256_add_epi32(_mm256_madd_epi16(va, xa), _mm256_madd_epi16(vb, xb)));
+                    }
+                }
+                __m256 ws = _mm256_set_m128(_mm_set1_ps(hs[k][h + 1]), _mm_set1_ps(hs[k][h]));
+                for (int q = 0; q < nb; q++) {
+                    __m256 xs = _mm256_loadu_ps(p->x->scale + ((int64_t)(p->i + q) * blocks + b) * LANES);
+                    acc[k][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[q]), _mm256_mul_ps(ws, xs), acc[k][q]);
+                }
+            }
+        }
+    }
+    for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = cpu_hsum8(acc[k][q]);
+}
 
 /* A Q4_K block's eight 6-bit scales (bytes 0-7 of the result) and mins (bytes 8-15) from its 12
  * header bytes: scales and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; 4-7 take their low
@@ -277,6 +491,18 @@ I16_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *y
 
 CPU_AVX2 static void i16_rows(const pp_weight *w, const cpu_int_x *x, int n, float *y, int64_t r0, int64_t r1) {
     pass p = {.w = w, .x = x};
+    if (w->fmt == PP_WF_NF2 || w->fmt == PP_WF_INT4 || w->fmt == PP_WF_NF4) { /* the code values' bytes */
+        int16_t values[16];
+        uint8_t low[16], high[16];
+        float unit, top;
+        pp_cpu_int16_codes(w, values, &unit, &top);
+        for (int i = 0; i < 16; i++) {
+            low[i] = (uint8_t)((uint16_t)values[i] & 0xff);
+            high[i] = (uint8_t)((uint16_t)values[i] >> 8);
+        }
+        p.low_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)low));
+        p.high_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)high));
+    }
     run_rows(&p, n, y, r0, r1);
 }
 

@@ -5,9 +5,8 @@
  *   INT_FN                        its functions' target attribute
  *   ROWS, INPUTS                  4 and 4: a pass's most rows and inputs
  *   pass                          a struct with the members r (first row) and i (first input)
- *   run_pass_q4k(p, fmt, rb, nb, y)  rb rows × nb inputs of Q4_K over whole rows
- *   run_pass_b32                  the same for Q4_0 and Q8_0
- *   run_pass                      the same for NF2, INT4 and NF4, when INT_PASS_CODES is defined
+ *   run_pass(p, fmt, rb, nb, y)   rb rows × nb inputs of NF2, INT4 or NF4 over whole rows
+ *   run_pass_q4k, run_pass_b32    the same for Q4_K, and for Q4_0 and Q8_0
  *   run_pass_int8                 the same for INT8, when INT_PASS_INT8 is defined
  * The format and the pass shape become constants, so each pass is compiled for its own. */
 
@@ -31,18 +30,15 @@
 
 INT_FN static void run_fmt(const pass *p, int rb, int nb, float *y) {
     switch (p->w->fmt) {
-#ifdef INT_PASS_CODES
     case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
     case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
-    case PP_WF_NF4: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
-#endif
+    case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
 #ifdef INT_PASS_INT8
     case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
 #endif
-    case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
     case PP_WF_Q4_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q4_0, rb, nb, y); break;
     case PP_WF_Q8_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q8_0, rb, nb, y); break;
-    default: break; /* not taken: the family's handles() refuses the rest */
+    default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
     }
 }
 

@@ -14,7 +14,7 @@
  * one weight group scale (groups are multiples of 2W). After each block the 16 lane sums are
  * converted and scaled in float.
  *
- * Weight values as int16, exact or nearly:
+ * Weight values as int16 (pp_cpu_int16_codes, which cpu_gemv_i16.c's AVX2 loops share), exact or nearly:
  *   NF2:  the centroids ±0.4528, ±1.5104 are exactly ±283 and ±944 times 0.0016.
  *   INT4: q − 8 for nibble q.
  *   NF4:  the file's 16-entry map rounded to int16 with its largest |value| at 16383 (an
@@ -58,13 +58,11 @@
 #define VNNI_FN CPU_VNNI static inline __attribute__((always_inline))
 #define ROWS 4
 #define INPUTS 4
-#define LANES 16          /* int32 sums per block */
-#define WORDS 32          /* 16-bit words of codes per block */
-#define SCALE_SPAN 2048   /* columns whose group scales are fetched at once (before rounding up) */
-#define NF2_UNIT 0.0016f  /* the NF2 centroids are ±283 and ±944 of these */
-#define NF4_TABLE_MAX 16383
+#define LANES 16        /* int32 sums per block */
+#define WORDS 32        /* 16-bit words of codes per block */
+#define SCALE_SPAN 2048 /* columns whose group scales are fetched at once (before rounding up) */
 #define Q4K_BLOCK QUANT_Q4_K_BLOCK
-#define Q4K_SUBS 8 /* sub-blocks per block */
+#define Q4K_SUBS 8           /* sub-blocks per block */
 #define Q4K_ACT_MAX 32767.0f /* and INT8's, Q4_0's and Q8_0's */
 #define INT8_BLOCK 128       /* INT8's activation block: groups are whole blocks (a row, or 128n) */
 #define B32 32               /* Q4_0 and Q8_0 weights per block */
@@ -210,18 +208,6 @@ static void vnni_sizes(const pp_weight *w, int n, size_t *q, size_t *runs) {
     *runs = *q / (size_t)(2 * weights_per_word(w->fmt));
 }
 
-/* The largest |x| an activation is rounded to: NF4's table already uses 14 bits. */
-static float act_max(pp_wformat fmt) { return fmt == PP_WF_NF4 ? 16383.0f : 32767.0f; }
-
-/* What one unit of a decoded int16 weight is worth before the group scale. */
-static float table_unit(const pp_weight *w) {
-    if (w->fmt == PP_WF_NF2) return NF2_UNIT;
-    if (w->fmt == PP_WF_INT4) return 1.0f;
-    float top = 0;
-    for (int i = 0; i < 16; i++) top = fmaxf(top, fabsf(quant_ldf32(w->quant_map, (size_t)i)));
-    return top > 0 ? top / NF4_TABLE_MAX : 1.0f;
-}
-
 CPU_VNNI static void vnni_prepare(const pp_weight *w, const float *x, int n, cpu_int_x *out) {
     if (w->fmt == PP_WF_Q4K || w->fmt == PP_WF_INT8) {
         blocks_prepare(w, x, n, out);
@@ -233,7 +219,9 @@ CPU_VNNI static void vnni_prepare(const pp_weight *w, const float *x, int n, cpu
     }
     int W = weights_per_word(w->fmt), run = 2 * W;
     int64_t B = block_weights(w->fmt), cols = padded_cols(w), runs = cols / run;
-    float top = act_max(w->fmt), unit = table_unit(w);
+    int16_t values[16];
+    float top, unit;
+    pp_cpu_int16_codes(w, values, &unit, &top);
     size_t q_elems, n_runs;
     vnni_sizes(w, n, &q_elems, &n_runs);
     memset(out->q, 0, q_elems * sizeof *out->q); /* a half block's absent half */
@@ -255,26 +243,20 @@ CPU_VNNI static void vnni_prepare(const pp_weight *w, const float *x, int n, cpu
 typedef struct pass {
     const pp_weight *w;
     const cpu_int_x *x;
-    int64_t r;   /* first row */
-    int i;       /* first input */
+    int64_t r; /* first row */
+    int i;     /* first input */
     __m512i table;
-    __m512i lane_group;  /* block-relative group of each lane's run */
+    __m512i lane_group;   /* block-relative group of each lane's run */
     __m512i shift_ctl[8]; /* shift_control of each code */
 } pass;
 
 /* The 32-entry vpermw table: the format's int16 values, repeated so that index bits above the
  * code (the next codes, left there by the shift) do not matter. */
 CPU_VNNI static __m512i value_table(const pp_weight *w) {
-    int16_t t[WORDS];
-    if (w->fmt == PP_WF_NF2) {
-        static const int16_t nf2[4] = {-944, -283, 283, 944};
-        for (int i = 0; i < WORDS; i++) t[i] = nf2[i & 3];
-    } else if (w->fmt == PP_WF_INT4) {
-        for (int i = 0; i < WORDS; i++) t[i] = (int16_t)((i & 15) - 8);
-    } else {
-        float unit = table_unit(w);
-        for (int i = 0; i < WORDS; i++) t[i] = (int16_t)lrintf(quant_ldf32(w->quant_map, (size_t)(i & 15)) / unit);
-    }
+    int16_t values[16], t[WORDS];
+    float unit, top;
+    pp_cpu_int16_codes(w, values, &unit, &top);
+    for (int i = 0; i < WORDS; i++) t[i] = values[i & 15];
     return _mm512_loadu_si512(t);
 }
 
@@ -298,12 +280,11 @@ CPU_VNNI static __m512i shift_control(pp_wformat fmt, int k) {
  * with vpdpwssd, vpmultishiftqb runs beside vpermw on port 5. */
 VNNI_FN __m512i decode(pp_wformat fmt, __m512i codes, int k, const pass *p) {
     int shift = code_shift(fmt, k);
-    __m512i idx = !shift ? codes
+    __m512i idx = !shift  ? codes
                   : k % 2 ? _mm512_multishift_epi64_epi8(p->shift_ctl[k], codes)
                           : _mm512_srli_epi16(codes, (unsigned)shift);
     return _mm512_permutexvar_epi16(idx, p->table);
 }
-
 
 /* Group scales of [c, c + len) columns of rb rows, as f32, then LANES zeros (read by a last half
  * block, whose products are zeros: the scales must be finite). */
@@ -496,8 +477,8 @@ VNNI_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) {
             __m512 m = macc[k / 2][q];
-            __m256 half = k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1))
-                                : _mm512_castps512_ps256(m);
+            __m256 half =
+                k % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)) : _mm512_castps512_ps256(m);
             y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]) - cpu_hsum8(half);
         }
 }
@@ -631,7 +612,6 @@ VNNI_FN void run_pass_b32(const pass *p, pp_wformat fmt, int rb, int nb, float *
 }
 
 #define INT_FN CPU_VNNI
-#define INT_PASS_CODES
 #define INT_PASS_INT8
 #include "backend/cpu_gemv_int_rows.h"
 

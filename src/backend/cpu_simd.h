@@ -18,7 +18,7 @@ typedef enum {
     CPU_SIMD_AVX2,       /* x86-64 with AVX2, FMA and F16C (Haswell, Zen and later), float loops only: a cap
                             (PP_CPU_SIMD=avx2) that keeps every product in float, as references want */
     CPU_SIMD_AVX2_INT16, /* the same CPUs' default: the AVX2 loops, and integer products on int16 activations
-                            for ggml's Q4_K, Q4_0 and Q8_0 (cpu_gemv_i16.c) */
+                            for NF2, INT4, NF4, Q4_K, Q4_0 and Q8_0 (cpu_gemv_i16.c) */
     CPU_SIMD_VNNI,       /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the above, and
                             AVX-512 integer products for the low-bit and ggml block weights (cpu_gemv_vnni.c) */
     CPU_SIMD_NEON,       /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
