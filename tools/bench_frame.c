@@ -8,7 +8,7 @@
  * attends over min(C, 2999) past frames.
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
  *       [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
- *       [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate]
+ *       [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate] [--busy N]
  * On a device backend each row also gives the last frame's nodes per stage and, where the
  * backend counts device traffic (the CUDA emulation), its device bytes read and written per
  * stage, the LM's device bytes over its floor (the weights and KV it must read) and the H100
@@ -24,7 +24,10 @@
  *   T = max(t1 / CORES, bytes / GBPS)
  * t1 the one-thread LM frame time (a core's throughput, its share of memory stalls included),
  * bytes what the frame reads (weights and KV); the same formula for this machine sits beside
- * the measured time, so its error shows. */
+ * the measured time, so its error shows.
+ * --busy N runs N threads that only spin beside the frames: the CPU shared with other work, where
+ * a frame should slow down by about its share of the cores, not stall on threads that wait for
+ * a time slice. */
 #include "bench.h"
 #include "bench_frame.h"
 
@@ -37,6 +40,8 @@
 #include "model/transformer.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,11 +535,36 @@ static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
            (double)fr / (1 << 30), (double)tot / (1 << 30));
 }
 
+/* --busy: threads that spin until stopped. */
+typedef struct busy {
+    pthread_t threads[64];
+    int n;
+    atomic_int stop;
+} busy;
+
+static void *spin_until_stopped(void *arg) {
+    busy *b = arg;
+    while (!atomic_load_explicit(&b->stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
+static void busy_start(busy *b, int n) {
+    for (b->n = 0; b->n < n && pthread_create(&b->threads[b->n], NULL, spin_until_stopped, b) == 0; b->n++) {
+    }
+}
+
+static void busy_stop(busy *b) {
+    atomic_store(&b->stop, 1);
+    for (int i = 0; i < b->n; i++) pthread_join(b->threads[i], NULL);
+}
+
 static int usage(void) {
     fprintf(stderr,
             "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
             "[--dep-layers N] [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
-            "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate]\n");
+            "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate] "
+            "[--busy N]\n");
     return 2;
 }
 
@@ -630,7 +660,7 @@ static void print_projection(const char *fmt, int context, double t1, double tn,
 
 int bench_frame(int argc, char **argv) {
     const char *device = "auto", *formats = "nf2,int4,nf4,bf16", *contexts = "100,3000", *kv_name = "f32";
-    int threads = 0, layers = -1, dep_layers = -1, small = 0, project_cores = 0;
+    int threads = 0, layers = -1, dep_layers = -1, small = 0, project_cores = 0, n_busy = 0;
     double project_gbps = 0;
     /* 8 depformer steps: the server's frame, whose user-code steps 8..15 are given, not drawn */
     run_opts o = {.frames = 50, .mimi = 1, .dep_steps = 8};
@@ -652,6 +682,8 @@ int bench_frame(int argc, char **argv) {
         else if (strcmp(a, "--frames") == 0) o.frames = atoi(argv[++i]);
         else if (strcmp(a, "--contexts") == 0) contexts = argv[++i];
         else if (strcmp(a, "--kv") == 0) kv_name = argv[++i];
+        else if (strcmp(a, "--busy") == 0)
+            n_busy = atoi(argv[++i]);
         else if (strcmp(a, "--project") == 0) {
             if (sscanf(argv[++i], "%lf,%d", &project_gbps, &project_cores) != 2 || project_gbps <= 0 ||
                 project_cores < 1)
@@ -665,7 +697,7 @@ int bench_frame(int argc, char **argv) {
     pp_kv_format kv = PP_KV_F32;
     while (kv <= PP_KV_INT8 && strcmp(kv_names[kv], kv_name)) kv++;
     if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || o.dep_steps < 0 || o.dep_steps > DEP_Q ||
-        kv > PP_KV_INT8 || (o.extrapolate && project_cores))
+        kv > PP_KV_INT8 || (o.extrapolate && project_cores) || n_busy < 0 || n_busy > 64)
         return usage();
     char err[PP_ERR_LEN];
     pp_backend *be;
@@ -687,6 +719,7 @@ int bench_frame(int argc, char **argv) {
            "LM MB/fr: weights and temporal KV read per frame\n",
            be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, o.dep_steps,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
+    if (n_busy) printf("beside %d busy threads (--busy) on %d cores\n", n_busy, pp_pool_threads_for(0));
     if (o.counted)
         printf("device bytes: counted by the backend per page touched (up to its allocation's end), last frame;\n"
                "H100 estimate: per kernel max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 x 1.755 GHz)), plus "
@@ -715,6 +748,8 @@ int bench_frame(int argc, char **argv) {
         fprintf(stderr, "personaplex-bench: out of memory\n");
         rc = 1;
     }
+    busy spinners = {.n = 0};
+    busy_start(&spinners, n_busy);
     for (const char *f = formats; !rc && *f;) {
         size_t len = strcspn(f, ",");
         pp_wformat fmt;
@@ -737,6 +772,7 @@ int bench_frame(int argc, char **argv) {
         f += len;
         f += *f == ',';
     }
+    busy_stop(&spinners);
     free(fc);
     if (one) pp_backend_destroy(one);
     bench_mimi_destroy(mimi);

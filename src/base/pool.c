@@ -1,9 +1,17 @@
 /* pool: see pool.h. A job hands out task indices through an atomic counter so uneven tasks
  * balance themselves. Between jobs a worker first polls for about SPIN_NS, yielding the core
  * at each look, watching the job generation, then sleeps on a condition variable; the caller
- * waits for the workers the same way. A frame is hundreds of short jobs (the depformer's
+ * waits for the job's tasks the same way. A frame is hundreds of short jobs (the depformer's
  * products take tens of microseconds each), and a sleep and wake-up per job cost as much as
- * the job. */
+ * the job.
+ *
+ * The caller waits for tasks, not for workers: a worker that has not run yet when the job's
+ * tasks are all taken just skips it. On a CPU shared with other busy processes a worker can
+ * wait a whole scheduler time slice (milliseconds) to run; when every job waited for every
+ * worker, each of a frame's hundreds of jobs could pay that, and a frame took 25 times as long
+ * with three busy processes beside it on two cores instead of the 2.5 times its share of the
+ * CPU allows. The task counter carries the job's generation, so a late worker's claim fails
+ * once its job is over instead of taking an index of the next one. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/pool.h"
 
@@ -13,6 +21,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -29,9 +38,17 @@ struct pp_pool {
     pp_pool_fn fn;
     void *ctx;
     int n_tasks;
-    atomic_int next_task;
-    atomic_int busy_workers;
+    atomic_uint_least64_t next_task; /* the job's generation (high 32 bits), its next task index */
+    atomic_int tasks_done;
 };
+
+/* The part of a job that a thread running its tasks reads, copied under the lock. */
+typedef struct pool_job {
+    uint32_t generation;
+    pp_pool_fn fn;
+    void *ctx;
+    int n_tasks;
+} pool_job;
 
 /* Waits while waiting(p, arg) holds, for SPIN_NS at most, giving the core away at every look
  * (sched_yield), so a thread with work to do runs at once: the server's other threads must not
@@ -45,16 +62,23 @@ static int no_new_job(pp_pool *p, unsigned long seen) {
     return atomic_load(&p->generation) == seen && !atomic_load(&p->stopping);
 }
 
-static int workers_busy(pp_pool *p, unsigned long unused) {
-    (void)unused;
-    return atomic_load(&p->busy_workers) > 0;
-}
+static int tasks_running(pp_pool *p, unsigned long n_tasks) { return atomic_load(&p->tasks_done) < (int)n_tasks; }
 
-static void drain_tasks(pp_pool *p) {
+/* Runs tasks of job until none is left or the job is over. A claimed task keeps its job open
+ * (the caller waits for it), so job's fields stay valid while it runs; the last task to finish
+ * wakes a sleeping caller. */
+static void run_tasks(pp_pool *p, const pool_job *job) {
+    uint64_t next = atomic_load(&p->next_task);
     for (;;) {
-        int t = atomic_fetch_add(&p->next_task, 1);
-        if (t >= p->n_tasks) return;
-        p->fn(p->ctx, t);
+        if ((uint32_t)(next >> 32) != job->generation || (int)(uint32_t)next >= job->n_tasks) return;
+        if (!atomic_compare_exchange_weak(&p->next_task, &next, next + 1)) continue;
+        job->fn(job->ctx, (int)(uint32_t)next);
+        if (atomic_fetch_add(&p->tasks_done, 1) + 1 == job->n_tasks) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
+        next = atomic_load(&p->next_task);
     }
 }
 
@@ -67,13 +91,9 @@ static void *worker_main(void *arg) {
         while (no_new_job(p, seen)) pthread_cond_wait(&p->wake, &p->lock);
         if (atomic_load(&p->stopping)) break;
         seen = atomic_load(&p->generation);
+        pool_job job = {(uint32_t)seen, p->fn, p->ctx, p->n_tasks};
         pthread_mutex_unlock(&p->lock);
-        drain_tasks(p);
-        if (atomic_fetch_sub(&p->busy_workers, 1) == 1) { /* the last one out tells a sleeping caller */
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->lock);
-        }
+        run_tasks(p, &job);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -137,18 +157,19 @@ void pp_pool_run(pp_pool *p, int n_tasks, pp_pool_fn fn, void *ctx) {
     }
     pthread_mutex_lock(&p->run_lock);
     pthread_mutex_lock(&p->lock);
+    pool_job job = {(uint32_t)(atomic_load(&p->generation) + 1), fn, ctx, n_tasks};
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
-    atomic_store(&p->next_task, 0);
-    atomic_store(&p->busy_workers, p->n_threads - 1);
+    atomic_store(&p->tasks_done, 0);
+    atomic_store(&p->next_task, (uint64_t)job.generation << 32);
     atomic_fetch_add(&p->generation, 1); /* after the job's fields: a spinning worker reads them next */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    drain_tasks(p);
-    spin(p, workers_busy, 0);
+    run_tasks(p, &job);
+    spin(p, tasks_running, (unsigned long)n_tasks);
     pthread_mutex_lock(&p->lock);
-    while (atomic_load(&p->busy_workers) > 0) pthread_cond_wait(&p->done, &p->lock);
+    while (tasks_running(p, (unsigned long)n_tasks)) pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->run_lock);
 }
