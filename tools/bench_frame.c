@@ -719,7 +719,8 @@ int bench_frame(int argc, char **argv) {
            "LM MB/fr: weights and temporal KV read per frame\n",
            be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, o.dep_steps,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
-    if (n_busy) printf("beside %d busy threads (--busy) on %d cores\n", n_busy, pp_pool_threads_for(0));
+    if (n_busy)
+        printf("beside %d busy thread%s (--busy) on %d cores\n", n_busy, n_busy > 1 ? "s" : "", pp_pool_threads_for(0));
     if (o.counted)
         printf("device bytes: counted by the backend per page touched (up to its allocation's end), last frame;\n"
                "H100 estimate: per kernel max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 x 1.755 GHz)), plus "
