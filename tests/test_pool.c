@@ -85,15 +85,18 @@ static void test_pool(int threads, int callers) {
 
 static void no_op(void *ctx, int t) { (void)ctx, (void)t; }
 
-/* Puts every thread of this process but the caller into SCHED_IDLE; 0 when all moved. */
-static int idle_other_threads(void) {
+/* Every thread of this process onto the cores in mask (the mask is per thread, so each is set),
+ * and all of them but the caller into SCHED_IDLE; 0 when every thread moved. */
+static int pin_and_idle_others(const cpu_set_t *mask) {
     DIR *d = opendir("/proc/self/task");
     if (!d) return -1;
     pid_t self = (pid_t)syscall(SYS_gettid);
     int rc = 0;
     for (struct dirent *e; (e = readdir(d));) {
         pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid > 0 && tid != self && sched_setscheduler(tid, SCHED_IDLE, &(struct sched_param){0}) != 0) rc = -1;
+        if (tid <= 0) continue;
+        if (sched_setaffinity(tid, sizeof *mask, mask) != 0) rc = -1;
+        if (tid != self && sched_setscheduler(tid, SCHED_IDLE, &(struct sched_param){0}) != 0) rc = -1;
     }
     closedir(d);
     return rc;
@@ -114,13 +117,7 @@ static void test_late_workers(void) {
             CPU_SET(c, &one);
             break;
         }
-    /* Every thread of the process onto one core: the mask is per thread, so set each. */
-    DIR *d = opendir("/proc/self/task");
-    int pinned = d != NULL;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (atoi(e->d_name) > 0 && sched_setaffinity((pid_t)atoi(e->d_name), sizeof one, &one) != 0) pinned = 0;
-    if (d) closedir(d);
-    if (!pinned || idle_other_threads() != 0) {
+    if (pin_and_idle_others(&one) != 0) {
         printf("cannot pin the threads to one core or make the workers idle-class here: late-worker check skipped\n");
     } else {
         pp_pool_run(pool, 8, no_op, NULL); /* settle: the workers have seen a job */

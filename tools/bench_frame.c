@@ -719,8 +719,6 @@ int bench_frame(int argc, char **argv) {
            "LM MB/fr: weights and temporal KV read per frame\n",
            be->ops->name, d.layers, d.dim, d.dep_layers, d.dep_dim, o.dep_steps,
            o.mimi ? "Mimi-shaped codec ops" : "no codec", o.copy_bw, o.frames);
-    if (n_busy)
-        printf("beside %d busy thread%s (--busy) on %d cores\n", n_busy, n_busy > 1 ? "s" : "", pp_pool_threads_for(0));
     if (o.counted)
         printf("device bytes: counted by the backend per page touched (up to its allocation's end), last frame;\n"
                "H100 estimate: per kernel max(bytes / 3.0 TB/s, warp instructions / (132 SMs x 4 x 1.755 GHz)), plus "
@@ -751,6 +749,9 @@ int bench_frame(int argc, char **argv) {
     }
     busy spinners = {.n = 0};
     busy_start(&spinners, n_busy);
+    if (n_busy) /* the threads that started */
+        printf("beside %d busy thread%s (--busy) on %d cores\n", spinners.n, spinners.n == 1 ? "" : "s",
+               pp_pool_threads_for(0));
     for (const char *f = formats; !rc && *f;) {
         size_t len = strcspn(f, ",");
         pp_wformat fmt;

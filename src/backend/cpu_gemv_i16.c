@@ -90,7 +90,7 @@ static int is_b32(pp_wformat fmt) { return fmt == PP_WF_Q4_0 || fmt == PP_WF_Q8_
 
 static int i16_handles(const pp_weight *w) {
     if (w->fmt == PP_WF_Q4K) return w->cols % Q4K_BLOCK == 0 && w->elem0 % Q4K_BLOCK == 0;
-    if (w->fmt == PP_WF_Q4_0 || w->fmt == PP_WF_Q8_0) return w->cols % B32 == 0 && w->elem0 % B32 == 0;
+    if (is_b32(w->fmt)) return w->cols % B32 == 0 && w->elem0 % B32 == 0;
     if (w->fmt != PP_WF_NF2 && w->fmt != PP_WF_INT4 && w->fmt != PP_WF_NF4) return 0;
     int64_t b = block_weights(w->fmt), g = w->group;
     return g > 0 && g % (b / 2) == 0 && w->cols % b == 0 && w->cols % g == 0 && w->elem0 % g == 0;
@@ -242,7 +242,7 @@ CPU_AVX2 static void i16_prepare(const pp_weight *w, const float *x, int n, cpu_
     int16_t values[16];
     float unit, top;
     pp_cpu_int16_codes(w, values, &unit, &top);
-    for (int64_t b = 0; b < blocks; b++) {
+    for (int64_t b = 0; b < blocks; b++) { /* the format as a constant; NF4's layout is INT4's */
         if (w->fmt == PP_WF_NF2)
             prepare_block(PP_WF_NF2, x + b * B, top, unit, out->q + b * B, out->scale + b * LANES);
         else

@@ -32,13 +32,14 @@ INT_FN static void run_fmt(const pass *p, int rb, int nb, float *y) {
     switch (p->w->fmt) {
     case PP_WF_NF2: RUN_SHAPE(run_pass, p, PP_WF_NF2, rb, nb, y); break;
     case PP_WF_INT4: RUN_SHAPE(run_pass, p, PP_WF_INT4, rb, nb, y); break;
+    case PP_WF_NF4: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
     case PP_WF_Q4K: RUN_SHAPE(run_pass_q4k, p, PP_WF_Q4K, rb, nb, y); break;
 #ifdef INT_PASS_INT8
     case PP_WF_INT8: RUN_SHAPE(run_pass_int8, p, PP_WF_INT8, rb, nb, y); break;
 #endif
     case PP_WF_Q4_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q4_0, rb, nb, y); break;
     case PP_WF_Q8_0: RUN_SHAPE(run_pass_b32, p, PP_WF_Q8_0, rb, nb, y); break;
-    default: RUN_SHAPE(run_pass, p, PP_WF_NF4, rb, nb, y); break;
+    default: break; /* not taken: the family's handles() refuses the rest */
     }
 }
 

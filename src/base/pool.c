@@ -25,6 +25,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* A job, as the threads that run its tasks see it. */
+typedef struct pool_job {
+    uint32_t generation; /* the low 32 bits of the pool's */
+    pp_pool_fn fn;
+    void *ctx;
+    int n_tasks;
+} pool_job;
+
 #define SPIN_NS 200000 /* long enough to span the gap between a frame's jobs, short beside a frame */
 
 struct pp_pool {
@@ -35,20 +43,10 @@ struct pp_pool {
     pthread_mutex_t run_lock; /* serialises pp_pool_run callers */
     atomic_ulong generation;  /* bumped for every job (under lock) */
     atomic_int stopping;
-    pp_pool_fn fn;
-    void *ctx;
-    int n_tasks;
+    pool_job job;                    /* the job in flight (under lock); its threads run a copy */
     atomic_uint_least64_t next_task; /* the job's generation (high 32 bits), its next task index */
     atomic_int tasks_done;
 };
-
-/* The part of a job that a thread running its tasks reads, copied under the lock. */
-typedef struct pool_job {
-    uint32_t generation;
-    pp_pool_fn fn;
-    void *ctx;
-    int n_tasks;
-} pool_job;
 
 /* Waits while waiting(p, arg) holds, for SPIN_NS at most, giving the core away at every look
  * (sched_yield), so a thread with work to do runs at once: the server's other threads must not
@@ -91,7 +89,7 @@ static void *worker_main(void *arg) {
         while (no_new_job(p, seen)) pthread_cond_wait(&p->wake, &p->lock);
         if (atomic_load(&p->stopping)) break;
         seen = atomic_load(&p->generation);
-        pool_job job = {(uint32_t)seen, p->fn, p->ctx, p->n_tasks};
+        pool_job job = p->job;
         pthread_mutex_unlock(&p->lock);
         run_tasks(p, &job);
     }
@@ -158,9 +156,7 @@ void pp_pool_run(pp_pool *p, int n_tasks, pp_pool_fn fn, void *ctx) {
     pthread_mutex_lock(&p->run_lock);
     pthread_mutex_lock(&p->lock);
     pool_job job = {(uint32_t)(atomic_load(&p->generation) + 1), fn, ctx, n_tasks};
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
+    p->job = job;
     atomic_store(&p->tasks_done, 0);
     atomic_store(&p->next_task, (uint64_t)job.generation << 32);
     atomic_fetch_add(&p->generation, 1); /* after the job's fields: a spinning worker reads them next */
