@@ -191,6 +191,11 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_NF2, 7, 768, 192, 256, 0, "nf2 g192 in 256"},
         {PP_WF_INT4, 9, 576, 96, 0, 0, "int4 g96"},
         {PP_WF_NF4, 9, 576, 96, 0, 3, "nf4 g96 nested"},
+        /* rows longer than the AVX2 loops' scale span (2048): a span that ends inside a group, and
+         * a last span of fewer than 8 half blocks */
+        {PP_WF_NF2, 5, 4608, 192, 256, 0, "nf2 g192, spans from inside a group"},
+        {PP_WF_INT4, 5, 4224, 96, 0, 0, "int4 g96, spans from inside a group"},
+        {PP_WF_NF2, 5, 2432, 128, 128, 0, "nf2 g128, a short last span"},
         {PP_WF_Q4K, 37, 512, 256, 0, 0, "q4_k"},
         {PP_WF_Q4K, 6, 4096, 256, 0, 0, "q4_k long"},
         {PP_WF_Q4_0, 37, 512, 32, 0, 0, "q4_0"},

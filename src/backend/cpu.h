@@ -33,6 +33,9 @@ void pp_cpu_embed_sum(pp_backend *be, const pp_weight *const *tables, const int 
  * rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ with x already prepared as for cpu_gemv.c. */
 int pp_cpu_gemv_avx2_handles(const pp_weight *w);
 void pp_cpu_gemv_rows_avx2(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+/* f32 scales of groups [g, g + count) of an NF2, INT4 or NF4 weight: the f16 ones converted eight
+ * at a time, NF4's nested absmax through the reference (pp_weight_group_scales). */
+void pp_cpu_group_scales_avx2(const pp_weight *w, int64_t g, int64_t count, float *out);
 /* pp_quant_fwht's transform of v[0..n), n a power of two >= 8, 8 lanes at a time: the same
  * additions in the same stages, so the same values bit for bit. */
 void pp_cpu_fwht_avx2(float *v, int n);

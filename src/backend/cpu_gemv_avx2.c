@@ -57,18 +57,21 @@ INLINE group_tab make_tab(pp_wformat fmt, float s, const group_tab *base) {
     return (group_tab){_mm256_mul_ps(base->t0, sv), _mm256_mul_ps(base->t1, sv)};
 }
 
-/* NF2 and INT4 store f16 scales, converted here eight at a time; NF4's nested absmax goes
- * through the reference. */
-INLINE void group_scales(const pp_weight *w, pp_wformat fmt, int64_t g, int64_t count, float *out) {
-    if (fmt == PP_WF_NF4) {
+CPU_AVX2 void pp_cpu_group_scales_avx2(const pp_weight *w, int64_t g, int64_t count, float *out) {
+    if (w->fmt == PP_WF_NF4) {
         pp_weight_group_scales(w, g, count, out);
         return;
     }
     const uint16_t *h = (const uint16_t *)w->scales + g;
     int64_t i = 0;
     for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
     for (; i < count; i++) out[i] = _cvtsh_ss(h[i]);
+}
+
+INLINE void group_scales(const pp_weight *w, pp_wformat fmt, int64_t g, int64_t count, float *out) {
+    (void)fmt;
+    pp_cpu_group_scales_avx2(w, g, count, out);
 }
 
 INLINE vf8 nibbles8(pp_wformat fmt, const uint8_t *p, const group_tab *t) {

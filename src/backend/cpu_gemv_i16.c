@@ -9,12 +9,12 @@
  * into 8 int32 sums, as AVX-512's vpdpwssd does on twice the width. The block formats have
  * passes of their own (run_pass_q4k, run_pass_b32).
  *
- * Against the float loops on a 2-core AVX2 Zen at 4096 x 14336 (tools/bench-vs-ggml.sh): NF2,
- * INT4 and NF4 1.3x, 1.5x and 2.1x as fast for one input and faster for two, but 5-18% slower
- * for four and eight (NF4 at eight faster), where vpmaddwd plus vpaddd multiply no more weights
- * per instruction than one FMA and the decoding no longer dominates; Q4_K, Q4_0 and Q8_0 faster
- * for every batch. The choice never depends on the batch: batched and lone products must stay
- * identical.
+ * Against the float loops on a 2-core AVX2 Zen 3 at 4096 x 14336 (personaplex-bench gemv): NF2,
+ * INT4 and NF4 1.5x, 1.6x and 2.5x as fast for one input and faster for two; for four NF2 and
+ * INT4 about as fast and for eight 5-17% slower (NF4 1.4x faster at both), where vpmaddwd plus
+ * vpaddd multiply no more weights per instruction than one FMA and the decoding no longer
+ * dominates; Q4_K, Q4_0 and Q8_0 faster for every batch. The choice never depends on the batch: batched and lone
+ * products must stay identical.
  *
  * A block is 32 bytes of one row's codes: 128 NF2 weights, 64 of the 4-bit formats. Code k of
  * byte b is weight cpb·b + k of the block (cpb codes per byte: 4 or 2). Decoding code k: the
@@ -267,18 +267,23 @@ I16_FN void decode(pp_wformat fmt, __m256i codes, int k, const pass *p, __m256i 
     *b = _mm256_unpackhi_epi8(lo, hi);
 }
 
-/* The group scale of each half block of columns [c, c + len) of row r. A group holds whole half
- * blocks, so the group index moves on every group / half of them (no division per half block). */
+/* The group scale of each half block of columns [c, c + len) of row r. The groups' scales are
+ * converted eight at a time (a scalar conversion per half block took a fifth of the product), then
+ * spread over their half blocks: a group holds whole half blocks, two in the released files (group
+ * = block), which get a shuffle of their own. */
 I16_FN void half_scales(const pp_weight *w, int64_t r, int64_t c, int64_t len, int64_t half, float *hs) {
-    const int64_t e = w->elem0 + r * w->cols + c, g0 = e / w->group;
-    float nested[SCALE_SPAN / 32 + 1];
-    if (w->fmt == PP_WF_NF4) /* its nested absmax goes through the reference */
-        pp_weight_group_scales(w, g0, (e + len - 1) / w->group - g0 + 1, nested);
-    int64_t g = g0, within = e % w->group;
-    for (int64_t t = 0; t < len / half; t++) {
-        hs[t] = w->fmt == PP_WF_NF4 ? nested[g - g0] : _cvtsh_ss(((const uint16_t *)w->scales)[g]);
-        within += half;
-        if (within == w->group) within = 0, g++;
+    const int64_t e = w->elem0 + r * w->cols + c, g0 = e / w->group, count = (e + len - 1) / w->group - g0 + 1;
+    const int64_t per_group = w->group / half, first = e % w->group / half, halves = len / half;
+    float gs[SCALE_SPAN / 32 + 1];
+    pp_cpu_group_scales_avx2(w, g0, count, gs);
+    int64_t t = 0;
+    if (per_group == 2 && first == 0)
+        for (; t + 8 <= halves; t += 8)
+            _mm256_storeu_ps(hs + t, _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(gs + t / 2)),
+                                                              _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+    for (int64_t g = (first + t) / per_group, within = (first + t) % per_group; t < halves; t++) {
+        hs[t] = gs[g];
+        if (++within == per_group) within = 0, g++;
     }
 }
 
