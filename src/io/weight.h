@@ -77,9 +77,9 @@ int pp_weight_decode_rows(const pp_weight *w, int64_t r0, int64_t n, float *dst,
  * weight c0 and len must be multiples of w->group. The fast path of embedding lookups. */
 void pp_weight_decode_span(const pp_weight *w, int64_t r, int64_t c0, int64_t len, float *dst);
 /* f32 scales of groups (NF2/INT4) or blocks (NF4) [g0, g0+n) of the stored tensor. */
+void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out);
 /* Bytes per block of a ggml block format (0 for the others). */
 int pp_wformat_block_bytes(pp_wformat fmt);
-void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out);
 
 /* Per-format totals of loaded weights, for the startup log. */
 typedef struct pp_weight_stats {
