@@ -391,10 +391,8 @@ I16_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *y
     __m256 acc[ROWS][INPUTS];
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++) {
-        __m256i sum[ROWS][INPUTS], scales[ROWS];
-        __m256 mins[ROWS];
-        float d[ROWS];
+    /* row by row within a block: one row's sums live at a time, in registers beside the accumulators */
+    for (int64_t b = 0; b < blocks; b++)
         for (int k = 0; k < rb; k++) {
             const uint8_t *blk = row[k] + b * QUANT_Q4_K_BYTES;
             uint32_t sm[4];
@@ -402,15 +400,15 @@ I16_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *y
             uint64_t sc64, m64;
             memcpy(&sc64, sm, 8);
             memcpy(&m64, sm + 2, 8);
-            scales[k] = _mm256_set1_epi64x((long long)sc64);
-            d[k] = _cvtsh_ss(quant_ld16(blk, 0));
-            mins[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64))),
-                                    _mm256_set1_ps(_cvtsh_ss(quant_ld16(blk, 1))));
-            for (int q = 0; q < nb; q++) sum[k][q] = _mm256_setzero_si256();
-        }
-        for (int pair = 0; pair < Q4K_SUBS / 2; pair++)
-            for (int k = 0; k < rb; k++) {
-                const uint8_t *qs = row[k] + b * QUANT_Q4_K_BYTES + 16 + 32 * pair;
+            const __m256i scales = _mm256_set1_epi64x((long long)sc64);
+            const float d = _cvtsh_ss(quant_ld16(blk, 0));
+            const __m256 mins =
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m64))),
+                              _mm256_set1_ps(_cvtsh_ss(quant_ld16(blk, 1))));
+            __m256i sum[INPUTS];
+            for (int q = 0; q < nb; q++) sum[q] = _mm256_setzero_si256();
+            for (int pair = 0; pair < Q4K_SUBS / 2; pair++) {
+                const uint8_t *qs = blk + 16 + 32 * pair;
                 cpu_fetch_ahead(qs);
                 __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)qs), codes[2];
                 codes[0] = _mm256_and_si256(v, low), codes[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
@@ -418,29 +416,23 @@ I16_FN void run_pass_q4k(const pass *p, pp_wformat fmt, int rb, int nb, float *y
                 for (int s = 0; s < 2; s++) {
                     int j = 2 * pair + s;
                     prod[2 * s] = _mm256_maddubs_epi16(
-                        codes[s], _mm256_shuffle_epi8(scales[k], _mm256_loadu_si256((const void *)q4k_spread.even[j])));
+                        codes[s], _mm256_shuffle_epi8(scales, _mm256_loadu_si256((const void *)q4k_spread.even[j])));
                     prod[2 * s + 1] = _mm256_maddubs_epi16(
-                        codes[s], _mm256_shuffle_epi8(scales[k], _mm256_loadu_si256((const void *)q4k_spread.odd[j])));
+                        codes[s], _mm256_shuffle_epi8(scales, _mm256_loadu_si256((const void *)q4k_spread.odd[j])));
                 }
                 for (int q = 0; q < nb; q++) {
                     const int16_t *xq = p->x->q + ((int64_t)(p->i + q) * blocks + b) * Q4K_BLOCK + 2 * Q4K_SUB * pair;
-                    __m256i s = sum[k][q];
                     for (int t = 0; t < 4; t++)
-                        s = _mm256_add_epi32(
-                            s, _mm256_madd_epi16(prod[t], _mm256_loadu_si256((const void *)(xq + 16 * t))));
-                    sum[k][q] = s;
+                        sum[q] = _mm256_add_epi32(
+                            sum[q], _mm256_madd_epi16(prod[t], _mm256_loadu_si256((const void *)(xq + 16 * t))));
                 }
             }
-        for (int q = 0; q < nb; q++) {
-            int64_t xb = (int64_t)(p->i + q) * blocks + b;
-            __m256 sx = _mm256_loadu_ps(p->x->sums + xb * Q4K_SUBS);
-            for (int k = 0; k < rb; k++) {
-                acc[k][q] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[k][q]), _mm256_set1_ps(d[k] * p->x->scale[xb]), acc[k][q]);
-                acc[k][q] = _mm256_fnmadd_ps(mins[k], sx, acc[k][q]);
+            for (int q = 0; q < nb; q++) {
+                int64_t xb = (int64_t)(p->i + q) * blocks + b;
+                acc[k][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[q]), _mm256_set1_ps(d * p->x->scale[xb]), acc[k][q]);
+                acc[k][q] = _mm256_fnmadd_ps(mins, _mm256_loadu_ps(p->x->sums + xb * Q4K_SUBS), acc[k][q]);
             }
         }
-    }
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = cpu_hsum8(acc[k][q]);
 }
