@@ -13,8 +13,8 @@
  * INT4 and NF4 1.5x, 1.6x and 2.5x as fast for one input and faster for two; for four NF2 and
  * INT4 about as fast and for eight 5-17% slower (NF4 1.4x faster at both), where vpmaddwd plus
  * vpaddd multiply no more weights per instruction than one FMA and the decoding no longer
- * dominates; Q4_K, Q4_0 and Q8_0 faster for every batch. The choice never depends on the batch: batched and lone
- * products must stay identical.
+ * dominates; Q4_K, Q4_0 and Q8_0 faster for every batch. The choice never depends on the batch:
+ * batched and lone products must stay identical.
  *
  * A block is 32 bytes of one row's codes: 128 NF2 weights, 64 of the 4-bit formats. Code k of
  * byte b is weight cpb·b + k of the block (cpb codes per byte: 4 or 2). Decoding code k: the
