@@ -138,6 +138,21 @@ I16_FN __m256 max_pairs(__m256 a, __m256 b) {
     return _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
 }
 
+/* Lane r: the largest lane of m[r]. */
+I16_FN __m256 largest_of_each(const __m256 m[8]) {
+    __m256 q0 = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3])); /* m[0-3], each half's part */
+    __m256 q1 = max_pairs(max_pairs(m[4], m[5]), max_pairs(m[6], m[7]));
+    return _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+/* Runs whose largest |x| are lanes get scales lanes / top · unit (to scale); returns what rounds
+ * them to ±top: top / lanes, 0 for a run of zeros. */
+I16_FN __m256 run_inverses(__m256 lanes, float top, float unit, float *scale) {
+    const __m256 hi = _mm256_set1_ps(top);
+    _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_div_ps(lanes, hi), _mm256_set1_ps(unit)));
+    return _mm256_and_ps(_mm256_cmp_ps(lanes, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_div_ps(hi, lanes));
+}
+
 /* One block's activations (B floats at src, in vector registers: scalar fmaxf and lrintf calls
  * took a sixth of a product in cpu_gemv_vnni.c), rounded per lane run as cpu_gemv_vnni.c rounds
  * its runs: the int16 values to dst, the 8 lane scales to scale. Float vector r holds bytes
@@ -157,16 +172,12 @@ I16_FN void prepare_block(pp_wformat fmt, const float *src, float top, float uni
     }
     __m256 lanes;
     if (nf2) {
-        __m256 q0 = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3])); /* lanes 0-3, twice */
-        __m256 q1 = max_pairs(max_pairs(m[4], m[5]), max_pairs(m[6], m[7]));
-        lanes = _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+        lanes = largest_of_each(m);
     } else { /* lanes 0, 2, 4, 6 then 1, 3, 5, 7 */
         __m256 q = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3]));
         lanes = _mm256_permutevar8x32_ps(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     }
-    const __m256 hi = _mm256_set1_ps(top);
-    const __m256 inv = _mm256_and_ps(_mm256_cmp_ps(lanes, zero, _CMP_GT_OQ), _mm256_div_ps(hi, lanes));
-    _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_div_ps(lanes, hi), _mm256_set1_ps(unit)));
+    const __m256 inv = run_inverses(lanes, top, unit, scale);
     for (int r = 0; r < vectors; r++) {
         int l = nf2 ? 4 * (r / 8) + r % 4 : 4 * (r / 4) + 2 * (r % 2);
         __m256i which = nf2 ? _mm256_set1_epi32(l) : _mm256_setr_epi32(l, l, l, l, l + 1, l + 1, l + 1, l + 1);
@@ -198,12 +209,7 @@ I16_FN void prepare_block_int4(const float *src, float top, int16_t *dst, float 
         v[r] = _mm256_loadu_ps(src + 8 * r);
         m[r] = _mm256_max_ps(_mm256_andnot_ps(sign, v[r]), zero); /* a NaN is passed over, as above */
     }
-    __m256 q0 = max_pairs(max_pairs(m[0], m[1]), max_pairs(m[2], m[3])); /* runs 0-3, each half's part */
-    __m256 q1 = max_pairs(max_pairs(m[4], m[5]), max_pairs(m[6], m[7]));
-    __m256 runs = _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
-    const __m256 hi = _mm256_set1_ps(top);
-    const __m256 inv = _mm256_and_ps(_mm256_cmp_ps(runs, zero, _CMP_GT_OQ), _mm256_div_ps(hi, runs));
-    _mm256_storeu_ps(scale, _mm256_div_ps(runs, hi));
+    const __m256 inv = run_inverses(largest_of_each(m), top, 1.0f, scale);
     /* Run r as int16 pairs (x[8r + c], x[8r + 4 + c]) for c = 0-3: the pair lanes 2r, 2r + 1 of
      * code c take. Two runs per vector, then a 4 x 4 transpose of 64-bit units. */
     const __m256i pairs_by_code = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
