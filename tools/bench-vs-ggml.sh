@@ -3,6 +3,8 @@
 # on the same shape (4096 x 14336, the shape ggml's test-backend-ops times), the same thread count
 # and batches 1, 2, 4 and 8, one pair after the other so both see the same machine state; each
 # figure is the best of REPEAT runs (default 3), which keeps other load on the machine out of it.
+# Both read one copy of the weight again and again (ours with --in-cache, as test-backend-ops
+# does), so a weight that fits the last-level cache is timed largely from it on both sides.
 #   [REPEAT=N] tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]
 # GGML_SRC_DIR is a ggml source tree you provide (github.com/ggml-org/ggml); its test-backend-ops
 # is built in GGML_SRC_DIR/build-bench. BUILD_DIR (default build/) holds personaplex-bench.
@@ -43,7 +45,7 @@ ggml_us() {
 # ours: milliseconds per product of FORMAT at batch BATCH
 ours_ms() {
     for _ in $(seq "$repeat"); do
-        "$ours" gemv --threads "$threads" --batch "$2" --seconds 1 --shape "${rows}x${cols}" --formats "$1" |
+        "$ours" gemv --threads "$threads" --batch "$2" --seconds 1 --in-cache --shape "${rows}x${cols}" --formats "$1" |
             awk -v f="$1" '$4 == f { print $6 }'
     done | least
 }

@@ -37,3 +37,7 @@ const char *pp_cpu_simd_name(cpu_simd s) {
     static const char *const names[] = {"portable", "avx2", "avx2-int16", "avx512-vnni", "neon"};
     return names[s];
 }
+
+int pp_cpu_simd_includes(cpu_simd best, cpu_simd s) {
+    return s == CPU_SIMD_PORTABLE || s == best || (best != CPU_SIMD_NEON && s != CPU_SIMD_NEON && s < best);
+}

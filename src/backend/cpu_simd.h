@@ -66,6 +66,9 @@ __attribute__((target("avx2"), always_inline)) static inline float cpu_hsum8(__m
  * "avx2-int16"). */
 cpu_simd pp_cpu_simd_detect(void);
 const char *pp_cpu_simd_name(cpu_simd s);
+/* Whether a CPU that runs `best` runs s too: the portable loops always, and on x86-64 the
+ * variants below best (their order above is what each adds). */
+int pp_cpu_simd_includes(cpu_simd best, cpu_simd s);
 
 /* Eight floats as one GCC/clang vector, at any float alignment, allowed to alias float data.
  * Loads and stores go through it directly (no helper returning a vector: that changes the
