@@ -13,8 +13,12 @@
 
 #define ROWS 4
 #define INPUTS 2
+#define FETCH_LINE 64 /* bytes of a row per prefetch: a cache line */
 
-/* Rows [r, r + rb) for inputs [i, i + nb): each eight inputs' values are loaded once for all rows. */
+/* Rows [r, r + rb) for inputs [i, i + nb): each eight inputs' values are loaded once for all rows.
+ * A group's scale is read here as pp_weight_group_scales computes it, the same float, without a
+ * call per row and group: with one, and a prefetch per 8 bytes, a product on one core ran at
+ * half the weights per second of BF16's. */
 INLINE void pass(const pp_weight *w, const float *x, int64_t r, int rb, int i, int nb, float *y, int zeros) {
     const int8_t *q[ROWS];
     int64_t g0[ROWS];
@@ -24,26 +28,28 @@ INLINE void pass(const pp_weight *w, const float *x, int64_t r, int rb, int i, i
         g0[k] = (w->elem0 + (r + k) * w->cols) / w->group;
         for (int m = 0; m < nb; m++) total[k][m] = vf8_zero();
     }
-    for (int64_t c = 0; c < w->cols; c += w->group) {
+    for (int64_t c = 0, g = 0; c < w->cols; c += w->group, g++) {
         vf8 acc[ROWS][INPUTS], zero[ROWS];
         for (int k = 0; k < rb; k++) {
-            zero[k] = vf8_set1(zeros ? (float)w->zeros[g0[k] + c / w->group] : 0.0f);
+            zero[k] = vf8_set1(zeros ? (float)w->zeros[g0[k] + g] : 0.0f);
             for (int m = 0; m < nb; m++) acc[k][m] = vf8_zero();
         }
-        for (int64_t j = c; j < c + w->group; j += 8) {
-            vf8 xv[INPUTS];
-            for (int m = 0; m < nb; m++) xv[m] = vf8_load(x + (int64_t)(i + m) * w->cols + j);
-            for (int k = 0; k < rb; k++) {
-                cpu_fetch_ahead(q[k] + j);
-                vf8 v = vf8_from_i8(q[k] + j);
-                if (zeros) v = vf8_sub(v, zero[k]);
-                for (int m = 0; m < nb; m++) acc[k][m] = vf8_fma(acc[k][m], v, xv[m]);
+        for (int64_t line = c; line < c + w->group; line += FETCH_LINE) {
+            for (int k = 0; k < rb; k++) cpu_fetch_ahead(q[k] + line);
+            int64_t end = line + FETCH_LINE < c + w->group ? line + FETCH_LINE : c + w->group;
+            for (int64_t j = line; j < end; j += 8) {
+                vf8 xv[INPUTS];
+                for (int m = 0; m < nb; m++) xv[m] = vf8_load(x + (int64_t)(i + m) * w->cols + j);
+                for (int k = 0; k < rb; k++) {
+                    vf8 v = vf8_from_i8(q[k] + j);
+                    if (zeros) v = vf8_sub(v, zero[k]);
+                    for (int m = 0; m < nb; m++) acc[k][m] = vf8_fma(acc[k][m], v, xv[m]);
+                }
             }
         }
         for (int k = 0; k < rb; k++) {
-            float s;
-            pp_weight_group_scales(w, g0[k] + c / w->group, 1, &s);
-            for (int m = 0; m < nb; m++) total[k][m] = vf8_fma(total[k][m], acc[k][m], vf8_set1(s));
+            vf8 s = vf8_set1(quant_ldf32(w->scales, (size_t)(g0[k] + g)) / 127.0f);
+            for (int m = 0; m < nb; m++) total[k][m] = vf8_fma(total[k][m], acc[k][m], s);
         }
     }
     for (int k = 0; k < rb; k++)
