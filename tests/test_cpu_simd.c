@@ -277,6 +277,8 @@ static void test_codec(cpu_simd simd) {
     check_conv(simd, 8, 11, 3, 1, 6, 0);   /* a few times: gathered windows */
     check_conv(simd, 8, 6, 4, 2, 3, 1);    /* transposed, short input */
     check_conv(simd, 8, 5, 6, 3, 13, 1);   /* transposed, long input, partial tiles */
+    check_conv(simd, 150, 9, 4, 2, 9, 1);  /* transposed, long input, several channel panels */
+    check_conv(simd, 150, 9, 4, 2, 3, 1);  /* transposed, short input, channels not a multiple of 4 */
     check_conv(simd, 16, 8, 16, 8, 16, 1);
 
     /* ELU: the variants agree to FMA rounding, and both stay within 2 ulp of expm1f */

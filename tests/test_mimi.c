@@ -152,6 +152,7 @@ static void test_conv_primitives(pp_backend *be) {
     check_conv(be, 12, 10, 4, 2, 1, 0, PP_CONV_REPLICATE); /* learnt downsample */
     check_conv(be, 9, 4, 10, 5, 1, 1, 0);                /* decoder ConvTranspose */
     check_conv(be, 40, 34, 16, 8, 1, 1, 0);              /* wide enough for the vector path */
+    check_conv(be, 150, 9, 4, 2, 1, 1, 0);               /* channels over several packed panels */
     check_conv(be, 7, 7, 4, 2, 7, 1, 0);                 /* depthwise upsample */
 }
 
