@@ -32,6 +32,9 @@ static inline float quant_ldf32(const void *p, size_t i) {
                                              (uint32_t)b[3] << 24};
     return v.f;
 }
+/* INT8 group i's scale from the stored absmax[i] (f32): w = q · absmax / 127. The reference and
+ * the SIMD loops both take it from here, so they multiply by the same float. */
+static inline float quant_int8_scale(const void *absmax, size_t i) { return quant_ldf32(absmax, i) / 127.0f; }
 
 /* ---- NF2 + WHT: 4 codes per byte, LSB first; RMS scale per group (§3) ---- */
 /* Decodes one group: scale * first gs outputs of the normalised WHT of the zero-padded

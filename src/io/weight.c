@@ -167,7 +167,7 @@ size_t pp_weight_bytes(const pp_weight *w) {
 
 void pp_weight_group_scales(const pp_weight *w, int64_t g0, int64_t n, float *out) {
     if (w->fmt == PP_WF_INT8) {
-        for (int64_t i = 0; i < n; i++) out[i] = quant_ldf32(w->scales, (size_t)(g0 + i)) / 127.0f;
+        for (int64_t i = 0; i < n; i++) out[i] = quant_int8_scale(w->scales, (size_t)(g0 + i));
     } else if (w->fmt != PP_WF_NF4) {
         for (int64_t i = 0; i < n; i++) out[i] = pp_f16_to_f32(quant_ld16(w->scales, (size_t)(g0 + i)));
     } else if (!w->nested_absmax) {
