@@ -72,6 +72,10 @@ void pp_backend_destroy(pp_backend *be);
 /* Storage format of a conversation's KV cache. F32 is the reference; BF16 halves it; INT8 quarters
  * it with one scale per slot and head. */
 typedef enum pp_kv_format { PP_KV_F32 = 0, PP_KV_BF16 = 1, PP_KV_INT8 = 2 } pp_kv_format;
+/* "f32", "bf16", "int8": the names --kv-cache and the benchmarks use. */
+const char *pp_kv_format_name(pp_kv_format kv);
+/* The format called name; -1 for any other name. */
+int pp_kv_format_parse(const char *name, pp_kv_format *out);
 
 /* ==== conversation settings ==== */
 /* The web client caps its textarea at 1000 characters; 4 UTF-8 bytes each is the worst case. */

@@ -155,16 +155,23 @@ static void test_capacity(void) {
     uint64_t kv = 0;
     int context = 0;
     char err[PP_ERR_LEN];
-    TEST_COND("KV of the PersonaPlex-7B shape", capacity_kv_bytes("/nonexistent/model.safetensors", &kv, &context, err) == 0 &&
-                                                    kv == 2ull * 32 * 3000 * 4096 * 4 && context == 3000);
+    TEST_COND("KV of the PersonaPlex-7B shape",
+              capacity_kv_bytes("/nonexistent/model.safetensors", PP_KV_F32, &kv, &context, err) == 0 &&
+                  kv == 2ull * 32 * 3000 * 4096 * 4 && context == 3000);
+    /* int8: a byte per value, and a float scale per slot and head for K and for V */
+    TEST_COND("int8 KV of the PersonaPlex-7B shape",
+              capacity_kv_bytes("/nonexistent/model.safetensors", PP_KV_INT8, &kv, &context, err) == 0 &&
+                  kv == 2ull * 32 * 3000 * (4096 + 32 * 4));
     char small[128];
     snprintf(small, sizeof small, "%s/small", g_dir);
     mkdir(small, 0755);
     write_file("small/config.json", "{\"dim\": 256, \"num_heads\": 4, \"num_layers\": 3, \"context\": 100}");
     char w[160];
     snprintf(w, sizeof w, "%s/small/lm.safetensors", g_dir);
-    TEST_COND("KV from config.json beside the weights",
-              capacity_kv_bytes(w, &kv, &context, err) == 0 && kv == 2ull * 3 * 100 * 256 * 4 && context == 100);
+    TEST_COND("KV from config.json beside the weights", capacity_kv_bytes(w, PP_KV_F32, &kv, &context, err) == 0 &&
+                                                            kv == 2ull * 3 * 100 * 256 * 4 && context == 100);
+    TEST_COND("bf16 KV from config.json",
+              capacity_kv_bytes(w, PP_KV_BF16, &kv, &context, err) == 0 && kv == 2ull * 3 * 100 * 256 * 2);
 
     /* A model whose one conversation needs 2 x 32 x 2^20 x 8192 x 4 bytes = 2 TiB: no machine
      * running this test has that much free, so the check must refuse, and saying so. */
@@ -172,12 +179,12 @@ static void test_capacity(void) {
     pp_backend *be = NULL;
     TEST_COND("cpu backend", pp_backend_cpu_create(1, &be, err) == 0);
     if (!be) return;
-    int rc = capacity_check(be, w, NULL, 1, 1, err);
+    int rc = capacity_check(be, w, NULL, PP_KV_F32, 1, 1, err);
     TEST_COND("a model that cannot fit is refused", rc == PP_EFULL && strstr(err, "does not fit") &&
                                                         strstr(err, "--skip-memory-check"));
-    TEST_COND("--skip-memory-check lets it start", capacity_check(be, w, NULL, 1, 0, err) == PP_OK);
+    TEST_COND("--skip-memory-check lets it start", capacity_check(be, w, NULL, PP_KV_F32, 1, 0, err) == PP_OK);
     write_file("small/config.json", "{\"dim\": 256, \"num_heads\": 4, \"num_layers\": 3, \"context\": 100}");
-    TEST_COND("a small model with 4 conversations fits", capacity_check(be, w, NULL, 4, 1, err) == PP_OK);
+    TEST_COND("a small model with 4 conversations fits", capacity_check(be, w, NULL, PP_KV_INT8, 4, 1, err) == PP_OK);
     pp_backend_destroy(be);
 }
 

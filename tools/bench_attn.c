@@ -24,7 +24,6 @@
 #define CAPACITY 3000
 #define MAX_FRAMES 64
 
-static const char *const kv_names[] = {"f32", "bf16", "int8"};
 static const size_t kv_size[] = {4, 2, 1};
 
 static int usage(void) {
@@ -132,7 +131,7 @@ int bench_attn(int argc, char **argv) {
             for (const char *c = v; *c && n_ctx < 8; c = strchr(c, ',') ? strchr(c, ',') + 1 : "")
                 contexts[n_ctx++] = atoi(c);
         } else if (strcmp(a, "--kv") == 0) {
-            for (int f = 0; f < 3; f++) kv_on[f] = strstr(v, kv_names[f]) != NULL;
+            for (int f = 0; f < 3; f++) kv_on[f] = strstr(v, pp_kv_format_name((pp_kv_format)f)) != NULL;
         } else
             return usage();
         i++;
@@ -163,7 +162,8 @@ int bench_attn(int argc, char **argv) {
         ring_tables tables = {0};
         if (fill_rings(be, (pp_kv_format)f, count, rings) ||
             (rows > 1 && make_tables(be, rows, layers, rings, &tables))) {
-            fprintf(stderr, "personaplex-bench: no memory for %d %s rings\n", count, kv_names[f]);
+            fprintf(stderr, "personaplex-bench: no memory for %d %s rings\n", count,
+                    pp_kv_format_name((pp_kv_format)f));
             rc = 1;
         }
         for (int c = 0; c < n_ctx && !rc; c++) {
@@ -183,8 +183,8 @@ int bench_attn(int argc, char **argv) {
             double bytes =
                 (double)count * contexts[c] * HEADS * (2.0 * HEAD_DIM * kv_size[f] + (f == PP_KV_INT8 ? 8 : 0));
             double gbps = bytes / (ms * 1e-3) / 1e9;
-            printf("%-5s %7d %12.3f %12.2f %12.1f %9.2f %8.0f%%\n", kv_names[f], contexts[c], ms / layers, ms,
-                   bytes / 1e6, gbps, bw > 0 ? 100 * gbps / bw : 0);
+            printf("%-5s %7d %12.3f %12.2f %12.1f %9.2f %8.0f%%\n", pp_kv_format_name((pp_kv_format)f), contexts[c],
+                   ms / layers, ms, bytes / 1e6, gbps, bw > 0 ? 100 * gbps / bw : 0);
         }
         free_tables(be, rows, &tables);
         free_rings(be, count, rings);

@@ -96,14 +96,6 @@ static int parse(int argc, char **argv, batch_opts *o) {
                : -1;
 }
 
-static int kv_format(const char *s, pp_kv_format *out) {
-    if (strcmp(s, "f32") == 0) *out = PP_KV_F32;
-    else if (strcmp(s, "bf16") == 0) *out = PP_KV_BF16;
-    else if (strcmp(s, "int8") == 0) *out = PP_KV_INT8;
-    else return -1;
-    return 0;
-}
-
 /* ---- the synthetic model ---- */
 
 typedef struct {
@@ -315,7 +307,7 @@ static int add_codec(pp_backend *be, int n, tick_counts *tc, double *codec_weigh
 
 static int run(const batch_opts *o, const char *wpath, const char *cpath, const char *dir, char *err) {
     pp_kv_format kv;
-    if (kv_format(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
+    if (pp_kv_format_parse(o->kv, &kv)) return pp_fail(err, PP_EINVAL, "--kv %s: f32, bf16 or int8", o->kv);
     pp_wformat fmt = PP_WF_BF16;
     if (pp_wformat_parse(o->format, &fmt)) return pp_fail(err, PP_EINVAL, "--format %s: unknown", o->format);
     pp_backend *be = NULL;

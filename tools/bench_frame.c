@@ -52,8 +52,6 @@
 /* A frame's stages, and the whole frame. */
 enum { T_TEMPORAL, T_DEP, T_ENC, T_DEC, T_FRAME, T_COUNT };
 
-static const char *const kv_names[] = {"f32", "bf16", "int8"};
-
 typedef struct dims {
     int dim, heads, hidden, layers, dep_dim, dep_heads, dep_hidden, dep_layers, card, text_card;
 } dims;
@@ -525,7 +523,7 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
 static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
     size_t bytes = pp_tf_cache_bytes(&m->temporal.shape, CAPACITY, kv) +
                    pp_tf_cache_bytes(&m->depformer.shape, DEP_Q, PP_KV_F32);
-    printf("      KV caches (temporal %s): %.1f MiB\n", kv_names[kv], (double)bytes / (1 << 20));
+    printf("      KV caches (temporal %s): %.1f MiB\n", pp_kv_format_name(kv), (double)bytes / (1 << 20));
     if (!be->ops->mem_info) return;
     size_t w, b, ws, fr, tot, in_place;
     be->ops->mem_info(be, &w, &b, &ws, &fr, &tot, &in_place);
@@ -695,9 +693,8 @@ int bench_frame(int argc, char **argv) {
     if (layers > 0) d.layers = layers;
     if (dep_layers > 0) d.dep_layers = dep_layers;
     pp_kv_format kv = PP_KV_F32;
-    while (kv <= PP_KV_INT8 && strcmp(kv_names[kv], kv_name)) kv++;
     if (o.frames < 1 || threads < 0 || layers == 0 || dep_layers == 0 || o.dep_steps < 0 || o.dep_steps > DEP_Q ||
-        kv > PP_KV_INT8 || (o.extrapolate && project_cores) || n_busy < 0 || n_busy > 64)
+        pp_kv_format_parse(kv_name, &kv) != 0 || (o.extrapolate && project_cores) || n_busy < 0 || n_busy > 64)
         return usage();
     char err[PP_ERR_LEN];
     pp_backend *be;

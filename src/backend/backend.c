@@ -24,6 +24,19 @@ int pp_backend_create(const char *name, int n_threads, pp_backend **out, char *e
     return pp_fail(err, PP_EINVAL, "unknown device '%s' (expected cpu, cuda or auto)", name);
 }
 
+static const char *const kv_format_names[] = {"f32", "bf16", "int8"};
+
+const char *pp_kv_format_name(pp_kv_format kv) { return kv_format_names[kv]; }
+
+int pp_kv_format_parse(const char *name, pp_kv_format *out) {
+    for (int f = PP_KV_F32; f <= PP_KV_INT8; f++)
+        if (strcmp(name, kv_format_names[f]) == 0) {
+            *out = (pp_kv_format)f;
+            return 0;
+        }
+    return -1;
+}
+
 void pp_backend_destroy(pp_backend *be) {
     if (be) be->ops->destroy(be);
 }

@@ -30,7 +30,7 @@ int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_ses
     return n > 100000 ? 100000 : (int)n;
 }
 
-int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *err) {
+int capacity_kv_bytes(const char *weights, pp_kv_format kv, uint64_t *out, int *context, char *err) {
     pp_lm_config c;
     pp_lm_config_default(&c);
     char buf[4200];
@@ -46,8 +46,8 @@ int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *er
         pp_lm_config_fit_file(&c, f, have_config);
         pp_st_close(f);
     }
-    /* K and V, one ring per layer; the depformer's rings hold dep_q steps and are tiny. */
-    *out = 2ull * (uint64_t)c.num_layers * (uint64_t)c.context * (uint64_t)c.dim * sizeof(float);
+    /* the temporal transformer's rings; the depformer's hold dep_q steps and are tiny */
+    *out = pp_lm_ctx_bytes(&c, kv);
     *context = c.context;
     return PP_OK;
 }
@@ -117,19 +117,20 @@ static uint64_t loaded_bytes(const st_file *f, const pp_lm_quantize *q) {
     return bytes;
 }
 
-int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err) {
-    return capacity_check_quantized(be, weights, mimi, NULL, max_sessions, enforce, err);
+int capacity_check(pp_backend *be, const char *weights, const char *mimi, pp_kv_format kv, int max_sessions,
+                   int enforce, char *err) {
+    return capacity_check_quantized(be, weights, mimi, NULL, kv, max_sessions, enforce, err);
 }
 
 int capacity_check_quantized(pp_backend *be, const char *weights, const char *mimi, const pp_lm_quantize *quantize,
-                             int max_sessions, int enforce, char *err) {
+                             pp_kv_format kv_format, int max_sessions, int enforce, char *err) {
     char dev[256];
     capacity_plan p = {0};
     uint64_t total, kv;
     int context;
     int shared;
     describe_device(be, dev, sizeof dev, &total, &p.available, &shared);
-    int rc = capacity_kv_bytes(weights, &kv, &context, err);
+    int rc = capacity_kv_bytes(weights, kv_format, &kv, &context, err);
     if (rc) return rc;
     st_file *f;
     p.weights = codec_bytes(mimi);
@@ -160,10 +161,11 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
     uint64_t need = p.weights + CAPACITY_FIXED_EXTRA + (uint64_t)max_sessions * p.per_session;
     const char *base = strrchr(weights, '/');
     PP_INFO("capacity",
-            "need about %.2f GiB: %s and Mimi %.2f GiB + %d x %.2f GiB per conversation (KV cache of %d steps "
-            "%.2f GiB) + %.2f GiB workspace; %s (%d conversation%s would fit)",
-            GIB(need), base ? base + 1 : weights, GIB(p.weights), max_sessions, GIB(p.per_session), context, GIB(kv),
-            GIB(CAPACITY_FIXED_EXTRA), p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
+            "need about %.2f GiB: %s and Mimi %.2f GiB + %d x %.2f GiB per conversation (%s KV cache of %d "
+            "steps %.2f GiB) + %.2f GiB workspace; %s (%d conversation%s would fit)",
+            GIB(need), base ? base + 1 : weights, GIB(p.weights), max_sessions, GIB(p.per_session),
+            pp_kv_format_name(kv_format), context, GIB(kv), GIB(CAPACITY_FIXED_EXTRA),
+            p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
     if (p.fit >= max_sessions) return PP_OK;
     if (!enforce) {
         PP_WARN("capacity", "starting anyway (--skip-memory-check)");

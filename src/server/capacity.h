@@ -4,9 +4,9 @@
  * machine that is too small is refused with numbers instead of failing mid-load (or, on
  * the CPU, swapping in the middle of conversations). The estimate is the checkpoint and
  * Mimi file sizes (weights stay in their stored format on every backend) plus, per
- * conversation, the temporal transformer's K and V rings: 2 x layers x context x dim x 4
- * bytes (fp32 state, src/model/transformer.c), and a fixed allowance for the codec state,
- * activations and the backend's workspace. It is compared with the GPU's free memory
+ * conversation, the temporal transformer's K and V rings in the chosen KV format
+ * (pp_lm_ctx_bytes: 2 x layers x context x dim values, int8's scales included), and a fixed
+ * allowance for the codec state, activations and the backend's workspace. It is compared with the GPU's free memory
  * (backend mem_info, or the CUDA runtime) or, on the CPU backend, MemAvailable. */
 #ifndef PP_SERVER_CAPACITY_H
 #define PP_SERVER_CAPACITY_H
@@ -28,16 +28,17 @@
 /* Conversations that fit: (available - weights - fixed) / per_session, clamped at 0. */
 int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session);
 
-/* Bytes of one conversation's KV rings for the LM whose checkpoint is `weights` (its
+/* Bytes of one conversation's KV rings in format kv for the LM whose checkpoint is `weights` (its
  * config.json beside it, else the PersonaPlex-7B shape); *context gets the ring length. */
-int capacity_kv_bytes(const char *weights, uint64_t *out, int *context, char *err);
+int capacity_kv_bytes(const char *weights, pp_kv_format kv, uint64_t *out, int *context, char *err);
 
 /* Logs the device, its memory and the plan. With enforce, PP_EFULL when max_sessions do
  * not fit; err then gives the numbers and what would fit. */
-int capacity_check(pp_backend *be, const char *weights, const char *mimi, int max_sessions, int enforce, char *err);
+int capacity_check(pp_backend *be, const char *weights, const char *mimi, pp_kv_format kv, int max_sessions,
+                   int enforce, char *err);
 /* The same for a dense checkpoint quantized while it loads (quantize not NULL): its weights count
  * at their quantized size. */
 int capacity_check_quantized(pp_backend *be, const char *weights, const char *mimi, const pp_lm_quantize *quantize,
-                             int max_sessions, int enforce, char *err);
+                             pp_kv_format kv, int max_sessions, int enforce, char *err);
 
 #endif

@@ -143,26 +143,22 @@ static int resolve_model_paths(app *a, char *err) {
     return PP_OK;
 }
 
-/* --kv-cache: auto is f32 on the CPU (the reference's numerics; RAM is plentiful there and one
- * conversation is the bound anyway) and int8 on a device with its own memory accounting (a GPU),
- * where memory bounds the conversations. */
-static int kv_format(const char *name, const pp_backend *be, pp_kv_format *out, char *err) {
+/* --kv-cache: auto is int8 on every backend. A frame reads each conversation's whole ring, and f32
+ * quadruples those bytes: on the CPU at context 3000, 3.1 of an NF2 frame's 5.1 GB, so that real
+ * time needs about twice the memory bandwidth (docs/backend.md). int8 keeps the logits within
+ * 5e-3 of f32 (test_kv_cache); f32 stays for the reference's numerics on request. */
+static int kv_format(const char *name, pp_kv_format *out, char *err) {
     if (strcmp(name, "auto") == 0)
-        *out = be->ops->mem_info ? PP_KV_INT8 : PP_KV_F32;
-    else if (strcmp(name, "f32") == 0) *out = PP_KV_F32;
-    else if (strcmp(name, "bf16") == 0) *out = PP_KV_BF16;
-    else if (strcmp(name, "int8") == 0) *out = PP_KV_INT8;
-    else return pp_fail(err, PP_EINVAL, "--kv-cache: '%s' is not auto, f32, bf16 or int8", name);
+        *out = PP_KV_INT8;
+    else if (pp_kv_format_parse(name, out) != 0)
+        return pp_fail(err, PP_EINVAL, "--kv-cache: '%s' is not auto, f32, bf16 or int8", name);
     return PP_OK;
 }
 
 /* KV format, prompt cache, the measured capacity, and the engine sized for it. */
-static int start_engine(app *a, pp_model *model, engine **out, int *capacity, char *err) {
-    static const char *const kv_names[] = {"f32", "bf16", "int8"};
-    pp_kv_format kv = PP_KV_F32;
+static int start_engine(app *a, pp_model *model, pp_kv_format kv, engine **out, int *capacity, char *err) {
     size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
-    int rc = kv_format(a->opt.kv_cache, pp_model_get_backend(model), &kv, err);
-    if (!rc) rc = pp_model_set_kv_cache(model, kv, err);
+    int rc = pp_model_set_kv_cache(model, kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task. */
     int host_threads = pp_pool_threads_for(a->opt.threads);
@@ -173,9 +169,9 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     if (rc) return rc;
     PP_INFO("server",
             "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms, downlink encoding %.2f ms per frame "
-            "on %d host thread%s; %.1f MiB with a %s KV cache; %.1f GiB free)",
+            "on %d host thread%s; %.1f MiB with its %s KV cache; %.1f GiB free)",
             plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, host_threads, host_threads == 1 ? "" : "s",
-            (double)plan.per_session_bytes / (1 << 20), kv_names[kv], (double)plan.mem_free / (1 << 30));
+            (double)plan.per_session_bytes / (1 << 20), pp_kv_format_name(kv), (double)plan.mem_free / (1 << 30));
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
@@ -219,6 +215,8 @@ static void *load_main(void *arg) {
                          .quantize_temporal_only = a->opt.quantize_temporal_only};
     /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
     if (a->opt.weights_in_host_memory) setenv("PP_WEIGHTS_IN_HOST_MEMORY", "1", 1);
+    pp_kv_format kv;
+    kv_format(a->opt.kv_cache, &kv, err); /* checked in main */
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
     if (!rc && a->opt.demo) rc = cert_mkdirs(a->state_dir, err);
     if (!rc && a->opt.demo) {
@@ -235,15 +233,15 @@ static void *load_main(void *arg) {
         mp.prompts = NULL;
         mp.name = demo_paths.name;
     }
-    /* Before the load: the weights and one f32 conversation must fit. How many conversations
-     * fit in the chosen KV format, and in real time, is measured once the model is in. */
+    /* Before the load: the weights and one conversation's KV cache must fit. How many
+     * conversations fit, and in real time, is measured once the model is in. */
     pp_lm_quantize q = {.group = mp.quantize_group, .temporal_only = mp.quantize_temporal_only};
     int quantize = mp.quantize && !pp_wformat_parse(mp.quantize, &q.fmt);
     if (!rc)
-        rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, 1,
+        rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, kv, 1,
                                       !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
-    if (!rc) rc = start_engine(a, model, &e, &capacity, err);
+    if (!rc) rc = start_engine(a, model, kv, &e, &capacity, err);
     server_publish(s, model, e, rc ? err : NULL);
     if (rc) {
         PP_ERROR("server", "cannot load the model: %s", err);
@@ -421,6 +419,12 @@ int main(int argc, char **argv) {
     }
     if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
         fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
+        server_options_free(&a.opt);
+        return 2;
+    }
+    pp_kv_format kv;
+    if (kv_format(a.opt.kv_cache, &kv, err) != PP_OK) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
         server_options_free(&a.opt);
         return 2;
     }

@@ -111,8 +111,9 @@ static const opt_spec g_opts[] = {
     {"kv-cache", "FORMAT", OPT_STRING, F(kv_cache), 0, 0, "auto", NULL,
      "Storage of each conversation's KV cache: f32 (the reference's numerics), bf16 (half the "
      "memory) or int8 (a quarter, one scale per slot and head; logits stay within 5e-3 of f32). "
-     "auto: f32 on the CPU backend, int8 on CUDA, where memory bounds the number of "
-     "conversations (PersonaPlex-7B: 3.15 GB per conversation in f32, 0.81 GB in int8)."},
+     "auto: int8 on every backend. Each frame reads the whole cache, so f32 costs memory "
+     "bandwidth as well as room (PersonaPlex-7B: 3.15 GB per conversation in f32, 0.81 GB in "
+     "int8)."},
     {"prompt-cache-mb", "MB", OPT_INT, F(prompt_cache_mb), 0, 1048576, "1024", NULL,
      "Host memory for the prompt cache: the model's state after a voice and text prompt is kept "
      "and copied into the next conversation with the same voice and prompt, whose handshake then "
