@@ -628,8 +628,6 @@ static void test_attn_rope(void) {
 /* Attention over one ring (attn_rows without tables): `steps` queries at positions 0.. so the
  * ring wraps; checks every output, then the stored caches byte for byte (both sides convert
  * each value with the same single rounding). */
-static const char *const kv_names[] = {"f32", "bf16", "int8"};
-
 static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format fmt) {
     int dim = heads * hd;
     pp_kv_ring rc = ring_make(cpu, fmt, capacity, dim, heads), rg = ring_make(gpu, fmt, capacity, dim, heads);
@@ -647,7 +645,7 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", kv_names[fmt], capacity, steps);
+    snprintf(what, sizeof what, "attn %s cap %d, %d steps, worst", pp_kv_format_name(fmt), capacity, steps);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
     size_t bytes = (size_t)capacity * dim * pp_kv_elem_bytes(fmt);
@@ -708,7 +706,7 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope, int heads) {
         twin_free(&qkv);
     }
     char what[96];
-    snprintf(what, sizeof what, "attn_rows %s%s, cap %d, %d rows of %d heads, worst", kv_names[fmt],
+    snprintf(what, sizeof what, "attn_rows %s%s, cap %d, %d rows of %d heads, worst", pp_kv_format_name(fmt),
              rope > 0 ? " rope" : "", cap, ROWS_ATTN, heads);
     printf("  %-44s nmse %.2e (limit %.0e)\n", what, worst, REDUCE);
     TEST_COND(what, worst <= REDUCE);
