@@ -145,7 +145,7 @@ static int resolve_model_paths(app *a, char *err) {
 
 /* --kv-cache: auto is int8 on every backend. A frame reads each conversation's whole ring, and f32
  * quadruples those bytes: on the CPU at context 3000, 3.1 of an NF2 frame's 5.1 GB, so that real
- * time needs about twice the memory bandwidth (docs/backend.md). int8 keeps the logits within
+ * time needs about twice the memory bandwidth (docs/model.md §3.4). int8 keeps the logits within
  * 5e-3 of f32 (test_kv_cache); f32 stays for the reference's numerics on request. */
 static int kv_format(const char *name, pp_kv_format *out, char *err) {
     if (strcmp(name, "auto") == 0)
