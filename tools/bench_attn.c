@@ -24,8 +24,6 @@
 #define CAPACITY 3000
 #define MAX_FRAMES 64
 
-static const size_t kv_size[] = {4, 2, 1};
-
 static int usage(void) {
     fprintf(stderr, "usage: personaplex-bench attn [--device cpu|cuda] [--threads N] [--rows N] [--layers N] "
                     "[--contexts 100,1000,3000] [--kv f32,bf16,int8] [--frames N]\n");
@@ -35,8 +33,9 @@ static int usage(void) {
 /* `count` rings in format f, every slot filled with the same random values and scales (uploaded
  * from one host copy: the content does not change the time); -1 when out of memory. */
 static int fill_rings(pp_backend *be, pp_kv_format f, int count, pp_kv_ring *rings) {
-    size_t elems = (size_t)CAPACITY * HEADS * HEAD_DIM, scales = (size_t)CAPACITY * HEADS;
-    void *host = malloc(elems * kv_size[f]);
+    size_t elems = (size_t)CAPACITY * HEADS * HEAD_DIM, scales = (size_t)CAPACITY * HEADS,
+           bytes = elems * pp_kv_elem_bytes(f);
+    void *host = malloc(bytes);
     float *host_scales = malloc(scales * sizeof(float));
     if (!host || !host_scales) {
         free(host);
@@ -56,14 +55,14 @@ static int fill_rings(pp_backend *be, pp_kv_format f, int count, pp_kv_ring *rin
     for (int l = 0; l < count && !rc; l++) {
         pp_kv_ring *r = &rings[l];
         *r = (pp_kv_ring){.fmt = f, .capacity = CAPACITY, .window = CAPACITY};
-        r->k = be->ops->alloc(be, elems * kv_size[f]), r->v = be->ops->alloc(be, elems * kv_size[f]);
+        r->k = be->ops->alloc(be, bytes), r->v = be->ops->alloc(be, bytes);
         r->kscale = be->ops->alloc(be, scales * sizeof(float)), r->vscale = be->ops->alloc(be, scales * sizeof(float));
         if (!r->k || !r->v || !r->kscale || !r->vscale) {
             rc = -1;
             break;
         }
-        be->ops->upload(be, r->k, host, elems * kv_size[f]);
-        be->ops->upload(be, r->v, host, elems * kv_size[f]);
+        be->ops->upload(be, r->k, host, bytes);
+        be->ops->upload(be, r->v, host, bytes);
         be->ops->upload(be, r->kscale, host_scales, scales * sizeof(float));
         be->ops->upload(be, r->vscale, host_scales, scales * sizeof(float));
     }
@@ -131,7 +130,7 @@ int bench_attn(int argc, char **argv) {
             for (const char *c = v; *c && n_ctx < 8; c = strchr(c, ',') ? strchr(c, ',') + 1 : "")
                 contexts[n_ctx++] = atoi(c);
         } else if (strcmp(a, "--kv") == 0) {
-            for (int f = 0; f < 3; f++) kv_on[f] = strstr(v, pp_kv_format_name((pp_kv_format)f)) != NULL;
+            for (pp_kv_format f = PP_KV_F32; f <= PP_KV_INT8; f++) kv_on[f] = strstr(v, pp_kv_format_name(f)) != NULL;
         } else
             return usage();
         i++;
@@ -157,13 +156,11 @@ int bench_attn(int argc, char **argv) {
     for (size_t i = 0; !rc && i < 3 * dim * (size_t)rows; i++)
         qkv_host[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     if (!rc) be->ops->upload(be, qkv, qkv_host, sizeof(float) * 3 * dim * (size_t)rows);
-    for (int f = 0; f < 3 && !rc; f++) {
+    for (pp_kv_format f = PP_KV_F32; f <= PP_KV_INT8 && !rc; f++) {
         if (!kv_on[f]) continue;
         ring_tables tables = {0};
-        if (fill_rings(be, (pp_kv_format)f, count, rings) ||
-            (rows > 1 && make_tables(be, rows, layers, rings, &tables))) {
-            fprintf(stderr, "personaplex-bench: no memory for %d %s rings\n", count,
-                    pp_kv_format_name((pp_kv_format)f));
+        if (fill_rings(be, f, count, rings) || (rows > 1 && make_tables(be, rows, layers, rings, &tables))) {
+            fprintf(stderr, "personaplex-bench: no memory for %d %s rings\n", count, pp_kv_format_name(f));
             rc = 1;
         }
         for (int c = 0; c < n_ctx && !rc; c++) {
@@ -180,11 +177,11 @@ int bench_attn(int argc, char **argv) {
             }
             bench_sort(t, frames);
             double ms = t[frames / 2] * 1e3;
-            double bytes =
-                (double)count * contexts[c] * HEADS * (2.0 * HEAD_DIM * kv_size[f] + (f == PP_KV_INT8 ? 8 : 0));
+            double bytes = (double)count * contexts[c] * HEADS *
+                           (2.0 * HEAD_DIM * pp_kv_elem_bytes(f) + (f == PP_KV_INT8 ? 8 : 0));
             double gbps = bytes / (ms * 1e-3) / 1e9;
-            printf("%-5s %7d %12.3f %12.2f %12.1f %9.2f %8.0f%%\n", pp_kv_format_name((pp_kv_format)f), contexts[c],
-                   ms / layers, ms, bytes / 1e6, gbps, bw > 0 ? 100 * gbps / bw : 0);
+            printf("%-5s %7d %12.3f %12.2f %12.1f %9.2f %8.0f%%\n", pp_kv_format_name(f), contexts[c], ms / layers, ms,
+                   bytes / 1e6, gbps, bw > 0 ? 100 * gbps / bw : 0);
         }
         free_tables(be, rows, &tables);
         free_rings(be, count, rings);

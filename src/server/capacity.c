@@ -123,14 +123,14 @@ int capacity_check(pp_backend *be, const char *weights, const char *mimi, pp_kv_
 }
 
 int capacity_check_quantized(pp_backend *be, const char *weights, const char *mimi, const pp_lm_quantize *quantize,
-                             pp_kv_format kv_format, int max_sessions, int enforce, char *err) {
+                             pp_kv_format kv, int max_sessions, int enforce, char *err) {
     char dev[256];
     capacity_plan p = {0};
-    uint64_t total, kv;
+    uint64_t total, kv_bytes;
     int context;
     int shared;
     describe_device(be, dev, sizeof dev, &total, &p.available, &shared);
-    int rc = capacity_kv_bytes(weights, kv_format, &kv, &context, err);
+    int rc = capacity_kv_bytes(weights, kv, &kv_bytes, &context, err);
     if (rc) return rc;
     st_file *f;
     p.weights = codec_bytes(mimi);
@@ -141,7 +141,7 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
         p.weights += loaded_bytes(f, quantize);
         pp_st_close(f);
     }
-    p.per_session = kv + CAPACITY_SESSION_EXTRA;
+    p.per_session = kv_bytes + CAPACITY_SESSION_EXTRA;
     const char *what = be->ops->mem_info ? "free" : "RAM available";
     if (!total) {
         PP_WARN("capacity", "%s: memory size unknown; not checking that the model fits", dev);
@@ -164,7 +164,7 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
             "need about %.2f GiB: %s and Mimi %.2f GiB + %d x %.2f GiB per conversation (%s KV cache of %d "
             "steps %.2f GiB) + %.2f GiB workspace; %s (%d conversation%s would fit)",
             GIB(need), base ? base + 1 : weights, GIB(p.weights), max_sessions, GIB(p.per_session),
-            pp_kv_format_name(kv_format), context, GIB(kv), GIB(CAPACITY_FIXED_EXTRA),
+            pp_kv_format_name(kv), context, GIB(kv_bytes), GIB(CAPACITY_FIXED_EXTRA),
             p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
     if (p.fit >= max_sessions) return PP_OK;
     if (!enforce) {

@@ -5,9 +5,10 @@
  * the CPU, swapping in the middle of conversations). The estimate is the checkpoint and
  * Mimi file sizes (weights stay in their stored format on every backend) plus, per
  * conversation, the temporal transformer's K and V rings in the chosen KV format
- * (pp_lm_ctx_bytes: 2 x layers x context x dim values, int8's scales included), and a fixed
- * allowance for the codec state, activations and the backend's workspace. It is compared with the GPU's free memory
- * (backend mem_info, or the CUDA runtime) or, on the CPU backend, MemAvailable. */
+ * (pp_lm_ctx_bytes: 2 x layers x context x dim values, int8's scales included), and a
+ * fixed allowance for the codec state, activations and the backend's workspace. It is
+ * compared with the GPU's free memory (backend mem_info, or the CUDA runtime) or, on the
+ * CPU backend, MemAvailable. */
 #ifndef PP_SERVER_CAPACITY_H
 #define PP_SERVER_CAPACITY_H
 

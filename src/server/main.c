@@ -47,6 +47,7 @@ typedef struct app {
     server srv;
     server_options opt;
     pp_backend *backend;
+    pp_kv_format kv; /* --kv-cache as resolved */
     char state_dir[4096];
     char paths[5][4096]; /* weights, mimi, tokenizer, voices dir, system prompts ("" none) as resolved */
     pp_demo_files demo;
@@ -156,9 +157,9 @@ static int kv_format(const char *name, pp_kv_format *out, char *err) {
 }
 
 /* KV format, prompt cache, the measured capacity, and the engine sized for it. */
-static int start_engine(app *a, pp_model *model, pp_kv_format kv, engine **out, int *capacity, char *err) {
+static int start_engine(app *a, pp_model *model, engine **out, int *capacity, char *err) {
     size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
-    int rc = pp_model_set_kv_cache(model, kv, err);
+    int rc = pp_model_set_kv_cache(model, a->kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task. */
     int host_threads = pp_pool_threads_for(a->opt.threads);
@@ -171,7 +172,7 @@ static int start_engine(app *a, pp_model *model, pp_kv_format kv, engine **out, 
             "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms, downlink encoding %.2f ms per frame "
             "on %d host thread%s; %.1f MiB with its %s KV cache; %.1f GiB free)",
             plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, host_threads, host_threads == 1 ? "" : "s",
-            (double)plan.per_session_bytes / (1 << 20), pp_kv_format_name(kv), (double)plan.mem_free / (1 << 30));
+            (double)plan.per_session_bytes / (1 << 20), pp_kv_format_name(a->kv), (double)plan.mem_free / (1 << 30));
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
     *capacity = plan.sessions;
@@ -215,8 +216,6 @@ static void *load_main(void *arg) {
                          .quantize_temporal_only = a->opt.quantize_temporal_only};
     /* the backend reads its one switch from the environment, as PP_CPU_SIMD */
     if (a->opt.weights_in_host_memory) setenv("PP_WEIGHTS_IN_HOST_MEMORY", "1", 1);
-    pp_kv_format kv;
-    kv_format(a->opt.kv_cache, &kv, err); /* checked in main */
     int rc = pp_backend_create(a->opt.device, a->opt.threads, &a->backend, err);
     if (!rc && a->opt.demo) rc = cert_mkdirs(a->state_dir, err);
     if (!rc && a->opt.demo) {
@@ -238,10 +237,10 @@ static void *load_main(void *arg) {
     pp_lm_quantize q = {.group = mp.quantize_group, .temporal_only = mp.quantize_temporal_only};
     int quantize = mp.quantize && !pp_wformat_parse(mp.quantize, &q.fmt);
     if (!rc)
-        rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, kv, 1,
+        rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, a->kv, 1,
                                       !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
-    if (!rc) rc = start_engine(a, model, kv, &e, &capacity, err);
+    if (!rc) rc = start_engine(a, model, &e, &capacity, err);
     server_publish(s, model, e, rc ? err : NULL);
     if (rc) {
         PP_ERROR("server", "cannot load the model: %s", err);
@@ -422,8 +421,7 @@ int main(int argc, char **argv) {
         server_options_free(&a.opt);
         return 2;
     }
-    pp_kv_format kv;
-    if (kv_format(a.opt.kv_cache, &kv, err) != PP_OK) {
+    if (kv_format(a.opt.kv_cache, &a.kv, err) != PP_OK) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         server_options_free(&a.opt);
         return 2;
