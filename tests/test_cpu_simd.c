@@ -155,6 +155,32 @@ static void check(const pp_weight *w, cpu_simd simd, const char *what) {
     }
 }
 
+/* A product of many inputs gives each input, bit for bit, what a product of that input alone gives:
+ * a conversation in the server's batched tick samples the tokens it would sample alone. 18 inputs
+ * take cpu_gemv_i16.c's batch passes (run_pass_wide from 3 inputs, 16 at a time) twice, the second
+ * time with 2. */
+static void check_batch(const pp_weight *w, cpu_simd simd, const char *what) {
+    enum { N = 18 };
+    int64_t R = w->rows, C = w->cols;
+    float *x = malloc(sizeof(float) * (size_t)(N * C)), *y = malloc(sizeof(float) * (size_t)(N * R));
+    float *alone = malloc(sizeof(float) * (size_t)R);
+    for (int64_t i = 0; i < N * C; i++) x[i] = frand();
+    set_simd(simd);
+    be->ops->matmul(be, w, x, N, y);
+    int same = 1;
+    for (int i = 0; i < N && same; i++) {
+        be->ops->matmul(be, w, x + i * C, 1, alone);
+        same = memcmp(alone, y + (int64_t)i * R, sizeof(float) * (size_t)R) == 0;
+        if (!same)
+            fprintf(stderr, "%s %s: input %d of %d differs from its product alone\n", pp_cpu_simd_name(simd), what, i,
+                    N);
+    }
+    TEST_COND(what, same);
+    free(x);
+    free(y);
+    free(alone);
+}
+
 static void test_matmul(cpu_simd simd) {
     static const struct {
         pp_wformat fmt;
@@ -214,9 +240,11 @@ static void test_matmul(cpu_simd simd) {
         mem_weight m;
         make(&m, cases[i].fmt, cases[i].rows, cases[i].cols, cases[i].gs, cases[i].np2, cases[i].nest);
         check(&m.w, simd, cases[i].what);
+        check_batch(&m.w, simd, cases[i].what);
         /* a view from an odd row: group and block indices come from elem0 */
         pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
         check(&v, simd, cases[i].what);
+        check_batch(&v, simd, cases[i].what);
         mem_free(&m);
     }
 }

@@ -5,7 +5,9 @@
  * encode and decode (bench_frame_mimi.c), and the whole frame; it prints the median and p99 of
  * each, the LM weight bytes read per frame, the GB/s achieved against the backend's measured
  * copy bandwidth, and device memory. Contexts are KV-cache fills: the frame at context C
- * attends over min(C, 2999) past frames.
+ * attends over min(C, 2999) past frames. Each format also gives the time per prompt frame, the
+ * prompt phases running 32 frames to a pass as pp_session_prefill runs them: the wait before a
+ * conversation whose voice and prompt the prompt cache does not hold.
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
  *       [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
  *       [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate] [--busy N]
@@ -38,6 +40,7 @@
 #include "io/safetensors.h"
 #include "io/weight.h"
 #include "model/transformer.h"
+#include "personaplex.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -520,6 +523,47 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
     return lm_s;
 }
 
+/* The prompt phases as pp_session_prefill runs them (docs/model.md §6): PP_SESSION_PREFILL_ROWS
+ * frames of one conversation through the temporal transformer in one pass, at positions 0 on (no
+ * heads, no depformer, nothing sampled). *ms: the median ms per prompt frame of PROMPT_RUNS passes. */
+#define PROMPT_RUNS 3
+static int time_prompt(lm *m, double *ms, char *err) {
+    enum { N = PP_SESSION_PREFILL_ROWS };
+    pp_backend *be = m->be;
+    pp_tf_scratch sc;
+    int rc = pp_tf_scratch_init(be, &m->temporal, N, &sc, err);
+    if (rc) return rc;
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    float *x = bench_rand_buffer(be, &rng, (size_t)N * (size_t)m->d.dim, 1.0f);
+    int32_t *pos = be->ops->alloc(be, N * sizeof(int32_t));
+    const pp_kv_ring **tables = be->ops->alloc(be, N * sizeof *tables);
+    if (x && pos && tables) {
+        pp_tf_cache *caches[N];
+        const pp_kv_ring *host_tables[N];
+        for (int i = 0; i < N; i++) caches[i] = &m->tc, host_tables[i] = m->tc.table;
+        be->ops->upload(be, tables, host_tables, sizeof host_tables);
+        double per_frame[PROMPT_RUNS];
+        for (int r = 0; r < PROMPT_RUNS; r++) {
+            int32_t p[N];
+            for (int i = 0; i < N; i++) p[i] = r * N + i;
+            be->ops->upload(be, pos, p, sizeof p);
+            double t0 = bench_now();
+            pp_tf_forward(be, &m->temporal, &sc, caches, tables, N, x, pos, 0, NULL);
+            be->ops->sync(be);
+            per_frame[r] = (bench_now() - t0) / N;
+        }
+        bench_sort(per_frame, PROMPT_RUNS);
+        *ms = 1e3 * per_frame[PROMPT_RUNS / 2];
+    } else {
+        rc = pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for %d prompt rows", N);
+    }
+    void *bufs[] = {x, pos, tables};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i]) be->ops->release(be, bufs[i]);
+    pp_tf_scratch_free(be, &sc);
+    return rc;
+}
+
 static void print_memory(pp_backend *be, const lm *m, pp_kv_format kv) {
     size_t bytes = pp_tf_cache_bytes(&m->temporal.shape, CAPACITY, kv) +
                    pp_tf_cache_bytes(&m->depformer.shape, DEP_Q, PP_KV_F32);
@@ -606,7 +650,14 @@ static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_fo
         lm_floor(&m, s.lm_bytes, context, kv, floor[c]);
         t[c] = run_context(&m, mimi, context, o, floor[c], mimi ? bench_mimi_weight_bytes(mimi) : 0, fmt, &fc[c]);
     }
-    if (!rc && !o->extrapolate) print_memory(be, &m, kv);
+    if (!rc && !o->extrapolate) {
+        double prompt_ms = 0;
+        rc = time_prompt(&m, &prompt_ms, err);
+        if (!rc)
+            printf("      prompt frames, %d to a pass (as pp_session_prefill): %.2f ms each\n", PP_SESSION_PREFILL_ROWS,
+                   prompt_ms);
+        if (!rc) print_memory(be, &m, kv);
+    }
     lm_free(&m);
     synth_free(&s);
     return rc;

@@ -9,12 +9,11 @@
  * into 8 int32 sums, as AVX-512's vpdpwssd does on twice the width. The block formats have
  * passes of their own (run_pass_q4k, run_pass_b32).
  *
- * Against the float loops on a 2-core AVX2 Zen 3 at 4096 x 14336 (personaplex-bench gemv): NF2,
- * INT4 and NF4 1.5x, 1.6x and 2.5x as fast for one input and faster for two; for four NF2 and
- * INT4 about as fast and for eight 5-17% slower (NF4 1.4x faster at both), where vpmaddwd plus
- * vpaddd multiply no more weights per instruction than one FMA and the decoding no longer
- * dominates; Q4_K, Q4_0 and Q8_0 faster for every batch. The choice never depends on the batch:
- * batched and lone products must stay identical.
+ * Against the float loops on a 2-core AVX2 Zen 3 at 4096 x 14336 (personaplex-bench gemv --compare
+ * avx2): NF2, INT4 and NF4 1.6x, 1.7x and 2.4x as fast for one input, 1.1x, 1.4x and 1.7x for
+ * four, 1.3x, 1.4x and 1.8x for eight and 1.3x, 1.3x and 1.8x for 32 (from three inputs on they
+ * take run_pass_wide); Q4_K, Q4_0 and Q8_0 faster for every batch. The choice never depends on
+ * the batch: batched and lone products must stay identical (test_cpu_simd checks it).
  *
  * A block is 32 bytes of one row's codes: 128 NF2 weights, 64 of the 4-bit formats. Code k of
  * byte b is weight cpb·b + k of the block (cpb codes per byte: 4 or 2). Decoding code k: the
@@ -358,18 +357,25 @@ I16_FN void fetch_scales(const pp_weight *w, int64_t r, int rb) {
     }
 }
 
+/* The codes of the pass's rows p->r .. p->r + rb - 1, and the next rb rows' scales prefetched. */
+I16_FN void start_rows(const pass *p, pp_wformat fmt, int rb, const uint8_t **row) {
+    const pp_weight *w = p->w;
+    for (int k = 0; k < rb; k++)
+        row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / codes_per_byte(fmt);
+    fetch_scales(w, p->r + rb, rb);
+}
+
 /* rb rows × nb inputs over whole rows. */
 I16_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
     const pp_weight *w = p->w;
     const int cpb = codes_per_byte(fmt);
     const int64_t B = block_weights(fmt), blocks = w->cols / B, half = B / 2, chunk = SCALE_SPAN / B * B;
     const uint8_t *row[ROWS];
-    for (int k = 0; k < rb; k++) row[k] = (const uint8_t *)w->data + (w->elem0 + (p->r + k) * w->cols) / cpb;
+    start_rows(p, fmt, rb, row);
     __m256 acc[ROWS][INPUTS];
     for (int k = 0; k < rb; k++)
         for (int q = 0; q < nb; q++) acc[k][q] = _mm256_setzero_ps();
     float hs[ROWS][SCALE_SPAN / 32];
-    fetch_scales(w, p->r + rb, rb);
     for (int64_t c = 0; c < w->cols; c += chunk) {
         int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
         for (int k = 0; k < rb; k++) half_scales(w, p->r + k, c, len, half, hs[k]);
@@ -402,6 +408,60 @@ I16_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
         }
     }
     for (int k = 0; k < rb; k++)
+        for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = cpu_hsum8(acc[k][q]);
+}
+
+/* Three or more inputs (WIDE_MIN) of NF2, INT4 or NF4: 4 rows × nb (<= WIDE_INPUTS) inputs over
+ * whole rows. Each block of the 4 rows is decoded once into dec (in the stack, so the products
+ * take it as a memory operand); then one input at a time holds its activation vectors in
+ * registers and meets the 4 rows' decoded vectors. run_pass decodes a block once per pass of at
+ * most 4 (row, input) pairs, and its sums and pointers for 4 inputs spill; here the decoding is
+ * shared by every input and the inner loop keeps one input's vectors and one row's sums. Every
+ * (row, input) gets the same integer block sums and the same float steps in the same order as in
+ * run_pass, so the result is the same bit for bit. 2-core Zen 3, 4096 x 14336, against run_pass:
+ * 0.63-0.87 of its time for NF2, INT4 and NF4 at 4 to 32 inputs, 0.74-0.93 at 3, but 1.0-1.2 at 2. */
+#define WIDE_MIN 3
+#define WIDE_INPUTS 16
+I16_FN void run_pass_wide(const pass *p, pp_wformat fmt, int nb, float *y) {
+    const pp_weight *w = p->w;
+    const int cpb = codes_per_byte(fmt);
+    const int64_t B = block_weights(fmt), blocks = w->cols / B, span = SCALE_SPAN / B; /* blocks per scale fetch */
+    const uint8_t *row[ROWS];
+    start_rows(p, fmt, ROWS, row);
+    __m256 acc[ROWS][WIDE_INPUTS];
+    memset(acc, 0, sizeof acc);
+    __m256i dec[ROWS][8]; /* a block's codes 0-3 of each row as (A, B) pairs */
+    float hs[ROWS][SCALE_SPAN / 32];
+    for (int64_t b = 0; b < blocks; b++) {
+        if (b % span == 0) {
+            int64_t c = b * B, len = w->cols - c < span * B ? w->cols - c : span * B;
+            for (int k = 0; k < ROWS; k++) half_scales(w, p->r + k, c, len, B / 2, hs[k]);
+        }
+        __m256 ws[ROWS];
+        for (int k = 0; k < ROWS; k++) {
+            const uint8_t *at = row[k] + b * BLOCK_BYTES;
+            const __m256i codes = _mm256_loadu_si256((const __m256i *)(const void *)at);
+            cpu_fetch_ahead(at);
+            for (int t = 0; t < cpb; t++) decode(fmt, codes, t, p, &dec[k][2 * t], &dec[k][2 * t + 1]);
+            ws[k] = _mm256_set_m128(_mm_set1_ps(hs[k][2 * (b % span) + 1]), _mm_set1_ps(hs[k][2 * (b % span)]));
+        }
+        const int16_t *xq = p->x->q + ((int64_t)p->i * blocks + b) * B;
+        const float *xs = p->x->scale + ((int64_t)p->i * blocks + b) * LANES;
+        for (int q = 0; q < nb; q++, xq += blocks * B, xs += blocks * LANES) {
+            __m256i xv[8];
+            for (int v = 0; v < 2 * cpb; v++)
+                xv[v] = _mm256_loadu_si256((const __m256i *)(const void *)(xq + CODE_LANES * v));
+            const __m256 scale = _mm256_loadu_ps(xs);
+            for (int k = 0; k < ROWS; k++) {
+                __m256i sum = _mm256_setzero_si256();
+                for (int t = 0; t < cpb; t++)
+                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(dec[k][2 * t], xv[2 * t]),
+                                                                 _mm256_madd_epi16(dec[k][2 * t + 1], xv[2 * t + 1])));
+                acc[k][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws[k], scale), acc[k][q]);
+            }
+        }
+    }
+    for (int k = 0; k < ROWS; k++)
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = cpu_hsum8(acc[k][q]);
 }
 
@@ -559,6 +619,17 @@ CPU_AVX2 static void i16_rows(const pp_weight *w, const cpu_int_x *x, int n, flo
         p.low_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)low));
         p.high_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)high));
     }
+    if (n >= WIDE_MIN && (w->fmt == PP_WF_NF2 || w->fmt == PP_WF_INT4 || w->fmt == PP_WF_NF4))
+        for (; r1 - r0 >= ROWS; r0 += ROWS) /* a task's last rows (fewer than 4) go to run_rows */
+            for (p.r = r0, p.i = 0; p.i < n; p.i += WIDE_INPUTS) {
+                int nb = n - p.i < WIDE_INPUTS ? n - p.i : WIDE_INPUTS;
+                if (w->fmt == PP_WF_NF2)
+                    run_pass_wide(&p, PP_WF_NF2, nb, y);
+                else if (w->fmt == PP_WF_INT4)
+                    run_pass_wide(&p, PP_WF_INT4, nb, y);
+                else
+                    run_pass_wide(&p, PP_WF_NF4, nb, y);
+            }
     run_rows(&p, n, y, r0, r1);
 }
 

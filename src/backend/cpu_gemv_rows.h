@@ -80,7 +80,9 @@ INLINE void dense_pass(const pass *p, pp_wformat fmt, int rb, int nb) {
         for (int k = 0; k < rb; k++) {
             float v;
             pp_weight_decode_span(w, p->r + k, c, 1, &v);
-            for (int q = 0; q < nb; q++) tail[k][q] += v * p->x[q][c];
+            /* fmaf, not a*b + c: the files that include this contract a*b + c, and whether they do
+             * differs between pass shapes, which would make a batched product differ from a lone one */
+            for (int q = 0; q < nb; q++) tail[k][q] = fmaf(v, p->x[q][c], tail[k][q]);
         }
     store_sums(p, acc, tail, rb, nb);
 }
