@@ -1,6 +1,7 @@
 /* test_cpu_simd: the CPU backend's SIMD loop variants (backend/cpu_simd.h) against its portable
  * loops on the same random data: matrix products of every weight format and group layout for
- * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views; the codec's convolutions
+ * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views, and each input of an 18-input
+ * product against its product alone (bit for bit); the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
  * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every
  * variant this CPU supports (products: AVX2's float loops, and the integer loops of AVX2 and
