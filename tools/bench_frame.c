@@ -525,9 +525,10 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
 
 /* The prompt phases as pp_session_prefill runs them (docs/model.md §6): PP_SESSION_PREFILL_ROWS
  * frames of one conversation through the temporal transformer in one pass, at positions 0 on (no
- * heads, no depformer, nothing sampled). *ms: the median ms per prompt frame of PROMPT_RUNS passes. */
+ * heads, no depformer, nothing sampled). *ms: the median ms per prompt frame of `runs` passes (at
+ * most PROMPT_RUNS). */
 #define PROMPT_RUNS 3
-static int time_prompt(lm *m, double *ms, char *err) {
+static int time_prompt(lm *m, int runs, double *ms, char *err) {
     enum { N = PP_SESSION_PREFILL_ROWS };
     pp_backend *be = m->be;
     pp_tf_scratch sc;
@@ -543,7 +544,7 @@ static int time_prompt(lm *m, double *ms, char *err) {
         for (int i = 0; i < N; i++) caches[i] = &m->tc, host_tables[i] = m->tc.table;
         be->ops->upload(be, tables, host_tables, sizeof host_tables);
         double per_frame[PROMPT_RUNS];
-        for (int r = 0; r < PROMPT_RUNS; r++) {
+        for (int r = 0; r < runs; r++) {
             int32_t p[N];
             for (int i = 0; i < N; i++) p[i] = r * N + i;
             be->ops->upload(be, pos, p, sizeof p);
@@ -552,8 +553,8 @@ static int time_prompt(lm *m, double *ms, char *err) {
             be->ops->sync(be);
             per_frame[r] = (bench_now() - t0) / N;
         }
-        bench_sort(per_frame, PROMPT_RUNS);
-        *ms = 1e3 * per_frame[PROMPT_RUNS / 2];
+        bench_sort(per_frame, runs);
+        *ms = 1e3 * per_frame[runs / 2];
     } else {
         rc = pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for %d prompt rows", N);
     }
@@ -652,7 +653,7 @@ static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_fo
     }
     if (!rc && !o->extrapolate) {
         double prompt_ms = 0;
-        rc = time_prompt(&m, &prompt_ms, err);
+        rc = time_prompt(&m, o->frames < PROMPT_RUNS ? o->frames : PROMPT_RUNS, &prompt_ms, err);
         if (!rc)
             printf("      prompt frames, %d to a pass (as pp_session_prefill): %.2f ms each\n", PP_SESSION_PREFILL_ROWS,
                    prompt_ms);
