@@ -553,8 +553,8 @@ static int time_prompt(lm *m, int runs, double *ms, char *err) {
             be->ops->sync(be);
             per_frame[r] = (bench_now() - t0) / N;
         }
-        bench_sort(per_frame, runs);
-        *ms = 1e3 * per_frame[runs / 2];
+        double p99;
+        stats(per_frame, runs, ms, &p99);
     } else {
         rc = pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for %d prompt rows", N);
     }
