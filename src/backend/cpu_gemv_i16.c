@@ -420,7 +420,7 @@ I16_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
  * (row, input) gets the same integer block sums and the same float steps in the same order as in
  * run_pass, so the result is the same bit for bit. 2-core Zen 3, 4096 x 14336, against run_pass:
  * 0.63-0.87 of its time for NF2, INT4 and NF4 at 4 to 32 inputs, 0.74-0.93 at 3, but 1.0-1.2 at 2. */
-#define WIDE_MIN 3
+#define WIDE_MIN(fmt) 3
 #define WIDE_INPUTS 16
 I16_FN void run_pass_wide(const pass *p, pp_wformat fmt, int nb, float *y) {
     const pp_weight *w = p->w;
@@ -619,17 +619,6 @@ CPU_AVX2 static void i16_rows(const pp_weight *w, const cpu_int_x *x, int n, flo
         p.low_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)low));
         p.high_bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)high));
     }
-    if (n >= WIDE_MIN && (w->fmt == PP_WF_NF2 || w->fmt == PP_WF_INT4 || w->fmt == PP_WF_NF4))
-        for (; r1 - r0 >= ROWS; r0 += ROWS) /* a task's last rows (fewer than 4) go to run_rows */
-            for (p.r = r0, p.i = 0; p.i < n; p.i += WIDE_INPUTS) {
-                int nb = n - p.i < WIDE_INPUTS ? n - p.i : WIDE_INPUTS;
-                if (w->fmt == PP_WF_NF2)
-                    run_pass_wide(&p, PP_WF_NF2, nb, y);
-                else if (w->fmt == PP_WF_INT4)
-                    run_pass_wide(&p, PP_WF_INT4, nb, y);
-                else
-                    run_pass_wide(&p, PP_WF_NF4, nb, y);
-            }
     run_rows(&p, n, y, r0, r1);
 }
 
