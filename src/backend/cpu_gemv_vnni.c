@@ -12,7 +12,8 @@
  * bits of code k puts weight W·m + k in word m. So a block covers B = 32·W weights and each
  * int32 lane of vpdpwssd sums exactly one 2W-run, which therefore has one activation scale and
  * one weight group scale (groups are multiples of 2W). After each block the 16 lane sums are
- * converted and scaled in float.
+ * converted and scaled in float. With several inputs (three, NF2 six) a wide pass decodes each
+ * block of four rows once for all of them (run_pass_wide_codes; INT8: run_pass_wide_int8).
  *
  * Weight values as int16 (pp_cpu_int16_codes, which cpu_gemv_i16.c's AVX2 loops share), exact or nearly:
  *   NF2:  the centroids ±0.4528, ±1.5104 are exactly ±283 and ±944 times 0.0016.
@@ -315,8 +316,8 @@ VNNI_FN int64_t start_rows(const pass *p, pp_wformat fmt, int rb, const uint8_t 
     return (SCALE_SPAN + span - 1) / span * span;
 }
 
-/* The block of codes at column b of a row (a last half block loaded masked). Whole blocks take
- * a plain load: a masked one waits on every older store (in a wide pass, those of dec). */
+/* The block of codes at column b of a row: a plain load, and a masked one only for a row's last
+ * half block (masked loads throughout measured 5 % slower for one and two inputs on Zen 5). */
 VNNI_FN __m512i block_codes(const pp_weight *w, pp_wformat fmt, const uint8_t *row, int64_t b) {
     const uint8_t *at = row + b / (fmt == PP_WF_NF2 ? 4 : 2);
     cpu_fetch_ahead(at);
@@ -365,17 +366,9 @@ VNNI_FN void run_pass(const pass *p, pp_wformat fmt, int rb, int nb, float *y) {
         for (int q = 0; q < nb; q++) y[(int64_t)(p->i + q) * w->rows + p->r + k] = _mm512_reduce_add_ps(acc[k][q]);
 }
 
-/* Several inputs (WIDE_MIN) of NF2, INT4 or NF4: 4 rows × nb (<= WIDE_INPUTS) inputs over whole
- * rows, as cpu_gemv_i16.c's run_pass_wide: each block of the 4 rows is decoded once into dec,
- * and every input meets it (wide_inputs). run_pass decodes a block again for each pass of at
- * most 4 (row, input) pairs: at 8 inputs NF2 ran at 1.3 times its one-input rate. Every (row,
- * input) gets the same integer block sums and the same float steps in the same order as in
- * run_pass, so the result is the same bit for bit. 2-core Zen 5, 4096 x 14336 from memory,
- * old time over new: NF2 0.95, 0.98, 1.02, 1.09 and 1.19 at 3, 4, 5, 6 and 8 inputs, INT4 1.07
- * at 3 to 1.32 at 8, NF4 1.10 to 1.45; in cache at 32 inputs 1.33, 1.22 and 1.46. NF2's decoding
- * (a shift and a vpermw per 32 weights) is cheap beside its stores to dec, so it takes the wide
- * pass from 6 inputs. */
-#define WIDE_MIN(fmt) ((fmt) == PP_WF_NF2 ? 6 : 3)
+/* ---- several inputs: the wide passes (run_pass_wide_codes, run_pass_wide_int8) ---- */
+
+#define WIDE_MIN(fmt) ((fmt) == PP_WF_NF2 ? 6 : 3) /* measured: see run_pass_wide_codes */
 #define WIDE_INPUTS 16
 /* The 4 rows' integer sums of a decoded block dec (W vectors a row) with one input's W activation
  * vectors xv. Each row sums its even and its odd steps in two chains: a vpdpwssd waits on the one
@@ -404,6 +397,16 @@ VNNI_FN void wide_inputs(int W, int nb, __m512i (*dec)[8], const __m512 *ws, con
     }
 }
 
+/* WIDE_MIN or more inputs of NF2, INT4 or NF4: 4 rows × nb (<= WIDE_INPUTS) inputs over whole
+ * rows, as cpu_gemv_i16.c's run_pass_wide: each block of the 4 rows is decoded once into dec,
+ * and every input meets it (wide_inputs). run_pass decodes a block again for each pass of at
+ * most 4 (row, input) pairs: at 8 inputs NF2 ran at 1.3 times its one-input rate. Every (row,
+ * input) gets the same integer block sums and the same float steps in the same order as in
+ * run_pass, so the result is the same bit for bit. 2-core Zen 5, 4096 x 14336 from memory,
+ * old time over new: NF2 0.95, 0.98, 1.02, 1.09 and 1.19 at 3, 4, 5, 6 and 8 inputs, INT4 1.07
+ * at 3 to 1.32 at 8, NF4 1.10 to 1.45; in cache at 32 inputs 1.33, 1.22 and 1.46. So NF2, whose
+ * pass stores 8 decoded vectors a row per block (a shift and a vpermw each to make), takes it from
+ * 6 inputs. */
 VNNI_FN void run_pass_wide_codes(const pass *p, pp_wformat fmt, int nb, float *y) {
     const pp_weight *w = p->w;
     const int W = weights_per_word(fmt);
@@ -649,7 +652,8 @@ VNNI_FN void run_pass_wide_int8(const pass *p, int nb, float *y) {
             for (int part = 0; part < INT8_BLOCK / 32; part++)
                 xv[part] = _mm512_loadu_si512(p->x->q + xb * INT8_BLOCK + 32 * part);
             wide_sums(INT8_BLOCK / 32, dec, xv, sum);
-            for (int k = 0; k < ROWS; k++) { /* run_pass_int8's steps (a shared helper cost its one-input loop 3-7 %) */
+            /* run_pass_int8's steps, written out as there: a helper shared by both cost its one-input loop a few % */
+            for (int k = 0; k < ROWS; k++) {
                 float s = ws[k] * p->x->scale[xb];
                 acc[k][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(s), acc[k][q]);
                 if (w->zeros) zacc[k][q] += wz[k] * p->x->sums[xb] * s;
