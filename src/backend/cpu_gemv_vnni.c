@@ -421,11 +421,12 @@ VNNI_FN void run_pass_wide_codes(const pass *p, pp_wformat fmt, int nb, float *y
         int64_t len = w->cols - c < chunk ? w->cols - c : chunk;
         row_scales(p, ROWS, c, len, sc);
         for (int64_t b = c; b < c + len; b += B) {
+            const int64_t g0 = (b - c) / w->group;
             __m512 ws[ROWS];
             for (int k = 0; k < ROWS; k++) {
                 const __m512i codes = block_codes(w, fmt, row[k], b);
                 for (int t = 0; t < W; t++) dec[k][t] = decode(fmt, codes, t, p);
-                ws[k] = _mm512_permutexvar_ps(p->lane_group, _mm512_loadu_ps(sc[k] + (b - c) / w->group));
+                ws[k] = _mm512_permutexvar_ps(p->lane_group, _mm512_loadu_ps(sc[k] + g0));
             }
             wide_inputs(W, nb, dec, ws, p->x->q + (int64_t)p->i * cols + b, cols,
                         p->x->scale + (int64_t)p->i * runs + b / (2 * W), runs, acc);
