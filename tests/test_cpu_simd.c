@@ -195,6 +195,7 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_F16, 21, 4096, 0, 0, 0, "f16 long"},
         {PP_WF_BF16, 37, 301, 0, 0, 0, "bf16 odd"},
         {PP_WF_BF16, 40, 520, 0, 0, 0, "bf16"},
+        {PP_WF_BF16, 21, 1024, 0, 0, 0, "bf16 whole lines"},
         {PP_WF_NF2, 37, 512, 128, 128, 0, "nf2 g128"},
         {PP_WF_NF2, 13, 480, 48, 64, 0, "nf2 g48 in 64"},
         {PP_WF_NF2, 9, 2048, 2048, 2048, 0, "nf2 g2048"},
@@ -246,6 +247,15 @@ static void test_matmul(cpu_simd simd) {
         pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
         check(&v, simd, cases[i].what);
         check_batch(&v, simd, cases[i].what);
+        /* dense rows that start off a 64-byte boundary by 1 to 29 elements: the AVX-512 loops' first step
+         * reaches the boundary (rows of whole lines) or the rows' ends */
+        for (int64_t shift = 1; cases[i].fmt <= PP_WF_BF16 && shift < 32; shift += 7) {
+            pp_weight off = m.w;
+            off.elem0 += shift;
+            off.rows -= 1;
+            check(&off, simd, cases[i].what);
+            check_batch(&off, simd, cases[i].what);
+        }
         mem_free(&m);
     }
 }

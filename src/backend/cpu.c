@@ -4,12 +4,24 @@
 
 #include "base/err.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define CPU_ALIGN 64
+
+void *pp_cpu_alloc_aligned(size_t bytes) {
+    if (bytes > SIZE_MAX - CPU_ALIGN) return NULL;
+    /* aligned_alloc wants a whole number of alignments, and at least one */
+    size_t size = bytes ? (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN : CPU_ALIGN;
+    return aligned_alloc(CPU_ALIGN, size);
+}
+
 static void *cpu_alloc(pp_backend *be, size_t bytes) {
     (void)be;
-    return calloc(1, bytes ? bytes : 1);
+    void *p = pp_cpu_alloc_aligned(bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
 static void cpu_release(pp_backend *be, void *ptr) {

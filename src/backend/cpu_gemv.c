@@ -13,7 +13,8 @@
  * These loops are the portable reference; on CPUs with AVX2 the row tasks run
  * cpu_gemv_avx2.c's register-blocked twins instead, on the same prepared inputs (on aarch64,
  * cpu_gemv_neon.c's), and the low-bit formats run integer products on activations rounded to int16:
- * cpu_gemv_vnni.c's on CPUs with AVX-512 VNNI, cpu_gemv_i16.c's on the other AVX2 ones. */
+ * cpu_gemv_vnni.c's on CPUs with AVX-512 VNNI, cpu_gemv_i16.c's on the other AVX2 ones. On the VNNI CPUs the
+ * dense formats run cpu_gemv_avx512.c's loops, on a copy of the inputs aligned to the weights' rows. */
 #include "backend/cpu.h"
 
 #include "base/err.h"
@@ -21,6 +22,7 @@
 #include "io/quant.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +30,7 @@
 
 struct cpu_gemv {
     pthread_mutex_t lock; /* the scratch serves one product at a time */
-    float *xp;
+    float *xp;            /* NF2's rotated inputs, or the AVX-512 dense loops' aligned copy of them */
     size_t cap;
     int16_t *vq; /* integer products: int16 activations [vq_cap] */
     float *runs; /* integer products: their scales [runs_cap] */
@@ -117,6 +119,9 @@ static void load_dense(const pp_weight *w, int64_t e, int64_t len, float *buf) {
     }
 }
 
+/* Rows [r0, r1) of y[n][rows] = x[n][cols]·wᵀ (cpu.h's SIMD row loops). */
+typedef void (*rows_fn)(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+
 typedef struct {
     const pp_weight *w;
     const float *x; /* [n][cols]: raw for dense, prepared for quantized formats */
@@ -124,8 +129,9 @@ typedef struct {
     int n;
     int64_t rows_per_task;
     const float *lut; /* quantized: byte -> values, 4 per byte (NF2) or 2 (INT4, NF4) */
-    /* set: the SIMD twin of the loops below takes these rows (cpu_gemv_avx2.c, cpu_gemv_neon.c) */
-    void (*simd_rows)(const pp_weight *w, const float *x, int n, float *y, int64_t r0, int64_t r1);
+    /* set: the SIMD twin of the loops below takes these rows (cpu_gemv_avx2.c, cpu_gemv_neon.c,
+     * cpu_gemv_avx512.c) */
+    rows_fn simd_rows;
     const cpu_int_gemv *ig; /* set: these integer loops take the rows, on the activations ix */
     const cpu_int_x *ix;
 } gemv_job;
@@ -262,8 +268,22 @@ static void rotate_x(pp_backend *be, const pp_weight *w, const float *x, int n, 
     }
 }
 
-static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const cpu_int_gemv *ig, const cpu_int_x *ix,
-                     int n, float *y, const float *lut) {
+/* The SIMD float loops this CPU runs for w, NULL for the portable ones. */
+static rows_fn float_rows_for(pp_backend *be, const pp_weight *w) {
+#if CPU_HAVE_AVX2
+    if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w)) return pp_cpu_gemv_rows_avx2;
+#elif CPU_HAVE_NEON
+    if (cpu_simd_of(be) == CPU_SIMD_NEON && pp_cpu_gemv_neon_handles(w)) return pp_cpu_gemv_rows_neon;
+#else
+    (void)be, (void)w;
+#endif
+    return NULL;
+}
+
+/* The product's rows shared out over the pool: the integer loops ig when set, else simd_rows when set,
+ * else the portable loops. */
+static void run_rows(pp_backend *be, const pp_weight *w, const float *x, rows_fn simd_rows, const cpu_int_gemv *ig,
+                     const cpu_int_x *ix, int n, float *y, const float *lut) {
     pp_pool *pool = cpu_pool(be);
     int threads = pool ? pp_pool_threads(pool) : 1;
     /* A few tasks per thread so uneven progress balances; at least 8 rows so small products
@@ -272,20 +292,18 @@ static void run_rows(pp_backend *be, const pp_weight *w, const float *x, const c
     int64_t per = (w->rows + tasks - 1) / tasks;
     if (per < 8) per = 8;
     per = (per + 3) / 4 * 4; /* whole 4-row passes for the SIMD loops */
-    gemv_job j = {.w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .ig = ig, .ix = ix};
-#if CPU_HAVE_AVX2
-    if (cpu_simd_of(be) >= CPU_SIMD_AVX2 && pp_cpu_gemv_avx2_handles(w)) j.simd_rows = pp_cpu_gemv_rows_avx2;
-#elif CPU_HAVE_NEON
-    if (cpu_simd_of(be) == CPU_SIMD_NEON && pp_cpu_gemv_neon_handles(w)) j.simd_rows = pp_cpu_gemv_rows_neon;
-#endif
+    gemv_job j = {
+        .w = w, .x = x, .y = y, .n = n, .rows_per_task = per, .lut = lut, .simd_rows = simd_rows, .ig = ig, .ix = ix};
     pp_pool_run(pool, (int)((w->rows + per - 1) / per), gemv_task, &j);
 }
 
-/* Grows a scratch array to hold need elements of size bytes; 0 when out of memory. */
+/* Grows a scratch array to hold need elements of size bytes, aligned as the backend's buffers (its old
+ * contents are not kept: every use writes it first); 0 when out of memory. */
 static int reserve(void **p, size_t *cap, size_t need, size_t size) {
     if (need <= *cap) return 1;
-    void *q = realloc(*p, need * size);
+    void *q = need <= SIZE_MAX / size ? pp_cpu_alloc_aligned(need * size) : NULL;
     if (!q) return 0;
+    free(*p);
     *p = q;
     *cap = need;
     return 1;
@@ -319,7 +337,21 @@ static int int_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const flo
     if (ok) {
         cpu_int_x ix = {.q = g->vq, .scale = g->runs};
         ig->prepare(w, src, n, &ix);
-        run_rows(be, w, NULL, ig, &ix, n, y, NULL);
+        run_rows(be, w, NULL, NULL, ig, &ix, n, y, NULL);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return ok;
+}
+
+/* The AVX-512 dense products, on their aligned copy of the inputs; 0 when they cannot take this
+ * product (the caller then runs the AVX2 loops). */
+static int dense512_matmul(pp_backend *be, cpu_gemv *g, const pp_weight *w, const float *x, int n, float *y) {
+    if (cpu_simd_of(be) != CPU_SIMD_VNNI || w->fmt > PP_WF_BF16) return 0;
+    pthread_mutex_lock(&g->lock);
+    int ok = reserve((void **)&g->xp, &g->cap, pp_cpu_dense512_floats(w, n), sizeof(float));
+    if (ok) {
+        pp_cpu_dense512_prepare(w, x, n, g->xp);
+        run_rows(be, w, g->xp, pp_cpu_dense512_rows, NULL, NULL, n, y, NULL);
     }
     pthread_mutex_unlock(&g->lock);
     return ok;
@@ -330,14 +362,15 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
     if (n <= 0 || w->rows <= 0) return;
     cpu_gemv *g = ((cpu_ctx *)be->impl)->gemv;
 #if CPU_HAVE_AVX2
-    if (int_matmul(be, g, w, x, n, y)) return;
+    if (int_matmul(be, g, w, x, n, y) || dense512_matmul(be, g, w, x, n, y)) return;
 #endif
+    rows_fn simd_rows = float_rows_for(be, w);
     if (w->fmt <= PP_WF_BF16 || pp_wformat_block_bytes(w->fmt) || w->fmt == PP_WF_INT8) {
-        run_rows(be, w, x, NULL, NULL, n, y, NULL);
+        run_rows(be, w, x, simd_rows, NULL, NULL, n, y, NULL);
         return;
     }
     if (w->fmt == PP_WF_INT4) {
-        run_rows(be, w, x, NULL, NULL, n, y, &g->int4_lut[0][0]);
+        run_rows(be, w, x, simd_rows, NULL, NULL, n, y, &g->int4_lut[0][0]);
         return;
     }
     if (w->fmt == PP_WF_NF4) {
@@ -347,13 +380,13 @@ void pp_cpu_matmul(pp_backend *be, const pp_weight *w, const float *x, int n, fl
             lut[b][0] = table[b >> 4]; /* bitsandbytes: high nibble first */
             lut[b][1] = table[b & 15];
         }
-        run_rows(be, w, x, NULL, NULL, n, y, &lut[0][0]);
+        run_rows(be, w, x, simd_rows, NULL, NULL, n, y, &lut[0][0]);
         return;
     }
     pthread_mutex_lock(&g->lock);
     const float *xp = rotated(be, g, w, x, n);
     if (xp) {
-        run_rows(be, w, xp, NULL, NULL, n, y, &g->nf2_lut[0][0]);
+        run_rows(be, w, xp, simd_rows, NULL, NULL, n, y, &g->nf2_lut[0][0]);
     } else {
         PP_ERROR("cpu", "matmul '%s': no memory for %d x %lld activations, decoding rows instead",
                  w->name ? w->name : "?", n, (long long)w->cols);
