@@ -247,8 +247,8 @@ static void test_matmul(cpu_simd simd) {
         pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
         check(&v, simd, cases[i].what);
         check_batch(&v, simd, cases[i].what);
-        /* dense rows that start off a 64-byte boundary by 1 to 29 elements: the AVX-512 loops' first step
-         * reaches the boundary (rows of whole lines) or the rows' ends */
+        /* dense rows that start 1 to 29 elements further on: where rows are whole 64-byte lines, the AVX-512
+         * loops' masked first step runs up to the boundary for heads of several lengths */
         for (int64_t shift = 1; cases[i].fmt <= PP_WF_BF16 && shift < 32; shift += 7) {
             pp_weight off = m.w;
             off.elem0 += shift;

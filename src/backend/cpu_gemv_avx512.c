@@ -85,7 +85,7 @@ FN void step(const pass *p, pp_wformat fmt, int rb, int nb, const uint8_t *const
     for (int k = 0; k < rb; k++) {
         const uint8_t *at = row[k] + c * size;
         cpu_fetch_ahead(at);
-        if (size == 4) cpu_fetch_ahead(at + 64);
+        if (size == 4) cpu_fetch_ahead(at + LINE); /* F32: a step spans two lines */
         __m512 w0 = dense16(fmt, at, live0, whole), w1 = dense16(fmt, at + HALF * size, live1, whole);
 #pragma GCC unroll 4
         for (int q = 0; q < nb; q++) {
