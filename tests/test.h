@@ -57,6 +57,16 @@ static inline int test_files_equal(const char *a, const char *b) {
     return eq;
 }
 
+/* Removes the test's temporary directory dir and all it holds; 0 when it is gone. The name comes
+ * from mkdtemp, so it needs no more quoting than this. */
+static inline int test_remove_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
+    if (system(cmd) == 0) return 0;
+    fprintf(stderr, "could not remove %s\n", dir);
+    return -1;
+}
+
 /* max|a-b| / max|b| over n values (0 when both are all-zero). */
 static inline double test_rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;

@@ -52,8 +52,6 @@ int main(void) {
     pp_session_destroy(s);
     pp_model_close(m);
     pp_backend_destroy(be);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    TEST_COND("cleanup", system(cmd) == 0);
+    TEST_COND("cleanup", test_remove_dir(dir) == 0);
     return test_report();
 }

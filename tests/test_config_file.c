@@ -196,8 +196,6 @@ int main(void) {
     test_example_names_every_option();
     test_model_dir();
     test_capacity();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    test_remove_dir(g_dir);
     return test_report();
 }

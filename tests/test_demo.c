@@ -76,6 +76,7 @@ int main(void) {
     TEST_COND("NF2 demo written", rc == PP_OK);
     TEST_COND("NF2 demo written again", pp_demo_write_opts(dir_b, &opts, &other, err) == PP_OK);
     TEST_COND("NF2 demo LM is deterministic", test_files_equal(files.weights, other.weights));
+    test_remove_dir(dir_b);
     if (rc) return test_report();
     check_layout(files.weights);
 
@@ -118,5 +119,6 @@ int main(void) {
     pp_model_close(m);
     pp_backend_destroy(be);
     unlink(log_path);
+    test_remove_dir(dir_a);
     return test_report();
 }

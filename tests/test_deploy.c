@@ -401,9 +401,7 @@ int main(int argc, char **argv) {
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+        test_remove_dir(g_dir);
     } else {
         printf("logs kept in %s\n", g_dir);
     }

@@ -413,8 +413,6 @@ int main(void) {
     }
     test_variants(src);
     pp_st_close(src);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    test_remove_dir(tmpdir);
     return test_report();
 }

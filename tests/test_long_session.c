@@ -207,9 +207,7 @@ static void test_demo_session(pp_backend *be) {
     pp_wav_free(&w);
     pp_session_destroy(s);
     pp_model_close(m);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
 }
 
 int main(void) {

@@ -287,9 +287,7 @@ static void test_named_prompt(void) {
     }
     pp_model_close(m);
     pp_backend_destroy(be);
-    char rm[300];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    if (system(rm)) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
 }
 
 #define CODEC PP_TEST_DATA "/golden/mimi-onnx"

@@ -192,5 +192,7 @@ int main(void) {
     pp_session_destroy(c);
     pp_model_close(m);
     pp_backend_destroy(be);
+    test_remove_dir(dir_a);
+    test_remove_dir(dir_b);
     return test_report();
 }

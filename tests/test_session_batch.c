@@ -298,5 +298,6 @@ int main(void) {
     test_capacity_plan(m);
     pp_model_close(m);
     pp_backend_destroy(be);
+    test_remove_dir(dir);
     return test_report();
 }

@@ -327,8 +327,6 @@ int main(void) {
     test_golden();
     test_malformed();
     test_pair_and_names();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    test_remove_dir(tmpdir);
     return test_report();
 }

@@ -114,8 +114,6 @@ int main(void) {
     torch_reads_ours(&v);
     we_read_torch(&v);
     pp_voice_free(&v);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    test_remove_dir(tmpdir);
     return test_report();
 }
