@@ -2,7 +2,8 @@
  * loops on the same random data: matrix products of every weight format and group layout for
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views, and each input of an 18-input
  * product against its product alone (bit for bit); the codec's convolutions
- * (every path: direct, gathered windows, short and long transposed inputs), ELU (also against
+ * (every path: direct, gathered windows, short and long transposed inputs; the VNNI ones also
+ * against AVX2's, bit for bit), ELU (also against
  * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every
  * variant this CPU supports (products: AVX2's float loops, and the integer loops of AVX2 and
  * AVX-512 VNNI with their own stated tolerance; on aarch64 NEON's products and attention, which
@@ -266,10 +267,13 @@ static float *randv(size_t n, float scale) {
     return v;
 }
 
-/* Two streaming calls (the second reads the history the first left) of a conv in each variant
- * from the same state. FMA and the summation order differ: ~1e-7 of the output's scale over
- * these window lengths; 1e-6 leaves margin. */
-static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int t, int transposed) {
+/* Two streaming calls (the second reads the history the first left) of a conv in variants simd
+ * and ref from the same state, within tol. Against the portable loops FMA and the summation
+ * order differ: ~1e-7 of the output's scale over these window lengths, so 1e-6 leaves margin.
+ * The VNNI variant's direct and transposed convs form every output's sum as the AVX2 ones do:
+ * against them tol is 0, bit for bit. */
+static void check_conv(cpu_simd simd, cpu_simd ref, double tol, int cin, int cout, int k, int stride, int t,
+                       int transposed) {
     pp_conv c = {.cin = cin, .cout = cout, .k = k, .stride = stride, .groups = 1};
     float *w = randv((size_t)cin * cout * k, 0.3f), *b = randv((size_t)cout, 0.1f);
     c.w = w;
@@ -281,7 +285,7 @@ static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int 
     for (int v = 0; v < 2; v++) {
         st[v] = calloc(state + 1, sizeof(float));
         y[v] = calloc(out + 1, sizeof(float));
-        set_simd(v ? simd : CPU_SIMD_PORTABLE);
+        set_simd(v ? simd : ref);
         for (int call = 0; call < 2; call++) {
             if (transposed)
                 be->ops->conv_tr1d(be, &c, x, t, st[v], NULL, y[v], scratch);
@@ -290,12 +294,12 @@ static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int 
                                 call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
         }
     }
-    char what[96];
-    snprintf(what, sizeof what, "%s cin %d cout %d k %d stride %d t %d", transposed ? "conv_tr1d" : "conv1d", cin,
-             cout, k, stride, t);
+    char what[128];
+    snprintf(what, sizeof what, "%s against %s: %s cin %d cout %d k %d stride %d t %d", pp_cpu_simd_name(simd),
+             pp_cpu_simd_name(ref), transposed ? "conv_tr1d" : "conv1d", cin, cout, k, stride, t);
     double e = fmax(test_rel_err(y[1], y[0], out), test_rel_err(st[1], st[0], state));
-    if (e > 1e-6) fprintf(stderr, "%s: rel err %g\n", what, e);
-    TEST_COND(what, e <= 1e-6);
+    if (e > tol) fprintf(stderr, "%s: rel err %g\n", what, e);
+    TEST_COND(what, e <= tol);
     for (int v = 0; v < 2; v++) {
         free(st[v]);
         free(y[v]);
@@ -306,19 +310,29 @@ static void check_conv(cpu_simd simd, int cin, int cout, int k, int stride, int 
     free(scratch);
 }
 
+/* Every conv path in simd against ref: the direct path's tiles (VNNI: 6, 8 and 12 rows by 4, 3,
+ * 2 and 1 vectors of times, the last one masked), gathered windows, and transposed convs over
+ * short and long inputs (VNNI: tiles of 12 columns and pairs of panel blocks, and the rest). */
+static void check_convs(cpu_simd simd, cpu_simd ref, double tol) {
+    check_conv(simd, ref, tol, 1, 7, 7, 1, 40, 0);   /* a window of fewer than 8 values */
+    check_conv(simd, ref, tol, 5, 13, 3, 1, 37, 0);  /* direct: odd rows and times */
+    check_conv(simd, ref, tol, 16, 10, 1, 1, 20, 0); /* direct, k 1 */
+    check_conv(simd, ref, tol, 4, 7, 8, 4, 80, 0);   /* direct over phases: stride 4, 16 + 4 times */
+    check_conv(simd, ref, tol, 3, 5, 6, 2, 52, 0);   /* direct over phases: 16 + 8 + 2 times */
+    check_conv(simd, ref, tol, 9, 30, 3, 1, 130, 0); /* direct: tasks of 64, 64 and 2 times, 24 + 6 rows */
+    check_conv(simd, ref, tol, 6, 9, 4, 2, 24, 0);   /* strided, a few times: gathered windows */
+    check_conv(simd, ref, tol, 8, 11, 3, 1, 6, 0);   /* a few times: gathered windows */
+    check_conv(simd, ref, tol, 8, 6, 4, 2, 3, 1);    /* transposed, short input */
+    check_conv(simd, ref, tol, 8, 5, 6, 3, 13, 1);   /* transposed, long input, partial tiles */
+    check_conv(simd, ref, tol, 150, 9, 4, 2, 9, 1);  /* transposed, long input, several channel panels */
+    check_conv(simd, ref, tol, 150, 9, 4, 2, 3, 1);  /* transposed, short input, channels not a multiple of 4 */
+    check_conv(simd, ref, tol, 16, 8, 16, 8, 16, 1); /* transposed: 8 whole blocks, 16 columns */
+    check_conv(simd, ref, tol, 20, 10, 8, 4, 30, 1); /* transposed: 12 + 12 + 6 columns, 5 blocks */
+}
+
 static void test_codec(cpu_simd simd) {
-    check_conv(simd, 1, 7, 7, 1, 40, 0);   /* a window of fewer than 8 values */
-    check_conv(simd, 5, 13, 3, 1, 37, 0);  /* direct: odd rows and times */
-    check_conv(simd, 16, 10, 1, 1, 20, 0); /* direct, k 1 */
-    check_conv(simd, 4, 7, 8, 4, 80, 0);   /* direct over phases: stride 4, 16 + 4 times */
-    check_conv(simd, 3, 5, 6, 2, 52, 0);   /* direct over phases: 16 + 8 + 2 times */
-    check_conv(simd, 6, 9, 4, 2, 24, 0);   /* strided, a few times: gathered windows */
-    check_conv(simd, 8, 11, 3, 1, 6, 0);   /* a few times: gathered windows */
-    check_conv(simd, 8, 6, 4, 2, 3, 1);    /* transposed, short input */
-    check_conv(simd, 8, 5, 6, 3, 13, 1);   /* transposed, long input, partial tiles */
-    check_conv(simd, 150, 9, 4, 2, 9, 1);  /* transposed, long input, several channel panels */
-    check_conv(simd, 150, 9, 4, 2, 3, 1);  /* transposed, short input, channels not a multiple of 4 */
-    check_conv(simd, 16, 8, 16, 8, 16, 1);
+    check_convs(simd, CPU_SIMD_PORTABLE, 1e-6);
+    if (simd == CPU_SIMD_VNNI) check_convs(simd, CPU_SIMD_AVX2, 0);
 
     /* ELU: the variants agree to FMA rounding, and both stay within 2 ulp of expm1f */
     size_t n = 4099;

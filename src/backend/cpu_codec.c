@@ -8,7 +8,9 @@
  * vectorise without -ffast-math (which would let the compiler reorder every float sum).
  *
  * The hot loops are pool tasks compiled twice from one body (cpu_simd.h): portable, and AVX2
- * with FMA, picked by the backend's detected variant. */
+ * with FMA, picked by the backend's detected variant. On the VNNI variant's CPUs (AVX-512) the
+ * direct and the transposed convs run 512-bit tiles written with intrinsics, whose sums are the
+ * AVX2 tiles' term for term. */
 #include "backend/cpu.h"
 
 #include <math.h>
@@ -23,6 +25,14 @@ static inline float hsum8(const v8f *v) {
 }
 
 #define INLINE static inline __attribute__((always_inline))
+
+#if CPU_HAVE_AVX2
+#define FN512 CPU_VNNI static inline __attribute__((always_inline)) /* the VNNI variant's loops */
+/* NAME_avx512 on the VNNI variant's CPUs, else CPU_PICK's choice */
+#define PICK512(simd, name) ((simd) == CPU_SIMD_VNNI ? name##_avx512 : CPU_PICK(simd, name))
+#else
+#define PICK512(simd, name) CPU_PICK(simd, name)
+#endif
 
 /* Work below this many multiply-adds per task is not worth waking the pool for. */
 #define MIN_TASK_MACS (1 << 16)
@@ -205,6 +215,78 @@ INLINE void direct_task_body(void *ctx, int task) {
 }
 CPU_TASK_VARIANTS(direct_task)
 
+#if CPU_HAVE_AVX2
+/* The direct path on 512-bit vectors, for the VNNI variant's CPUs (AVX-512 F): a tile is nr rows
+ * x nv vectors of 16 times, up to 24 vectors of accumulators (of 32 registers), each weight
+ * broadcast once into a register and multiplied into its row's nv vectors. So a step loads nv
+ * input vectors and nr weights for nr x nv multiply-adds: the widest tiles (6 x 4) load 10 for 24,
+ * where the AVX2 tile loads 8 for 12 of half the width. The last vector of a task's times is
+ * masked (masked lanes are neither read nor written), so there is no scalar tail. Each output's
+ * sum is the AVX2 tile's, term for term: the same chain of multiply-adds from 0 in (channel,
+ * phase, tap) order, then the bias, then the output it accumulates into. So both variants give
+ * the same bits (test_cpu_simd). The loops over rows and vectors are unrolled by pragma: left to
+ * itself GCC kept the sums in registers but also stored each one at every step. */
+FN512 void direct512_tile(const direct_job *j, int r, int t, int nr, int nv, __mmask16 last) {
+    const pp_conv *c = j->c;
+    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
+    __m512 acc[24];
+#pragma GCC unroll 24
+    for (int q = 0; q < nr * nv; q++) acc[q] = _mm512_setzero_ps();
+    for (int i = 0; i < c->cin; i++)
+        for (int b = 0; b < s; b++) {
+            const float *xs = j->xin + (size_t)(i * s + b) * span + t, *w = c->w + (size_t)r * len + i * k + b;
+            for (int a = 0; a < taps; a++) {
+                __m512 x[4];
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) x[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? last : 0xFFFF, xs + a + 16 * v);
+#pragma GCC unroll 12
+                for (int u = 0; u < nr; u++) {
+                    const __m512 wv = _mm512_set1_ps(w[(size_t)u * len + s * a]);
+#pragma GCC unroll 4
+                    for (int v = 0; v < nv; v++) acc[u * nv + v] = _mm512_fmadd_ps(wv, x[v], acc[u * nv + v]);
+                }
+            }
+        }
+#pragma GCC unroll 12
+    for (int u = 0; u < nr; u++) {
+        const __m512 bias = _mm512_set1_ps(c->b ? c->b[r + u] : 0.0f);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            const __mmask16 live = v == nv - 1 ? last : 0xFFFF;
+            float *dst = j->y + (size_t)(r + u) * j->tout + t + 16 * v;
+            __m512 out = _mm512_add_ps(bias, acc[u * nv + v]);
+            if (j->accumulate) out = _mm512_add_ps(_mm512_maskz_loadu_ps(live, dst), out);
+            _mm512_mask_storeu_ps(dst, live, out);
+        }
+    }
+}
+
+/* Rows [r, r_end) at nv vectors of times from t: tiles of `wide` rows, then 4, then 1 (every
+ * count a constant, so the accumulators stay in registers). */
+FN512 void direct512_rows(const direct_job *j, int r, int r_end, int t, int wide, int nv, __mmask16 last) {
+    for (; r + wide <= r_end; r += wide) direct512_tile(j, r, t, wide, nv, last);
+    for (; r + 4 <= r_end; r += 4) direct512_tile(j, r, t, 4, nv, last);
+    for (; r < r_end; r++) direct512_tile(j, r, t, 1, nv, last);
+}
+
+CPU_VNNI static void direct_task_avx512(void *ctx, int task) {
+    const direct_job *j = ctx;
+    int r_begin = (task % j->row_tiles) * DIRECT_ROW_TILE, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
+    int r_end = r_begin + DIRECT_ROW_TILE < j->c->cout ? r_begin + DIRECT_ROW_TILE : j->c->cout;
+    int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
+    /* a task's times (at most DIRECT_COL_TILE = 4 vectors) in one tile width */
+    const int times = t_end - t_begin, nv = (times + 15) / 16;
+    const __mmask16 last = (__mmask16)(0xFFFFu >> (16 * nv - times));
+    switch (nv) {
+    case 4: direct512_rows(j, r_begin, r_end, t_begin, 6, 4, last); break;
+    case 3: direct512_rows(j, r_begin, r_end, t_begin, 8, 3, last); break;
+    case 2: direct512_rows(j, r_begin, r_end, t_begin, 12, 2, last); break;
+    default: direct512_rows(j, r_begin, r_end, t_begin, 12, 1, last); break;
+    }
+}
+_Static_assert(DIRECT_COL_TILE == 64, "direct_task_avx512 takes a task's times as at most 4 vectors of 16");
+#endif
+
 /* Convs over at least 16 times whose kernel is whole strides, and stride-1 convs whose windows
  * are too short for dot_tile, take the direct path; the rest (a few times) gather windows for
  * dot_tile, where each weight row is read once for all of them. */
@@ -269,7 +351,7 @@ static void conv1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, 
         direct_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE,
                           .row_tiles = row_tiles};
         run_tasks(be, macs, row_tiles * ((tout + DIRECT_COL_TILE - 1) / DIRECT_COL_TILE),
-                  CPU_PICK(cpu_simd_of(be), direct_task), &job);
+                  PICK512(cpu_simd_of(be), direct_task), &job);
         return;
     }
     int rows_per_tile = 16, col_tile = 64;
@@ -340,23 +422,33 @@ INLINE void convtr_tile(const convtr_job *j, const float *panel, int i0, int row
     }
 }
 
-/* z columns [c0, c0 + 16·blocks) for every input column. Each panel is packed from whole spans
- * of weight rows, 64 bytes a block, before the tiles run over it: read in place, a tile's walk
+/* Packs panel[b] = z columns [c0 + 16·b, c0 + 16·b + 16) of weight rows [i0, i0 + rows), for b <
+ * blocks, from whole spans of each weight row, 64 bytes a block: read in place, a tile's walk
  * down the rows jumped a whole weight row per step, a new DRAM line and page each time, and the
  * decoder's 512 -> 256 channel, k 12 transposed conv on 16 columns ran at a fifth of the FMA
  * rate. */
+INLINE void convtr_pack(const convtr_job *j, int i0, int rows, int c0, int blocks,
+                        float panel[CONVTR_BLOCKS][CONVTR_PANEL_ROWS * 16]) {
+    for (int i = 0; i < rows; i++) {
+        const float *wi = j->w + (size_t)(i0 + i) * j->n + c0;
+        for (int b = 0; b < blocks; b++) {
+            if (i0 + i + CONVTR_FETCH_ROWS < j->cin) __builtin_prefetch(wi + (size_t)CONVTR_FETCH_ROWS * j->n + 16 * b);
+            memcpy(panel[b] + 16 * i, wi + 16 * b, 16 * sizeof(float));
+        }
+    }
+}
+
+/* Panel rows: the channels of one panel from i0. */
+static inline int convtr_panel_rows(const convtr_job *j, int i0) {
+    return j->cin - i0 < CONVTR_PANEL_ROWS ? j->cin - i0 : CONVTR_PANEL_ROWS;
+}
+
+/* z columns [c0, c0 + 16·blocks) for every input column, a panel at a time. */
 INLINE void convtr_blocks(const convtr_job *j, int c0, int blocks) {
     float panel[CONVTR_BLOCKS][CONVTR_PANEL_ROWS * 16] __attribute__((aligned(32)));
     for (int i0 = 0; i0 < j->cin; i0 += CONVTR_PANEL_ROWS) {
-        const int rows = j->cin - i0 < CONVTR_PANEL_ROWS ? j->cin - i0 : CONVTR_PANEL_ROWS;
-        for (int i = 0; i < rows; i++) {
-            const float *wi = j->w + (size_t)(i0 + i) * j->n + c0;
-            for (int b = 0; b < blocks; b++) {
-                if (i0 + i + CONVTR_FETCH_ROWS < j->cin)
-                    __builtin_prefetch(wi + (size_t)CONVTR_FETCH_ROWS * j->n + 16 * b);
-                memcpy(panel[b] + 16 * i, wi + 16 * b, 16 * sizeof(float));
-            }
-        }
+        const int rows = convtr_panel_rows(j, i0);
+        convtr_pack(j, i0, rows, c0, blocks, panel);
         for (int b = 0; b < blocks; b++) {
             int t = 0;
             for (; t + 6 <= j->t; t += 6) convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 6);
@@ -414,22 +506,107 @@ INLINE void convtr_rows(const convtr_job *j, int c0, int width) {
 
 #define CONVTR_SHORT 4 /* inputs of at most this many columns take convtr_rows */
 
+/* A task's z columns [*c0, *c0 + width); returns width. */
+static inline int convtr_task_columns(const convtr_job *j, int task, int *c0) {
+    *c0 = task * j->width;
+    return j->n - *c0 < j->width ? j->n - *c0 : j->width;
+}
+
+/* Blocks of 16 columns in the next panel from column c of width: up to CONVTR_BLOCKS, 0 at the end
+ * (fewer than 16 left, for convtr_rows). */
+static inline int panel_blocks(int width, int c) {
+    return (width - c) / 16 < CONVTR_BLOCKS ? (width - c) / 16 : CONVTR_BLOCKS;
+}
+
+/* Long inputs go by panels, their last few columns and short inputs by convtr_rows. */
 INLINE void convtr_task_body(void *ctx, int task) {
     const convtr_job *j = ctx;
-    int c0 = task * j->width, width = j->n - c0 < j->width ? j->n - c0 : j->width;
-    if (j->t <= CONVTR_SHORT) {
-        convtr_rows(j, c0, width);
-        return;
-    }
-    int c = 0;
-    while (width - c >= 16) {
-        int blocks = (width - c) / 16 < CONVTR_BLOCKS ? (width - c) / 16 : CONVTR_BLOCKS;
-        convtr_blocks(j, c0 + c, blocks);
-        c += 16 * blocks;
-    }
+    int c0, width = convtr_task_columns(j, task, &c0), c = 0;
+    if (j->t > CONVTR_SHORT)
+        for (int blocks; (blocks = panel_blocks(width, c)) > 0; c += 16 * blocks) convtr_blocks(j, c0 + c, blocks);
     if (c < width) convtr_rows(j, c0 + c, width - c);
 }
 CPU_TASK_VARIANTS(convtr_task)
+
+#if CPU_HAVE_AVX2
+/* Long inputs on 512-bit vectors (the VNNI variant's CPUs): a tile is nt <= 12 input columns x nb
+ * <= 2 panel blocks, one vector of 16 z columns per (column, block), so a channel's step loads nb
+ * weight vectors and nt inputs for nt x nb multiply-adds (12 x 2: 14 loads for 24, where the AVX2
+ * tile loads 8 for 12 of half the width). Each z value's sum is convtr_tile's, term for term (the
+ * same chain in channel order from where the previous panel left it), so both variants give the
+ * same bits (test_cpu_simd). Its loops are unrolled by pragma, as direct512_tile's. */
+FN512 void convtr512_tile(const convtr_job *j, const float *panel0, const float *panel1, int i0, int rows, int c0,
+                          int t, int nt, int nb) {
+    __m512 acc0[12], acc1[12];
+#pragma GCC unroll 12
+    for (int u = 0; u < nt; u++) {
+        float *zt = j->z + (size_t)(t + u) * j->n + c0;
+        acc0[u] = i0 > 0 ? _mm512_loadu_ps(zt) : _mm512_setzero_ps();
+        acc1[u] = i0 > 0 && nb > 1 ? _mm512_loadu_ps(zt + 16) : _mm512_setzero_ps();
+    }
+    for (int i = 0; i < rows; i++) {
+        const float *xi = j->x + (size_t)(i0 + i) * j->t + t;
+        const __m512 w0 = _mm512_load_ps(panel0 + 16 * i), w1 = nb > 1 ? _mm512_load_ps(panel1 + 16 * i) : w0;
+#pragma GCC unroll 12
+        for (int u = 0; u < nt; u++) {
+            const __m512 xv = _mm512_set1_ps(xi[u]);
+            acc0[u] = _mm512_fmadd_ps(xv, w0, acc0[u]);
+            if (nb > 1) acc1[u] = _mm512_fmadd_ps(xv, w1, acc1[u]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int u = 0; u < nt; u++) {
+        float *zt = j->z + (size_t)(t + u) * j->n + c0;
+        _mm512_storeu_ps(zt, acc0[u]);
+        if (nb > 1) _mm512_storeu_ps(zt + 16, acc1[u]);
+    }
+}
+
+/* Every input column against blocks b and b + nb - 1 of the panel: whole tiles of 12 columns, then
+ * one of the rest (a constant width each, so the accumulators stay in registers). */
+FN512 void convtr512_columns(const convtr_job *j, const float *panel0, const float *panel1, int i0, int rows, int c0,
+                             int nb) {
+    int t = 0;
+    for (; t + 12 <= j->t; t += 12) convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 12, nb);
+    switch (j->t - t) {
+    case 11: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 11, nb); break;
+    case 10: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 10, nb); break;
+    case 9: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 9, nb); break;
+    case 8: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 8, nb); break;
+    case 7: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 7, nb); break;
+    case 6: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 6, nb); break;
+    case 5: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 5, nb); break;
+    case 4: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 4, nb); break;
+    case 3: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 3, nb); break;
+    case 2: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 2, nb); break;
+    case 1: convtr512_tile(j, panel0, panel1, i0, rows, c0, t, 1, nb); break;
+    default: break;
+    }
+}
+
+FN512 void convtr512_blocks(const convtr_job *j, int c0, int blocks) {
+    float panel[CONVTR_BLOCKS][CONVTR_PANEL_ROWS * 16] __attribute__((aligned(64)));
+    for (int i0 = 0; i0 < j->cin; i0 += CONVTR_PANEL_ROWS) {
+        const int rows = convtr_panel_rows(j, i0);
+        convtr_pack(j, i0, rows, c0, blocks, panel);
+        int b = 0;
+        for (; b + 2 <= blocks; b += 2) convtr512_columns(j, panel[b], panel[b + 1], i0, rows, c0 + 16 * b, 2);
+        if (b < blocks) convtr512_columns(j, panel[b], panel[b], i0, rows, c0 + 16 * b, 1);
+    }
+}
+
+/* The AVX2 task but for the long inputs' panels. Short inputs and a task's last columns (fewer
+ * than 16) take convtr_rows compiled as AVX2, whose additions contract into FMAs as there. */
+CPU_AVX2 static void convtr_rows_avx2(const convtr_job *j, int c0, int width) { convtr_rows(j, c0, width); }
+
+CPU_VNNI static void convtr_task_avx512(void *ctx, int task) {
+    const convtr_job *j = ctx;
+    int c0, width = convtr_task_columns(j, task, &c0), c = 0;
+    if (j->t > CONVTR_SHORT)
+        for (int blocks; (blocks = panel_blocks(width, c)) > 0; c += 16 * blocks) convtr512_blocks(j, c0 + c, blocks);
+    if (c < width) convtr_rows_avx2(j, c0 + c, width - c);
+}
+#endif
 
 static void conv_tr1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
                           float *scratch) {
@@ -445,7 +622,7 @@ static void conv_tr1d_row(pp_backend *be, const pp_conv *c, const float *x, int 
                     : per_task > 16 * CONVTR_BLOCKS ? 16 * CONVTR_BLOCKS
                                                     : per_task;
         run_tasks(be, (double)c->cin * t * job.n, (job.n + job.width - 1) / job.width,
-                  CPU_PICK(cpu_simd_of(be), convtr_task), &job);
+                  PICK512(cpu_simd_of(be), convtr_task), &job);
     }
     for (int o = 0; o < c->cout; o++) {
         float *f = full + (size_t)o * span;

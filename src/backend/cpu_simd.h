@@ -20,8 +20,9 @@ typedef enum {
     CPU_SIMD_AVX2_INT16, /* the same CPUs' default: the AVX2 loops, and integer products on int16 activations
                             for NF2, INT4, NF4, Q4_K, Q4_0 and Q8_0 (cpu_gemv_i16.c) */
     CPU_SIMD_VNNI,       /* AVX2 plus AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake, Zen 4 and later): the above, and
-                            AVX-512 integer products for the low-bit and ggml block weights (cpu_gemv_vnni.c) and
-                            float ones for the dense weights (cpu_gemv_avx512.c) */
+                            AVX-512 integer products for the low-bit and ggml block weights (cpu_gemv_vnni.c),
+                            float ones for the dense weights (cpu_gemv_avx512.c) and the codec's direct and
+                            transposed convs (cpu_codec.c) */
     CPU_SIMD_NEON,       /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
                             cpu_attn_simd.c's attention. Never chosen on x86-64, whose code compares the four above
                             by order */
