@@ -562,8 +562,8 @@ FN512 void convtr512_tile(const convtr_job *j, const float *panel0, const float 
     }
 }
 
-/* Every input column against blocks b and b + nb - 1 of the panel: whole tiles of 12 columns, then
- * one of the rest (a constant width each, so the accumulators stay in registers). */
+/* Every input column against panel block panel0 (and with nb = 2 the next one, panel1): whole tiles
+ * of 12 columns, then one of the rest (a constant width each, so the sums stay in registers). */
 FN512 void convtr512_columns(const convtr_job *j, const float *panel0, const float *panel1, int i0, int rows, int c0,
                              int nb) {
     int t = 0;
@@ -595,10 +595,11 @@ FN512 void convtr512_blocks(const convtr_job *j, int c0, int blocks) {
     }
 }
 
-/* The AVX2 task but for the long inputs' panels. Short inputs and a task's last columns (fewer
- * than 16) take convtr_rows compiled as AVX2, whose additions contract into FMAs as there. */
+/* convtr_rows compiled as in the AVX2 task, where its additions contract into FMAs. */
 CPU_AVX2 static void convtr_rows_avx2(const convtr_job *j, int c0, int width) { convtr_rows(j, c0, width); }
 
+/* convtr_task_body with the 512-bit panels; short inputs and a task's last few columns take the
+ * AVX2 task's convtr_rows, so every z value is the AVX2 task's. */
 CPU_VNNI static void convtr_task_avx512(void *ctx, int task) {
     const convtr_job *j = ctx;
     int c0, width = convtr_task_columns(j, task, &c0), c = 0;
