@@ -5,6 +5,7 @@
 #include "audio/opus.h"
 #include "audio/wav.h"
 #include "base/err.h"
+#include "test.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -43,15 +44,14 @@ int sh_start(sh_server *s, const char *bin, int tls, const char *const *extra) {
 int sh_stop(sh_server *s) { return sp_stop(s->pid); }
 
 void sh_cleanup(sh_server *s, int keep) {
-    char cmd[400];
     if (keep) { /* the tail shows a sanitizer report or the last errors in CI's output */
+        char cmd[400];
         fprintf(stderr, "server log kept: %s/server.log; its last lines:\n", s->dir);
         snprintf(cmd, sizeof cmd, "tail -n 40 '%s/server.log' >&2", s->dir);
         if (system(cmd) != 0) fprintf(stderr, "(cannot read it)\n");
         return;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
+    test_remove_dir(s->dir);
 }
 
 int sh_log_count(const sh_server *s, const char *text) {
