@@ -3,7 +3,8 @@
  * n in {1, 2, 3, 5, 8}, odd row counts and lengths and row views, and each input of an 18-input
  * product against its product alone (bit for bit); the codec's convolutions
  * (every path: direct, gathered windows, short and long transposed inputs; the VNNI ones also
- * against AVX2's, bit for bit), ELU (also against
+ * against AVX2's, bit for bit; several conversations in one call against each alone, bit for
+ * bit), ELU (also against
  * libm's expm1f), the RVQ search and NF2's activation rotation (bit for bit). Runs every
  * variant this CPU supports (products: AVX2's float loops, and the integer loops of AVX2 and
  * AVX-512 VNNI with their own stated tolerance; on aarch64 NEON's products and attention, which
@@ -267,72 +268,143 @@ static float *randv(size_t n, float scale) {
     return v;
 }
 
+/* Every conv path: the direct path's tiles (VNNI: 6, 8 and 12 rows by 4, 3, 2 and 1 vectors of
+ * times, the last one masked), gathered windows, and transposed convs over short and long inputs
+ * (VNNI: tiles of 12 columns and pairs of panel blocks, and the rest). */
+typedef struct conv_shape {
+    int cin, cout, k, stride, t, transposed;
+} conv_shape;
+
+static const conv_shape CONV_SHAPES[] = {
+    {1, 7, 7, 1, 40, 0},   /* a window of fewer than 8 values */
+    {5, 13, 3, 1, 37, 0},  /* direct: odd rows and times */
+    {16, 10, 1, 1, 20, 0}, /* direct, k 1 */
+    {4, 7, 8, 4, 80, 0},   /* direct over phases: stride 4, 16 + 4 times */
+    {3, 5, 6, 2, 52, 0},   /* direct over phases: 16 + 8 + 2 times */
+    {9, 30, 3, 1, 130, 0}, /* direct: tasks of 64, 64 and 2 times, 24 + 6 rows */
+    {6, 9, 4, 2, 24, 0},   /* strided, a few times: gathered windows */
+    {8, 11, 3, 1, 6, 0},   /* a few times: gathered windows */
+    {8, 6, 4, 2, 3, 1},    /* transposed, short input */
+    {8, 5, 6, 3, 13, 1},   /* transposed, long input, partial tiles */
+    {150, 9, 4, 2, 9, 1},  /* transposed, long input, several channel panels */
+    {150, 9, 4, 2, 3, 1},  /* transposed, short input, channels not a multiple of 4 */
+    {16, 8, 16, 8, 16, 1}, /* transposed: 8 whole blocks, 16 columns */
+    {20, 10, 8, 4, 30, 1}, /* transposed: 12 + 12 + 6 columns, 5 blocks */
+    {40, 70, 4, 2, 2, 1},  /* transposed, short input, output channels over 2 overlap-add tasks */
+};
+#define N_CONV_SHAPES (int)(sizeof CONV_SHAPES / sizeof CONV_SHAPES[0])
+
+/* A conv of one shape with random weights, and two runs of it to compare (two variants, or lone and
+ * batched calls), over `rows` conversations: their inputs and scratch, and each run's states (random,
+ * the same in both to begin with) and outputs. Sizes are floats per conversation. */
+typedef struct conv_runs {
+    const conv_shape *s;
+    pp_conv c;
+    size_t in, state, out;
+    float *x, *scratch, *st[2], *y[2];
+} conv_runs;
+
+static conv_runs conv_runs_new(const conv_shape *s, int rows) {
+    conv_runs k = {.s = s, .c = {.cin = s->cin, .cout = s->cout, .k = s->k, .stride = s->stride, .groups = 1}};
+    k.c.w = randv((size_t)s->cin * s->cout * s->k, 0.3f);
+    k.c.b = randv((size_t)s->cout, 0.1f);
+    k.in = (size_t)s->cin * s->t;
+    k.state = (size_t)(s->transposed ? s->cout : s->cin) * (s->k - s->stride) + 1;
+    k.out = (size_t)s->cout * (s->transposed ? s->t * s->stride : s->t / s->stride);
+    k.x = randv(k.in * rows, 1.0f);
+    k.scratch = malloc(sizeof(float) * pp_conv_scratch(&k.c, s->t, s->transposed) * rows);
+    k.st[0] = randv(k.state * rows, 1.0f);
+    k.st[1] = malloc(sizeof(float) * k.state * rows);
+    memcpy(k.st[1], k.st[0], sizeof(float) * k.state * rows);
+    for (int v = 0; v < 2; v++) k.y[v] = calloc(k.out * rows, sizeof(float));
+    return k;
+}
+
+static void conv_runs_free(conv_runs *k) {
+    free((void *)k->c.w);
+    free((void *)k->c.b);
+    free(k->x);
+    free(k->scratch);
+    for (int v = 0; v < 2; v++) {
+        free(k->st[v]);
+        free(k->y[v]);
+    }
+}
+
+/* Streaming call `call` (0, 1) of run v on conversation r's input (rows NULL) or on all of them. */
+static void conv_call(conv_runs *k, int v, int call, int r, const pp_state_rows *rows) {
+    const float *x = k->x + r * k->in;
+    float *y = k->y[v] + r * k->out, *hist = rows ? NULL : k->st[v] + r * k->state;
+    if (k->s->transposed)
+        be->ops->conv_tr1d(be, &k->c, x, k->s->t, hist, rows, y, k->scratch);
+    else
+        be->ops->conv1d(be, &k->c, x, k->s->t, hist, rows, y, k->scratch,
+                        call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
+}
+
+static const char *conv_name(const conv_shape *s, char *buf, size_t size) {
+    snprintf(buf, size, "%s cin %d cout %d k %d stride %d t %d", s->transposed ? "conv_tr1d" : "conv1d", s->cin,
+             s->cout, s->k, s->stride, s->t);
+    return buf;
+}
+
 /* Two streaming calls (the second reads the history the first left) of a conv in variants simd
  * and ref from the same state, within tol. Against the portable loops FMA and the summation
  * order differ: ~1e-7 of the output's scale over these window lengths, so 1e-6 leaves margin.
  * The VNNI variant's direct and transposed convs form every output's sum as the AVX2 ones do:
  * against them tol is 0, bit for bit. */
-static void check_conv(cpu_simd simd, cpu_simd ref, double tol, int cin, int cout, int k, int stride, int t,
-                       int transposed) {
-    pp_conv c = {.cin = cin, .cout = cout, .k = k, .stride = stride, .groups = 1};
-    float *w = randv((size_t)cin * cout * k, 0.3f), *b = randv((size_t)cout, 0.1f);
-    c.w = w;
-    c.b = b;
-    size_t state = (size_t)(transposed ? cout : cin) * (k - stride);
-    size_t out = (size_t)cout * (transposed ? t * stride : t / stride);
-    float *x = randv((size_t)cin * t, 1.0f), *scratch = malloc(sizeof(float) * pp_conv_scratch(&c, t, transposed));
-    float *st[2], *y[2];
+static void check_conv(cpu_simd simd, cpu_simd ref, double tol, const conv_shape *s) {
+    conv_runs k = conv_runs_new(s, 1);
     for (int v = 0; v < 2; v++) {
-        st[v] = calloc(state + 1, sizeof(float));
-        y[v] = calloc(out + 1, sizeof(float));
         set_simd(v ? simd : ref);
-        for (int call = 0; call < 2; call++) {
-            if (transposed)
-                be->ops->conv_tr1d(be, &c, x, t, st[v], NULL, y[v], scratch);
-            else
-                be->ops->conv1d(be, &c, x, t, st[v], NULL, y[v], scratch,
-                                call ? PP_CONV_ACCUMULATE : PP_CONV_REPLICATE);
-        }
+        for (int call = 0; call < 2; call++) conv_call(&k, v, call, 0, NULL);
     }
-    char what[128];
-    snprintf(what, sizeof what, "%s against %s: %s cin %d cout %d k %d stride %d t %d", pp_cpu_simd_name(simd),
-             pp_cpu_simd_name(ref), transposed ? "conv_tr1d" : "conv1d", cin, cout, k, stride, t);
-    double e = fmax(test_rel_err(y[1], y[0], out), test_rel_err(st[1], st[0], state));
+    char what[160], name[96];
+    snprintf(what, sizeof what, "%s against %s: %s", pp_cpu_simd_name(simd), pp_cpu_simd_name(ref),
+             conv_name(s, name, sizeof name));
+    double e = fmax(test_rel_err(k.y[1], k.y[0], k.out), test_rel_err(k.st[1], k.st[0], k.state));
     if (e > tol) fprintf(stderr, "%s: rel err %g\n", what, e);
     TEST_COND(what, e <= tol);
-    for (int v = 0; v < 2; v++) {
-        free(st[v]);
-        free(y[v]);
-    }
-    free(w);
-    free(b);
-    free(x);
-    free(scratch);
+    conv_runs_free(&k);
 }
 
-/* Every conv path in simd against ref: the direct path's tiles (VNNI: 6, 8 and 12 rows by 4, 3,
- * 2 and 1 vectors of times, the last one masked), gathered windows, and transposed convs over
- * short and long inputs (VNNI: tiles of 12 columns and pairs of panel blocks, and the rest). */
 static void check_convs(cpu_simd simd, cpu_simd ref, double tol) {
-    check_conv(simd, ref, tol, 1, 7, 7, 1, 40, 0);   /* a window of fewer than 8 values */
-    check_conv(simd, ref, tol, 5, 13, 3, 1, 37, 0);  /* direct: odd rows and times */
-    check_conv(simd, ref, tol, 16, 10, 1, 1, 20, 0); /* direct, k 1 */
-    check_conv(simd, ref, tol, 4, 7, 8, 4, 80, 0);   /* direct over phases: stride 4, 16 + 4 times */
-    check_conv(simd, ref, tol, 3, 5, 6, 2, 52, 0);   /* direct over phases: 16 + 8 + 2 times */
-    check_conv(simd, ref, tol, 9, 30, 3, 1, 130, 0); /* direct: tasks of 64, 64 and 2 times, 24 + 6 rows */
-    check_conv(simd, ref, tol, 6, 9, 4, 2, 24, 0);   /* strided, a few times: gathered windows */
-    check_conv(simd, ref, tol, 8, 11, 3, 1, 6, 0);   /* a few times: gathered windows */
-    check_conv(simd, ref, tol, 8, 6, 4, 2, 3, 1);    /* transposed, short input */
-    check_conv(simd, ref, tol, 8, 5, 6, 3, 13, 1);   /* transposed, long input, partial tiles */
-    check_conv(simd, ref, tol, 150, 9, 4, 2, 9, 1);  /* transposed, long input, several channel panels */
-    check_conv(simd, ref, tol, 150, 9, 4, 2, 3, 1);  /* transposed, short input, channels not a multiple of 4 */
-    check_conv(simd, ref, tol, 16, 8, 16, 8, 16, 1); /* transposed: 8 whole blocks, 16 columns */
-    check_conv(simd, ref, tol, 20, 10, 8, 4, 30, 1); /* transposed: 12 + 12 + 6 columns, 5 blocks */
+    for (int i = 0; i < N_CONV_SHAPES; i++) check_conv(simd, ref, tol, &CONV_SHAPES[i]);
+}
+
+#define CONV_ROWS 3
+
+/* One conv call of CONV_ROWS conversations (pp_state_rows, each row's state in a buffer of its own)
+ * against each conversation's lone call, in variant simd, two streaming calls: bit for bit, outputs
+ * and states, as the batched call forms every output's sum as the lone one does. The batch runs all
+ * rows' windows through one product, so a column that lands in the wrong conversation's output or
+ * state shows here. */
+static void check_conv_rows(cpu_simd simd, const conv_shape *s) {
+    conv_runs k = conv_runs_new(s, CONV_ROWS);
+    uint64_t base[CONV_ROWS];
+    for (int r = 0; r < CONV_ROWS; r++) base[r] = (uint64_t)(uintptr_t)(k.st[1] + r * k.state);
+    const pp_state_rows rows = {CONV_ROWS, base, 0};
+    set_simd(simd);
+    for (int call = 0; call < 2; call++) {
+        for (int r = 0; r < CONV_ROWS; r++) conv_call(&k, 0, call, r, NULL); /* run 0: each alone */
+        conv_call(&k, 1, call, 0, &rows);                                    /* run 1: one call for all */
+    }
+    char what[160], name[96];
+    snprintf(what, sizeof what, "%s: %s, %d conversations in one call", pp_cpu_simd_name(simd),
+             conv_name(s, name, sizeof name), CONV_ROWS);
+    TEST_COND(what, memcmp(k.y[0], k.y[1], sizeof(float) * k.out * CONV_ROWS) == 0 &&
+                        memcmp(k.st[0], k.st[1], sizeof(float) * k.state * CONV_ROWS) == 0);
+    conv_runs_free(&k);
 }
 
 static void test_codec(cpu_simd simd) {
     check_convs(simd, CPU_SIMD_PORTABLE, 1e-6);
     if (simd == CPU_SIMD_VNNI) check_convs(simd, CPU_SIMD_AVX2, 0);
+    for (int i = 0; i < N_CONV_SHAPES; i++) { /* every codec variant this CPU runs */
+        check_conv_rows(CPU_SIMD_PORTABLE, &CONV_SHAPES[i]);
+        if (simd == CPU_SIMD_VNNI) check_conv_rows(CPU_SIMD_AVX2, &CONV_SHAPES[i]);
+        check_conv_rows(simd, &CONV_SHAPES[i]);
+    }
 
     /* ELU: the variants agree to FMA rounding, and both stay within 2 ulp of expm1f */
     size_t n = 4099;

@@ -107,12 +107,13 @@ static void run_chunked(pp_backend *be, const pp_conv *c, int transposed, const 
     free(scratch);
 }
 
-static void check_conv(pp_backend *be, int cin, int cout, int k, int s, int groups, int transposed, int flags) {
+/* A conv over t input columns (a multiple of 6 strides, so chunks of 1, 2 and 3 strides divide it),
+ * in one call and in chunks, against conv_direct or convtr_direct. */
+static void check_conv(pp_backend *be, int cin, int cout, int k, int s, int groups, int transposed, int flags, int t) {
     int wsize = transposed ? cin * (cout / groups) * k : cout * cin * k;
     float *w = rand_buf((size_t)wsize), *b = rand_buf((size_t)cout);
     pp_conv c = {.w = w, .b = flags & PP_CONV_REPLICATE ? NULL : b, .cin = cin, .cout = cout, .k = k,
                  .stride = s, .groups = groups};
-    int t = 6 * s * 7; /* divisible by every chunk of 1, 2 and 3 strides */
     int t_out = transposed ? t * s : t / s;
     float *x = rand_buf((size_t)cin * t);
     float *ref = malloc((size_t)cout * t_out * sizeof(float)), *whole = malloc((size_t)cout * t_out * sizeof(float));
@@ -143,17 +144,19 @@ static void check_conv(pp_backend *be, int cin, int cout, int k, int s, int grou
 }
 
 static void test_conv_primitives(pp_backend *be) {
-    check_conv(be, 1, 5, 7, 1, 1, 0, 0);                 /* SEANet first conv */
-    check_conv(be, 6, 3, 3, 1, 1, 0, 0);                 /* residual conv, short windows */
-    check_conv(be, 40, 6, 3, 1, 1, 0, 0);                /* residual conv, matrix-product path */
-    check_conv(be, 24, 1, 3, 1, 1, 0, 0);                /* last conv: one output channel */
-    check_conv(be, 4, 7, 1, 1, 1, 0, 0);                 /* k = 1: no carry */
-    check_conv(be, 5, 9, 8, 4, 1, 0, 0);                 /* downsampling */
-    check_conv(be, 12, 10, 4, 2, 1, 0, PP_CONV_REPLICATE); /* learnt downsample */
-    check_conv(be, 9, 4, 10, 5, 1, 1, 0);                /* decoder ConvTranspose */
-    check_conv(be, 40, 34, 16, 8, 1, 1, 0);              /* wide enough for the vector path */
-    check_conv(be, 150, 9, 4, 2, 1, 1, 0);               /* channels over several packed panels */
-    check_conv(be, 7, 7, 4, 2, 7, 1, 0);                 /* depthwise upsample */
+    check_conv(be, 1, 5, 7, 1, 1, 0, 0, 42);                   /* SEANet first conv */
+    check_conv(be, 6, 3, 3, 1, 1, 0, 0, 42);                   /* residual conv, short windows */
+    check_conv(be, 40, 6, 3, 1, 1, 0, 0, 42);                  /* residual conv, matrix-product path */
+    check_conv(be, 24, 1, 3, 1, 1, 0, 0, 42);                  /* last conv: one output channel */
+    check_conv(be, 4, 7, 1, 1, 1, 0, 0, 42);                   /* k = 1: no carry */
+    check_conv(be, 6, 5, 3, 1, 1, 0, 0, 210);                  /* over 4 time tiles: x read in place after the head */
+    check_conv(be, 3, 4, 7, 1, 1, 0, PP_CONV_REPLICATE, 168);  /* the same with a replicated history of 6 */
+    check_conv(be, 5, 9, 8, 4, 1, 0, 0, 168);                  /* downsampling */
+    check_conv(be, 12, 10, 4, 2, 1, 0, PP_CONV_REPLICATE, 84); /* learnt downsample */
+    check_conv(be, 9, 4, 10, 5, 1, 1, 0, 210);                 /* decoder ConvTranspose */
+    check_conv(be, 40, 34, 16, 8, 1, 1, 0, 336);               /* wide enough for the vector path */
+    check_conv(be, 150, 9, 4, 2, 1, 1, 0, 84);                 /* channels over several packed panels */
+    check_conv(be, 7, 7, 4, 2, 7, 1, 0, 84);                   /* depthwise upsample */
 }
 
 /* conv1d with PP_CONV_ACCUMULATE adds to y instead of overwriting it. */

@@ -78,12 +78,14 @@ INLINE void dot_tile(const float *const w[4], int nr, const float *const x[2], i
         }
 }
 
+/* The gathered windows of every conversation in the call, one product: column g is output g % tout
+ * of conversation g / tout, so each weight row is read once for all of them. */
 typedef struct conv_job {
     const pp_conv *c;
-    const float *col; /* [tout][len] input windows */
-    float *y;         /* [cout][tout] */
-    int tout, len, accumulate;
-    int row_tiles, col_tile; /* tasks: row_tiles × ceil(tout / col_tile) */
+    const float *col; /* [cols][len] input windows */
+    float *y;         /* [cols / tout][cout][tout] */
+    int tout, cols, len, accumulate;
+    int row_tiles, col_tile; /* tasks: row_tiles × ceil(cols / col_tile) */
     int rows_per_tile;
 } conv_job;
 
@@ -93,7 +95,7 @@ INLINE void conv_task_body(void *ctx, int task) {
     int r_begin = (task % j->row_tiles) * j->rows_per_tile;
     int r_end = r_begin + j->rows_per_tile < c->cout ? r_begin + j->rows_per_tile : c->cout;
     int c_begin = (task / j->row_tiles) * j->col_tile;
-    int c_end = c_begin + j->col_tile < j->tout ? c_begin + j->col_tile : j->tout;
+    int c_end = c_begin + j->col_tile < j->cols ? c_begin + j->col_tile : j->cols;
     for (int r = r_begin; r < r_end; r += 4) {
         const int nr = r_end - r < 4 ? r_end - r : 4;
         const float *w[4];
@@ -110,8 +112,9 @@ INLINE void conv_task_body(void *ctx, int task) {
             }
             for (int i = 0; i < nr; i++)
                 for (int k = 0; k < 2 && t + k < c_end; k++) {
+                    const int g = t + k;
                     float v = (c->b ? c->b[r + i] : 0.0f) + out[i][k];
-                    float *dst = j->y + (size_t)(r + i) * j->tout + t + k;
+                    float *dst = j->y + ((size_t)(g / j->tout) * c->cout + r + i) * j->tout + g % j->tout;
                     *dst = j->accumulate ? *dst + v : v;
                 }
         }
@@ -127,16 +130,25 @@ CPU_TASK_VARIANTS(conv_task)
  * in (channel, phase, tap) order from 0 and adds the bias last, so every output's sum is the
  * same whatever the tile. Each input vector loaded feeds every row of the tile, each weight
  * broadcast both vectors. It also takes the windows of fewer than 8 values (the first conv:
- * 1 channel, k 7) that dot_tile cannot vectorise. xin is [cin·stride][tout + k/stride − 1]. */
+ * 1 channel, k 7) that dot_tile cannot vectorise.
+ *
+ * A strided conv's phases are gathered into scratch first. A stride-1 conv reads x where it
+ * stands, its first time tile a copy of [hist, x] (the head): a copy of all of x was serial work
+ * on the calling thread, and the other core's tasks then fetched their inputs from its cache. */
 typedef struct direct_job {
     const pp_conv *c;
-    const float *xin;
-    float *y;
-    int tout, accumulate, row_tiles;
+    const float *xin;  /* phase row u of conversation 0 at xin + u·xin_stride, its column m at m − shift */
+    const float *head; /* stride 1 with history: [hist, x] for the first time tile, head_stride a channel */
+    float *y;          /* conversation 0's output; conversation r's is y_row floats on */
+    size_t xin_row, head_row, y_row; /* floats from one conversation's to the next */
+    int xin_stride, shift, head_stride;
+    int tout, accumulate;
+    int row_tile, row_tiles; /* rows per task, and tasks per time tile */
+    int tiles;               /* tasks per conversation: row_tiles × time tiles */
 } direct_job;
 
 #define DIRECT_ROWS 6      /* rows per tile */
-#define DIRECT_ROW_TILE 24 /* rows per task */
+#define DIRECT_ROW_TILE 24 /* a task's rows are a multiple of this */
 #define DIRECT_COL_TILE 64 /* times per task */
 
 static inline void direct_store(const direct_job *j, int r, int t, float acc) {
@@ -147,12 +159,12 @@ static inline void direct_store(const direct_job *j, int r, int t, float acc) {
 /* Rows [r, r + nr) × times [t, t + 8·nv); nr and nv are constants at each call. */
 INLINE void direct_tile(const direct_job *j, int r, int t, int nr, int nv) {
     const pp_conv *c = j->c;
-    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
+    const int s = c->stride, k = c->k, taps = k / s, len = c->cin * k;
     v8f acc[DIRECT_ROWS][2] = {{{0}}};
     for (int i = 0; i < c->cin; i++)
         for (int b = 0; b < s; b++)
             for (int a = 0; a < taps; a++) {
-                const float *xs = j->xin + (size_t)(i * s + b) * span + t + a;
+                const float *xs = j->xin + (size_t)(i * s + b) * j->xin_stride + t - j->shift + a;
                 v8f x0 = LD8(xs), x1 = x0;
                 if (nv > 1) x1 = LD8(xs + 8);
                 for (int u = 0; u < nr; u++) {
@@ -186,12 +198,30 @@ INLINE void direct_rows(const direct_job *j, int r, int t, int nr, int nv) {
     }
 }
 
+/* Task `task` of a batched call: *row is the job of its conversation, reading the head in the
+ * first time tile when there is one; returns the task's tile index there. */
+static inline int direct_row(const direct_job *j, int task, direct_job *row) {
+    const int r = task / j->tiles, tile = task % j->tiles;
+    *row = *j;
+    if (j->head && tile < j->row_tiles) {
+        row->xin = j->head + r * j->head_row;
+        row->xin_stride = j->head_stride;
+        row->shift = 0;
+    } else {
+        row->xin += r * j->xin_row;
+    }
+    row->y += r * j->y_row;
+    return tile;
+}
+
 INLINE void direct_task_body(void *ctx, int task) {
-    const direct_job *j = ctx;
+    direct_job row;
+    task = direct_row(ctx, task, &row);
+    const direct_job *j = &row;
     const pp_conv *c = j->c;
-    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
-    int r_begin = (task % j->row_tiles) * DIRECT_ROW_TILE, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
-    int r_end = r_begin + DIRECT_ROW_TILE < c->cout ? r_begin + DIRECT_ROW_TILE : c->cout;
+    const int s = c->stride, k = c->k, taps = k / s, len = c->cin * k;
+    int r_begin = (task % j->row_tiles) * j->row_tile, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
+    int r_end = r_begin + j->row_tile < c->cout ? r_begin + j->row_tile : c->cout;
     int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
     for (int r = r_begin; r < r_end; r += DIRECT_ROWS) {
         int nr = r_end - r < DIRECT_ROWS ? r_end - r : DIRECT_ROWS, t = t_begin;
@@ -206,7 +236,7 @@ INLINE void direct_task_body(void *ctx, int task) {
                 float acc = 0.0f;
                 for (int i = 0; i < c->cin; i++)
                     for (int b = 0; b < s; b++) {
-                        const float *xs = j->xin + (size_t)(i * s + b) * span + t;
+                        const float *xs = j->xin + (size_t)(i * s + b) * j->xin_stride + t - j->shift;
                         for (int a = 0; a < taps; a++) acc += w[i * k + s * a + b] * xs[a];
                     }
                 direct_store(j, u, t, acc);
@@ -228,13 +258,14 @@ CPU_TASK_VARIANTS(direct_task)
  * itself GCC kept the sums in registers but also stored each one at every step. */
 FN512 void direct512_tile(const direct_job *j, int r, int t, int nr, int nv, __mmask16 last) {
     const pp_conv *c = j->c;
-    const int s = c->stride, k = c->k, taps = k / s, span = j->tout + taps - 1, len = c->cin * k;
+    const int s = c->stride, k = c->k, taps = k / s, len = c->cin * k;
     __m512 acc[24];
 #pragma GCC unroll 24
     for (int q = 0; q < nr * nv; q++) acc[q] = _mm512_setzero_ps();
     for (int i = 0; i < c->cin; i++)
         for (int b = 0; b < s; b++) {
-            const float *xs = j->xin + (size_t)(i * s + b) * span + t, *w = c->w + (size_t)r * len + i * k + b;
+            const float *xs = j->xin + (size_t)(i * s + b) * j->xin_stride + t - j->shift;
+            const float *w = c->w + (size_t)r * len + i * k + b;
             for (int a = 0; a < taps; a++) {
                 __m512 x[4];
 #pragma GCC unroll 4
@@ -270,9 +301,11 @@ FN512 void direct512_rows(const direct_job *j, int r, int r_end, int t, int wide
 }
 
 CPU_VNNI static void direct_task_avx512(void *ctx, int task) {
-    const direct_job *j = ctx;
-    int r_begin = (task % j->row_tiles) * DIRECT_ROW_TILE, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
-    int r_end = r_begin + DIRECT_ROW_TILE < j->c->cout ? r_begin + DIRECT_ROW_TILE : j->c->cout;
+    direct_job row;
+    task = direct_row(ctx, task, &row);
+    const direct_job *j = &row;
+    int r_begin = (task % j->row_tiles) * j->row_tile, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
+    int r_end = r_begin + j->row_tile < j->c->cout ? r_begin + j->row_tile : j->c->cout;
     int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
     /* a task's times (at most DIRECT_COL_TILE = 4 vectors) in one tile width */
     const int times = t_end - t_begin, nv = (times + 15) / 16;
@@ -295,26 +328,33 @@ static int is_direct(const pp_conv *c, int t) {
     return t % s == 0 && c->k % s == 0 && (t / s >= 16 || (s == 1 && c->cin * c->k < 8));
 }
 
-/* xin[i·s + b][m] = [hist, x][i][s·m + b] for m < (t + p)/s: the phases of the direct path.
- * Fits the scratch: cin·(t + p) <= cin·k·t/s when t >= s. */
-static void phases(const pp_conv *c, const float *x, int t, const float *hist, float *xin) {
-    int s = c->stride, p = c->k - s, span = (t + p) / s;
-    for (int i = 0; i < c->cin; i++)
+/* xin[i·s + b][m] = [hist, x][i][s·m + b] for m < span, channels [i0, i1): the phases of the
+ * direct path (span (t + p)/s), or a stride-1 conv's head (fewer columns). Fits the scratch:
+ * cin·(t + p) <= cin·k·t/s when t >= s. */
+static void phases(const pp_conv *c, const float *x, int t, const float *hist, float *xin, int span, int i0, int i1) {
+    int s = c->stride, p = c->k - s;
+    for (int i = i0; i < i1; i++) {
+        const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
+        if (s == 1) {
+            if (p) memcpy(xin + (size_t)i * span, hi, (size_t)p * sizeof(float));
+            memcpy(xin + (size_t)i * span + p, xi, (size_t)(span - p) * sizeof(float));
+            continue;
+        }
         for (int b = 0; b < s; b++) {
             float *dst = xin + (size_t)(i * s + b) * span;
-            for (int m = 0; m < span; m++) {
-                int u = s * m + b;
-                dst[m] = u < p ? hist[(size_t)i * p + u] : x[(size_t)i * t + u - p];
-            }
+            int m = 0;
+            for (; s * m + b < p; m++) dst[m] = hi[s * m + b];
+            for (; m < span; m++) dst[m] = xi[s * m + b - p];
         }
+    }
 }
 
-/* row o of col [tout][cin·k] = the input window of output o, from [hist, x]. */
-static void im2col(const pp_conv *c, const float *x, int t, const float *hist, float *col) {
+/* row o of col [tout][cin·k] = the input window of output o, from [hist, x]; channels [i0, i1). */
+static void im2col(const pp_conv *c, const float *x, int t, const float *hist, float *col, int i0, int i1) {
     int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
     for (int o = 0; o < tout; o++) {
         float *row = col + (size_t)o * len;
-        for (int i = 0; i < c->cin; i++) {
+        for (int i = i0; i < i1; i++) {
             const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
             float *dst = row + (size_t)i * k;
             int start = o * s;
@@ -327,66 +367,124 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
     }
 }
 
-static void conv1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, float *y, float *scratch,
-                       int flags) {
-    int k = c->k, s = c->stride, p = k - s, tout = t / s, len = c->cin * k;
-    if (flags & PP_CONV_REPLICATE)
-        for (int i = 0; i < c->cin; i++)
-            for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
-    if (is_direct(c, t)) {
-        phases(c, x, t, hist, scratch);
-    } else {
-        im2col(c, x, t, hist, scratch);
-    }
-    /* The new history is the last p columns of [hist, x]; reading ahead of the write
-     * position keeps the in-place shift safe when t < p. */
-    for (int i = 0; i < c->cin; i++) {
-        float *hi = hist + (size_t)i * p;
-        const float *xi = x + (size_t)i * t;
-        for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
-    }
-    double macs = (double)c->cout * tout * len;
-    if (is_direct(c, t)) {
-        int row_tiles = (c->cout + DIRECT_ROW_TILE - 1) / DIRECT_ROW_TILE;
-        direct_job job = {.c = c, .xin = scratch, .y = y, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE,
-                          .row_tiles = row_tiles};
-        run_tasks(be, macs, row_tiles * ((tout + DIRECT_COL_TILE - 1) / DIRECT_COL_TILE),
-                  PICK512(cpu_simd_of(be), direct_task), &job);
-        return;
-    }
-    int rows_per_tile = 16, col_tile = 64;
-    int row_tiles = (c->cout + rows_per_tile - 1) / rows_per_tile;
-    int col_tiles = (tout + col_tile - 1) / col_tile;
-    conv_job job = {.c = c, .col = scratch, .y = y, .tout = tout, .len = len,
-                    .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
-                    .rows_per_tile = rows_per_tile};
-    run_tasks(be, macs, row_tiles * col_tiles, CPU_PICK(cpu_simd_of(be), conv_task), &job);
-}
-
 /* Row r's state buffer of a batched call (backend.h pp_state_rows); the CPU's backend memory
  * is host memory. NULL for a conv without state. */
 static float *row_state(const pp_state_rows *rows, int r) {
     return rows->base ? (float *)(uintptr_t)(rows->base[r] + rows->offset) : NULL;
 }
 
+/* What a conv call copies before its products, per conversation, into its scratch: the windows
+ * (im2col), the phases, or a stride-1 conv's head (span columns of each, or none). A task takes
+ * `per_task` channels of one conversation: its history (first filled when PP_CONV_REPLICATE), its
+ * copy, then its history moved on to the last p columns of [hist, x]. */
+typedef struct prepare_job {
+    const pp_conv *c;
+    const float *x;
+    const pp_state_rows *rows;
+    float *hist; /* a lone call's (rows NULL) */
+    float *scratch;
+    size_t per_row; /* scratch floats per conversation */
+    int t, flags, windows, span;
+    int per_task, chunks; /* channels per task, tasks per conversation */
+} prepare_job;
+
+static void prepare_task(void *ctx, int task) {
+    const prepare_job *j = ctx;
+    const pp_conv *c = j->c;
+    const int r = task / j->chunks, i0 = task % j->chunks * j->per_task, t = j->t, p = c->k - c->stride;
+    const int i1 = i0 + j->per_task < c->cin ? i0 + j->per_task : c->cin;
+    const float *x = j->x + (size_t)r * c->cin * t;
+    float *hist = j->rows ? row_state(j->rows, r) : j->hist, *scratch = j->scratch + r * j->per_row;
+    if (j->flags & PP_CONV_REPLICATE)
+        for (int i = i0; i < i1; i++)
+            for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
+    if (j->windows) {
+        im2col(c, x, t, hist, scratch, i0, i1);
+    } else if (j->span) {
+        phases(c, x, t, hist, scratch, j->span, i0, i1);
+    }
+    /* Reading ahead of the write position keeps the in-place shift safe when t < p. */
+    for (int i = i0; i < i1; i++) {
+        float *hi = hist + (size_t)i * p;
+        const float *xi = x + (size_t)i * t;
+        for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
+    }
+}
+
+/* A copied value costs about as much as this many multiply-adds: the phases of a stride-4 conv
+ * took 0.5 ns a value on a Zen 5 core. */
+#define COPY_MACS 32
+
+/* Runs prepare over every conversation: span columns of phases (0: none), or the windows. */
+static void conv1d_prepare(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist,
+                           const pp_state_rows *rows, float *scratch, int windows, int span, int flags) {
+    const int n = rows ? rows->n : 1;
+    const double copies = windows ? (double)(t / c->stride) * c->k : (double)span * c->stride + c->k;
+    const int tasks = task_count(be, COPY_MACS * copies * c->cin * n, 8 * n);
+    prepare_job job = {.c = c, .x = x, .rows = rows, .hist = hist, .scratch = scratch,
+                       .per_row = pp_conv_scratch(c, t, 0), .t = t, .flags = flags, .windows = windows, .span = span};
+    job.chunks = (tasks + n - 1) / n;
+    job.per_task = (c->cin + job.chunks - 1) / job.chunks;
+    job.chunks = (c->cin + job.per_task - 1) / job.per_task;
+    run_tasks(be, COPY_MACS * copies * c->cin * n, n * job.chunks, prepare_task, &job);
+}
+
+/* Every conversation of the call in one pool job: the direct path's tiles of all of them, or one
+ * product over all their windows, which reads each weight row once for the whole batch (the
+ * convs over a few times stream 4-34 MB of weights each). Each output's sum is the one a lone
+ * call forms. */
 void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, const pp_state_rows *rows,
                    float *y, float *scratch, int flags) {
-    if (!rows) {
-        conv1d_row(be, c, x, t, hist, y, scratch, flags);
+    const int n = rows ? rows->n : 1, s = c->stride, p = c->k - s, tout = t / s, len = c->cin * c->k;
+    const size_t in = (size_t)c->cin * t, out = (size_t)c->cout * tout, per_row = pp_conv_scratch(c, t, 0);
+    const double macs = (double)n * c->cout * tout * len;
+    if (is_direct(c, t)) {
+        direct_job job = {.c = c, .xin = scratch, .y = y, .xin_row = per_row, .y_row = out,
+                          .xin_stride = (t + p) / s, .tout = tout, .accumulate = flags & PP_CONV_ACCUMULATE};
+        int copied = job.xin_stride; /* columns of each phase row that prepare copies */
+        if (s == 1 && p <= DIRECT_COL_TILE) { /* x in place, the first time tile from the head */
+            job.xin = x;
+            job.xin_row = in;
+            job.xin_stride = t;
+            job.shift = p;
+            job.head = p ? scratch : NULL;
+            job.head_row = per_row;
+            job.head_stride = (tout < DIRECT_COL_TILE ? tout : DIRECT_COL_TILE) + p;
+            copied = p ? job.head_stride : 0;
+        }
+        conv1d_prepare(be, c, x, t, hist, rows, scratch, 0, copied, flags);
+        /* Each task takes every row of its times where the time tiles alone make tasks enough (four a
+         * thread), else rows split as evenly as tiles of 24 allow: tasks on two cores that share a window
+         * both fetch it from the core that wrote it (on two Zen 5 cores the encoder's 1 x 1 conv over 1920
+         * times took 105 us with 24 rows a task, 56 with all 64, and 58 on one core). */
+        const int time_tiles = (tout + DIRECT_COL_TILE - 1) / DIRECT_COL_TILE;
+        const int want = 4 * pp_pool_threads(cpu_pool(be)), split = (want + n * time_tiles - 1) / (n * time_tiles);
+        job.row_tile = ((c->cout + split - 1) / split + DIRECT_ROW_TILE - 1) / DIRECT_ROW_TILE * DIRECT_ROW_TILE;
+        job.row_tiles = (c->cout + job.row_tile - 1) / job.row_tile;
+        job.tiles = job.row_tiles * time_tiles;
+        run_tasks(be, macs, n * job.tiles, PICK512(cpu_simd_of(be), direct_task), &job);
         return;
     }
-    /* Rows one after another: each call already spreads its products over the pool. */
-    size_t in = (size_t)c->cin * t, out = (size_t)c->cout * (t / c->stride);
-    for (int r = 0; r < rows->n; r++) conv1d_row(be, c, x + r * in, t, row_state(rows, r), y + r * out, scratch, flags);
+    conv1d_prepare(be, c, x, t, hist, rows, scratch, 1, 0, flags);
+    int rows_per_tile = 16, col_tile = 64;
+    int row_tiles = (c->cout + rows_per_tile - 1) / rows_per_tile;
+    int col_tiles = (n * tout + col_tile - 1) / col_tile;
+    conv_job job = {.c = c, .col = scratch, .y = y, .tout = tout, .cols = n * tout, .len = len,
+                    .accumulate = flags & PP_CONV_ACCUMULATE, .row_tiles = row_tiles, .col_tile = col_tile,
+                    .rows_per_tile = rows_per_tile};
+    run_tasks(be, macs, row_tiles * col_tiles, CPU_PICK(cpu_simd_of(be), conv_task), &job);
 }
 
 /* ==== ConvTranspose1d ============================================================ */
 
+/* Short inputs of every conversation in a call run as one job, whose z rows are the
+ * conversations' columns one after another (cols = conversations × t), so each weight row is read
+ * once for all of them; long inputs run a job per conversation (cols = t). */
 typedef struct convtr_job {
-    const float *x; /* [cin][t] */
+    const float *x; /* [cols / t][cin][t] */
     const float *w; /* [cin][n] */
-    float *z;       /* [t][n]: z[j][o·k + q] = Σ_i x[i][j]·w[i][o·k + q] */
-    int cin, t, n;
+    float *z;       /* [cols][n]: z[g][o·k + q] = Σ_i x[g / t][i][g % t]·w[i][o·k + q] */
+    int cin, t, n, cols;
     int width; /* columns of z per task */
 } convtr_job;
 
@@ -464,6 +562,11 @@ INLINE void convtr_blocks(const convtr_job *j, int c0, int blocks) {
     }
 }
 
+/* Input column g's value for channel 0 (channel i is i·t floats on). */
+static inline const float *convtr_column(const convtr_job *j, int g) {
+    return j->x + (size_t)(g / j->t) * j->cin * j->t + g % j->t;
+}
+
 /* Short inputs (a few columns, wide weights): stream the weight rows' spans and add them,
  * scaled, into the few z rows, which stay in L1. Walking a 16-column block down all input
  * channels instead would jump a whole weight row per step and miss the TLB every time. Four
@@ -472,15 +575,15 @@ INLINE void convtr_blocks(const convtr_job *j, int c0, int blocks) {
  * load and a store per row and column the 33 MB of the decoder's first transposed conv streamed
  * at half the rate of a plain dot product over the same bytes. */
 INLINE void convtr_rows(const convtr_job *j, int c0, int width) {
-    for (int t = 0; t < j->t; t++)
-        for (int c = 0; c < width; c++) j->z[(size_t)t * j->n + c0 + c] = 0.0f;
+    for (int g = 0; g < j->cols; g++)
+        for (int c = 0; c < width; c++) j->z[(size_t)g * j->n + c0 + c] = 0.0f;
     int i = 0;
     for (; i + 4 <= j->cin; i += 4) {
         const float *w0 = j->w + (size_t)i * j->n + c0, *w1 = w0 + j->n, *w2 = w1 + j->n, *w3 = w2 + j->n;
-        for (int t = 0; t < j->t; t++) {
-            const float *xt = j->x + (size_t)i * j->t + t;
+        for (int g = 0; g < j->cols; g++) {
+            const float *xt = convtr_column(j, g) + (size_t)i * j->t;
             const float x0 = xt[0], x1 = xt[j->t], x2 = xt[2 * j->t], x3 = xt[3 * j->t];
-            float *zt = j->z + (size_t)t * j->n + c0;
+            float *zt = j->z + (size_t)g * j->n + c0;
             int c = 0;
             for (; c + 8 <= width; c += 8) {
                 v8f z = LD8(zt + c);
@@ -495,8 +598,8 @@ INLINE void convtr_rows(const convtr_job *j, int c0, int width) {
     }
     for (; i < j->cin; i++) {
         const float *wi = j->w + (size_t)i * j->n + c0;
-        for (int t = 0; t < j->t; t++) {
-            float xv = j->x[(size_t)i * j->t + t], *zt = j->z + (size_t)t * j->n + c0;
+        for (int g = 0; g < j->cols; g++) {
+            float xv = convtr_column(j, g)[(size_t)i * j->t], *zt = j->z + (size_t)g * j->n + c0;
             int c = 0;
             for (; c + 8 <= width; c += 8) ST8(zt + c, LD8(zt + c) + xv * LD8(wi + c));
             for (; c < width; c++) zt[c] += xv * wi[c];
@@ -609,52 +712,99 @@ CPU_VNNI static void convtr_task_avx512(void *ctx, int task) {
 }
 #endif
 
-static void conv_tr1d_row(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, float *y,
-                          float *scratch) {
-    int k = c->k, s = c->stride, p = k - s, span = t * s + p;
-    int depthwise = c->groups != 1;
-    float *z = scratch, *full = depthwise ? scratch : scratch + (size_t)t * c->cout * k;
-    if (!depthwise) {
-        convtr_job job = {.x = x, .w = c->w, .z = z, .cin = c->cin, .t = t, .n = c->cout * k};
-        /* long inputs: whole panels where there are columns enough for two tasks a thread */
-        int per_task = job.n / (2 * pp_pool_threads(cpu_pool(be))) / 16 * 16;
-        job.width = t <= CONVTR_SHORT               ? 1024
-                    : per_task < 16                 ? 16
-                    : per_task > 16 * CONVTR_BLOCKS ? 16 * CONVTR_BLOCKS
-                                                    : per_task;
-        run_tasks(be, (double)c->cin * t * job.n, (job.n + job.width - 1) / job.width,
-                  PICK512(cpu_simd_of(be), convtr_task), &job);
-    }
-    for (int o = 0; o < c->cout; o++) {
-        float *f = full + (size_t)o * span;
+/* The overlap-add of a call: each output column is its tail's partial sum (the first p) or 0, plus
+ * the products of every input column that reaches it, in input order; y is that plus the bias, and
+ * the last p sums are the new tail. A task takes OVERLAP_CHANNELS channels of one conversation. */
+typedef struct overlap_job {
+    const pp_conv *c;
+    const float *x, *z; /* depthwise: x [n][cin][t]; else z [n·t][cout·k] (convtr_job's) */
+    const pp_state_rows *rows;
+    float *tail; /* a lone call's (rows NULL) */
+    float *full; /* [n][cout][t·stride + p]: the sums */
+    float *y;    /* [n][cout][t·stride] */
+    int t, chunks;
+} overlap_job;
+
+#define OVERLAP_CHANNELS 32
+
+static void overlap_task(void *ctx, int task) {
+    const overlap_job *j = ctx;
+    const pp_conv *c = j->c;
+    const int k = c->k, s = c->stride, p = k - s, t = j->t, span = t * s + p, nz = c->cout * k, r = task / j->chunks;
+    const int o0 = task % j->chunks * OVERLAP_CHANNELS;
+    const int o1 = o0 + OVERLAP_CHANNELS < c->cout ? o0 + OVERLAP_CHANNELS : c->cout;
+    const float *x = j->x + (size_t)r * c->cin * t, *z = j->z + (size_t)r * t * nz;
+    float *tail = j->rows ? row_state(j->rows, r) : j->tail, *y = j->y + (size_t)r * c->cout * t * s;
+    for (int o = o0; o < o1; o++) {
+        float *f = j->full + ((size_t)r * c->cout + o) * span;
         for (int u = 0; u < span; u++) f[u] = u < p ? tail[(size_t)o * p + u] : 0.0f;
-        for (int j = 0; j < t; j++)
+        for (int i = 0; i < t; i++)
             for (int q = 0; q < k; q++)
-                f[j * s + q] += depthwise ? x[(size_t)o * t + j] * c->w[(size_t)o * k + q]
-                                          : z[(size_t)j * c->cout * k + (size_t)o * k + q];
+                f[i * s + q] += c->groups != 1 ? x[(size_t)o * t + i] * c->w[(size_t)o * k + q]
+                                               : z[(size_t)i * nz + (size_t)o * k + q];
         float b = c->b ? c->b[o] : 0.0f;
         for (int u = 0; u < t * s; u++) y[(size_t)o * t * s + u] = f[u] + b;
         for (int u = 0; u < p; u++) tail[(size_t)o * p + u] = f[t * s + u];
     }
 }
 
+/* The products in z, then the overlap-add, each over every conversation of the call in as few
+ * pool jobs as the shapes allow. A depthwise conv (groups = channels) needs no product. */
 void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, const pp_state_rows *rows,
                       float *y, float *scratch) {
-    if (!rows) {
-        conv_tr1d_row(be, c, x, t, tail, y, scratch);
-        return;
+    const int n = rows ? rows->n : 1, nz = c->cout * c->k, depthwise = c->groups != 1;
+    float *full = depthwise ? scratch : scratch + (size_t)n * t * nz;
+    if (!depthwise) {
+        convtr_job job = {.x = x, .w = c->w, .z = scratch, .cin = c->cin, .t = t, .n = nz, .cols = n * t};
+        /* long inputs: whole panels where there are columns enough for two tasks a thread */
+        int per_task = nz / (2 * pp_pool_threads(cpu_pool(be))) / 16 * 16;
+        job.width = t <= CONVTR_SHORT               ? 1024
+                    : per_task < 16                 ? 16
+                    : per_task > 16 * CONVTR_BLOCKS ? 16 * CONVTR_BLOCKS
+                                                    : per_task;
+        const int tasks = (nz + job.width - 1) / job.width;
+        const pp_pool_fn fn = PICK512(cpu_simd_of(be), convtr_task);
+        if (t <= CONVTR_SHORT) {
+            run_tasks(be, (double)c->cin * job.cols * nz, tasks, fn, &job);
+        } else { /* the panels take one conversation's columns */
+            job.cols = t;
+            for (int r = 0; r < n; r++, job.x += (size_t)c->cin * t, job.z += (size_t)t * nz)
+                run_tasks(be, (double)c->cin * t * nz, tasks, fn, &job);
+        }
     }
-    size_t in = (size_t)c->cin * t, out = (size_t)c->cout * t * c->stride;
-    for (int r = 0; r < rows->n; r++) conv_tr1d_row(be, c, x + r * in, t, row_state(rows, r), y + r * out, scratch);
+    overlap_job job = {.c = c,
+                       .x = x,
+                       .z = scratch,
+                       .rows = rows,
+                       .tail = tail,
+                       .full = full,
+                       .y = y,
+                       .t = t,
+                       .chunks = (c->cout + OVERLAP_CHANNELS - 1) / OVERLAP_CHANNELS};
+    run_tasks(be, (double)n * c->cout * t * c->k, n * job.chunks, overlap_task, &job);
 }
 
 /* ==== elementwise and normalisation ============================================ */
 
-typedef struct elu_job {
+/* An elementwise map over n values (ELU, GELU), split across the pool when it is large. */
+typedef struct map_job {
     const float *x;
     float *y;
     size_t n, per_task;
-} elu_job;
+} map_job;
+
+/* fn over x -> y; each value costs about as much as macs_per_value multiply-adds. */
+static void run_map(pp_backend *be, double macs_per_value, pp_pool_fn fn, const float *x, float *y, size_t n) {
+    int n_tasks = task_count(be, macs_per_value * (double)n, 64);
+    map_job job = {.x = x, .y = y, .n = n, .per_task = (n + (size_t)n_tasks - 1) / (size_t)n_tasks};
+    pp_pool_run(cpu_pool(be), n_tasks, fn, &job);
+}
+
+/* A map task's values [*i0, return). */
+static inline size_t map_range(const map_job *j, int task, size_t *i0) {
+    *i0 = (size_t)task * j->per_task;
+    return *i0 + j->per_task < j->n ? *i0 + j->per_task : j->n;
+}
 
 typedef int32_t v8i __attribute__((vector_size(32)));
 #define SPLAT(v) ((v8f){0} + (v))
@@ -679,8 +829,8 @@ INLINE void elu8(const float *in, float *out) {
 }
 
 INLINE void elu_task_body(void *ctx, int task) {
-    const elu_job *j = ctx;
-    size_t i0 = (size_t)task * j->per_task, i1 = i0 + j->per_task < j->n ? i0 + j->per_task : j->n, i = i0;
+    const map_job *j = ctx;
+    size_t i0, i1 = map_range(j, task, &i0), i = i0;
     for (; i + 8 <= i1; i += 8) elu8(j->x + i, j->y + i);
     if (i < i1) { /* the last few through the same arithmetic */
         float v[8] = {0};
@@ -692,15 +842,19 @@ INLINE void elu_task_body(void *ctx, int task) {
 CPU_TASK_VARIANTS(elu_task)
 
 void pp_cpu_elu(pp_backend *be, const float *x, float *y, size_t n) {
-    /* elu8 costs about 2 multiply-adds a value: split large tensors across the pool. */
-    int n_tasks = task_count(be, 2.0 * (double)n, 64);
-    elu_job job = {.x = x, .y = y, .n = n, .per_task = (n + (size_t)n_tasks - 1) / (size_t)n_tasks};
-    pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), elu_task), &job);
+    run_map(be, 2.0, CPU_PICK(cpu_simd_of(be), elu_task), x, y, n); /* elu8: about 2 multiply-adds a value */
+}
+
+static void gelu_task(void *ctx, int task) {
+    const map_job *j = ctx;
+    size_t i0, i1 = map_range(j, task, &i0);
+    for (size_t i = i0; i < i1; i++) j->y[i] = 0.5f * j->x[i] * (1.0f + erff(j->x[i] * 0.70710678118654752f));
 }
 
 void pp_cpu_gelu(pp_backend *be, float *x, size_t n) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+    /* libm's erff takes about 9 ns a value on a Zen 5 core, the time of some 400 multiply-adds: the
+     * Mimi transformer's 2 x 2048 values a layer took 37 us on the calling thread alone */
+    run_map(be, 256.0, gelu_task, x, x, n);
 }
 
 void pp_cpu_layer_norm(pp_backend *be, const float *x, const float *w, const float *b, int n, int d, float eps,
