@@ -725,7 +725,8 @@ typedef struct overlap_job {
     int t, chunks;
 } overlap_job;
 
-#define OVERLAP_CHANNELS 32
+#define OVERLAP_CHANNELS 8
+#define OVERLAP_MACS 4.0 /* an addition's cost in multiply-adds: loads and stores, a few taps per vector */
 
 static void overlap_task(void *ctx, int task) {
     const overlap_job *j = ctx;
@@ -736,12 +737,21 @@ static void overlap_task(void *ctx, int task) {
     const float *x = j->x + (size_t)r * c->cin * t, *z = j->z + (size_t)r * t * nz;
     float *tail = j->rows ? row_state(j->rows, r) : j->tail, *y = j->y + (size_t)r * c->cout * t * s;
     for (int o = o0; o < o1; o++) {
-        float *f = j->full + ((size_t)r * c->cout + o) * span;
+        float *restrict f = j->full + ((size_t)r * c->cout + o) * span;
         for (int u = 0; u < span; u++) f[u] = u < p ? tail[(size_t)o * p + u] : 0.0f;
-        for (int i = 0; i < t; i++)
-            for (int q = 0; q < k; q++)
-                f[i * s + q] += c->groups != 1 ? x[(size_t)o * t + i] * c->w[(size_t)o * k + q]
-                                               : z[(size_t)i * nz + (size_t)o * k + q];
+        /* one loop per case, so that each vectorises over the kernel's taps */
+        if (c->groups != 1) {
+            const float *restrict w = c->w + (size_t)o * k;
+            for (int i = 0; i < t; i++) {
+                const float xv = x[(size_t)o * t + i];
+                for (int q = 0; q < k; q++) f[i * s + q] += xv * w[q];
+            }
+        } else {
+            for (int i = 0; i < t; i++) {
+                const float *restrict zi = z + (size_t)i * nz + (size_t)o * k;
+                for (int q = 0; q < k; q++) f[i * s + q] += zi[q];
+            }
+        }
         float b = c->b ? c->b[o] : 0.0f;
         for (int u = 0; u < t * s; u++) y[(size_t)o * t * s + u] = f[u] + b;
         for (int u = 0; u < p; u++) tail[(size_t)o * p + u] = f[t * s + u];
@@ -772,16 +782,9 @@ void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, f
                 run_tasks(be, (double)c->cin * t * nz, tasks, fn, &job);
         }
     }
-    overlap_job job = {.c = c,
-                       .x = x,
-                       .z = scratch,
-                       .rows = rows,
-                       .tail = tail,
-                       .full = full,
-                       .y = y,
-                       .t = t,
+    overlap_job job = {.c = c, .x = x, .z = scratch, .rows = rows, .tail = tail, .full = full, .y = y, .t = t,
                        .chunks = (c->cout + OVERLAP_CHANNELS - 1) / OVERLAP_CHANNELS};
-    run_tasks(be, (double)n * c->cout * t * c->k, n * job.chunks, overlap_task, &job);
+    run_tasks(be, OVERLAP_MACS * n * c->cout * t * c->k, n * job.chunks, overlap_task, &job);
 }
 
 /* ==== elementwise and normalisation ============================================ */
