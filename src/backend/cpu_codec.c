@@ -477,9 +477,9 @@ void pp_cpu_conv1d(pp_backend *be, const pp_conv *c, const float *x, int t, floa
 
 /* ==== ConvTranspose1d ============================================================ */
 
-/* Short inputs of every conversation in a call run as one job, whose z rows are the
- * conversations' columns one after another (cols = conversations × t), so each weight row is read
- * once for all of them; long inputs run a job per conversation (cols = t). */
+/* Every conversation of a call runs as one job, whose z rows are the conversations' columns one
+ * after another (cols = conversations × t), so each weight row is read, or each panel packed, once
+ * for all of them. */
 typedef struct convtr_job {
     const float *x; /* [cols / t][cin][t] */
     const float *w; /* [cin][n] */
@@ -542,21 +542,34 @@ static inline int convtr_panel_rows(const convtr_job *j, int i0) {
 }
 
 /* z columns [c0, c0 + 16·blocks) for every input column, a panel at a time. */
+/* Conversation r's part of a job: its input and its z rows, as a job of its own. The panels' tiles
+ * run over one conversation's columns at a time, each panel packed once for all of them. */
+static inline convtr_job convtr_conversation(const convtr_job *j, int r) {
+    convtr_job v = *j;
+    v.x += (size_t)r * j->cin * j->t;
+    v.z += (size_t)r * j->t * j->n;
+    v.cols = j->t;
+    return v;
+}
+
 INLINE void convtr_blocks(const convtr_job *j, int c0, int blocks) {
     float panel[CONVTR_BLOCKS][CONVTR_PANEL_ROWS * 16] __attribute__((aligned(32)));
     for (int i0 = 0; i0 < j->cin; i0 += CONVTR_PANEL_ROWS) {
         const int rows = convtr_panel_rows(j, i0);
         convtr_pack(j, i0, rows, c0, blocks, panel);
-        for (int b = 0; b < blocks; b++) {
-            int t = 0;
-            for (; t + 6 <= j->t; t += 6) convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 6);
-            switch (j->t - t) { /* constant tile widths for the last columns */
-            case 5: convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 5); break;
-            case 4: convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 4); break;
-            case 3: convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 3); break;
-            case 2: convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 2); break;
-            case 1: convtr_tile(j, panel[b], i0, rows, c0 + 16 * b, t, 1); break;
-            default: break;
+        for (int r = 0; r < j->cols / j->t; r++) {
+            const convtr_job v = convtr_conversation(j, r);
+            for (int b = 0; b < blocks; b++) {
+                int t = 0;
+                for (; t + 6 <= v.t; t += 6) convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 6);
+                switch (v.t - t) { /* constant tile widths for the last columns */
+                case 5: convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 5); break;
+                case 4: convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 4); break;
+                case 3: convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 3); break;
+                case 2: convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 2); break;
+                case 1: convtr_tile(&v, panel[b], i0, rows, c0 + 16 * b, t, 1); break;
+                default: break;
+                }
             }
         }
     }
@@ -692,9 +705,12 @@ FN512 void convtr512_blocks(const convtr_job *j, int c0, int blocks) {
     for (int i0 = 0; i0 < j->cin; i0 += CONVTR_PANEL_ROWS) {
         const int rows = convtr_panel_rows(j, i0);
         convtr_pack(j, i0, rows, c0, blocks, panel);
-        int b = 0;
-        for (; b + 2 <= blocks; b += 2) convtr512_columns(j, panel[b], panel[b + 1], i0, rows, c0 + 16 * b, 2);
-        if (b < blocks) convtr512_columns(j, panel[b], panel[b], i0, rows, c0 + 16 * b, 1);
+        for (int r = 0; r < j->cols / j->t; r++) {
+            const convtr_job v = convtr_conversation(j, r);
+            int b = 0;
+            for (; b + 2 <= blocks; b += 2) convtr512_columns(&v, panel[b], panel[b + 1], i0, rows, c0 + 16 * b, 2);
+            if (b < blocks) convtr512_columns(&v, panel[b], panel[b], i0, rows, c0 + 16 * b, 1);
+        }
     }
 }
 
@@ -758,8 +774,8 @@ static void overlap_task(void *ctx, int task) {
     }
 }
 
-/* The products in z, then the overlap-add, each over every conversation of the call in as few
- * pool jobs as the shapes allow. A depthwise conv (groups = channels) needs no product. */
+/* The products in z, then the overlap-add, each one pool job over every conversation of the call.
+ * A depthwise conv (groups = channels) needs no product. */
 void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, float *tail, const pp_state_rows *rows,
                       float *y, float *scratch) {
     const int n = rows ? rows->n : 1, nz = c->cout * c->k, depthwise = c->groups != 1;
@@ -772,15 +788,8 @@ void pp_cpu_conv_tr1d(pp_backend *be, const pp_conv *c, const float *x, int t, f
                     : per_task < 16                 ? 16
                     : per_task > 16 * CONVTR_BLOCKS ? 16 * CONVTR_BLOCKS
                                                     : per_task;
-        const int tasks = (nz + job.width - 1) / job.width;
-        const pp_pool_fn fn = PICK512(cpu_simd_of(be), convtr_task);
-        if (t <= CONVTR_SHORT) {
-            run_tasks(be, (double)c->cin * job.cols * nz, tasks, fn, &job);
-        } else { /* the panels take one conversation's columns */
-            job.cols = t;
-            for (int r = 0; r < n; r++, job.x += (size_t)c->cin * t, job.z += (size_t)t * nz)
-                run_tasks(be, (double)c->cin * t * nz, tasks, fn, &job);
-        }
+        run_tasks(be, (double)c->cin * job.cols * nz, (nz + job.width - 1) / job.width,
+                  PICK512(cpu_simd_of(be), convtr_task), &job);
     }
     overlap_job job = {.c = c, .x = x, .z = scratch, .rows = rows, .tail = tail, .full = full, .y = y, .t = t,
                        .chunks = (c->cout + OVERLAP_CHANNELS - 1) / OVERLAP_CHANNELS};
