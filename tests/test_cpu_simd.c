@@ -443,6 +443,22 @@ static void test_codec(cpu_simd simd) {
         be->ops->vq_nearest(be, cb, cb_sq, bins, dim, q, 1, 0, &code[v], 1);
     }
     TEST_COND("vq nearest code", code[0] == code[1]);
+
+    /* 11 rows in one call (a group of 8 and one of 3) against each row alone, subtracting: the same
+     * codes and residuals bit for bit */
+    enum { VQ_CALL_ROWS = 11 };
+    float *rows = randv((size_t)VQ_CALL_ROWS * dim, 1.0f), *alone = malloc(sizeof(float) * VQ_CALL_ROWS * dim);
+    memcpy(alone, rows, sizeof(float) * VQ_CALL_ROWS * dim);
+    int32_t batched_codes[VQ_CALL_ROWS][2], alone_codes[VQ_CALL_ROWS][2];
+    set_simd(simd);
+    be->ops->vq_nearest(be, cb, cb_sq, bins, dim, rows, VQ_CALL_ROWS, 1, &batched_codes[0][1], 2);
+    for (int r = 0; r < VQ_CALL_ROWS; r++)
+        be->ops->vq_nearest(be, cb, cb_sq, bins, dim, alone + r * dim, 1, 1, &alone_codes[r][1], 2);
+    int same = memcmp(rows, alone, sizeof(float) * VQ_CALL_ROWS * dim) == 0;
+    for (int r = 0; r < VQ_CALL_ROWS; r++) same &= batched_codes[r][1] == alone_codes[r][1];
+    TEST_COND("vq nearest: 11 rows in one call as each alone", same);
+    free(rows);
+    free(alone);
     free(cb);
     free(cb_sq);
     free(q);

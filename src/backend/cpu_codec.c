@@ -910,54 +910,68 @@ INLINE float dot(const float *a, const float *b, int n) {
 }
 
 #define VQ_MAX_TASKS 64
+#define VQ_ROWS 8 /* conversations' rows a task compares with each codebook row it reads */
 
+/* The nearest codebook rows of up to VQ_ROWS rows x [rows][dim]: each task takes a range of the
+ * codebook and every row, so the codebook (2 MB a level in the released codec) is read once for
+ * the batch, not once per conversation. */
 typedef struct vq_job {
     const float *cb, *cb_sq, *x;
-    float xx;
-    int bins, dim, per_task;
-    float best[VQ_MAX_TASKS];
-    int32_t arg[VQ_MAX_TASKS];
+    float xx[VQ_ROWS];
+    int bins, dim, rows, per_task;
+    float best[VQ_MAX_TASKS][VQ_ROWS];
+    int32_t arg[VQ_MAX_TASKS][VQ_ROWS];
 } vq_job;
 
 INLINE void vq_task_body(void *ctx, int task) {
     vq_job *j = ctx;
     int b0 = task * j->per_task, b1 = b0 + j->per_task < j->bins ? b0 + j->per_task : j->bins;
-    float best = INFINITY;
-    int32_t arg = b0;
+    float best[VQ_ROWS];
+    int32_t arg[VQ_ROWS];
+    for (int r = 0; r < j->rows; r++) {
+        best[r] = INFINITY;
+        arg[r] = b0;
+    }
     for (int b = b0; b < b1; b++) {
-        float d2 = (j->xx - 2.0f * dot(j->x, j->cb + (size_t)b * j->dim, j->dim)) + j->cb_sq[b];
-        /* The reference takes argmin of sqrt(max(d², 0)), where rounding may merge near ties. */
-        float d = sqrtf(d2 > 0.0f ? d2 : 0.0f);
-        if (d < best) {
-            best = d;
-            arg = b;
+        const float *e = j->cb + (size_t)b * j->dim;
+        for (int r = 0; r < j->rows; r++) {
+            float d2 = (j->xx[r] - 2.0f * dot(j->x + (size_t)r * j->dim, e, j->dim)) + j->cb_sq[b];
+            /* The reference takes argmin of sqrt(max(d², 0)), where rounding may merge near ties. */
+            float d = sqrtf(d2 > 0.0f ? d2 : 0.0f);
+            if (d < best[r]) {
+                best[r] = d;
+                arg[r] = b;
+            }
         }
     }
-    j->best[task] = best;
-    j->arg[task] = arg;
+    for (int r = 0; r < j->rows; r++) {
+        j->best[task][r] = best[r];
+        j->arg[task][r] = arg[r];
+    }
 }
 CPU_TASK_VARIANTS(vq_task)
 
-static void vq_nearest_row(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x,
-                           int subtract, int32_t *code) {
-    vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x, .xx = dot(x, x, dim), .bins = bins, .dim = dim};
-    int n_tasks = task_count(be, (double)bins * dim, VQ_MAX_TASKS);
-    job.per_task = (bins + n_tasks - 1) / n_tasks;
-    n_tasks = (bins + job.per_task - 1) / job.per_task;
-    pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), vq_task), &job);
-    /* Strictly smaller wins, in task order: the first index among equal distances. */
-    int best = 0;
-    for (int i = 1; i < n_tasks; i++)
-        if (job.best[i] < job.best[best]) best = i;
-    *code = job.arg[best];
-    if (subtract)
-        for (int i = 0; i < dim; i++) x[i] -= cb[(size_t)*code * dim + i];
-}
-
 void pp_cpu_vq_nearest(pp_backend *be, const float *cb, const float *cb_sq, int bins, int dim, float *x, int n,
                        int subtract, int32_t *code, int code_stride) {
-    for (int r = 0; r < n; r++)
-        vq_nearest_row(be, cb, cb_sq, bins, dim, x + (size_t)r * dim, subtract, code + (size_t)r * code_stride);
+    for (int r0 = 0; r0 < n; r0 += VQ_ROWS) {
+        vq_job job = {.cb = cb, .cb_sq = cb_sq, .x = x + (size_t)r0 * dim, .bins = bins, .dim = dim,
+                      .rows = n - r0 < VQ_ROWS ? n - r0 : VQ_ROWS};
+        for (int r = 0; r < job.rows; r++) job.xx[r] = dot(job.x + (size_t)r * dim, job.x + (size_t)r * dim, dim);
+        int n_tasks = task_count(be, (double)bins * dim * job.rows, VQ_MAX_TASKS);
+        job.per_task = (bins + n_tasks - 1) / n_tasks;
+        n_tasks = (bins + job.per_task - 1) / job.per_task;
+        pp_pool_run(cpu_pool(be), n_tasks, CPU_PICK(cpu_simd_of(be), vq_task), &job);
+        for (int r = 0; r < job.rows; r++) {
+            /* Strictly smaller wins, in task order: the first index among equal distances. */
+            int best = 0;
+            for (int i = 1; i < n_tasks; i++)
+                if (job.best[i][r] < job.best[best][r]) best = i;
+            int32_t *out = code + (size_t)(r0 + r) * code_stride;
+            *out = job.arg[best][r];
+            if (subtract)
+                for (int i = 0; i < dim; i++) x[(size_t)(r0 + r) * dim + i] -= cb[(size_t)*out * dim + i];
+        }
+    }
 }
 
 void pp_cpu_vq_add_row(pp_backend *be, const float *cb, int bins, int dim, const int32_t *code, int code_stride, int n,
