@@ -157,10 +157,10 @@ typedef struct pp_backend_ops {
     /* ---- codec operations (model/mimi.c, model/seanet.c, model/quantizer.c) ---- */
     /* Streaming causal Conv1d on channel-major x [cin][t] (t a multiple of stride). hist
      * [cin][k−stride] holds the last inputs of the previous call (zeros after reset) and is
-     * updated; y [cout][t/stride] (not overlapping x) gets b + Σ w·[hist, x] per output. flags: PP_CONV_*. With
-     * rows (pp_state_rows) the call runs rows->n conversations at once: x [n][cin][t], y
-     * [n][cout][t/stride], row r's history in its own state (hist unused), scratch n times
-     * pp_conv_scratch. */
+     * updated; y [cout][t/stride], which does not overlap x, gets b + Σ w·[hist, x] per output.
+     * flags: PP_CONV_*. With rows (pp_state_rows) the call runs rows->n conversations at once:
+     * x [n][cin][t], y [n][cout][t/stride], row r's history in its own state (hist unused),
+     * scratch n times pp_conv_scratch. */
     void (*conv1d)(pp_backend *be, const pp_conv *c, const float *x, int t, float *hist, const pp_state_rows *rows,
                    float *y, float *scratch, int flags);
     /* Streaming causal ConvTranspose1d: x [cin][t] -> y [cout][t·stride]. tail [cout][k−stride]
