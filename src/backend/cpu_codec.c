@@ -198,9 +198,14 @@ INLINE void direct_rows(const direct_job *j, int r, int t, int nr, int nv) {
     }
 }
 
+/* A direct task's rows [r_begin, r_end) and times [t_begin, t_end) in its conversation. */
+typedef struct direct_span {
+    int r_begin, r_end, t_begin, t_end;
+} direct_span;
+
 /* Task `task` of a batched call: *row is the job of its conversation, reading the head in the
- * first time tile when there is one; returns the task's tile index there. */
-static inline int direct_row(const direct_job *j, int task, direct_job *row) {
+ * first time tile when there is one; returns the task's rows and times there. */
+static inline direct_span direct_row(const direct_job *j, int task, direct_job *row) {
     const int r = task / j->tiles, tile = task % j->tiles;
     *row = *j;
     if (j->head && tile < j->row_tiles) {
@@ -211,26 +216,26 @@ static inline int direct_row(const direct_job *j, int task, direct_job *row) {
         row->xin += r * j->xin_row;
     }
     row->y += r * j->y_row;
-    return tile;
+    direct_span sp = {.r_begin = tile % j->row_tiles * j->row_tile, .t_begin = tile / j->row_tiles * DIRECT_COL_TILE};
+    sp.r_end = sp.r_begin + j->row_tile < j->c->cout ? sp.r_begin + j->row_tile : j->c->cout;
+    sp.t_end = sp.t_begin + DIRECT_COL_TILE < j->tout ? sp.t_begin + DIRECT_COL_TILE : j->tout;
+    return sp;
 }
 
 INLINE void direct_task_body(void *ctx, int task) {
     direct_job row;
-    task = direct_row(ctx, task, &row);
+    const direct_span sp = direct_row(ctx, task, &row);
     const direct_job *j = &row;
     const pp_conv *c = j->c;
     const int s = c->stride, k = c->k, taps = k / s, len = c->cin * k;
-    int r_begin = (task % j->row_tiles) * j->row_tile, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
-    int r_end = r_begin + j->row_tile < c->cout ? r_begin + j->row_tile : c->cout;
-    int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
-    for (int r = r_begin; r < r_end; r += DIRECT_ROWS) {
-        int nr = r_end - r < DIRECT_ROWS ? r_end - r : DIRECT_ROWS, t = t_begin;
-        for (; t + 16 <= t_end; t += 16) direct_rows(j, r, t, nr, 2);
-        if (t + 8 <= t_end) {
+    for (int r = sp.r_begin; r < sp.r_end; r += DIRECT_ROWS) {
+        int nr = sp.r_end - r < DIRECT_ROWS ? sp.r_end - r : DIRECT_ROWS, t = sp.t_begin;
+        for (; t + 16 <= sp.t_end; t += 16) direct_rows(j, r, t, nr, 2);
+        if (t + 8 <= sp.t_end) {
             direct_rows(j, r, t, nr, 1);
             t += 8;
         }
-        for (; t < t_end; t++) /* the last few times, one output at a time in the same order */
+        for (; t < sp.t_end; t++) /* the last few times, one output at a time in the same order */
             for (int u = r; u < r + nr; u++) {
                 const float *w = c->w + (size_t)u * len;
                 float acc = 0.0f;
@@ -302,19 +307,16 @@ FN512 void direct512_rows(const direct_job *j, int r, int r_end, int t, int wide
 
 CPU_VNNI static void direct_task_avx512(void *ctx, int task) {
     direct_job row;
-    task = direct_row(ctx, task, &row);
+    const direct_span sp = direct_row(ctx, task, &row);
     const direct_job *j = &row;
-    int r_begin = (task % j->row_tiles) * j->row_tile, t_begin = (task / j->row_tiles) * DIRECT_COL_TILE;
-    int r_end = r_begin + j->row_tile < j->c->cout ? r_begin + j->row_tile : j->c->cout;
-    int t_end = t_begin + DIRECT_COL_TILE < j->tout ? t_begin + DIRECT_COL_TILE : j->tout;
     /* a task's times (at most DIRECT_COL_TILE = 4 vectors) in one tile width */
-    const int times = t_end - t_begin, nv = (times + 15) / 16;
+    const int times = sp.t_end - sp.t_begin, nv = (times + 15) / 16;
     const __mmask16 last = (__mmask16)(0xFFFFu >> (16 * nv - times));
     switch (nv) {
-    case 4: direct512_rows(j, r_begin, r_end, t_begin, 6, 4, last); break;
-    case 3: direct512_rows(j, r_begin, r_end, t_begin, 8, 3, last); break;
-    case 2: direct512_rows(j, r_begin, r_end, t_begin, 12, 2, last); break;
-    default: direct512_rows(j, r_begin, r_end, t_begin, 12, 1, last); break;
+    case 4: direct512_rows(j, sp.r_begin, sp.r_end, sp.t_begin, 6, 4, last); break;
+    case 3: direct512_rows(j, sp.r_begin, sp.r_end, sp.t_begin, 8, 3, last); break;
+    case 2: direct512_rows(j, sp.r_begin, sp.r_end, sp.t_begin, 12, 2, last); break;
+    default: direct512_rows(j, sp.r_begin, sp.r_end, sp.t_begin, 12, 1, last); break;
     }
 }
 _Static_assert(DIRECT_COL_TILE == 64, "direct_task_avx512 takes a task's times as at most 4 vectors of 16");
@@ -367,9 +369,10 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
     }
 }
 
-/* Row r's state buffer of a batched call (backend.h pp_state_rows); the CPU's backend memory
- * is host memory. NULL for a conv without state. */
-static float *row_state(const pp_state_rows *rows, int r) {
+/* Conversation r's state buffer: row r's of a batched call (backend.h pp_state_rows; the CPU's
+ * backend memory is host memory), NULL for a conv without state, or a lone call's (rows NULL). */
+static float *row_state(const pp_state_rows *rows, int r, float *lone) {
+    if (!rows) return lone;
     return rows->base ? (float *)(uintptr_t)(rows->base[r] + rows->offset) : NULL;
 }
 
@@ -394,7 +397,7 @@ static void prepare_task(void *ctx, int task) {
     const int r = task / j->chunks, i0 = task % j->chunks * j->per_task, t = j->t, p = c->k - c->stride;
     const int i1 = i0 + j->per_task < c->cin ? i0 + j->per_task : c->cin;
     const float *x = j->x + (size_t)r * c->cin * t;
-    float *hist = j->rows ? row_state(j->rows, r) : j->hist, *scratch = j->scratch + r * j->per_row;
+    float *hist = row_state(j->rows, r, j->hist), *scratch = j->scratch + r * j->per_row;
     if (j->flags & PP_CONV_REPLICATE)
         for (int i = i0; i < i1; i++)
             for (int q = 0; q < p; q++) hist[(size_t)i * p + q] = x[(size_t)i * t];
@@ -751,7 +754,7 @@ static void overlap_task(void *ctx, int task) {
     const int o0 = task % j->chunks * OVERLAP_CHANNELS;
     const int o1 = o0 + OVERLAP_CHANNELS < c->cout ? o0 + OVERLAP_CHANNELS : c->cout;
     const float *x = j->x + (size_t)r * c->cin * t, *z = j->z + (size_t)r * t * nz;
-    float *tail = j->rows ? row_state(j->rows, r) : j->tail, *y = j->y + (size_t)r * c->cout * t * s;
+    float *tail = row_state(j->rows, r, j->tail), *y = j->y + (size_t)r * c->cout * t * s;
     for (int o = o0; o < o1; o++) {
         float *restrict f = j->full + ((size_t)r * c->cout + o) * span;
         for (int u = 0; u < span; u++) f[u] = u < p ? tail[(size_t)o * p + u] : 0.0f;
