@@ -8,7 +8,6 @@
 
 #define PK_ATTN_SPLIT 64
 #define PK_ATTN_THREADS 128
-#define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
 /* Keys a warp loads ahead: as many as 32 registers of a lane's raw words hold at a 128-wide head
  * (f32 4, bf16 and int8 8: their words are decoded where used), so that many memory round trips
  * overlap. More was not better: with 16 int8 keys (5 blocks an SM for want of registers, not 6) a

@@ -122,6 +122,7 @@ typedef struct pk_kv_ring {
     void *k, *v;
     float *kscale, *vscale;
 } pk_kv_ring;
+#define PK_ATTN_MAX_DIM 256 /* head_dim limit: 8 values per lane */
 /* Floats of workspace pk_attn_rows needs for n rows of capacity slots (the splits' partial
  * results). */
 size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);

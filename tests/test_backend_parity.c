@@ -1348,6 +1348,17 @@ static void test_batched_weight_traffic(void) {
     held_free(&h);
 }
 
+/* The device's attention takes heads up to its limit and refuses wider ones by name, so a model with
+ * them fails as it opens (its frames once failed one by one); the CPU's takes any. */
+static void test_head_dims(void) {
+    char err[PP_ERR_LEN];
+    TEST_COND("device heads of 256", pp_backend_check_head_dim(gpu, 256, "m", err) == PP_OK);
+    TEST_COND("device heads of 512 refused", pp_backend_check_head_dim(gpu, 512, "m: the depformer", err) ==
+                                                     PP_EUNSUPPORTED &&
+                                                 strstr(err, "m: the depformer") && strstr(err, "512"));
+    TEST_COND("cpu heads of 512", pp_backend_check_head_dim(cpu, 512, "m", err) == PP_OK);
+}
+
 int main(void) {
     char err[PP_ERR_LEN];
     pp_log_set_level(PP_LOG_WARN);
@@ -1370,6 +1381,7 @@ int main(void) {
         return 1;
     }
     test_slow_path_told();
+    test_head_dims();
     printf("matmul and embed per format:\n");
     for (size_t i = 0; i < sizeof wcases / sizeof wcases[0]; i++) test_matmul(&wcases[i]);
     test_latency_bound(PP_WF_NF2, 128, 128, 0, "nf2 g128");

@@ -103,6 +103,36 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
     pp_lm_close(lm);
 }
 
+/* A codec config asking Mimi for 4 codebooks a frame opens as a codec, but not as a conversation's: a
+ * frame holds the LM's 8 codes (fewer once left the rest stale, more wrote past a session's arrays). */
+static void test_codebooks(pp_backend *be, const pp_demo_files *files) {
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32], text[4096];
+    snprintf(path, sizeof path, "%s", files->mimi);
+    strcpy(strrchr(path, '/') + 1, "config.json");
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    const char *key = "\"num_codebooks\": 8", *at = strstr(text, key);
+    TEST_COND("demo codec config names its codebooks", at != NULL);
+    if (!at) return;
+    f = fopen(path, "wb");
+    TEST_COND("codec config rewritten",
+              f && fprintf(f, "%.*s\"num_codebooks\": 4%s", (int)(at - text), text, at + strlen(key)) > 0);
+    if (f) fclose(f);
+    mimi_model *codec = NULL;
+    int rc = pp_mimi_open(be, files->mimi, NULL, &codec, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("4 codebooks open as a codec", rc == PP_OK &&
+                                                  pp_mimi_get_config(codec)->quantizer.num_codebooks == 4);
+    pp_mimi_close(codec);
+    pp_model *m = NULL;
+    pp_model_paths paths = pp_demo_paths(files);
+    TEST_COND("4 codebooks refused for conversations",
+              pp_model_open(be, &paths, &m, err) == PP_EUNSUPPORTED && strstr(err, "4 codebooks"));
+    pp_model_close(m);
+}
+
 int main(void) {
     char err[PP_ERR_LEN], dir_a[64] = "/tmp/pp-session-a-XXXXXX", dir_b[64] = "/tmp/pp-session-b-XXXXXX";
     pp_log_set_level(PP_LOG_WARN);
@@ -191,6 +221,7 @@ int main(void) {
     pp_session_destroy(b);
     pp_session_destroy(c);
     pp_model_close(m);
+    test_codebooks(be, &other);
     pp_backend_destroy(be);
     test_remove_dir(dir_a);
     test_remove_dir(dir_b);

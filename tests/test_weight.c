@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "base/err.h"
 #include "io/quant.h"
+#include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "io/weight.h"
 #include "test.h"
@@ -26,6 +27,28 @@ static float frand(void) { /* uniform in [-1, 1), xorshift64 */
     return (float)((rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
+/* A tensor to write with write_entries. */
+typedef struct st_entry {
+    const char *name;
+    st_dtype dt;
+    int ndim;
+    const int64_t *shape;
+    const void *data;
+    size_t bytes;
+} st_entry;
+
+static int write_entries(const char *path, const st_entry *t, size_t n) {
+    char err[PP_ERR_LEN];
+    st_writer *wr;
+    int rc = pp_st_writer_create(path, &wr, err);
+    for (size_t i = 0; i < n && !rc; i++) rc = pp_st_writer_declare(wr, t[i].name, t[i].dt, t[i].ndim, t[i].shape, err);
+    if (!rc) rc = pp_st_writer_begin(wr, err);
+    for (size_t i = 0; i < n && !rc; i++) rc = pp_st_writer_write(wr, t[i].data, t[i].bytes, err);
+    if (!rc) rc = pp_st_writer_finish(wr, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
 /* matmul for n inputs against sum_k decoded[r][k] * x[i][k] in double. f32 accumulation over
  * a few thousand terms in another order differs by ~1e-6 relative, and the AVX-512 integer
  * loops round activations to int16 (NF4: 15 bits), which on short rows with cancelling terms
@@ -36,18 +59,21 @@ static void check_matmul(const pp_weight *w, int n, const char *what) {
     float *dec = malloc(sizeof(float) * R * C), *x = malloc(sizeof(float) * n * C);
     float *y = malloc(sizeof(float) * n * R), *ref = malloc(sizeof(float) * n * R);
     char err[PP_ERR_LEN];
-    TEST_COND(what, pp_weight_decode_rows(w, 0, R, dec, err) == PP_OK);
-    for (int64_t i = 0; i < n * C; i++) x[i] = frand();
-    for (int i = 0; i < n; i++)
-        for (int64_t r = 0; r < R; r++) {
-            double s = 0;
-            for (int64_t k = 0; k < C; k++) s += (double)dec[r * C + k] * x[i * C + k];
-            ref[i * R + r] = (float)s;
-        }
-    be->ops->matmul(be, w, x, n, y);
-    double e = test_rel_err(y, ref, (size_t)(n * R));
-    if (e > 1e-3) fprintf(stderr, "%s n=%d: rel err %g\n", what, n, e);
-    TEST_COND(what, e <= 1e-3);
+    int decoded = pp_weight_decode_rows(w, 0, R, dec, err) == PP_OK;
+    TEST_COND(what, decoded);
+    if (decoded) {
+        for (int64_t i = 0; i < n * C; i++) x[i] = frand();
+        for (int i = 0; i < n; i++)
+            for (int64_t r = 0; r < R; r++) {
+                double s = 0;
+                for (int64_t k = 0; k < C; k++) s += (double)dec[r * C + k] * x[i * C + k];
+                ref[i * R + r] = (float)s;
+            }
+        be->ops->matmul(be, w, x, n, y);
+        double e = test_rel_err(y, ref, (size_t)(n * R));
+        if (e > 1e-3) fprintf(stderr, "%s n=%d: rel err %g\n", what, n, e);
+        TEST_COND(what, e <= 1e-3);
+    }
     free(dec);
     free(x);
     free(y);
@@ -190,14 +216,7 @@ static void test_int8(void) {
     memcpy(bad_scales, row_absmax, sizeof bad_scales);
     bad_scales[5] = NAN;
     int64_t shape[2] = {R, C}, rows[1] = {R}, blocks[2] = {R, C / B}, short_rows[1] = {R - 1};
-    struct {
-        const char *name;
-        st_dtype dt;
-        int ndim;
-        const int64_t *shape;
-        const void *data;
-        size_t bytes;
-    } t[] = {
+    const st_entry t[] = {
         {"row.weight", ST_I8, 2, shape, row_q, sizeof row_q},
         {"row.SCB", ST_F32, 1, rows, row_absmax, sizeof row_absmax},
         {"blk.in_proj_weight", ST_I8, 2, shape, blk_q, sizeof blk_q},
@@ -210,13 +229,7 @@ static void test_int8(void) {
         {"u8.SCB", ST_F32, 1, rows, row_absmax, sizeof row_absmax},
         {"noscb.weight", ST_I8, 2, shape, row_q, sizeof row_q},
     };
-    st_writer *wr;
-    int rc = pp_st_writer_create(path, &wr, err);
-    for (size_t i = 0; i < sizeof t / sizeof *t && !rc; i++)
-        rc = pp_st_writer_declare(wr, t[i].name, t[i].dt, t[i].ndim, t[i].shape, err);
-    if (!rc) rc = pp_st_writer_begin(wr, err);
-    for (size_t i = 0; i < sizeof t / sizeof *t && !rc; i++) rc = pp_st_writer_write(wr, t[i].data, t[i].bytes, err);
-    if (!rc) rc = pp_st_writer_finish(wr, err);
+    int rc = write_entries(path, t, sizeof t / sizeof *t);
     TEST_COND("write int8", rc == PP_OK);
     st_file *f;
     if (rc || pp_st_open(path, &f, err)) {
@@ -258,6 +271,141 @@ static void test_int8(void) {
     free(d);
     pp_st_close(f);
     unlink(path);
+}
+
+/* An NF4 tensor whose quant_state says its absmax codes nest in blocks of 2^32 + 1 (one block, so
+ * its nested_absmax count agrees) is refused: stored as an int the block became 1, and scale lookups
+ * read past the one nested value. q is a valid NF4 tensor of [3, 2 * QUANT_MAX_NP2]. */
+static void check_nested_block(const pp_qtensor *q, const char *path) {
+    char err[PP_ERR_LEN], blob[256];
+    int blen = snprintf(blob, sizeof blob,
+                        "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"float32\", \"shape\": [3, %d], "
+                        "\"nested_blocksize\": 4294967297, \"nested_dtype\": \"float32\", \"nested_offset\": %.8e}",
+                        q->w.group, 2 * QUANT_MAX_NP2, (double)q->w.nested_offset);
+    int64_t codes[2] = {(int64_t)q->codes_bytes, 1}, absmax = (int64_t)q->scales_bytes,
+            nested = (int64_t)(q->nested_bytes / sizeof(float)), n256 = 256, n16 = 16, nblob = blen;
+    const st_entry t[] = {
+        {"nest.weight", ST_U8, 2, codes, q->codes, q->codes_bytes},
+        {"nest.weight.absmax", ST_U8, 1, &absmax, q->scales, q->scales_bytes},
+        {"nest.weight.nested_absmax", ST_F32, 1, &nested, q->nested, q->nested_bytes},
+        {"nest.weight.nested_quant_map", ST_F32, 1, &n256, q->nested_map, 256 * sizeof(float)},
+        {"nest.weight.quant_map", ST_F32, 1, &n16, pp_quant_nf4_table, 16 * sizeof(float)},
+        {"nest.weight.quant_state.bitsandbytes__nf4", ST_U8, 1, &nblob, blob, (size_t)blen},
+    };
+    st_file *f;
+    pp_weight w;
+    TEST_COND("write nf4 nested block 2^32 + 1", nested == 1 && write_entries(path, t, sizeof t / sizeof *t) == 0);
+    if (pp_st_open(path, &f, err)) return;
+    TEST_COND("nf4 nested block 2^32 + 1 refused",
+              pp_weight_load(f, "nest.weight", 3, 2 * QUANT_MAX_NP2, &w, err) == PP_EFORMAT &&
+                  strstr(err, "nested_blocksize"));
+    pp_st_close(f);
+}
+
+/* A tensor whose own shape holds a 0 is empty whatever its other dims: [4, 0, 8] is not a [4, 8]
+ * weight (the 0 was once dropped as the shape keys' padding is, and products read past the file). */
+static void test_empty_dims(void) {
+    char err[PP_ERR_LEN], path[] = "/tmp/pp_test_empty_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    static const int64_t empty[3] = {4, 0, 8}, rows[1] = {4};
+    static const float absmax[4] = {1, 1, 1, 1};
+    const st_entry t[] = {
+        {"dense.weight", ST_F32, 3, empty, NULL, 0},
+        {"int8.weight", ST_I8, 3, empty, NULL, 0},
+        {"int8.SCB", ST_F32, 1, rows, absmax, sizeof absmax},
+    };
+    st_file *f;
+    pp_weight w;
+    if (write_entries(path, t, sizeof t / sizeof *t) == 0 && pp_st_open(path, &f, err) == 0) {
+        TEST_COND("dense [4, 0, 8] refused as [4, 8]",
+                  pp_weight_load(f, "dense.weight", 4, 8, &w, err) == PP_EFORMAT && strstr(err, "dense.weight"));
+        TEST_COND("int8 [4, 0, 8] refused as [4, 8]",
+                  pp_weight_load(f, "int8.weight", 4, 8, &w, err) == PP_EFORMAT && strstr(err, "int8.weight"));
+        pp_st_close(f);
+    } else {
+        TEST_COND("write empty tensors", 0);
+    }
+    unlink(path);
+}
+
+/* INT4 and NF4 group sizes: the largest the decoders take (QUANT_MAX_NP2, a whole row of 8192 in
+ * two groups) loads, multiplies and embeds; a file with larger groups is refused at load, naming
+ * the tensor and the group (its products once wrote a group into a QUANT_MAX_NP2 scratch, and its
+ * embedding lookups looped forever on chunks of no whole group). */
+static void test_group_limits(void) {
+    char err[PP_ERR_LEN], src[] = "/tmp/pp_test_groups_src_XXXXXX", out[] = "/tmp/pp_test_groups_XXXXXX";
+    int fd = mkstemp(src), fd2 = fd < 0 ? -1 : mkstemp(out);
+    if (fd < 0 || fd2 < 0) return;
+    close(fd);
+    close(fd2);
+    enum { R = 3, C = 2 * QUANT_MAX_NP2 };
+    static float v[R * C];
+    for (int i = 0; i < R * C; i++) v[i] = frand() * 0.05f;
+    int64_t shape[2] = {R, C};
+    st_writer *wr;
+    int rc = pp_st_writer_create(src, &wr, err);
+    if (!rc) rc = pp_st_writer_declare(wr, "m.weight", ST_F32, 2, shape, err);
+    if (!rc) rc = pp_st_writer_begin(wr, err);
+    if (!rc) rc = pp_st_writer_write(wr, v, sizeof v, err);
+    if (!rc) rc = pp_st_writer_finish(wr, err);
+    st_file *f = NULL;
+    if (!rc) rc = pp_st_open(src, &f, err);
+    pp_qtensor q4, qn;
+    int have4 = !rc && pp_quantize_tensor(f, pp_st_find(f, "m.weight"), PP_WF_INT4, QUANT_MAX_NP2, &q4, err) == 0;
+    int haven = !rc && pp_quantize_tensor(f, pp_st_find(f, "m.weight"), PP_WF_NF4, QUANT_MAX_NP2, &qn, err) == 0;
+    TEST_COND("quantize groups of QUANT_MAX_NP2", have4 && haven);
+    if (f) pp_st_close(f);
+    unlink(src);
+    if (!have4 || !haven) {
+        if (have4) pp_qtensor_free(&q4);
+        if (haven) pp_qtensor_free(&qn);
+        unlink(out);
+        return;
+    }
+    /* twice the group: INT4 keeps every other scale, NF4 its first absmax codes and a blob that says so */
+    pp_qtensor big4 = q4, bign = qn;
+    uint16_t *half_scales = malloc(q4.scales_bytes / 2);
+    for (size_t g = 0; g < q4.scales_bytes / 4; g++) half_scales[g] = ((const uint16_t *)q4.scales)[2 * g];
+    big4.scales = half_scales, big4.scales_bytes = q4.scales_bytes / 2, big4.w.group = C;
+    bign.scales_bytes = qn.scales_bytes / 2, bign.w.group = C;
+    const struct {
+        const char *name;
+        const pp_qtensor *q;
+    } t[] = {{"int4.weight", &q4}, {"nf4.weight", &qn}, {"int4big.weight", &big4}, {"nf4big.weight", &bign}};
+    enum { N = sizeof t / sizeof *t };
+    rc = pp_st_writer_create(out, &wr, err);
+    for (int i = 0; i < N && !rc; i++)
+        rc = pp_quantize_declare(wr, t[i].name, ST_F32, R, C, t[i].q->w.fmt, t[i].q->w.group, err);
+    if (!rc) rc = pp_st_writer_begin(wr, err);
+    for (int i = 0; i < N && !rc; i++) rc = pp_quantize_write(wr, t[i].name, ST_F32, t[i].q, err);
+    if (!rc) rc = pp_st_writer_finish(wr, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("write groups", rc == PP_OK);
+    if (!rc && pp_st_open(out, &f, err) == 0) {
+        pp_weight w;
+        TEST_COND("int4 group 4096 loads", pp_weight_load(f, "int4.weight", R, C, &w, err) == PP_OK &&
+                                               w.fmt == PP_WF_INT4 && w.group == QUANT_MAX_NP2);
+        check_matmul(&w, 1, "int4 g4096 matmul");
+        check_matmul(&w, 3, "int4 g4096 matmul");
+        check_embed(&w, "int4 g4096 embed");
+        TEST_COND("nf4 block 4096 loads", pp_weight_load(f, "nf4.weight", R, C, &w, err) == PP_OK &&
+                                              w.fmt == PP_WF_NF4 && w.group == QUANT_MAX_NP2);
+        check_matmul(&w, 1, "nf4 g4096 matmul");
+        check_matmul(&w, 3, "nf4 g4096 matmul");
+        check_embed(&w, "nf4 g4096 embed");
+        TEST_COND("int4 group 8192 refused", pp_weight_load(f, "int4big.weight", R, C, &w, err) == PP_EUNSUPPORTED &&
+                                                 strstr(err, "int4big.weight") && strstr(err, "8192"));
+        TEST_COND("nf4 block 8192 refused", pp_weight_load(f, "nf4big.weight", R, C, &w, err) == PP_EUNSUPPORTED &&
+                                                strstr(err, "nf4big.weight") && strstr(err, "8192"));
+        pp_st_close(f);
+    }
+    free(half_scales);
+    pp_qtensor_free(&q4);
+    check_nested_block(&qn, out);
+    pp_qtensor_free(&qn);
+    unlink(out);
 }
 
 /* Every quantized tensor of a golden quantized checkpoint loads with the dims its own keys
@@ -348,6 +496,8 @@ int main(void) {
     test_dense_synthetic();
     test_int8();
     test_fixtures();
+    test_group_limits();
+    test_empty_dims();
     if (pp_st_open(PP_TEST_DATA "/golden/lm-int4/model.safetensors", &int4, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;

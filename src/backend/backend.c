@@ -41,6 +41,14 @@ void pp_backend_destroy(pp_backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+int pp_backend_check_head_dim(pp_backend *be, int head_dim, const char *what, char *err) {
+    int most = be->ops->max_head_dim;
+    if (most > 0 && head_dim > most)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: heads of %d values; the %s backend's attention takes at most %d", what,
+                       head_dim, be->ops->name, most);
+    return PP_OK;
+}
+
 int pp_backend_uses_host_memory(pp_backend *be) {
     int shared = !be->ops->mem_info;
     char name[64];

@@ -74,6 +74,7 @@ typedef struct pp_state_rows {
 
 typedef struct pp_backend_ops {
     const char *name; /* "cpu", "cuda" */
+    int max_head_dim; /* the widest attention head attn_rows takes; 0: any */
     /* Frees the backend and everything it still holds (pp_backend_destroy calls it). */
     void (*destroy)(pp_backend *be);
 
@@ -253,6 +254,9 @@ struct pp_backend {
     void *impl; /* backend-private context */
 };
 
+/* PP_OK when be's attention takes heads of head_dim values, else PP_EUNSUPPORTED naming what (a
+ * model and its part), so a model is refused when it opens rather than failing every frame. */
+int pp_backend_check_head_dim(pp_backend *be, int head_dim, const char *what, char *err);
 /* Whether the backend's buffers take host memory: the CPU's, or an integrated GPU's (describe). */
 int pp_backend_uses_host_memory(pp_backend *be);
 /* be->ops->run_recorded, or issue(arg) where the backend records nothing. */

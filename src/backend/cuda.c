@@ -917,6 +917,7 @@ static void cuda_destroy(pp_backend *be);
 
 static const pp_backend_ops cuda_ops = {
     .name = "cuda",
+    .max_head_dim = PK_ATTN_MAX_DIM,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
     .release = cuda_release,

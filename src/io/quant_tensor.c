@@ -22,8 +22,8 @@ int pp_quantize_check(pp_wformat fmt, int gs, char *err) {
         return fmt == PP_WF_INT8 ? PP_OK
                                  : pp_fail(err, PP_EINVAL, "quantize: one scale per row is an INT8 layout only");
     if (gs < 2 || gs > QUANT_MAX_NP2 || gs % (fmt == PP_WF_NF2 ? 4 : 2))
-        return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [4, %d]", gs,
-                       fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
+        return pp_fail(err, PP_EINVAL, "quantize: group size %d must be a multiple of %d in [%d, %d]", gs,
+                       fmt == PP_WF_NF2 ? 4 : 2, fmt == PP_WF_NF2 ? 4 : 2, QUANT_MAX_NP2);
     return PP_OK;
 }
 

@@ -84,7 +84,7 @@ static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_
                        "(GGUF) Q4_0, Q8_0, Q4_K",
                        pp_st_path(f), t->name, pp_st_dtype_name(t->dtype));
     }
-    int rc = pp_wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
+    int rc = pp_wl_check_shape(f, t, rows, cols, err);
     if (rc) return rc;
     w->data = t->data;
     w->name = t->name;

@@ -32,6 +32,14 @@ int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int
                    (long long)rows, (long long)cols);
 }
 
+int pp_wl_check_shape(const st_file *f, const st_tensor *t, int64_t rows, int64_t cols, char *err) {
+    int rc = pp_wl_check_dims(f, t->name, t->shape, t->ndim, rows, cols, err);
+    if (!rc && t->numel != rows * cols)
+        rc = pp_fail(err, PP_EFORMAT, "%s: tensor '%s' holds %lld values, [%lld, %lld] needs %lld", pp_st_path(f),
+                     t->name, (long long)t->numel, (long long)rows, (long long)cols, (long long)(rows * cols));
+    return rc;
+}
+
 /* Fetches BASE+SUFFIX, which must exist with dtype want (ST_COUNT: any integer dtype). */
 static int need(const st_file *f, const char *base, const char *suffix, st_dtype want, const st_tensor **out,
                 char *err) {
@@ -107,9 +115,14 @@ static int check_f32(const st_file *f, const st_tensor *t, int nonneg, char *err
     return PP_OK;
 }
 
-static int check_group(const st_file *f, const char *key, int64_t gs, int64_t cols, char *err) {
+/* most: the largest group the format's decoders take (INT8 rows of any length; the other formats
+ * expand a whole group into a scratch of QUANT_MAX_NP2 values). */
+static int check_group(const st_file *f, const char *key, int64_t gs, int64_t most, int64_t cols, char *err) {
     if (gs <= 0 || gs > (1 << 20))
         return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is out of range", pp_st_path(f), key, (long long)gs);
+    if (gs > most)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: '%s': group size %lld exceeds the supported %lld", pp_st_path(f), key,
+                       (long long)gs, (long long)most);
     if (cols % gs)
         return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld does not divide the row length %lld", pp_st_path(f),
                        key, (long long)gs, (long long)cols);
@@ -153,7 +166,7 @@ int pp_wl_load_nf2(const st_file *f, const char *base, int64_t rows, int64_t col
         return pp_fail(err, PP_EFORMAT, "%s: '%s.numel' is %lld but '%s.shape' holds %lld elements", pp_st_path(f),
                        base, (long long)numel, base, (long long)want);
     if ((rc = pp_wl_check_dims(f, packed->name, dims, ndim, rows, cols, err))) return rc;
-    if ((rc = check_group(f, packed->name, gs, cols, err))) return rc;
+    if ((rc = check_group(f, packed->name, gs, QUANT_MAX_NP2, cols, err))) return rc;
     if (gs % 4)
         return pp_fail(err, PP_EFORMAT, "%s: '%s.gs' = %lld is not a multiple of 4 codes per byte", pp_st_path(f), base,
                        (long long)gs);
@@ -203,7 +216,7 @@ int pp_wl_load_int4(const st_file *f, const char *base, int64_t rows, int64_t co
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld scales, which do not divide %lld elements into groups",
                        pp_st_path(f), scales->name, (long long)scales->numel, (long long)numel);
     int64_t gs = numel / scales->numel;
-    if ((rc = check_group(f, base, gs, cols, err))) return rc;
+    if ((rc = check_group(f, base, gs, QUANT_MAX_NP2, cols, err))) return rc;
     if (gs % 2)
         return pp_fail(err, PP_EFORMAT, "%s: '%s': group size %lld is odd, groups would split a byte", pp_st_path(f),
                        base, (long long)gs);
@@ -266,7 +279,7 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
                              blob->name, i);
         s->has_nested = json_int(pp_json_get(root, "nested_blocksize"), &s->nested_block);
         if (!rc && s->has_nested) {
-            if (s->nested_block <= 0 || !off || off->type != PP_JSON_NUMBER || !isfinite(off->number))
+            if (s->nested_block <= 0 || s->nested_block > (1 << 20) || !off || off->type != PP_JSON_NUMBER || !isfinite(off->number))
                 rc = pp_fail(err, PP_EFORMAT, "%s: '%s': nested_blocksize or nested_offset invalid", pp_st_path(f),
                              blob->name);
             else
@@ -290,7 +303,7 @@ int pp_wl_load_nf4(const st_file *f, const char *base, int64_t rows, int64_t col
                          (rc = need(f, base, ".nested_quant_map", ST_F32, &nmap, err))))
         return rc;
     if ((rc = pp_wl_check_dims(f, blob->name, s.dims, s.ndim, rows, cols, err))) return rc;
-    if ((rc = check_group(f, blob->name, s.block, cols, err))) return rc;
+    if ((rc = check_group(f, blob->name, s.block, QUANT_MAX_NP2, cols, err))) return rc;
     int64_t numel = rows * cols, blocks = numel / s.block;
     if (packed->numel != numel / 2)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' holds %lld bytes, %lld elements need %lld (truncated?)",
@@ -353,7 +366,7 @@ int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t co
     if (codes->dtype != ST_I8)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s; INT8 codes (beside '%s') must be I8", pp_st_path(f), base,
                        pp_st_dtype_name(codes->dtype), scb->name);
-    int rc = pp_wl_check_dims(f, base, codes->shape, codes->ndim, rows, cols, err);
+    int rc = pp_wl_check_shape(f, codes, rows, cols, err);
     if (rc) return rc;
     if (scb->dtype != ST_F32)
         return pp_fail(err, PP_EFORMAT, "%s: '%s' is %s; INT8 absmax scales must be F32", pp_st_path(f), scb->name,
@@ -365,7 +378,7 @@ int pp_wl_load_int8(const st_file *f, const char *base, int64_t rows, int64_t co
                        "[%lld, blocks] with blocks dividing %lld",
                        pp_st_path(f), scb->name, (long long)scb->numel, (long long)(scb->ndim ? scb->shape[0] : 0),
                        scb->ndim == 2 ? ", ..." : "", (long long)rows, (long long)rows, (long long)cols);
-    if ((rc = check_group(f, base, cols / per_row, cols, err)) || (rc = check_f32(f, scb, 1, err))) return rc;
+    if ((rc = check_group(f, base, cols / per_row, cols, cols, err)) || (rc = check_f32(f, scb, 1, err))) return rc;
     char zkey[KEY_LEN];
     const st_tensor *zeros = pp_wl_int8_zeros_key(base, zkey, sizeof zkey) ? NULL : pp_st_find(f, zkey);
     if (zeros && (zeros->dtype != ST_I8 || zeros->numel != scb->numel))

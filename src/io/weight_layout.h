@@ -17,8 +17,11 @@ const st_tensor *pp_wl_int8_scales(const st_file *f, const char *base);
 int pp_wl_int8_scales_key(const char *base, char *key, size_t cap);
 int pp_wl_int8_zeros_key(const char *base, char *key, size_t cap); /* P.zero_point, asymmetric INT8 */
 
-/* Checks the stored dims (entries <= 0 dropped) are exactly [rows, cols]. */
+/* Checks the stored dims (entries <= 0 dropped: the quantized layouts' shape keys pad with zeros)
+ * are exactly [rows, cols]. */
 int pp_wl_check_dims(const st_file *f, const char *key, const int64_t *dims, int ndim, int64_t rows, int64_t cols,
                      char *err);
+/* The same for tensor t's own shape, which has no padding: a 0 among its dims leaves it empty. */
+int pp_wl_check_shape(const st_file *f, const st_tensor *t, int64_t rows, int64_t cols, char *err);
 
 #endif

@@ -248,6 +248,14 @@ void pp_lm_close(pp_lm *lm) {
     free(lm);
 }
 
+static int check_head_dims(pp_backend *be, const pp_lm_config *c, const char *path, char *err) {
+    char what[PP_ERR_LEN];
+    snprintf(what, sizeof what, "%s: the temporal transformer", path);
+    int rc = pp_backend_check_head_dim(be, c->dim / c->num_heads, what, err);
+    snprintf(what, sizeof what, "%s: the depformer", path);
+    return rc ? rc : pp_backend_check_head_dim(be, c->dep_dim / c->dep_num_heads, what, err);
+}
+
 int pp_lm_open(pp_backend *be, const char *weights_path, const char *config_path, pp_lm **out, char *err) {
     return pp_lm_open_quantized(be, weights_path, config_path, NULL, out, err);
 }
@@ -272,6 +280,7 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
     }
     if (!rc) rc = pp_st_open(weights_path, &lm->file, err);
     if (!rc) rc = pp_lm_config_for(config_path, lm->file, &lm->cfg, err);
+    if (!rc) rc = check_head_dims(be, &lm->cfg, weights_path, err);
     if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
     /* a device copied every weight: an ONNX bundle's converted host copy is not needed any more */

@@ -380,7 +380,10 @@ static void compute_layout(mimi_model *m) {
 int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err) {
     *out = NULL;
     mimi_config cfg;
+    char what[PP_ERR_LEN];
+    snprintf(what, sizeof what, "%s: the codec's transformers", weights_path);
     int rc = open_config(weights_path, config_path, &cfg, err);
+    if (!rc) rc = pp_backend_check_head_dim(be, cfg.transformer.d_model / cfg.transformer.num_heads, what, err);
     if (rc) return rc;
     mimi_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "mimi: out of memory");

@@ -130,6 +130,10 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
                      pp_mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
+    /* a conversation's frame holds the LM's codebooks; a codec config may ask Mimi for up to 32 */
+    if (!rc && pp_mimi_get_config(m->mimi)->quantizer.num_codebooks != PP_LM_AUDIO_CODEBOOKS)
+        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codebooks per frame; the LM reads and writes %d", paths->mimi,
+                     pp_mimi_get_config(m->mimi)->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);
     if (!rc && pp_spm_vocab_size(m->spm) > pp_lm_get_config(m->lm)->text_card)
         rc = pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
                      pp_spm_vocab_size(m->spm), pp_lm_get_config(m->lm)->text_card);
