@@ -31,6 +31,10 @@ static void test_values(void) {
     const pp_json *r = pp_json_root(doc), *a = pp_json_get(r, "a");
     TEST_COND("root is an object of 3", r->type == PP_JSON_OBJECT && r->count == 3);
     TEST_COND("array of 7", a && a->type == PP_JSON_ARRAY && a->count == 7);
+    if (!a || a->type != PP_JSON_ARRAY || a->count != 7) {
+        pp_json_free(doc);
+        return;
+    }
     TEST_COND("1 is integer", a->items[0]->is_integer && a->items[0]->integer == 1);
     TEST_COND("-2 is integer", a->items[1]->is_integer && a->items[1]->integer == -2);
     TEST_COND("3.5 is not integer", !a->items[2]->is_integer && a->items[2]->number == 3.5);
@@ -40,7 +44,8 @@ static void test_values(void) {
     TEST_COND("null", a->items[6]->type == PP_JSON_NULL);
     const pp_json *c = pp_json_get(pp_json_get(r, "b"), "c");
     TEST_COND("nested string", c && c->type == PP_JSON_STRING && !strcmp(c->string, "d") && c->string_len == 1);
-    TEST_COND("empty array", pp_json_get(r, "e")->count == 0);
+    const pp_json *e = pp_json_get(r, "e");
+    TEST_COND("empty array", e && e->type == PP_JSON_ARRAY && e->count == 0);
     TEST_COND("missing key", pp_json_get(r, "zz") == NULL && pp_json_get(a, "a") == NULL);
     TEST_COND("no duplicate", pp_json_dup_key(r) == NULL);
     pp_json_free(doc);

@@ -85,7 +85,7 @@ static void run_close(run *r) {
 }
 
 static int agree(const lm_case *c, pp_kv_format fmt, agreement *ag, char *err) {
-    run ref, got;
+    run ref = {0}, got = {0};
     memset(ag, 0, sizeof *ag);
     ag->div_step = -1;
     int rc = run_open(c, PP_KV_F32, &ref, err);

@@ -43,7 +43,7 @@ static void packets_add(packets *p, const uint8_t *d, size_t len, int64_t granul
         p->cap = (p->used + len) * 2 + 1024;
         p->bytes = realloc(p->bytes, p->cap);
     }
-    memcpy(p->bytes + p->used, d, len);
+    if (len) memcpy(p->bytes + p->used, d, len);
     p->used += len;
     p->len[p->n] = len;
     p->granule[p->n] = granule;
@@ -56,7 +56,7 @@ static void packets_add(packets *p, const uint8_t *d, size_t len, int64_t granul
 static void packets_free(packets *p) { free(p->bytes); }
 
 static int same_packets(const packets *a, const packets *b) {
-    if (a->n != b->n || a->used != b->used || memcmp(a->bytes, b->bytes, a->used) != 0) return 0;
+    if (a->n != b->n || a->used != b->used || (a->used && memcmp(a->bytes, b->bytes, a->used) != 0)) return 0;
     for (size_t i = 0; i < a->n; i++)
         if (a->len[i] != b->len[i] || a->granule[i] != b->granule[i] || a->bos[i] != b->bos[i] ||
             a->eos[i] != b->eos[i])
@@ -113,6 +113,7 @@ static int feed_chunks(pp_ogg_reader *r, const uint8_t *d, size_t len, chunker n
 static int read_all(const uint8_t *d, size_t len, const pp_ogg_limits *lim, chunker next,
                     void *state, packets *out, pp_ogg_stats *st, char *err) {
     pp_ogg_reader *r;
+    if (st) memset(st, 0, sizeof *st);
     int rc = pp_ogg_reader_open(&r, lim, err);
     if (rc < 0) return rc;
     rc = feed_chunks(r, d, len, next, state, out, err);

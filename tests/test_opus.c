@@ -109,7 +109,7 @@ static void test_capture(void) {
     TEST_COND("capture readable", cap.len > 0);
     if (!cap.len) return;
     pcm_buf pcm = {0};
-    pp_uplink_stats st;
+    pp_uplink_stats st = {0};
     TEST_COND("capture decodes", uplink_pages(cap.data, cap.len, -1, &pcm, &st) == 0);
     /* 155 audio pages of two 20 ms packets (480 samples at 24 kHz) minus the pre-skip of
      * 3840 at 48 kHz (1920 at 24 kHz): 146880 samples = 6.12 s. */
@@ -149,7 +149,7 @@ static void test_capture(void) {
     st = pp_uplink_get_stats(u);
     TEST_COND("full buffer drops oldest", pp_uplink_buffered(u) == 4000 && st.dropped == expect - 4000);
     float frame[PP_FRAME_SAMPLES];
-    TEST_COND("newest samples kept", pp_uplink_frame(u, frame) &&
+    TEST_COND("newest samples kept", pcm.n >= expect - 4000 + PP_FRAME_SAMPLES && pp_uplink_frame(u, frame) &&
                                          memcmp(frame, pcm.x + (expect - 4000), sizeof frame) == 0);
     pp_uplink_close(u);
 
@@ -162,7 +162,7 @@ static void test_capture(void) {
         drain(u, &odd);
     }
     pp_uplink_close(u);
-    TEST_COND("odd pushes: same frames", odd.n == pcm.n && memcmp(odd.x, pcm.x, pcm.n * sizeof(float)) == 0);
+    TEST_COND("odd pushes: same frames", odd.n == pcm.n && (!pcm.n || memcmp(odd.x, pcm.x, pcm.n * sizeof(float)) == 0));
     free(odd.x);
 
     /* A second stream (new serial, new OpusHead) after the first: both decode, the decoder

@@ -179,7 +179,7 @@ static void test_round_trip(void) {
         int64_t ri[2];
         TEST_COND("names, dtypes, shapes", ta && tb && ti && ta->dtype == ST_F32 && ta->ndim == 2 &&
                                                ta->shape[1] == 3 && tb->dtype == ST_BF16 && ti->numel == 2);
-        TEST_COND("data 8-byte aligned", ((uintptr_t)ta->data & 7) == 0);
+        TEST_COND("data 8-byte aligned", ta && ((uintptr_t)ta->data & 7) == 0);
         TEST_COND("f32 round trip", ta && pp_st_load_f32(f, ta, 0, 6, ra, err) == 0 && !memcmp(ra, a, sizeof(a)));
         TEST_COND("bf16 round trip", tb && pp_st_load_f32(f, tb, 0, 3, rb, err) == 0 && rb[0] == 1.0f &&
                                          rb[1] == -3.5f && rb[2] == 65536.0f);

@@ -218,9 +218,14 @@ static void bad_round(int round, const sp_msgs *speech, const sp_msgs *burst) {
 }
 
 static void run_bad_clients(void) {
-    sp_msgs speech, burst;
-    TEST_COND("uplink audio encodes",
-              sp_uplink_wav(SPEECH, 100, &speech, NULL) == 0 && sp_uplink_wav(SPEECH, 300, &burst, NULL) == 0);
+    sp_msgs speech = {0}, burst = {0};
+    int encoded = sp_uplink_wav(SPEECH, 100, &speech, NULL) == 0 && sp_uplink_wav(SPEECH, 300, &burst, NULL) == 0;
+    TEST_COND("uplink audio encodes", encoded);
+    if (!encoded) {
+        sp_msgs_free(&speech);
+        sp_msgs_free(&burst);
+        return;
+    }
     wc_conn warm;
     good_conversation(&warm, &speech);
     wc_conn *l[] = {&warm};

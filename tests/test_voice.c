@@ -1,6 +1,7 @@
 /* test_voice: voice .pt reading against the golden cases, the writer's round trip, the
  * raw .bin + .json pair, voice names, and refusal of malformed archives and pickles. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +52,9 @@ static int golden_voice(const char *cas, pp_voice *v) {
 }
 
 static int same_voice(const pp_voice *a, const pp_voice *b) {
+    size_t values = (size_t)a->frames * (size_t)a->dim;
     return a->frames == b->frames && a->dim == b->dim &&
-           memcmp(a->embeddings, b->embeddings, (size_t)(a->frames * a->dim) * sizeof(float)) == 0 &&
+           (!values || memcmp(a->embeddings, b->embeddings, values * sizeof(float)) == 0) &&
            memcmp(a->cache, b->cache, sizeof a->cache) == 0;
 }
 
@@ -319,6 +321,15 @@ static void test_pair_and_names(void) {
     }
     TEST_COND("NULL name refused", pp_voice_resolve(tmpdir, NULL, p, sizeof p, err) == PP_EINVAL);
     TEST_COND("missing dir", pp_voice_list("/nonexistent-voices-dir", &names, &count, err) == PP_ENOTFOUND);
+    /* A folder with no voice in it (only a stray file): an empty list, not a sort of no array. */
+    tmp_path(p, sizeof p, "empty");
+    TEST_COND("mkdir empty", mkdir(p, 0700) == 0);
+    char stray[sizeof p + 16];
+    snprintf(stray, sizeof stray, "%s/notes.txt", p);
+    write_file(stray, "x", 1);
+    names = NULL;
+    TEST_COND("list of a folder without voices", pp_voice_list(p, &names, &count, err) == 0 && count == 0);
+    free(names);
     pp_voice_free(&want);
 }
 

@@ -228,8 +228,8 @@ static int parse_hist(const char *body, const char *name, const char *label, lt_
 /* 0 with m filled from a /metrics request, or its HTTP status (-1: no answer or not ours)
  * when it failed (an --api-keys server asks for a key the load test does not have). */
 static int parse_metrics(const wc_http *h, lt_metrics *m) {
-    int status = h->done ? h->status : -1;
-    if (status != 200 || !h->body) return status == 200 ? -1 : status;
+    int status = h->done ? h->status : -1; /* 0 when the connection closed before an answer */
+    if (status != 200 || !h->body) return status > 0 && status != 200 ? status : -1;
     m->batch_sum = sp_metric(h->body, "personaplex_tick_batch_size_sum");
     if (parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) ||
         parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame))

@@ -618,12 +618,12 @@ static void put_tensor(pbuf *b, const pt_tensor *t, int storage, size_t key, int
 
 /* Checks t and returns its element count in *numel and storage type in *storage. */
 static int check_desc(const char *path, const pt_tensor *t, int64_t *numel, int *storage, char *err) {
+    if (!t->name || strlen(t->name) > MAX_STR || t->ndim < 0 || t->ndim > ST_MAX_DIMS)
+        return pp_fail(err, PP_EINVAL, "%s: bad tensor name or rank", path);
     *storage = storage_index(t->dtype);
     if (*storage < 0)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': dtype %s has no torch storage class", path, t->name,
                        pp_st_dtype_name(t->dtype));
-    if (!t->name || strlen(t->name) > MAX_STR || t->ndim < 0 || t->ndim > ST_MAX_DIMS)
-        return pp_fail(err, PP_EINVAL, "%s: bad tensor name or rank", path);
     *numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0 || t->shape[d] > MAX_DIM_SIZE || (t->shape[d] && *numel > MAX_SAVE_NUMEL / t->shape[d]))

@@ -379,7 +379,7 @@ int pp_voice_list(const char *dir, char ***names, size_t *count, char *err) {
     char **out = NULL;
     if (rc == 0 && !(out = malloc(n * sizeof *out + bytes + 1))) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory", dir);
     if (rc == 0) {
-        qsort(tmp, n, sizeof *tmp, cmp_str);
+        if (n) qsort(tmp, n, sizeof *tmp, cmp_str); /* tmp is NULL when the folder holds no voice */
         char *cursor = (char *)(out + n);
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
