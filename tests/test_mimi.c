@@ -321,6 +321,14 @@ static void test_bad_configs(pp_backend *be) {
         {"{\"seanet\": {\"ratios\": []}}", PP_EINVAL},
         {"{\"seanet\": {\"n_filters\": 1000000000}}", PP_EINVAL},
         {"{\"seanet\": {\"ratios\": [8, 6, 5, 100000]}}", PP_EINVAL},
+        /* a hop whose int product wrapped to 0 (a division by zero) or to 3058 (then accepted) */
+        {"{\"seanet\": {\"ratios\": [64, 64, 64, 64, 64, 4], \"n_filters\": 1, \"compress\": 1}}", PP_EINVAL},
+        {"{\"seanet\": {\"ratios\": [7, 34, 15, 61, 23, 35, 49], \"n_filters\": 1, \"compress\": 1},"
+         " \"frame_size\": 3058}",
+         PP_EINVAL},
+        {"{\"transformer\": {\"max_period\": 1e39}}", PP_EINVAL}, /* inf as a float: NaN rotations */
+        {"{\"frame_rate\": 1e-300}", PP_EINVAL},                   /* a frame size past any int */
+        {"{\"seanet\": {\"dimension\": 65536}}", PP_EINVAL},     /* channels past a CUDA grid's y */
         {"[1, 2]", PP_EFORMAT},
     };
     char path[] = "/tmp/pp_test_mimi_config_XXXXXX";

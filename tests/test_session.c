@@ -103,34 +103,40 @@ static void reference_run(pp_backend *be, const pp_session_params *p, float out[
     pp_lm_close(lm);
 }
 
-/* A codec config asking Mimi for 4 codebooks a frame opens as a codec, but not as a conversation's: a
- * frame holds the LM's 8 codes (fewer once left the rest stale, more wrote past a session's arrays). */
-static void test_codebooks(pp_backend *be, const pp_demo_files *files) {
-    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32], text[4096];
+/* A codec config that opens as a codec but not as a conversation's: 4 codebooks a frame (a frame
+ * holds the LM's 8 codes: fewer once left the rest stale, more wrote past a session's arrays), or
+ * 16 kHz audio (the protocol streams 24 kHz). Each rewrites one key of the demo codec's config. */
+static void test_codec_mismatch(pp_backend *be, const pp_demo_files *files) {
+    static const struct {
+        const char *key, *value, *refusal;
+    } cases[] = {{"\"num_codebooks\": 8", "\"num_codebooks\": 4", "4 codebooks"},
+                 {"\"sample_rate\": 24000", "\"sample_rate\": 16000", "sample rate 16000"}};
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32], original[4096];
     snprintf(path, sizeof path, "%s", files->mimi);
     strcpy(strrchr(path, '/') + 1, "config.json");
     FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    size_t n = f ? fread(original, 1, sizeof original - 1, f) : 0;
     if (f) fclose(f);
-    text[n] = '\0';
-    const char *key = "\"num_codebooks\": 8", *at = strstr(text, key);
-    TEST_COND("demo codec config names its codebooks", at != NULL);
-    if (!at) return;
-    f = fopen(path, "wb");
-    TEST_COND("codec config rewritten",
-              f && fprintf(f, "%.*s\"num_codebooks\": 4%s", (int)(at - text), text, at + strlen(key)) > 0);
-    if (f) fclose(f);
-    mimi_model *codec = NULL;
-    int rc = pp_mimi_open(be, files->mimi, NULL, &codec, err);
-    if (rc) fprintf(stderr, "%s\n", err);
-    TEST_COND("4 codebooks open as a codec", rc == PP_OK &&
-                                                  pp_mimi_get_config(codec)->quantizer.num_codebooks == 4);
-    pp_mimi_close(codec);
-    pp_model *m = NULL;
-    pp_model_paths paths = pp_demo_paths(files);
-    TEST_COND("4 codebooks refused for conversations",
-              pp_model_open(be, &paths, &m, err) == PP_EUNSUPPORTED && strstr(err, "4 codebooks"));
-    pp_model_close(m);
+    original[n] = '\0';
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *at = strstr(original, cases[i].key);
+        TEST_COND("demo codec config holds the key", at != NULL);
+        if (!at) continue;
+        f = fopen(path, "wb");
+        TEST_COND("codec config rewritten", f && fprintf(f, "%.*s%s%s", (int)(at - original), original,
+                                                         cases[i].value, at + strlen(cases[i].key)) > 0);
+        if (f) fclose(f);
+        mimi_model *codec = NULL;
+        int rc = pp_mimi_open(be, files->mimi, NULL, &codec, err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        TEST_COND("opens as a codec", rc == PP_OK);
+        pp_mimi_close(codec);
+        pp_model *m = NULL;
+        pp_model_paths paths = pp_demo_paths(files);
+        TEST_COND("refused for conversations",
+                  pp_model_open(be, &paths, &m, err) == PP_EUNSUPPORTED && strstr(err, cases[i].refusal));
+        pp_model_close(m);
+    }
 }
 
 int main(void) {
@@ -221,7 +227,7 @@ int main(void) {
     pp_session_destroy(b);
     pp_session_destroy(c);
     pp_model_close(m);
-    test_codebooks(be, &other);
+    test_codec_mismatch(be, &other);
     pp_backend_destroy(be);
     test_remove_dir(dir_a);
     test_remove_dir(dir_b);

@@ -5,6 +5,7 @@
 #include "base/json.h"
 #include "base/log.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,8 +209,8 @@ int pp_lm_config_validate(pp_lm_config *c, const char *label, char *err) {
                        label, c->dep_dim, c->dep_num_heads);
     if (!(c->hidden_scale > 0 && c->hidden_scale < 64))
         return pp_fail(err, PP_EINVAL, "%s: key 'hidden_scale' = %g is out of range (0, 64)", label, c->hidden_scale);
-    if (!(c->max_period > 1))
-        return pp_fail(err, PP_EINVAL, "%s: key 'max_period' = %g must be > 1", label, c->max_period);
+    if (!(c->max_period > 1) || c->max_period > FLT_MAX) /* the device takes it as a float */
+        return pp_fail(err, PP_EINVAL, "%s: key 'max_period' = %g must be > 1 and a float", label, c->max_period);
     for (int k = 0; k < PP_LM_STREAMS; k++)
         if (c->delays[k] < 0 || c->delays[k] > 4)
             return pp_fail(err, PP_EUNSUPPORTED, "%s: key 'delays' item %d = %d is out of range [0, 4]", label, k,

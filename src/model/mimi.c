@@ -8,6 +8,7 @@
 #include "io/file.h"
 #include "io/onnx_mimi.h"
 
+#include <float.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,7 @@ typedef struct int_key {
 } int_key;
 
 #define CFG(field) offsetof(mimi_config, field)
+#define MAX_FRAME_SIZE (1 << 22) /* samples: far above any codec's, and a SEANet hop is no longer */
 static const int_key INT_KEYS[] = {
     {"seanet", "channels", CFG(seanet.channels)},
     {"seanet", "dimension", CFG(seanet.dimension)},
@@ -174,8 +176,9 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
                 return pp_fail(err, PP_EINVAL, "%s: key 'seanet.ratios' must hold positive integers", path);
     }
     if ((v = lookup(root, "transformer", "max_period"))) {
-        if (v->type != PP_JSON_NUMBER || !(v->number > 1))
-            return pp_fail(err, PP_EINVAL, "%s: key 'transformer.max_period' must be a number > 1", path);
+        if (v->type != PP_JSON_NUMBER || !(v->number > 1) || v->number > FLT_MAX)
+            return pp_fail(err, PP_EINVAL, "%s: key 'transformer.max_period' must be a number > 1 that a float holds",
+                           path);
         c->transformer.max_period = (float)v->number;
     }
     if ((v = lookup(root, "transformer", "layer_scale"))) c->transformer.layer_scale = v->type != PP_JSON_NULL;
@@ -187,9 +190,11 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
         (v->type != PP_JSON_ARRAY || v->count != 1 || !int_value(v->items[0], &in) || in != d))
         return pp_fail(err, PP_EUNSUPPORTED, "%s: 'transformer.output_dimensions' must be [d_model] ([%d])", path, d);
     if (!lookup(root, NULL, "frame_size") && (v = lookup(root, NULL, "frame_rate"))) {
-        if (v->type != PP_JSON_NUMBER || !(v->number > 0))
-            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must be a positive number", path);
-        c->frame_size = (int)(c->sample_rate / v->number);
+        double samples = v->type == PP_JSON_NUMBER && v->number > 0 ? c->sample_rate / v->number : 0;
+        if (!(samples >= 1 && samples <= MAX_FRAME_SIZE))
+            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must give frames of 1 to %d samples", path,
+                           MAX_FRAME_SIZE);
+        c->frame_size = (int)samples;
     }
     return PP_OK;
 }
@@ -199,13 +204,15 @@ static int check_config(const mimi_config *c, const char *label, char *err) {
     const seanet_config *s = &c->seanet;
     const mtr_config *t = &c->transformer;
     const quantizer_config *q = &c->quantizer;
-    /* Bounds far above any real codec that keep every size product inside an int. */
-    int big = s->n_filters > (1 << 16) || s->n_ratios > SEANET_MAX_RATIOS || s->dimension > (1 << 16) ||
+    /* Bounds far above any real codec that keep every size product inside an int, and a channel
+     * count inside a CUDA grid's y (65535). */
+    int big = s->n_filters >= (1 << 16) || s->n_ratios > SEANET_MAX_RATIOS || s->dimension >= (1 << 16) ||
               s->kernel_size > 1024 || s->residual_kernel_size > 1024 || s->last_kernel_size > 1024 ||
               t->num_heads > (1 << 12) || t->dim_feedforward > (1 << 18) || t->context > (1 << 20) ||
-              q->dimension > (1 << 16) || q->bins > (1 << 20) || q->n_q > (1 << 12) || c->frame_size > (1 << 22);
-    for (int i = 0; i < s->n_ratios && !big; i++) big = s->ratios[i] > 64;
-    if (!big && (int64_t)s->n_filters << s->n_ratios > (1 << 16)) big = 1;
+              q->dimension > (1 << 16) || q->bins > (1 << 20) || q->n_q > (1 << 12) || c->frame_size > MAX_FRAME_SIZE;
+    int64_t hop64 = 1; /* the hop, a frame's divisor, can be no longer than a frame */
+    for (int i = 0; i < s->n_ratios && !big; i++) big = s->ratios[i] > 64 || (hop64 *= s->ratios[i]) > MAX_FRAME_SIZE;
+    if (!big && (int64_t)s->n_filters << s->n_ratios >= (1 << 16)) big = 1;
     if (big) return pp_fail(err, PP_EINVAL, "%s: a size in the codec configuration is out of range", label);
     int hop = pp_seanet_hop(s);
     if (s->channels != 1)

@@ -130,6 +130,9 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
                      pp_mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
+    if (!rc && pp_mimi_get_config(m->mimi)->sample_rate != PP_SAMPLE_RATE)
+        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: sample rate %d; the protocol needs %d", paths->mimi,
+                     pp_mimi_get_config(m->mimi)->sample_rate, PP_SAMPLE_RATE);
     /* a conversation's frame holds the LM's codebooks; a codec config may ask Mimi for up to 32 */
     if (!rc && pp_mimi_get_config(m->mimi)->quantizer.num_codebooks != PP_LM_AUDIO_CODEBOOKS)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codebooks per frame; the LM reads and writes %d", paths->mimi,
