@@ -336,7 +336,7 @@ static int is_direct(const pp_conv *c, int t) {
 static void phases(const pp_conv *c, const float *x, int t, const float *hist, float *xin, int span, int i0, int i1) {
     int s = c->stride, p = c->k - s;
     for (int i = i0; i < i1; i++) {
-        const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
+        const float *hi = p ? hist + (size_t)i * p : NULL, *xi = x + (size_t)i * t; /* no history: hist NULL */
         if (s == 1) {
             if (p) memcpy(xin + (size_t)i * span, hi, (size_t)p * sizeof(float));
             memcpy(xin + (size_t)i * span + p, xi, (size_t)(span - p) * sizeof(float));
@@ -357,7 +357,7 @@ static void im2col(const pp_conv *c, const float *x, int t, const float *hist, f
     for (int o = 0; o < tout; o++) {
         float *row = col + (size_t)o * len;
         for (int i = i0; i < i1; i++) {
-            const float *hi = hist + (size_t)i * p, *xi = x + (size_t)i * t;
+            const float *hi = p ? hist + (size_t)i * p : NULL, *xi = x + (size_t)i * t; /* no history: hist NULL */
             float *dst = row + (size_t)i * k;
             int start = o * s;
             if (start >= p) { /* the whole window is in x: a plain copy */
@@ -406,8 +406,9 @@ static void prepare_task(void *ctx, int task) {
     } else if (j->span) {
         phases(c, x, t, hist, scratch, j->span, i0, i1);
     }
-    /* Reading ahead of the write position keeps the in-place shift safe when t < p. */
-    for (int i = i0; i < i1; i++) {
+    /* Reading ahead of the write position keeps the in-place shift safe when t < p. A conv without
+     * history (p = 0) has hist NULL. */
+    for (int i = i0; p > 0 && i < i1; i++) {
         float *hi = hist + (size_t)i * p;
         const float *xi = x + (size_t)i * t;
         for (int q = 0; q < p; q++) hi[q] = t + q < p ? hi[t + q] : xi[t + q - p];
