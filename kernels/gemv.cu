@@ -643,7 +643,6 @@ extern "C" int pk_matmul(const pk_weight *w, const float *x, int n, int x_gated,
         int threads = pk_wht_threads(w->np2);
         PK_LAUNCH(slices, threads, (size_t)w->np2 * sizeof(float), stream, pk_rotate_kernel)(x, w->group, w->np2, ws);
         x = ws;
-        ws += (size_t)n * w->cols;
     }
     if (n > PK_GEMV_MAX_BATCH) return gemm(w, x, n, out, cublas, stream);
     if (q4k_rows_take(w, x)) {

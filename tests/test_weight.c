@@ -27,6 +27,14 @@ static float frand(void) { /* uniform in [-1, 1), xorshift64 */
     return (float)((rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
+/* Creates an empty file from the template path (its XXXXXX replaced); 0 when it did. */
+static int temp_file(char *path) {
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
 /* A tensor to write with write_entries. */
 typedef struct st_entry {
     const char *name;
@@ -139,9 +147,7 @@ static void test_dense_golden(void) {
 /* F32 and F16 tensors with a row length that is not a multiple of the kernels' chunk. */
 static void test_dense_synthetic(void) {
     char err[PP_ERR_LEN], path[] = "/tmp/pp_test_weight_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    close(fd);
+    if (temp_file(path)) return;
     enum { R = 37, C = 301 };
     static float v[R * C];
     static uint16_t h[R * C];
@@ -204,9 +210,7 @@ static void test_dense_synthetic(void) {
  * agree with the decoded rows; every malformed pair is refused with the key at fault. */
 static void test_int8(void) {
     char err[PP_ERR_LEN], path[] = "/tmp/pp_test_int8_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    close(fd);
+    if (temp_file(path)) return;
     enum { R = 24, C = 256, B = 64 };
     static float v[R * C], row_absmax[R], blk_absmax[R * C / B], bad_scales[R];
     static int8_t row_q[R * C], blk_q[R * C];
@@ -306,9 +310,7 @@ static void check_nested_block(const pp_qtensor *q, const char *path) {
  * weight (the 0 was once dropped as the shape keys' padding is, and products read past the file). */
 static void test_empty_dims(void) {
     char err[PP_ERR_LEN], path[] = "/tmp/pp_test_empty_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    close(fd);
+    if (temp_file(path)) return;
     static const int64_t empty[3] = {4, 0, 8}, rows[1] = {4};
     static const float absmax[4] = {1, 1, 1, 1};
     const st_entry t[] = {
@@ -336,10 +338,7 @@ static void test_empty_dims(void) {
  * embedding lookups looped forever on chunks of no whole group). */
 static void test_group_limits(void) {
     char err[PP_ERR_LEN], src[] = "/tmp/pp_test_groups_src_XXXXXX", out[] = "/tmp/pp_test_groups_XXXXXX";
-    int fd = mkstemp(src), fd2 = fd < 0 ? -1 : mkstemp(out);
-    if (fd < 0 || fd2 < 0) return;
-    close(fd);
-    close(fd2);
+    if (temp_file(src) || temp_file(out)) return;
     enum { R = 3, C = 2 * QUANT_MAX_NP2 };
     static float v[R * C];
     for (int i = 0; i < R * C; i++) v[i] = frand() * 0.05f;

@@ -112,7 +112,7 @@ int bench_attn(int argc, char **argv) {
     int threads = 0, rows = 1, layers = 32, frames = 9, contexts[8] = {100, 1000, 3000}, n_ctx = 3,
         kv_on[3] = {1, 1, 1};
     const char *device = "cpu";
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (strcmp(a, "--device") == 0)
@@ -133,7 +133,6 @@ int bench_attn(int argc, char **argv) {
             for (pp_kv_format f = PP_KV_F32; f <= PP_KV_INT8; f++) kv_on[f] = strstr(v, pp_kv_format_name(f)) != NULL;
         } else
             return usage();
-        i++;
     }
     if (threads < 0 || rows < 1 || rows > 4096 || layers < 1 || frames < 1 || frames > MAX_FRAMES) return usage();
     for (int c = 0; c < n_ctx; c++)

@@ -12,6 +12,7 @@ set -euo pipefail
 CORE_PACKAGES=(
     build-essential cmake pkg-config            # compiler, build system
     clang libclang-rt-14-dev                    # libFuzzer targets (tools/run-fuzzers.sh)
+    clang-tools-14                              # static analyzer, scan-build (tools/analyze.sh)
     libwebsockets-dev libssl-dev openssl        # server transport, TLS
     libsentencepiece-dev                        # text tokenizer
     libopus-dev libogg-dev opus-tools           # audio codec, Ogg pages, test fixtures

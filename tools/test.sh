@@ -7,7 +7,9 @@
 #      under qemu-user (one entry)
 #   5. tools/kernel-report.sh: no CUDA GEMV kernel spills or passes 128 registers or its shared-memory budget,
 #      sm_87 and sm_90 (one entry; skipped without nvcc)
-#   6. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)
+#   6. tools/analyze.sh: the clang static analyzer over a CPU build of everything, no report but the
+#      known false ones of tools/analyze-known.txt (one entry; skipped without scan-build)
+#   7. tools/run-fuzzers.sh with a short budget (FUZZ_SECONDS, default 10 per target)
 # Ends with one line "N passed, N failed" (tests, plus one entry per fuzz target; a failed
 # build or configure counts as a failure). Exit status 0 only when nothing failed.
 #   SKIP_DEPS=1 SKIP_FUZZ=1 tools/test.sh       skip those stages
@@ -114,6 +116,18 @@ case $? in
 *) note_fail "kernel-report: a GEMV kernel spills or passes 128 registers or its budget (log: $logs/kernel-report.log)" ;;
 esac
 grep -E "spills|<- |^kernel-report" "$logs/kernel-report.log" | tail -n 5
+
+echo "== static analysis (scan-build)"
+tools/analyze.sh "$root/build-analyze" >"$logs/analyze.log" 2>&1
+case $? in
+0) passed=$((passed + 1)) ;;
+77) skipped=$((skipped + 1)) ;;
+*)
+    grep -vE "^analyze: [0-9]+ distinct" "$logs/analyze.log" | head -n 40 >&2
+    note_fail "static analysis: reports not known to be false (log: $logs/analyze.log)"
+    ;;
+esac
+tail -n 1 "$logs/analyze.log"
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzers"

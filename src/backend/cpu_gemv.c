@@ -172,11 +172,11 @@ static void quant_rows(const gemv_job *j, int64_t r0, int64_t r1) {
                 int64_t g = g0 + (c + k) / gs;
                 const uint8_t *p = d + g * bytes_per_group;
                 float *o = buf + k, s = scales[k / gs];
-                /* fixed-size copies: the compiler emits one vector move each */
+                /* fixed-size copies of a byte's 4 (2) values: the compiler emits one vector move each */
                 if (nf2)
-                    for (int64_t b = 0; b < bytes_per_group; b++) memcpy(o + 4 * b, j->lut + 4 * p[b], 16);
+                    for (int e = 0; e < gs; e += 4) memcpy(o + e, j->lut + 4 * p[e / 4], 16);
                 else
-                    for (int64_t b = 0; b < bytes_per_group; b++) memcpy(o + 2 * b, j->lut + 2 * p[b], 8);
+                    for (int e = 0; e < gs; e += 2) memcpy(o + e, j->lut + 2 * p[e / 2], 8);
                 for (int e = 0; e < gs; e++) o[e] *= s;
             }
             for (int i = 0; i < j->n; i++) j->y[i * w->rows + r] += dot(buf, j->x + i * w->cols + c, len);

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-int pp_fail(char *err, int code, const char *fmt, ...) {
+int(pp_fail)(char *err, int code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);

@@ -15,4 +15,10 @@ int pp_fail(char *err, int code, const char *fmt, ...)
 #endif
     ;
 
+#ifdef __clang_analyzer__
+/* err.c is out of the static analyzer's sight: this tells it that pp_fail returns its code, so it
+ * does not follow an error path as if the call had succeeded. */
+#define pp_fail(err, code, ...) (pp_fail((err), (code), __VA_ARGS__), (code))
+#endif
+
 #endif

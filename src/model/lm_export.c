@@ -40,7 +40,7 @@ static int dequant_tensor(void *ctx, const pp_lm_tensor *t) {
         rc = pp_weight_load(d->in, t->name, t->rows, t->cols, &w, d->err);
     }
     for (int64_t r = 0; r < t->rows && !rc; r++) {
-        if (ndim == 2) pp_weight_decode_span(&w, r, 0, t->cols, d->dec);
+        if (ndim != 3) pp_weight_decode_span(&w, r, 0, t->cols, d->dec);
         for (int64_t k = 0; k < t->cols; k++) d->row[k] = pp_f32_to_bf16(d->dec[k]);
         rc = pp_st_writer_write(d->w, d->row, (size_t)t->cols * sizeof *d->row, d->err);
     }

@@ -82,9 +82,8 @@ int pp_prompt_cache_create(size_t budget_bytes, pp_prompt_cache **out, char *err
 
 void pp_prompt_cache_destroy(pp_prompt_cache *c) {
     if (!c) return;
-    while (c->head) {
-        entry *e = c->head;
-        unlink_entry(c, e);
+    for (entry *e = c->head, *next; e; e = next) {
+        next = e->next;
         free_entry(e);
     }
     pthread_mutex_destroy(&c->lock);

@@ -100,7 +100,7 @@ static void job_start(engine *e, job *j) {
         job_fail(e, j, client ? CLOSE_POLICY : CLOSE_INTERNAL, "cannot start the conversation", err);
         return;
     }
-    if (!j->wire && (rc = wire_open(j->c, &j->params, &j->wire, err))) {
+    if (!j->wire && wire_open(j->c, &j->params, &j->wire, err)) {
         job_fail(e, j, CLOSE_INTERNAL, "cannot open the downlink", err);
         return;
     }

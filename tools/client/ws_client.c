@@ -252,7 +252,8 @@ int wc_init(int tls, int port) {
     info.max_http_header_data2 = 65536; /* the client keeps its request path there too */
     info.fd_limit_per_thread = 64;
     /* WC_LOG=<lws log bitmask> shows the client library's own log when a test needs debugging. */
-    lws_set_log_level(getenv("WC_LOG") ? atoi(getenv("WC_LOG")) : LLL_ERR, NULL);
+    const char *log_mask = getenv("WC_LOG");
+    lws_set_log_level(log_mask ? atoi(log_mask) : LLL_ERR, NULL);
     g_ctx = lws_create_context(&info);
     g_tls = tls;
     g_port = port;
