@@ -143,7 +143,8 @@ typedef struct pp_backend_ops {
      * out[n][n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the keys at
      * positions max(0, pos−window+1) .. pos. ring (host; its buffers backend memory,
      * [capacity][n_heads·head_dim] each, window <= capacity) is the ring itself when tables is
-     * NULL (then n = 1); else every row has its own conversation's ring of this layer: tables
+     * NULL (then n = 1); else every row has its own conversation's ring of this layer (a device
+     * runs the rows in no order, so rows of one conversation take one call each): tables
      * (backend memory) holds n pointers, row i's to its conversation's ring descriptors by layer
      * (pp_tf_cache's table), row i uses tables[i][layer], and ring is one row's ring of the
      * layer (every row shares its format, capacity and window). One launch for the batch on a

@@ -287,19 +287,34 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+/* Whether rows share a conversation's rings: a prefill's rows, one conversation's consecutive
+ * positions in row order. */
+static int rows_share_rings(pp_tf_cache *const *caches, int n) {
+    for (int r = 1; r < n; r++)
+        if (caches[r] == caches[r - 1]) return 1;
+    return 0;
+}
+
 void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
                    const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
-    int d = s->dim, hd = s->dim / s->num_heads;
+    int d = s->dim, hd = s->dim / s->num_heads, shared = rows_share_rings(caches, n);
+    const float rope = s->rope ? s->max_period : 0.0f;
     /* Each normalization runs with the product after it (norm_matmul), each residual add with
      * the product before it (matmul_add, matmul_silu_add). */
     for (int l = 0; l < s->num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
         op->norm_matmul(be, x, L->norm1, n, d, s->eps, sc->h, &w->qkv, sc->qkv);
-        op->attn_rows(be, sc->qkv, n, s->num_heads, hd, s->rope ? s->max_period : 0.0f, &caches[0]->rings[l], tables, l,
-                      pos, sc->att);
+        /* Row r of a prefill attends to the keys that rows 0..r-1 store: one call a row, since a
+         * device runs a call's rows in no order (attn_rows takes a ring per row). */
+        if (shared)
+            for (int r = 0; r < n; r++)
+                op->attn_rows(be, sc->qkv + (size_t)r * 3 * d, 1, s->num_heads, hd, rope, &caches[r]->rings[l], NULL, l,
+                              pos + r, sc->att + (size_t)r * d);
+        else
+            op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, &caches[0]->rings[l], tables, l, pos, sc->att);
         op->matmul_add(be, &w->out, sc->att, n, x);
         op->norm_matmul(be, x, L->norm2, n, d, s->eps, sc->h, &w->ffn_in, sc->u);
         op->matmul_silu_add(be, &w->ffn_out, sc->u, n, x);
