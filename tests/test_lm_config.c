@@ -47,6 +47,9 @@ static void test_parse(void) {
     TEST_COND("LayerScale is refused", rc == PP_EUNSUPPORTED && strstr(err, "layer_scale"));
     rc = parse("{\"dep_q\": 4}", &c, err);
     TEST_COND("dep_q below 8 is refused", rc == PP_EINVAL && strstr(err, "dep_q"));
+    rc = parse("{\"existing_text_padding_id\": 5}", &c, err);
+    TEST_COND("a pad token other than 3 is refused",
+              rc == PP_EUNSUPPORTED && strstr(err, "existing_text_padding_id"));
     rc = parse("{\"max_period\": 1e39}", &c, err);
     TEST_COND("a rotary period past a float is refused", rc == PP_EINVAL && strstr(err, "max_period"));
     rc = parse("[1, 2]", &c, err);

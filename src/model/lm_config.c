@@ -201,6 +201,9 @@ int pp_lm_config_validate(pp_lm_config *c, const char *label, char *err) {
         if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
             return pp_fail(err, PP_EINVAL, "%s: key '%s' = %d is out of range [%d, %d]", label, ranges[i].key,
                            ranges[i].value, ranges[i].lo, ranges[i].hi);
+    if (c->existing_text_padding_id != PP_LM_TEXT_PAD) /* the generator pads with it, as the released models */
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: key 'existing_text_padding_id' = %d: only %d is supported", label,
+                       c->existing_text_padding_id, PP_LM_TEXT_PAD);
     if (c->dim % c->num_heads || (c->dim / c->num_heads) % 2)
         return pp_fail(err, PP_EINVAL, "%s: key 'dim' = %d must split into 'num_heads' = %d heads of even size", label,
                        c->dim, c->num_heads);

@@ -15,6 +15,7 @@
 #define PP_LM_STREAMS 17
 #define PP_LM_AUDIO_CODEBOOKS 8
 #define PP_LM_MAX_DEP_Q 16
+#define PP_LM_TEXT_PAD 3 /* the text stream's pad token (existing_text_padding_id): every non-text frame's */
 
 typedef struct pp_lm_config {
     /* temporal transformer */

@@ -336,7 +336,7 @@ static void restore_ring(pp_lmgen *g, const int64_t *cache) {
 static void prepare_voice_frame(pp_lmgen *g) {
     int32_t dummy[NA];
     for (int i = 0; i < NA; i++) dummy[i] = g->cfg->card;
-    if (!prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy)) prepare(g, PP_LMGEN_TEXT_PAD, dummy, dummy);
+    if (!prepare(g, PP_LM_TEXT_PAD, dummy, dummy)) prepare(g, PP_LM_TEXT_PAD, dummy, dummy);
 }
 
 int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err) {
@@ -385,7 +385,7 @@ static int forced_frames(pp_lmgen *g, const int32_t *texts, int n, int32_t text,
 
 int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err) {
     if (frames < 0) return pp_fail(err, PP_EINVAL, "lmgen: %d silence frames", frames);
-    return forced_frames(g, NULL, frames, PP_LMGEN_TEXT_PAD, err);
+    return forced_frames(g, NULL, frames, PP_LM_TEXT_PAD, err);
 }
 
 int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
@@ -509,7 +509,7 @@ int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int f
             prepare_voice_frame(g);
         } else {
             int t = i - p->n_voice - p->silence;
-            int32_t text = t >= 0 && t < p->n_text ? p->text[t] : PP_LMGEN_TEXT_PAD;
+            int32_t text = t >= 0 && t < p->n_text ? p->text[t] : PP_LM_TEXT_PAD;
             if (!prepare(g, text, pp_lmgen_silence_codes, pp_lmgen_sine_codes)) continue; /* compute-free call 0 */
         }
         /* Every stream of a prompt frame is given or was given by the frame before (delays),

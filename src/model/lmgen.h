@@ -25,7 +25,6 @@
 
 #include "model/lm.h"
 
-#define PP_LMGEN_TEXT_PAD 3    /* the text token of every non-text prompt frame */
 #define PP_LMGEN_SILENCE_FRAMES 6 /* int(0.5 s · 12.5 Hz), each side of the text prompt */
 
 /* Mimi codes of the agent's silence and of the user's 440 Hz tone (card 2048 only). */

@@ -137,6 +137,10 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     if (!rc && pp_mimi_get_config(m->mimi)->quantizer.num_codebooks != PP_LM_AUDIO_CODEBOOKS)
         rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codebooks per frame; the LM reads and writes %d", paths->mimi,
                      pp_mimi_get_config(m->mimi)->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);
+    /* the LM draws the agent's codes from its card, Mimi decodes its bins */
+    if (!rc && pp_mimi_get_config(m->mimi)->quantizer.bins != pp_lm_get_config(m->lm)->card)
+        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codes per codebook; the LM's card is %d", paths->mimi,
+                     pp_mimi_get_config(m->mimi)->quantizer.bins, pp_lm_get_config(m->lm)->card);
     if (!rc && pp_spm_vocab_size(m->spm) > pp_lm_get_config(m->lm)->text_card)
         rc = pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
                      pp_spm_vocab_size(m->spm), pp_lm_get_config(m->lm)->text_card);
@@ -340,7 +344,7 @@ int pp_session_encode(pp_session *s, const float *pcm_in, char *err) {
 static void text_piece(const pp_session *s, char piece[PP_SESSION_PIECE_MAX]) {
     piece[0] = '\0';
     int text = s->out.text;
-    if (text != 0 && text != PP_LMGEN_TEXT_PAD &&
+    if (text != 0 && text != PP_LM_TEXT_PAD &&
         pp_spm_piece(s->m->spm, text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
         piece[0] = '\0';
 }

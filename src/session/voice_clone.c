@@ -27,7 +27,7 @@ int pp_voice_clone_codes(const pp_lm *lm, const int32_t *codes, int64_t n_frames
     if (!out->embeddings) rc = pp_fail(err, PP_ENOMEM, "voice clone: out of memory");
     for (int64_t j = 0; j < n_frames && rc == 0; j++) {
         pp_lmgen_out o;
-        int r = pp_lmgen_step_forced(g, PP_LMGEN_TEXT_PAD, codes + j * PP_LM_AUDIO_CODEBOOKS, pp_lmgen_sine_codes, &o,
+        int r = pp_lmgen_step_forced(g, PP_LM_TEXT_PAD, codes + j * PP_LM_AUDIO_CODEBOOKS, pp_lmgen_sine_codes, &o,
                                      out->embeddings + out->frames * c->dim, err);
         if (r < 0) rc = r;
         else out->frames += r;
