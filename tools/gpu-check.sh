@@ -2,7 +2,8 @@
 # gpu-check: everything that needs an NVIDIA GPU, in one run, on any machine that has one.
 #   1. builds with CUDA in build-gpu/ (for this GPU's architecture only, unless PP_CUDA_ARCHS is set)
 #   2. test_backend_parity: every backend operation, CPU against CUDA
-#   3. every golden case (tests/data/golden, and heldout/) with --device cuda
+#   3. every golden case (tests/data/golden, and heldout/) with --device cuda, and lm-nf2's prompts
+#      also as the prompt cache runs them (batched prefill: a conversation's frames in one pass)
 #   4. personaplex-bench gemv on the GPU (each format on the real shapes, 1, 4 and 64 inputs, the
 #      last again without the tensor-core product's L1 requests ahead, PP_CUDA_IMMA_L1_AHEAD=0), and
 #      personaplex-bench frame on the GPU: all 32 layers, each weight format, contexts 100 and
@@ -138,6 +139,8 @@ for dir in "$root"/tests/data/golden/lm-* "$root"/tests/data/golden/mimi-* "$roo
     name="$(basename "$dir")"
     step "golden $name --device cuda" "$logs/golden-$name.log" "$build/personaplex-golden" "$dir" --device cuda
 done
+step "golden lm-nf2 --device cuda --prompt-cache" "$logs/golden-lm-nf2-prefill.log" "$build/personaplex-golden" \
+    "$root/tests/data/golden/lm-nf2" --device cuda --prompt-cache
 gemv_batch 1
 frame_int8kv ""
 step "bench batch (nf2, int8 KV, n = 1..64, context 3000)" "$logs/bench-batch.log" \
