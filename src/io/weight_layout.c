@@ -279,7 +279,8 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
                              blob->name, i);
         s->has_nested = json_int(pp_json_get(root, "nested_blocksize"), &s->nested_block);
         if (!rc && s->has_nested) {
-            if (s->nested_block <= 0 || s->nested_block > (1 << 20) || !off || off->type != PP_JSON_NUMBER || !isfinite(off->number))
+            if (s->nested_block <= 0 || s->nested_block > (1 << 20) || !off || off->type != PP_JSON_NUMBER ||
+                !isfinite(off->number))
                 rc = pp_fail(err, PP_EFORMAT, "%s: '%s': nested_blocksize or nested_offset invalid", pp_st_path(f),
                              blob->name);
             else

@@ -107,6 +107,30 @@ void pp_model_close(pp_model *m) {
     free(m);
 }
 
+/* What a conversation needs of the LM, the codec and the tokenizer together. */
+static int check_pairing(const pp_model *m, const pp_model_paths *paths, char *err) {
+    const mimi_config *mc = pp_mimi_get_config(m->mimi);
+    const pp_lm_config *lc = pp_lm_get_config(m->lm);
+    if (mc->frame_size != PP_FRAME_SAMPLES)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi, mc->frame_size,
+                       PP_FRAME_SAMPLES);
+    if (mc->sample_rate != PP_SAMPLE_RATE)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: sample rate %d; the protocol needs %d", paths->mimi, mc->sample_rate,
+                       PP_SAMPLE_RATE);
+    /* a conversation's frame holds the LM's codebooks; a codec config may ask Mimi for up to 32 */
+    if (mc->quantizer.num_codebooks != PP_LM_AUDIO_CODEBOOKS)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: %d codebooks per frame; the LM reads and writes %d", paths->mimi,
+                       mc->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);
+    /* the LM draws the agent's codes from its card, Mimi decodes its bins */
+    if (mc->quantizer.bins != lc->card)
+        return pp_fail(err, PP_EUNSUPPORTED, "%s: %d codes per codebook; the LM's card is %d", paths->mimi,
+                       mc->quantizer.bins, lc->card);
+    if (pp_spm_vocab_size(m->spm) > lc->text_card)
+        return pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
+                       pp_spm_vocab_size(m->spm), lc->text_card);
+    return PP_OK;
+}
+
 int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, char *err) {
     pp_model *m = calloc(1, sizeof *m);
     if (!m) return pp_fail(err, PP_ENOMEM, "model: out of memory");
@@ -127,23 +151,7 @@ int pp_model_open(pp_backend *be, const pp_model_paths *paths, pp_model **out, c
     if (!rc) rc = pp_mimi_open(be, paths->mimi, NULL, &m->mimi, err);
     if (!rc) rc = pp_spm_load_file(&m->spm, paths->tokenizer, err);
     if (!rc && paths->prompts) rc = pp_prompts_load(paths->prompts, &m->prompts, err);
-    if (!rc && pp_mimi_get_config(m->mimi)->frame_size != PP_FRAME_SAMPLES)
-        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: frame size %d; the protocol needs %d", paths->mimi,
-                     pp_mimi_get_config(m->mimi)->frame_size, PP_FRAME_SAMPLES);
-    if (!rc && pp_mimi_get_config(m->mimi)->sample_rate != PP_SAMPLE_RATE)
-        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: sample rate %d; the protocol needs %d", paths->mimi,
-                     pp_mimi_get_config(m->mimi)->sample_rate, PP_SAMPLE_RATE);
-    /* a conversation's frame holds the LM's codebooks; a codec config may ask Mimi for up to 32 */
-    if (!rc && pp_mimi_get_config(m->mimi)->quantizer.num_codebooks != PP_LM_AUDIO_CODEBOOKS)
-        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codebooks per frame; the LM reads and writes %d", paths->mimi,
-                     pp_mimi_get_config(m->mimi)->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);
-    /* the LM draws the agent's codes from its card, Mimi decodes its bins */
-    if (!rc && pp_mimi_get_config(m->mimi)->quantizer.bins != pp_lm_get_config(m->lm)->card)
-        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: %d codes per codebook; the LM's card is %d", paths->mimi,
-                     pp_mimi_get_config(m->mimi)->quantizer.bins, pp_lm_get_config(m->lm)->card);
-    if (!rc && pp_spm_vocab_size(m->spm) > pp_lm_get_config(m->lm)->text_card)
-        rc = pp_fail(err, PP_EINVAL, "%s has %d pieces but the LM's text_card is %d", paths->tokenizer,
-                     pp_spm_vocab_size(m->spm), pp_lm_get_config(m->lm)->text_card);
+    if (!rc) rc = check_pairing(m, paths, err);
     if (rc) {
         pp_model_close(m);
         return rc;
