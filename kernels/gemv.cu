@@ -569,10 +569,20 @@ extern "C" int pk_norm_matmul(const float *x, const float *alpha, int n, int d, 
 
 /* ---- the qkv product running the attention (kernels.h's pk_attn_args) ---- */
 
+/* Whether one block of the product can list every (row, head) it completes: its outputs of a row
+ * (at most PK_SELF_THREADS / 32 warps of PK_INT_RPW_1 rows, int_self_as's widest) span at most
+ * (outputs - 1) / head_dim + 2 heads, and it may complete them for each of the n rows at once.
+ * Narrow heads over many rows take the plain path. */
+static int attn_completions_fit(int n, int n_heads, int head_dim) {
+    const int outputs = PK_SELF_THREADS / 32 * PK_INT_RPW_1, spanned = (outputs - 1) / head_dim + 2;
+    return (int64_t)n * (n_heads < spanned ? n_heads : spanned) <= PK_NEXT_MAX_DONE;
+}
+
 extern "C" int pk_norm_matmul_attends(const pk_weight *w, int n, int d, const pk_attn_args *a) {
     return w->cols == d && self_inputs(w, n) && a->ring.fmt == PK_KV_F32 && a->head_dim > 0 && a->head_dim <= 128 &&
            a->n_heads > 0 && a->ring.window > 0 && a->ring.window <= PK_ATTN_SPLIT && a->ring.capacity > 0 &&
-           (n == 1 || a->tables) && w->rows == 3 * (int64_t)a->n_heads * a->head_dim;
+           (n == 1 || a->tables) && w->rows == 3 * (int64_t)a->n_heads * a->head_dim &&
+           attn_completions_fit(n, a->n_heads, a->head_dim);
 }
 
 extern "C" int pk_norm_matmul_attn(const float *x, const float *alpha, int n, int d, float eps, float *h,

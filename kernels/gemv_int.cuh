@@ -124,7 +124,8 @@ __device__ __forceinline__ void pk_int_prepare_chunk(const float *in, int64_t g,
 /* ---- handing the next product its input (kernels.h's pk_next) ---- */
 #define PK_NEXT_MAX_LEN 1024 /* inputs of one slice: the block's shared buffer */
 #define PK_NEXT_MIN_LEN 32   /* keeps the slices one block can complete within PK_NEXT_MAX_DONE */
-#define PK_NEXT_MAX_DONE 64  /* a GEMV block's 16 rows of 8 inputs, an attention head of 256 */
+#define PK_NEXT_MAX_DONE 64  /* a GEMV block's 16 rows of 8 inputs, an attention head of 256; gemv.cu keeps the qkv
+                              * product's attending blocks within it (attn_completions_fit) */
 
 /* Input j of row `row` as the next product takes it, read through L2: other blocks of this
  * launch wrote it. NORM: x·alpha, and ss gains x². */
@@ -192,6 +193,7 @@ static __device__ __forceinline__ int pk_count_completed(unsigned *counts, int64
                 unsigned *count = counts + r * groups + g;
                 if (atomicAdd(count, (unsigned)(b - a)) + (unsigned)(b - a) == target) {
                     *count = 0;
+                    if (k == PK_NEXT_MAX_DONE) __trap(); /* a launch past the bounds PK_NEXT_MAX_DONE names */
                     done[k++] = (int)(r * groups + g);
                 }
                 a = b;

@@ -737,8 +737,11 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope, int heads) {
  * its own blocks) and the attention after it, which the product's blocks run as each completes a
  * head's q, k and v (one launch). Against the CPU over 20 steps of f32 rings of 16 slots, window
  * 15 (wrapped), with and without rotation; heads of 64 and of 128; one row without tables, and
- * ROWS_ATTN rows each with its own ring. */
-static void test_attend_in_product(int heads, int hd, float rope) {
+ * `rows` rows each with its own ring. A block of the product completes at most a fixed number of
+ * (row, head) groups at once, so narrow heads over many rows take the two launches (fused_rows:
+ * the most rows the one launch takes); they once overran the block's list of completed groups. */
+#define ROWS_FUSED_MAX 8
+static void test_attend_in_product(int heads, int hd, float rope, int rows, int fused_rows) {
     enum { CAP = 16, STEPS = 20 };
     const int dim = heads * hd;
     held w;
@@ -749,15 +752,15 @@ static void test_attend_in_product(int heads, int hd, float rope) {
     pp_weight marked = w.g;
     marked.latency_bound = 1;
     char what[112];
-    for (int n = 1; n <= ROWS_ATTN; n += ROWS_ATTN - 1) {
-        pp_kv_ring rc[ROWS_ATTN], rg[ROWS_ATTN];
+    for (int n = 1; n <= rows; n += rows - 1) {
+        pp_kv_ring rc[ROWS_FUSED_MAX], rg[ROWS_FUSED_MAX];
         for (int i = 0; i < n; i++) {
             rc[i] = ring_make(cpu, PP_KV_F32, CAP, dim, heads);
             rg[i] = ring_make(gpu, PP_KV_F32, CAP, dim, heads);
             rc[i].window = rg[i].window = CAP - 1;
         }
         /* per row its table of one layer's ring, and the rows' tables */
-        pp_kv_ring *tc[ROWS_ATTN], *tg[ROWS_ATTN];
+        pp_kv_ring *tc[ROWS_FUSED_MAX], *tg[ROWS_FUSED_MAX];
         for (int i = 0; i < n; i++) {
             tc[i] = cpu->ops->alloc(cpu, sizeof rc[i]);
             tg[i] = gpu->ops->alloc(gpu, sizeof rg[i]);
@@ -773,7 +776,8 @@ static void test_attend_in_product(int heads, int hd, float rope) {
         double worst = 0;
         int one_launch = 1;
         for (int s = 0; s < STEPS; s++) {
-            int32_t pos[ROWS_ATTN] = {s, s + 5, 2 * s};
+            int32_t pos[ROWS_FUSED_MAX];
+            for (int i = 0; i < n; i++) pos[i] = (i + 1) * s + 5 * i; /* every row at its own position */
             cpu->ops->upload(cpu, posc, pos, sizeof(int32_t) * n);
             gpu->ops->upload(gpu, posg, pos, sizeof(int32_t) * n);
             twin x = twin_rand((size_t)n * dim, 2.0f);
@@ -794,8 +798,9 @@ static void test_attend_in_product(int heads, int hd, float rope) {
         check_nmse(what, worst, ROUNDED);
         compare("  stored keys of the first row", rg[0].k, rc[0].k, (size_t)CAP * dim, ROUNDED);
         compare("  stored values of the first row", rg[0].v, rc[0].v, (size_t)CAP * dim, ROUNDED);
-        snprintf(what, sizeof what, "qkv product attending, %d x %d, %d rows: one launch", heads, hd, n);
-        TEST_COND(what, one_launch);
+        snprintf(what, sizeof what, "qkv product attending, %d x %d, %d row%s: %s", heads, hd, n, n > 1 ? "s" : "",
+                 n <= fused_rows ? "one launch" : "two launches");
+        TEST_COND(what, one_launch == (n <= fused_rows));
         for (int i = 0; i < n; i++) {
             ring_free(cpu, &rc[i]);
             ring_free(gpu, &rg[i]);
@@ -1410,8 +1415,9 @@ int main(void) {
     test_attn_rows(PP_KV_F32, 70, 10000.0f, 2);
     test_attn_rows(PP_KV_INT8, 300, 0.0f, 4); /* longer splits (above) */
     test_attn_rows(PP_KV_F32, 300, 10000.0f, 8);
-    test_attend_in_product(4, 64, 0.0f);
-    test_attend_in_product(2, 128, 10000.0f);
+    test_attend_in_product(4, 64, 0.0f, ROWS_ATTN, ROWS_ATTN);
+    test_attend_in_product(2, 128, 10000.0f, ROWS_ATTN, ROWS_ATTN);
+    test_attend_in_product(128, 1, 0.0f, ROWS_FUSED_MAX, 1); /* 8 rows of 128 heads of 1 */
     printf("codec operations:\n");
     test_conv(0, 8, 16, 7, 1, 1, 96, PP_CONV_REPLICATE, 0);  /* long outputs */
     test_conv(0, 32, 24, 4, 2, 1, 8, PP_CONV_ACCUMULATE, 0); /* short outputs, accumulate */

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "io/safetensors.h"
 #include "model/lm.h"
 
 #include <stdio.h>
@@ -112,8 +113,48 @@ static void test_contradictions(void) {
     pp_backend_destroy(be);
 }
 
+/* Without a config, the temporal layers are counted from the tensors; a count past the bounds a
+ * config may give is refused the same way (it once went on unchecked). Only the layers' first
+ * tensors are written: the count needs nothing else. */
+static int config_for_layers(int layers, pp_lm_config *c, char *err) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/pp_test_lm_layers_%d.safetensors", (int)getpid());
+    st_writer *wr = NULL;
+    const int64_t shape[1] = {1};
+    const float one = 1.0f;
+    char name[64];
+    int rc = pp_st_writer_create(path, &wr, err);
+    for (int l = 0; l < layers && !rc; l++) {
+        snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", l);
+        rc = pp_st_writer_declare(wr, name, ST_F32, 1, shape, err);
+    }
+    if (!rc) rc = pp_st_writer_begin(wr, err);
+    for (int l = 0; l < layers && !rc; l++) rc = pp_st_writer_write(wr, &one, sizeof one, err);
+    if (!rc) rc = pp_st_writer_finish(wr, err);
+    else if (wr) pp_st_writer_abort(wr);
+    st_file *f = NULL;
+    if (!rc) rc = pp_st_open(path, &f, err);
+    if (!rc) rc = pp_lm_config_for(NULL, f, c, err);
+    pp_st_close(f);
+    remove(path);
+    return rc;
+}
+
+static void test_layers_from_tensors(void) {
+    pp_lm_config c;
+    char err[PP_ERR_LEN] = "";
+    int rc = config_for_layers(3, &c, err);
+    TEST_COND("3 layers counted from the tensors", rc == PP_OK && c.num_layers == 3);
+    rc = config_for_layers(1024, &c, err);
+    TEST_COND("1024 layers counted", rc == PP_OK && c.num_layers == 1024);
+    rc = config_for_layers(1025, &c, err);
+    TEST_COND("1025 layers refused naming the key and the count",
+              rc == PP_EINVAL && strstr(err, "num_layers") && strstr(err, "1025"));
+}
+
 int main(void) {
     test_parse();
     test_contradictions();
+    test_layers_from_tensors();
     return test_report();
 }

@@ -103,8 +103,9 @@ int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c,
         pp_lm_config_default(c);
         rc = pp_lm_config_validate(c, "default config", err);
     }
-    if (!rc) pp_lm_config_fit_file(c, f, config_path != NULL);
-    return rc;
+    if (rc) return rc;
+    pp_lm_config_fit_file(c, f, config_path != NULL);
+    return pp_lm_config_validate(c, pp_st_path(f), err); /* the layers the tensors gave, against the bounds */
 }
 
 static pp_tf_shape temporal_shape(const pp_lm_config *c) {

@@ -146,6 +146,8 @@ extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one n
 #define gridDim (pk_emu::dims.grid_dim)
 
 static inline void __syncthreads(void) { pk_emu::sync_block(); }
+/* On the device the launch fails and the context with it; here the run stops. */
+[[noreturn]] static inline void __trap(void) { pk_emu::misuse("a kernel trapped (__trap)"); }
 
 /* Launches run one after another, so the previous kernel is always done; the call is recorded
  * (pk_emu::launch). */
