@@ -139,6 +139,20 @@ static void test_codec_mismatch(pp_backend *be, const pp_demo_files *files) {
     }
 }
 
+/* An LM drawing from other codes than the codec decodes: the golden nf2 LM (a card of 64) with
+ * the demo codec (2048 bins). Such a model once opened, and the codec refused the LM's frames,
+ * failing every conversation's tick. */
+static void test_card_mismatch(pp_backend *be, const pp_demo_files *files) {
+    char err[PP_ERR_LEN];
+    pp_model *m = NULL;
+    pp_model_paths paths = pp_demo_paths(files);
+    paths.weights = PP_TEST_DATA "/golden/lm-nf2/model.safetensors";
+    TEST_COND("a codec of other codes than the LM's card refused",
+              pp_model_open(be, &paths, &m, err) == PP_EUNSUPPORTED && strstr(err, "2048 codes per codebook") &&
+                  strstr(err, "card is 64"));
+    pp_model_close(m);
+}
+
 int main(void) {
     char err[PP_ERR_LEN], dir_a[64] = "/tmp/pp-session-a-XXXXXX", dir_b[64] = "/tmp/pp-session-b-XXXXXX";
     pp_log_set_level(PP_LOG_WARN);
@@ -228,6 +242,7 @@ int main(void) {
     pp_session_destroy(c);
     pp_model_close(m);
     test_codec_mismatch(be, &other);
+    test_card_mismatch(be, &g_files); /* other's codec config is rewritten by now */
     pp_backend_destroy(be);
     test_remove_dir(dir_a);
     test_remove_dir(dir_b);
