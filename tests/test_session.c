@@ -139,6 +139,27 @@ static void test_codec_mismatch(pp_backend *be, const pp_demo_files *files) {
     }
 }
 
+/* A voice whose token ring holds a code the LM does not read is refused as the conversation
+ * starts, naming the file (it once failed later, in the prompt phase, naming no file). */
+static void test_voice_tokens_checked(pp_model *m, const pp_session_params *p) {
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32];
+    pp_voice v = {0};
+    snprintf(path, sizeof path, "%s/NATF2.pt", g_files.voices_dir);
+    int rc = pp_voice_load(path, 0, &v, err);
+    snprintf(path, sizeof path, "%s/BADCODE.pt", g_files.voices_dir);
+    v.cache[3][2] = 1 << 20;
+    if (!rc) rc = pp_voice_save_pt(path, &v, err);
+    pp_voice_free(&v);
+    TEST_COND("voice with an out-of-range code written", rc == PP_OK);
+    pp_session_params q = *p;
+    strcpy(q.voice, "BADCODE");
+    pp_session *s = NULL;
+    TEST_COND("voice with an out-of-range code refused naming the file",
+              pp_session_create(m, &q, 512, &s, err) == PP_EFORMAT && !s && strstr(err, "BADCODE.pt") &&
+                  strstr(err, "1048576"));
+    remove(path);
+}
+
 /* An LM drawing from other codes than the codec decodes: the golden nf2 LM (a card of 64) with
  * the demo codec (2048 bins). Such a model once opened, and the codec refused the LM's frames,
  * failing every conversation's tick. */
@@ -226,6 +247,7 @@ int main(void) {
     TEST_COND("unknown voice", pp_session_create(m, &q, 512, &s, err) == PP_ENOTFOUND && !s);
     strcpy(q.voice, "../voices/NATF2");
     TEST_COND("path-like voice", pp_session_create(m, &q, 512, &s, err) == PP_EINVAL && !s);
+    test_voice_tokens_checked(m, &q);
     strcpy(q.voice, "NATF2");
     TEST_COND("prompt over the token limit", pp_session_create(m, &q, 3, &s, err) == PP_EFULL && !s &&
                                                  strstr(err, "3 tokens"));

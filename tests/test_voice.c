@@ -92,7 +92,7 @@ static void test_golden(void) {
         TEST_COND("golden voice.pt loads", rc == 0);
         TEST_COND("voice.pt equals bf16(golden voice_embeddings) and voice_cache exactly", rc == 0 && same_voice(&got, &want));
         pp_voice_free(&got);
-        TEST_COND("wrong model dim is refused", pp_voice_load(path, want.dim + 1, &got, err) == PP_EINVAL && strstr(err, "dim"));
+        TEST_COND("wrong model dim is refused", pp_voice_load(path, want.dim + 1, &got, err) == PP_EFORMAT && strstr(err, "dim"));
 
         /* Round trip through our writer. */
         tmp_path(out, sizeof out, "roundtrip.pt");
@@ -233,6 +233,72 @@ static void test_malformed(void) {
     free(golden_bytes);
 }
 
+/* ---- crafted zip layouts ---- */
+
+typedef struct zip_bytes {
+    unsigned char b[512];
+    size_t n;
+} zip_bytes;
+
+static void put(zip_bytes *z, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) z->b[z->n++] = (unsigned char)(v >> 8 * i);
+}
+
+static void put_name(zip_bytes *z, const char *name) {
+    memcpy(z->b + z->n, name, strlen(name));
+    z->n += strlen(name);
+}
+
+/* A local header (APPNOTE 4.3.7) whose extra field of xlen bytes the caller fills. */
+static void put_local(zip_bytes *z, const char *name, int method, uint32_t crc, uint32_t csize, uint32_t usize,
+                      uint32_t xlen) {
+    put(z, 0x04034b50, 4), put(z, 20, 2), put(z, 0, 2), put(z, (uint32_t)method, 2), put(z, 0, 4);
+    put(z, crc, 4), put(z, csize, 4), put(z, usize, 4), put(z, (uint32_t)strlen(name), 2), put(z, xlen, 2);
+    put_name(z, name);
+}
+
+static void put_central(zip_bytes *z, const char *name, int method, uint32_t crc, uint32_t csize, uint32_t usize,
+                        uint32_t offset) {
+    put(z, 0x02014b50, 4), put(z, 20, 2), put(z, 20, 2), put(z, 0, 2), put(z, (uint32_t)method, 2), put(z, 0, 4);
+    put(z, crc, 4), put(z, csize, 4), put(z, usize, 4), put(z, (uint32_t)strlen(name), 2), put(z, 0, 4);
+    put(z, 0, 4), put(z, 0, 4), put(z, offset, 4);
+    put_name(z, name);
+}
+
+static void put_end(zip_bytes *z, int entries, size_t cd_off) {
+    const uint32_t cd_size = (uint32_t)(z->n - cd_off);
+    put(z, 0x06054b50, 4), put(z, 0, 4), put(z, (uint32_t)entries, 2), put(z, (uint32_t)entries, 2);
+    put(z, cd_size, 4), put(z, (uint32_t)cd_off, 4), put(z, 0, 2);
+}
+
+/* Archives that once opened at any cost: two entries sharing one data stream, b's local header
+ * hidden in a's extra field (many such entries on one stream of zeros made a 73 KB voice inflate
+ * 4 GiB), and deflate entries of 768 MiB each, within the per-entry bound but not in all. */
+static void test_zip_layouts(void) {
+    zip_bytes z = {.n = 0};
+    put_local(&z, "a", 0, 0x3610a686, 5, 5, 31);
+    put_local(&z, "b", 0, 0x3610a686, 5, 5, 0); /* at 31, inside a's extra field */
+    put_name(&z, "hello");                      /* at 62: both entries' data */
+    size_t cd = z.n;
+    put_central(&z, "a", 0, 0x3610a686, 5, 5, 0);
+    put_central(&z, "b", 0, 0x3610a686, 5, 5, 31);
+    put_end(&z, 2, cd);
+    expect_refused("entries sharing their data", z.b, z.n, PP_EFORMAT, "overlap");
+
+    static const unsigned char empty_deflate[2] = {0x03, 0x00};
+    const uint32_t usize = 768u << 20;
+    z.n = 0;
+    put_local(&z, "a", 8, 0, 2, usize, 0);
+    memcpy(z.b + z.n, empty_deflate, 2), z.n += 2;
+    put_local(&z, "b", 8, 0, 2, usize, 0);
+    memcpy(z.b + z.n, empty_deflate, 2), z.n += 2;
+    cd = z.n;
+    put_central(&z, "a", 8, 0, 2, usize, 0);
+    put_central(&z, "b", 8, 0, 2, usize, 33);
+    put_end(&z, 2, cd);
+    expect_refused("entries inflating past 1 GiB in all", z.b, z.n, PP_EFULL, "in all");
+}
+
 /* ---- raw pair, names ---- */
 
 static void test_pair_and_names(void) {
@@ -337,6 +403,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) TEST_SKIP("cannot create a temporary directory");
     test_golden();
     test_malformed();
+    test_zip_layouts();
     test_pair_and_names();
     test_remove_dir(tmpdir);
     return test_report();

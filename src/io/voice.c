@@ -32,7 +32,7 @@ static int check_dims(const char *label, int64_t frames, int64_t dim, int64_t wa
         return pp_fail(err, PP_EFORMAT, "%s: %lld voice frames (need 1..%d)", label, (long long)frames, PP_VOICE_MAX_FRAMES);
     if (dim < 1 || dim > MAX_DIM) return pp_fail(err, PP_EFORMAT, "%s: embedding width %lld out of range", label, (long long)dim);
     if (want_dim > 0 && dim != want_dim)
-        return pp_fail(err, PP_EINVAL, "%s: embeddings are %lld wide, the model's dim is %lld", label, (long long)dim,
+        return pp_fail(err, PP_EFORMAT, "%s: embeddings are %lld wide, the model's dim is %lld", label, (long long)dim,
                        (long long)want_dim);
     return 0;
 }

@@ -205,12 +205,44 @@ static int cmp_name(const void *a, const void *b) {
     return strcmp((*(zip_entry *const *)a)->name, (*(zip_entry *const *)b)->name);
 }
 
-/* Fills entry i from r: name, data (inflated if needed), CRC check. */
-static int load_entry(zip_archive *z, size_t i, const uint8_t *b, uint64_t cd_off, const cd_rec *r, char **name_cursor,
+/* A central directory entry with the offset of its data (locate_data), before it is loaded. */
+typedef struct located {
+    cd_rec r;
+    uint64_t data_off;
+} located;
+
+static int cmp_offset(const void *a, const void *b) {
+    const uint64_t x = (*(const located *const *)a)->r.offset, y = (*(const located *const *)b)->r.offset;
+    return x < y ? -1 : x > y;
+}
+
+/* Before anything is inflated: the entries' headers and data lie apart (a crafted archive can
+ * point many entries at one stream, each local header hidden in another's extra field), and
+ * their DEFLATE data inflates to at most MAX_INFLATED in all (a small file of many large
+ * entries would otherwise take gigabytes and seconds of its reader). by_offset: scratch for count. */
+static int check_layout(const located *loc, size_t count, const located **by_offset, const char *label, char *err) {
+    uint64_t inflated = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (loc[i].r.method != 0 && (inflated += loc[i].r.usize) > MAX_INFLATED)
+            return pp_fail(err, PP_EFULL, "%s: zip entries inflate to more than %u bytes in all", label, MAX_INFLATED);
+        by_offset[i] = &loc[i];
+    }
+    qsort(by_offset, count, sizeof *by_offset, cmp_offset);
+    for (size_t i = 1; i < count; i++) {
+        const located *a = by_offset[i - 1], *b = by_offset[i];
+        if (b->r.offset < a->data_off + a->r.csize)
+            return pp_fail(err, PP_EFORMAT, "%s: zip entries '%.*s' and '%.*s' overlap", label, (int)a->r.name_len,
+                           (const char *)a->r.name, (int)b->r.name_len, (const char *)b->r.name);
+    }
+    return 0;
+}
+
+/* Fills entry i from its located record: name, data (inflated if needed), CRC check. */
+static int load_entry(zip_archive *z, size_t i, const uint8_t *b, const located *at, char **name_cursor,
                       const char *label, char *err) {
-    uint64_t data_off = 0;
-    int rc = locate_data(b, cd_off, r, &data_off, label, err);
-    if (rc) return rc;
+    const cd_rec *r = &at->r;
+    const uint64_t data_off = at->data_off;
+    int rc;
     zip_entry *e = &z->entries[i];
     memcpy(*name_cursor, r->name, r->name_len);
     (*name_cursor)[r->name_len] = 0;
@@ -248,17 +280,25 @@ int pp_zip_open_memory(const void *buf, size_t len, const char *label, zip_archi
         pp_zip_close(z);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
     }
-    char *cursor = z->names;
+    located *loc = calloc(count + 1, sizeof *loc);
+    const located **by_offset = calloc(count + 1, sizeof *by_offset);
+    if (!loc || !by_offset) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory", label);
     uint64_t p = cd_off;
     for (size_t i = 0; i < z->count && rc == 0; i++) {
-        cd_rec r = {0};
-        rc = read_central(b, &p, cd_limit, &r, label, err);
-        if (rc == 0) rc = load_entry(z, i, b, cd_off, &r, &cursor, label, err);
-        z->sorted[i] = &z->entries[i];
+        rc = read_central(b, &p, cd_limit, &loc[i].r, label, err);
+        if (rc == 0) rc = locate_data(b, cd_off, &loc[i].r, &loc[i].data_off, label, err);
     }
     if (rc == 0 && p != cd_limit)
         rc = pp_fail(err, PP_EFORMAT, "%s: zip central directory holds more than its %llu declared entries", label,
                      (unsigned long long)count);
+    if (rc == 0) rc = check_layout(loc, z->count, by_offset, label, err);
+    char *cursor = z->names;
+    for (size_t i = 0; i < z->count && rc == 0; i++) {
+        rc = load_entry(z, i, b, &loc[i], &cursor, label, err);
+        z->sorted[i] = &z->entries[i];
+    }
+    free(loc);
+    free(by_offset);
     if (rc == 0) {
         qsort(z->sorted, z->count, sizeof *z->sorted, cmp_name);
         for (size_t i = 1; i < z->count && rc == 0; i++)

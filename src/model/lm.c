@@ -86,7 +86,7 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
         if (!pp_st_find(f, name)) break;
     }
     if (!n) return; /* nothing to count: loading reports the missing tensors */
-    if (kv && atoi(kv) != n)
+    if (kv && strtol(kv, NULL, 10) != n) /* strtol: a count past int's range is defined (and differs) */
         PP_INFO("lm", "%s: KV personaplex.block_count says %s, the file holds %d temporal layers: using %d",
                 pp_st_path(f), kv, n, n);
     if (n != c->num_layers)

@@ -311,19 +311,25 @@ int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *
     return rc < 0 ? rc : PP_OK;
 }
 
+int pp_lmgen_check_voice_tokens(const pp_lm_config *c, const int64_t *cache, const char *label, char *err) {
+    for (int k = 0; k < NS; k++) {
+        const int top = k == 0 ? c->text_card : c->card; /* as pp_lmgen's initial tokens */
+        for (int i = 0; i < 4; i++) {
+            int64_t v = cache[k * 4 + i];
+            if (v < 0 || v > top)
+                return pp_fail(err, PP_EINVAL, "%s: voice cache [%d][%d] = %lld is outside [0, %d]", label, k, i,
+                               (long long)v, top);
+        }
+    }
+    return PP_OK;
+}
+
 /* A voice's [17][4] token ring: only for max delay 1, every token in its table. */
 static int check_voice_cache(const pp_lmgen *g, const int64_t *cache, char *err) {
     if (g->width != 4)
         return pp_fail(err, PP_EUNSUPPORTED, "lmgen: a voice prompt's [17][4] ring needs max delay 1, not %d",
                        g->max_delay);
-    for (int k = 0; k < NS; k++)
-        for (int c = 0; c < 4; c++) {
-            int64_t v = cache[k * 4 + c];
-            if (v < 0 || v > g->init[k])
-                return pp_fail(err, PP_EINVAL, "lmgen: voice cache [%d][%d] = %lld is outside [0, %d]", k, c,
-                               (long long)v, g->init[k]);
-        }
-    return PP_OK;
+    return pp_lmgen_check_voice_tokens(g->cfg, cache, "lmgen", err);
 }
 
 static void restore_ring(pp_lmgen *g, const int64_t *cache) {

@@ -75,6 +75,10 @@ int pp_lmgen_reset(pp_lmgen *g, const pp_lmgen_params *p, char *err);
 /* Voice prompt of a voices/NAME.pt file: n_frames stored input embeddings (host [n][dim]) run
  * at positions 0..n-1, then the token ring becomes cache ([17][4], row-major). */
 int pp_lmgen_prompt_voice(pp_lmgen *g, const float *embeddings, int n_frames, const int64_t *cache, char *err);
+/* Whether every token of a voice's cache ([17][4]) is one the LM of c reads: text in
+ * [0, text_card], audio in [0, card] (the top one each stream's initial token). label names
+ * the voice in the message. */
+int pp_lmgen_check_voice_tokens(const pp_lm_config *c, const int64_t *cache, const char *label, char *err);
 /* frames forced frames of text PAD, agent silence and user sine. */
 int pp_lmgen_prompt_silence(pp_lmgen *g, int frames, char *err);
 /* One forced frame per text id (agent silence, user sine). */

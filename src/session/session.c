@@ -51,7 +51,7 @@ struct pp_session {
     pp_model *m;
     pp_lmgen *gen;
     mimi_state *mimi;
-    pp_voice voice;      /* frames == 0 when the model has no voices directory */
+    pp_voice voice;      /* until the prompts have run; frames == 0 without a voices directory */
     char voice_id[IDENTITY_MAX]; /* "" without a voice */
     int32_t *prompt;     /* [n_prompt] token ids of the <system>-wrapped text prompt */
     int n_prompt;
@@ -221,6 +221,10 @@ static int load_voice(pp_session *s, const char *name, char *err) {
     char path[4200];
     int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
     if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
+    /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
+     * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
+    if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &s->voice.cache[0][0], path, err))
+        rc = PP_EFORMAT;
     if (!rc) file_identity(path, s->voice_id, sizeof s->voice_id);
     return rc;
 }
@@ -335,6 +339,11 @@ int pp_session_prefill(pp_session *s, char *err) {
     /* The reference resets the codec before the conversation (docs/model.md §6.1). */
     pp_mimi_state_reset(s->mimi);
     s->ready = 1;
+    /* The voice's frames have run (or come from the cache): a long voice need not stay in every
+     * conversation's memory. Its identity stays, for the prompt cache's key. */
+    pp_voice_free(&s->voice);
+    s->schedule.voice_emb = NULL;
+    s->schedule.voice_cache = NULL;
     return 1;
 }
 
