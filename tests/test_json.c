@@ -124,7 +124,46 @@ static void test_invalid(void) {
                                           strstr(err, "at byte 7") != NULL);
 }
 
+/* A bounded parse counts every value: [1,2,3] is four; the unbounded one takes any number. */
+static void test_value_bound(void) {
+    pp_json_doc *doc = NULL;
+    char err[PP_ERR_LEN];
+    TEST_COND("four values within a bound of 4", pp_json_parse_bounded("[1,2,3]", 7, 4, &doc, err) == 0);
+    pp_json_free(doc);
+    TEST_COND("four values past a bound of 3", pp_json_parse_bounded("[1,{},3]", 8, 3, &doc, err) == PP_EFORMAT &&
+                                                  !doc && strstr(err, "more values"));
+    enum { N = 100000 };
+    char *many = malloc(2 * N + 1);
+    if (!many) return;
+    many[0] = '[';
+    for (int i = 0; i < N; i++) many[1 + 2 * i] = '1', many[2 + 2 * i] = i + 1 < N ? ',' : ']';
+    TEST_COND("unbounded: 100001 values", pp_json_parse(many, 2 * N + 1, &doc, err) == 0 &&
+                                               pp_json_root(doc)->count == N);
+    pp_json_free(doc);
+    free(many);
+}
+
+/* The writer's strings: the short escapes, \u00XX for other controls, UTF-8 copied, and an
+ * ill-formed byte (a character cut by a truncation like "%.64s") as \ufffd, so every event
+ * stays valid UTF-8 and parses back. */
+static void test_writer_strings(void) {
+    char buf[128];
+    pp_jw w;
+    pp_jw_init(&w, buf, sizeof buf);
+    static const char in[] = "a\"\\\n\t\r\x01\x7f \xc3\xa9 \xe2\x82\xac \xff \xc3";
+    pp_jw_str(&w, in, sizeof in - 1);
+    long n = pp_jw_end(&w);
+    static const char want[] = "\"a\\\"\\\\\\n\\t\\r\\u0001\\u007f \xc3\xa9 \xe2\x82\xac \\ufffd \\ufffd\"";
+    TEST_COND("writer: escapes, UTF-8 and U+FFFD", n == (long)strlen(want) && !strcmp(buf, want));
+    pp_json_doc *doc = NULL;
+    char err[PP_ERR_LEN];
+    TEST_COND("writer: its string parses back", n > 0 && pp_json_parse(buf, (size_t)n, &doc, err) == 0);
+    pp_json_free(doc);
+}
+
 int main(void) {
+    test_writer_strings();
+    test_value_bound();
     test_values();
     test_integers();
     test_strings();

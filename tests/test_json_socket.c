@@ -156,6 +156,26 @@ static void check_realtime_input(metrics *m) {
         if (strcmp(seen, bad[i][1])) fprintf(stderr, "  %s -> %s (expected %s)\n", bad[i][0], seen, bad[i][1]);
         TEST_COND("each bad event gets its error", !strcmp(seen, bad[i][1]));
     }
+    /* the longest prompt of two-byte escapes still comes back in session.updated (one of six-byte
+     * escapes once overflowed it: no reply, the settings applied all the same) */
+    static char tabs[64 + 2 * PP_PARAMS_MAX_PROMPT];
+    int at = snprintf(tabs, sizeof tabs, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"");
+    for (int i = 0; i < PP_PARAMS_MAX_PROMPT; i++) at += snprintf(tabs + at, sizeof tabs - (size_t)at, "\\t");
+    snprintf(tabs + at, sizeof tabs - (size_t)at, "\"}}");
+    send_text(&js, tabs);
+    drain(c, seen, sizeof seen);
+    TEST_COND("a prompt of escapes is described back", !strcmp(seen, "session.updated"));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"a\\u0001\"}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a prompt of other controls is refused", !strcmp(seen, "error:invalid_value"));
+    /* an event of more values than JSON_SOCKET_MAX_VALUES, within the size limit */
+    static char many[64 + 2 * (JSON_SOCKET_MAX_VALUES + 1)];
+    at = snprintf(many, sizeof many, "{\"type\":\"input_audio_buffer.clear\",\"pad\":[");
+    for (int i = 0; i <= JSON_SOCKET_MAX_VALUES; i++) at += snprintf(many + at, sizeof many - (size_t)at, "%s1", i ? "," : "");
+    snprintf(many + at, sizeof many - (size_t)at, "]}");
+    send_text(&js, many);
+    drain(c, seen, sizeof seen);
+    TEST_COND("an event of too many values is refused", !strcmp(seen, "error:invalid_json"));
     int before = in.bad;
     TEST_COND("a binary message is refused",
               json_socket_receive(&js, (const uint8_t *)"\x01", 1, 1, 1) & WS_INPUT_WRITE);
@@ -366,6 +386,30 @@ static void check_frame_cost(void) {
     TEST_COND("a frame's encoding takes some time", ms > 0 && isfinite(ms));
 }
 
+/* The chat socket's binary messages may come in fragments, the first of them empty: the kind
+ * byte is the message's first byte, whichever fragment holds it (such a message was once
+ * refused as empty). A message of no byte at all is still refused. */
+static void check_chat_fragments(metrics *m) {
+    char err[PP_ERR_LEN];
+    conn *c;
+    if (conn_create(9, CONN_CHAT, &c, err)) abort();
+    ws_input in;
+    ws_input_init(&in, c, m);
+    static const uint8_t control[2] = {MSG_CONTROL, 0x00};
+    ws_input_receive(&in, NULL, 0, 1, 0);
+    ws_input_receive(&in, control, 1, 1, 0);
+    ws_input_receive(&in, control + 1, 1, 1, 1);
+    TEST_COND("chat: a control message after an empty fragment is taken", in.bad == 0);
+    ws_input_receive(&in, NULL, 0, 1, 0);
+    ws_input_receive(&in, NULL, 0, 1, 1);
+    TEST_COND("chat: a message of empty fragments is refused", in.bad == 1);
+    static const uint8_t unknown[2] = {0x7e, 0x00};
+    ws_input_receive(&in, NULL, 0, 1, 0);
+    ws_input_receive(&in, unknown, 2, 1, 1);
+    TEST_COND("chat: an unknown kind in a later fragment is refused once", in.bad == 2);
+    conn_destroy(c);
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_ERROR);
     char err[PP_ERR_LEN];
@@ -374,6 +418,7 @@ int main(void) {
     check_realtime_input(m);
     check_realtime_g711(m);
     check_twilio_input(m);
+    check_chat_fragments(m);
     check_realtime_wire();
     check_twilio_wire();
     check_frame_cost();

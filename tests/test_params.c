@@ -57,6 +57,11 @@ int main(void) {
     TEST_COND("bad escape in the prompt is an error", parse(&p, "text_prompt=ab%4", err) == PP_EINVAL);
     TEST_COND("escaped NUL in the prompt is an error", parse(&p, "text_prompt=a%00b", err) == PP_EINVAL);
     TEST_COND("non-UTF-8 prompt is an error", parse(&p, "text_prompt=%FF%FE", err) == PP_EINVAL);
+    TEST_COND("lines and tabs in the prompt", parse(&p, "text_prompt=a%0Ab%09c%0D", err) == PP_OK &&
+                                                  strcmp(p.text_prompt, "a\nb\tc\r") == 0);
+    TEST_COND("other control characters are an error",
+              parse(&p, "text_prompt=a%01b", err) == PP_EINVAL && strstr(err, "0x01") &&
+                  parse(&p, "text_prompt=a%7F", err) == PP_EINVAL);
     TEST_COND("empty voice is an error", parse(&p, "voice_prompt=", err) == PP_EINVAL);
     static char big[PP_PARAMS_MAX_PROMPT + 64];
     strcpy(big, "text_prompt=");

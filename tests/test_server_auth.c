@@ -13,8 +13,12 @@
 #include "test.h"
 #include "ws_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -59,6 +63,55 @@ static double unauthorized(void) {
     return v;
 }
 
+static int raw_connect(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_srv.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Sends a request as it is on a fresh connection; the reply's HTTP status, 0 when the server
+ * closed without one or sent none within 3 s. */
+static int raw_status(const char *request) {
+    int fd = raw_connect(), status = 0;
+    if (fd < 0) return 0;
+    char reply[64] = "";
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (write(fd, request, strlen(request)) == (ssize_t)strlen(request) && read(fd, reply, sizeof reply - 1) > 0)
+        sscanf(reply, "HTTP/1.%*d %d", &status);
+    close(fd);
+    return status;
+}
+
+#define UPGRADE(path, protocol)                                                                                       \
+    "GET " path " HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"                               \
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: " protocol  \
+    "\r\n\r\n"
+
+/* What a client could once do around the checks: a WebSocket on the HTTP protocol (named as a
+ * subprotocol, on any path, without a key); a key cookie after a kilobyte of other cookies
+ * refused; a few dozen silent connections holding every request slot for 10 s. */
+static void around_the_checks(void) {
+    TEST_COND("an upgrade to the 'http' subprotocol is refused", raw_status(UPGRADE("/anything", "http")) != 101);
+    TEST_COND("... on the chat path too", raw_status(UPGRADE("/api/chat", "http")) != 101);
+    static char cookie[1400];
+    snprintf(cookie, sizeof cookie, "GET /api/voices HTTP/1.1\r\nHost: x\r\nCookie: other=%01100d; pp_token=alpha-key-1\r\n\r\n",
+             0);
+    TEST_COND("the key cookie after 1100 bytes of others gets through", raw_status(cookie) == 200);
+    int silent[40];
+    for (int i = 0; i < 40; i++) silent[i] = raw_connect();
+    usleep(300000);
+    TEST_COND("40 silent connections leave /health answering",
+              raw_status("GET /health HTTP/1.1\r\nHost: x\r\n\r\n") == 200);
+    for (int i = 0; i < 40; i++)
+        if (silent[i] >= 0) close(silent[i]);
+}
+
 static int write_keys(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -95,6 +148,7 @@ int main(int argc, char **argv) {
     wc_run(NULL, 0, list, 1, 10000);
     TEST_COND("the cookie gets the page's assets through", asset.done && asset.status == 200);
     wc_http_free(&asset);
+    around_the_checks();
     double refused = unauthorized();
     TEST_COND("refusals are counted", refused == 3); /* /metrics, /api/voices, / */
     TEST_COND("a conversation without a key is refused", !converse("/api/chat?text_prompt=hi", NULL));

@@ -28,8 +28,11 @@
 #include "server_harness.h"
 #include "test.h"
 
+#include "base/base64.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
@@ -82,9 +85,9 @@ fail:
     return -1;
 }
 
-/* One masked binary frame (RFC 6455 §5.2; mask 0: the payload goes as is). */
-static int raw_send(int fd, const uint8_t *data, size_t len) {
-    uint8_t h[8] = {0x82};
+/* One masked frame of opcode op (RFC 6455 §5.2; mask 0: the payload goes as is). */
+static int raw_send_op(int fd, uint8_t op, const uint8_t *data, size_t len) {
+    uint8_t h[8] = {(uint8_t)(0x80 | op)};
     size_t hl;
     if (len < 126) {
         h[1] = (uint8_t)(0x80 | len);
@@ -102,6 +105,8 @@ static int raw_send(int fd, const uint8_t *data, size_t len) {
     if (send(fd, h, hl, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)hl) return -1;
     return send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
+
+static int raw_send(int fd, const uint8_t *data, size_t len) { return raw_send_op(fd, 0x2, data, len); }
 
 /* Waits up to ms for the server to close fd (EOF or reset after draining what it sent). */
 static int closed_within(int fd, int ms) {
@@ -135,6 +140,48 @@ static void *deaf_main(void *arg) {
         usleep(80000);
     }
     return NULL;
+}
+
+/* A realtime client that sends 3 s of audio at once (a browser after a stall, a file streamed
+ * ahead), then 3 s at real time, and reads at 200 KB/s, three times the 64 KB/s of its answers
+ * at real time: it may not be dropped as a client that does not read (it once was: the engine
+ * answered the burst as fast as it could, and its messages overflowed the output queue). */
+static void bursting_reader(void) {
+    enum { BURST = 30, LIVE = 30, RATE = 200000 };
+    int fd = raw_connect(16384);
+    static const char req[] = "GET /v1/realtime HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                              "Sec-WebSocket-Version: 13\r\n\r\n";
+    if (fd < 0 || send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
+        TEST_COND("bursting realtime client connects", 0);
+        if (fd >= 0) close(fd);
+        return;
+    }
+    static int16_t pcm[2400]; /* 100 ms of a 300 Hz tone */
+    for (int i = 0; i < 2400; i++) pcm[i] = (int16_t)(8000 * sin(2 * M_PI * 300 * i / 24000.0));
+    static char event[64 + PP_BASE64_LEN(sizeof pcm)];
+    int at = snprintf(event, sizeof event, "{\"type\":\"input_audio_buffer.append\",\"audio\":\"");
+    at += (int)pp_base64_encode((const uint8_t *)pcm, sizeof pcm, event + at, sizeof event - (size_t)at);
+    at += snprintf(event + at, sizeof event - (size_t)at, "\"}");
+    int sent = 1;
+    for (int i = 0; i < BURST && sent; i++) sent = raw_send_op(fd, 0x1, (const uint8_t *)event, (size_t)at) == 0;
+    long got = 0;
+    int dropped = 0;
+    char buf[4096];
+    for (int i = 0; i < LIVE && sent && !dropped; i++) {
+        for (int64_t end = wc_now_ns() + 100000000; wc_now_ns() < end && !dropped;) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 10) != 1) continue;
+            ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN)) dropped = 1;
+            if (n > 0) got += n, usleep((useconds_t)(n * 1000000L / RATE));
+        }
+        sent = raw_send_op(fd, 0x1, (const uint8_t *)event, (size_t)at) == 0;
+    }
+    printf("bursting realtime client: %ld bytes read in %d s, %s\n", got, LIVE / 10,
+           dropped || !sent ? "dropped" : "still open");
+    TEST_COND("a client bursting its audio, reading at 3x real time, is not dropped", !dropped && sent && got > 0);
+    close(fd);
 }
 
 /* ---- the bad-client rounds ------------------------------------------------------------------ */
@@ -232,6 +279,7 @@ static void run_bad_clients(void) {
     wc_run(l, 1, NULL, 0, 30000);
     check_good(&warm, speech.n - 2);
     wc_conn_free(&warm);
+    if (!g_srv.tls) bursting_reader();
     wait_idle("after the warm-up");
     usleep(500000); /* closed sockets leave the fd table */
     long rss0 = sh_rss_kb(&g_srv);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,7 @@ typedef struct {
     pp_json **stack_items;
     const char **stack_keys;
     size_t stack_len, stack_cap;
+    size_t values_left; /* pp_json_parse_bounded's limit, counted down */
 } parser;
 
 static int fail_at(parser *p, size_t at, const char *what) {
@@ -349,6 +351,7 @@ static int parse_container(parser *p, pp_json *v, int depth) {
 static int parse_value(parser *p, pp_json **out, int depth) {
     skip_ws(p);
     if (p->pos >= p->len) return fail_at(p, p->pos, "unexpected end of input");
+    if (!p->values_left--) return fail_at(p, p->pos, "more values than the document may hold");
     pp_json *v = arena_alloc(p->doc, sizeof(*v));
     if (!v) return oom(p);
     memset(v, 0, sizeof(*v));
@@ -369,12 +372,16 @@ static int parse_value(parser *p, pp_json **out, int depth) {
 /* ---- public API --------------------------------------------------------------------------- */
 
 int pp_json_parse(const char *text, size_t len, pp_json_doc **out, char *err) {
+    return pp_json_parse_bounded(text, len, SIZE_MAX, out, err);
+}
+
+int pp_json_parse_bounded(const char *text, size_t len, size_t max_values, pp_json_doc **out, char *err) {
     *out = NULL;
     if (!text && len) return pp_fail(err, PP_EINVAL, "json: NULL text");
     if (len > JSON_MAX_LEN) return pp_fail(err, PP_EFORMAT, "json: document of %zu bytes is too large", len);
     pp_json_doc *doc = calloc(1, sizeof(*doc));
     if (!doc) return pp_fail(err, PP_ENOMEM, "json: out of memory");
-    parser p = {.s = (const unsigned char *)text, .len = len, .doc = doc, .err = err};
+    parser p = {.s = (const unsigned char *)text, .len = len, .doc = doc, .err = err, .values_left = max_values};
     int rc = parse_value(&p, &doc->root, 0);
     if (!rc) {
         skip_ws(&p);
@@ -465,12 +472,20 @@ void pp_jw_str(pp_jw *w, const char *s, size_t len) {
         if (c == '"' || c == '\\') {
             jw_byte(w, '\\');
             jw_byte(w, (char)c);
-        } else if (c == '\n') {
-            pp_jw_raw(w, "\\n");
+        } else if (c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') { /* the two-byte escapes */
+            jw_byte(w, '\\');
+            jw_byte(w, c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : c == '\b' ? 'b' : 'f');
         } else if (c < 0x20 || c == 0x7f) {
             pp_jw_raw(w, "\\u%04x", c);
-        } else {
+        } else if (c < 0x80) {
             jw_byte(w, (char)c);
+        } else {
+            /* Text frames must hold UTF-8 (RFC 6455 §8.1): a sequence cut by a caller's
+             * truncation, or never valid, becomes U+FFFD rather than fail the client's socket. */
+            size_t k = utf8_seq_len((const unsigned char *)s + i, len - i);
+            if (!k) pp_jw_raw(w, "\\ufffd");
+            for (size_t j = 0; j < k; j++) jw_byte(w, s[i + j]);
+            i += k ? k - 1 : 0;
         }
     }
     jw_byte(w, '"');

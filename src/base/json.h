@@ -30,6 +30,9 @@ typedef struct pp_json_doc pp_json_doc;
  * anything else after the value is an error. On error, err says what and at which byte.
  * Duplicate object keys are kept (callers that must refuse them use pp_json_has_dup_keys). */
 int pp_json_parse(const char *text, size_t len, pp_json_doc **out, char *err);
+/* pp_json_parse of a document of at most max_values values (every scalar, array and object
+ * counts): what a peer sends, whose cost must not grow with how finely it splits its bytes. */
+int pp_json_parse_bounded(const char *text, size_t len, size_t max_values, pp_json_doc **out, char *err);
 const pp_json *pp_json_root(const pp_json_doc *doc);
 void pp_json_free(pp_json_doc *doc);
 
@@ -54,7 +57,7 @@ void pp_jw_raw(pp_jw *w, const char *fmt, ...)
 #endif
     ;
 /* Appends len bytes of UTF-8 as a quoted JSON string (quote, backslash and control characters
- * escaped; other bytes copied). */
+ * escaped; each ill-formed byte, a sequence cut short among them, as \ufffd; the rest copied). */
 void pp_jw_str(pp_jw *w, const char *s, size_t len);
 /* NUL-terminates; returns the length, or -1 when something did not fit. */
 long pp_jw_end(pp_jw *w);

@@ -35,6 +35,18 @@ int pp_log_open(const char *path) {
     return PP_OK;
 }
 
+/* msg with its control characters as \xNN (into out, 4 x msg's room): messages quote what
+ * clients send (an event type, a query value), and a newline or a terminal escape in one must
+ * not make a line of its own or rewrite the operator's screen. */
+static const char *escape_controls(const char *msg, char *out) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) n += (size_t)sprintf(out + n, "\\x%02x", *p);
+        else out[n++] = (char)*p;
+    out[n] = '\0';
+    return out;
+}
+
 void pp_log(pp_log_level level, const char *module, const char *fmt, ...) {
     if (level < g_level) return;
     struct timespec ts;
@@ -48,9 +60,11 @@ void pp_log(pp_log_level level, const char *module, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char line[4 * sizeof msg];
+    const char *text = escape_controls(msg, line);
     pthread_mutex_lock(&g_lock);
     FILE *out = g_sink ? g_sink : stderr;
-    fprintf(out, "%s.%03ldZ %s %s: %s\n", stamp, ts.tv_nsec / 1000000L, level_names[level], module, msg);
+    fprintf(out, "%s.%03ldZ %s %s: %s\n", stamp, ts.tv_nsec / 1000000L, level_names[level], module, text);
     fflush(out);
     pthread_mutex_unlock(&g_lock);
 }

@@ -14,15 +14,19 @@
 #include <string.h>
 #include <time.h>
 
-/* 48 slots hold about 2 s of output (one page and at most one text piece per 80 ms frame):
- * beyond that the client is not reading, and dropping its session is kinder than growing. */
+/* 48 slots hold about 2 s of output (one page and at most one text piece per 80 ms frame). The
+ * engine holds a conversation whose half is queued (conn_backed_up): a client bursting its audio
+ * gets its answers as fast as it reads them. One whose oldest message waited CONN_STALL_NS has
+ * stopped reading, and dropping its session is kinder than growing; so is a full ring. */
 #define CONN_SLOTS 48
+#define CONN_STALL_NS (3 * 1000000000LL)
 /* Frame-ready stamps kept; the uplink holds at most 10 s (125 frames) by default. */
 #define READY_RING 256
 
 typedef struct slot {
-    size_t len; /* chat: kind byte + payload; JSON: the text */
-    int text;   /* a JSON text message */
+    size_t len;        /* chat: kind byte + payload; JSON: the text */
+    int text;          /* a JSON text message */
+    int64_t queued_ns; /* CLOCK_MONOTONIC */
 } slot;
 
 struct conn {
@@ -103,7 +107,9 @@ static slot *claim_locked(conn *c) {
         return NULL;
     }
     c->count++;
-    return &c->slots[(c->head + c->count - 1) % CONN_SLOTS];
+    slot *s = &c->slots[(c->head + c->count - 1) % CONN_SLOTS];
+    s->queued_ns = pp_now_ns();
+    return s;
 }
 
 /* The oldest queued message's slot, taken off the ring (its buffer stays valid until the slot
@@ -154,7 +160,7 @@ void conn_event_id(conn *c, char out[32]) {
 
 /* A realtime `error` event (docs/protocol.md §4.4). */
 static void error_event_locked(conn *c, const char *type, const char *code, const char *text, size_t len) {
-    char id[32], json[1024];
+    char id[32], json[6 * PP_ERR_LEN + 256]; /* a message of control characters, each \u00XX */
     event_id_locked(c, id);
     pp_jw w;
     pp_jw_init(&w, json, sizeof json);
@@ -235,9 +241,21 @@ uint64_t conn_dropped(conn *c) {
 
 int conn_stalled(conn *c) {
     pthread_mutex_lock(&c->lock);
+    if (!c->stalled && c->count && pp_now_ns() - c->slots[c->head].queued_ns > CONN_STALL_NS) {
+        PP_WARN("conn", "session %llu: client is not reading (%d messages queued for %lld s); dropping the session",
+                (unsigned long long)c->id, c->count, CONN_STALL_NS / 1000000000LL);
+        c->stalled = 1;
+    }
     int s = c->stalled;
     pthread_mutex_unlock(&c->lock);
     return s;
+}
+
+int conn_backed_up(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int b = c->count >= CONN_SLOTS / 2;
+    pthread_mutex_unlock(&c->lock);
+    return b;
 }
 
 int64_t conn_last_input_ns(conn *c) {

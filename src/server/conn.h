@@ -98,9 +98,12 @@ int conn_wants_write(conn *c);
 int conn_closing(conn *c);
 /* Messages dropped because the ring was full. */
 uint64_t conn_dropped(conn *c);
-/* The ring overflowed: the client stopped reading and the socket should be dropped now,
- * without waiting for the queue to drain (it never would). */
+/* The client stopped reading (the ring overflowed, or its oldest message has waited for
+ * seconds): the socket should be dropped now, without waiting for the queue to drain. */
 int conn_stalled(conn *c);
+/* Half the ring is queued: the client reads slower than its conversation speaks (after a burst
+ * of its audio), and the engine waits with its next frame. */
+int conn_backed_up(conn *c);
 /* When the client's audio last arrived (CLOCK_MONOTONIC ns; the conn's creation before any). */
 int64_t conn_last_input_ns(conn *c);
 

@@ -231,6 +231,9 @@ static void job_restart(engine *e, job *j, const pp_session_params *params) {
 
 /* Takes j's next uplink frame (or silence) into the tick. Returns 1 when it did work. */
 static int job_encode(engine *e, job *j) {
+    /* Its frames wait in the uplink (at most ws_input's 10 s ahead) until the client has read
+     * what it was sent; conn_stalled drops one that stopped reading. */
+    if (conn_backed_up(j->c)) return 0;
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
     pacing_frame(&j->pace, pp_now_ns());
     job_encode_frame(e, j, 1);

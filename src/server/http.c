@@ -251,6 +251,11 @@ int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
         return on_http(lws_context_user(lws_get_context(wsi)), wsi, pss, in);
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return on_writeable(wsi, pss);
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        /* A client naming this protocol in Sec-WebSocket-Protocol would get a WebSocket here,
+         * past the chat protocol's path and API-key checks: only personaplex-chat upgrades. */
+        PP_WARN("http", "WebSocket upgrade for the 'http' subprotocol refused");
+        return 1;
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
     case LWS_CALLBACK_CLOSED_HTTP:
         if (pss) {

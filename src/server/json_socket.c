@@ -107,7 +107,7 @@ static int on_message(json_socket *js) {
     char err[PP_ERR_LEN];
     pp_json_doc *doc;
     if (!js->msg_len) return json_socket_reject(js, "invalid_json", "empty message");
-    if (pp_json_parse(js->msg, js->msg_len, &doc, err))
+    if (pp_json_parse_bounded(js->msg, js->msg_len, JSON_SOCKET_MAX_VALUES, &doc, err))
         return json_socket_reject(js, "invalid_json", "the message is not JSON: %s", err);
     const pp_json *ev = pp_json_root(doc);
     const char *type = json_socket_string(ev, js->protocol == CONN_TWILIO ? "event" : "type");

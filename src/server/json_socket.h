@@ -25,6 +25,10 @@
 
 /* The largest message: 2 s of 24 kHz PCM in base64 is 128 KiB; OpenAI clients send 20-100 ms. */
 #define JSON_SOCKET_MAX_MESSAGE (256 * 1024)
+/* Values one event may hold: a session.update with its tools and settings has a few hundred.
+ * Parsing runs on the thread that serves every socket; 256 KiB of `[1,1,...` took it 54 ms a
+ * message and made other conversations' audio late. */
+#define JSON_SOCKET_MAX_VALUES 4096
 
 typedef struct json_socket {
     ws_input *in; /* the socket's counters, closing flag and pace check */

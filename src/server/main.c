@@ -269,7 +269,10 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
     info.user = &a->srv;
     info.max_http_header_data = SERVER_MAX_HEADER;
-    info.max_http_header_pool = 32;
+    /* A connection holds one of these from accept until its request is read: a few dozen
+     * silent ones held all 32 for lws's default 10 s, and nobody else got an answer. */
+    info.max_http_header_pool = SERVER_HEADER_POOL;
+    info.timeout_secs_ah_idle = SERVER_HEADER_IDLE_S;
     info.alpn = "http/1.1"; /* WebSockets over HTTP/2 would only add framing */
     /* Bounds every stage a client could stall: the TLS handshake and the HTTP request
      * (timeout_secs), a silent WebSocket (pinged, then dropped without a pong) and a vanished

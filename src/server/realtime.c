@@ -22,7 +22,9 @@ static const char *beta_format(audio_format f) {
     return f == AUDIO_ULAW ? "g711_ulaw" : f == AUDIO_ALAW ? "g711_alaw" : "pcm16";
 }
 
-/* The session as session.created / session.updated describe it (both namings). */
+/* The session as session.created / session.updated describe it (both namings). The prompt
+ * takes at most two bytes a byte in JSON (pp_params_set refuses the six-byte controls). */
+_Static_assert(CONN_JSON_MAX >= 2 * PP_PARAMS_MAX_PROMPT + 2048, "a session event fits a message");
 static void session_event(json_socket *js, const char *type) {
     static char json[CONN_JSON_MAX];
     char eid[32];

@@ -2,6 +2,8 @@
  * file may call without calling each other. */
 #include "server/server.h"
 
+#include <stdlib.h>
+
 engine *server_engine(server *s, pp_model **model) {
     pthread_mutex_lock(&s->lock);
     engine *e = s->engine;
@@ -28,14 +30,20 @@ void server_start_draining(server *s) { atomic_store(&s->draining, 1); }
 int server_authorized(server *s, struct lws *wsi, int *from_query) {
     *from_query = 0;
     if (!s->keys) return 1;
-    char auth[APIKEYS_MAX_KEY + 64] = "", arg[APIKEYS_MAX_KEY + 8] = "", cookie[1024] = "";
+    char auth[APIKEYS_MAX_KEY + 64] = "", arg[APIKEYS_MAX_KEY + 8] = "";
     int has_auth = lws_hdr_copy(wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION) > 0;
     const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* points into arg, past "token=" */
-    int has_cookie = lws_hdr_copy(wsi, cookie, sizeof cookie, WSI_TOKEN_HTTP_COOKIE) > 0;
+    /* The whole Cookie header, however long: a browser sends every cookie of the host (other
+     * local apps' among them), and ours may come last. */
+    int cookie_len = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_COOKIE);
+    char *cookie = cookie_len > 0 ? malloc((size_t)cookie_len + 1) : NULL;
+    int has_cookie = cookie && lws_hdr_copy(wsi, cookie, cookie_len + 1, WSI_TOKEN_HTTP_COOKIE) > 0;
     size_t len = 0;
     const char *key = apikeys_presented(has_auth ? auth : NULL, token, has_cookie ? cookie : NULL, &len);
     *from_query = token && key == token;
-    if (key && apikeys_check(s->keys, key, len)) return 1;
+    int ok = key && apikeys_check(s->keys, key, len);
+    free(cookie);
+    if (ok) return 1;
     metrics_unauthorized(s->metrics);
     return 0;
 }

@@ -23,6 +23,10 @@
 /* Request headers lws may hold: the web client's text_prompt (1000 characters) percent-encoded
  * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (docs/protocol.md §1.3). */
 #define SERVER_MAX_HEADER 32768
+/* Connections reading their request at once (each may hold SERVER_MAX_HEADER: 8 MB in all),
+ * and the seconds one may sit on its slot without a request, a slow TLS handshake included. */
+#define SERVER_HEADER_POOL 256
+#define SERVER_HEADER_IDLE_S 5
 
 typedef struct ws_pss ws_pss;
 

@@ -54,12 +54,16 @@ static int on_audio(ws_input *in, const uint8_t *data, size_t len) {
 int ws_input_receive(ws_input *in, const uint8_t *data, size_t len, int binary, int final) {
     if (in->closing) return 0;
     if (in->metrics) metrics_bytes(in->metrics, len, 0);
-    int first = !in->in_message;
+    int first = !in->in_message, kind_now = 0;
     if (first) {
         in->in_message = 1;
         in->message_len = 0;
-        in->kind = !binary ? -2 : len ? data[0] : -1;
-        if (len) data++, len--;
+        in->kind = binary ? -1 : -2;
+    }
+    if (in->kind == -1 && len) { /* the kind byte: a message may begin with empty fragments */
+        in->kind = data[0];
+        data++, len--;
+        kind_now = 1;
     }
     in->message_len += len;
     if (final) in->in_message = 0;
@@ -76,6 +80,6 @@ int ws_input_receive(ws_input *in, const uint8_t *data, size_t len, int binary, 
     case -2: return first ? ws_input_reject(in, 0, "text frame ignored: the protocol uses binary messages only") : 0;
     default:
         snprintf(what, sizeof what, "unknown message kind 0x%02x ignored", in->kind);
-        return first ? ws_input_reject(in, 0, what) : 0;
+        return kind_now ? ws_input_reject(in, 0, what) : 0;
     }
 }

@@ -135,6 +135,13 @@ int pp_params_set(pp_session_params *p, const char *key, const char *value, char
         if (vlen > PP_PARAMS_MAX_PROMPT)
             return pp_fail(err, PP_EFULL, "text_prompt is %zu bytes; the limit is %d", vlen, PP_PARAMS_MAX_PROMPT);
         if (!pp_utf8_valid(value, vlen)) return pp_fail(err, PP_EINVAL, "text_prompt is not valid UTF-8");
+        /* Text, lines and tabs: other control characters mean nothing to the model, and a JSON
+         * reply that repeats the prompt would take six bytes for each. */
+        for (size_t i = 0; i < vlen; i++) {
+            const unsigned char c = (unsigned char)value[i];
+            if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+                return pp_fail(err, PP_EINVAL, "text_prompt holds the control character 0x%02x at byte %zu", c, i);
+        }
         memcpy(p->text_prompt, value, vlen + 1);
     } else if (strcmp(key, "voice_prompt") == 0) {
         return pp_params_set_voice(p, value, err);
