@@ -195,6 +195,9 @@ int pp_session_prompt_frames(const pp_session *s);
 int pp_session_prompt_done(const pp_session *s);
 /* 1 when the prompts came from the prompt cache. */
 int pp_session_prompt_cached(const pp_session *s);
+/* 1 when no prompt frame has run and the prompt cache holds this session's prompts now, so its
+ * next pp_session_prefill is likely a restore rather than a pass of the model. */
+int pp_session_prompt_restorable(const pp_session *s);
 /* 1 when a and b run the same prompts (voice, text, KV format) on one model that has a prompt
  * cache: once either has run them, the other can start from the cache. */
 int pp_session_shares_prompt(const pp_session *a, const pp_session *b);

@@ -136,7 +136,9 @@ static void test_lru(void) {
     TEST_COND("cache created", pp_prompt_cache_create(2 * one + one / 2, &c, err) == PP_OK);
     if (!c) return;
     TEST_COND("a miss on an empty cache", lookup(c, &ka) == 0);
+    TEST_COND("an empty cache holds nothing", pp_prompt_cache_holds(c, &ka) == 0);
     TEST_COND("A stored", pp_prompt_cache_put(c, &ka, snap_of(10, 1)) == 1);
+    TEST_COND("the cache holds A, not B", pp_prompt_cache_holds(c, &ka) == 1 && pp_prompt_cache_holds(c, &kb) == 0);
     TEST_COND("B stored", pp_prompt_cache_put(c, &kb, snap_of(10, 2)) == 1);
     TEST_COND("A again is not stored twice", pp_prompt_cache_put(c, &ka, snap_of(10, 1)) == 0);
     TEST_COND("A hits (and becomes the most recent)", lookup(c, &ka) == 1);

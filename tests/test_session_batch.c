@@ -198,6 +198,11 @@ done:
 
 /* Starts a session with p on m, checks how its prompts ran, runs it alone into out. */
 static void cached_run(pp_model *m, const pp_session_params *p, int want_cached, const char *what, run *out) {
+    char err[PP_ERR_LEN];
+    pp_session *probe = NULL; /* what a scheduler asks before the first prefill call */
+    int restorable = pp_session_create(m, p, 512, &probe, err) == PP_OK && pp_session_prompt_restorable(probe);
+    pp_session_destroy(probe);
+    TEST_COND("restorable before its prompts exactly when the cache will answer", restorable == want_cached);
     int calls;
     pp_session *s = start(m, p, &calls);
     int cached = s && pp_session_prompt_cached(s);
@@ -205,6 +210,7 @@ static void cached_run(pp_model *m, const pp_session_params *p, int want_cached,
     snprintf(line, sizeof line, "%s: %s (%d prefill calls)", what, want_cached ? "cache hit" : "cache miss", calls);
     TEST_COND(line, s && cached == want_cached && (!want_cached || calls == 1) &&
                         pp_session_prompt_done(s) == pp_session_prompt_frames(s));
+    TEST_COND("no longer restorable once its prompts have run", s && !pp_session_prompt_restorable(s));
     TEST_COND("it runs", s && run_alone(s, 0, out));
     pp_session_destroy(s);
 }

@@ -112,6 +112,17 @@ int pp_prompt_cache_restore(pp_prompt_cache *c, const pp_prompt_key *key, pp_lmg
     return rc;
 }
 
+int pp_prompt_cache_holds(pp_prompt_cache *c, const pp_prompt_key *key) {
+    size_t len;
+    uint8_t *k = serialize(key, &len);
+    if (!k) return PP_ENOMEM;
+    pthread_mutex_lock(&c->lock);
+    int held = find(c, k, len, fnv1a(k, len)) != NULL;
+    pthread_mutex_unlock(&c->lock);
+    free(k);
+    return held;
+}
+
 int pp_prompt_cache_put(pp_prompt_cache *c, const pp_prompt_key *key, pp_lmgen_snapshot *snap) {
     entry *e = calloc(1, sizeof *e);
     if (e) e->key = serialize(key, &e->key_len);

@@ -40,6 +40,9 @@ void pp_prompt_cache_destroy(pp_prompt_cache *c);
  * used and returns 1; 0 on a miss; a negative code when the restore failed (g must then be
  * reset). */
 int pp_prompt_cache_restore(pp_prompt_cache *c, const pp_prompt_key *key, pp_lmgen *g, char *err);
+/* Whether key has an entry now (no statistics, no recency change): a scheduler's guess at what
+ * a restore will find. Returns 1, 0, or PP_ENOMEM. */
+int pp_prompt_cache_holds(pp_prompt_cache *c, const pp_prompt_key *key);
 
 /* Stores snap under key and takes it, evicting least recently used entries to stay within the
  * budget. Returns 1 when stored, 0 when freed instead (larger than the whole budget, or the

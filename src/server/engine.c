@@ -23,8 +23,11 @@
 /* Before the first measurement, what a unit of background work is assumed to cost. */
 #define FIRST_ESTIMATE_NS 20000000LL
 
-/* Background work, each kind with its own cost estimate. */
-typedef enum { UNIT_START, UNIT_PREFILL, UNIT_TRIM, UNIT_KINDS } unit_kind;
+/* Background work, each kind with its own cost estimate. A prompt unit is a pass of the LM
+ * (tens of ms on the 7B model) or a restore from the prompt cache (about 1 ms), each its own
+ * kind: one estimate for both let a run of cached joins talk it down to a restore's, and the
+ * next pass overran the frame it was meant to fit before. */
+typedef enum { UNIT_START, UNIT_PREFILL, UNIT_RESTORE, UNIT_TRIM, UNIT_KINDS } unit_kind;
 
 typedef enum { JOB_NEW, JOB_PREFILL, JOB_RUN, JOB_FAILED } job_state;
 
@@ -318,7 +321,8 @@ static void run_tick(engine *e) {
 
 /* The kind of background unit j needs next, or -1 when it needs none. */
 static int job_unit(const job *j) {
-    return j->state == JOB_NEW ? UNIT_START : j->state == JOB_PREFILL ? UNIT_PREFILL : -1;
+    if (j->state == JOB_PREFILL) return pp_session_prompt_restorable(j->session) ? UNIT_RESTORE : UNIT_PREFILL;
+    return j->state == JOB_NEW ? UNIT_START : -1;
 }
 
 /* Measured cost of a unit: the estimate follows a slower unit at once and a faster one
@@ -364,6 +368,8 @@ static int run_background(engine *e, int *deferred) {
             int did = kind == UNIT_START ? (job_start(e, j), 1) : job_prefill(e, j);
             int64_t after = pp_now_ns();
             if (!did) break; /* waiting for another join's prompt */
+            /* measured as what it turned out to be (a restore may miss: evicted meanwhile) */
+            if (kind != UNIT_START) kind = pp_session_prompt_cached(j->session) ? UNIT_RESTORE : UNIT_PREFILL;
             unit_measured(e, (unit_kind)kind, after - now);
             metrics_join_work(e->cfg.metrics, ms_between(now, after));
             now = after;

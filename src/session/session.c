@@ -286,9 +286,16 @@ int pp_session_prompt_frames(const pp_session *s) { return pp_lmgen_prompt_lengt
 int pp_session_prompt_done(const pp_session *s) { return s->done; }
 int pp_session_prompt_cached(const pp_session *s) { return s->cached; }
 
+
 static pp_prompt_key cache_key(const pp_session *s) {
     return (pp_prompt_key){
         .model = s->m->identity, .voice = s->voice_id, .kv = s->kv, .text = s->prompt, .n_text = s->n_prompt};
+}
+
+int pp_session_prompt_restorable(const pp_session *s) {
+    if (s->done || !s->m->cache) return 0;
+    pp_prompt_key k = cache_key(s);
+    return pp_prompt_cache_holds(s->m->cache, &k) == 1;
 }
 
 int pp_session_shares_prompt(const pp_session *a, const pp_session *b) {
