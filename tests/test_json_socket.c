@@ -16,6 +16,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "server/json_socket.h"
+#include "session/params.h"
 #include "server/wire.h"
 
 static uint8_t g_msg[CONN_JSON_MAX];
@@ -176,6 +177,13 @@ static void check_realtime_input(metrics *m) {
     send_text(&js, many);
     drain(c, seen, sizeof seen);
     TEST_COND("an event of too many values is refused", !strcmp(seen, "error:invalid_json"));
+    static char padded[JSON_SOCKET_KEPT_BUFFER + 64];
+    at = snprintf(padded, sizeof padded, "{\"type\":\"input_audio_buffer.clear\"}");
+    memset(padded + at, ' ', sizeof padded - 1 - (size_t)at);
+    send_text(&js, padded);
+    drain(c, seen, sizeof seen);
+    TEST_COND("a large message is taken, and its buffer not kept",
+              !strcmp(seen, "input_audio_buffer.cleared") && js.msg_cap == 0);
     int before = in.bad;
     TEST_COND("a binary message is refused",
               json_socket_receive(&js, (const uint8_t *)"\x01", 1, 1, 1) & WS_INPUT_WRITE);
@@ -407,6 +415,14 @@ static void check_chat_fragments(metrics *m) {
     ws_input_receive(&in, NULL, 0, 1, 0);
     ws_input_receive(&in, unknown, 2, 1, 1);
     TEST_COND("chat: an unknown kind in a later fragment is refused once", in.bad == 2);
+    static char quote[601]; /* 300 two-byte characters: the 512-byte message cuts one */
+    for (int i = 0; i < 300; i++) quote[2 * i] = (char)0xc3, quote[2 * i + 1] = (char)0xa9;
+    conn_fail(c, 0, "%s", quote);
+    size_t len = 0, last = 0;
+    int text;
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) last = len;
+    TEST_COND("chat: a truncated error message is whole UTF-8",
+              last > 1 && g_msg[0] == MSG_ERROR && pp_utf8_valid((const char *)g_msg + 1, last - 1));
     conn_destroy(c);
 }
 

@@ -198,6 +198,17 @@ int conn_queue(conn *c, int kind, const void *payload, size_t len) {
     return rc;
 }
 
+/* The first n bytes of text less a UTF-8 character cut short at their end (a truncation of a
+ * message quoting what a client sent: a close reason must be UTF-8). */
+static int utf8_whole(const char *text, int n) {
+    int p = n;
+    while (p > 0 && ((unsigned char)text[p - 1] & 0xC0) == 0x80) p--;
+    if (p == 0) return n;
+    const unsigned char lead = (unsigned char)text[p - 1];
+    const int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return n - (p - 1) < need ? p - 1 : n;
+}
+
 void conn_fail(conn *c, int close_code, const char *fmt, ...) {
     char text[512];
     va_list ap;
@@ -205,13 +216,17 @@ void conn_fail(conn *c, int close_code, const char *fmt, ...) {
     int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (n < 0) n = 0;
-    if ((size_t)n >= sizeof text) n = sizeof text - 1;
+    if ((size_t)n >= sizeof text) n = utf8_whole(text, sizeof text - 1);
     pthread_mutex_lock(&c->lock);
     switch (c->protocol) {
     case CONN_CHAT: queue_locked(c, MSG_ERROR, text, (size_t)n); break;
     case CONN_REALTIME: fail_event_locked(c, close_code, text, (size_t)n); break;
     case CONN_TWILIO: /* the stream has no error message: the close frame says why */
-        if (close_code && !c->close_code) snprintf(c->close_reason, sizeof c->close_reason, "%.123s", text);
+        if (close_code && !c->close_code) {
+            int k = utf8_whole(text, n < (int)sizeof c->close_reason ? n : (int)sizeof c->close_reason - 1);
+            memcpy(c->close_reason, text, (size_t)k);
+            c->close_reason[k] = '\0';
+        }
         break;
     }
     if (close_code && !c->close_code) c->close_code = close_code;

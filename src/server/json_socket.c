@@ -157,6 +157,13 @@ int json_socket_receive(json_socket *js, const uint8_t *data, size_t len, int bi
     case SKIP_TOO_LARGE:
         return json_socket_reject(js, "message_too_large", "message over %d KiB ignored",
                                   JSON_SOCKET_MAX_MESSAGE / 1024);
-    default: return on_message(js);
+    default: break;
     }
+    int todo = on_message(js);
+    if (js->msg_cap > JSON_SOCKET_KEPT_BUFFER) { /* one large message need not cost an idle socket its size */
+        free(js->msg);
+        js->msg = NULL;
+        js->msg_cap = 0;
+    }
+    return todo;
 }

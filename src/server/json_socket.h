@@ -29,6 +29,9 @@
  * Parsing runs on the thread that serves every socket; 256 KiB of `[1,1,...` took it 54 ms a
  * message and made other conversations' audio late. */
 #define JSON_SOCKET_MAX_VALUES 4096
+/* A message buffer grown past this is freed after its message (OpenAI clients send 20-100 ms of
+ * audio, 2-9 KiB of base64, so the usual buffer stays). */
+#define JSON_SOCKET_KEPT_BUFFER (16 * 1024)
 
 typedef struct json_socket {
     ws_input *in; /* the socket's counters, closing flag and pace check */
