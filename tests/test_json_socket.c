@@ -438,6 +438,9 @@ int main(void) {
     check_realtime_wire();
     check_twilio_wire();
     check_frame_cost();
+    char small[1000]; /* far less than the exposition: it must still end in a whole line */
+    size_t n = metrics_render(m, small, sizeof small, 8);
+    TEST_COND("/metrics in too small a buffer: whole lines only", n > 0 && n < sizeof small && small[n - 1] == '\n');
     metrics_destroy(m);
     return test_report();
 }

@@ -125,7 +125,7 @@ static size_t render_memory(server *s, char *buf, size_t cap) {
 }
 
 static int route_metrics(server *s, struct lws *wsi, http_pss *pss) {
-    static char body[131072]; /* service thread only; room for every conversation's lateness */
+    static char body[262144]; /* service thread only; room for every conversation's lateness (256 at 0.5 KB) */
     pp_model *model;
     engine *e = server_engine(s, &model);
     size_t len = metrics_render(s->metrics, body, sizeof body, e ? engine_capacity(e) : 0);

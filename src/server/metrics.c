@@ -220,13 +220,16 @@ static void put(out_buf *o, const char *fmt, ...)
 #endif
     ;
 
+/* Whole lines only: a line that does not fit is left out, not cut (a scraper refuses the whole
+ * exposition over one broken line). */
 static void put(out_buf *o, const char *fmt, ...) {
     if (o->len + 1 >= o->cap) return;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
     va_end(ap);
-    if (n > 0) o->len += (size_t)n < o->cap - o->len ? (size_t)n : o->cap - o->len - 1;
+    if (n > 0 && (size_t)n < o->cap - o->len) o->len += (size_t)n;
+    else o->p[o->len] = '\0';
 }
 
 static void put_counter(out_buf *o, const char *name, const char *type, const char *help, uint64_t v) {
