@@ -60,21 +60,10 @@ static pid_t spawn(const char *const *argv, const char *log) {
     return pid;
 }
 
-static int connect_local(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* GET path over a plain socket (usable from any process, unlike the lws client). Returns the
  * status (or -1) and the body in body. */
 static int raw_get(int port, const char *path, char *body, size_t cap) {
-    int fd = connect_local(port);
+    int fd = sp_connect(port, 0);
     if (fd < 0) return -1;
     char req[256], buf[4096];
     int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
@@ -106,7 +95,7 @@ static int wait_health(int port, const char *needle, pid_t pid) {
 static pid_t silent_client(int port) {
     pid_t pid = fork();
     if (pid) return pid;
-    int fd = connect_local(port);
+    int fd = sp_connect(port, 0);
     const char req[] = "GET /api/chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
     char buf[256];

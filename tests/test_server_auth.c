@@ -13,8 +13,6 @@
 #include "test.h"
 #include "ws_client.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -63,21 +61,10 @@ static double unauthorized(void) {
     return v;
 }
 
-static int raw_connect(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_srv.port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 /* Sends a request as it is on a fresh connection; the reply's HTTP status, 0 when the server
  * closed without one or sent none within 3 s. */
 static int raw_status(const char *request) {
-    int fd = raw_connect(), status = 0;
+    int fd = sp_connect(g_srv.port, 0), status = 0;
     if (fd < 0) return 0;
     char reply[64] = "";
     struct timeval tv = {.tv_sec = 3};
@@ -104,7 +91,7 @@ static void around_the_checks(void) {
              0);
     TEST_COND("the key cookie after 1100 bytes of others gets through", raw_status(cookie) == 200);
     int silent[40];
-    for (int i = 0; i < 40; i++) silent[i] = raw_connect();
+    for (int i = 0; i < 40; i++) silent[i] = sp_connect(g_srv.port, 0);
     usleep(300000);
     TEST_COND("40 silent connections leave /health answering",
               raw_status("GET /health HTTP/1.1\r\nHost: x\r\n\r\n") == 200);

@@ -52,23 +52,9 @@ static sh_server g_srv;
 
 /* ---- raw sockets: what libwebsockets' client will not do ------------------------------------ */
 
-static int raw_connect(int rcvbuf) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    /* A tiny receive window makes a client that never reads back up the server quickly. */
-    if (rcvbuf) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_srv.port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Sends the upgrade and reads the reply head; returns the fd or -1. */
 static int raw_upgrade(int rcvbuf) {
-    int fd = raw_connect(rcvbuf);
+    int fd = sp_connect(g_srv.port, rcvbuf);
     static const char req[] = "GET /api/chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                               "Sec-WebSocket-Version: 13\r\n\r\n";
@@ -148,7 +134,7 @@ static void *deaf_main(void *arg) {
  * answered the burst as fast as it could, and its messages overflowed the output queue). */
 static void bursting_reader(void) {
     enum { BURST = 30, LIVE = 30, RATE = 200000 };
-    int fd = raw_connect(16384);
+    int fd = sp_connect(g_srv.port, 16384);
     static const char req[] = "GET /v1/realtime HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                               "Sec-WebSocket-Version: 13\r\n\r\n";
@@ -214,10 +200,10 @@ static void check_good(const wc_conn *c, int frames) {
 
 static void bad_round(int round, const sp_msgs *speech, const sp_msgs *burst) {
     printf("-- round %d\n", round);
-    int silent_tcp = raw_connect(0), half_open = g_srv.tls ? -1 : raw_upgrade(0), stalled_tls = -1;
+    int silent_tcp = sp_connect(g_srv.port, 0), half_open = g_srv.tls ? -1 : raw_upgrade(0), stalled_tls = -1;
     TEST_COND("raw connections open", silent_tcp >= 0 && (g_srv.tls || half_open >= 0));
     if (g_srv.tls) {
-        stalled_tls = raw_connect(0);
+        stalled_tls = sp_connect(g_srv.port, 0);
         static const uint8_t hello_start[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}; /* a ClientHello, cut short */
         TEST_COND("stalled TLS handshake sent", send(stalled_tls, hello_start, sizeof hello_start, 0) > 0);
     }
@@ -310,7 +296,7 @@ static void run_bad_clients(void) {
 /* One TLS handshake with the given version range and TLS 1.2 cipher list (NULL: default).
  * Returns 1 on success and fills sha256 with the server certificate's digest. */
 static int tls_probe(int min_version, int max_version, const char *ciphers, unsigned char sha256[32]) {
-    int fd = raw_connect(0), ok = 0;
+    int fd = sp_connect(g_srv.port, 0), ok = 0;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     SSL_CTX_set_security_level(ctx, 0); /* let the client offer what the server must refuse */
     SSL_CTX_set_min_proto_version(ctx, min_version);

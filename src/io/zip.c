@@ -223,8 +223,10 @@ static int cmp_offset(const void *a, const void *b) {
 static int check_layout(const located *loc, size_t count, const located **by_offset, const char *label, char *err) {
     uint64_t inflated = 0;
     for (size_t i = 0; i < count; i++) {
-        if (loc[i].r.method != 0 && (inflated += loc[i].r.usize) > MAX_INFLATED)
+        const uint64_t usize = loc[i].r.method != 0 ? loc[i].r.usize : 0;
+        if (usize > MAX_INFLATED - inflated) /* not a sum: a zip64 size may be near 2^64 */
             return pp_fail(err, PP_EFULL, "%s: zip entries inflate to more than %u bytes in all", label, MAX_INFLATED);
+        inflated += usize;
         by_offset[i] = &loc[i];
     }
     qsort(by_offset, count, sizeof *by_offset, cmp_offset);

@@ -4,10 +4,11 @@
  * pp_zip_open_memory validates the whole archive before returning: end-of-central-directory
  * record (zip64 when present), every central directory entry, its local header (same name
  * and method, data inside the file and before the central directory), entries apart from each
- * other, at most 1 GiB inflated in all, unique names, and the CRC-32 of every entry. Entries are STORED (what torch writes; the data points into the
- * caller's buffer) or DEFLATE (inflated with zlib into memory the archive owns). Encrypted,
- * multi-disk and other methods are refused. The writer stores entries uncompressed with
- * their data 64-byte aligned, as torch does, so a saved archive can be memory-mapped. */
+ * other, at most 1 GiB inflated in all, unique names, and the CRC-32 of every entry. Entries
+ * are STORED (what torch writes; the data points into the caller's buffer) or DEFLATE
+ * (inflated with zlib into memory the archive owns). Encrypted, multi-disk and other methods
+ * are refused. The writer stores entries uncompressed with their data 64-byte aligned, as
+ * torch does, so a saved archive can be memory-mapped. */
 #ifndef PP_IO_ZIP_H
 #define PP_IO_ZIP_H
 

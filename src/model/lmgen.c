@@ -61,6 +61,10 @@ void pp_lmgen_params_default(pp_lmgen_params *p) {
     p->kv_cache = PP_KV_F32;
 }
 
+/* Stream k's initial token, the one past its vocabulary (text_card, or card for audio): what
+ * an empty ring holds, and the top a voice's ring may hold. */
+static int initial_token(const pp_lm_config *c, int k) { return k == 0 ? c->text_card : c->card; }
+
 static int set_params(pp_lmgen *g, const pp_lmgen_params *p, char *err) {
     if (!g->ctx || p->kv_cache != g->params.kv_cache) {
         pp_lm_ctx *ctx = NULL;
@@ -100,7 +104,7 @@ int pp_lmgen_create(const pp_lm *lm, const pp_lmgen_params *p, pp_lmgen **out, c
     g->max_delay = pp_lm_config_max_delay(g->cfg);
     g->width = g->max_delay + 3;
     for (int k = 0; k < NS; k++) {
-        g->init[k] = k == 0 ? g->cfg->text_card : g->cfg->card;
+        g->init[k] = initial_token(g->cfg, k);
         for (int c = 0; c < RING_MAX; c++) g->ring[k][c] = UNGENERATED;
     }
     pp_lmgen_params defaults;
@@ -313,7 +317,7 @@ int pp_lmgen_step(pp_lmgen *g, const int32_t user[NA], pp_lmgen_out *out, char *
 
 int pp_lmgen_check_voice_tokens(const pp_lm_config *c, const int64_t *cache, const char *label, char *err) {
     for (int k = 0; k < NS; k++) {
-        const int top = k == 0 ? c->text_card : c->card; /* as pp_lmgen's initial tokens */
+        const int top = initial_token(c, k);
         for (int i = 0; i < 4; i++) {
             int64_t v = cache[k * 4 + i];
             if (v < 0 || v > top)

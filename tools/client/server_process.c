@@ -27,6 +27,19 @@ int sp_free_port(void) {
     return port;
 }
 
+int sp_connect(int port, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 pid_t sp_spawn(const char *const *argv, const char *log_path) {
     pid_t pid = fork();
     if (pid == 0) {

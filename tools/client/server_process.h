@@ -11,6 +11,10 @@
 
 /* A loopback TCP port nobody listens on right now, or -1. */
 int sp_free_port(void);
+/* A plain TCP connection to the loopback port, for what a WebSocket or HTTP client library
+ * will not send; rcvbuf > 0 sets its receive buffer (a small one makes a client that does not
+ * read back its server up quickly). The fd, or -1. */
+int sp_connect(int port, int rcvbuf);
 /* Starts argv[0] with argv (NULL-terminated), stdout and stderr to log_path; the child gets
  * SIGTERM when the caller dies. The pid, or -1. */
 pid_t sp_spawn(const char *const *argv, const char *log_path);
