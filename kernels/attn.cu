@@ -15,7 +15,10 @@
  * a (head, row)'s live blocks to finish (a ticket drawn after a fence, as in the CUDA
  * programming guide's last-block reduction) merges them and resets the ticket counter for the
  * next launch. The block that writes a head's output then counts it toward the next product's
- * input slices (pk_next, when the host planned one) and prepares those it completes. */
+ * input slices (pk_next, when the host planned one) and prepares those it completes.
+ * A prefill's rows (one ring, consecutive positions) take two launches: every row's key and value
+ * stored first, then every row's query over the ring with no store, so row r sees rows 0..r-1 as
+ * stored whatever order the blocks run in. */
 #include "attn.cuh"
 #include "gemv_int.cuh" /* pk_next_after_store: the output handed to the next product */
 
@@ -45,7 +48,19 @@ static int attn_span(int n, int n_heads, int keys) {
  * not timed). Wider heads' instances are left their registers. */
 #define PK_ATTN_MIN_BLOCKS(VPL) ((VPL) <= 4 ? 6 : 0)
 
-/* Block (head, split, row). */
+/* Block (head, row) of a prefill's store: head h of row's key and value into the one ring. */
+template <int FMT>
+__global__ void __launch_bounds__(PK_ATTN_THREADS)
+    pk_kv_store_rows_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring r,
+                            const int32_t *__restrict__ pos) {
+    __shared__ float red[32];
+    const int h = blockIdx.x, n_heads = gridDim.x, row = blockIdx.y;
+    const float *q = qkv + (size_t)row * 3 * n_heads * head_dim;
+    pk_kv_store_head<FMT, false>(q, head_dim, r, pos[row], rope, h, n_heads, 0, red);
+    pk_kv_store_head<FMT, false>(q, head_dim, r, pos[row], rope, h, n_heads, 1, red);
+}
+
+/* Block (head, split, row); with tables NULL every row's key and value are already stored. */
 template <int FMT, int VPL, bool AHEAD>
 __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring one,
@@ -54,8 +69,9 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
                          pk_next nx) {
     const pk_kv_ring r = tables ? tables[blockIdx.z][layer] : one;
     const int h = blockIdx.x;
-    if (pk_attn_block<FMT, VPL, false, PK_ATTN_THREADS / 32, AHEAD>(
-            qkv, head_dim, rope, r, pos, part, tickets, out, h, gridDim.x, blockIdx.y, gridDim.y, span, blockIdx.z) &&
+    if (pk_attn_block<FMT, VPL, false, PK_ATTN_THREADS / 32, AHEAD>(qkv, head_dim, rope, r, pos, part, tickets, out,
+                                                                    h, gridDim.x, blockIdx.y, gridDim.y, span,
+                                                                    blockIdx.z, tables != NULL || gridDim.z == 1) &&
         nx.prep)
         pk_next_after_store(nx, blockIdx.z, 1, (int64_t)h * head_dim, (int64_t)(h + 1) * head_dim);
 }
@@ -66,6 +82,9 @@ static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope r
                    float *out, const pk_next &nx, int keys, cudaStream_t stream) {
     const int span = attn_span(n, n_heads, keys);
     dim3 grid((unsigned)n_heads, (unsigned)attn_splits(keys, span), (unsigned)n);
+    if (!tables && n > 1)
+        PK_LAUNCH_PLAIN(dim3((unsigned)n_heads, (unsigned)n), PK_ATTN_THREADS, 0, stream, pk_kv_store_rows_kernel<FMT>)
+    (qkv, head_dim, rope, *one, pos);
     /* An ordinary launch: on sm_90 the wait of a programmatic one cost the int8 instance 8
      * registers (64 -> 72), a resident block per SM, and 22 % of its time on an H200. */
     if (head_dim <= 64) PK_LAUNCH_PLAIN(grid, PK_ATTN_THREADS, 0, stream, pk_attn_split_kernel<FMT, 2, AHEAD>)
@@ -90,7 +109,7 @@ extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, 
                             const pk_kv_ring *ring, const pk_kv_ring *const *tables, int layer, const int32_t *pos,
                             float *out, float *ws, unsigned *tickets, const pk_next *next, cudaStream_t stream) {
     if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || ring->window <= 0 ||
-        n <= 0 || (n > 1 && !tables) ||
+        n <= 0 || (!tables && n > ring->capacity) ||
         (next && (!pk_attn_hands_over(head_dim, next) || next->n != n || next->cols != (int64_t)n_heads * head_dim)))
         return (int)cudaErrorInvalidValue;
     const pk_next nx = next ? *next : pk_next{};

@@ -292,12 +292,13 @@ template <int FMT, int VPL, int KEYS> struct pk_attn_group {
  * warp alternates between waiting on its loads and computing, and int8 read at about half bf16's
  * byte rate on an H200 (2.3 against 4.1 TB/s at 64 conversations). Both groups' raw words fit
  * sm_90's 80 registers with no spill for int8 only: bf16's and f32's, twice and four times as
- * many, spill. Every thread calls it; true in the block that wrote the head's output. */
+ * many, spill. store: the block holding the newest position stores the row's key and value (else
+ * an earlier launch did). Every thread calls it; true in the block that wrote the head's output. */
 template <int FMT, int VPL, bool FRESH, int WARPS, bool AHEAD>
 __device__ __forceinline__ bool
 pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
               const int32_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
-              float *__restrict__ out, int h, int n_heads, int split, int n_splits, int span, int row) {
+              float *__restrict__ out, int h, int n_heads, int split, int n_splits, int span, int row, bool store) {
     __shared__ float wm[WARPS], wl[WARPS];
     __shared__ float wo[WARPS][PK_ATTN_MAX_DIM];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5; /* WARPS */
@@ -309,7 +310,7 @@ pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, 
     const int64_t k1 = k0 + span - 1 < last ? k0 + span - 1 : last;
     /* The split holding the newest position stores its key and value first, so this query sees
      * them as stored; no other split reads that slot. */
-    if (k0 <= last && last < k0 + span) {
+    if (store && last < k0 + span) {
         __shared__ float red[32];
         pk_kv_store_head<FMT, FRESH>(q, head_dim, r, last, rope, h, n_heads, 0, red);
         pk_kv_store_head<FMT, FRESH>(q, head_dim, r, last, rope, h, n_heads, 1, red);

@@ -591,7 +591,8 @@ static __device__ __attribute__((noinline)) void pk_attn_after_store(const pk_at
         const int r = done[i] / a.n_heads, head = done[i] % a.n_heads;
         const pk_kv_ring ring = a.tables ? a.tables[r][a.layer] : a.one;
         pk_attn_block<PK_KV_F32, VPL, true, PK_SELF_THREADS / 32, false>(
-            qkv, a.head_dim, a.rope, ring, a.pos, NULL, NULL, a.out, head, a.n_heads, 0, 1, PK_ATTN_SPLIT, r);
+            qkv, a.head_dim, a.rope, ring, a.pos, NULL, NULL, a.out, head, a.n_heads, 0, 1, PK_ATTN_SPLIT, r,
+            true);
         __syncthreads(); /* the next head reuses the block's shared buffers */
     }
 }

@@ -733,6 +733,91 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope, int heads) {
     twin_free(&out);
 }
 
+/* pp_kv_ring_takes_rows at its edges: a prefill's rows share one call while no row's store lands
+ * on a key that row 0 attends. */
+static void test_ring_takes_rows(void) {
+    const struct {
+        int cap, window;
+        int64_t first;
+        int n, takes;
+    } cases[] = {
+        {70, 70, 0, 70, 1},   /* the whole ring from 0 */
+        {70, 70, 0, 71, 0},   /* more rows than slots */
+        {70, 70, 1, 70, 0},   /* position 70 lands on position 0, which row 0 (1) attends */
+        {70, 40, 100, 31, 1}, /* 130 lands on 60; row 0 (100) attends from 61 */
+        {70, 40, 100, 32, 0}, /* 131 lands on 61 */
+        {300, 300, 256, 32, 1},
+        {300, 300, 288, 32, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pp_kv_ring r = {.fmt = PP_KV_F32, .capacity = cases[i].cap, .window = cases[i].window};
+        char what[96];
+        snprintf(what, sizeof what, "ring %d window %d: %d rows from %lld %s", cases[i].cap, cases[i].window,
+                 cases[i].n, (long long)cases[i].first, cases[i].takes ? "share a call" : "go row by row");
+        TEST_COND(what, pp_kv_ring_takes_rows(&r, cases[i].first, cases[i].n) == cases[i].takes);
+    }
+}
+
+/* attn_rows on one ring (tables NULL) with n rows: a prefill's consecutive positions, `passes`
+ * passes of `rows` rows from position 0. The device takes a pass in one call where its stores fit
+ * beside every row's window (pp_kv_ring_takes_rows: two launches, the stores then the queries),
+ * else a call a row, as pp_tf_prefill does; the CPU takes every pass in one call, its rows in
+ * order. Outputs must match. Then, where a pass would not fit, it is forced into one device call
+ * and must differ: the rule is what keeps them equal. */
+static void test_attn_prefill(pp_kv_format fmt, int cap, int window, float rope, int rows, int passes) {
+    enum { HEADS = 2, HD = 64, DIM = HEADS * HD };
+    pp_kv_ring rc = ring_make(cpu, fmt, cap, DIM, HEADS), rg = ring_make(gpu, fmt, cap, DIM, HEADS);
+    rc.window = rg.window = window;
+    int32_t *pc = cpu->ops->alloc(cpu, sizeof(int32_t) * rows), *pg = gpu->ops->alloc(gpu, sizeof(int32_t) * rows);
+    twin out = twin_rand((size_t)rows * DIM, 0);
+    double worst = 0;
+    int one_call = 0, row_by_row = 0, launches_ok = 1;
+    for (int s = 0; s <= passes; s++) {
+        const int first = s * rows, last_pass = s == passes;
+        int32_t pos[64];
+        for (int i = 0; i < rows; i++) pos[i] = first + i;
+        cpu->ops->upload(cpu, pc, pos, sizeof(int32_t) * rows);
+        gpu->ops->upload(gpu, pg, pos, sizeof(int32_t) * rows);
+        const int fits = pp_kv_ring_takes_rows(&rg, first, rows);
+        if (last_pass && fits) break; /* a window short enough that every pass fits */
+        twin qkv = twin_rand((size_t)rows * 3 * DIM, 1.0f);
+        cpu->ops->attn_rows(cpu, qkv.c, rows, HEADS, HD, rope, &rc, NULL, 0, pc, out.c);
+        uint64_t nodes = gpu->ops->nodes_run(gpu);
+        if (fits || last_pass) {
+            gpu->ops->attn_rows(gpu, qkv.g, rows, HEADS, HD, rope, &rg, NULL, 0, pg, out.g);
+            gpu->ops->sync(gpu);
+            launches_ok &= s == 0 || gpu->ops->nodes_run(gpu) - nodes == 2; /* pass 0 grows the workspace */
+            one_call += !last_pass;
+        } else {
+            for (int i = 0; i < rows; i++)
+                gpu->ops->attn_rows(gpu, qkv.g + (size_t)i * 3 * DIM, 1, HEADS, HD, rope, &rg, NULL, 0, pg + i,
+                                    out.g + (size_t)i * DIM);
+            row_by_row++;
+        }
+        double e = result_nmse(out.g, out.c, (size_t)rows * DIM);
+        twin_free(&qkv);
+        if (last_pass) {
+            printf("  %-44s nmse %.2e\n", "  a pass that does not fit, in one call", e);
+            TEST_COND("attn prefill: one call over attended keys differs", e > 1e-4);
+        } else if (!(e <= worst)) {
+            worst = e;
+        }
+    }
+    char what[112];
+    snprintf(what, sizeof what, "attn prefill %s%s, cap %d window %d, %d x %d rows, worst", pp_kv_format_name(fmt),
+             rope > 0 ? " rope" : "", cap, window, passes, rows);
+    printf("  %-44s nmse %.2e (limit %.0e), %d passes in one call, %d row by row\n", what, worst, REDUCE, one_call,
+           row_by_row);
+    TEST_COND(what, worst <= REDUCE);
+    TEST_COND("attn prefill: a pass in one call is 2 launches", launches_ok);
+    TEST_COND("attn prefill: passes of both kinds", one_call > 0 && (row_by_row > 0 || window < cap));
+    ring_free(cpu, &rc);
+    ring_free(gpu, &rg);
+    twin_free(&out);
+    cpu->ops->release(cpu, pc);
+    gpu->ops->release(gpu, pg);
+}
+
 /* The depformer's layer start: a latency-bound qkv product (normalized, preparing its inputs in
  * its own blocks) and the attention after it, which the product's blocks run as each completes a
  * head's q, k and v (one launch). Against the CPU over 20 steps of f32 rings of 16 slots, window
@@ -1415,6 +1500,12 @@ int main(void) {
     test_attn_rows(PP_KV_F32, 70, 10000.0f, 2);
     test_attn_rows(PP_KV_INT8, 300, 0.0f, 4); /* longer splits (above) */
     test_attn_rows(PP_KV_F32, 300, 10000.0f, 8);
+    /* prefills: wrapping the ring (the last full passes row by row), and a window shorter than the
+     * ring (every pass in one call, the ring wrapped) */
+    test_ring_takes_rows();
+    test_attn_prefill(PP_KV_F32, 300, 300, 10000.0f, 32, 10);
+    test_attn_prefill(PP_KV_INT8, 300, 300, 0.0f, 32, 10);
+    test_attn_prefill(PP_KV_BF16, 70, 40, 10000.0f, 16, 8);
     test_attend_in_product(4, 64, 0.0f, ROWS_ATTN, ROWS_ATTN);
     test_attend_in_product(2, 128, 10000.0f, ROWS_ATTN, ROWS_ATTN);
     test_attend_in_product(128, 1, 0.0f, ROWS_FUSED_MAX, 1); /* 8 rows of 128 heads of 1 */

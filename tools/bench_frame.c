@@ -526,9 +526,9 @@ static double run_context(lm *m, bench_mimi *mimi, int context, const run_opts *
 /* The prompt phases as pp_session_prefill runs them (docs/model.md §6): PP_SESSION_PREFILL_ROWS
  * frames of one conversation through the temporal transformer in one pass, at positions 0 on (no
  * heads, no depformer, nothing sampled). *ms: the median ms per prompt frame of `runs` passes (at
- * most PROMPT_RUNS). */
+ * most PROMPT_RUNS); *nodes: the device nodes of one pass (0 on the CPU). */
 #define PROMPT_RUNS 3
-static int time_prompt(lm *m, int runs, double *ms, char *err) {
+static int time_prompt(lm *m, int runs, double *ms, uint64_t *nodes, char *err) {
     enum { N = PP_SESSION_PREFILL_ROWS };
     pp_backend *be = m->be;
     pp_tf_scratch sc;
@@ -537,30 +537,26 @@ static int time_prompt(lm *m, int runs, double *ms, char *err) {
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     float *x = bench_rand_buffer(be, &rng, (size_t)N * (size_t)m->d.dim, 1.0f);
     int32_t *pos = be->ops->alloc(be, N * sizeof(int32_t));
-    const pp_kv_ring **tables = be->ops->alloc(be, N * sizeof *tables);
-    if (x && pos && tables) {
-        pp_tf_cache *caches[N];
-        const pp_kv_ring *host_tables[N];
-        for (int i = 0; i < N; i++) caches[i] = &m->tc, host_tables[i] = m->tc.table;
-        be->ops->upload(be, tables, host_tables, sizeof host_tables);
+    if (x && pos) {
         double per_frame[PROMPT_RUNS];
         for (int r = 0; r < runs; r++) {
             int32_t p[N];
             for (int i = 0; i < N; i++) p[i] = r * N + i;
             be->ops->upload(be, pos, p, sizeof p);
+            uint64_t n0 = nodes_now(be);
             double t0 = bench_now();
-            pp_tf_forward(be, &m->temporal, &sc, caches, tables, N, x, pos, 0, NULL);
+            pp_tf_prefill(be, &m->temporal, &sc, &m->tc, r * N, N, x, pos);
             be->ops->sync(be);
             per_frame[r] = (bench_now() - t0) / N;
+            *nodes = nodes_now(be) - n0;
         }
         double p99;
         stats(per_frame, runs, ms, &p99);
     } else {
         rc = pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for %d prompt rows", N);
     }
-    void *bufs[] = {x, pos, tables};
-    for (int i = 0; i < 3; i++)
-        if (bufs[i]) be->ops->release(be, bufs[i]);
+    if (x) be->ops->release(be, x);
+    if (pos) be->ops->release(be, pos);
     pp_tf_scratch_free(be, &sc);
     return rc;
 }
@@ -653,10 +649,13 @@ static int run_format(pp_backend *be, bench_mimi *mimi, pp_wformat fmt, pp_kv_fo
     }
     if (!rc && !o->extrapolate) {
         double prompt_ms = 0;
-        rc = time_prompt(&m, o->frames < PROMPT_RUNS ? o->frames : PROMPT_RUNS, &prompt_ms, err);
+        uint64_t prompt_nodes = 0;
+        rc = time_prompt(&m, o->frames < PROMPT_RUNS ? o->frames : PROMPT_RUNS, &prompt_ms, &prompt_nodes, err);
         if (!rc)
-            printf("      prompt frames, %d to a pass (as pp_session_prefill): %.2f ms each\n", PP_SESSION_PREFILL_ROWS,
+            printf("      prompt frames, %d to a pass (as pp_session_prefill): %.2f ms each", PP_SESSION_PREFILL_ROWS,
                    prompt_ms);
+        if (!rc && be->ops->nodes_run) printf(", %llu nodes a pass", (unsigned long long)prompt_nodes);
+        if (!rc) printf("\n");
         if (!rc) print_memory(be, &m, kv);
     }
     lm_free(&m);

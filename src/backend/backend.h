@@ -34,6 +34,14 @@ typedef struct pp_kv_ring {
 /* Bytes of one stored element of a ring in format fmt. */
 static inline size_t pp_kv_elem_bytes(pp_kv_format fmt) { return fmt == PP_KV_F32 ? 4 : fmt == PP_KV_BF16 ? 2 : 1; }
 
+/* Whether n rows of one conversation at positions first .. first + n − 1 may share one attn_rows
+ * call on ring r: no row's store lands on a key that an earlier row attends (the oldest key row 0
+ * attends is the oldest any row does). */
+static inline int pp_kv_ring_takes_rows(const pp_kv_ring *r, int64_t first, int n) {
+    const int64_t oldest = first - r->window + 1 > 0 ? first - r->window + 1 : 0;
+    return n <= r->capacity && first + n - 1 - r->capacity < oldest;
+}
+
 /* A codec convolution (codec operations below): weights in backend memory and the shape.
  * Conv1d: w [cout][cin][k], groups 1. ConvTranspose1d: w [cin][cout/groups][k], groups 1 or
  * groups = cin = cout (depthwise). b [cout] or NULL. No dilation: Mimi has none. */
@@ -143,8 +151,10 @@ typedef struct pp_backend_ops {
      * out[n][n_heads·head_dim] = softmax(q·Kᵀ/sqrt(head_dim))·V per head over the keys at
      * positions max(0, pos−window+1) .. pos. ring (host; its buffers backend memory,
      * [capacity][n_heads·head_dim] each, window <= capacity) is the ring itself when tables is
-     * NULL (then n = 1); else every row has its own conversation's ring of this layer (a device
-     * runs the rows in no order, so rows of one conversation take one call each): tables
+     * NULL: then the rows are one conversation's (a prefill), in position order, and row i
+     * attends as if rows 0..i−1 had run before it; the caller keeps their stores off every key a
+     * row attends (pp_kv_ring_takes_rows). Else every row has its own conversation's ring of this
+     * layer (rows of one conversation may not share such a call: a device runs them in no order): tables
      * (backend memory) holds n pointers, row i's to its conversation's ring descriptors by layer
      * (pp_tf_cache's table), row i uses tables[i][layer], and ring is one row's ring of the
      * layer (every row shares its format, capacity and window). One launch for the batch on a

@@ -488,11 +488,11 @@ static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers, int head
         be->ops->rmsnorm(be, w->x, lm->out_norm, n, c->dim, c->norm_eps, w->h);
 }
 
-void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos) {
-    for (int i = 0; i < n; i++) put_row(w, i, ctxs[i], pos[i]);
+void pp_lm_prefill(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *ctx, int64_t first, int n) {
+    for (int i = 0; i < n; i++) w->host_pos[i] = (int32_t)(first + i);
     lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
-    lm->be->ops->upload(lm->be, w->tables, w->host_tables, (size_t)n * sizeof *w->tables);
-    temporal(lm, w, n, 0, 0);
+    pp_tf_prefill(lm->be, &lm->temporal, &w->temporal, &ctx->temporal, first, n, w->x, w->pos);
+    lm->be->ops->rmsnorm(lm->be, w->x, lm->out_norm, n, lm->cfg.dim, lm->cfg.norm_eps, w->h);
 }
 
 /* Everything a frame reads, into its fixed backend block in one upload (before a graph

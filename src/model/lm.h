@@ -9,8 +9,8 @@
  * generation loop (lmgen.h) decides which tokens go in; this module only computes:
  *   1. the input rows: pp_lm_embed_tokens (sum of the 17 stream embeddings) or
  *      pp_lm_set_embedding (a stored voice-prompt frame);
- *   2. pp_lm_temporal, each row at its conversation's position: h = out_norm(transformer(x))
- *      (prefill), or pp_lm_frame: the input rows, the temporal transformer, the text head and
+ *   2. pp_lm_prefill (one conversation's prompt frames: h = out_norm(transformer(x))),
+ *      or pp_lm_frame: the input rows, the temporal transformer, the text head and
  *      the depformer steps, sampled on the backend, the frame's tokens downloaded once.
  * Rows are computed independently: a row's results do not depend on the other rows (bit for
  * bit on the CPU backend; a device GEMM may sum in another order at another batch size). */
@@ -78,9 +78,10 @@ void pp_lm_embed_tokens(const pp_lm *lm, pp_lm_work *w, int n, const int32_t (*c
 void pp_lm_set_embedding(const pp_lm *lm, pp_lm_work *w, int row, const float *emb);
 /* Copies row `row`'s input x to host [dim] (what a voices/NAME.pt file stores). */
 void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb);
-/* Runs the temporal transformer on the input rows 0..n-1, row i on the rings of ctxs[i] at
- * position pos[i] (host), leaving h = out_norm(output): the prefill's pass, no heads. */
-void pp_lm_temporal(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *const *ctxs, int n, const int64_t *pos);
+/* The prefill's pass: the temporal transformer on the input rows 0..n-1, one conversation's
+ * prompt frames at positions first .. first + n − 1 of ctx (row i attends to what rows 0..i−1
+ * store), leaving h = out_norm(output); no heads. */
+void pp_lm_prefill(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *ctx, int64_t first, int n);
 
 /* ---- a frame: input rows, temporal transformer, text head, depformer and sampling, all on
  * the backend; where the backend has graph hooks the whole sequence is recorded once per batch

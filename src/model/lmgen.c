@@ -27,8 +27,6 @@ struct pp_lmbatch {
     int32_t *tokens;                 /* [1+dep_q][cap]: a tick's tokens */
     float *text_logits, *dep_logits; /* host [cap][text_card], [NA][cap][card]: traces */
     int32_t (*cols)[NS];             /* [cap]: prefill input columns */
-    int64_t *pos;                    /* [cap]: prefill positions */
-    pp_lm_ctx **ctxs;                /* [cap] */
     float **layer_out;               /* [cap]: trace buffers */
     int *last;                       /* [cap]: depformer steps a row needs; -1: no heads */
     int *slot;                       /* [cap]: the caller's index of row r */
@@ -406,7 +404,7 @@ int pp_lmgen_prompt_text(pp_lmgen *g, const int32_t *ids, int n, char *err) {
 void pp_lmbatch_destroy(pp_lmbatch *b) {
     if (!b) return;
     pp_lm_work_destroy(b->work);
-    void *bufs[] = {b->frame, b->tokens, b->text_logits, b->dep_logits, b->cols, b->pos, b->ctxs, b->layer_out,
+    void *bufs[] = {b->frame, b->tokens, b->text_logits, b->dep_logits, b->cols, b->layer_out,
                     b->last, b->slot, b->rows, (void *)b->emb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(b);
@@ -426,14 +424,12 @@ int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err
     b->text_logits = malloc(n * b->cfg->text_card * sizeof(float));
     b->dep_logits = malloc(n * NA * b->cfg->card * sizeof(float));
     b->cols = calloc(n, sizeof *b->cols);
-    b->pos = calloc(n, sizeof *b->pos);
-    b->ctxs = calloc(n, sizeof *b->ctxs);
     b->layer_out = calloc(n, sizeof *b->layer_out);
     b->last = calloc(n, sizeof *b->last);
     b->slot = calloc(n, sizeof *b->slot);
     b->rows = calloc(n, sizeof *b->rows);
     b->emb = calloc(n, sizeof *b->emb);
-    int rc = b->frame && b->tokens && b->text_logits && b->dep_logits && b->cols && b->pos && b->ctxs &&
+    int rc = b->frame && b->tokens && b->text_logits && b->dep_logits && b->cols &&
                      b->layer_out && b->last && b->slot && b->rows && b->emb
                  ? PP_OK
                  : pp_fail(err, PP_ENOMEM, "lmbatch: out of memory for %d conversations", capacity);
@@ -492,16 +488,14 @@ static int check_prompt(const pp_lmgen *g, const pp_lmgen_prompt *p, char *err) 
     return rc ? rc : check_text(g, p->text, p->n_text, err);
 }
 
-/* Computes the m prefill rows gathered in b, all of conversation g at consecutive positions:
+/* Computes the m prefill rows gathered in b, conversation g's positions first .. first + m - 1:
  * one temporal pass, in which row r attends to the keys that rows 0..r-1 stored before it. */
-static void prefill_flush(pp_lmbatch *b, pp_lmgen *g, int m) {
+static void prefill_flush(pp_lmbatch *b, pp_lmgen *g, int64_t first, int m) {
     if (m == 0) return;
     pp_lm_embed_tokens(b->lm, b->work, m, (const int32_t(*)[NS])b->cols);
-    for (int r = 0; r < m; r++) {
+    for (int r = 0; r < m; r++)
         if (b->emb[r]) pp_lm_set_embedding(b->lm, b->work, r, b->emb[r]);
-        b->ctxs[r] = g->ctx;
-    }
-    pp_lm_temporal(b->lm, b->work, b->ctxs, m, b->pos);
+    pp_lm_prefill(b->lm, b->work, g->ctx, first, m);
 }
 
 int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int from, int to, char *err) {
@@ -509,6 +503,7 @@ int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int f
     if (from < 0 || from > to || to > pp_lmgen_prompt_length(p))
         return pp_fail(err, PP_EINVAL, "lmgen: prompt frames [%d, %d) of %d", from, to, pp_lmgen_prompt_length(p));
     int rc = check_prompt(g, p, err), m = 0;
+    int64_t first = 0;
     if (rc) return rc;
     /* Every input is forced, so a frame's input column is known as soon as it is prepared: the
      * token bookkeeping runs ahead frame by frame and the compute follows in runs of rows. */
@@ -529,16 +524,16 @@ int pp_lmgen_prefill(pp_lmgen *g, pp_lmbatch *b, const pp_lmgen_prompt *p, int f
         if (emb) memset(b->cols[m], 0, sizeof b->cols[m]); /* valid ids; the embedding replaces them */
         else if ((rc = input_column(g, b->cols[m], err))) return rc;
         b->emb[m] = emb;
-        b->pos[m] = g->n - 1;
+        if (m == 0) first = g->n - 1; /* the frames that follow take the next positions */
         pp_lmgen_out out;
         finish(g, &out);
         if (++m == b->cap) {
-            prefill_flush(b, g, m);
+            prefill_flush(b, g, first, m);
             m = 0;
         }
         if (i == p->n_voice - 1) restore_ring(g, p->voice_cache);
     }
-    prefill_flush(b, g, m);
+    prefill_flush(b, g, first, m);
     return PP_OK;
 }
 

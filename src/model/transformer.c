@@ -287,19 +287,17 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-/* Whether rows share a conversation's rings: a prefill's rows, one conversation's consecutive
- * positions in row order. */
-static int rows_share_rings(pp_tf_cache *const *caches, int n) {
-    for (int r = 1; r < n; r++)
-        if (caches[r] == caches[r - 1]) return 1;
-    return 0;
-}
-
-void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
-                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
+/* The layers over n rows of x. Rows attend either as separate conversations (caches, tables:
+ * one call a layer) or, with `one`, as that conversation's consecutive positions from `first`:
+ * one call a layer when their stores fit its rings beside every row's window, else a call a row
+ * in order. */
+static void layers(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
+                   const pp_kv_ring *const *tables, pp_tf_cache *one, int64_t first, int n, float *x,
+                   const int32_t *pos, int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
-    int d = s->dim, hd = s->dim / s->num_heads, shared = rows_share_rings(caches, n);
+    int d = s->dim, hd = s->dim / s->num_heads;
+    const int row_by_row = one && !pp_kv_ring_takes_rows(&one->rings[0], first, n);
     const float rope = s->rope ? s->max_period : 0.0f;
     /* Each normalization runs with the product after it (norm_matmul), each residual add with
      * the product before it (matmul_add, matmul_silu_add). */
@@ -307,12 +305,12 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
         op->norm_matmul(be, x, L->norm1, n, d, s->eps, sc->h, &w->qkv, sc->qkv);
-        /* Row r of a prefill attends to the keys that rows 0..r-1 store: one call a row, since a
-         * device runs a call's rows in no order (attn_rows takes a ring per row). */
-        if (shared)
+        if (row_by_row)
             for (int r = 0; r < n; r++)
-                op->attn_rows(be, sc->qkv + (size_t)r * 3 * d, 1, s->num_heads, hd, rope, &caches[r]->rings[l], NULL, l,
+                op->attn_rows(be, sc->qkv + (size_t)r * 3 * d, 1, s->num_heads, hd, rope, &one->rings[l], NULL, l,
                               pos + r, sc->att + (size_t)r * d);
+        else if (one)
+            op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, &one->rings[l], NULL, l, pos, sc->att);
         else
             op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, &caches[0]->rings[l], tables, l, pos, sc->att);
         op->matmul_add(be, &w->out, sc->att, n, x);
@@ -321,6 +319,16 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
         for (int i = 0; layer_out && i < n; i++)
             op->copy(be, layer_out + ((size_t)i * s->num_layers + l) * d, x + (size_t)i * d, (size_t)d * sizeof(float));
     }
+}
+
+void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
+                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
+    layers(be, tf, sc, caches, tables, NULL, 0, n, x, pos, step, layer_out);
+}
+
+void pp_tf_prefill(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *cache, int64_t first, int n,
+                   float *x, const int32_t *pos) {
+    layers(be, tf, sc, NULL, NULL, cache, first, n, x, pos, 0, NULL);
 }
 
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats) {
