@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <opus.h>
+
 #include "audio/ogg.h"
 #include "audio/opus.h"
 #include "base/err.h"
@@ -55,9 +57,8 @@ static void drain(pp_uplink *u, pcm_buf *out) {
 }
 
 /* Feeds a stream to a fresh uplink one page per push (as the browser sends it), draining
- * frames after each push. skip_page >= 0 leaves that page out. */
-static int uplink_pages(const uint8_t *d, size_t len, int skip_page, pcm_buf *out,
-                        pp_uplink_stats *st) {
+ * frames after each push. skip_page >= 0 leaves out `skip` pages from that one. */
+static int uplink_pages(const uint8_t *d, size_t len, int skip_page, int skip, pcm_buf *out, pp_uplink_stats *st) {
     char err[PP_ERR_LEN];
     pp_uplink *u;
     int rc = pp_uplink_open(&u, 0, err);
@@ -65,7 +66,7 @@ static int uplink_pages(const uint8_t *d, size_t len, int skip_page, pcm_buf *ou
     int k = 0;
     for (size_t at = 0; at < len && rc == 0; k++) {
         size_t n = page_len(d + at);
-        if (k != skip_page) rc = pp_uplink_push(u, d + at, n, err);
+        if (k < skip_page || k >= skip_page + skip) rc = pp_uplink_push(u, d + at, n, err);
         drain(u, out);
         at += n;
     }
@@ -110,7 +111,7 @@ static void test_capture(void) {
     if (!cap.len) return;
     pcm_buf pcm = {0};
     pp_uplink_stats st = {0};
-    TEST_COND("capture decodes", uplink_pages(cap.data, cap.len, -1, &pcm, &st) == 0);
+    TEST_COND("capture decodes", uplink_pages(cap.data, cap.len, -1, 0, &pcm, &st) == 0);
     /* 155 audio pages of two 20 ms packets (480 samples at 24 kHz) minus the pre-skip of
      * 3840 at 48 kHz (1920 at 24 kHz): 146880 samples = 6.12 s. */
     size_t expect = (CAPTURE_PAGES - 2) * 2 * 480 - 1920;
@@ -133,12 +134,19 @@ static void test_capture(void) {
         free(ref.data);
     }
 
-    /* A lost page: decoding goes on, one concealment fills in for it. */
-    pcm_buf lost = {0};
-    int rc = uplink_pages(cap.data, cap.len, 40, &lost, &st);
-    TEST_COND("lost page: stream goes on", rc == 0 && st.ogg.errors == 1);
-    TEST_COND("lost page: concealed", st.concealed == 1 && st.samples == expect - 960 + 480);
-    free(lost.x);
+    /* Lost pages (two packets each): decoding goes on, and concealment fills in for all of their
+     * time (one packet's at the gap, the rest once the next page's granule tells how much was
+     * lost), so the model's timeline keeps the client's. Before, one packet stood for any loss:
+     * 20 of 40 ms, 20 of 200 ms. */
+    for (int pages = 1; pages <= 5; pages += 4) {
+        pcm_buf lost = {0};
+        int rc = uplink_pages(cap.data, cap.len, 40, pages, &lost, &st);
+        printf("%d lost page(s): %llu samples (expected %zu), %llu concealments\n", pages,
+               (unsigned long long)st.samples, expect, (unsigned long long)st.concealed);
+        TEST_COND("lost pages: stream goes on", rc == 0 && st.ogg.errors == 1);
+        TEST_COND("lost pages: their whole time concealed", st.concealed >= 2 && st.samples == expect);
+        free(lost.x);
+    }
 
     /* A tiny buffer that nobody drains keeps the newest samples and counts the rest. */
     char err[PP_ERR_LEN];
@@ -175,11 +183,18 @@ static void test_capture(void) {
     rc2 |= enc.len > 47 ? pp_uplink_push(u, enc.data, enc.len, err) : -1;
     drain(u, &both);
     st = pp_uplink_get_stats(u);
-    /* Every packet of both streams is 20 ms (480 samples); each stream loses its own
-     * pre-skip, read here from its OpusHead (page offset 38, 48 kHz units). */
+    /* The first stream gives the capture's samples; the second, ending in an EOS page, its last
+     * granule's less its own pre-skip, read here from its OpusHead (page offset 38; both in 48 kHz
+     * units): the end trim (RFC 7845 §4) drops what its last packet decoded past the granule. */
     size_t preskip2 = enc.len > 47 ? (size_t)(enc.data[38] | enc.data[39] << 8) / 2 : 0;
+    size_t last = enc.len > 27 ? enc.len - 27 : 0;
+    while (last > 0 && memcmp(enc.data + last, "OggS", 4)) last--;
+    uint64_t granule2 = 0;
+    for (int b = 7; b >= 0; b--) granule2 = granule2 << 8 | enc.data[last + 6 + b];
+    printf("chained: %llu samples, %zu + %llu expected (EOS flag %d)\n", (unsigned long long)st.samples, expect,
+           (unsigned long long)(granule2 / 2 - preskip2), enc.data[last + 5] & 4);
     TEST_COND("chained streams decode", rc2 == 0 && st.ogg.errors == 0 && st.dropped == 0 &&
-                                            st.samples == st.packets * 480 - 1920 - preskip2 &&
+                                            st.samples == expect + granule2 / 2 - preskip2 &&
                                             st.samples > expect + 4 * PP_SAMPLE_RATE);
     free(both.x);
     pp_uplink_close(u);
@@ -216,6 +231,51 @@ static void test_bad_packets(void) {
     err[0] = 0;
     rc = pp_uplink_push(u, page, len, err);
     TEST_COND("non-Opus stream refused", rc == PP_EFORMAT && strstr(err, "OpusHead") != NULL);
+    pp_uplink_close(u);
+}
+
+/* OpusHead of another channel mapping (family 1, 3 channels: a multistream a single-stream
+ * decoder misreads as noise) is refused; a stream's EOS page trims what its last packet decodes
+ * past the granule (RFC 7845 §4): two 20 ms packets, the second ending at 20 + 5 ms. */
+static void sine(float *x, int n, int offset, double hz, double amp);
+static void test_head_and_end(void) {
+    char err[PP_ERR_LEN];
+    uint8_t page[PP_OGG_MAX_PAGE], head[19] = "OpusHead";
+    head[8] = 1, head[9] = 3, head[18] = 1;
+    pp_ogg_writer w;
+    pp_uplink *u;
+    size_t len;
+    pp_ogg_writer_init(&w, 7);
+    pp_uplink_open(&u, 0, err);
+    pp_ogg_writer_page(&w, head, sizeof head, 0, 0, page, sizeof page, &len, err);
+    int rc = pp_uplink_push(u, page, len, err);
+    printf("family 1 head: %s\n", rc ? err : "taken");
+    TEST_COND("channel mapping family 1 refused", rc == PP_EFORMAT && strstr(err, "mapping family 1"));
+    pp_uplink_close(u);
+
+    int oerr;
+    OpusEncoder *enc = opus_encoder_create(PP_SAMPLE_RATE, 1, OPUS_APPLICATION_VOIP, &oerr);
+    float x[480];
+    uint8_t packet[2][400];
+    int plen[2];
+    for (int k = 0; k < 2; k++) {
+        sine(x, 480, k * 480, 440.0, 0.3);
+        plen[k] = opus_encode_float(enc, x, 480, packet[k], sizeof packet[k]);
+    }
+    opus_encoder_destroy(enc);
+    head[9] = 1, head[18] = 0;
+    pp_ogg_writer_init(&w, 8);
+    pp_uplink_open(&u, 0, err);
+    pp_ogg_writer_page(&w, head, sizeof head, 0, 0, page, sizeof page, &len, err);
+    rc = pp_uplink_push(u, page, len, err);
+    pp_ogg_writer_page(&w, packet[0], (size_t)plen[0], 960, 0, page, sizeof page, &len, err);
+    rc |= pp_uplink_push(u, page, len, err);
+    pp_ogg_writer_page(&w, packet[1], (size_t)plen[1], 960 + 240, 1, page, sizeof page, &len, err);
+    rc |= pp_uplink_push(u, page, len, err);
+    pp_uplink_stats st = pp_uplink_get_stats(u);
+    printf("EOS at 25 ms: %llu samples, %zu buffered\n", (unsigned long long)st.samples, pp_uplink_buffered(u));
+    TEST_COND("EOS trims to the granule", rc == 0 && plen[0] > 0 && plen[1] > 0 && st.samples == 600 &&
+                                              pp_uplink_buffered(u) == 600);
     pp_uplink_close(u);
 }
 
@@ -284,7 +344,7 @@ static void test_downlink(void) {
     /* Our own reader decodes it: pre-skip 3840 (1920 at 24 kHz) leaves FRAMES-1 frames. */
     pcm_buf pcm = {0};
     pp_uplink_stats st;
-    TEST_COND("uplink reads the downlink", uplink_pages(stream, slen, -1, &pcm, &st) == 0 &&
+    TEST_COND("uplink reads the downlink", uplink_pages(stream, slen, -1, 0, &pcm, &st) == 0 &&
                                                st.ogg.errors == 0 && st.concealed == 0);
     TEST_COND("downlink decodes to FRAMES-1 frames", pcm.n == (FRAMES - 1) * PP_FRAME_SAMPLES);
     if (pcm.n > PP_SAMPLE_RATE) {
@@ -336,6 +396,7 @@ int main(void) {
     pp_log_set_level(PP_LOG_ERROR);
     test_capture();
     test_bad_packets();
+    test_head_and_end();
     test_downlink();
     int rc = test_report();
     if (rc == 0 && !have_opusdec()) TEST_SKIP("opusdec (Debian opus-tools) missing: cross-checks not run");

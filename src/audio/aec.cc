@@ -78,11 +78,15 @@ extern "C" void pp_aec_destroy(pp_aec *a) {
     delete a;
 }
 
+// One non-finite sample would stay in WebRTC's filter state (and the delay tracker's means) for
+// the rest of the call: it goes in as silence, as it goes to the Opus encoder.
+static float finite_or_zero(float x) { return std::isfinite(x) ? x : 0.0f; }
+
 extern "C" int pp_aec_far(pp_aec *a, const float *pcm, size_t n, char *err) {
     (void)err;
     while (n) {
         size_t take = kChunk - a->partial_len < n ? kChunk - a->partial_len : n;
-        std::memcpy(a->partial + a->partial_len, pcm, take * sizeof *pcm);
+        for (size_t i = 0; i < take; i++) a->partial[a->partial_len + i] = finite_or_zero(pcm[i]);
         a->partial_len += take, pcm += take, n -= take;
         if (a->partial_len < kChunk) break;
         size_t slot = (size_t)(a->written % kRing);
@@ -118,6 +122,7 @@ static void track_delay(pp_aec *a, double level, uint64_t f) {
 
 extern "C" int pp_aec_near(pp_aec *a, float *pcm, size_t n, char *err) {
     if (n % kChunk) return pp_fail(err, PP_EINVAL, "echo canceller: %zu samples is not a whole number of 10 ms", n);
+    for (size_t i = 0; i < n; i++) pcm[i] = finite_or_zero(pcm[i]);
     try {
         float reference[kChunk];
         for (size_t off = 0; off < n; off += kChunk) {

@@ -26,6 +26,12 @@ struct pp_uplink {
     int preskip;     /* 24 kHz samples still to discard */
     int overflowing; /* dropping since the last frame was taken: warn once per episode */
     int last_frames; /* duration of the latest packet, used to size concealment */
+    /* The timeline: the latest page granule (48 kHz, pre-skip included; -1 before a header) and
+     * what was decoded or concealed since, at 24 kHz. After lost data the next granule says how
+     * much was lost beyond the packet concealed at the gap. */
+    int64_t granule;
+    int64_t since_granule;
+    int gap_open;
     pp_uplink_stats st;
 };
 
@@ -54,17 +60,43 @@ static void fifo_push(pp_uplink *u, const float *x, size_t n) {
 
 /* Adds n decoded samples, minus what the pre-skip still swallows. */
 static void take_decoded(pp_uplink *u, const float *x, int n) {
+    u->since_granule += n;
     int skip = n < u->preskip ? n : u->preskip;
     u->preskip -= skip;
     u->st.samples += (uint64_t)(n - skip);
     fifo_push(u, x + skip, (size_t)(n - skip));
 }
 
-/* Fills a lost packet's duration with libopus's concealment. */
-static void conceal(pp_uplink *u) {
-    int n = opus_decode_float(u->dec, NULL, 0, u->scratch, u->last_frames, 0);
-    if (n > 0) take_decoded(u, u->scratch, n);
-    u->st.concealed++;
+/* Fills `samples` of lost audio (24 kHz, a multiple of 2.5 ms) with libopus's concealment, at
+ * most a packet's longest duration a call. */
+static void conceal(pp_uplink *u, int64_t samples) {
+    while (samples > 0) {
+        int len = samples < MAX_DECODE ? (int)samples : MAX_DECODE;
+        int n = opus_decode_float(u->dec, NULL, 0, u->scratch, len, 0);
+        if (n <= 0) break;
+        take_decoded(u, u->scratch, n);
+        u->st.concealed++;
+        samples -= n;
+    }
+}
+
+/* A page's granule ends pkt: after a gap, the time its lost pages held beyond what was concealed
+ * at the gap is concealed now (a page late, but the timeline stays whole: the model hears as much
+ * time as the client sent), at most GAP_MAX. The end of a stream (EOS) trims what the last
+ * packet decoded past the granule (RFC 7845 §4). */
+#define GAP_MAX PP_SAMPLE_RATE
+static void granule_reached(pp_uplink *u, const pp_ogg_packet *pkt) {
+    if (u->granule >= 0) {
+        int64_t behind = pkt->granule / 2 - (u->granule / 2 + u->since_granule);
+        if (u->gap_open && behind > 0) conceal(u, (behind < GAP_MAX ? behind : GAP_MAX) / 60 * 60);
+        if (pkt->eos && behind < 0 && (size_t)-behind <= u->count) {
+            u->count -= (size_t)-behind;
+            u->st.samples -= (uint64_t)-behind;
+        }
+    }
+    u->granule = pkt->granule;
+    u->since_granule = 0;
+    u->gap_open = 0;
 }
 
 static int read_opus_head(pp_uplink *u, const pp_ogg_packet *pkt, char *err) {
@@ -74,12 +106,19 @@ static int read_opus_head(pp_uplink *u, const pp_ogg_packet *pkt, char *err) {
         return pp_fail(err, PP_EFORMAT, "opus: bad OpusHead on serial %u (%zu bytes, version %d, "
                        "%d channels)", pkt->serial, pkt->len, pkt->len > 9 ? p[8] : -1,
                        pkt->len > 9 ? p[9] : -1);
+    /* The decoder is one Opus stream: mapping family 0 (mono or stereo) only. */
+    if (p[18] != 0 || p[9] > 2)
+        return pp_fail(err, PP_EFORMAT, "opus: serial %u has channel mapping family %d with %d channels: only mono "
+                       "or stereo streams (family 0) are taken", pkt->serial, p[18], p[9]);
     int preskip48 = p[10] | p[11] << 8;
     int16_t gain = (int16_t)(p[16] | p[17] << 8);
     opus_decoder_ctl(u->dec, OPUS_RESET_STATE);
     opus_decoder_ctl(u->dec, OPUS_SET_GAIN(gain));
     u->preskip = preskip48 * PP_SAMPLE_RATE / 48000;
     u->have_head = 1;
+    u->granule = 0;
+    u->since_granule = 0;
+    u->gap_open = 0;
     return 0;
 }
 
@@ -89,19 +128,23 @@ static int on_packet(void *user, const pp_ogg_packet *pkt, char *err) {
     if (pkt->bos)
         return pp_fail(err, PP_EFORMAT, "opus: serial %u does not start with OpusHead", pkt->serial);
     if (pkt->len >= 8 && memcmp(pkt->data, "OpusTags", 8) == 0) return 0;
-    if (pkt->gap) conceal(u);
+    if (pkt->gap) {
+        conceal(u, u->last_frames);
+        u->gap_open = 1;
+    }
     int n = pkt->len ? opus_decode_float(u->dec, pkt->data, (opus_int32)pkt->len, u->scratch,
                                          MAX_DECODE, 0)
                      : OPUS_BAD_ARG;
     if (n < 0) {
         PP_DEBUG("opus", "undecodable packet %llu (%zu bytes): %s", (unsigned long long)pkt->packetno,
                  pkt->len, opus_strerror(n));
-        conceal(u);
-        return 0;
+        conceal(u, u->last_frames);
+    } else {
+        u->last_frames = n;
+        u->st.packets++;
+        take_decoded(u, u->scratch, n);
     }
-    u->last_frames = n;
-    u->st.packets++;
-    take_decoded(u, u->scratch, n);
+    if (pkt->granule >= 0) granule_reached(u, pkt);
     return 0;
 }
 
@@ -128,6 +171,7 @@ int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
     }
     u->cap = max_buffered;
     u->last_frames = PP_SAMPLE_RATE / 50; /* 20 ms, the browser's packet size */
+    u->granule = -1;
     *out = u;
     return 0;
 }
