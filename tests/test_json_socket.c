@@ -352,6 +352,42 @@ static void check_realtime_wire(void) {
     conn_destroy(c);
 }
 
+/* A turn's text past the .done events' 2048 bytes: they repeat a prefix of the deltas' text.
+ * Before, a piece that did not fit was skipped and a shorter one after it still went in ("...ab"
+ * + "k": a hole where "mber" was). */
+static void check_realtime_transcript_cap(void) {
+    char err[PP_ERR_LEN], done[4096] = "";
+    static char joined[8192];
+    joined[0] = '\0';
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 12, &c);
+    const float *quiet = g_quiet, *loud = g_loud;
+    wire_ready(w, err);
+    const char *tail[] = {"mber", "k"};
+    for (int k = 0; k < 1023 + 2; k++) {
+        wire_frame(w, quiet, 1, loud, k < 1023 ? "ab" : tail[k - 1023], err);
+        take_transcript(c, joined, sizeof joined, NULL);
+    }
+    for (int k = 0; k < 8; k++) wire_frame(w, quiet, 1, quiet, "", err);
+    size_t len;
+    int text;
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc);
+        if (!strcmp(json_socket_string(r, "type"), "response.output_audio_transcript.done"))
+            snprintf(done, sizeof done, "%s", json_socket_string(r, "transcript"));
+        pp_json_free(doc);
+    }
+    printf("transcript: deltas %zu bytes, .done %zu bytes, ends \"%s\"\n", strlen(joined), strlen(done),
+           done + (strlen(done) > 6 ? strlen(done) - 6 : 0));
+    TEST_COND("the deltas carry the whole turn", strlen(joined) == 2046 + 5);
+    TEST_COND(".done repeats a prefix of the deltas' text",
+              strlen(done) == 2046 && !strncmp(done, joined, strlen(done)));
+    wire_close(w);
+    conn_destroy(c);
+}
+
 static void check_twilio_wire(void) {
     char err[PP_ERR_LEN], seen[4096];
     conn *c;
@@ -436,6 +472,7 @@ int main(void) {
     check_twilio_input(m);
     check_chat_fragments(m);
     check_realtime_wire();
+    check_realtime_transcript_cap();
     check_twilio_wire();
     check_frame_cost();
     char small[1000]; /* far less than the exposition: it must still end in a whole line */

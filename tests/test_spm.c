@@ -33,6 +33,15 @@ static void test_wrap(void) {
         {"<system>", "<system>"},
         {"", ""},
         {" \n\t\r ", ""},
+        /* Unicode whitespace at the edges goes as Python's str.strip() takes it: before, an
+         * ideographic space or NBSP outside the tags wrapped them again, and U+0085 (NEL) stayed
+         * to become <unk>, id 0 */
+        {"\xe3\x80\x80<system> Be kind. <system>\xe3\x80\x80", "<system> Be kind. <system>"},
+        {"<system> Be kind. <system>\xc2\xa0", "<system> Be kind. <system>"},
+        {"\xc2\x85" "Be kind.\xc2\x85", "<system> Be kind. <system>"},
+        {"\xe2\x80\x83 x\xe2\x80\x83y \xe2\x81\x9f\xe1\x9a\x80", "<system> x\xe2\x80\x83y <system>"},
+        {"\xc3\xa9", "<system> \xc3\xa9 <system>"},
+        {"\xf0\x9f\x98\x80 \xe2\x80\xa8", "<system> \xf0\x9f\x98\x80 <system>"},
     };
     char err[PP_ERR_LEN];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -41,6 +41,7 @@ struct wire {
     char response_id[48], item_id[48];
     char transcript[TRANSCRIPT_MAX];
     size_t transcript_len;
+    int transcript_cut; /* a piece did not fit: the rest of the turn's text stays out */
     unsigned char carry[4]; /* the start of a character split across pieces */
     size_t carry_len;
     char json[CONN_JSON_MAX];
@@ -150,6 +151,7 @@ static long turn_open(wire *w) {
     w->speaking = 1;
     w->quiet_frames = w->loud_caller_frames = w->cleared = 0;
     w->transcript_len = 0;
+    w->transcript_cut = 0;
     if (w->protocol != CONN_REALTIME) return 0;
     snprintf(w->response_id, sizeof w->response_id, "resp_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     snprintf(w->item_id, sizeof w->item_id, "item_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
@@ -247,7 +249,10 @@ static long transcript_delta(wire *w, const char *piece) {
     char text[3 * (4 + PP_SESSION_PIECE_MAX) + 1];
     size_t len = utf8_complete(w, piece, text);
     if (!len) return 0;
-    if (w->transcript_len + len <= sizeof w->transcript) {
+    /* The .done events repeat a prefix of the turn's text: a later, shorter piece that would
+     * still fit is not appended after one that did not, which would leave a hole. */
+    w->transcript_cut |= w->transcript_len + len > sizeof w->transcript;
+    if (!w->transcript_cut) {
         memcpy(w->transcript + w->transcript_len, text, len);
         w->transcript_len += len;
     }

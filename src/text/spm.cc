@@ -55,16 +55,33 @@ int load_with(pp_spm **out, const char *what, char *err,
     }
 }
 
-bool is_blank(char c) {
-    // Python's str.strip() in the ASCII range: space, \t \n \v \f \r and \x1c..\x1f.
-    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+// Bytes of the whitespace character Python's str.strip() removes at s[i], 0 if none: ASCII's
+// space, \t \n \v \f \r and \x1c..\x1f, and U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028,
+// U+2029, U+202F, U+205F, U+3000 (what the reference strips before wrapping a prompt).
+size_t blank_at(const std::string &s, size_t i) {
+    const unsigned char *p = (const unsigned char *)s.data() + i;
+    const size_t left = s.size() - i;
+    if (p[0] == ' ' || (p[0] >= '\t' && p[0] <= '\r') || (p[0] >= 0x1c && p[0] <= 0x1f)) return 1;
+    if (left >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;
+    if (left < 3) return 0;
+    const unsigned cp = (p[0] & 0x0Fu) << 12 | (p[1] & 0x3Fu) << 6 | (p[2] & 0x3Fu);
+    if ((p[0] & 0xF0) != 0xE0 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+    return cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+                   cp == 0x205F || cp == 0x3000
+               ? 3
+               : 0;
 }
 
 std::string wrap(const char *prompt) {
     std::string s(prompt);
     size_t b = 0, e = s.size();
-    while (b < e && is_blank(s[b])) b++;
-    while (e > b && is_blank(s[e - 1])) e--;
+    for (size_t n; b < e && (n = blank_at(s, b));) b += n;
+    while (e > b) { // the last character starts at most 3 continuation bytes back
+        size_t start = e - 1;
+        while (start > b && e - start < 3 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
+        if (blank_at(s, start) != e - start) break;
+        e = start;
+    }
     s = s.substr(b, e - b);
     if (s.empty()) return s;
     const size_t n = sizeof kSystemTag - 1;
