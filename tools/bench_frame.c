@@ -7,7 +7,8 @@
  * copy bandwidth, and device memory. Contexts are KV-cache fills: the frame at context C
  * attends over min(C, 2999) past frames. Each format also gives the time per prompt frame, the
  * prompt phases running 32 frames to a pass as pp_session_prefill runs them: the wait before a
- * conversation whose voice and prompt the prompt cache does not hold.
+ * conversation whose voice and prompt the prompt cache does not hold (on a device, with a
+ * pass's nodes).
  *   personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] [--dep-layers N]
  *       [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] [--kv f32|bf16|int8]
  *       [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate] [--busy N]
