@@ -134,7 +134,7 @@ function startCall(event) {
   ui.transcript.replaceChildren(placeholder('Waiting for the model…'));
   transcriptText = '';
   lastStats = null;
-  ui.detail.textContent = `${voiceLabel(settings.voice)}`;
+  ui.detail.textContent = settings.voice ? voiceLabel(settings.voice) : 'Default voice';
   let failed = false;
   let wasLive = false;
   const started = performance.now();

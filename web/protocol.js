@@ -48,7 +48,8 @@ export function chatUrl(pageUrl, settings, random = Math.random) {
   // libwebsockets drops the request at a decoded LF and cuts the query at a CR; the tokenizer's NFKC
   // normalization makes them spaces anyway, so a space gives the same tokens.
   q.set('text_prompt', (settings.prompt ?? '').replace(/[\r\n]+/g, ' '));
-  q.set('voice_prompt', settings.voice ?? '');
+  // An empty name is refused; left out, the server uses its default voice (Start before /api/voices answers).
+  if (settings.voice) q.set('voice_prompt', settings.voice);
   if ((settings.seed ?? null) !== null) q.set('seed', String(settings.seed));
   return `${scheme}//${page.host}/api/chat?${q}`;
 }

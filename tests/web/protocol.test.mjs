@@ -18,6 +18,12 @@ test('line breaks in the persona travel as one space each run (libwebsockets ref
   assert.doesNotMatch(chatUrl('http://h/', { prompt: 'a\r\nb' }), /%0[AD]/i);
 });
 
+test('no voice chosen yet: voice_prompt is left out (the server refuses an empty one)', () => {
+  for (const voice of [undefined, null, '']) {
+    assert.equal(new URL(chatUrl('http://h/', { voice })).searchParams.has('voice_prompt'), false);
+  }
+});
+
 test('a fixed seed is sent as text_seed, audio_seed and seed', () => {
   const q = new URL(chatUrl('http://h/', { seed: 42 }, () => 0.9)).searchParams;
   assert.equal(q.get('text_seed'), '42');
