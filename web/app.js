@@ -221,9 +221,8 @@ function drawMeters() {
 
 function downloadWav() {
   if (!call) return;
-  const blob = new Blob([call.recording.toWav()], { type: 'audio/wav' });
   const a = document.createElement('a');
-  a.href = URL.createObjectURL(blob);
+  a.href = URL.createObjectURL(call.recording.toWav());
   a.download = `personaplex-${new Date().toISOString().replace(/[:.]/g, '-')}.wav`;
   a.click();
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
