@@ -1,7 +1,7 @@
 // The page: the setup form before a call, the call view during and after it. The audio and network
 // work is in call.js; this file only renders what a Call reports and keeps the user's settings.
 
-import { Call } from './call.js';
+import { Call, errorTitle } from './call.js';
 import { DEFAULT_SAMPLING } from './protocol.js';
 import { PROMPT_PRESETS, FALLBACK_VOICES, voiceLabel } from './presets.js';
 
@@ -116,11 +116,6 @@ function showAlert(title, text) {
   ui.alert.hidden = false;
 }
 
-const ERROR_TITLES = { insecure: 'Not a secure page', codec: 'Browser not supported', 'mic-denied': 'No microphone access',
-  audio: 'No sound output',
-  'no-mic': 'No microphone', server: 'The server refused the call', disconnected: 'Disconnected',
-  timeout: 'Connection lost', internal: 'Something went wrong' };
-
 function startCall(event) {
   event.preventDefault();
   const settings = readSettings();
@@ -134,7 +129,7 @@ function startCall(event) {
   ui.transcript.replaceChildren(placeholder('Waiting for the model…'));
   transcriptText = '';
   lastStats = null;
-  ui.detail.textContent = `${voiceLabel(settings.voice)}`;
+  ui.detail.textContent = settings.voice ? voiceLabel(settings.voice) : 'Default voice';
   let failed = false;
   let wasLive = false;
   const started = performance.now();
@@ -170,7 +165,7 @@ function startCall(event) {
     text: appendText,
     levels: (l) => { levels.mic = Math.max(levels.mic, l.mic); levels.model = Math.max(levels.model, l.model); },
     stats: renderStats,
-    error: (e) => { failed = true; showAlert(ERROR_TITLES[e.code] ?? 'Error', e.message); },
+    error: (e) => { failed = true; showAlert(errorTitle(e), e.message); },
   });
   call.start();
   ui.hangup.focus();
@@ -226,9 +221,8 @@ function drawMeters() {
 
 function downloadWav() {
   if (!call) return;
-  const blob = new Blob([call.recording.toWav()], { type: 'audio/wav' });
   const a = document.createElement('a');
-  a.href = URL.createObjectURL(blob);
+  a.href = URL.createObjectURL(call.recording.toWav());
   a.download = `personaplex-${new Date().toISOString().replace(/[:.]/g, '-')}.wav`;
   a.click();
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);

@@ -4,7 +4,8 @@
 //   text(piece)           a transcript piece from the model
 //   levels({ mic, model }) RMS of the latest 20 ms of each side
 //   stats({...})          delay and buffer figures, about every 100 ms
-//   error({ code, message }) a failure; the call ends right after with state 'ended'
+//   error({ code, message, live }) a failure (live: the call had started); the call ends right after
+//                         with state 'ended'
 
 import { opusSupport, UplinkEncoder, DownlinkDecoder, RATE } from './codec.js';
 import { KIND, audioMessage, decodeMessage, chatUrl } from './protocol.js';
@@ -17,6 +18,15 @@ const AUDIO_START_MS = 5000;
 
 export class CallError extends Error {
   constructor(code, message) { super(message); this.code = code; }
+}
+
+const ERROR_TITLES = { insecure: 'Not a secure page', codec: 'Browser not supported', 'mic-denied': 'No microphone access',
+  audio: 'No sound output', 'no-mic': 'No microphone', server: 'The server refused the call',
+  disconnected: 'Disconnected', internal: 'Something went wrong' };
+
+// The alert's title for an error event. Once live, a 0x05 or a lost connection is no refusal.
+export function errorTitle({ code, live }) {
+  return live ? 'The call was interrupted' : ERROR_TITLES[code] ?? 'Error';
 }
 
 export class Call {
@@ -155,8 +165,10 @@ export class Call {
 
   onClose(e) {
     if (this.state === 'ended') return;
-    if (this.state === 'live') {
-      this.finish(e.wasClean ? 'The server ended the call.' : `Disconnected (code ${e.code}).`);
+    if (this.state === 'live' && e.wasClean) {
+      this.finish('The server ended the call.');
+    } else if (this.state === 'live') { // 1006: the network or the server went away without a close
+      this.fail(new CallError('disconnected', `The connection to the server was lost (code ${e.code}).`));
     } else {
       this.fail(new CallError('disconnected', this.state === 'waiting'
         ? `The server closed the connection before the call started (code ${e.code}${e.reason ? `: ${e.reason}` : ''}).`
@@ -166,7 +178,7 @@ export class Call {
 
   fail(err) {
     if (this.state === 'ended') return;
-    this.events.error?.({ code: err.code, message: err.message });
+    this.events.error?.({ code: err.code, message: err.message, live: this.state === 'live' });
     this.finish(err.message);
   }
 

@@ -71,12 +71,16 @@ export class UplinkEncoder {
 }
 
 // The encoder's own OpusHead (decoderConfig.description) states its lookahead; 312 (6.5 ms at 48 kHz,
-// libopus's usual value) when it gives none.
-function preSkipOf(meta) {
+// libopus's usual value) when it gives none. Chrome writes it in samples at the input rate (156 at
+// 24 kHz), RFC 7845 counts 48 kHz samples: scaled by 48000 / the head's input rate.
+export function preSkipOf(meta) {
   const d = meta?.decoderConfig?.description;
   if (!d) return 312;
   const b = d instanceof ArrayBuffer ? new Uint8Array(d) : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
-  return b.length >= 12 && isOpusHeader(b) ? b[10] | (b[11] << 8) : 312;
+  if (b.length < 16 || !isOpusHeader(b)) return 312;
+  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  const inputRate = v.getUint32(12, true);
+  return inputRate ? Math.round((v.getUint16(10, true) * 48000) / inputRate) : v.getUint16(10, true);
 }
 
 // Ogg bytes from 0x01 messages -> PCM blocks via onPcm(Float32Array, sampleRate).

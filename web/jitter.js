@@ -21,9 +21,10 @@ export class JitterBuffer {
     this.slack = ms(slackMs);
     this.fade = Math.max(1, ms(FADE_MS));
     this.playing = false;
+    this.starved = false; // ran dry and waits to refill: its silence counts as missed
     this.gain = 0; // current fade gain, ramps toward 1 while playing
     this.played = 0; // samples of real audio output
-    this.missed = 0; // output samples that had no audio while the stream was playing
+    this.missed = 0; // output samples that had no audio, from an underrun until playback resumed
     this.dropped = 0; // queued samples thrown away to cap the delay
     this.underruns = 0;
     this.minFill = Infinity; // lowest fill seen while playing, since the last stats() call
@@ -49,6 +50,7 @@ export class JitterBuffer {
   pull(out) {
     if (!this.playing && this.fill >= this.target) {
       this.playing = true;
+      this.starved = false;
       this.gain = 0;
     }
     let i = 0;
@@ -67,10 +69,13 @@ export class JitterBuffer {
       this.minFill = Math.min(this.minFill, this.fill);
       if (i < out.length) {
         this.playing = false;
+        this.starved = true;
         this.underruns++;
         this.missed += out.length - i;
         this.target = Math.min(this.maxTarget, this.target + this.step);
       }
+    } else if (this.starved) {
+      this.missed += out.length;
     }
     out.fill(0, i);
   }

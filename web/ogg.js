@@ -138,6 +138,7 @@ export class OggReader {
   constructor() {
     this.buf = new Uint8Array(0);
     this.partial = null; // packet continued onto the next page
+    this.sequence = null; // the last page's sequence number, to see a lost page
     this.crcErrors = 0;
     this.skippedBytes = 0;
     this.pages = 0;
@@ -184,10 +185,13 @@ export class OggReader {
     const sequence = v.getUint32(18, true);
     const nseg = page[26];
     this.pages++;
-    // A packet is only glued across pages when both halves arrived; an orphan half is dropped.
+    // A packet is only glued across pages when both halves arrived; an orphan half is dropped, also
+    // when a page between them was lost (a CRC failure, a gap in the sequence numbers).
     const continued = !!(flags & FLAG_CONTINUED);
+    const gap = this.sequence !== null && sequence !== ((this.sequence + 1) >>> 0);
+    this.sequence = sequence;
+    if (!continued || gap) this.partial = null;
     let orphan = continued && !this.partial;
-    if (!continued) this.partial = null;
     let off = HEADER_LEN + nseg;
     let chunks = this.partial ? [this.partial] : [];
     let size = this.partial ? this.partial.length : 0;
@@ -203,7 +207,8 @@ export class OggReader {
         size = 0;
       }
     }
-    this.partial = chunks.length ? concat(chunks, size) : null;
+    // An orphan that runs on past this page stays an orphan: nothing of it is kept.
+    this.partial = chunks.length && !orphan ? concat(chunks, size) : null;
   }
 }
 

@@ -45,8 +45,11 @@ export function chatUrl(pageUrl, settings, random = Math.random) {
   for (const key of ['repetition_penalty_context', 'repetition_penalty']) {
     q.set(key, String(settings[key] ?? DEFAULT_SAMPLING[key]));
   }
-  q.set('text_prompt', settings.prompt ?? '');
-  q.set('voice_prompt', settings.voice ?? '');
+  // libwebsockets drops the request at a decoded LF and cuts the query at a CR; the tokenizer's NFKC
+  // normalization makes them spaces anyway, so a space gives the same tokens.
+  q.set('text_prompt', (settings.prompt ?? '').replace(/[\r\n]+/g, ' '));
+  // An empty name is refused; left out, the server uses its default voice (Start before /api/voices answers).
+  if (settings.voice) q.set('voice_prompt', settings.voice);
   if ((settings.seed ?? null) !== null) q.set('seed', String(settings.seed));
   return `${scheme}//${page.host}/api/chat?${q}`;
 }

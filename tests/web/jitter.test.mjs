@@ -39,6 +39,19 @@ test('an underrun is counted, raises the target and waits again', () => {
   assert.deepEqual(pullN(jb, 10), new Float32Array(10)); // below the new target: still waiting
 });
 
+test('missed counts every silent sample from the underrun until playback resumes', () => {
+  const jb = new JitterBuffer(RATE, { targetMs: 100, stepMs: 20 });
+  pullN(jb, 50); // before the stream starts: waiting, not missing
+  jb.push(ramp(0, 100));
+  pullN(jb, 64);
+  pullN(jb, 64); // runs dry after 36: 28 missed
+  pullN(jb, 64);
+  pullN(jb, 64); // refilling to the new target (120)
+  jb.push(ramp(0, 200));
+  pullN(jb, 64); // playing again
+  assert.equal(jb.stats().missed, 28 + 2 * 64);
+});
+
 test('a burst above target + slack is cut back to the target', () => {
   const jb = new JitterBuffer(RATE, { targetMs: 100, slackMs: 200 });
   jb.push(ramp(0, 100));

@@ -116,6 +116,40 @@ test('a packet continued across two pages is joined; an orphan continuation is d
   assert.deepEqual(new OggReader().push(b).map((p) => p.data), [tail]);
 });
 
+// A page with the given lacing values (a last 255 leaves its packet open for the next page).
+function rawPage(sequence, continued, lacing, body) {
+  const page = new Uint8Array(27 + lacing.length + body.length);
+  page.set(buildPage({ serial: 7, sequence, granule: 0, packets: [] }).subarray(0, 27));
+  page[5] = continued ? FLAG_CONTINUED : 0;
+  page[26] = lacing.length;
+  page.set(lacing, 27);
+  page.set(body, 27 + lacing.length);
+  fixCrc(page);
+  return page;
+}
+
+test('the rest of a packet whose first page was lost is dropped, not glued onto the next packet', () => {
+  const big = Uint8Array.from({ length: 600 }, (_, i) => (i * 3) & 0xff);
+  const next = Uint8Array.from({ length: 30 }, (_, i) => 100 + i);
+  const p1 = rawPage(2, false, [255], big.subarray(0, 255));
+  p1[40] ^= 1; // corrupted in transit
+  const p2 = rawPage(3, true, [255], big.subarray(255, 510));
+  const p3 = rawPage(4, true, [90, 30], new Uint8Array([...big.subarray(510), ...next]));
+  const r = new OggReader();
+  assert.deepEqual(r.push(new Uint8Array([...p1, ...p2, ...p3])).map((p) => p.data), [next]);
+  assert.equal(r.crcErrors, 1);
+});
+
+test('a gap in the page sequence drops the packet left open before it', () => {
+  const big = Uint8Array.from({ length: 300 }, (_, i) => i & 0xff);
+  const other = Uint8Array.from({ length: 40 }, (_, i) => 50 + i);
+  const a = rawPage(0, false, [255], big.subarray(0, 255)); // page 1, which ended the packet, was lost
+  const c = rawPage(2, true, [40], other);
+  assert.deepEqual(new OggReader().push(new Uint8Array([...a, ...c])).map((p) => p.data), []);
+  const b = rawPage(1, true, [45], big.subarray(255));
+  assert.deepEqual(new OggReader().push(new Uint8Array([...a, ...b])).map((p) => p.data), [big]);
+});
+
 function fixCrc(page) {
   page.fill(0, 22, 26);
   new DataView(page.buffer).setUint32(22, oggCrc(page), true);

@@ -11,6 +11,19 @@ test('chat URL: scheme follows the page, parameters in the official order, space
   assert.ok(chatUrl('http://127.0.0.1:1/', {}).startsWith('ws://127.0.0.1:1/api/chat?'));
 });
 
+test('line breaks in the persona travel as one space each run (libwebsockets refuses a decoded CR or LF)', () => {
+  const prompt = (p) => new URL(chatUrl('http://h/', { prompt: p })).searchParams.get('text_prompt');
+  assert.equal(prompt('You are Alex.\nYou fix reactors.'), 'You are Alex. You fix reactors.');
+  assert.equal(prompt('A.\r\n\r\nB.\rC.\tD'), 'A. B. C.\tD');
+  assert.doesNotMatch(chatUrl('http://h/', { prompt: 'a\r\nb' }), /%0[AD]/i);
+});
+
+test('no voice chosen yet: voice_prompt is left out (the server refuses an empty one)', () => {
+  for (const voice of [undefined, null, '']) {
+    assert.equal(new URL(chatUrl('http://h/', { voice })).searchParams.has('voice_prompt'), false);
+  }
+});
+
 test('a fixed seed is sent as text_seed, audio_seed and seed', () => {
   const q = new URL(chatUrl('http://h/', { seed: 42 }, () => 0.9)).searchParams;
   assert.equal(q.get('text_seed'), '42');
