@@ -328,7 +328,8 @@ void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
 
 void pp_tf_prefill(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *cache, int64_t first, int n,
                    float *x, const int32_t *pos) {
-    layers(be, tf, sc, NULL, NULL, cache, first, n, x, pos, 0, NULL);
+    pp_tf_cache *const caches[1] = {cache};
+    layers(be, tf, sc, caches, NULL, cache, first, n, x, pos, 0, NULL);
 }
 
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats) {
