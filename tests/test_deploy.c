@@ -3,6 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
+ *        test_deploy host SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -21,7 +22,7 @@
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
- * Skips (77) when nginx is not installed. */
+ * Skips (77) when nginx is not installed. host: the start-up checks of --host (run_host). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -29,6 +30,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -375,11 +377,91 @@ static void run_proxy(const char *server, const char *source) {
     TEST_COND("B exits 0 on SIGTERM", sp_stop(b) == 0);
 }
 
+/* ---- start-up checks ----------------------------------------------------------------------------- */
+
+/* Starts `server ARGS... --no-tls --port PORT --state-dir DIR/NAME`, its output in DIR/NAME.log. */
+static pid_t start_named(const char *server, const char *name, const char *const *args, int port) {
+    static char dir[300], log[320], port_s[16];
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", g_dir, name);
+    snprintf(port_s, sizeof port_s, "%d", port);
+    const char *argv[MAX_ARGS + 8] = {server};
+    int n = 1;
+    while (*args && n < MAX_ARGS) argv[n++] = *args++;
+    const char *tail[] = {"--no-tls", "--port", port_s, "--state-dir", dir, NULL};
+    memcpy(argv + n, tail, sizeof tail);
+    return spawn(argv, log);
+}
+
+/* The exit status of a server that must stop by itself within 60 s; -1 (and killed) otherwise. */
+static int exit_status(pid_t pid) {
+    int status;
+    for (int i = 0; i < 600; i++, usleep(100000))
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static int logged(const char *name, const char *text) {
+    char log[320];
+    snprintf(log, sizeof log, "%s/%s.log", g_dir, name);
+    return test_lines_with(log, text) > 0;
+}
+
+/* An IPv4 address of this machine outside 127/8, in out; 0 when it has none. */
+static int other_ipv4(struct in_addr *out) {
+    struct ifaddrs *list, *i;
+    int found = 0;
+    if (getifaddrs(&list)) return 0;
+    for (i = list; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            *out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            found = (ntohl(out->s_addr) >> 24) != 127;
+        }
+    freeifaddrs(list);
+    return found;
+}
+
+static int connects(struct in_addr addr, int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* --host binds that address only (lws bound an IPv4 literal as [::]); one the machine lacks, or
+ * a name, stops the start with a message instead of a server that says ready and listens nowhere. */
+static void run_host(const char *server) {
+    int port = sp_free_port();
+    const char *loopback[] = {"--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "loopback", loopback, port);
+    TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    struct in_addr other;
+    if (!other_ipv4(&other)) {
+        printf("this machine has no IPv4 address outside 127/8: the other-interface check is skipped\n");
+    } else {
+        char text[INET_ADDRSTRLEN];
+        printf("the other interface: %s\n", inet_ntop(AF_INET, &other, text, sizeof text));
+        TEST_COND("--host 127.0.0.1: the machine's other IPv4 address refuses the port", !connects(other, port));
+    }
+    TEST_COND("--host 127.0.0.1: exits 0 on SIGTERM", sp_stop(pid) == 0);
+    const char *absent[] = {"--demo", "--host", "192.0.2.77", NULL};
+    TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
+              exit_status(start_named(server, "absent", absent, port)) == 2);
+    TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
+    const char *name[] = {"--demo", "--host", "example.invalid", NULL};
+    TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port)) == 2);
+    TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
+}
+
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
-              unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0;
-    if (argc < 3 || (!drain && !unread && strcmp(argv[1], "proxy") != 0)) {
-        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR\n");
+              unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
+              host = argc >= 3 && strcmp(argv[1], "host") == 0;
+    if (argc < 3 || (!drain && !unread && !host && strcmp(argv[1], "proxy") != 0)) {
+        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | host SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -387,6 +469,8 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) return 1;
     if (drain || unread)
         run_drain(argv[2], unread, argc - 3, argv + 3);
+    else if (host)
+        run_host(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

@@ -18,6 +18,7 @@
 #include "server/cert.h"
 #include "server/config_file.h"
 #include "server/lifecycle.h"
+#include "server/listen.h"
 #include "server/memory.h"
 #include "server/model_dir.h"
 #include "server/tls.h"
@@ -48,6 +49,7 @@ typedef struct app {
     server_options opt;
     pp_backend *backend;
     pp_kv_format kv; /* --kv-cache as resolved */
+    listen_addr listen; /* --host as bound */
     char state_dir[4096];
     char paths[5][4096]; /* weights, mimi, tokenizer, voices dir, system prompts ("" none) as resolved */
     pp_demo_files demo;
@@ -264,7 +266,9 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = a->opt.port;
-    info.iface = a->opt.host;
+    info.iface = a->listen.host;
+    /* with IPv6 on, lws binds an IPv4 literal as [::], every interface */
+    if (a->listen.family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.protocols = protocols;
     info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
     info.user = &a->srv;
@@ -302,7 +306,7 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     }
     struct lws_context *ctx = lws_create_context(&info);
     if (!ctx) pp_fail(err, PP_EIO, "cannot listen on %s:%d (address in use, bad --host or bad certificate?)",
-                      a->opt.host, a->opt.port);
+                      a->listen.host, a->opt.port);
     return ctx;
 }
 
@@ -324,6 +328,11 @@ static int run(app *a) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
     }
+    /* a wrong --host stops the start here, not after the model has loaded */
+    if (listen_addr_parse(o->host, &a->listen, err) || listen_addr_available(&a->listen, err)) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        return 2;
+    }
     if (o->api_keys && apikeys_load(o->api_keys, &s->keys, err)) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
@@ -342,15 +351,18 @@ static int run(app *a) {
     };
     lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE : 0), lws_log_bridge);
     s->ctx = create_context(a, protocols, err);
-    if (!s->ctx) {
+    int port = 0;
+    if (!s->ctx || listen_verify(&a->listen, &port, err)) {
         PP_ERROR("server", "%s", err);
+        if (s->ctx) lws_context_destroy(s->ctx);
         metrics_destroy(s->metrics);
         apikeys_free(s->keys);
         return 1;
     }
     s->ctx_alive = 1;
-    int port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));
-    PP_INFO("server", "listening on %s://%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", o->host, port,
+    int v6 = a->listen.family == AF_INET6;
+    PP_INFO("server", "listening on %s://%s%s%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", v6 ? "[" : "",
+            a->listen.host, v6 ? "]" : "", port,
             s->static_dir[0] ? s->static_dir : "none");
 
     pthread_t loader;
