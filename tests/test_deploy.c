@@ -3,7 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
- *        test_deploy host SERVER
+ *        test_deploy host|models SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -22,7 +22,8 @@
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
- * Skips (77) when nginx is not installed. host: the start-up checks of --host (run_host). */
+ * Skips (77) when nginx is not installed. host, models: the start-up
+ * checks of --host and the --models-dir lookup (run_host, run_models). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -456,12 +457,48 @@ static void run_host(const char *server) {
     TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
 }
 
+/* Without --weights the server takes the first checkpoint in --models-dir (it said "--weights FILE
+ * is required"); an empty one stops the start naming it. The checkpoint is the demo model's. */
+static void run_models(const char *server) {
+    int port = sp_free_port();
+    const char *demo[] = {"--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "demo", demo, port);
+    TEST_COND("the demo server writes its model", wait_health(port, "\"status\":\"ok\"", pid) && sp_stop(pid) == 0);
+    char files[300], models[300], link[400], target[400], mimi[400], tok[400], voices[400];
+    snprintf(files, sizeof files, "%s/demo/demo", g_dir);
+    snprintf(models, sizeof models, "%s/models", g_dir);
+    mkdir(models, 0755);
+    const char *pairs[][2] = {{"lm.safetensors", "model-turbo2bit.safetensors"}, {"config.json", "config.json"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(target, sizeof target, "%s/%s", files, pairs[i][0]);
+        snprintf(link, sizeof link, "%s/%s", models, pairs[i][1]);
+        TEST_COND("checkpoint linked into the models dir", symlink(target, link) == 0);
+    }
+    snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
+    snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
+    snprintf(voices, sizeof voices, "%s/voices", files);
+    const char *found[] = {"--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
+                           "--host", "127.0.0.1", NULL};
+    pid = start_named(server, "found", found, port);
+    TEST_COND("--models-dir without --weights: the server gets ready", wait_health(port, "\"status\":\"ok\"", pid));
+    TEST_COND("... on the checkpoint found there", logged("found", "no --weights given: using") &&
+                                                        logged("found", "model-turbo2bit.safetensors"));
+    TEST_COND("... and exits 0 on SIGTERM", sp_stop(pid) == 0);
+    char empty[300];
+    snprintf(empty, sizeof empty, "%s/empty", g_dir);
+    mkdir(empty, 0755);
+    const char *none[] = {"--models-dir", empty, "--host", "127.0.0.1", NULL};
+    TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
+    TEST_COND("... naming it", logged("none", empty));
+}
+
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
               unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
-              host = argc >= 3 && strcmp(argv[1], "host") == 0;
-    if (argc < 3 || (!drain && !unread && !host && strcmp(argv[1], "proxy") != 0)) {
-        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | host SERVER\n");
+              host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0;
+    if (argc < 3 || (!drain && !unread && !host && !models && strcmp(argv[1], "proxy") != 0)) {
+        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
+                        "host|models SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -471,6 +508,8 @@ int main(int argc, char **argv) {
         run_drain(argv[2], unread, argc - 3, argv + 3);
     else if (host)
         run_host(argv[2]);
+    else if (models)
+        run_models(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

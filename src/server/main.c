@@ -117,30 +117,37 @@ static void find_state_dir(const server_options *o, char *out, size_t cap) {
 }
 
 /* Fills a->paths from the options: the released file names (and system_prompts.bin when there is
- * one) beside --weights by default, or inside it when it is an ONNX bundle folder. */
+ * one) beside the weights by default, or inside them when they are an ONNX bundle folder. The
+ * weights are --weights, else the first checkpoint found in --models-dir (model_dir.h). */
 static int resolve_model_paths(app *a, char *err) {
     const server_options *o = &a->opt;
-    if (!o->weights) return pp_fail(err, PP_EINVAL, "--weights FILE is required (or --demo for the built-in model)");
-    const char *slash = strrchr(o->weights, '/');
-    int bundle = pp_onnx_bundle_is(o->weights);
-    int dir = bundle ? (int)strlen(o->weights) : slash ? (int)(slash - o->weights) : 1;
-    const char *base = bundle || slash ? o->weights : ".";
-    const char *given[4] = {o->weights, o->mimi, o->tokenizer, o->voices_dir};
+    char found[4096];
+    const char *weights = o->weights;
+    if (!weights) {
+        if (model_dir_find_weights(o->models_dir, found, sizeof found, err)) return PP_ENOTFOUND;
+        weights = found;
+        PP_INFO("server", "no --weights given: using %s", weights);
+    }
+    const char *slash = strrchr(weights, '/');
+    int bundle = pp_onnx_bundle_is(weights);
+    int dir = bundle ? (int)strlen(weights) : slash ? (int)(slash - weights) : 1;
+    const char *base = bundle || slash ? weights : ".";
+    const char *given[4] = {weights, o->mimi, o->tokenizer, o->voices_dir};
     const char *beside[4] = {NULL, PP_MIMI_FILE, TOKENIZER_FILE, "voices"};
     for (int i = 0; i < 4; i++) {
         size_t cap = sizeof a->paths[i];
         int n = given[i] ? snprintf(a->paths[i], cap, "%s", given[i])
                          : snprintf(a->paths[i], cap, "%.*s/%s", dir, base, beside[i]);
-        if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", o->weights);
+        if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", weights);
     }
     /* named system prompts: a bundle's, or one personaplex-convert wrote beside the checkpoint */
     snprintf(a->paths[4], sizeof a->paths[4], "%.*s/%s", dir, base, PP_ONNX_PROMPTS);
     if (access(a->paths[4], R_OK)) a->paths[4][0] = '\0';
     /* a bundle's codec: the released file when it is there, else its own graphs */
     if (bundle && !o->mimi && access(a->paths[1], R_OK)) {
-        snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", o->weights, PP_ONNX_MIMI_ENCODER);
+        snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", weights, PP_ONNX_MIMI_ENCODER);
         if (access(a->paths[1], R_OK))
-            return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", o->weights,
+            return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", weights,
                            PP_ONNX_MIMI_ENCODER, PP_MIMI_FILE);
     }
     return PP_OK;
