@@ -17,8 +17,9 @@
  * the handshake: the drain happens all the same, and the server says once that notifications were not sent. proxy:
  * instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
  *   --behind-proxy, behind Debian's nginx run as an ordinary process (its own prefix, config
- *   and temp paths, an ephemeral loopback port) with the proxy directives of
- *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake. With A
+ *   and temp paths, an ephemeral loopback port) with the proxy directives and locations of
+ *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake, and an upgrade
+ *   of each WebSocket path (/api/chat, /v1/realtime, /v1/twilio) gets 101. With A
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
@@ -93,16 +94,26 @@ static int wait_health(int port, const char *needle, pid_t pid) {
     return 0;
 }
 
+/* Sends a WebSocket upgrade of path on fd and reads the answer's first bytes: its HTTP status, or -1. */
+static int upgrade(int fd, const char *path) {
+    char req[512], buf[256];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                     path);
+    ssize_t got;
+    int status = -1;
+    if (fd < 0 || write(fd, req, (size_t)n) != n || (got = read(fd, buf, sizeof buf - 1)) <= 0) return -1;
+    buf[got] = '\0';
+    return sscanf(buf, "HTTP/1.1 %d", &status) == 1 ? status : -1;
+}
+
 /* A child that opens a chat WebSocket on port, reads the 101, then never reads again (so it
  * also never answers a close) until it is killed. */
 static pid_t silent_client(int port) {
     pid_t pid = fork();
     if (pid) return pid;
-    int fd = sp_connect(port, 0);
-    const char req[] = "GET /api/chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    char buf[256];
-    if (fd < 0 || write(fd, req, sizeof req - 1) < 0 || read(fd, buf, sizeof buf) <= 0) _exit(1);
+    if (upgrade(sp_connect(port, 0), "/api/chat") != 101) _exit(1);
     for (;;) pause();
 }
 
@@ -266,10 +277,13 @@ static pid_t start_instance(const char *server, const char *name, int port, cons
     return spawn(argv, log);
 }
 
-/* The proxy part of tools/deploy/nginx.conf, minus TLS, on a private prefix. */
-static int write_nginx_conf(const char *path, int listen, int a, int b) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+/* The shipped tools/deploy/nginx.conf's proxying (its HTTPS server block's directives and
+ * locations, as they are) on a private prefix, in front of instances a and b, without TLS. */
+static int write_nginx_conf(const char *path, const char *source, int listen, int a, int b) {
+    char shipped[600], line[512];
+    snprintf(shipped, sizeof shipped, "%s/tools/deploy/nginx.conf", source);
+    FILE *f = fopen(path, "w"), *in = fopen(shipped, "r");
+    if (!f || !in) return -1;
     fprintf(f,
             "daemon off;\nmaster_process off;\npid %s/nginx.pid;\nerror_log %s/nginx-error.log info;\n"
             "events { worker_connections 64; }\n"
@@ -280,19 +294,15 @@ static int write_nginx_conf(const char *path, int listen, int a, int b) {
             "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n"
             "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n  }\n"
             "  map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n"
-            "  server {\n    listen 127.0.0.1:%d;\n    large_client_header_buffers 4 32k;\n"
-            "    proxy_http_version 1.1;\n    proxy_set_header Host $host;\n"
-            "    proxy_set_header X-Real-IP $remote_addr;\n"
-            "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "    proxy_next_upstream error timeout http_503;\n"
-            "    location = /api/chat {\n      proxy_pass http://personaplex;\n"
-            "      proxy_set_header Host $host;\n      proxy_set_header X-Real-IP $remote_addr;\n"
-            "      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n"
-            "      proxy_read_timeout 1h;\n    }\n"
-            "    location / { proxy_pass http://personaplex; }\n  }\n}\n",
+            "  server {\n    listen 127.0.0.1:%d;\n",
             g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, a, b, listen);
-    return fclose(f);
+    /* from the first directive after the certificate to the block's end */
+    int copying = 0;
+    while (fgets(line, sizeof line, in) && !(copying && strcmp(line, "}\n") == 0))
+        if (copying || (copying = strstr(line, "large_client_header_buffers") != NULL)) fputs(line, f);
+    fclose(in);
+    fprintf(f, "  }\n}\n");
+    return fclose(f) || !copying ? -1 : 0;
 }
 
 /* nginx -t on the shipped example, its certificate paths pointed at a throwaway pair. */
@@ -323,7 +333,7 @@ static void run_proxy(const char *server, const char *source) {
     char conf[300], log[300];
     snprintf(conf, sizeof conf, "%s/nginx.conf", g_dir);
     snprintf(log, sizeof log, "%s/nginx.out", g_dir);
-    write_nginx_conf(conf, pn, pa, pb);
+    TEST_COND("nginx configured from the shipped nginx.conf", write_nginx_conf(conf, source, pn, pa, pb) == 0);
     const char *argv[] = {nginx, "-e", "stderr", "-p", g_dir, "-c", conf, NULL};
     pid_t ng = spawn(argv, log);
     TEST_COND("nginx up", wait_health(pn, "\"ready\":true", ng));
@@ -337,7 +347,15 @@ static void run_proxy(const char *server, const char *source) {
     wc_run(l1, 1, NULL, 0, 20000);
     TEST_COND("a conversation through nginx gets the 0x00 handshake", one.handshakes == 1 && !one.errors);
     wc_conn_free(&one);
-    TEST_COND("its session ends", wait_health(pa, "\"active\":0", a) && wait_health(pb, "\"active\":0", b));
+    /* every WebSocket path gets the upgrade headers through nginx (only /api/chat did: 404) */
+    const char *const paths[] = {"/api/chat", "/v1/realtime", "/v1/twilio"};
+    for (int i = 0; i < 3; i++) {
+        int fd = sp_connect(pn, 0), status = upgrade(fd, paths[i]);
+        if (status != 101) printf("%s through nginx: HTTP %d\n", paths[i], status);
+        TEST_COND("each WebSocket path upgrades through nginx", status == 101);
+        if (fd >= 0) close(fd);
+    }
+    TEST_COND("those sessions end", wait_health(pa, "\"active\":0", a) && wait_health(pb, "\"active\":0", b));
 
     pid_t holder = silent_client(pa);
     TEST_COND("A is full", wait_health(pa, "\"status\":\"full\"", a));
