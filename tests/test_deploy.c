@@ -3,7 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
- *        test_deploy host|models SERVER
+ *        test_deploy host|models|voices SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -23,8 +23,8 @@
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
- * Skips (77) when nginx is not installed. host, models: the start-up
- * checks of --host and the --models-dir lookup (run_host, run_models). */
+ * Skips (77) when nginx is not installed. host, models, voices: the
+ * start-up checks of --host, the --models-dir lookup and the voices (run_host, run_models, run_voices). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -412,10 +412,10 @@ static pid_t start_named(const char *server, const char *name, const char *const
     return spawn(argv, log);
 }
 
-/* The exit status of a server that must stop by itself within 60 s; -1 (and killed) otherwise. */
+/* The exit status of a server that must stop by itself within 30 s; -1 (and killed) otherwise. */
 static int exit_status(pid_t pid) {
     int status;
-    for (int i = 0; i < 600; i++, usleep(100000))
+    for (int i = 0; i < 300; i++, usleep(100000))
         if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -510,13 +510,37 @@ static void run_models(const char *server) {
     TEST_COND("... naming it", logged("none", empty));
 }
 
+/* A voices dir that is missing or empty, or a default --voice not in it, stops the start (exit 2,
+ * naming the option and the voices there) instead of a server whose every conversation fails. */
+static void run_voices(const char *server) {
+    int port = sp_free_port();
+    char empty[300], some[300], file[400];
+    snprintf(empty, sizeof empty, "%s/empty", g_dir);
+    snprintf(some, sizeof some, "%s/voices", g_dir);
+    mkdir(empty, 0755);
+    mkdir(some, 0755);
+    snprintf(file, sizeof file, "%s/NATM1.pt", some); /* listed by name: its content is not read here */
+    fclose(fopen(file, "w"));
+    const char *missing[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", "/nonexistent-voices", NULL};
+    TEST_COND("a missing --voices-dir exits 2", exit_status(start_named(server, "missing", missing, port)) == 2);
+    TEST_COND("... naming it", logged("missing", "--voices-dir /nonexistent-voices: cannot open it"));
+    const char *none[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", empty, NULL};
+    TEST_COND("an empty --voices-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
+    TEST_COND("... saying it holds no voices", logged("none", "holds no voices"));
+    const char *bad[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", some, "--voice", "NOPE", NULL};
+    TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port)) == 2);
+    TEST_COND("... listing the voices there", logged("bad", "--voice 'NOPE' is not in --voices-dir") &&
+                                                  logged("bad", "(it has NATM1)"));
+}
+
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
               unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
-              host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0;
-    if (argc < 3 || (!drain && !unread && !host && !models && strcmp(argv[1], "proxy") != 0)) {
+              host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0,
+              voices = argc >= 3 && strcmp(argv[1], "voices") == 0;
+    if (argc < 3 || (!drain && !unread && !host && !models && !voices && strcmp(argv[1], "proxy") != 0)) {
         fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
-                        "host|models SERVER\n");
+                        "host|models|voices SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -528,6 +552,8 @@ int main(int argc, char **argv) {
         run_host(argv[2]);
     else if (models)
         run_models(argv[2]);
+    else if (voices)
+        run_voices(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

@@ -13,6 +13,7 @@
 #include "base/pool.h"
 #include "io/onnx_bundle.h"
 #include "io/onnx_mimi.h"
+#include "io/voice.h"
 #include "model/mimi.h"
 #include "server/capacity.h"
 #include "server/cert.h"
@@ -150,6 +151,24 @@ static int resolve_model_paths(app *a, char *err) {
             return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", weights,
                            PP_ONNX_MIMI_ENCODER, PP_MIMI_FILE);
     }
+    return PP_OK;
+}
+
+/* The voices directory has voices and the default --voice is one of them: else every conversation
+ * would fail at its start while /health says ok. */
+static int check_voices(const char *dir, const char *voice, char *err) {
+    char **names = NULL, path[4200], have[256] = "";
+    size_t count = 0, len = 0;
+    if (pp_voice_list(dir, &names, &count, err))
+        return pp_fail(err, PP_ENOTFOUND, "--voices-dir %s: cannot open it", dir);
+    int rc = count ? pp_voice_resolve(dir, voice, path, sizeof path, err) : PP_ENOTFOUND;
+    for (size_t i = 0; i < count && i < 8 && len < sizeof have; i++)
+        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "", names[i]);
+    free(names);
+    if (!count) return pp_fail(err, PP_ENOTFOUND, "--voices-dir %s holds no voices (NAME.pt or NAME.bin files)", dir);
+    if (rc)
+        return pp_fail(err, rc, "--voice '%s' is not in --voices-dir %s (it has %s%s)", voice, dir, have,
+                       count > 8 ? ", ..." : "");
     return PP_OK;
 }
 
@@ -331,7 +350,9 @@ static int run(app *a) {
     const server_options *o = &a->opt;
     find_state_dir(o, a->state_dir, sizeof a->state_dir);
     find_static_dir(o, s->static_dir, sizeof s->static_dir);
-    if (!o->demo && resolve_model_paths(a, err)) {
+    /* the demo model writes its own voices while it loads; a --voices-dir given with it is checked */
+    const char *voices = o->demo ? o->voices_dir : a->paths[3];
+    if ((!o->demo && resolve_model_paths(a, err)) || (voices && check_voices(voices, o->voice, err))) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
     }
