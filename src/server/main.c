@@ -172,16 +172,15 @@ static int check_voices(const char *dir, const char *voice, char *err) {
     return PP_OK;
 }
 
-/* --kv-cache: auto is int8 on every backend. A frame reads each conversation's whole ring, and f32
- * quadruples those bytes: on the CPU at context 3000, 3.1 of an NF2 frame's 5.1 GB, so that real
- * time needs about twice the memory bandwidth (docs/model.md §3.4). int8 keeps the logits within
- * 5e-3 of f32 (test_kv_cache); f32 stays for the reference's numerics on request. */
-static int kv_format(const char *name, pp_kv_format *out, char *err) {
-    if (strcmp(name, "auto") == 0)
-        *out = PP_KV_INT8;
-    else if (pp_kv_format_parse(name, out) != 0)
-        return pp_fail(err, PP_EINVAL, "--kv-cache: '%s' is not auto, f32, bf16 or int8", name);
-    return PP_OK;
+/* --kv-cache (one of the option table's words): auto is int8 on every backend. A frame reads each
+ * conversation's whole ring, and f32 quadruples those bytes: on the CPU at context 3000, 3.1 of an
+ * NF2 frame's 5.1 GB, so that real time needs about twice the memory bandwidth (docs/model.md
+ * §3.4). int8 keeps the logits within 5e-3 of f32 (test_kv_cache); f32 stays for the reference's
+ * numerics on request. */
+static pp_kv_format kv_format(const char *name) {
+    pp_kv_format f = PP_KV_INT8;
+    if (strcmp(name, "auto") != 0) pp_kv_format_parse(name, &f);
+    return f;
 }
 
 /* KV format, prompt cache, the measured capacity, and the engine sized for it. */
@@ -250,7 +249,7 @@ static void *load_main(void *arg) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
         pp_demo_opts demo = {.lm_context = a->opt.demo_context};
-        pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked in main */
+        pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked by the option table */
         rc = pp_demo_write_opts(dir, &demo, &a->demo, err);
         pp_model_paths demo_paths = pp_demo_paths(&a->demo); /* mp's quantize options stay */
         mp.weights = demo_paths.weights;
@@ -316,11 +315,7 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.ka_interval = a->opt.io_timeout / 3 + 1;
     info.ka_probes = 3;
     if (!a->opt.no_tls) {
-        if (a->opt.cert || a->opt.key) {
-            if (!a->opt.cert || !a->opt.key) {
-                pp_fail(err, PP_EINVAL, "--cert and --key go together");
-                return NULL;
-            }
+        if (a->opt.cert) { /* with --key: checked in main */
             snprintf(cert, sizeof cert, "%s", a->opt.cert);
             snprintf(key, sizeof key, "%s", a->opt.key);
         } else if (cert_ensure(a->state_dir, cert, key, sizeof cert, err)) {
@@ -441,37 +436,26 @@ int main(int argc, char **argv) {
         server_options_free(&a.opt);
         return 0;
     }
-    int level = pp_log_parse_level(a.opt.log_level);
-    if (level < 0) {
-        fprintf(stderr, "personaplex-server: --log-level: '%s' is not debug, info, warn or error\n", a.opt.log_level);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    pp_log_set_level((pp_log_level)level);
+    /* the option table has checked the words of --log-level, --demo-size, --echo-cancel, --kv-cache,
+     * --device and --quantize; what is left are the pairings and this build's abilities */
+    pp_log_set_level((pp_log_level)pp_log_parse_level(a.opt.log_level));
     pp_demo_size demo_size;
-    if (pp_demo_size_parse(a.opt.demo_size, &demo_size) != 0) {
-        fprintf(stderr, "personaplex-server: --demo-size: '%s' is not tiny or released\n", a.opt.demo_size);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (demo_size != PP_DEMO_TINY && !a.opt.demo) { /* a size asked for, and a checkpoint would run */
-        fprintf(stderr, "personaplex-server: --demo-size %s describes the --demo model; add --demo\n", a.opt.demo_size);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
-        fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (kv_format(a.opt.kv_cache, &a.kv, err) != PP_OK) {
+    pp_demo_size_parse(a.opt.demo_size, &demo_size);
+    a.kv = kv_format(a.opt.kv_cache);
+    err[0] = '\0';
+    if (demo_size != PP_DEMO_TINY && !a.opt.demo) /* a size asked for, and a checkpoint would run */
+        snprintf(err, sizeof err, "--demo-size %s describes the --demo model; add --demo", a.opt.demo_size);
+    else if (!a.opt.no_tls && !a.opt.cert != !a.opt.key)
+        snprintf(err, sizeof err, "--cert and --key go together (%s given alone)", a.opt.cert ? "--cert" : "--key");
+    else if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available())
+        snprintf(err, sizeof err, "--echo-cancel on: this build has no echo canceller "
+                                  "(libwebrtc-audio-processing-dev was missing)");
+#ifndef PP_HAVE_CUDA
+    else if (strcmp(a.opt.device, "cuda") == 0)
+        snprintf(err, sizeof err, "--device cuda: this build has no CUDA backend (built with PP_CUDA=OFF)");
+#endif
+    if (err[0]) {
         fprintf(stderr, "personaplex-server: %s\n", err);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available()) {
-        fprintf(stderr, "personaplex-server: --echo-cancel on: this build has no echo canceller "
-                        "(libwebrtc-audio-processing-dev was missing)\n");
         server_options_free(&a.opt);
         return 2;
     }

@@ -13,7 +13,9 @@
     "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "    \
     "engaging way."
 
-typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG, OPT_COUNT } opt_kind; /* COUNT: N or "auto" (0) */
+/* COUNT: N or "auto" (0). ENUM: a string, one of the '|'-separated words of the option's arg, so
+ * that a config file's bad value is refused with its file:line before anything loads. */
+typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG, OPT_COUNT, OPT_ENUM } opt_kind;
 
 typedef struct opt_spec {
     const char *name;    /* long name without "--"; also the config-file key */
@@ -53,7 +55,7 @@ static const opt_spec g_opts[] = {
     {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
      "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
      "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
-    {"quantize", "FORMAT", OPT_STRING, F(quantize), 0, 0, NULL, NULL,
+    {"quantize", "nf2|int4|nf4|int8", OPT_ENUM, F(quantize), 0, 0, NULL, NULL,
      "Quantize a BF16/F16/F32 checkpoint while it loads, tensor by tensor: nf2, int4, nf4 or int8 "
      "(bitsandbytes' 8-bit layout, one scale per 128 inputs). The weights come out exactly as "
      "personaplex-quantize would write them, and host memory stays near their quantized size plus one "
@@ -75,7 +77,7 @@ static const opt_spec g_opts[] = {
     {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
      "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
      "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},
-    {"demo-size", "SIZE", OPT_STRING, F(demo_size), 0, 0, "tiny", NULL,
+    {"demo-size", "tiny|released", OPT_ENUM, F(demo_size), 0, 0, "tiny", NULL,
      "The --demo model's size: tiny, or released: the released model's shapes (32 layers of 4096, the "
      "full Mimi codec) with random NF2 weights, as model-turbo2bit.safetensors, written to "
      "STATE_DIR/demo at start-up (2.6 GB: 2.2 GB of LM, 0.3 GB of codec; about 20 s). It speaks nonsense too, but "
@@ -109,7 +111,7 @@ static const opt_spec g_opts[] = {
      "conversations it can hold in real time and in memory and which limit binds; auto admits "
      "that many (at least 1, at most 256), N caps it further. One more gets an 0x05 \"server "
      "full\" message and a close."},
-    {"kv-cache", "FORMAT", OPT_STRING, F(kv_cache), 0, 0, "auto", NULL,
+    {"kv-cache", "auto|f32|bf16|int8", OPT_ENUM, F(kv_cache), 0, 0, "auto", NULL,
      "Storage of each conversation's KV cache: f32 (the reference's numerics), bf16 (half the "
      "memory) or int8 (a quarter, one scale per slot and head; logits stay within 5e-3 of f32). "
      "auto: int8 on every backend. Each frame reads the whole cache, so f32 costs memory "
@@ -135,7 +137,7 @@ static const opt_spec g_opts[] = {
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},
-    {"device", "NAME", OPT_STRING, F(device), 0, 0, "auto", "Runtime",
+    {"device", "auto|cpu|cuda", OPT_ENUM, F(device), 0, 0, "auto", "Runtime",
      "Compute backend: cuda, cpu or auto (CUDA when a GPU is present)."},
     {"threads", "N", OPT_INT, F(threads), 0, 1024, "0", NULL,
      "CPU threads of each parallel stage (the CPU backend, the conversations' audio encoding); 0 uses every online "
@@ -143,7 +145,7 @@ static const opt_spec g_opts[] = {
     {"state-dir", "DIR", OPT_STRING, F(state_dir), 0, 0, NULL, NULL,
      "Where the generated certificate, its key (mode 0600) and the demo model live. Default: "
      "$XDG_STATE_HOME/personaplex, else ~/.local/state/personaplex."},
-    {"log-level", "LEVEL", OPT_STRING, F(log_level), 0, 0, "info", NULL, "debug, info, warn or error."},
+    {"log-level", "debug|info|warn|error", OPT_ENUM, F(log_level), 0, 0, "info", NULL, "debug, info, warn or error."},
     {"log-file", "FILE", OPT_STRING, F(log_file), 0, 0, NULL, NULL,
      "Append log lines to FILE instead of standard error. SIGHUP reopens it (log rotation)."},
     {"drain-seconds", "N", OPT_INT, F(drain_seconds), 0, 3600, "10", NULL,
@@ -159,7 +161,7 @@ static const opt_spec g_opts[] = {
      "A client that sends no audio keeps its conversation alive: after a second without audio "
      "the model hears silence, one frame every 80 ms, and keeps talking. After N seconds "
      "without any audio the conversation ends with an 0x05 message and a close. 0: never."},
-    {"echo-cancel", "MODE", OPT_STRING, F(echo_cancel), 0, 0, "auto", NULL,
+    {"echo-cancel", "off|auto|on", OPT_ENUM, F(echo_cancel), 0, 0, "auto", NULL,
      "Echo cancellation of the uplink against the audio the server sent (WebRTC's canceller; "
      "for listeners on speakers, whose microphone hears the model). off: never. auto: for "
      "conversations whose query asks for it (echo_cancel=1). on: for all but those whose query "
@@ -202,6 +204,20 @@ static int parse_integer(const opt_spec *s, const char *value, long long *out, c
     return PP_OK;
 }
 
+/* value is one of the words of s->arg; else PP_EINVAL listing them ("is not a, b or c"). */
+static int check_choice(const opt_spec *s, const char *value, char *err) {
+    char list[128] = "";
+    size_t len = 0;
+    for (const char *w = s->arg; *w;) {
+        size_t n = strcspn(w, "|");
+        if (strlen(value) == n && strncmp(value, w, n) == 0) return PP_OK;
+        const char *sep = w == s->arg ? "" : w[n] ? ", " : " or ";
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%.*s", sep, (int)n, w);
+        w += n + (w[n] == '|');
+    }
+    return pp_fail(err, PP_EINVAL, "--%s: '%s' is not %s", s->name, value, list);
+}
+
 static int opt_apply(server_options *o, const opt_spec *s, const char *value, char *err) {
     char *field = (char *)o + s->offset;
     long long v;
@@ -226,8 +242,10 @@ static int opt_apply(server_options *o, const opt_spec *s, const char *value, ch
         if ((rc = parse_integer(s, value, &v, err))) return rc;
         *(int64_t *)field = v;
         return PP_OK;
+    case OPT_ENUM:
     case OPT_STRING: {
         if (!value) return pp_fail(err, PP_EINVAL, "--%s needs a value", s->name);
+        if (s->kind == OPT_ENUM && (rc = check_choice(s, value, err))) return rc;
         char *copy = strdup(value);
         if (!copy) return pp_fail(err, PP_ENOMEM, "--%s: out of memory", s->name);
         free(*(char **)field);
@@ -259,7 +277,7 @@ int server_options_init(server_options *o, char *err) {
 
 void server_options_free(server_options *o) {
     for (size_t i = 0; i < N_OPTS; i++) {
-        if (g_opts[i].kind != OPT_STRING) continue;
+        if (g_opts[i].kind != OPT_STRING && g_opts[i].kind != OPT_ENUM) continue;
         char **field = (char **)((char *)o + g_opts[i].offset);
         free(*field);
         *field = NULL;
