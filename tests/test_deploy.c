@@ -3,7 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
- *        test_deploy host|models|voices SERVER
+ *        test_deploy host|models|voices|cert SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -23,8 +23,8 @@
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
- * Skips (77) when nginx is not installed. host, models, voices: the
- * start-up checks of --host, the --models-dir lookup and the voices (run_host, run_models, run_voices). */
+ * Skips (77) when nginx is not installed. host, models, voices, cert: the
+ * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry. */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -398,7 +398,7 @@ static void run_proxy(const char *server, const char *source) {
 
 /* ---- start-up checks ----------------------------------------------------------------------------- */
 
-/* Starts `server ARGS... --no-tls --port PORT --state-dir DIR/NAME`, its output in DIR/NAME.log. */
+/* Starts `server ARGS... --port PORT --state-dir DIR/NAME`, its output in DIR/NAME.log. */
 static pid_t start_named(const char *server, const char *name, const char *const *args, int port) {
     static char dir[300], log[320], port_s[16];
     snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
@@ -407,7 +407,7 @@ static pid_t start_named(const char *server, const char *name, const char *const
     const char *argv[MAX_ARGS + 8] = {server};
     int n = 1;
     while (*args && n < MAX_ARGS) argv[n++] = *args++;
-    const char *tail[] = {"--no-tls", "--port", port_s, "--state-dir", dir, NULL};
+    const char *tail[] = {"--port", port_s, "--state-dir", dir, NULL};
     memcpy(argv + n, tail, sizeof tail);
     return spawn(argv, log);
 }
@@ -454,7 +454,7 @@ static int connects(struct in_addr addr, int port) {
  * a name, stops the start with a message instead of a server that says ready and listens nowhere. */
 static void run_host(const char *server) {
     int port = sp_free_port();
-    const char *loopback[] = {"--demo", "--host", "127.0.0.1", NULL};
+    const char *loopback[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "loopback", loopback, port);
     TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
     struct in_addr other;
@@ -466,11 +466,11 @@ static void run_host(const char *server) {
         TEST_COND("--host 127.0.0.1: the machine's other IPv4 address refuses the port", !connects(other, port));
     }
     TEST_COND("--host 127.0.0.1: exits 0 on SIGTERM", sp_stop(pid) == 0);
-    const char *absent[] = {"--demo", "--host", "192.0.2.77", NULL};
+    const char *absent[] = {"--no-tls", "--demo", "--host", "192.0.2.77", NULL};
     TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
               exit_status(start_named(server, "absent", absent, port)) == 2);
     TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
-    const char *name[] = {"--demo", "--host", "example.invalid", NULL};
+    const char *name[] = {"--no-tls", "--demo", "--host", "example.invalid", NULL};
     TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port)) == 2);
     TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
 }
@@ -479,7 +479,7 @@ static void run_host(const char *server) {
  * is required"); an empty one stops the start naming it. The checkpoint is the demo model's. */
 static void run_models(const char *server) {
     int port = sp_free_port();
-    const char *demo[] = {"--demo", "--host", "127.0.0.1", NULL};
+    const char *demo[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "demo", demo, port);
     TEST_COND("the demo server writes its model", wait_health(port, "\"status\":\"ok\"", pid) && sp_stop(pid) == 0);
     char files[300], models[300], link[400], target[400], mimi[400], tok[400], voices[400];
@@ -495,7 +495,7 @@ static void run_models(const char *server) {
     snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
     snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
     snprintf(voices, sizeof voices, "%s/voices", files);
-    const char *found[] = {"--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
+    const char *found[] = {"--no-tls", "--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
                            "--host", "127.0.0.1", NULL};
     pid = start_named(server, "found", found, port);
     TEST_COND("--models-dir without --weights: the server gets ready", wait_health(port, "\"status\":\"ok\"", pid));
@@ -505,7 +505,7 @@ static void run_models(const char *server) {
     char empty[300];
     snprintf(empty, sizeof empty, "%s/empty", g_dir);
     mkdir(empty, 0755);
-    const char *none[] = {"--models-dir", empty, "--host", "127.0.0.1", NULL};
+    const char *none[] = {"--no-tls", "--models-dir", empty, "--host", "127.0.0.1", NULL};
     TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
     TEST_COND("... naming it", logged("none", empty));
 }
@@ -521,26 +521,76 @@ static void run_voices(const char *server) {
     mkdir(some, 0755);
     snprintf(file, sizeof file, "%s/NATM1.pt", some); /* listed by name: its content is not read here */
     fclose(fopen(file, "w"));
-    const char *missing[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", "/nonexistent-voices", NULL};
+    const char *missing[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", "/nonexistent-voices", NULL};
     TEST_COND("a missing --voices-dir exits 2", exit_status(start_named(server, "missing", missing, port)) == 2);
     TEST_COND("... naming it", logged("missing", "--voices-dir /nonexistent-voices: cannot open it"));
-    const char *none[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", empty, NULL};
+    const char *none[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", empty, NULL};
     TEST_COND("an empty --voices-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
     TEST_COND("... saying it holds no voices", logged("none", "holds no voices"));
-    const char *bad[] = {"--demo", "--host", "127.0.0.1", "--voices-dir", some, "--voice", "NOPE", NULL};
+    const char *bad[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", some, "--voice", "NOPE", NULL};
     TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port)) == 2);
     TEST_COND("... listing the voices there", logged("bad", "--voice 'NOPE' is not in --voices-dir") &&
                                                   logged("bad", "(it has NATM1)"));
+}
+
+/* Polls name's log for text for up to 30 s, while pid runs. */
+static int wait_logged(const char *name, const char *text, pid_t pid) {
+    for (int i = 0; i < 300; i++, usleep(100000)) {
+        if (logged(name, text)) return 1;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
+    }
+    return 0;
+}
+
+/* A self-signed EC pair valid for `days` days (openssl cannot date one in the past: 10 days stands
+ * for "expires soon", which takes the same path as expired). */
+static int make_pair(const char *cert, const char *key, int days) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days %d -subj /CN=localhost "
+             "-keyout '%s' -out '%s' >/dev/null 2>&1",
+             days, key, cert);
+    return system(cmd) == 0;
+}
+
+/* The generated certificate is replaced when it has 30 days left or less (an expired one was served
+ * as it was); an operator's --cert that close to expiry is warned about. */
+static void run_cert(const char *server) {
+    int port = sp_free_port();
+    char state[300], cert[320], key[320], old[320];
+    snprintf(state, sizeof state, "%s/renew", g_dir);
+    snprintf(cert, sizeof cert, "%s/cert.pem", state);
+    snprintf(key, sizeof key, "%s/key.pem", state);
+    snprintf(old, sizeof old, "%s/old.pem", g_dir);
+    mkdir(state, 0700);
+    /* a second link keeps the old certificate: the server replaces the file by a rename */
+    TEST_COND("a 10-day pair in the state dir", make_pair(cert, key, 10) && link(cert, old) == 0);
+    const char *renew[] = {"--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "renew", renew, port);
+    TEST_COND("the server starts with TLS", wait_logged("renew", "listening on https://", pid));
+    TEST_COND("... saying it replaces the expiring certificate", logged("renew", "generating a new one"));
+    TEST_COND("... and serves a new one", !test_files_equal(cert, old));
+    TEST_COND("... exits 0 on SIGTERM", sp_stop(pid) == 0);
+    char op_cert[320], op_key[320];
+    snprintf(op_cert, sizeof op_cert, "%s/op-cert.pem", g_dir);
+    snprintf(op_key, sizeof op_key, "%s/op-key.pem", g_dir);
+    TEST_COND("an operator's 10-day pair", make_pair(op_cert, op_key, 10));
+    const char *op[] = {"--demo", "--host", "127.0.0.1", "--cert", op_cert, "--key", op_key, NULL};
+    pid = start_named(server, "operator", op, port);
+    TEST_COND("--cert: the server starts with it", wait_logged("operator", "listening on https://", pid));
+    TEST_COND("... warning that it expires soon", logged("operator", "expires in 9 days") ||
+                                                      logged("operator", "expires in 10 days"));
+    TEST_COND("... exits 0 on SIGTERM", sp_stop(pid) == 0);
 }
 
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
               unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
               host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0,
-              voices = argc >= 3 && strcmp(argv[1], "voices") == 0;
-    if (argc < 3 || (!drain && !unread && !host && !models && !voices && strcmp(argv[1], "proxy") != 0)) {
+              voices = argc >= 3 && strcmp(argv[1], "voices") == 0, cert = argc >= 3 && strcmp(argv[1], "cert") == 0;
+    if (argc < 3 || (!drain && !unread && !host && !models && !voices && !cert && strcmp(argv[1], "proxy") != 0)) {
         fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
-                        "host|models|voices SERVER\n");
+                        "host|models|voices|cert SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -554,6 +604,8 @@ int main(int argc, char **argv) {
         run_models(argv[2]);
     else if (voices)
         run_voices(argv[2]);
+    else if (cert)
+        run_cert(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

@@ -316,6 +316,7 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.ka_probes = 3;
     if (!a->opt.no_tls) {
         if (a->opt.cert) { /* with --key: checked in main */
+            cert_warn_expiry(a->opt.cert);
             snprintf(cert, sizeof cert, "%s", a->opt.cert);
             snprintf(key, sizeof key, "%s", a->opt.key);
         } else if (cert_ensure(a->state_dir, cert, key, sizeof cert, err)) {
