@@ -3,7 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
- *        test_deploy host|models|voices|cert SERVER
+ *        test_deploy host|models|voices|cert|signal SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -24,7 +24,8 @@
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
  * Skips (77) when nginx is not installed. host, models, voices, cert: the
- * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry. */
+ * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry;
+ * signal: stop signals while the model loads (run_signal). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -412,10 +413,10 @@ static pid_t start_named(const char *server, const char *name, const char *const
     return spawn(argv, log);
 }
 
-/* The exit status of a server that must stop by itself within 30 s; -1 (and killed) otherwise. */
-static int exit_status(pid_t pid) {
+/* The exit status of a server that must stop by itself within `seconds`; -1 (and killed) otherwise. */
+static int exit_status(pid_t pid, int seconds) {
     int status;
-    for (int i = 0; i < 300; i++, usleep(100000))
+    for (int i = 0; i < 10 * seconds; i++, usleep(100000))
         if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -468,22 +469,29 @@ static void run_host(const char *server) {
     TEST_COND("--host 127.0.0.1: exits 0 on SIGTERM", sp_stop(pid) == 0);
     const char *absent[] = {"--no-tls", "--demo", "--host", "192.0.2.77", NULL};
     TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
-              exit_status(start_named(server, "absent", absent, port)) == 2);
+              exit_status(start_named(server, "absent", absent, port), 30) == 2);
     TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
     const char *name[] = {"--no-tls", "--demo", "--host", "example.invalid", NULL};
-    TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port)) == 2);
+    TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port), 30) == 2);
     TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
 }
 
 /* Without --weights the server takes the first checkpoint in --models-dir (it said "--weights FILE
  * is required"); an empty one stops the start naming it. The checkpoint is the demo model's. */
-static void run_models(const char *server) {
-    int port = sp_free_port();
+/* Runs the demo server once for the model files it writes; their directory. */
+static const char *demo_files(const char *server, int port) {
+    static char files[300];
     const char *demo[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "demo", demo, port);
     TEST_COND("the demo server writes its model", wait_health(port, "\"status\":\"ok\"", pid) && sp_stop(pid) == 0);
-    char files[300], models[300], link[400], target[400], mimi[400], tok[400], voices[400];
     snprintf(files, sizeof files, "%s/demo/demo", g_dir);
+    return files;
+}
+
+static void run_models(const char *server) {
+    int port = sp_free_port();
+    const char *files = demo_files(server, port);
+    char models[300], link[400], target[400], mimi[400], tok[400], voices[400];
     snprintf(models, sizeof models, "%s/models", g_dir);
     mkdir(models, 0755);
     const char *pairs[][2] = {{"lm.safetensors", "model-turbo2bit.safetensors"}, {"config.json", "config.json"}};
@@ -497,7 +505,7 @@ static void run_models(const char *server) {
     snprintf(voices, sizeof voices, "%s/voices", files);
     const char *found[] = {"--no-tls", "--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
                            "--host", "127.0.0.1", NULL};
-    pid = start_named(server, "found", found, port);
+    pid_t pid = start_named(server, "found", found, port);
     TEST_COND("--models-dir without --weights: the server gets ready", wait_health(port, "\"status\":\"ok\"", pid));
     TEST_COND("... on the checkpoint found there", logged("found", "no --weights given: using") &&
                                                         logged("found", "model-turbo2bit.safetensors"));
@@ -506,7 +514,7 @@ static void run_models(const char *server) {
     snprintf(empty, sizeof empty, "%s/empty", g_dir);
     mkdir(empty, 0755);
     const char *none[] = {"--no-tls", "--models-dir", empty, "--host", "127.0.0.1", NULL};
-    TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
+    TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port), 30) == 2);
     TEST_COND("... naming it", logged("none", empty));
 }
 
@@ -522,13 +530,13 @@ static void run_voices(const char *server) {
     snprintf(file, sizeof file, "%s/NATM1.pt", some); /* listed by name: its content is not read here */
     fclose(fopen(file, "w"));
     const char *missing[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", "/nonexistent-voices", NULL};
-    TEST_COND("a missing --voices-dir exits 2", exit_status(start_named(server, "missing", missing, port)) == 2);
+    TEST_COND("a missing --voices-dir exits 2", exit_status(start_named(server, "missing", missing, port), 30) == 2);
     TEST_COND("... naming it", logged("missing", "--voices-dir /nonexistent-voices: cannot open it"));
     const char *none[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", empty, NULL};
-    TEST_COND("an empty --voices-dir exits 2", exit_status(start_named(server, "none", none, port)) == 2);
+    TEST_COND("an empty --voices-dir exits 2", exit_status(start_named(server, "none", none, port), 30) == 2);
     TEST_COND("... saying it holds no voices", logged("none", "holds no voices"));
     const char *bad[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", some, "--voice", "NOPE", NULL};
-    TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port)) == 2);
+    TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port), 30) == 2);
     TEST_COND("... listing the voices there", logged("bad", "--voice 'NOPE' is not in --voices-dir") &&
                                                   logged("bad", "(it has NATM1)"));
 }
@@ -583,14 +591,65 @@ static void run_cert(const char *server) {
     TEST_COND("... exits 0 on SIGTERM", sp_stop(pid) == 0);
 }
 
+/* Copies the file at from into the FIFO at fifo (opening it waits for the server to read it). */
+static int feed(const char *fifo, const char *from) {
+    char buf[65536];
+    int in = open(from, O_RDONLY), out = open(fifo, O_WRONLY);
+    ssize_t n = 0;
+    while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)n) != n) n = -1;
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    return in >= 0 && out >= 0 && n == 0;
+}
+
+/* SIGTERM while the model loads (its tokenizer a FIFO the test writes when it likes, so the load
+ * waits): a second signal ends the server at once (it waited for the load, deaf to signals), and
+ * a load that ends during the stop sends no READY=1 after STOPPING=1. */
+static void run_signal(const char *server) {
+    int port = sp_free_port();
+    const char *files = demo_files(server, port);
+    char weights[400], mimi[400], tok[400], voices[400], fifo[300];
+    snprintf(weights, sizeof weights, "%s/lm.safetensors", files);
+    snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
+    snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
+    snprintf(voices, sizeof voices, "%s/voices", files);
+    snprintf(fifo, sizeof fifo, "%s/tokenizer.fifo", g_dir);
+    TEST_COND("a FIFO for the tokenizer", mkfifo(fifo, 0600) == 0);
+    const char *args[] = {"--no-tls", "--weights", weights, "--mimi", mimi, "--tokenizer", fifo,
+                          "--voices-dir", voices, "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "twice", args, port);
+    TEST_COND("the server listens while its load waits", wait_logged("twice", "listening on", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("the first SIGTERM starts the stop", wait_logged("twice", "draining", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("a second SIGTERM during the load ends the server within 5 s", exit_status(pid, 5) == 0);
+    TEST_COND("... saying so", logged("twice", "stopped during the model load"));
+
+    TEST_COND("notification socket", notify_socket(0) >= 0);
+    pid = start_named(server, "once", args, port);
+    TEST_COND("again, the server listens while its load waits", wait_logged("once", "listening on", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("one SIGTERM starts the stop", wait_logged("once", "draining", pid));
+    TEST_COND("the load is let go on", feed(fifo, tok));
+    TEST_COND("the server exits 0 once it has loaded", exit_status(pid, 30) == 0);
+    const char *notes = notify_read();
+#ifdef PP_HAVE_SYSTEMD
+    TEST_COND("STOPPING=1 sent", strstr(notes, "STOPPING=1") != NULL);
+#endif
+    TEST_COND("no READY=1 after it", !strstr(notes, "READY=1"));
+}
+
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
               unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
               host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0,
-              voices = argc >= 3 && strcmp(argv[1], "voices") == 0, cert = argc >= 3 && strcmp(argv[1], "cert") == 0;
-    if (argc < 3 || (!drain && !unread && !host && !models && !voices && !cert && strcmp(argv[1], "proxy") != 0)) {
+              voices = argc >= 3 && strcmp(argv[1], "voices") == 0, cert = argc >= 3 && strcmp(argv[1], "cert") == 0,
+              sig = argc >= 3 && strcmp(argv[1], "signal") == 0;
+    if (argc < 3 ||
+        (!drain && !unread && !host && !models && !voices && !cert && !sig && strcmp(argv[1], "proxy") != 0)) {
         fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
-                        "host|models|voices|cert SERVER\n");
+                        "host|models|voices|cert|signal SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -606,6 +665,8 @@ int main(int argc, char **argv) {
         run_voices(argv[2]);
     else if (cert)
         run_cert(argv[2]);
+    else if (sig)
+        run_signal(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef PP_WEB_DIR
@@ -54,6 +55,7 @@ typedef struct app {
     char state_dir[4096];
     char paths[5][4096]; /* weights, mimi, tokenizer, voices dir, system prompts ("" none) as resolved */
     pp_demo_files demo;
+    atomic_int loaded; /* the loader thread is done, the model loaded or not */
 } app;
 
 /* Engine thread: output is queued for some socket. */
@@ -280,7 +282,24 @@ static void *load_main(void *arg) {
         PP_INFO("server", "%s", status);
         lifecycle_ready(status);
     }
+    a->loaded = 1;
     return NULL;
+}
+
+/* A load runs to its end (minutes for a large checkpoint from a cold disk), unless a second stop
+ * signal comes: then the process ends at once and the load's work is abandoned. */
+static void join_loader(app *a, pthread_t loader) {
+    if (!a->loaded) PP_INFO("server", "waiting for the model load to end (a second signal stops at once)");
+    const struct timespec poll = {0, 20 * 1000000};
+    while (!a->loaded) {
+        if (lifecycle_stop_requests() >= 2) {
+            PP_INFO("server", "stopped during the model load");
+            pp_log_open(NULL); /* flushes and closes --log-file */
+            _exit(0);
+        }
+        nanosleep(&poll, NULL);
+    }
+    pthread_join(loader, NULL);
 }
 
 static const struct lws_protocol_vhost_options g_ws_default = {NULL, NULL, "default", ""};
@@ -408,7 +427,8 @@ static int run(app *a) {
     s->ctx_alive = 0;
     pthread_mutex_unlock(&s->lock);
     lws_context_destroy(s->ctx);
-    if (have_loader) pthread_join(loader, NULL);
+    if (have_loader) join_loader(a, loader);
+    lifecycle_join();
     engine_destroy(s->engine);
     pp_model_close(s->model);
     pp_backend_destroy(a->backend);
