@@ -354,6 +354,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
                   "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
                   "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
+                  "GET /v1/realtime (WebSocket, OpenAI Realtime-style JSON events); GET /v1/twilio "
+                  "(WebSocket, Twilio Media Streams); "
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
                   "when a new conversation would be accepted, 503 while loading, full or "
                   "draining, for load balancers and readiness probes); GET /health/live (200 "
@@ -371,8 +373,9 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "\nSIGNALS\n");
     print_wrapped(out,
                   "SIGTERM, SIGINT: drain (see --drain-seconds), then exit; a second one exits "
-                  "at once. SIGHUP: reopen --log-file and reload the TLS certificate and key from their "
-                  "files (a bad pair is logged and the old one kept). Under systemd (Type=notify) the server "
+                  "at once, also while the model loads. SIGHUP: reopen --log-file, reload the TLS certificate and "
+                  "key from their files (a bad pair is logged and the old one kept) and the --api-keys file "
+                  "(likewise). Under systemd (Type=notify) the server "
                   "reports READY=1 once the model is loaded, STOPPING=1 when draining, and "
                   "pings the watchdog (WatchdogSec=) from its serving loop.",
                   4);
