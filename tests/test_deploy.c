@@ -455,8 +455,14 @@ static int connects(struct in_addr addr, int port) {
  * a name, stops the start with a message instead of a server that says ready and listens nowhere. */
 static void run_host(const char *server) {
     int port = sp_free_port();
+    /* a listening socket the server inherits (as from a parent), on another address: not its own */
+    struct sockaddr_in other_lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    int inherited = socket(AF_INET, SOCK_STREAM, 0);
+    TEST_COND("a listening socket on 127.0.0.2 to inherit",
+              bind(inherited, (struct sockaddr *)&other_lo, sizeof other_lo) == 0 && listen(inherited, 1) == 0);
     const char *loopback[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "loopback", loopback, port);
+    close(inherited);
     TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
     struct in_addr other;
     if (!other_ipv4(&other)) {

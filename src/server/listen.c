@@ -63,8 +63,9 @@ static int same_address(const listen_addr *a, const struct sockaddr_storage *got
                   sizeof(struct in6_addr)) == 0;
 }
 
-int listen_verify(const listen_addr *a, int *port, char *err) {
-    /* lws 4.1.6 does not hand out its listening socket: it is the process's one accepting TCP socket */
+int listen_verify(const listen_addr *a, int port, char *err) {
+    /* lws 4.1.6 does not hand out its listening socket: it is the process's accepting TCP socket on
+     * the port lws reports (one inherited from a parent may be on another) */
     struct rlimit rl;
     int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
     for (int fd = 0; fd < max; fd++) {
@@ -75,15 +76,15 @@ int listen_verify(const listen_addr *a, int *port, char *err) {
         if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &olen) || !accepting ||
             getsockname(fd, (struct sockaddr *)&ss, &len) || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
             continue;
+        int v4 = ss.ss_family == AF_INET;
+        if (ntohs(v4 ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port) != port)
+            continue;
+        if (same_address(a, &ss)) return PP_OK;
         char got[INET6_ADDRSTRLEN] = "?";
-        const void *addr = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
-                                                   : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
-        inet_ntop(ss.ss_family, addr, got, sizeof got);
-        if (!same_address(a, &ss))
-            return pp_fail(err, PP_EIO, "--host %s: the server listens on %s instead", a->host, got);
-        *port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                              : ((struct sockaddr_in6 *)&ss)->sin6_port);
-        return PP_OK;
+        inet_ntop(ss.ss_family, v4 ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                   : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
+                  got, sizeof got);
+        return pp_fail(err, PP_EIO, "--host %s: the server listens on %s instead", a->host, got);
     }
-    return pp_fail(err, PP_EIO, "--host %s: nothing listens on it (see lws's message above)", a->host);
+    return pp_fail(err, PP_EIO, "--host %s: nothing listens on port %d (see lws's message above)", a->host, port);
 }

@@ -18,8 +18,8 @@ typedef struct listen_addr {
 int listen_addr_parse(const char *host, listen_addr *out, char *err);
 /* Binds a throwaway socket to the address: PP_EIO naming it when this machine does not have it. */
 int listen_addr_available(const listen_addr *a, char *err);
-/* Finds this process's listening TCP socket and sets *port to its port: PP_EIO when none
- * listens, or one listens on another address than a. */
-int listen_verify(const listen_addr *a, int *port, char *err);
+/* Checks this process's listening TCP socket on port (lws's): PP_EIO when none listens there, or
+ * it listens on another address than a. */
+int listen_verify(const listen_addr *a, int port, char *err);
 
 #endif

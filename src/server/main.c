@@ -394,8 +394,8 @@ static int run(app *a) {
     };
     lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE : 0), lws_log_bridge);
     s->ctx = create_context(a, protocols, err);
-    int port = 0;
-    if (!s->ctx || listen_verify(&a->listen, &port, err)) {
+    int port = s->ctx ? lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default")) : 0;
+    if (!s->ctx || listen_verify(&a->listen, port, err)) {
         PP_ERROR("server", "%s", err);
         if (s->ctx) lws_context_destroy(s->ctx);
         metrics_destroy(s->metrics);
