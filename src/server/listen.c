@@ -1,5 +1,4 @@
 /* listen: --host parsed, tried and verified. */
-#define _DEFAULT_SOURCE
 #include "server/listen.h"
 
 #include "base/err.h"

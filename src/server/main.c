@@ -127,7 +127,8 @@ static int resolve_model_paths(app *a, char *err) {
     char found[4096];
     const char *weights = o->weights;
     if (!weights) {
-        if (model_dir_find_weights(o->models_dir, found, sizeof found, err)) return PP_ENOTFOUND;
+        int rc = model_dir_find_weights(o->models_dir, found, sizeof found, err);
+        if (rc) return rc;
         weights = found;
         PP_INFO("server", "no --weights given: using %s", weights);
     }
@@ -405,8 +406,7 @@ static int run(app *a) {
     s->ctx_alive = 1;
     int v6 = a->listen.family == AF_INET6;
     PP_INFO("server", "listening on %s://%s%s%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", v6 ? "[" : "",
-            a->listen.host, v6 ? "]" : "", port,
-            s->static_dir[0] ? s->static_dir : "none");
+            a->listen.host, v6 ? "]" : "", port, s->static_dir[0] ? s->static_dir : "none");
 
     pthread_t loader;
     if (lifecycle_start(s, wake_service, s, err)) {

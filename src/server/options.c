@@ -84,7 +84,8 @@ static const opt_spec g_opts[] = {
      "costs what the real model costs: the start-up calibration and a load test then say how many "
      "conversations this machine holds before the checkpoint is downloaded. Real time needs a GPU."},
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
-     "Voice used when a client sends no voice_prompt (with or without the .pt suffix)."},
+     "Voice used when a client sends no voice_prompt (with or without the .pt suffix). The server "
+     "does not start (exit status 2) when it is not in --voices-dir, or that holds no voices."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
      "tokenized like the reference server does."},
@@ -100,8 +101,9 @@ static const opt_spec g_opts[] = {
     {"port", "N", OPT_INT, F(port), 0, 65535, "8998", NULL,
      "TCP port for HTTP(S) and the WebSocket; 0 picks a free port (logged)."},
     {"cert", "FILE", OPT_STRING, F(cert), 0, 0, NULL, NULL,
-     "TLS certificate chain (PEM). Without --cert/--key a self-signed certificate for "
-     "localhost and 127.0.0.1 is generated once and kept in --state-dir."},
+     "TLS certificate chain (PEM); one that has expired or expires within 30 days is warned about at "
+     "start. Without --cert/--key a self-signed certificate for localhost and 127.0.0.1 is generated "
+     "once and kept in --state-dir, and generated anew when it has 30 days or less left."},
     {"key", "FILE", OPT_STRING, F(key), 0, 0, NULL, NULL, "TLS private key (PEM) for --cert."},
     {"no-tls", NULL, OPT_FLAG, F(no_tls), 0, 1, NULL, NULL,
      "Serve plain HTTP and ws://. Browsers allow the microphone on http://localhost only."},
