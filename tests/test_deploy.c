@@ -477,6 +477,10 @@ static void run_host(const char *server) {
     TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
               exit_status(start_named(server, "absent", absent, port), 30) == 2);
     TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
+    const char *localhost[] = {"--no-tls", "--demo", "--host", "localhost", NULL};
+    pid = start_named(server, "localhost", localhost, port);
+    TEST_COND("--host localhost: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    TEST_COND("--host localhost: exits 0 on SIGTERM", sp_stop(pid) == 0);
     const char *name[] = {"--no-tls", "--demo", "--host", "example.invalid", NULL};
     TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port), 30) == 2);
     TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
