@@ -58,6 +58,15 @@ static void test_parse(void) {
     TEST_COND("dashed key refused with a hint", load(&o, "--port = 1\n", err) == PP_EINVAL && strstr(err, "'port'"));
     TEST_COND("config inside a config refused", load(&o, "config = x\n", err) == PP_EINVAL && strstr(err, "config"));
     TEST_COND("a line without a key refused", load(&o, "= 3\n", err) == PP_EINVAL && strstr(err, ":1:"));
+    /* enumerations are checked as the file is read, not once the model loads */
+    TEST_COND("an unknown device refused with file:line",
+              load(&o, "port = 1\ndevice = gpu\n", err) == PP_EINVAL && strstr(err, "t.conf:2:") &&
+                  strstr(err, "--device: 'gpu' is not auto, cpu or cuda"));
+    TEST_COND("an unknown quantize format refused with file:line",
+              load(&o, "quantize = nf3\n", err) == PP_EINVAL && strstr(err, "t.conf:1:") &&
+                  strstr(err, "'nf3' is not nf2, int4, nf4 or int8"));
+    TEST_COND("a known one taken", load(&o, "quantize = int4\ndevice = cpu\n", err) == PP_OK &&
+                                       strcmp(o.quantize, "int4") == 0 && strcmp(o.device, "cpu") == 0);
     TEST_COND("a missing file named", config_file_load(&o, "/nonexistent/pp.conf", err) == PP_EIO &&
                                           strstr(err, "/nonexistent/pp.conf"));
     server_options_free(&o);

@@ -3,6 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
+ *        test_deploy host|models|voices|cert|signal SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -16,12 +17,15 @@
  * the handshake: the drain happens all the same, and the server says once that notifications were not sent. proxy:
  * instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
  *   --behind-proxy, behind Debian's nginx run as an ordinary process (its own prefix, config
- *   and temp paths, an ephemeral loopback port) with the proxy directives of
- *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake. With A
+ *   and temp paths, an ephemeral loopback port) with the proxy directives and locations of
+ *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake, and an upgrade
+ *   of each WebSocket path (/api/chat, /v1/realtime, /v1/twilio) gets 101. With A
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
  *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
- * Skips (77) when nginx is not installed. */
+ * Skips (77) when nginx is not installed. host, models, voices, cert: the
+ * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry;
+ * signal: stop signals while the model loads (run_signal). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -29,6 +33,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -90,16 +95,26 @@ static int wait_health(int port, const char *needle, pid_t pid) {
     return 0;
 }
 
+/* Sends a WebSocket upgrade of path on fd and reads the answer's first bytes: its HTTP status, or -1. */
+static int upgrade(int fd, const char *path) {
+    char req[512], buf[256];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                     path);
+    ssize_t got;
+    int status = -1;
+    if (fd < 0 || write(fd, req, (size_t)n) != n || (got = read(fd, buf, sizeof buf - 1)) <= 0) return -1;
+    buf[got] = '\0';
+    return sscanf(buf, "HTTP/1.1 %d", &status) == 1 ? status : -1;
+}
+
 /* A child that opens a chat WebSocket on port, reads the 101, then never reads again (so it
  * also never answers a close) until it is killed. */
 static pid_t silent_client(int port) {
     pid_t pid = fork();
     if (pid) return pid;
-    int fd = sp_connect(port, 0);
-    const char req[] = "GET /api/chat HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-    char buf[256];
-    if (fd < 0 || write(fd, req, sizeof req - 1) < 0 || read(fd, buf, sizeof buf) <= 0) _exit(1);
+    if (upgrade(sp_connect(port, 0), "/api/chat") != 101) _exit(1);
     for (;;) pause();
 }
 
@@ -263,10 +278,13 @@ static pid_t start_instance(const char *server, const char *name, int port, cons
     return spawn(argv, log);
 }
 
-/* The proxy part of tools/deploy/nginx.conf, minus TLS, on a private prefix. */
-static int write_nginx_conf(const char *path, int listen, int a, int b) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+/* The shipped tools/deploy/nginx.conf's proxying (its HTTPS server block's directives and
+ * locations, as they are) on a private prefix, in front of instances a and b, without TLS. */
+static int write_nginx_conf(const char *path, const char *source, int listen, int a, int b) {
+    char shipped[600], line[512];
+    snprintf(shipped, sizeof shipped, "%s/tools/deploy/nginx.conf", source);
+    FILE *f = fopen(path, "w"), *in = fopen(shipped, "r");
+    if (!f || !in) return -1;
     fprintf(f,
             "daemon off;\nmaster_process off;\npid %s/nginx.pid;\nerror_log %s/nginx-error.log info;\n"
             "events { worker_connections 64; }\n"
@@ -277,19 +295,15 @@ static int write_nginx_conf(const char *path, int listen, int a, int b) {
             "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n"
             "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n  }\n"
             "  map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n"
-            "  server {\n    listen 127.0.0.1:%d;\n    large_client_header_buffers 4 32k;\n"
-            "    proxy_http_version 1.1;\n    proxy_set_header Host $host;\n"
-            "    proxy_set_header X-Real-IP $remote_addr;\n"
-            "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "    proxy_next_upstream error timeout http_503;\n"
-            "    location = /api/chat {\n      proxy_pass http://personaplex;\n"
-            "      proxy_set_header Host $host;\n      proxy_set_header X-Real-IP $remote_addr;\n"
-            "      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n"
-            "      proxy_read_timeout 1h;\n    }\n"
-            "    location / { proxy_pass http://personaplex; }\n  }\n}\n",
+            "  server {\n    listen 127.0.0.1:%d;\n",
             g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, a, b, listen);
-    return fclose(f);
+    /* from the first directive after the certificate to the block's end */
+    int copying = 0;
+    while (fgets(line, sizeof line, in) && !(copying && strcmp(line, "}\n") == 0))
+        if (copying || (copying = strstr(line, "large_client_header_buffers") != NULL)) fputs(line, f);
+    fclose(in);
+    fprintf(f, "  }\n}\n");
+    return fclose(f) || !copying ? -1 : 0;
 }
 
 /* nginx -t on the shipped example, its certificate paths pointed at a throwaway pair. */
@@ -320,7 +334,7 @@ static void run_proxy(const char *server, const char *source) {
     char conf[300], log[300];
     snprintf(conf, sizeof conf, "%s/nginx.conf", g_dir);
     snprintf(log, sizeof log, "%s/nginx.out", g_dir);
-    write_nginx_conf(conf, pn, pa, pb);
+    TEST_COND("nginx configured from the shipped nginx.conf", write_nginx_conf(conf, source, pn, pa, pb) == 0);
     const char *argv[] = {nginx, "-e", "stderr", "-p", g_dir, "-c", conf, NULL};
     pid_t ng = spawn(argv, log);
     TEST_COND("nginx up", wait_health(pn, "\"ready\":true", ng));
@@ -334,7 +348,15 @@ static void run_proxy(const char *server, const char *source) {
     wc_run(l1, 1, NULL, 0, 20000);
     TEST_COND("a conversation through nginx gets the 0x00 handshake", one.handshakes == 1 && !one.errors);
     wc_conn_free(&one);
-    TEST_COND("its session ends", wait_health(pa, "\"active\":0", a) && wait_health(pb, "\"active\":0", b));
+    /* every WebSocket path gets the upgrade headers through nginx (only /api/chat did: 404) */
+    const char *const paths[] = {"/api/chat", "/v1/realtime", "/v1/twilio"};
+    for (int i = 0; i < 3; i++) {
+        int fd = sp_connect(pn, 0), status = upgrade(fd, paths[i]);
+        if (status != 101) printf("%s through nginx: HTTP %d\n", paths[i], status);
+        TEST_COND("each WebSocket path upgrades through nginx", status == 101);
+        if (fd >= 0) close(fd);
+    }
+    TEST_COND("those sessions end", wait_health(pa, "\"active\":0", a) && wait_health(pb, "\"active\":0", b));
 
     pid_t holder = silent_client(pa);
     TEST_COND("A is full", wait_health(pa, "\"status\":\"full\"", a));
@@ -375,11 +397,269 @@ static void run_proxy(const char *server, const char *source) {
     TEST_COND("B exits 0 on SIGTERM", sp_stop(b) == 0);
 }
 
+/* ---- start-up checks ----------------------------------------------------------------------------- */
+
+/* Starts `server ARGS... --port PORT --state-dir DIR/NAME`, its output in DIR/NAME.log. */
+static pid_t start_named(const char *server, const char *name, const char *const *args, int port) {
+    static char dir[300], log[320], port_s[16];
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", g_dir, name);
+    snprintf(port_s, sizeof port_s, "%d", port);
+    const char *argv[MAX_ARGS + 8] = {server};
+    int n = 1;
+    while (*args && n < MAX_ARGS) argv[n++] = *args++;
+    const char *tail[] = {"--port", port_s, "--state-dir", dir, NULL};
+    memcpy(argv + n, tail, sizeof tail);
+    return spawn(argv, log);
+}
+
+/* The exit status of a server that must stop by itself within `seconds`; -1 (and killed) otherwise. */
+static int exit_status(pid_t pid, int seconds) {
+    int status;
+    for (int i = 0; i < 10 * seconds; i++, usleep(100000))
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static int logged(const char *name, const char *text) {
+    char log[320];
+    snprintf(log, sizeof log, "%s/%s.log", g_dir, name);
+    return test_lines_with(log, text) > 0;
+}
+
+/* An IPv4 address of this machine outside 127/8, in out; 0 when it has none. */
+static int other_ipv4(struct in_addr *out) {
+    struct ifaddrs *list, *i;
+    int found = 0;
+    if (getifaddrs(&list)) return 0;
+    for (i = list; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            *out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            found = (ntohl(out->s_addr) >> 24) != 127;
+        }
+    freeifaddrs(list);
+    return found;
+}
+
+static int connects(struct in_addr addr, int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* --host binds that address only (lws bound an IPv4 literal as [::]); one the machine lacks, or
+ * a name, stops the start with a message instead of a server that says ready and listens nowhere. */
+static void run_host(const char *server) {
+    int port = sp_free_port();
+    /* a listening socket the server inherits (as from a parent), on another address: not its own */
+    struct sockaddr_in other_lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    int inherited = socket(AF_INET, SOCK_STREAM, 0);
+    TEST_COND("a listening socket on 127.0.0.2 to inherit",
+              bind(inherited, (struct sockaddr *)&other_lo, sizeof other_lo) == 0 && listen(inherited, 1) == 0);
+    const char *loopback[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "loopback", loopback, port);
+    close(inherited);
+    TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    struct in_addr other;
+    if (!other_ipv4(&other)) {
+        printf("this machine has no IPv4 address outside 127/8: the other-interface check is skipped\n");
+    } else {
+        char text[INET_ADDRSTRLEN];
+        printf("the other interface: %s\n", inet_ntop(AF_INET, &other, text, sizeof text));
+        TEST_COND("--host 127.0.0.1: the machine's other IPv4 address refuses the port", !connects(other, port));
+    }
+    TEST_COND("--host 127.0.0.1: exits 0 on SIGTERM", sp_stop(pid) == 0);
+    const char *absent[] = {"--no-tls", "--demo", "--host", "192.0.2.77", NULL};
+    TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
+              exit_status(start_named(server, "absent", absent, port), 30) == 2);
+    TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
+    const char *localhost[] = {"--no-tls", "--demo", "--host", "localhost", NULL};
+    pid = start_named(server, "localhost", localhost, port);
+    TEST_COND("--host localhost: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    TEST_COND("--host localhost: exits 0 on SIGTERM", sp_stop(pid) == 0);
+    const char *name[] = {"--no-tls", "--demo", "--host", "example.invalid", NULL};
+    TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port), 30) == 2);
+    TEST_COND("... saying names are refused", logged("name", "'example.invalid' is not a numeric"));
+}
+
+/* Without --weights the server takes the first checkpoint in --models-dir (it said "--weights FILE
+ * is required"); an empty one stops the start naming it. The checkpoint is the demo model's. */
+/* Runs the demo server once for the model files it writes; their directory. */
+static const char *demo_files(const char *server, int port) {
+    static char files[300];
+    const char *demo[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "demo", demo, port);
+    TEST_COND("the demo server writes its model", wait_health(port, "\"status\":\"ok\"", pid) && sp_stop(pid) == 0);
+    snprintf(files, sizeof files, "%s/demo/demo", g_dir);
+    return files;
+}
+
+static void run_models(const char *server) {
+    int port = sp_free_port();
+    const char *files = demo_files(server, port);
+    char models[300], link[400], target[400], mimi[400], tok[400], voices[400];
+    snprintf(models, sizeof models, "%s/models", g_dir);
+    mkdir(models, 0755);
+    const char *pairs[][2] = {{"lm.safetensors", "model-turbo2bit.safetensors"}, {"config.json", "config.json"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(target, sizeof target, "%s/%s", files, pairs[i][0]);
+        snprintf(link, sizeof link, "%s/%s", models, pairs[i][1]);
+        TEST_COND("checkpoint linked into the models dir", symlink(target, link) == 0);
+    }
+    snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
+    snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
+    snprintf(voices, sizeof voices, "%s/voices", files);
+    const char *found[] = {"--no-tls", "--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
+                           "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "found", found, port);
+    TEST_COND("--models-dir without --weights: the server gets ready", wait_health(port, "\"status\":\"ok\"", pid));
+    TEST_COND("... on the checkpoint found there", logged("found", "no --weights given: using") &&
+                                                        logged("found", "model-turbo2bit.safetensors"));
+    TEST_COND("... and exits 0 on SIGTERM", sp_stop(pid) == 0);
+    char empty[300];
+    snprintf(empty, sizeof empty, "%s/empty", g_dir);
+    mkdir(empty, 0755);
+    const char *none[] = {"--no-tls", "--models-dir", empty, "--host", "127.0.0.1", NULL};
+    TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port), 30) == 2);
+    TEST_COND("... naming it", logged("none", empty));
+}
+
+/* A voices dir that is missing or empty, or a default --voice not in it, stops the start (exit 2,
+ * naming the option and the voices there) instead of a server whose every conversation fails. */
+static void run_voices(const char *server) {
+    int port = sp_free_port();
+    char empty[300], some[300], file[400];
+    snprintf(empty, sizeof empty, "%s/empty", g_dir);
+    snprintf(some, sizeof some, "%s/voices", g_dir);
+    mkdir(empty, 0755);
+    mkdir(some, 0755);
+    snprintf(file, sizeof file, "%s/NATM1.pt", some); /* listed by name: its content is not read here */
+    fclose(fopen(file, "w"));
+    const char *missing[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", "/nonexistent-voices", NULL};
+    TEST_COND("a missing --voices-dir exits 2", exit_status(start_named(server, "missing", missing, port), 30) == 2);
+    TEST_COND("... naming it", logged("missing", "--voices-dir /nonexistent-voices: cannot open it"));
+    const char *none[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", empty, NULL};
+    TEST_COND("an empty --voices-dir exits 2", exit_status(start_named(server, "none", none, port), 30) == 2);
+    TEST_COND("... saying it holds no voices", logged("none", "holds no voices"));
+    const char *bad[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--voices-dir", some, "--voice", "NOPE", NULL};
+    TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port), 30) == 2);
+    TEST_COND("... listing the voices there", logged("bad", "--voice 'NOPE' is not in --voices-dir") &&
+                                                  logged("bad", "(it has NATM1)"));
+}
+
+/* Polls name's log for text for up to 30 s, while pid runs. */
+static int wait_logged(const char *name, const char *text, pid_t pid) {
+    for (int i = 0; i < 300; i++, usleep(100000)) {
+        if (logged(name, text)) return 1;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
+    }
+    return 0;
+}
+
+/* A self-signed EC pair valid for `days` days (openssl cannot date one in the past: 10 days stands
+ * for "expires soon", which takes the same path as expired). */
+static int make_pair(const char *cert, const char *key, int days) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days %d -subj /CN=localhost "
+             "-keyout '%s' -out '%s' >/dev/null 2>&1",
+             days, key, cert);
+    return system(cmd) == 0;
+}
+
+/* The generated certificate is replaced when it has 30 days left or less (an expired one was served
+ * as it was); an operator's --cert that close to expiry is warned about. */
+static void run_cert(const char *server) {
+    int port = sp_free_port();
+    char state[300], cert[320], key[320], old[320];
+    snprintf(state, sizeof state, "%s/renew", g_dir);
+    snprintf(cert, sizeof cert, "%s/cert.pem", state);
+    snprintf(key, sizeof key, "%s/key.pem", state);
+    snprintf(old, sizeof old, "%s/old.pem", g_dir);
+    mkdir(state, 0700);
+    /* a second link keeps the old certificate: the server replaces the file by a rename */
+    TEST_COND("a 10-day pair in the state dir", make_pair(cert, key, 10) && link(cert, old) == 0);
+    const char *renew[] = {"--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "renew", renew, port);
+    TEST_COND("the server starts with TLS", wait_logged("renew", "listening on https://", pid));
+    TEST_COND("... saying it replaces the expiring certificate", logged("renew", "generating a new one"));
+    TEST_COND("... and serves a new one", !test_files_equal(cert, old));
+    TEST_COND("... exits 0 on SIGTERM", sp_stop(pid) == 0);
+    char op_cert[320], op_key[320];
+    snprintf(op_cert, sizeof op_cert, "%s/op-cert.pem", g_dir);
+    snprintf(op_key, sizeof op_key, "%s/op-key.pem", g_dir);
+    TEST_COND("an operator's 10-day pair", make_pair(op_cert, op_key, 10));
+    const char *op[] = {"--demo", "--host", "127.0.0.1", "--cert", op_cert, "--key", op_key, NULL};
+    pid = start_named(server, "operator", op, port);
+    TEST_COND("--cert: the server starts with it", wait_logged("operator", "listening on https://", pid));
+    TEST_COND("... warning that it expires soon", logged("operator", "expires in 9 days") ||
+                                                      logged("operator", "expires in 10 days"));
+    TEST_COND("... exits 0 on SIGTERM", sp_stop(pid) == 0);
+}
+
+/* Copies the file at from into the FIFO at fifo (opening it waits for the server to read it). */
+static int feed(const char *fifo, const char *from) {
+    char buf[65536];
+    int in = open(from, O_RDONLY), out = open(fifo, O_WRONLY);
+    ssize_t n = 0;
+    while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)n) != n) n = -1;
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    return in >= 0 && out >= 0 && n == 0;
+}
+
+/* SIGTERM while the model loads (its tokenizer a FIFO the test writes when it likes, so the load
+ * waits): a second signal ends the server at once (it waited for the load, deaf to signals), and
+ * a load that ends during the stop sends no READY=1 after STOPPING=1. */
+static void run_signal(const char *server) {
+    int port = sp_free_port();
+    const char *files = demo_files(server, port);
+    char weights[400], mimi[400], tok[400], voices[400], fifo[300];
+    snprintf(weights, sizeof weights, "%s/lm.safetensors", files);
+    snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
+    snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
+    snprintf(voices, sizeof voices, "%s/voices", files);
+    snprintf(fifo, sizeof fifo, "%s/tokenizer.fifo", g_dir);
+    TEST_COND("a FIFO for the tokenizer", mkfifo(fifo, 0600) == 0);
+    const char *args[] = {"--no-tls", "--weights", weights, "--mimi", mimi, "--tokenizer", fifo,
+                          "--voices-dir", voices, "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "twice", args, port);
+    TEST_COND("the server listens while its load waits", wait_logged("twice", "listening on", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("the first SIGTERM starts the stop", wait_logged("twice", "draining", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("a second SIGTERM during the load ends the server within 5 s", exit_status(pid, 5) == 0);
+    TEST_COND("... saying so", logged("twice", "stopped during the model load"));
+
+    TEST_COND("notification socket", notify_socket(0) >= 0);
+    pid = start_named(server, "once", args, port);
+    TEST_COND("again, the server listens while its load waits", wait_logged("once", "listening on", pid));
+    kill(pid, SIGTERM);
+    TEST_COND("one SIGTERM starts the stop", wait_logged("once", "draining", pid));
+    TEST_COND("the load is let go on", feed(fifo, tok));
+    TEST_COND("the server exits 0 once it has loaded", exit_status(pid, 30) == 0);
+    const char *notes = notify_read();
+#ifdef PP_HAVE_SYSTEMD
+    TEST_COND("STOPPING=1 sent", strstr(notes, "STOPPING=1") != NULL);
+#endif
+    TEST_COND("no READY=1 after it", !strstr(notes, "READY=1"));
+}
+
 int main(int argc, char **argv) {
     const int drain = argc >= 3 && strcmp(argv[1], "drain") == 0,
-              unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0;
-    if (argc < 3 || (!drain && !unread && strcmp(argv[1], "proxy") != 0)) {
-        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR\n");
+              unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
+              host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0,
+              voices = argc >= 3 && strcmp(argv[1], "voices") == 0, cert = argc >= 3 && strcmp(argv[1], "cert") == 0,
+              sig = argc >= 3 && strcmp(argv[1], "signal") == 0;
+    if (argc < 3 ||
+        (!drain && !unread && !host && !models && !voices && !cert && !sig && strcmp(argv[1], "proxy") != 0)) {
+        fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
+                        "host|models|voices|cert|signal SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -387,6 +667,16 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) return 1;
     if (drain || unread)
         run_drain(argv[2], unread, argc - 3, argv + 3);
+    else if (host)
+        run_host(argv[2]);
+    else if (models)
+        run_models(argv[2]);
+    else if (voices)
+        run_voices(argv[2]);
+    else if (cert)
+        run_cert(argv[2]);
+    else if (sig)
+        run_signal(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

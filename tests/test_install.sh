@@ -1,5 +1,6 @@
 #!/bin/sh
-# test_install: `cmake --install` into a temporary prefix, as a packager or operator would.
+# test_install: `cmake --install` to /usr/local staged under a temporary DESTDIR, as README's
+# install does (and a packager would).
 #   test_install.sh tree BUILD_DIR TEST_DEPLOY   the installed tree; the installed server started
 #                                                from the installed configuration (/health, the
 #                                                web UI from share/, the SIGTERM drain); a
@@ -9,7 +10,9 @@
 # Ends with "N passed, N failed"; exit status 1 when a check failed.
 set -u
 mode="$1" build="$2" test_deploy="${3:-}"
-prefix="$(mktemp -d /tmp/pp-install-XXXXXX)"
+root="$(mktemp -d /tmp/pp-install-XXXXXX)" # DESTDIR
+prefix=/usr/local
+tree="$root$prefix"
 passed=0
 failed=0
 check() {
@@ -17,28 +20,30 @@ check() {
 }
 finish() {
     echo "$passed passed, $failed failed"
-    if [ "$failed" -eq 0 ]; then rm -rf "$prefix"; else echo "kept $prefix"; fi
+    if [ "$failed" -eq 0 ]; then rm -rf "$root"; else echo "kept $root"; fi
     [ "$failed" -eq 0 ]
     exit $?
 }
 
-if ! cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1; then
-    cat "$prefix/install.log"
+if ! DESTDIR="$root" cmake --install "$build" --prefix "$prefix" >"$root/install.log" 2>&1; then
+    cat "$root/install.log"
     echo "FAIL: cmake --install"
     exit 1
 fi
-unit="$prefix/lib/systemd/system/personaplex.service"
-conf="$prefix/etc/personaplex/personaplex.conf"
+unit="$tree/lib/systemd/system/personaplex.service"
+conf="$root/etc/personaplex/personaplex.conf"
 
 if [ "$mode" = unit ]; then
     if ! command -v systemd-analyze >/dev/null 2>&1; then
         echo "SKIPPED: systemd-analyze is missing (Debian package systemd)"
-        rm -rf "$prefix"
+        rm -rf "$root"
         exit 77
     fi
     # verify also loads the units the file names (modprobe@.service ...) from the system.
-    # MANPATH: verify also runs `man` for Documentation=, and the manual is in the prefix.
-    out="$(MANPATH="$prefix/share/man:" systemd-analyze verify "$unit" 2>&1)"
+    # MANPATH: verify also runs `man` for Documentation=, and the manual is in the prefix. It also
+    # checks that ExecStart's program exists: a copy of the unit runs the staged one.
+    sed "s|=$prefix/bin/|=$tree/bin/|" "$unit" >"$root/personaplex.service"
+    out="$(MANPATH="$tree/share/man:" systemd-analyze verify "$root/personaplex.service" 2>&1)"
     rc=$?
     [ -n "$out" ] && echo "$out"
     check "systemd-analyze verify passes" "[ $rc -eq 0 ]"
@@ -51,55 +56,56 @@ if [ "$mode" = unit ]; then
 fi
 
 for f in bin/personaplex-server bin/personaplex-inspect bin/personaplex-quantize bin/personaplex-fetch-weights; do
-    check "$f installed and executable" "[ -x '$prefix/$f' ]"
+    check "$f installed and executable" "[ -x '$tree/$f' ]"
 done
-check "web UI in share/personaplex/web" "[ -f '$prefix/share/personaplex/web/index.html' ]"
-check "weights manifest in share/personaplex" "[ -f '$prefix/share/personaplex/weights.sha256' ]"
+check "web UI in share/personaplex/web" "[ -f '$tree/share/personaplex/web/index.html' ]"
+check "weights manifest in share/personaplex" "[ -f '$tree/share/personaplex/weights.sha256' ]"
 check "the systemd unit" "[ -f '$unit' ]"
-check "the unit runs the installed server with the installed configuration" \
-    "grep -qx 'ExecStart=$prefix/bin/personaplex-server --config $prefix/etc/personaplex/personaplex.conf' '$unit'"
-check "the configuration in etc/personaplex" "[ -f '$conf' ]"
-check "the manual page" "[ -f '$prefix/share/man/man1/personaplex-server.1' ]"
+# /etc/personaplex whatever the prefix: README, --help and the unit's ConfigurationDirectory say so
+check "the unit runs the installed server with /etc/personaplex/personaplex.conf" \
+    "grep -qx 'ExecStart=$prefix/bin/personaplex-server --config /etc/personaplex/personaplex.conf' '$unit'"
+check "the configuration in /etc/personaplex" "[ -f '$conf' ]"
+check "the manual page" "[ -f '$tree/share/man/man1/personaplex-server.1' ]"
 if command -v man >/dev/null 2>&1; then
     check "the manual renders without warnings and documents --config" \
-        "[ -z \"\$(MANWIDTH=80 man --warnings -l '$prefix/share/man/man1/personaplex-server.1' 2>&1 >/dev/null)\" ] && \
-         MANWIDTH=80 man -l '$prefix/share/man/man1/personaplex-server.1' 2>/dev/null | grep -q -- '--config FILE'"
+        "[ -z \"\$(MANWIDTH=80 man --warnings -l '$tree/share/man/man1/personaplex-server.1' 2>&1 >/dev/null)\" ] && \
+         MANWIDTH=80 man -l '$tree/share/man/man1/personaplex-server.1' 2>/dev/null | grep -q -- '--config FILE'"
 fi
 check "nginx and Kubernetes examples" \
-    "[ -f '$prefix/share/doc/personaplex/examples/nginx.conf' ] && [ -f '$prefix/share/doc/personaplex/examples/k8s.yaml' ]"
+    "[ -f '$tree/share/doc/personaplex/examples/nginx.conf' ] && [ -f '$tree/share/doc/personaplex/examples/k8s.yaml' ]"
 check "fetch-weights finds its installed manifest" \
-    "'$prefix/bin/personaplex-fetch-weights' --check --dir '$prefix/models' 2>&1 | grep -q 'missing from'"
+    "'$tree/bin/personaplex-fetch-weights' --check --dir '$tree/models' 2>&1 | grep -q 'missing from'"
 
 # The installed server, started from the installed configuration (the command line moves the
 # state directory and the port; the file's other settings stay).
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 28998)"
-"$prefix/bin/personaplex-server" --config "$conf" --demo --no-tls --port "$port" --state-dir "$prefix/state" \
-    >"$prefix/server.log" 2>&1 &
+"$tree/bin/personaplex-server" --config "$conf" --demo --no-tls --port "$port" --state-dir "$tree/state" \
+    >"$tree/server.log" 2>&1 &
 pid=$!
 ok=0
 for _ in $(seq 1 600); do
-    if curl -fs "http://127.0.0.1:$port/health" >"$prefix/health.json" 2>/dev/null; then ok=1; break; fi
+    if curl -fs "http://127.0.0.1:$port/health" >"$tree/health.json" 2>/dev/null; then ok=1; break; fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
 done
-check "the installed server answers /health with 200" "[ $ok -eq 1 ] && grep -q '\"status\":\"ok\"' '$prefix/health.json'"
+check "the installed server answers /health with 200" "[ $ok -eq 1 ] && grep -q '\"status\":\"ok\"' '$tree/health.json'"
 check "it serves the installed web UI" \
-    "grep -q 'web UI: $prefix/share/personaplex/web' '$prefix/server.log' && \
+    "grep -q 'web UI: $tree/share/personaplex/web' '$tree/server.log' && \
      curl -fs 'http://127.0.0.1:$port/' | grep -qi '<html'"
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 check "it exits 0 on SIGTERM" "[ $? -eq 0 ]"
-[ "$failed" -eq 0 ] || cat "$prefix/server.log"
+[ "$failed" -eq 0 ] || cat "$tree/server.log"
 
 if [ -n "$test_deploy" ]; then
     check "the installed server drains on SIGTERM (test_deploy drain)" \
-        "'$test_deploy' drain '$prefix/bin/personaplex-server' --config '$conf' >'$prefix/drain.log' 2>&1"
-    [ "$failed" -eq 0 ] || cat "$prefix/drain.log"
+        "'$test_deploy' drain '$tree/bin/personaplex-server' --config '$conf' >'$tree/drain.log' 2>&1"
+    [ "$failed" -eq 0 ] || cat "$tree/drain.log"
 fi
 
 # A re-install must not overwrite an operator's edits.
 echo "# edited by the operator" >>"$conf"
-cmake --install "$build" --prefix "$prefix" >"$prefix/install2.log" 2>&1
+DESTDIR="$root" cmake --install "$build" --prefix "$prefix" >"$root/install2.log" 2>&1
 check "a re-install keeps the edited configuration" "grep -q 'edited by the operator' '$conf'"
 check "and puts the new one beside it" "[ -f '$conf.example' ]"
 finish

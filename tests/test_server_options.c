@@ -64,6 +64,8 @@ int main(void) {
     int all = 1;
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) all &= strstr(text, must[i]) != NULL;
     TEST_COND("the manual documents every option", all);
+    TEST_COND("... every WebSocket endpoint", strstr(text, "/v1/realtime") && strstr(text, "/v1/twilio"));
+    TEST_COND("... and what SIGHUP reloads", strstr(text, "and the --api-keys file"));
     free(text);
     server_options_free(&o);
     return test_report();

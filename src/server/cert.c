@@ -19,6 +19,7 @@
 #include <openssl/x509v3.h>
 
 #define CERT_DAYS 365
+#define CERT_RENEW_DAYS 30 /* a browser's exception for the old one would lapse within this */
 
 int cert_mkdirs(const char *dir, char *err) {
     char path[4096];
@@ -126,13 +127,41 @@ static int generate(const char *cert_path, const char *key_path, char *err) {
     return rc;
 }
 
+/* Whole days from now until the certificate in path expires (negative once it has): 0, or -1 when
+ * path holds no readable PEM certificate. */
+static int days_left(const char *path, int *days) {
+    FILE *f = fopen(path, "r");
+    X509 *c = f ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    if (f) fclose(f);
+    int secs, ok = c && ASN1_TIME_diff(days, &secs, NULL, X509_get0_notAfter(c));
+    if (ok && *days == 0 && secs < 0) *days = -1; /* expired within the last day */
+    X509_free(c);
+    ERR_clear_error(); /* a failed read must not show up in a later ssl_fail */
+    return ok ? 0 : -1;
+}
+
+void cert_warn_expiry(const char *path) {
+    int days;
+    if (days_left(path, &days) || days >= CERT_RENEW_DAYS) return;
+    if (days < 0)
+        PP_WARN("tls", "--cert %s expired %d day%s ago: clients will refuse it", path, -days, days == -1 ? "" : "s");
+    else
+        PP_WARN("tls", "--cert %s expires in %d day%s: renew it (SIGHUP reloads it)", path, days, days == 1 ? "" : "s");
+}
+
 int cert_ensure(const char *dir, char *cert_path, char *key_path, size_t cap, char *err) {
     if ((size_t)snprintf(cert_path, cap, "%s/cert.pem", dir) >= cap ||
         (size_t)snprintf(key_path, cap, "%s/key.pem", dir) >= cap)
         return pp_fail(err, PP_EIO, "state directory path too long: %s", dir);
-    if (access(cert_path, R_OK) == 0 && access(key_path, R_OK) == 0) {
-        PP_INFO("tls", "using the certificate in %s", cert_path);
-        return PP_OK;
+    int days = 0;
+    if (access(key_path, R_OK) == 0 && days_left(cert_path, &days) == 0) {
+        if (days >= CERT_RENEW_DAYS) {
+            PP_INFO("tls", "using the certificate in %s", cert_path);
+            return PP_OK;
+        }
+        PP_WARN("tls", "the generated certificate in %s %s %d day%s%s: generating a new one", cert_path,
+                days < 0 ? "expired" : "expires in", days < 0 ? -days : days, days == 1 || days == -1 ? "" : "s",
+                days < 0 ? " ago" : "");
     }
     int rc = cert_mkdirs(dir, err);
     if (!rc) rc = generate(cert_path, key_path, err);

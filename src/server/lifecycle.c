@@ -13,7 +13,7 @@
 
 /* Process-wide like the signals they stand for. */
 static atomic_int g_stop_requests; /* SIGTERM/SIGINT received so far */
-static atomic_int g_exiting;       /* lifecycle_stop: the signal thread returns */
+static atomic_int g_exiting;       /* lifecycle_join: the signal thread returns */
 static atomic_int g_reload;        /* SIGHUP: reload the certificate and API keys on the service thread */
 static pthread_t g_thread;
 static int g_have_thread;
@@ -24,6 +24,10 @@ static struct lws_context *g_ctx;  /* service thread only from here on */
 static lws_sorted_usec_list_t g_watchdog_sul, g_deadline_sul;
 static uint64_t g_watchdog_usec;
 static int64_t g_deadline_ns;
+/* READY=1 (loader thread) never after STOPPING=1 (service thread): a load that ends during the
+ * drain would tell systemd the stopping service is up. */
+static pthread_mutex_t g_notify_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_stopping;
 
 static void *signal_main(void *arg) {
     (void)arg;
@@ -76,7 +80,13 @@ int lifecycle_start(server *s, void (*wake)(void *arg), void *arg, char *err) {
     return PP_OK;
 }
 
-void lifecycle_ready(const char *status) { notify_ready(status); }
+void lifecycle_ready(const char *status) {
+    pthread_mutex_lock(&g_notify_lock);
+    if (!g_stopping) notify_ready(status);
+    pthread_mutex_unlock(&g_notify_lock);
+}
+
+int lifecycle_stop_requests(void) { return g_stop_requests; }
 
 int lifecycle_poll(server *s) {
     char err[PP_ERR_LEN];
@@ -93,7 +103,10 @@ int lifecycle_poll(server *s) {
         int open = ws_close_all(s, CLOSE_GOING_AWAY, "server shutting down");
         char status[128];
         snprintf(status, sizeof status, "draining %d conversation%s", open, open == 1 ? "" : "s");
+        pthread_mutex_lock(&g_notify_lock);
+        g_stopping = 1;
         notify_stopping(status);
+        pthread_mutex_unlock(&g_notify_lock);
         PP_INFO("server", "%s (at most %d s)", status, s->opt->drain_seconds);
         g_deadline_ns = pp_now_ns() + (int64_t)s->opt->drain_seconds * 1000000000;
         lws_sul_schedule(g_ctx, 0, &g_deadline_sul, deadline_cb, (lws_usec_t)s->opt->drain_seconds * 1000000);
@@ -112,6 +125,9 @@ void lifecycle_stop(void) {
         lws_sul_cancel(&g_watchdog_sul);
         lws_sul_cancel(&g_deadline_sul);
     }
+}
+
+void lifecycle_join(void) {
     if (g_have_thread) {
         g_exiting = 1;
         pthread_kill(g_thread, SIGTERM);

@@ -13,11 +13,13 @@
 #include "base/pool.h"
 #include "io/onnx_bundle.h"
 #include "io/onnx_mimi.h"
+#include "io/voice.h"
 #include "model/mimi.h"
 #include "server/capacity.h"
 #include "server/cert.h"
 #include "server/config_file.h"
 #include "server/lifecycle.h"
+#include "server/listen.h"
 #include "server/memory.h"
 #include "server/model_dir.h"
 #include "server/tls.h"
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef PP_WEB_DIR
@@ -48,9 +51,11 @@ typedef struct app {
     server_options opt;
     pp_backend *backend;
     pp_kv_format kv; /* --kv-cache as resolved */
+    listen_addr listen; /* --host as bound */
     char state_dir[4096];
     char paths[5][4096]; /* weights, mimi, tokenizer, voices dir, system prompts ("" none) as resolved */
     pp_demo_files demo;
+    atomic_int loaded; /* the loader thread is done, the model loaded or not */
 } app;
 
 /* Engine thread: output is queued for some socket. */
@@ -115,45 +120,70 @@ static void find_state_dir(const server_options *o, char *out, size_t cap) {
 }
 
 /* Fills a->paths from the options: the released file names (and system_prompts.bin when there is
- * one) beside --weights by default, or inside it when it is an ONNX bundle folder. */
+ * one) beside the weights by default, or inside them when they are an ONNX bundle folder. The
+ * weights are --weights, else the first checkpoint found in --models-dir (model_dir.h). */
 static int resolve_model_paths(app *a, char *err) {
     const server_options *o = &a->opt;
-    if (!o->weights) return pp_fail(err, PP_EINVAL, "--weights FILE is required (or --demo for the built-in model)");
-    const char *slash = strrchr(o->weights, '/');
-    int bundle = pp_onnx_bundle_is(o->weights);
-    int dir = bundle ? (int)strlen(o->weights) : slash ? (int)(slash - o->weights) : 1;
-    const char *base = bundle || slash ? o->weights : ".";
-    const char *given[4] = {o->weights, o->mimi, o->tokenizer, o->voices_dir};
+    char found[4096];
+    const char *weights = o->weights;
+    if (!weights) {
+        int rc = model_dir_find_weights(o->models_dir, found, sizeof found, err);
+        if (rc) return rc;
+        weights = found;
+        PP_INFO("server", "no --weights given: using %s", weights);
+    }
+    const char *slash = strrchr(weights, '/');
+    int bundle = pp_onnx_bundle_is(weights);
+    int dir = bundle ? (int)strlen(weights) : slash ? (int)(slash - weights) : 1;
+    const char *base = bundle || slash ? weights : ".";
+    const char *given[4] = {weights, o->mimi, o->tokenizer, o->voices_dir};
     const char *beside[4] = {NULL, PP_MIMI_FILE, TOKENIZER_FILE, "voices"};
     for (int i = 0; i < 4; i++) {
         size_t cap = sizeof a->paths[i];
         int n = given[i] ? snprintf(a->paths[i], cap, "%s", given[i])
                          : snprintf(a->paths[i], cap, "%.*s/%s", dir, base, beside[i]);
-        if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", o->weights);
+        if (n < 0 || (size_t)n >= cap) return pp_fail(err, PP_EINVAL, "path too long beside %s", weights);
     }
     /* named system prompts: a bundle's, or one personaplex-convert wrote beside the checkpoint */
     snprintf(a->paths[4], sizeof a->paths[4], "%.*s/%s", dir, base, PP_ONNX_PROMPTS);
     if (access(a->paths[4], R_OK)) a->paths[4][0] = '\0';
     /* a bundle's codec: the released file when it is there, else its own graphs */
     if (bundle && !o->mimi && access(a->paths[1], R_OK)) {
-        snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", o->weights, PP_ONNX_MIMI_ENCODER);
+        snprintf(a->paths[1], sizeof a->paths[1], "%s/%s", weights, PP_ONNX_MIMI_ENCODER);
         if (access(a->paths[1], R_OK))
-            return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", o->weights,
+            return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", weights,
                            PP_ONNX_MIMI_ENCODER, PP_MIMI_FILE);
     }
     return PP_OK;
 }
 
-/* --kv-cache: auto is int8 on every backend. A frame reads each conversation's whole ring, and f32
- * quadruples those bytes: on the CPU at context 3000, 3.1 of an NF2 frame's 5.1 GB, so that real
- * time needs about twice the memory bandwidth (docs/model.md §3.4). int8 keeps the logits within
- * 5e-3 of f32 (test_kv_cache); f32 stays for the reference's numerics on request. */
-static int kv_format(const char *name, pp_kv_format *out, char *err) {
-    if (strcmp(name, "auto") == 0)
-        *out = PP_KV_INT8;
-    else if (pp_kv_format_parse(name, out) != 0)
-        return pp_fail(err, PP_EINVAL, "--kv-cache: '%s' is not auto, f32, bf16 or int8", name);
+/* The voices directory has voices and the default --voice is one of them: else every conversation
+ * would fail at its start while /health says ok. */
+static int check_voices(const char *dir, const char *voice, char *err) {
+    char **names = NULL, path[4200], have[256] = "";
+    size_t count = 0, len = 0;
+    if (pp_voice_list(dir, &names, &count, err))
+        return pp_fail(err, PP_ENOTFOUND, "--voices-dir %s: cannot open it", dir);
+    int rc = count ? pp_voice_resolve(dir, voice, path, sizeof path, err) : PP_ENOTFOUND;
+    for (size_t i = 0; i < count && i < 8 && len < sizeof have; i++)
+        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "", names[i]);
+    free(names);
+    if (!count) return pp_fail(err, PP_ENOTFOUND, "--voices-dir %s holds no voices (NAME.pt or NAME.bin files)", dir);
+    if (rc)
+        return pp_fail(err, rc, "--voice '%s' is not in --voices-dir %s (it has %s%s)", voice, dir, have,
+                       count > 8 ? ", ..." : "");
     return PP_OK;
+}
+
+/* --kv-cache (one of the option table's words): auto is int8 on every backend. A frame reads each
+ * conversation's whole ring, and f32 quadruples those bytes: on the CPU at context 3000, 3.1 of an
+ * NF2 frame's 5.1 GB, so that real time needs about twice the memory bandwidth (docs/model.md
+ * §3.4). int8 keeps the logits within 5e-3 of f32 (test_kv_cache); f32 stays for the reference's
+ * numerics on request. */
+static pp_kv_format kv_format(const char *name) {
+    pp_kv_format f = PP_KV_INT8;
+    if (strcmp(name, "auto") != 0) pp_kv_format_parse(name, &f);
+    return f;
 }
 
 /* KV format, prompt cache, the measured capacity, and the engine sized for it. */
@@ -222,7 +252,7 @@ static void *load_main(void *arg) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/demo", a->state_dir);
         pp_demo_opts demo = {.lm_context = a->opt.demo_context};
-        pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked in main */
+        pp_demo_size_parse(a->opt.demo_size, &demo.size); /* checked by the option table */
         rc = pp_demo_write_opts(dir, &demo, &a->demo, err);
         pp_model_paths demo_paths = pp_demo_paths(&a->demo); /* mp's quantize options stay */
         mp.weights = demo_paths.weights;
@@ -253,7 +283,24 @@ static void *load_main(void *arg) {
         PP_INFO("server", "%s", status);
         lifecycle_ready(status);
     }
+    a->loaded = 1;
     return NULL;
+}
+
+/* A load runs to its end (minutes for a large checkpoint from a cold disk), unless a second stop
+ * signal comes: then the process ends at once and the load's work is abandoned. */
+static void join_loader(app *a, pthread_t loader) {
+    if (!a->loaded) PP_INFO("server", "waiting for the model load to end (a second signal stops at once)");
+    const struct timespec poll = {0, 20 * 1000000};
+    while (!a->loaded) {
+        if (lifecycle_stop_requests() >= 2) {
+            PP_INFO("server", "stopped during the model load");
+            pp_log_open(NULL); /* flushes and closes --log-file */
+            _exit(0);
+        }
+        nanosleep(&poll, NULL);
+    }
+    pthread_join(loader, NULL);
 }
 
 static const struct lws_protocol_vhost_options g_ws_default = {NULL, NULL, "default", ""};
@@ -264,7 +311,9 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = a->opt.port;
-    info.iface = a->opt.host;
+    info.iface = a->listen.host;
+    /* with IPv6 on, lws binds an IPv4 literal as [::], every interface */
+    if (a->listen.family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.protocols = protocols;
     info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
     info.user = &a->srv;
@@ -286,11 +335,8 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.ka_interval = a->opt.io_timeout / 3 + 1;
     info.ka_probes = 3;
     if (!a->opt.no_tls) {
-        if (a->opt.cert || a->opt.key) {
-            if (!a->opt.cert || !a->opt.key) {
-                pp_fail(err, PP_EINVAL, "--cert and --key go together");
-                return NULL;
-            }
+        if (a->opt.cert) { /* with --key: checked in main */
+            cert_warn_expiry(a->opt.cert);
             snprintf(cert, sizeof cert, "%s", a->opt.cert);
             snprintf(key, sizeof key, "%s", a->opt.key);
         } else if (cert_ensure(a->state_dir, cert, key, sizeof cert, err)) {
@@ -302,7 +348,7 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     }
     struct lws_context *ctx = lws_create_context(&info);
     if (!ctx) pp_fail(err, PP_EIO, "cannot listen on %s:%d (address in use, bad --host or bad certificate?)",
-                      a->opt.host, a->opt.port);
+                      a->listen.host, a->opt.port);
     return ctx;
 }
 
@@ -320,7 +366,14 @@ static int run(app *a) {
     const server_options *o = &a->opt;
     find_state_dir(o, a->state_dir, sizeof a->state_dir);
     find_static_dir(o, s->static_dir, sizeof s->static_dir);
-    if (!o->demo && resolve_model_paths(a, err)) {
+    /* the demo model writes its own voices while it loads; a --voices-dir given with it is checked */
+    const char *voices = o->demo ? o->voices_dir : a->paths[3];
+    if ((!o->demo && resolve_model_paths(a, err)) || (voices && check_voices(voices, o->voice, err))) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        return 2;
+    }
+    /* a wrong --host stops the start here, not after the model has loaded */
+    if (listen_addr_parse(o->host, &a->listen, err) || listen_addr_available(&a->listen, err)) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
     }
@@ -342,16 +395,18 @@ static int run(app *a) {
     };
     lws_set_log_level(LLL_ERR | LLL_WARN | (pp_log_get_level() == PP_LOG_DEBUG ? LLL_NOTICE : 0), lws_log_bridge);
     s->ctx = create_context(a, protocols, err);
-    if (!s->ctx) {
+    int port = s->ctx ? lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default")) : 0;
+    if (!s->ctx || listen_verify(&a->listen, port, err)) {
         PP_ERROR("server", "%s", err);
+        if (s->ctx) lws_context_destroy(s->ctx);
         metrics_destroy(s->metrics);
         apikeys_free(s->keys);
         return 1;
     }
     s->ctx_alive = 1;
-    int port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));
-    PP_INFO("server", "listening on %s://%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", o->host, port,
-            s->static_dir[0] ? s->static_dir : "none");
+    int v6 = a->listen.family == AF_INET6;
+    PP_INFO("server", "listening on %s://%s%s%s:%d/ (web UI: %s)", o->no_tls ? "http" : "https", v6 ? "[" : "",
+            a->listen.host, v6 ? "]" : "", port, s->static_dir[0] ? s->static_dir : "none");
 
     pthread_t loader;
     if (lifecycle_start(s, wake_service, s, err)) {
@@ -372,7 +427,8 @@ static int run(app *a) {
     s->ctx_alive = 0;
     pthread_mutex_unlock(&s->lock);
     lws_context_destroy(s->ctx);
-    if (have_loader) pthread_join(loader, NULL);
+    if (have_loader) join_loader(a, loader);
+    lifecycle_join();
     engine_destroy(s->engine);
     pp_model_close(s->model);
     pp_backend_destroy(a->backend);
@@ -401,37 +457,26 @@ int main(int argc, char **argv) {
         server_options_free(&a.opt);
         return 0;
     }
-    int level = pp_log_parse_level(a.opt.log_level);
-    if (level < 0) {
-        fprintf(stderr, "personaplex-server: --log-level: '%s' is not debug, info, warn or error\n", a.opt.log_level);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    pp_log_set_level((pp_log_level)level);
+    /* the option table has checked the words of --log-level, --demo-size, --echo-cancel, --kv-cache,
+     * --device and --quantize; what is left are the pairings and this build's abilities */
+    pp_log_set_level((pp_log_level)pp_log_parse_level(a.opt.log_level));
     pp_demo_size demo_size;
-    if (pp_demo_size_parse(a.opt.demo_size, &demo_size) != 0) {
-        fprintf(stderr, "personaplex-server: --demo-size: '%s' is not tiny or released\n", a.opt.demo_size);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (demo_size != PP_DEMO_TINY && !a.opt.demo) { /* a size asked for, and a checkpoint would run */
-        fprintf(stderr, "personaplex-server: --demo-size %s describes the --demo model; add --demo\n", a.opt.demo_size);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (echo_cancel_parse(a.opt.echo_cancel) < 0) {
-        fprintf(stderr, "personaplex-server: --echo-cancel: '%s' is not off, auto or on\n", a.opt.echo_cancel);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (kv_format(a.opt.kv_cache, &a.kv, err) != PP_OK) {
+    pp_demo_size_parse(a.opt.demo_size, &demo_size);
+    a.kv = kv_format(a.opt.kv_cache);
+    err[0] = '\0';
+    if (demo_size != PP_DEMO_TINY && !a.opt.demo) /* a size asked for, and a checkpoint would run */
+        snprintf(err, sizeof err, "--demo-size %s describes the --demo model; add --demo", a.opt.demo_size);
+    else if (!a.opt.no_tls && !a.opt.cert != !a.opt.key)
+        snprintf(err, sizeof err, "--cert and --key go together (%s given alone)", a.opt.cert ? "--cert" : "--key");
+    else if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available())
+        snprintf(err, sizeof err, "--echo-cancel on: this build has no echo canceller "
+                                  "(libwebrtc-audio-processing-dev was missing)");
+#ifndef PP_HAVE_CUDA
+    else if (strcmp(a.opt.device, "cuda") == 0)
+        snprintf(err, sizeof err, "--device cuda: this build has no CUDA backend (built with PP_CUDA=OFF)");
+#endif
+    if (err[0]) {
         fprintf(stderr, "personaplex-server: %s\n", err);
-        server_options_free(&a.opt);
-        return 2;
-    }
-    if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available()) {
-        fprintf(stderr, "personaplex-server: --echo-cancel on: this build has no echo canceller "
-                        "(libwebrtc-audio-processing-dev was missing)\n");
         server_options_free(&a.opt);
         return 2;
     }

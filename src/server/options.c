@@ -13,7 +13,9 @@
     "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "    \
     "engaging way."
 
-typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG, OPT_COUNT } opt_kind; /* COUNT: N or "auto" (0) */
+/* COUNT: N or "auto" (0). ENUM: a string, one of the '|'-separated words of the option's arg, so
+ * that a config file's bad value is refused with its file:line before anything loads. */
+typedef enum { OPT_STRING, OPT_INT, OPT_INT64, OPT_FLAG, OPT_COUNT, OPT_ENUM } opt_kind;
 
 typedef struct opt_spec {
     const char *name;    /* long name without "--"; also the config-file key */
@@ -53,7 +55,7 @@ static const opt_spec g_opts[] = {
     {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
      "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
      "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
-    {"quantize", "FORMAT", OPT_STRING, F(quantize), 0, 0, NULL, NULL,
+    {"quantize", "nf2|int4|nf4|int8", OPT_ENUM, F(quantize), 0, 0, NULL, NULL,
      "Quantize a BF16/F16/F32 checkpoint while it loads, tensor by tensor: nf2, int4, nf4 or int8 "
      "(bitsandbytes' 8-bit layout, one scale per 128 inputs). The weights come out exactly as "
      "personaplex-quantize would write them, and host memory stays near their quantized size plus one "
@@ -75,14 +77,15 @@ static const opt_spec g_opts[] = {
     {"demo", NULL, OPT_FLAG, F(demo), 0, 1, NULL, NULL,
      "Run a tiny built-in model generated at start-up (no download): it speaks nonsense but "
      "exercises the whole pipeline in real time on a small CPU. /health reports model \"demo\"."},
-    {"demo-size", "SIZE", OPT_STRING, F(demo_size), 0, 0, "tiny", NULL,
+    {"demo-size", "tiny|released", OPT_ENUM, F(demo_size), 0, 0, "tiny", NULL,
      "The --demo model's size: tiny, or released: the released model's shapes (32 layers of 4096, the "
      "full Mimi codec) with random NF2 weights, as model-turbo2bit.safetensors, written to "
      "STATE_DIR/demo at start-up (2.6 GB: 2.2 GB of LM, 0.3 GB of codec; about 20 s). It speaks nonsense too, but "
      "costs what the real model costs: the start-up calibration and a load test then say how many "
      "conversations this machine holds before the checkpoint is downloaded. Real time needs a GPU."},
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
-     "Voice used when a client sends no voice_prompt (with or without the .pt suffix)."},
+     "Voice used when a client sends no voice_prompt (with or without the .pt suffix). The server "
+     "does not start (exit status 2) when it is not in --voices-dir, or that holds no voices."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
      "tokenized like the reference server does."},
@@ -92,13 +95,15 @@ static const opt_spec g_opts[] = {
      "Base sampling seed; a client's seed, text_seed or audio_seed query parameter overrides "
      "it for its session. -1 draws a fresh seed per session."},
     {"host", "ADDR", OPT_STRING, F(host), 0, 0, "127.0.0.1", "Network",
-     "Address to listen on. Use 0.0.0.0 to accept other machines (browsers then need TLS for "
-     "the microphone)."},
+     "Address to listen on, and only there: a numeric IPv4 or IPv6 address of this machine, or "
+     "localhost (127.0.0.1); other names are refused. Use 0.0.0.0 (or ::) to accept other machines "
+     "(browsers then need TLS for the microphone)."},
     {"port", "N", OPT_INT, F(port), 0, 65535, "8998", NULL,
      "TCP port for HTTP(S) and the WebSocket; 0 picks a free port (logged)."},
     {"cert", "FILE", OPT_STRING, F(cert), 0, 0, NULL, NULL,
-     "TLS certificate chain (PEM). Without --cert/--key a self-signed certificate for "
-     "localhost and 127.0.0.1 is generated once and kept in --state-dir."},
+     "TLS certificate chain (PEM); one that has expired or expires within 30 days is warned about at "
+     "start. Without --cert/--key a self-signed certificate for localhost and 127.0.0.1 is generated "
+     "once and kept in --state-dir, and generated anew when it has 30 days or less left."},
     {"key", "FILE", OPT_STRING, F(key), 0, 0, NULL, NULL, "TLS private key (PEM) for --cert."},
     {"no-tls", NULL, OPT_FLAG, F(no_tls), 0, 1, NULL, NULL,
      "Serve plain HTTP and ws://. Browsers allow the microphone on http://localhost only."},
@@ -108,7 +113,7 @@ static const opt_spec g_opts[] = {
      "conversations it can hold in real time and in memory and which limit binds; auto admits "
      "that many (at least 1, at most 256), N caps it further. One more gets an 0x05 \"server "
      "full\" message and a close."},
-    {"kv-cache", "FORMAT", OPT_STRING, F(kv_cache), 0, 0, "auto", NULL,
+    {"kv-cache", "auto|f32|bf16|int8", OPT_ENUM, F(kv_cache), 0, 0, "auto", NULL,
      "Storage of each conversation's KV cache: f32 (the reference's numerics), bf16 (half the "
      "memory) or int8 (a quarter, one scale per slot and head; logits stay within 5e-3 of f32). "
      "auto: int8 on every backend. Each frame reads the whole cache, so f32 costs memory "
@@ -134,7 +139,7 @@ static const opt_spec g_opts[] = {
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},
-    {"device", "NAME", OPT_STRING, F(device), 0, 0, "auto", "Runtime",
+    {"device", "auto|cpu|cuda", OPT_ENUM, F(device), 0, 0, "auto", "Runtime",
      "Compute backend: cuda, cpu or auto (CUDA when a GPU is present)."},
     {"threads", "N", OPT_INT, F(threads), 0, 1024, "0", NULL,
      "CPU threads of each parallel stage (the CPU backend, the conversations' audio encoding); 0 uses every online "
@@ -142,7 +147,7 @@ static const opt_spec g_opts[] = {
     {"state-dir", "DIR", OPT_STRING, F(state_dir), 0, 0, NULL, NULL,
      "Where the generated certificate, its key (mode 0600) and the demo model live. Default: "
      "$XDG_STATE_HOME/personaplex, else ~/.local/state/personaplex."},
-    {"log-level", "LEVEL", OPT_STRING, F(log_level), 0, 0, "info", NULL, "debug, info, warn or error."},
+    {"log-level", "debug|info|warn|error", OPT_ENUM, F(log_level), 0, 0, "info", NULL, "debug, info, warn or error."},
     {"log-file", "FILE", OPT_STRING, F(log_file), 0, 0, NULL, NULL,
      "Append log lines to FILE instead of standard error. SIGHUP reopens it (log rotation)."},
     {"drain-seconds", "N", OPT_INT, F(drain_seconds), 0, 3600, "10", NULL,
@@ -158,7 +163,7 @@ static const opt_spec g_opts[] = {
      "A client that sends no audio keeps its conversation alive: after a second without audio "
      "the model hears silence, one frame every 80 ms, and keeps talking. After N seconds "
      "without any audio the conversation ends with an 0x05 message and a close. 0: never."},
-    {"echo-cancel", "MODE", OPT_STRING, F(echo_cancel), 0, 0, "auto", NULL,
+    {"echo-cancel", "off|auto|on", OPT_ENUM, F(echo_cancel), 0, 0, "auto", NULL,
      "Echo cancellation of the uplink against the audio the server sent (WebRTC's canceller; "
      "for listeners on speakers, whose microphone hears the model). off: never. auto: for "
      "conversations whose query asks for it (echo_cancel=1). on: for all but those whose query "
@@ -201,6 +206,20 @@ static int parse_integer(const opt_spec *s, const char *value, long long *out, c
     return PP_OK;
 }
 
+/* value is one of the words of s->arg; else PP_EINVAL listing them ("is not a, b or c"). */
+static int check_choice(const opt_spec *s, const char *value, char *err) {
+    char list[128] = "";
+    size_t len = 0;
+    for (const char *w = s->arg; *w;) {
+        size_t n = strcspn(w, "|");
+        if (strlen(value) == n && strncmp(value, w, n) == 0) return PP_OK;
+        const char *sep = w == s->arg ? "" : w[n] ? ", " : " or ";
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%.*s", sep, (int)n, w);
+        w += n + (w[n] == '|');
+    }
+    return pp_fail(err, PP_EINVAL, "--%s: '%s' is not %s", s->name, value, list);
+}
+
 static int opt_apply(server_options *o, const opt_spec *s, const char *value, char *err) {
     char *field = (char *)o + s->offset;
     long long v;
@@ -225,8 +244,10 @@ static int opt_apply(server_options *o, const opt_spec *s, const char *value, ch
         if ((rc = parse_integer(s, value, &v, err))) return rc;
         *(int64_t *)field = v;
         return PP_OK;
+    case OPT_ENUM:
     case OPT_STRING: {
         if (!value) return pp_fail(err, PP_EINVAL, "--%s needs a value", s->name);
+        if (s->kind == OPT_ENUM && (rc = check_choice(s, value, err))) return rc;
         char *copy = strdup(value);
         if (!copy) return pp_fail(err, PP_ENOMEM, "--%s: out of memory", s->name);
         free(*(char **)field);
@@ -258,7 +279,7 @@ int server_options_init(server_options *o, char *err) {
 
 void server_options_free(server_options *o) {
     for (size_t i = 0; i < N_OPTS; i++) {
-        if (g_opts[i].kind != OPT_STRING) continue;
+        if (g_opts[i].kind != OPT_STRING && g_opts[i].kind != OPT_ENUM) continue;
         char **field = (char **)((char *)o + g_opts[i].offset);
         free(*field);
         *field = NULL;
@@ -335,6 +356,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
                   "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
                   "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
+                  "GET /v1/realtime (WebSocket, OpenAI Realtime-style JSON events); GET /v1/twilio "
+                  "(WebSocket, Twilio Media Streams); "
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
                   "when a new conversation would be accepted, 503 while loading, full or "
                   "draining, for load balancers and readiness probes); GET /health/live (200 "
@@ -352,8 +375,9 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "\nSIGNALS\n");
     print_wrapped(out,
                   "SIGTERM, SIGINT: drain (see --drain-seconds), then exit; a second one exits "
-                  "at once. SIGHUP: reopen --log-file and reload the TLS certificate and key from their "
-                  "files (a bad pair is logged and the old one kept). Under systemd (Type=notify) the server "
+                  "at once, also while the model loads. SIGHUP: reopen --log-file, reload the TLS certificate and "
+                  "key from their files (a bad pair is logged and the old one kept) and the --api-keys file "
+                  "(likewise). Under systemd (Type=notify) the server "
                   "reports READY=1 once the model is loaded, STOPPING=1 when draining, and "
                   "pings the watchdog (WatchdogSec=) from its serving loop.",
                   4);

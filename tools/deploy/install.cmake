@@ -1,15 +1,12 @@
 # Run by `cmake --install` (CMakeLists.txt, deployment section) with PP_SOURCE_DIR,
 # PP_BINARY_DIR and PP_SYSTEMD_UNITDIR set. It writes the systemd unit for the prefix actually
 # installed to (`cmake --install --prefix DIR` may differ from the configured one) and puts
-# the configuration in the prefix's etc/personaplex (/etc/personaplex for the /usr prefix).
+# the configuration in /etc/personaplex for every prefix: the unit's ConfigurationDirectory, and
+# where README and --help send the operator (/usr/local/etc would be a second place to look).
 # An existing personaplex.conf is an operator's: it is kept, and the new one goes beside it as
 # personaplex.conf.example. file(INSTALL) adds $DESTDIR itself; the existence test must too.
 set(prefix "${CMAKE_INSTALL_PREFIX}")
-if(prefix STREQUAL "/usr")
-  set(PP_CONFDIR /etc/personaplex)
-else()
-  set(PP_CONFDIR "${prefix}/etc/personaplex")
-endif()
+set(PP_CONFDIR /etc/personaplex)
 set(PP_BINDIR "${prefix}/bin")
 
 # One staging file per prefix: two installs may run at once (the tests do).
