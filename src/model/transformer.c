@@ -287,32 +287,31 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-/* The layers over n rows of x. Rows attend either as separate conversations (caches, tables:
- * one call a layer) or, with `one`, as that conversation's consecutive positions from `first`:
- * one call a layer when their stores fit its rings beside every row's window, else a call a row
- * in order. */
+/* The layers over n rows of x. Rows attend as separate conversations (caches, tables: one call a
+ * layer) or, with `prefill`, as the consecutive positions from `first` of one conversation
+ * (caches[0]): one call a layer when their stores fit its rings beside every row's window, else a
+ * call a row in order. */
 static void layers(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
-                   const pp_kv_ring *const *tables, pp_tf_cache *one, int64_t first, int n, float *x,
-                   const int32_t *pos, int step, float *layer_out) {
+                   const pp_kv_ring *const *tables, int prefill, int64_t first, int n, float *x, const int32_t *pos,
+                   int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
     int d = s->dim, hd = s->dim / s->num_heads;
-    const int row_by_row = one && !pp_kv_ring_takes_rows(&one->rings[0], first, n);
+    const int row_by_row = prefill && !pp_kv_ring_takes_rows(&caches[0]->rings[0], first, n);
     const float rope = s->rope ? s->max_period : 0.0f;
     /* Each normalization runs with the product after it (norm_matmul), each residual add with
      * the product before it (matmul_add, matmul_silu_add). */
     for (int l = 0; l < s->num_layers; l++) {
         const pp_tf_layer *L = &tf->layers[l];
         const pp_tf_step *w = &L->steps[step];
+        const pp_kv_ring *ring = &caches[0]->rings[l];
         op->norm_matmul(be, x, L->norm1, n, d, s->eps, sc->h, &w->qkv, sc->qkv);
         if (row_by_row)
             for (int r = 0; r < n; r++)
-                op->attn_rows(be, sc->qkv + (size_t)r * 3 * d, 1, s->num_heads, hd, rope, &one->rings[l], NULL, l,
-                              pos + r, sc->att + (size_t)r * d);
-        else if (one)
-            op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, &one->rings[l], NULL, l, pos, sc->att);
+                op->attn_rows(be, sc->qkv + (size_t)r * 3 * d, 1, s->num_heads, hd, rope, ring, NULL, l, pos + r,
+                              sc->att + (size_t)r * d);
         else
-            op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, &caches[0]->rings[l], tables, l, pos, sc->att);
+            op->attn_rows(be, sc->qkv, n, s->num_heads, hd, rope, ring, prefill ? NULL : tables, l, pos, sc->att);
         op->matmul_add(be, &w->out, sc->att, n, x);
         op->norm_matmul(be, x, L->norm2, n, d, s->eps, sc->h, &w->ffn_in, sc->u);
         op->matmul_silu_add(be, &w->ffn_out, sc->u, n, x);
@@ -323,13 +322,13 @@ static void layers(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
 
 void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
                    const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
-    layers(be, tf, sc, caches, tables, NULL, 0, n, x, pos, step, layer_out);
+    layers(be, tf, sc, caches, tables, 0, 0, n, x, pos, step, layer_out);
 }
 
 void pp_tf_prefill(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *cache, int64_t first, int n,
                    float *x, const int32_t *pos) {
     pp_tf_cache *const caches[1] = {cache};
-    layers(be, tf, sc, caches, NULL, cache, first, n, x, pos, 0, NULL);
+    layers(be, tf, sc, caches, NULL, 1, first, n, x, pos, 0, NULL);
 }
 
 void pp_tf_weight_stats(const pp_tf *tf, pp_weight_stats *stats) {
