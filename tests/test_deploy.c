@@ -429,6 +429,21 @@ static int logged(const char *name, const char *text) {
     return test_lines_with(log, text) > 0;
 }
 
+/* Polls name's log for text for up to 30 s, while pid runs. */
+static int wait_logged(const char *name, const char *text, pid_t pid) {
+    for (int i = 0; i < 300; i++, usleep(100000)) {
+        if (logged(name, text)) return 1;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
+    }
+    return 0;
+}
+
+/* The server `name` (pid) says it is ready in its own log, then answers /health on port: the log
+ * first, since a port reused between servers may meanwhile answer for another test's server. */
+static int wait_ready(const char *name, pid_t pid, int port, const char *health) {
+    return wait_logged(name, "server: ready", pid) && wait_health(port, health, pid);
+}
+
 /* An IPv4 address of this machine outside 127/8, in out; 0 when it has none. */
 static int other_ipv4(struct in_addr *out) {
     struct ifaddrs *list, *i;
@@ -463,7 +478,7 @@ static void run_host(const char *server) {
     const char *loopback[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "loopback", loopback, port);
     close(inherited);
-    TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_ready("loopback", pid, port, "\"status\""));
     struct in_addr other;
     if (!other_ipv4(&other)) {
         printf("this machine has no IPv4 address outside 127/8: the other-interface check is skipped\n");
@@ -479,7 +494,7 @@ static void run_host(const char *server) {
     TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
     const char *localhost[] = {"--no-tls", "--demo", "--host", "localhost", NULL};
     pid = start_named(server, "localhost", localhost, port);
-    TEST_COND("--host localhost: /health answers on 127.0.0.1", wait_health(port, "\"status\"", pid));
+    TEST_COND("--host localhost: /health answers on 127.0.0.1", wait_ready("localhost", pid, port, "\"status\""));
     TEST_COND("--host localhost: exits 0 on SIGTERM", sp_stop(pid) == 0);
     const char *name[] = {"--no-tls", "--demo", "--host", "example.invalid", NULL};
     TEST_COND("--host example.invalid (a name) exits 2", exit_status(start_named(server, "name", name, port), 30) == 2);
@@ -493,7 +508,8 @@ static const char *demo_files(const char *server, int port) {
     static char files[300];
     const char *demo[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "demo", demo, port);
-    TEST_COND("the demo server writes its model", wait_health(port, "\"status\":\"ok\"", pid) && sp_stop(pid) == 0);
+    TEST_COND("the demo server writes its model",
+              wait_ready("demo", pid, port, "\"status\":\"ok\"") && sp_stop(pid) == 0);
     snprintf(files, sizeof files, "%s/demo/demo", g_dir);
     return files;
 }
@@ -513,10 +529,11 @@ static void run_models(const char *server) {
     snprintf(mimi, sizeof mimi, "%s/mimi/mimi.safetensors", files);
     snprintf(tok, sizeof tok, "%s/tokenizer.model", files);
     snprintf(voices, sizeof voices, "%s/voices", files);
-    const char *found[] = {"--no-tls", "--models-dir", models, "--mimi", mimi, "--tokenizer", tok, "--voices-dir", voices,
-                           "--host", "127.0.0.1", NULL};
+    const char *found[] = {"--no-tls", "--models-dir", models, "--mimi",   mimi,        "--tokenizer",
+                           tok,        "--voices-dir", voices, "--host", "127.0.0.1", NULL};
     pid_t pid = start_named(server, "found", found, port);
-    TEST_COND("--models-dir without --weights: the server gets ready", wait_health(port, "\"status\":\"ok\"", pid));
+    TEST_COND("--models-dir without --weights: the server gets ready",
+              wait_ready("found", pid, port, "\"status\":\"ok\""));
     TEST_COND("... on the checkpoint found there", logged("found", "no --weights given: using") &&
                                                         logged("found", "model-turbo2bit.safetensors"));
     TEST_COND("... and exits 0 on SIGTERM", sp_stop(pid) == 0);
@@ -549,15 +566,6 @@ static void run_voices(const char *server) {
     TEST_COND("a --voice not in --voices-dir exits 2", exit_status(start_named(server, "bad", bad, port), 30) == 2);
     TEST_COND("... listing the voices there", logged("bad", "--voice 'NOPE' is not in --voices-dir") &&
                                                   logged("bad", "(it has NATM1)"));
-}
-
-/* Polls name's log for text for up to 30 s, while pid runs. */
-static int wait_logged(const char *name, const char *text, pid_t pid) {
-    for (int i = 0; i < 300; i++, usleep(100000)) {
-        if (logged(name, text)) return 1;
-        if (waitpid(pid, NULL, WNOHANG) == pid) return 0;
-    }
-    return 0;
 }
 
 /* A self-signed EC pair valid for `days` days (openssl cannot date one in the past: 10 days stands
