@@ -492,6 +492,7 @@ static void run_host(const char *server) {
     TEST_COND("--host 192.0.2.77 (not this machine's) exits 2",
               exit_status(start_named(server, "absent", absent, port), 30) == 2);
     TEST_COND("... naming the address", logged("absent", "--host 192.0.2.77: cannot bind it"));
+    port = sp_free_port(); /* a server that listens on a fresh port: another test may hold the one released */
     const char *localhost[] = {"--no-tls", "--demo", "--host", "localhost", NULL};
     pid = start_named(server, "localhost", localhost, port);
     TEST_COND("--host localhost: /health answers on 127.0.0.1", wait_ready("localhost", pid, port, "\"status\""));
@@ -531,6 +532,7 @@ static void run_models(const char *server) {
     snprintf(voices, sizeof voices, "%s/voices", files);
     const char *found[] = {"--no-tls", "--models-dir", models, "--mimi",   mimi,        "--tokenizer",
                            tok,        "--voices-dir", voices, "--host", "127.0.0.1", NULL};
+    port = sp_free_port(); /* the demo server's may have gone to another test meanwhile */
     pid_t pid = start_named(server, "found", found, port);
     TEST_COND("--models-dir without --weights: the server gets ready",
               wait_ready("found", pid, port, "\"status\":\"ok\""));
