@@ -130,8 +130,9 @@ size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);
  * pointer to its conversation's rings by layer, the ring used is [layer]; ring (host) gives the
  * format, capacity and window (>= 1) every row shares, and is the ring itself when tables is NULL
  * (then the rows are one conversation's, in position order, as backend.h's attn_rows says: all
- * are stored, then all attend). pos [n], out [n][dim]. rope_period > 0: q and k rotated first (qkv left as is). tickets: n·n_heads device
- * counters, zero before the call and left zero after it (the splits' merge draws from them). */
+ * are stored, then all attend). pos [n], out [n][dim]. rope_period > 0: q and k rotated first
+ * (qkv left as is). tickets: n·n_heads device counters, zero before the call and left zero after
+ * it (the splits' merge draws from them). */
 int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period, const pk_kv_ring *ring,
                  const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
                  unsigned *tickets, const pk_next *next, cudaStream_t stream);

@@ -6,9 +6,9 @@
  * new conversations are refused, /health answers 503 "draining", and every open
  * conversation gets an 0x05 "server shutting down" message and a close (1001); the serving
  * loop ends once none is left or after --drain-seconds. A second stop signal ends it at
- * once, and ends the process at once while the model still loads. Under systemd the drain is announced (STOPPING=1), and the watchdog is pinged by an
- * lws timer on the serving thread, so a wedged serving loop stops the pings and systemd
- * restarts the service. */
+ * once, and ends the process at once while the model still loads. Under systemd the drain is
+ * announced (STOPPING=1), and the watchdog is pinged by an lws timer on the serving thread, so a
+ * wedged serving loop stops the pings and systemd restarts the service. */
 #ifndef PP_SERVER_LIFECYCLE_H
 #define PP_SERVER_LIFECYCLE_H
 

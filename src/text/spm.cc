@@ -76,7 +76,7 @@ std::string wrap(const char *prompt) {
     std::string s(prompt);
     size_t b = 0, e = s.size();
     for (size_t n; b < e && (n = blank_at(s, b));) b += n;
-    while (e > b) { // the last character starts at most 3 continuation bytes back
+    while (e > b) { // a blank is at most 3 bytes: the last character's start, at most 2 back, is checked
         size_t start = e - 1;
         while (start > b && e - start < 3 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
         if (blank_at(s, start) != e - start) break;
