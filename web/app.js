@@ -4,6 +4,7 @@
 import { Call, errorTitle } from './call.js';
 import { DEFAULT_SAMPLING } from './protocol.js';
 import { PROMPT_PRESETS, FALLBACK_VOICES, voiceLabel } from './presets.js';
+import { WAV_HEADER_BYTES } from './wav.js';
 
 const $ = (id) => document.getElementById(id);
 const STORE_KEY = 'personaplex.settings';
@@ -248,20 +249,20 @@ function retry() {
 // ---- test hook --------------------------------------------------------------------------------
 // tests/browser reads these to check a call end to end (state, transcript, what was played).
 
-function recordingSummary() {
+// Reads the recording back through the WAV the download would give, so the check covers what the user gets.
+async function recordingSummary() {
   const rec = call?.recording;
   if (!rec) return { frames: 0 };
+  const pcm = new Int16Array((await rec.toWav().arrayBuffer()).slice(WAV_HEADER_BYTES));
   let model = 0;
   let mic = 0;
   let peak = 0;
-  for (const c of rec.chunks) {
-    for (let i = 0; i < c.length; i += 2) {
-      model += c[i] * c[i];
-      mic += c[i + 1] * c[i + 1];
-      peak = Math.max(peak, Math.abs(c[i]));
-    }
+  for (let i = 0; i + 1 < pcm.length; i += 2) {
+    model += pcm[i] * pcm[i];
+    mic += pcm[i + 1] * pcm[i + 1];
+    peak = Math.max(peak, Math.abs(pcm[i]));
   }
-  const n = Math.max(1, rec.frames);
+  const n = Math.max(1, pcm.length / 2);
   return { frames: rec.frames, rate: rec.rate, modelRms: Math.sqrt(model / n) / 32767,
     micRms: Math.sqrt(mic / n) / 32767, modelPeak: peak / 32767 };
 }

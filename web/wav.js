@@ -5,7 +5,9 @@
 export class TwoTrackRecorder {
   constructor(rate) {
     this.rate = rate;
-    this.chunks = []; // interleaved Int16Array blocks (L, R, L, R, ...)
+    this.sealed = []; // Blobs of SEAL_SECONDS each, in order
+    this.open = []; // interleaved Int16Array blocks (L, R, L, R, ...) since the last seal
+    this.openFrames = 0;
     this.frames = 0;
   }
 
@@ -17,29 +19,40 @@ export class TwoTrackRecorder {
       block[2 * i] = toInt16(left[i]);
       block[2 * i + 1] = toInt16(right[i]);
     }
-    this.chunks.push(block);
+    this.open.push(block);
+    this.openFrames += n;
     this.frames += n;
+    // A Blob built from typed arrays copies them: sealing a few seconds at a time costs a small copy now and
+    // lets the download reference the sealed Blobs instead of copying the whole call at once.
+    if (this.openFrames >= SEAL_SECONDS * this.rate) {
+      this.sealed.push(new Blob(this.open));
+      this.open = [];
+      this.openFrames = 0;
+    }
   }
 
   get seconds() { return this.frames / this.rate; }
 
-  // The whole recording as a RIFF/WAVE file (PCM, little-endian). The Blob takes the blocks as they
-  // are: a copy per sample stalled the page for seconds after a long call. Int16Array bytes are in the
-  // platform's order, little-endian wherever browsers run.
+  // The whole recording as a RIFF/WAVE file (PCM, little-endian). Int16Array bytes are in the platform's
+  // order, little-endian wherever browsers run.
   toWav() {
-    return new Blob([wavHeader(this.frames, 2, this.rate), ...this.chunks], { type: 'audio/wav' });
+    return new Blob([wavHeader(this.frames, 2, this.rate), ...this.sealed, ...this.open], { type: 'audio/wav' });
   }
 }
+
+const SEAL_SECONDS = 5;
 
 function toInt16(x) {
   const c = x > 1 ? 1 : x < -1 ? -1 : x;
   return Math.round(c * 32767);
 }
 
-// The 44-byte RIFF/WAVE header of `frames` frames of 16-bit PCM.
+export const WAV_HEADER_BYTES = 44;
+
+// The RIFF/WAVE header of `frames` frames of 16-bit PCM.
 function wavHeader(frames, channels, rate) {
   const dataBytes = frames * channels * 2;
-  const out = new Uint8Array(44);
+  const out = new Uint8Array(WAV_HEADER_BYTES);
   const v = new DataView(out.buffer);
   const tag = (off, s) => { for (let i = 0; i < 4; i++) out[off + i] = s.charCodeAt(i); };
   tag(0, 'RIFF');

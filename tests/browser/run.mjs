@@ -75,10 +75,10 @@ async function checkCall(browser, base, out, tag) {
   await page.click('#start');
   await waitFor(page, 'the handshake (state live)', () => window.personaplexTest.state() === 'live', 90000);
   log(tag, 'live');
-  const stats = await waitFor(page, '3 s of played, non-silent audio and some transcript text', () => {
+  const stats = await waitFor(page, '3 s of played, non-silent audio and some transcript text', async () => {
     const t = window.personaplexTest;
     const s = t.stats();
-    const rec = t.recording();
+    const rec = await t.recording();
     return s && s.playedMs > 3000 && rec.modelRms > 1e-3 && t.transcript().trim().length > 0 ? { s, rec, text: t.transcript() } : null;
   }, 60000);
   log(tag, 'stats', JSON.stringify(stats.s));

@@ -34,3 +34,27 @@ test('the WAV Blob holds the same bytes the per-sample encoder wrote', async () 
     '004000e00180ff7f2100dfffff7f0000';
   assert.equal(Buffer.from(await rec.toWav().arrayBuffer()).toString('hex'), want);
 });
+
+test('a long recording is sealed into Blobs of a few seconds; the WAV holds every block in order', async () => {
+  const rate = 1000;
+  const rec = new TwoTrackRecorder(rate);
+  const blocks = 130; // 13 s in blocks of 100 frames
+  for (let b = 0; b < blocks; b++) {
+    const left = new Float32Array(100).fill(((b % 200) - 100) / 128);
+    const right = new Float32Array(100).fill(-((b % 200) - 100) / 128);
+    rec.append(left, right);
+  }
+  assert.equal(rec.frames, blocks * 100);
+  assert.ok(rec.sealed.length === 2 && rec.sealed.every((s) => s instanceof Blob), `${rec.sealed.length} sealed Blobs`);
+  assert.equal(rec.open.length, 30, 'the last 3 s are still open typed arrays');
+  const wav = new Uint8Array(await rec.toWav().arrayBuffer());
+  const v = new DataView(wav.buffer);
+  assert.equal(v.getUint32(40, true), blocks * 100 * 4);
+  assert.equal(wav.length, 44 + blocks * 100 * 4);
+  for (let b = 0; b < blocks; b++) {
+    const x = ((b % 200) - 100) / 128;
+    const at = 44 + b * 400;
+    assert.equal(v.getInt16(at, true), Math.round(x * 32767), `block ${b} left`);
+    assert.equal(v.getInt16(at + 398, true), Math.round(-x * 32767) + 0, `block ${b} right`);
+  }
+});
