@@ -106,6 +106,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!in || !format || (!out && !report_only) || (out && report_only)) return usage();
+    if (report_only && strcmp(format, "bf16") == 0) {
+        fprintf(stderr, "personaplex-quantize: --report measures nf2, int4, nf4 or int8; --format bf16 needs OUT\n");
+        return 2;
+    }
     if (strcmp(format, "nf2") == 0)
         o.fmt = PP_WF_NF2;
     else if (strcmp(format, "int4") == 0)
