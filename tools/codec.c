@@ -10,6 +10,7 @@
 #include "audio/wav.h"
 #include "backend/backend.h"
 #include "base/err.h"
+#include "io/file.h"
 #include "model/mimi.h"
 
 #include <stdio.h>
@@ -75,15 +76,17 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 /* ==== codes files ==================================================================== */
 
+/* Through "<path>.tmp" (io/file.h): a failed write leaves no truncated codes file, which would
+ * decode as a shorter clip. */
 static int write_codes(const char *path, const int32_t *codes, int64_t frames, int nq, char *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return pp_fail(err, PP_EIO, "%s: cannot create", path);
+    FILE *f;
+    int rc = pp_file_create(path, &f, err);
+    if (rc) return rc;
     fprintf(f, "# mimi codes: %lld frames of %d codebooks (semantic first), 12.5 frames per second\n",
             (long long)frames, nq);
     for (int64_t fr = 0; fr < frames; fr++)
         for (int q = 0; q < nq; q++) fprintf(f, "%d%c", (int)codes[fr * nq + q], q + 1 < nq ? ' ' : '\n');
-    if (fclose(f) != 0) return pp_fail(err, PP_EIO, "%s: write failed", path);
-    return PP_OK;
+    return pp_file_commit(path, f, err);
 }
 
 static int read_codes(const char *path, int nq, int bins, int32_t **out, int64_t *frames, char *err) {
