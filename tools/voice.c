@@ -4,7 +4,8 @@
  *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
  *                     [--device cpu|cuda|auto] [--threads N]
  * The clip's channel 0 is used (as the reference does), resampled to 24 kHz and normalised to
- * -24 LUFS; 10-30 s of clean speech makes a good voice. */
+ * -24 LUFS; 10-30 s of clean speech makes a good voice. Without --config, the config.json beside
+ * the weights is used when there is one, as the server does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,9 @@ int main(int argc, char **argv) {
     int rc = pp_wav_read(o.in, PP_WAV_CHANNEL0, &w, err);
     if (!rc && w.channels > 1) fprintf(stderr, "personaplex-voice: %s has %d channels; using channel 0\n", o.in, w.channels);
     if (!rc) rc = pp_backend_create(o.device, o.threads, &be, err);
-    if (!rc) rc = pp_lm_open(be, o.weights, o.config, &lm, err);
+    char beside[4200];
+    const char *config = o.config ? o.config : pp_lm_config_beside(o.weights, beside, sizeof beside);
+    if (!rc) rc = pp_lm_open(be, o.weights, config, &lm, err);
     if (!rc) rc = pp_mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
     if (!rc) rc = pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, w.rate, &v, &gain, &frames, err);
     if (!rc) rc = pp_voice_save_pt(o.out, &v, err);
