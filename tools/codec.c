@@ -30,7 +30,7 @@ static void usage(FILE *to) {
             "  --config FILE    codec config.json (default: config.json beside the weights when it\n"
             "                   describes a codec, else the released Mimi's values)\n"
             "  --device NAME    cpu (default), cuda or auto\n"
-            "  --threads N      CPU threads (default: one per CPU)\n"
+            "  --threads N      CPU threads, up to 1024 (default 0: one per CPU)\n"
             "  --float          write 32-bit float WAV instead of 16-bit PCM\n"
             "  --codes FILE     roundtrip: also write the codes\n"
             "input WAV: PCM 8/16/24/32-bit or float, any channel count (mixed to mono), any rate from\n"
@@ -62,8 +62,15 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--config") == 0 && v) o->config = argv[++i];
         else if (strcmp(a, "--device") == 0 && v) o->device = argv[++i];
         else if (strcmp(a, "--codes") == 0 && v) o->codes_out = argv[++i];
-        else if (strcmp(a, "--threads") == 0 && v) o->threads = atoi(argv[++i]);
-        else if (a[0] != '-' && n_pos < 3) pos[n_pos++] = a;
+        else if (strcmp(a, "--threads") == 0 && v) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (end == v || *end || n < 0 || n > 1024) {
+                fprintf(stderr, "personaplex-codec: --threads takes a count in [0, 1024], not '%s'\n", v);
+                return -1;
+            }
+            o->threads = (int)n;
+        } else if (a[0] != '-' && n_pos < 3) pos[n_pos++] = a;
         else return -1;
     }
     if (n_pos != 3 || !o->weights) return -1;

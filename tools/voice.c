@@ -40,8 +40,17 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--device")) dst = &o->device;
         if (dst || !strcmp(a, "--threads")) {
             if (++i >= argc) return -1;
-            if (dst) *dst = argv[i];
-            else if ((o->threads = atoi(argv[i])) < 0) return -1;
+            if (dst) {
+                *dst = argv[i];
+                continue;
+            }
+            char *end;
+            long n = strtol(argv[i], &end, 10);
+            if (end == argv[i] || *end || n < 0 || n > 1024) {
+                fprintf(stderr, "personaplex-voice: --threads takes a count in [0, 1024], not '%s'\n", argv[i]);
+                return -1;
+            }
+            o->threads = (int)n;
         } else if (a[0] == '-' && a[1] == '-') {
             return -1;
         } else if (!o->in) {
