@@ -58,6 +58,10 @@ EOF
 
 run --format bogus
 check "a bad --format is a usage error (2)" "[ $? -eq 2 ]"
+for opt in --format --dir; do
+    run "$opt"
+    check "$opt without a value is a usage error (2) that names it" "[ $? -eq 2 ] && grep -q -- '$opt needs a value' '$work/out'"
+done
 
 run
 check "no token: the gated file fails (1)" "[ $? -eq 1 ] && grep -q HF_TOKEN '$work/out'"

@@ -52,12 +52,14 @@ dir="${PERSONAPLEX_MODELS:-}"
 
 usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "fetch-weights: $*" >&2; exit 1; }
+# An option's value must follow it (a bare `shift 2` would end the script, status 1, silently).
+need_value() { [ "$2" -ge 2 ] || { echo "fetch-weights: $1 needs a value (see --help)" >&2; exit 2; }; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --format) format="${2:-}"; shift 2 ;;
+    --format) need_value "$1" $#; format="$2"; shift 2 ;;
     --format=*) format="${1#*=}"; shift ;;
-    --dir) dir="${2:-}"; shift 2 ;;
+    --dir) need_value "$1" $#; dir="$2"; shift 2 ;;
     --dir=*) dir="${1#*=}"; shift ;;
     --no-voices) voices=0; shift ;;
     --web-client) web_client=1; shift ;;
