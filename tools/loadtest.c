@@ -156,6 +156,22 @@ static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, 
 
 /* ---- the run ---- */
 
+#define MAX_SECONDS 86400.0 /* a day of frames still counts in an int */
+
+/* *out = v when v is all a number in [lo, hi] (a whole one when whole); else says which option
+ * it was given to and returns -1 (atoi read "2x" as 2 and "1e12" s overflowed the frame count). */
+static int number(const char *opt, const char *v, double lo, double hi, int whole, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi) || (whole && x != (double)(long)x)) {
+        fprintf(stderr, "loadtest: %s takes a %s in [%g, %g], not '%s'\n", opt, whole ? "whole number" : "number", lo,
+                hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 static int parse(int argc, char **argv, lt_opts *o) {
     *o = (lt_opts){.wav = PP_TEST_DATA "/golden/speech-24k.wav", .query = "", .clients = 3, .seconds = 10,
                    .slack_ms = 40, .burst_at = -1};
@@ -167,16 +183,27 @@ static int parse(int argc, char **argv, lt_opts *o) {
         }
         if (!v) return -1;
         i++;
+        double x = 0;
         if (strcmp(a, "--server") == 0) o->server = v;
-        else if (strcmp(a, "--port") == 0) o->port = atoi(v);
-        else if (strcmp(a, "--clients") == 0) o->clients = atoi(v);
-        else if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
-        else if (strcmp(a, "--wav") == 0) o->wav = v;
-        else if (strcmp(a, "--slack") == 0) o->slack_ms = atof(v);
+        else if (strcmp(a, "--port") == 0) {
+            if (number(a, v, 1, 65535, 1, &x)) return -1;
+            o->port = (int)x;
+        } else if (strcmp(a, "--clients") == 0) {
+            if (number(a, v, 1, MAX_CLIENTS, 1, &x)) return -1;
+            o->clients = (int)x;
+        } else if (strcmp(a, "--burst") == 0) {
+            if (number(a, v, 0, MAX_CLIENTS, 1, &x)) return -1;
+            o->burst = (int)x;
+        } else if (strcmp(a, "--seconds") == 0) {
+            if (number(a, v, 0.08, MAX_SECONDS, 0, &o->seconds)) return -1;
+        } else if (strcmp(a, "--slack") == 0) {
+            if (number(a, v, 0, 1e3 * MAX_SECONDS, 0, &o->slack_ms)) return -1;
+        } else if (strcmp(a, "--burst-at") == 0) {
+            if (number(a, v, 0, MAX_SECONDS, 0, &o->burst_at)) return -1;
+        } else if (strcmp(a, "--ticks-from") == 0) {
+            if (number(a, v, 0, MAX_SECONDS, 0, &o->ticks_from)) return -1;
+        } else if (strcmp(a, "--wav") == 0) o->wav = v;
         else if (strcmp(a, "--query") == 0) o->query = v;
-        else if (strcmp(a, "--burst") == 0) o->burst = atoi(v);
-        else if (strcmp(a, "--burst-at") == 0) o->burst_at = atof(v);
-        else if (strcmp(a, "--ticks-from") == 0) o->ticks_from = atof(v);
         else if (strcmp(a, "--server-arg") == 0 && o->n_server_args < MAX_SERVER_ARGS)
             o->server_args[o->n_server_args++] = v;
         else return -1;
