@@ -172,11 +172,13 @@ static int number(const char *opt, const char *v, double lo, double hi, int whol
     return 0;
 }
 
+/* 0, or 1 for -h/--help, or -1 for a usage error. */
 static int parse(int argc, char **argv, lt_opts *o) {
     *o = (lt_opts){.wav = PP_TEST_DATA "/golden/speech-24k.wav", .query = "", .clients = 3, .seconds = 10,
                    .slack_ms = 40, .burst_at = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
         if (strcmp(a, "--tls") == 0) {
             o->tls = 1;
             continue;
@@ -411,12 +413,14 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
 
 int main(int argc, char **argv) {
     lt_opts o;
-    if (parse(argc, argv, &o)) {
-        fprintf(stderr, "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
-                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
-                        "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
+    int help = parse(argc, argv, &o);
+    if (help) {
+        fprintf(help > 0 ? stdout : stderr,
+                "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
+                "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
+                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
                 MAX_CLIENTS, MAX_SERVER_ARGS);
-        return 2;
+        return help > 0 ? 0 : 2;
     }
     char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-loadtest-XXXXXX";
     int frames = (int)(o.seconds * 1000 / FRAME_MS + 0.5);

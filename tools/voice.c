@@ -23,16 +23,18 @@ typedef struct opts {
     int threads;
 } opts;
 
-static void usage(void) {
-    fprintf(stderr, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
+static void usage(FILE *to) {
+    fprintf(to, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
                     "                         [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]\n"
                     "                         [--device cpu|cuda|auto] [--threads N]\n");
 }
 
+/* 0, or 1 for -h/--help, or -1 for a usage error. */
 static int parse(int argc, char **argv, opts *o) {
     *o = (opts){.device = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], **dst = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--weights")) dst = &o->weights;
         else if (!strcmp(a, "--config")) dst = &o->config;
         else if (!strcmp(a, "--mimi")) dst = &o->mimi;
@@ -66,9 +68,10 @@ static int parse(int argc, char **argv, opts *o) {
 
 int main(int argc, char **argv) {
     opts o;
-    if (parse(argc, argv, &o)) {
-        usage();
-        return 2;
+    int help = parse(argc, argv, &o);
+    if (help) {
+        usage(help > 0 ? stdout : stderr);
+        return help > 0 ? 0 : 2;
     }
     size_t n = strlen(o.out);
     if (n < 3 || strcmp(o.out + n - 3, ".pt") != 0) {
