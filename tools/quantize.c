@@ -5,7 +5,8 @@
  * way: any LM checkpoint the server reads (every layout, GGUF included) is decoded, tensor by
  * tensor along the model's catalogue, into a plain BF16 safetensors file with the release's names.
  * A quantized or GGUF input to the other formats is first decoded that way into a staging file
- * beside the output (as large as the BF16 model), which is removed afterwards.
+ * beside the output (beside the input for --report; as large as the BF16 model), which is
+ * removed afterwards.
  *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,8 @@ static int is_dense(const char *path, char *err) {
 static int usage(FILE *to) {
     fprintf(to, "usage: personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row]\n"
                     "       personaplex-quantize IN --format nf2|int4|nf4|int8 [--group N|row] --report\n"
-                    "  (--report: each tensor's and the model's cosine to the source, no file written)\n"
+                    "  (--report: each tensor's and the model's cosine to the source, no OUT written; a\n"
+                    "   quantized or GGUF IN is still staged as BF16 beside IN, and removed)\n"
                     "  nf2   NF2+WHT 2-bit (turbo2bit layout), every 2-D weight, group 128\n"
                     "  int4  symmetric INT4 (personaplex-7b-nf4 layout), every 2-D weight, group 64\n"
                     "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n"
