@@ -77,7 +77,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->cmd = pos[0];
     o->in = pos[1];
     o->out = pos[2];
-    if (strcmp(o->cmd, "encode") && strcmp(o->cmd, "decode") && strcmp(o->cmd, "roundtrip")) return -1;
+    if (strcmp(o->cmd, "encode") && strcmp(o->cmd, "decode") && strcmp(o->cmd, "roundtrip")) {
+        fprintf(stderr, "personaplex-codec: the command is encode, decode or roundtrip, not '%s'\n", o->cmd);
+        return -1;
+    }
     return 0;
 }
 

@@ -97,7 +97,11 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
             char *end;
             long g = strtol(argv[++i], &end, 10);
-            if (*end || g <= 0 || g > 1 << 16) return usage(stderr);
+            if (*end || g <= 0 || g > 1 << 16) {
+                fprintf(stderr, "personaplex-quantize: --group takes a size in [1, 65536] or 'row', not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
             o.group = (int)g;
         } else if (argv[i][0] == '-') {
             return usage(stderr);
@@ -122,8 +126,10 @@ int main(int argc, char **argv) {
         o.fmt = PP_WF_NF4;
     else if (strcmp(format, "int8") == 0)
         o.fmt = PP_WF_INT8;
-    else if (strcmp(format, "bf16") != 0)
-        return usage(stderr);
+    else if (strcmp(format, "bf16") != 0) {
+        fprintf(stderr, "personaplex-quantize: --format is nf2, int4, nf4, int8 or bf16, not '%s'\n", format);
+        return 2;
+    }
     char err[PP_ERR_LEN];
     if (strcmp(format, "bf16") == 0) {
         pp_log_set_level(PP_LOG_WARN);
