@@ -58,6 +58,10 @@ EOF
 
 run --format bogus
 check "a bad --format is a usage error (2)" "[ $? -eq 2 ]"
+for opt in --format --dir; do
+    run "$opt"
+    check "$opt without a value is a usage error (2) that names it" "[ $? -eq 2 ] && grep -q -- '$opt needs a value' '$work/out'"
+done
 
 run
 check "no token: the gated file fails (1)" "[ $? -eq 1 ] && grep -q HF_TOKEN '$work/out'"
@@ -85,6 +89,13 @@ run --check --no-voices
 check "--check verifies against the record" "[ $? -eq 0 ] && grep -q 'recorded on first use' '$work/out'"
 check "... and its table tells manifest from local record" \
     "grep -Eq '^tokenizer_spm_32k_3.model +5000  local record' '$work/out' && grep -Eq '^model-turbo2bit.safetensors +300000  manifest' '$work/out'"
+mv "$models/weights.local.sha256" "$work/local.sha256"
+run --check --no-voices
+check "--check writes no local record" "[ $? -eq 3 ] && [ ! -e '$models/weights.local.sha256' ]"
+mv "$work/local.sha256" "$models/weights.local.sha256"
+HF_ENDPOINT="file://$mirror" WEIGHTS_MANIFEST="$manifest" bash "$fetch" --check --dir "$work/typo" >"$work/out" 2>&1
+check "--check of a missing DIR fails (1) and does not create it" \
+    "[ $? -eq 1 ] && [ ! -e '$work/typo' ] && grep -q 'typo: no such directory' '$work/out'"
 printf 'x' >>"$models/tokenizer_spm_32k_3.model"
 run --check --no-voices
 check "a changed file fails the check (1)" "[ $? -eq 1 ] && grep -q 'differs from the one recorded' '$work/out'"

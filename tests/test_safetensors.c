@@ -190,16 +190,41 @@ static void test_round_trip(void) {
     }
     pp_st_close(f);
 
-    /* short write: finish refuses and removes the file; abort removes it too */
-    rc = pp_st_writer_create(path, &w, err);
+    /* A rewrite of the file, open meanwhile (personaplex-quantize IN IN): the complete file
+     * stays until the new one is; a short one is refused at finish, an aborted one dropped,
+     * neither leaving its '.tmp'; a finished one replaces it and the old mapping still reads. */
+    char tmp[sizeof path + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    st_file *old = NULL, *now = NULL;
+    rc = pp_st_open(path, &old, err);
+    rc = rc ? rc : pp_st_writer_create(path, &w, err);
     rc = rc ? rc : pp_st_writer_declare(w, "x", ST_F32, 1, sh, err);
     rc = rc ? rc : pp_st_writer_begin(w, err);
     rc = rc ? rc : pp_st_writer_write(w, a, 4, err);
-    TEST_COND("short file refused at finish",
-              rc == 0 && pp_st_writer_finish(w, err) == PP_EINVAL && access(path, F_OK) != 0);
+    int whole = rc == 0 && pp_st_open(path, &now, err) == 0 && pp_st_find(now, "layer.a");
+    pp_st_close(now);
+    TEST_COND("the file is whole while a rewrite runs", whole);
+    TEST_COND("short file refused at finish", rc == 0 && pp_st_writer_finish(w, err) == PP_EINVAL);
+    TEST_COND("... its .tmp removed, the file kept",
+              access(tmp, F_OK) != 0 && pp_st_open(path, &now, err) == 0 && pp_st_find(now, "ints"));
+    pp_st_close(now);
     rc = pp_st_writer_create(path, &w, err);
     if (!rc) pp_st_writer_abort(w);
-    TEST_COND("abort removes the file", rc == 0 && access(path, F_OK) != 0);
+    TEST_COND("abort removes the .tmp, keeps the file", rc == 0 && access(tmp, F_OK) != 0 && access(path, F_OK) == 0);
+    rc = pp_st_writer_create(path, &w, err);
+    rc = rc ? rc : pp_st_writer_declare(w, "x", ST_F32, 1, sh, err);
+    rc = rc ? rc : pp_st_writer_begin(w, err);
+    rc = rc ? rc : pp_st_writer_write(w, a, sizeof(float) * 3, err);
+    rc = rc ? rc : pp_st_writer_finish(w, err);
+    TEST_COND("a finished rewrite replaces the file",
+              rc == 0 && pp_st_open(path, &now, err) == 0 && pp_st_find(now, "x") && !pp_st_find(now, "layer.a"));
+    pp_st_close(now);
+    float ra[6];
+    const st_tensor *ta = whole && rc == 0 ? pp_st_find(old, "layer.a") : NULL; /* not read from a truncated map */
+    TEST_COND("the reader of the old file still reads it",
+              ta && pp_st_load_f32(old, ta, 0, 6, ra, err) == 0 && !memcmp(ra, a, sizeof(a)));
+    pp_st_close(old);
+    remove(path);
     TEST_COND("missing file is an I/O error", pp_st_open(path, &f, err) == PP_EIO && strstr(err, path));
 }
 

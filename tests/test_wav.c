@@ -1,9 +1,11 @@
 /* test_wav: WAV round trips, every sample format, refusal of malformed headers, and the
  * resampler's accuracy on sines (frequency, amplitude and phase against the exact sine). */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "audio/resample.h"
@@ -246,7 +248,33 @@ static void test_resample(void) {
     free(out);
 }
 
+/* A FIFO given as the output (`personaplex-codec decode x.codes /dev/stdout | aplay`) is written
+ * through, not replaced by a plain file renamed over it. */
+static void test_fifo(void) {
+    char dir[] = "/tmp/pp_test_wav_XXXXXX", path[64], tmp[72], err[PP_ERR_LEN];
+    if (!mkdtemp(dir)) {
+        TEST_COND("temp dir", 0);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/out.wav", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    float pcm[100] = {0.5f};
+    int rfd = mkfifo(path, 0600) == 0 ? open(path, O_RDONLY | O_NONBLOCK) : -1;
+    TEST_COND("fifo", rfd >= 0);
+    TEST_COND("WAV written into a FIFO", rfd >= 0 && pp_wav_write(path, pcm, 100, 1, 24000, PP_WAV_PCM16, err) == 0);
+    struct stat sb;
+    TEST_COND("... which is still the FIFO", stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode) && access(tmp, F_OK) != 0);
+    unsigned char got[512];
+    ssize_t n = rfd >= 0 ? read(rfd, got, sizeof got) : -1;
+    TEST_COND("... and the reader got the file", n == 44 + 200 && !memcmp(got, "RIFF", 4));
+    if (rfd >= 0) close(rfd);
+    remove(tmp);
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_fifo();
     test_formats();
     test_malformed();
     test_roundtrip();

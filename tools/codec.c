@@ -10,6 +10,7 @@
 #include "audio/wav.h"
 #include "backend/backend.h"
 #include "base/err.h"
+#include "io/file.h"
 #include "model/mimi.h"
 
 #include <stdio.h>
@@ -29,7 +30,7 @@ static void usage(FILE *to) {
             "  --config FILE    codec config.json (default: config.json beside the weights when it\n"
             "                   describes a codec, else the released Mimi's values)\n"
             "  --device NAME    cpu (default), cuda or auto\n"
-            "  --threads N      CPU threads (default: one per CPU)\n"
+            "  --threads N      CPU threads, up to 1024 (default 0: one per CPU)\n"
             "  --float          write 32-bit float WAV instead of 16-bit PCM\n"
             "  --codes FILE     roundtrip: also write the codes\n"
             "input WAV: PCM 8/16/24/32-bit or float, any channel count (mixed to mono), any rate from\n"
@@ -61,29 +62,41 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--config") == 0 && v) o->config = argv[++i];
         else if (strcmp(a, "--device") == 0 && v) o->device = argv[++i];
         else if (strcmp(a, "--codes") == 0 && v) o->codes_out = argv[++i];
-        else if (strcmp(a, "--threads") == 0 && v) o->threads = atoi(argv[++i]);
-        else if (a[0] != '-' && n_pos < 3) pos[n_pos++] = a;
+        else if (strcmp(a, "--threads") == 0 && v) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (end == v || *end || n < 0 || n > 1024) {
+                fprintf(stderr, "personaplex-codec: --threads takes a count in [0, 1024], not '%s'\n", v);
+                return -1;
+            }
+            o->threads = (int)n;
+        } else if (a[0] != '-' && n_pos < 3) pos[n_pos++] = a;
         else return -1;
     }
     if (n_pos != 3 || !o->weights) return -1;
     o->cmd = pos[0];
     o->in = pos[1];
     o->out = pos[2];
-    if (strcmp(o->cmd, "encode") && strcmp(o->cmd, "decode") && strcmp(o->cmd, "roundtrip")) return -1;
+    if (strcmp(o->cmd, "encode") && strcmp(o->cmd, "decode") && strcmp(o->cmd, "roundtrip")) {
+        fprintf(stderr, "personaplex-codec: the command is encode, decode or roundtrip, not '%s'\n", o->cmd);
+        return -1;
+    }
     return 0;
 }
 
 /* ==== codes files ==================================================================== */
 
+/* Through "<path>.tmp" (io/file.h): a failed write leaves no truncated codes file, which would
+ * decode as a shorter clip. */
 static int write_codes(const char *path, const int32_t *codes, int64_t frames, int nq, char *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return pp_fail(err, PP_EIO, "%s: cannot create", path);
+    FILE *f;
+    int rc = pp_file_create(path, &f, err);
+    if (rc) return rc;
     fprintf(f, "# mimi codes: %lld frames of %d codebooks (semantic first), 12.5 frames per second\n",
             (long long)frames, nq);
     for (int64_t fr = 0; fr < frames; fr++)
         for (int q = 0; q < nq; q++) fprintf(f, "%d%c", (int)codes[fr * nq + q], q + 1 < nq ? ' ' : '\n');
-    if (fclose(f) != 0) return pp_fail(err, PP_EIO, "%s: write failed", path);
-    return PP_OK;
+    return pp_file_commit(path, f, err);
 }
 
 static int read_codes(const char *path, int nq, int bins, int32_t **out, int64_t *frames, char *err) {

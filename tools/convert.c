@@ -117,9 +117,10 @@ static int copy_if_present(const char *bundle, const char *out, const char *name
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        fprintf(argc == 2 ? stdout : stderr, "usage: personaplex-convert BUNDLE_DIR OUT_DIR\n");
-        return argc == 2 ? 0 : 2;
+    int help = argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+    if (argc != 3 || help) {
+        fprintf(help ? stdout : stderr, "usage: personaplex-convert BUNDLE_DIR OUT_DIR\n");
+        return help ? 0 : 2;
     }
     pp_log_set_level(PP_LOG_WARN);
     const char *bundle = argv[1], *out = argv[2];

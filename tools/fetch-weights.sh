@@ -21,8 +21,9 @@
 #                   accept downloads that have no published hash in weights.sha256 and
 #                   record the hash computed now in DIR/weights.local.sha256; later runs
 #                   check the files against that record
-#   --check         download nothing; verify what is in DIR and print a table of each file
-#                   and what it was verified against
+#   --check         download nothing, write nothing unless --trust-on-first-use records a
+#                   hash (a read-only DIR will do); verify what is in DIR and print a table
+#                   of each file and what it was verified against
 #
 # Every run ends with that table: "manifest" (the published size and SHA-256), "local
 # record" (the hash recorded on first use: it proves the file did not change since, not that
@@ -50,14 +51,16 @@ tofu=0
 check_only=0
 dir="${PERSONAPLEX_MODELS:-}"
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; } # the comment above
 die() { echo "fetch-weights: $*" >&2; exit 1; }
+# An option's value must follow it (a bare `shift 2` would end the script, status 1, silently).
+need_value() { [ "$2" -ge 2 ] || { echo "fetch-weights: $1 needs a value (see --help)" >&2; exit 2; }; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --format) format="${2:-}"; shift 2 ;;
+    --format) need_value "$1" $#; format="$2"; shift 2 ;;
     --format=*) format="${1#*=}"; shift ;;
-    --dir) dir="${2:-}"; shift 2 ;;
+    --dir) need_value "$1" $#; dir="$2"; shift 2 ;;
     --dir=*) dir="${1#*=}"; shift ;;
     --no-voices) voices=0; shift ;;
     --web-client) web_client=1; shift ;;
@@ -75,9 +78,15 @@ if [ -z "$dir" ]; then
 fi
 command -v sha256sum >/dev/null || die "sha256sum is missing (coreutils)"
 [ "$check_only" = 1 ] || command -v curl >/dev/null || die "curl is missing (apt-get install curl)"
-mkdir -p "$dir"
 local_db="$dir/weights.local.sha256"
-touch "$local_db"
+# --check writes nothing of its own: a read-only models volume can be checked, a mistyped DIR is
+# not created.
+if [ "$check_only" = 1 ]; then
+    [ -d "$dir" ] || die "$dir: no such directory (nothing to check)"
+else
+    mkdir -p "$dir"
+    touch "$local_db"
+fi
 
 token="${HF_TOKEN:-}"
 if [ -z "$token" ] && [ -f "$HOME/.cache/huggingface/token" ]; then token="$(cat "$HOME/.cache/huggingface/token")"; fi
@@ -88,7 +97,7 @@ published() {
     awk -v f="$1" '$1 !~ /^#/ { n = split($2, p, "/") }
                    $1 !~ /^#/ && p[n] == f && ($7 != "-" || $6 != "-") { print $7, $6; exit }' "$manifest"
 }
-recorded() { awk -v f="$1" '$1 == f { print $2; exit }' "$local_db"; }
+recorded() { [ ! -f "$local_db" ] || awk -v f="$1" '$1 == f { print $2; exit }' "$local_db"; }
 
 # Downloads repo@rev/path into dir/file.part, resuming a partial one; gated repos get the token.
 download() {

@@ -144,6 +144,7 @@ static int inspect_lm(const char *path, const char *config) {
     if (!config) config = pp_lm_config_beside(path, beside, sizeof beside);
     if (pp_st_open(path, &f, err) || pp_lm_config_for(config, f, &c, err)) {
         fprintf(stderr, "personaplex-inspect: %s\n", err);
+        pp_st_close(f); /* opened when the config was what failed */
         return 1;
     }
     lm_tally y = {.f = f, .steps = c.dep_q};

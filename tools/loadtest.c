@@ -156,27 +156,56 @@ static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, 
 
 /* ---- the run ---- */
 
+#define MAX_SECONDS 86400.0 /* a day of frames still counts in an int */
+
+/* *out = v when v is all a number in [lo, hi] (a whole one when whole); else says which option
+ * it was given to and returns -1 (atoi read "2x" as 2 and "1e12" s overflowed the frame count). */
+static int number(const char *opt, const char *v, double lo, double hi, int whole, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi) || (whole && x != (double)(long)x)) {
+        fprintf(stderr, "loadtest: %s takes a %s in [%g, %g], not '%s'\n", opt, whole ? "whole number" : "number", lo,
+                hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* 0, or 1 for -h/--help, or -1 for a usage error. */
 static int parse(int argc, char **argv, lt_opts *o) {
     *o = (lt_opts){.wav = PP_TEST_DATA "/golden/speech-24k.wav", .query = "", .clients = 3, .seconds = 10,
                    .slack_ms = 40, .burst_at = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
         if (strcmp(a, "--tls") == 0) {
             o->tls = 1;
             continue;
         }
         if (!v) return -1;
         i++;
+        double x = 0;
         if (strcmp(a, "--server") == 0) o->server = v;
-        else if (strcmp(a, "--port") == 0) o->port = atoi(v);
-        else if (strcmp(a, "--clients") == 0) o->clients = atoi(v);
-        else if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
-        else if (strcmp(a, "--wav") == 0) o->wav = v;
-        else if (strcmp(a, "--slack") == 0) o->slack_ms = atof(v);
+        else if (strcmp(a, "--port") == 0) {
+            if (number(a, v, 1, 65535, 1, &x)) return -1;
+            o->port = (int)x;
+        } else if (strcmp(a, "--clients") == 0) {
+            if (number(a, v, 1, MAX_CLIENTS, 1, &x)) return -1;
+            o->clients = (int)x;
+        } else if (strcmp(a, "--burst") == 0) {
+            if (number(a, v, 0, MAX_CLIENTS, 1, &x)) return -1;
+            o->burst = (int)x;
+        } else if (strcmp(a, "--seconds") == 0) {
+            if (number(a, v, 0.08, MAX_SECONDS, 0, &o->seconds)) return -1;
+        } else if (strcmp(a, "--slack") == 0) {
+            if (number(a, v, 0, 1e3 * MAX_SECONDS, 0, &o->slack_ms)) return -1;
+        } else if (strcmp(a, "--burst-at") == 0) {
+            if (number(a, v, 0, MAX_SECONDS, 0, &o->burst_at)) return -1;
+        } else if (strcmp(a, "--ticks-from") == 0) {
+            if (number(a, v, 0, MAX_SECONDS, 0, &o->ticks_from)) return -1;
+        } else if (strcmp(a, "--wav") == 0) o->wav = v;
         else if (strcmp(a, "--query") == 0) o->query = v;
-        else if (strcmp(a, "--burst") == 0) o->burst = atoi(v);
-        else if (strcmp(a, "--burst-at") == 0) o->burst_at = atof(v);
-        else if (strcmp(a, "--ticks-from") == 0) o->ticks_from = atof(v);
         else if (strcmp(a, "--server-arg") == 0 && o->n_server_args < MAX_SERVER_ARGS)
             o->server_args[o->n_server_args++] = v;
         else return -1;
@@ -384,12 +413,14 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
 
 int main(int argc, char **argv) {
     lt_opts o;
-    if (parse(argc, argv, &o)) {
-        fprintf(stderr, "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
-                        "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
-                        "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
+    int help = parse(argc, argv, &o);
+    if (help) {
+        fprintf(help > 0 ? stdout : stderr,
+                "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
+                "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
+                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
                 MAX_CLIENTS, MAX_SERVER_ARGS);
-        return 2;
+        return help > 0 ? 0 : 2;
     }
     char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-loadtest-XXXXXX";
     int frames = (int)(o.seconds * 1000 / FRAME_MS + 0.5);

@@ -5,7 +5,8 @@
  * way: any LM checkpoint the server reads (every layout, GGUF included) is decoded, tensor by
  * tensor along the model's catalogue, into a plain BF16 safetensors file with the release's names.
  * A quantized or GGUF input to the other formats is first decoded that way into a staging file
- * beside the output (as large as the BF16 model), which is removed afterwards.
+ * beside the output (beside the input for --report; as large as the BF16 model), which is
+ * removed afterwards.
  *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +65,12 @@ static int is_dense(const char *path, char *err) {
     return dense;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row]\n"
+/* To stdout with status 0 when asked for (-h, --help), else to stderr with 2. */
+static int usage(FILE *to) {
+    fprintf(to, "usage: personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row]\n"
                     "       personaplex-quantize IN --format nf2|int4|nf4|int8 [--group N|row] --report\n"
-                    "  (--report: each tensor's and the model's cosine to the source, no file written)\n"
+                    "  (--report: each tensor's and the model's cosine to the source, no OUT written; a\n"
+                    "   quantized or GGUF IN is still staged as BF16 beside IN, and removed)\n"
                     "  nf2   NF2+WHT 2-bit (turbo2bit layout), every 2-D weight, group 128\n"
                     "  int4  symmetric INT4 (personaplex-7b-nf4 layout), every 2-D weight, group 64\n"
                     "  nf4   bitsandbytes NF4 with double quantization, temporal transformer linears, block 64\n"
@@ -75,7 +78,7 @@ static int usage(void) {
                     "        inputs (--group N), or per row as bitsandbytes stores it (--group row)\n"
                     "  bf16  any checkpoint the server reads (a quantized layout, GGUF) decoded to dense BF16\n"
                     "        with the release's tensor names (a config.json beside IN sets the shapes)\n");
-    return 2;
+    return to == stdout ? 0 : 2;
 }
 
 int main(int argc, char **argv) {
@@ -83,6 +86,7 @@ int main(int argc, char **argv) {
     int report_only = 0;
     pp_quantize_opts o = {0};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return usage(stdout);
         if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             format = argv[++i];
         } else if (strcmp(argv[i], "--report") == 0) {
@@ -93,19 +97,27 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
             char *end;
             long g = strtol(argv[++i], &end, 10);
-            if (*end || g <= 0 || g > 1 << 16) return usage();
+            if (*end || g <= 0 || g > 1 << 16) {
+                fprintf(stderr, "personaplex-quantize: --group takes a size in [1, 65536] or 'row', not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
             o.group = (int)g;
         } else if (argv[i][0] == '-') {
-            return usage();
+            return usage(stderr);
         } else if (!in) {
             in = argv[i];
         } else if (!out) {
             out = argv[i];
         } else {
-            return usage();
+            return usage(stderr);
         }
     }
-    if (!in || !format || (!out && !report_only) || (out && report_only)) return usage();
+    if (!in || !format || (!out && !report_only) || (out && report_only)) return usage(stderr);
+    if (report_only && strcmp(format, "bf16") == 0) {
+        fprintf(stderr, "personaplex-quantize: --report measures nf2, int4, nf4 or int8; --format bf16 needs OUT\n");
+        return 2;
+    }
     if (strcmp(format, "nf2") == 0)
         o.fmt = PP_WF_NF2;
     else if (strcmp(format, "int4") == 0)
@@ -114,8 +126,10 @@ int main(int argc, char **argv) {
         o.fmt = PP_WF_NF4;
     else if (strcmp(format, "int8") == 0)
         o.fmt = PP_WF_INT8;
-    else if (strcmp(format, "bf16") != 0)
-        return usage();
+    else if (strcmp(format, "bf16") != 0) {
+        fprintf(stderr, "personaplex-quantize: --format is nf2, int4, nf4, int8 or bf16, not '%s'\n", format);
+        return 2;
+    }
     char err[PP_ERR_LEN];
     if (strcmp(format, "bf16") == 0) {
         pp_log_set_level(PP_LOG_WARN);

@@ -4,7 +4,8 @@
  *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
  *                     [--device cpu|cuda|auto] [--threads N]
  * The clip's channel 0 is used (as the reference does), resampled to 24 kHz and normalised to
- * -24 LUFS; 10-30 s of clean speech makes a good voice. */
+ * -24 LUFS; 10-30 s of clean speech makes a good voice. Without --config, the config.json beside
+ * the weights is used when there is one, as the server does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,16 +23,18 @@ typedef struct opts {
     int threads;
 } opts;
 
-static void usage(void) {
-    fprintf(stderr, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
+static void usage(FILE *to) {
+    fprintf(to, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
                     "                         [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]\n"
                     "                         [--device cpu|cuda|auto] [--threads N]\n");
 }
 
+/* 0, or 1 for -h/--help, or -1 for a usage error. */
 static int parse(int argc, char **argv, opts *o) {
     *o = (opts){.device = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], **dst = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--weights")) dst = &o->weights;
         else if (!strcmp(a, "--config")) dst = &o->config;
         else if (!strcmp(a, "--mimi")) dst = &o->mimi;
@@ -39,8 +42,17 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--device")) dst = &o->device;
         if (dst || !strcmp(a, "--threads")) {
             if (++i >= argc) return -1;
-            if (dst) *dst = argv[i];
-            else if ((o->threads = atoi(argv[i])) < 0) return -1;
+            if (dst) {
+                *dst = argv[i];
+                continue;
+            }
+            char *end;
+            long n = strtol(argv[i], &end, 10);
+            if (end == argv[i] || *end || n < 0 || n > 1024) {
+                fprintf(stderr, "personaplex-voice: --threads takes a count in [0, 1024], not '%s'\n", argv[i]);
+                return -1;
+            }
+            o->threads = (int)n;
         } else if (a[0] == '-' && a[1] == '-') {
             return -1;
         } else if (!o->in) {
@@ -56,9 +68,10 @@ static int parse(int argc, char **argv, opts *o) {
 
 int main(int argc, char **argv) {
     opts o;
-    if (parse(argc, argv, &o)) {
-        usage();
-        return 2;
+    int help = parse(argc, argv, &o);
+    if (help) {
+        usage(help > 0 ? stdout : stderr);
+        return help > 0 ? 0 : 2;
     }
     size_t n = strlen(o.out);
     if (n < 3 || strcmp(o.out + n - 3, ".pt") != 0) {
@@ -76,7 +89,9 @@ int main(int argc, char **argv) {
     int rc = pp_wav_read(o.in, PP_WAV_CHANNEL0, &w, err);
     if (!rc && w.channels > 1) fprintf(stderr, "personaplex-voice: %s has %d channels; using channel 0\n", o.in, w.channels);
     if (!rc) rc = pp_backend_create(o.device, o.threads, &be, err);
-    if (!rc) rc = pp_lm_open(be, o.weights, o.config, &lm, err);
+    char beside[4200];
+    const char *config = o.config ? o.config : pp_lm_config_beside(o.weights, beside, sizeof beside);
+    if (!rc) rc = pp_lm_open(be, o.weights, config, &lm, err);
     if (!rc) rc = pp_mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
     if (!rc) rc = pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, w.rate, &v, &gain, &frames, err);
     if (!rc) rc = pp_voice_save_pt(o.out, &v, err);

@@ -49,9 +49,20 @@ static int tmp_name(const char *path, char *buf, size_t cap, char *err) {
     return 0;
 }
 
+/* A path that exists as something other than a regular file (a FIFO, a terminal, /dev/stdout)
+ * is written in place: renaming over it would swap the pipe or device for a plain file. */
+static int in_place(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+}
+
 int pp_file_create(const char *path, FILE **f, char *err) {
     char tmp[4096];
     *f = NULL;
+    if (in_place(path)) {
+        *f = fopen(path, "wb");
+        return *f ? 0 : pp_fail(err, PP_EIO, "%s: cannot open for writing: %s", path, strerror(errno));
+    }
     int rc = tmp_name(path, tmp, sizeof tmp, err);
     if (rc) return rc;
     *f = fopen(tmp, "wb");
@@ -64,6 +75,7 @@ int pp_file_commit(const char *path, FILE *f, char *err) {
     int rc = tmp_name(path, tmp, sizeof tmp, err);
     int bad = ferror(f) | fflush(f);
     if (fclose(f) != 0) bad = 1;
+    if (in_place(path)) return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
     if (rc) return rc;
     if (bad) {
         remove(tmp);

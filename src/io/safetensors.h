@@ -100,7 +100,9 @@ int pp_st_load_i64(const st_file *f, const st_tensor *t, int64_t first, int64_t 
 int pp_st_expect(const st_file *f, const char *name, int ndim, const int64_t *shape, const st_tensor **out, char *err);
 
 /* Writer: declare every tensor first (name, dtype, shape), then write their bytes in the
- * declared order. The header is written by pp_st_writer_begin. */
+ * declared order. The header is written by pp_st_writer_begin. The file is written as
+ * "<path>.tmp" and renamed over path by pp_st_writer_finish, so path only ever holds a
+ * complete file (a previous one stays until then). */
 typedef struct st_writer st_writer;
 int pp_st_writer_create(const char *path, st_writer **out, char *err);
 int pp_st_writer_declare(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, char *err);
@@ -108,8 +110,8 @@ int pp_st_writer_metadata(st_writer *w, const char *key, const char *value, char
 int pp_st_writer_begin(st_writer *w, char *err);
 /* Appends bytes of the current tensor; a tensor may be written in several calls. */
 int pp_st_writer_write(st_writer *w, const void *data, size_t nbytes, char *err);
-/* Checks every declared byte was written, closes the file. Frees w in all cases. */
+/* Checks every declared byte was written, closes the file and renames it into place. Frees w in all cases. */
 int pp_st_writer_finish(st_writer *w, char *err);
-void pp_st_writer_abort(st_writer *w); /* closes and removes the partial file */
+void pp_st_writer_abort(st_writer *w); /* closes and removes the partial '.tmp' file */
 
 #endif

@@ -1,11 +1,15 @@
 /* st_writer: the streaming safetensors writer declared in safetensors.h. Tensors are laid
  * out in declared order; the header is space-padded so the data starts 8-byte aligned, as
- * the reference writer does. Bytes are streamed, so a converter never holds a whole model. */
+ * the reference writer does. Bytes are streamed, so a converter never holds a whole model.
+ * They go to "<path>.tmp", renamed over path once complete (io/file.h): a failed or killed
+ * run leaves any earlier file in place, and a converter may write over the file it reads
+ * (its mapping keeps the old one alive). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
+#include "io/file.h"
 #include "io/safetensors.h"
 
 typedef struct {
@@ -84,12 +88,11 @@ int pp_st_writer_create(const char *path, st_writer **out, char *err) {
         free(w);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
     }
-    w->fp = fopen(path, "wb");
-    if (!w->fp) {
-        int e = errno;
+    int rc = pp_file_create(path, &w->fp, err);
+    if (rc) {
         free(w->path);
         free(w);
-        return pp_fail(err, PP_EIO, "%s: cannot create: %s", path, strerror(e));
+        return rc;
     }
     *out = w;
     return 0;
@@ -234,15 +237,14 @@ int pp_st_writer_finish(st_writer *w, char *err) {
     else if (w->written != w->total)
         rc = pp_fail(err, PP_EINVAL, "%s: %llu of %llu declared bytes written", w->path,
                      (unsigned long long)w->written, (unsigned long long)w->total);
-    if (fclose(w->fp) && !rc) rc = pp_fail(err, PP_EIO, "%s: close failed: %s", w->path, strerror(errno));
-    if (rc) remove(w->path); /* never leave a file that a reader would reject */
+    if (rc) pp_file_discard(w->path, w->fp); /* never leave a file that a reader would reject */
+    else rc = pp_file_commit(w->path, w->fp, err);
     writer_free(w);
     return rc;
 }
 
 void pp_st_writer_abort(st_writer *w) {
     if (!w) return;
-    fclose(w->fp);
-    remove(w->path);
+    pp_file_discard(w->path, w->fp);
     writer_free(w);
 }
