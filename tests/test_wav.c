@@ -273,8 +273,31 @@ static void test_fifo(void) {
     rmdir(dir);
 }
 
+/* An output path that is a symbolic link (a models folder of links into a data volume) keeps its
+ * link: the new file replaces the link's target. */
+static void test_symlink(void) {
+    char dir[] = "/tmp/pp_test_wav_XXXXXX", target[64], link[64], err[PP_ERR_LEN];
+    if (!mkdtemp(dir)) {
+        TEST_COND("temp dir", 0);
+        return;
+    }
+    snprintf(target, sizeof target, "%s/data.wav", dir);
+    snprintf(link, sizeof link, "%s/link.wav", dir);
+    float pcm[100] = {0.25f};
+    TEST_COND("old target", pp_wav_write(target, pcm, 10, 1, 24000, PP_WAV_PCM16, err) == 0);
+    TEST_COND("link", symlink(target, link) == 0);
+    TEST_COND("WAV written through the link", pp_wav_write(link, pcm, 100, 1, 24000, PP_WAV_PCM16, err) == 0);
+    struct stat sb;
+    TEST_COND("... which is still a link", lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    TEST_COND("... whose target holds the new file", stat(target, &sb) == 0 && sb.st_size == 44 + 200);
+    remove(link);
+    remove(target);
+    rmdir(dir);
+}
+
 int main(void) {
     test_fifo();
+    test_symlink();
     test_formats();
     test_malformed();
     test_roundtrip();

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,14 +57,23 @@ static int in_place(const char *path) {
     return stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
 }
 
+/* The file a replacement lands on: a symbolic link's target, so that the link stays (a models
+ * folder of links into a data volume keeps its links); path itself otherwise, and for a link
+ * whose target does not exist yet. */
+static const char *landing(const char *path, char resolved[PATH_MAX]) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) && realpath(path, resolved)) return resolved;
+    return path;
+}
+
 int pp_file_create(const char *path, FILE **f, char *err) {
-    char tmp[4096];
+    char tmp[4096], resolved[PATH_MAX];
     *f = NULL;
     if (in_place(path)) {
         *f = fopen(path, "wb");
         return *f ? 0 : pp_fail(err, PP_EIO, "%s: cannot open for writing: %s", path, strerror(errno));
     }
-    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    int rc = tmp_name(landing(path, resolved), tmp, sizeof tmp, err);
     if (rc) return rc;
     *f = fopen(tmp, "wb");
     if (!*f) return pp_fail(err, PP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -71,28 +81,35 @@ int pp_file_create(const char *path, FILE **f, char *err) {
 }
 
 int pp_file_commit(const char *path, FILE *f, char *err) {
-    char tmp[4096];
-    int rc = tmp_name(path, tmp, sizeof tmp, err);
-    int bad = ferror(f) | fflush(f);
+    char tmp[4096], resolved[PATH_MAX];
+    if (in_place(path)) {
+        int bad = ferror(f) | fflush(f);
+        if (fclose(f) != 0) bad = 1;
+        return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
+    }
+    const char *target = landing(path, resolved);
+    int rc = tmp_name(target, tmp, sizeof tmp, err);
+    /* The data reaches the disk before the rename does: after a power loss the path holds the old
+     * file or the whole new one, never an empty one. */
+    int bad = ferror(f) | fflush(f) | fsync(fileno(f));
     if (fclose(f) != 0) bad = 1;
-    if (in_place(path)) return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
     if (rc) return rc;
     if (bad) {
         remove(tmp);
         return pp_fail(err, PP_EIO, "%s: write failed", tmp);
     }
-    if (rename(tmp, path) != 0) {
+    if (rename(tmp, target) != 0) {
         int e = errno;
         remove(tmp);
-        return pp_fail(err, PP_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(e));
+        return pp_fail(err, PP_EIO, "%s: cannot rename to %s: %s", tmp, target, strerror(e));
     }
     return 0;
 }
 
 void pp_file_discard(const char *path, FILE *f) {
-    char tmp[4096];
+    char tmp[4096], resolved[PATH_MAX];
     if (f) fclose(f);
-    if (tmp_name(path, tmp, sizeof tmp, NULL) == 0) remove(tmp);
+    if (!in_place(path) && tmp_name(landing(path, resolved), tmp, sizeof tmp, NULL) == 0) remove(tmp);
 }
 
 int pp_file_map(const char *path, void **map, size_t *size, char *err) {

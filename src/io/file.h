@@ -21,7 +21,8 @@ void pp_file_release_pages(const void *p, size_t n);
 /* Atomic replacement: pp_file_create opens "<path>.tmp" for writing; pp_file_commit flushes,
  * closes and renames it over path (readers never see a half-written file); pp_file_discard
  * closes and removes it. Both take ownership of f. A path that is there as a FIFO or a device
- * (/dev/stdout, a pipe) is written directly instead. */
+ * (/dev/stdout, a pipe) is written directly instead; a symbolic link's target is replaced, the
+ * link kept. The data is synced before the rename. */
 int pp_file_create(const char *path, FILE **f, char *err);
 int pp_file_commit(const char *path, FILE *f, char *err);
 void pp_file_discard(const char *path, FILE *f);
