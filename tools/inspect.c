@@ -151,6 +151,7 @@ static int inspect_lm(const char *path, const char *config) {
     printf("%s: LM checkpoint, config %s: %d temporal layers, %d depformer layers, %d depformer steps\n", path,
            config ? config : "defaults fitted to the file", c.num_layers, c.dep_num_layers, c.dep_q);
     pp_lm_catalog(&c, check_tensor, &y);
+    if (pp_lm_check_extra(&c, f, err)) y.refused++, printf("  refused: %s\n", err); /* as loading would */
     printf("  %-14s %-10s %s\n", "part", "stack", "tensors by format");
     for (int p = 0; p < PP_LM_PART_COUNT; p++)
         for (int dep = 0; dep < 2; dep++) {

@@ -68,11 +68,21 @@ static uint64_t new_id(void) { return (uint64_t)atomic_fetch_add(&next_id, 1); }
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm) { return &lm->cfg; }
 pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
 
-/* A file with more layers or steps than the config would otherwise load silently truncated. */
-static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int value, char *err) {
-    if (!pp_weight_exists(lm->file, name)) return PP_OK;
-    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", pp_st_path(lm->file), key,
-                   value, name);
+static int refuse_extra(const st_file *f, const char *name, const char *key, int value, char *err) {
+    if (!pp_weight_exists(f, name)) return PP_OK;
+    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", pp_st_path(f), key, value,
+                   name);
+}
+
+int pp_lm_check_extra(const pp_lm_config *c, const st_file *f, char *err) {
+    char name[128];
+    int rc;
+    snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
+    if ((rc = refuse_extra(f, name, "num_layers", c->num_layers, err))) return rc;
+    snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", c->dep_num_layers);
+    if ((rc = refuse_extra(f, name, "depformer_num_layers", c->dep_num_layers, err))) return rc;
+    snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
+    return refuse_extra(f, name, "dep_q", c->dep_q, err);
 }
 
 void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
@@ -196,13 +206,7 @@ static int load_weights(pp_lm *lm, char *err) {
         lm->inputs[k] = k < c->n_q ? &lm->emb[k] : &lm->text_emb;
         lm->input_rows[k] = k < c->n_q ? k + 1 : 0;
     }
-    char name[128];
-    snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
-    if ((rc = refuse_extra(lm, name, "num_layers", c->num_layers, err))) return rc;
-    snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", c->dep_num_layers);
-    if ((rc = refuse_extra(lm, name, "depformer_num_layers", c->dep_num_layers, err))) return rc;
-    snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
-    return refuse_extra(lm, name, "dep_q", c->dep_q, err);
+    return pp_lm_check_extra(c, lm->file, err);
 }
 
 /* The start-up log says per format how many tensors and bytes the model holds. */

@@ -46,6 +46,9 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
 /* The configuration the checkpoint f runs with: config_path's (NULL: the defaults), fitted to
  * f's tensors as above. What pp_lm_open uses, for tools that check a file without loading it. */
 int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c, char *err);
+/* Refuses a file holding more temporal layers, depformer layers or steps than c: loading it would
+ * silently drop them. err names the key and the first tensor past it. pp_lm_open checks this. */
+int pp_lm_check_extra(const pp_lm_config *c, const st_file *f, char *err);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
 /* The weight a catalogued matrix of the model loaded as (backend memory; NULL for a norm scale or
  * moshi.cpp's per-step projections): for tools and tests that look at what was loaded. */
