@@ -405,6 +405,43 @@ static void test_seeds(void) {
     }
 }
 
+/* The process's address space in KiB (/proc/self/status VmSize), -1 where it cannot be read. */
+static long vm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
+/* Opening a GGUF maps the file once; its tensor table costs the table's size, not another
+ * file's worth of memory (a 4.4 GB checkpoint must not need 4.4 GB more). The golden file is
+ * extended with 256 MiB of sparse trailing bytes, so the mapping dominates. */
+static void test_table_memory(void) {
+    const size_t extra = (size_t)256 << 20;
+    FILE *in = fopen(CASE "/model.gguf", "rb");
+    FILE *out = fopen(tmp("big.gguf"), "wb");
+    char chunk[65536];
+    size_t n, size = 0;
+    while (in && out && (n = fread(chunk, 1, sizeof chunk, in)) > 0) size += fwrite(chunk, 1, n, out);
+    if (in) fclose(in);
+    if (!out || fclose(out) || truncate(tmp("big.gguf"), (off_t)(size + extra))) abort();
+    st_file *f = NULL;
+    char err[PP_ERR_LEN] = "";
+    long before = vm_kib();
+    TEST_COND("GGUF with trailing bytes opens", !pp_st_open(tmp("big.gguf"), &f, err));
+    long grew = vm_kib() - before, file_kib = (long)((size + extra) >> 10);
+    if (before >= 0) {
+        if (grew > file_kib + file_kib / 4)
+            fprintf(stderr, "  opening a %ld KiB GGUF grew the address space by %ld KiB\n", file_kib, grew);
+        TEST_COND("opening a GGUF costs about its mapping, no file-sized buffer", grew <= file_kib + file_kib / 4);
+    }
+    pp_st_close(f);
+    unlink(tmp("big.gguf"));
+}
+
 int main(void) {
     test_blocks();
     test_seeds();
@@ -416,6 +453,7 @@ int main(void) {
     }
     test_variants(src);
     pp_st_close(src);
+    test_table_memory();
     test_remove_dir(tmpdir);
     return test_report();
 }
