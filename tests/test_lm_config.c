@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "io/safetensors.h"
 #include "model/lm.h"
 
@@ -152,8 +153,37 @@ static void test_layers_from_tensors(void) {
               rc == PP_EINVAL && strstr(err, "num_layers") && strstr(err, "1025"));
 }
 
+/* Keys the engine does not use are logged, by name, in one line: unknown ones and the two the
+ * reference overrides (docs/model.md §1). */
+static void test_unused_logged(void) {
+    char path[] = "/tmp/test_lm_config_log_XXXXXX", line[1024] = "", err[PP_ERR_LEN] = "";
+    int fd = mkstemp(path);
+    pp_lm_config c;
+    if (fd < 0 || pp_log_open(path)) {
+        TEST_COND("log file", 0);
+        return;
+    }
+    pp_log_level was = pp_log_get_level();
+    pp_log_set_level(PP_LOG_INFO);
+    int rc = parse("{\"dim\": 4096, \"depformer_context\": 8, \"depformer_max_period\": 10000, \"model_type\": \"moshi\"}",
+                   &c, err);
+    pp_log_set_level(was);
+    pp_log_open(NULL);
+    FILE *f = fdopen(fd, "r");
+    size_t n = f ? fread(line, 1, sizeof line - 1, f) : 0;
+    line[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    printf("logged: %s", line);
+    TEST_COND("a config with unused keys parses", rc == 0);
+    TEST_COND("unused keys are logged by name", strstr(line, "ignoring 3 key(s)") && strstr(line, "depformer_context") &&
+                                                   strstr(line, "depformer_max_period") && strstr(line, "model_type") &&
+                                                   !strstr(line, "dim,"));
+}
+
 int main(void) {
     test_parse();
+    test_unused_logged();
     test_contradictions();
     test_layers_from_tensors();
     return test_report();
