@@ -75,12 +75,17 @@ static int refuse_extra(const st_file *f, const char *name, const char *key, int
 }
 
 int pp_lm_check_extra(const pp_lm_config *c, const st_file *f, char *err) {
+    /* every layer's norm1 scale (never quantized), not only the next one: a file whose layers
+     * skip a number holds more past it */
+    pp_lm_tensor t;
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const char *name = pp_st_at(f, i)->name;
+        if (pp_lm_catalog_find(name, &t) || t.part != PP_LM_NORM1) continue;
+        int layers = t.depformer ? c->dep_num_layers : c->num_layers;
+        if (t.layer >= layers)
+            return refuse_extra(f, name, t.depformer ? "depformer_num_layers" : "num_layers", layers, err);
+    }
     char name[128];
-    int rc;
-    snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
-    if ((rc = refuse_extra(f, name, "num_layers", c->num_layers, err))) return rc;
-    snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", c->dep_num_layers);
-    if ((rc = refuse_extra(f, name, "depformer_num_layers", c->dep_num_layers, err))) return rc;
     snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
     return refuse_extra(f, name, "dep_q", c->dep_q, err);
 }
@@ -89,12 +94,13 @@ void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
     const char *kv = pp_st_metadata(f, "personaplex.block_count");
     int gguf = pp_st_metadata(f, "general.architecture") != NULL;
     if (have_config && !gguf) return;
-    char name[128];
+    /* up to the highest layer: a layer missing below it is then reported missing, not the
+     * layers above it dropped */
     int n = 0;
-    for (;; n++) {
-        snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", n);
-        if (!pp_st_find(f, name)) break;
-    }
+    pp_lm_tensor t;
+    for (size_t i = 0; i < pp_st_count(f); i++)
+        if (!pp_lm_catalog_find(pp_st_at(f, i)->name, &t) && t.part == PP_LM_NORM1 && !t.depformer && t.layer >= n)
+            n = t.layer + 1;
     if (!n) return; /* nothing to count: loading reports the missing tensors */
     if (kv && strtol(kv, NULL, 10) != n) /* strtol: a count past int's range is defined (and differs) */
         PP_INFO("lm", "%s: KV personaplex.block_count says %s, the file holds %d temporal layers: using %d",
