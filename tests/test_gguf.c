@@ -1,7 +1,7 @@
 /* test_gguf: GGUF checkpoints. The golden lm-q4k file is rewritten by a small writer here into
  * the variants users meet: sts-web's pruned layout (a layer removed, the rest renumbered, a KV
  * block_count that lies), byte-sharded copies (whole pages, mapped; odd sizes, read), moshi.cpp's
- * `lm.` names. Each must load as the
+ * `lm.` names and per-step attention projections. Each must load as the
  * model it stores (every tensor equal to the source's); the malformed copies (truncated, a
  * tensor past the end, an unknown type, a shape the config rejects, a missing shard) must be
  * refused with one line naming the file and the tensor. The Q4_0/Q8_0/Q4_K decoders are
@@ -65,19 +65,20 @@ typedef struct {
     int drop_layer;
     const char *prefix;
     const char *bad_type, *bad_rows;
-    int split_steps; /* the depformer's attention projections as moshi.cpp's per-step tensors */
+    int split_steps; /* the attention projections as moshi.cpp's per-step tensors (the temporal one as step 0) */
 } variant;
 
 #define DEP_STEPS 16 /* lm-q4k's dep_q */
 
-/* Whether t is a depformer projection the variant splits into per-step tensors, and the base
- * of their names (`...self_attn.in_projs`). */
+/* How many per-step tensors the variant splits attention projection t into (0: none; the
+ * depformer's DEP_STEPS, the temporal transformer's 1), and the base of their names
+ * (`...self_attn.in_projs`). */
 static int split_name(const variant *v, const char *name, char *base, size_t cap) {
     const char *in = strstr(name, ".self_attn.in_proj_weight"), *out = strstr(name, ".self_attn.out_proj.weight");
-    if (!v->split_steps || strncmp(name, "depformer.", 10) || (!in && !out)) return 0;
+    if (!v->split_steps || (!in && !out)) return 0;
     const char *at = in ? in : out;
     snprintf(base, cap, "%s%.*s.self_attn.%s", v->prefix, (int)(at - name), name, in ? "in_projs" : "out_projs");
-    return 1;
+    return strncmp(name, "depformer.", 10) ? 1 : DEP_STEPS;
 }
 
 /* The name tensor t gets in the variant, or 0 when the variant drops it. */
@@ -99,10 +100,10 @@ static buf write_variant(const st_file *src, const variant *v) {
     open_buf(&data);
     size_t n = pp_st_count(src), kept = 0;
     char name[256];
-    for (size_t i = 0; i < n; i++)
-        kept += split_name(v, pp_st_at(src, i)->name, name, sizeof name)
-                    ? DEP_STEPS
-                    : rename_tensor(v, pp_st_at(src, i)->name, name, sizeof name);
+    for (size_t i = 0; i < n; i++) {
+        int steps = split_name(v, pp_st_at(src, i)->name, name, sizeof name);
+        kept += steps ? (size_t)steps : (size_t)rename_tensor(v, pp_st_at(src, i)->name, name, sizeof name);
+    }
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
     put_u64(&b, kept);
@@ -113,17 +114,18 @@ static buf write_variant(const st_file *src, const variant *v) {
     put_str(&b, "a"), put_str(&b, "bc");
     for (size_t i = 0; i < n; i++) {
         const st_tensor *t = pp_st_at(src, i);
-        if (split_name(v, t->name, name, sizeof name)) { /* rows of a step are contiguous bytes */
-            for (int st = 0; st < DEP_STEPS; st++) {
+        int steps = split_name(v, t->name, name, sizeof name);
+        if (steps) { /* rows of a step are contiguous bytes */
+            for (int st = 0; st < steps; st++) {
                 char step[300];
                 snprintf(step, sizeof step, "%s.%d.weight", name, st);
                 put_str(&b, step);
                 put_u32(&b, 2);
                 put_u64(&b, (uint64_t)t->shape[1]);
-                put_u64(&b, (uint64_t)(t->shape[0] / DEP_STEPS));
+                put_u64(&b, (uint64_t)(t->shape[0] / steps));
                 put_u32(&b, ggml_type_of(t->dtype));
                 put_u64(&b, pos(&data));
-                put(&data, t->data + t->nbytes / DEP_STEPS * (size_t)st, t->nbytes / DEP_STEPS);
+                put(&data, t->data + t->nbytes / (size_t)steps * (size_t)st, t->nbytes / (size_t)steps);
                 pad(&data);
             }
             continue;
@@ -171,9 +173,10 @@ static int same_tensors(const st_file *src, const st_file *f, const variant *v) 
     size_t kept = 0;
     for (size_t i = 0; i < pp_st_count(src); i++) {
         const st_tensor *a = pp_st_at(src, i);
-        if (split_name(v, a->name, name, sizeof name)) {
-            kept += DEP_STEPS;
-            continue; /* compared step by step in test_moshi_steps */
+        int steps = split_name(v, a->name, name, sizeof name);
+        if (steps) {
+            kept += (size_t)steps;
+            continue; /* compared step by step in same_steps */
         }
         if (!rename_tensor(v, a->name, name, sizeof name)) continue;
         kept++;
@@ -312,7 +315,7 @@ static void test_variants(const st_file *src) {
     pp_st_close(f);
     free(b.p);
 
-    /* moshi.cpp's naming: the lm. prefix and per-step depformer projections */
+    /* moshi.cpp's naming: the lm. prefix and per-step projections (the temporal layers' as in_projs.0) */
     variant moshi = {.drop_layer = -1, .prefix = "lm.", .split_steps = 1};
     b = write_variant(src, &moshi);
     write_file(tmp("moshi.gguf"), b.p, b.n);
@@ -402,6 +405,43 @@ static void test_seeds(void) {
     }
 }
 
+/* The process's address space in KiB (/proc/self/status VmSize), -1 where it cannot be read. */
+static long vm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
+/* Opening a GGUF maps the file once; its tensor table costs the table's size, not another
+ * file's worth of memory (a 4.4 GB checkpoint must not need 4.4 GB more). The golden file is
+ * extended with 256 MiB of sparse trailing bytes, so the mapping dominates. */
+static void test_table_memory(void) {
+    const size_t extra = (size_t)256 << 20;
+    FILE *in = fopen(CASE "/model.gguf", "rb");
+    FILE *out = fopen(tmp("big.gguf"), "wb");
+    char chunk[65536];
+    size_t n, size = 0;
+    while (in && out && (n = fread(chunk, 1, sizeof chunk, in)) > 0) size += fwrite(chunk, 1, n, out);
+    if (in) fclose(in);
+    if (!out || fclose(out) || truncate(tmp("big.gguf"), (off_t)(size + extra))) abort();
+    st_file *f = NULL;
+    char err[PP_ERR_LEN] = "";
+    long before = vm_kib();
+    TEST_COND("GGUF with trailing bytes opens", !pp_st_open(tmp("big.gguf"), &f, err));
+    long grew = vm_kib() - before, file_kib = (long)((size + extra) >> 10);
+    if (before >= 0) {
+        if (grew > file_kib + file_kib / 4)
+            fprintf(stderr, "  opening a %ld KiB GGUF grew the address space by %ld KiB\n", file_kib, grew);
+        TEST_COND("opening a GGUF costs about its mapping, no file-sized buffer", grew <= file_kib + file_kib / 4);
+    }
+    pp_st_close(f);
+    unlink(tmp("big.gguf"));
+}
+
 int main(void) {
     test_blocks();
     test_seeds();
@@ -413,6 +453,7 @@ int main(void) {
     }
     test_variants(src);
     pp_st_close(src);
+    test_table_memory();
     test_remove_dir(tmpdir);
     return test_report();
 }

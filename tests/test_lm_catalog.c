@@ -80,6 +80,10 @@ int main(void) {
               finds("depformer.layers.1.self_attn.in_projs.7.weight", PP_LM_ATTN_IN, 1, 1, 7));
     TEST_COND("moshi.cpp per-step out_projs",
               finds("depformer.layers.0.self_attn.out_projs.15.weight", PP_LM_ATTN_OUT, 1, 0, 15));
+    TEST_COND("moshi.cpp temporal in_projs.0",
+              finds("transformer.layers.2.self_attn.in_projs.0.weight", PP_LM_ATTN_IN, 0, 2, -1));
+    TEST_COND("moshi.cpp temporal out_projs.0",
+              finds("transformer.layers.5.self_attn.out_projs.0.weight", PP_LM_ATTN_OUT, 0, 5, -1));
     TEST_COND("the depformer's stacked in_proj has no step",
               finds("depformer.layers.4.self_attn.in_proj_weight", PP_LM_ATTN_IN, 1, 4, -1));
     TEST_COND("linear parts", pp_lm_part_is_linear(PP_LM_FFN_OUT) && !pp_lm_part_is_linear(PP_LM_LINEAR));

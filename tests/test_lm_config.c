@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "io/safetensors.h"
 #include "model/lm.h"
 
@@ -116,7 +117,7 @@ static void test_contradictions(void) {
 /* Without a config, the temporal layers are counted from the tensors; a count past the bounds a
  * config may give is refused the same way (it once went on unchecked). Only the layers' first
  * tensors are written: the count needs nothing else. */
-static int config_for_layers(int layers, pp_lm_config *c, char *err) {
+static int config_for_layers_but(int layers, int skip, const char *config, pp_lm_config *c, char *err) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/pp_test_lm_layers_%d.safetensors", (int)getpid());
     st_writer *wr = NULL;
@@ -126,18 +127,33 @@ static int config_for_layers(int layers, pp_lm_config *c, char *err) {
     int rc = pp_st_writer_create(path, &wr, err);
     for (int l = 0; l < layers && !rc; l++) {
         snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", l);
-        rc = pp_st_writer_declare(wr, name, ST_F32, 1, shape, err);
+        if (l != skip) rc = pp_st_writer_declare(wr, name, ST_F32, 1, shape, err);
     }
     if (!rc) rc = pp_st_writer_begin(wr, err);
-    for (int l = 0; l < layers && !rc; l++) rc = pp_st_writer_write(wr, &one, sizeof one, err);
+    for (int l = 0; l < layers && !rc; l++)
+        if (l != skip) rc = pp_st_writer_write(wr, &one, sizeof one, err);
     if (!rc) rc = pp_st_writer_finish(wr, err);
     else if (wr) pp_st_writer_abort(wr);
     st_file *f = NULL;
     if (!rc) rc = pp_st_open(path, &f, err);
-    if (!rc) rc = pp_lm_config_for(NULL, f, c, err);
+    if (!rc && config) {
+        char cpath[64];
+        snprintf(cpath, sizeof cpath, "/tmp/pp_test_lm_layers_%d.json", (int)getpid());
+        FILE *cf = fopen(cpath, "w");
+        if (cf) fputs(config, cf), fclose(cf);
+        rc = pp_lm_config_for(cpath, f, c, err);
+        if (!rc) rc = pp_lm_check_extra(c, f, err);
+        remove(cpath);
+    } else if (!rc) {
+        rc = pp_lm_config_for(NULL, f, c, err);
+    }
     pp_st_close(f);
     remove(path);
     return rc;
+}
+
+static int config_for_layers(int layers, pp_lm_config *c, char *err) {
+    return config_for_layers_but(layers, -1, NULL, c, err);
 }
 
 static void test_layers_from_tensors(void) {
@@ -150,10 +166,46 @@ static void test_layers_from_tensors(void) {
     rc = config_for_layers(1025, &c, err);
     TEST_COND("1025 layers refused naming the key and the count",
               rc == PP_EINVAL && strstr(err, "num_layers") && strstr(err, "1025"));
+    /* layers 0, 1 and 3: counted to the last (loading then reports layer 2 missing), never cut to 2 */
+    rc = config_for_layers_but(4, 2, NULL, &c, err);
+    TEST_COND("a skipped layer number: counted to the highest", rc == PP_OK && c.num_layers == 4);
+    /* the same file under a config of 2 layers: layer 3 would be dropped */
+    rc = config_for_layers_but(4, 2, "{\"num_layers\": 2}", &c, err);
+    TEST_COND("a layer past a skipped number is refused naming it",
+              rc == PP_EINVAL && strstr(err, "'num_layers' = 2") && strstr(err, "transformer.layers.3.norm1.alpha"));
+}
+
+/* Keys the engine does not use are logged, by name, in one line: unknown ones and the two the
+ * reference overrides (docs/model.md §1). */
+static void test_unused_logged(void) {
+    char path[] = "/tmp/test_lm_config_log_XXXXXX", line[1024] = "", err[PP_ERR_LEN] = "";
+    int fd = mkstemp(path);
+    pp_lm_config c;
+    if (fd < 0 || pp_log_open(path)) {
+        TEST_COND("log file", 0);
+        return;
+    }
+    pp_log_level was = pp_log_get_level();
+    pp_log_set_level(PP_LOG_INFO);
+    int rc = parse("{\"dim\": 4096, \"depformer_context\": 8, \"depformer_max_period\": 10000, \"model_type\": \"moshi\"}",
+                   &c, err);
+    pp_log_set_level(was);
+    pp_log_open(NULL);
+    FILE *f = fdopen(fd, "r");
+    size_t n = f ? fread(line, 1, sizeof line - 1, f) : 0;
+    line[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    printf("logged: %s", line);
+    TEST_COND("a config with unused keys parses", rc == 0);
+    TEST_COND("unused keys are logged by name", strstr(line, "ignoring 3 key(s)") && strstr(line, "depformer_context") &&
+                                                   strstr(line, "depformer_max_period") && strstr(line, "model_type") &&
+                                                   !strstr(line, "dim,"));
 }
 
 int main(void) {
     test_parse();
+    test_unused_logged();
     test_contradictions();
     test_layers_from_tensors();
     return test_report();

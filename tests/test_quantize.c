@@ -180,8 +180,41 @@ static void random_nf2(void) {
     pp_qtensor_free(&again);
 }
 
+/* A source holding a NaN or an infinity is refused, naming the tensor and the element, in every
+ * format: quantized, it gave a file the loader refuses (an infinite scale) or a wrong code. */
+static void non_finite(void) {
+    static const char header[] = "{\"w.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]}}";
+    static unsigned char buf[8 + sizeof header - 1 + 512];
+    uint64_t n = sizeof header - 1;
+    memcpy(buf, &n, 8);
+    memcpy(buf + 8, header, n);
+    static const pp_wformat fmts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
+    for (int bad = 0; bad < 2; bad++) {
+        float v[128];
+        for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
+        v[70] = bad ? INFINITY : NAN;
+        memcpy(buf + 8 + n, v, sizeof v);
+        st_file *f = NULL;
+        char err[PP_ERR_LEN] = "";
+        if (pp_st_open_memory(buf, sizeof buf, "nan.safetensors", &f, err)) {
+            TEST_COND("non-finite source opens", 0);
+            return;
+        }
+        for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+            pp_qtensor q;
+            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), fmts[k], 64, &q, err);
+            if (!rc) pp_qtensor_free(&q);
+            printf("%s %s -> %s\n", bad ? "inf" : "nan", pp_wformat_name(fmts[k]), rc ? err : "quantized");
+            TEST_COND("a non-finite weight is refused, naming tensor and element",
+                      rc == PP_EFORMAT && strstr(err, "'w.weight'") && strstr(err, "element 70 (row 1)"));
+        }
+        pp_st_close(f);
+    }
+}
+
 int main(void) {
     random_nf2();
+    non_finite();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

@@ -2,6 +2,7 @@
  * every golden checkpoint opens; each malformation docs/formats.md §1 forbids is refused
  * with a one-line message; the fp16/bf16 conversions round to nearest even. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -302,7 +303,25 @@ static void test_half(void) {
     TEST_COND("bf16 -0", pp_f32_to_bf16(-0.0f) == 0x8000);
 }
 
+/* A folder that is not an ONNX bundle (a download folder given for its checkpoint) is named as one,
+ * not reported as missing. */
+static void test_folder(void) {
+    char dir[] = "/tmp/test_safetensors_XXXXXX";
+    st_file *f = NULL;
+    char err[PP_ERR_LEN] = "";
+    if (!mkdtemp(dir)) {
+        TEST_COND("temporary folder", 0);
+        return;
+    }
+    int rc = pp_st_open(dir, &f, err);
+    printf("folder -> %s\n", err);
+    TEST_COND("a folder is refused as a folder, not as a missing file",
+              rc != 0 && !f && strstr(err, dir) && strstr(err, "a folder") && !strstr(err, "no such file"));
+    rmdir(dir);
+}
+
 int main(void) {
+    test_folder();
     test_malformed();
     test_edge_cases();
     test_round_trip();

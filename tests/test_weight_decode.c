@@ -84,6 +84,13 @@ static void check_quantizers(const st_file *f) {
     TEST_COND("int4 quantizer bytes", memcmp(p4, pk->data, 512) == 0);
     TEST_COND("int4 quantizer scales", memcmp(s4, sc->data, sizeof s4) == 0);
     free(src);
+    /* a zero group: its scale underflows F16 to 0; the codes must be zeros (nibble 8), not the
+     * nibble 0 the loader warns about as NF4 data */
+    float zero[32] = {0};
+    pp_quant_int4_quantize(zero, 1, 32, p4, s4);
+    int eights = s4[0] == 0;
+    for (int i = 0; i < 16; i++) eights &= p4[i] == 0x88;
+    TEST_COND("int4 quantizer: a zero group codes nibble 8", eights);
 
     const char *nf = "blk.self_attn.in_proj.weight";
     src = load_f32(f, nf, ".source");

@@ -105,7 +105,7 @@ static pp_wformat scale_format(st_dtype dt) {
 }
 
 /* A catalogued tensor as loading finds it: a norm scale with its length, a matrix in any
- * layout with its shape (moshi.cpp's per-step depformer projections stand for the stacked one). */
+ * layout with its shape (moshi.cpp's per-step projections stand for the stacked one). */
 static int check_tensor(void *ctx, const pp_lm_tensor *t) {
     lm_tally *y = ctx;
     char err[PP_ERR_LEN] = "", name[256];
@@ -123,9 +123,10 @@ static int check_tensor(void *ctx, const pp_lm_tensor *t) {
     pp_weight w;
     int64_t rows = t->rows;
     const char *load = t->name;
-    if (t->depformer && (t->part == PP_LM_ATTN_IN || t->part == PP_LM_ATTN_OUT) && !pp_weight_exists(y->f, t->name)) {
+    if ((t->part == PP_LM_ATTN_IN || t->part == PP_LM_ATTN_OUT) && !pp_weight_exists(y->f, t->name)) {
         pp_lm_step_projection_name(t, 0, name, sizeof name);
-        if (pp_weight_exists(y->f, name)) load = name, rows = t->rows / y->steps; /* step 0's stands for all */
+        if (pp_weight_exists(y->f, name)) /* step 0's stands for all */
+            load = name, rows = t->depformer ? t->rows / y->steps : t->rows;
     }
     int rc = pp_weight_load(y->f, load, rows, t->cols, &w, err);
     if (rc == PP_ENOTFOUND)
@@ -151,6 +152,7 @@ static int inspect_lm(const char *path, const char *config) {
     printf("%s: LM checkpoint, config %s: %d temporal layers, %d depformer layers, %d depformer steps\n", path,
            config ? config : "defaults fitted to the file", c.num_layers, c.dep_num_layers, c.dep_q);
     pp_lm_catalog(&c, check_tensor, &y);
+    if (pp_lm_check_extra(&c, f, err)) y.refused++, printf("  refused: %s\n", err); /* as loading would */
     printf("  %-14s %-10s %s\n", "part", "stack", "tensors by format");
     for (int p = 0; p < PP_LM_PART_COUNT; p++)
         for (int dep = 0; dep < 2; dep++) {

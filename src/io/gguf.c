@@ -27,7 +27,8 @@ typedef struct {
 struct gguf_meta {
     gguf_kv *kv; /* sorted by key */
     size_t n_kv;
-    char *names; /* tensor names, NUL-terminated one after another */
+    char **names; /* tensor names, one allocation each (the table's size, not the file's) */
+    size_t n_names;
 };
 
 typedef struct {
@@ -162,6 +163,7 @@ void pp_gguf_meta_free(gguf_meta *m) {
         free(m->kv[i].value);
     }
     free(m->kv);
+    for (size_t i = 0; i < m->n_names; i++) free(m->names[i]);
     free(m->names);
     free(m);
 }
@@ -208,18 +210,17 @@ static int read_kvs(cursor *c, gguf_meta *m, uint64_t n, uint32_t *alignment) {
     return PP_OK;
 }
 
-/* One tensor info; its data pointer is set once the data section's start is known. */
-static int read_info(cursor *c, st_tensor *t, char **names_at, uint64_t *offset) {
+/* One tensor info, its name kept in m; its data pointer is set once the data section's start is known. */
+static int read_info(cursor *c, gguf_meta *m, st_tensor *t, uint64_t *offset) {
     const char *s;
     size_t len;
     uint32_t nd, type;
     int rc = rd_str(c, &s, &len, "a tensor name");
     if (rc) return rc;
     if (len >= 7 && !memcmp(s, "lm.", 3)) s += 3, len -= 3; /* moshi.cpp's prefix */
-    memcpy(*names_at, s, len);
-    (*names_at)[len] = 0;
-    t->name = *names_at;
-    *names_at += len + 1;
+    if (!(t->name = m->names[m->n_names] = strndup(s, len)))
+        return pp_fail(c->err, PP_ENOMEM, "%s: out of memory for a tensor name", c->label);
+    m->n_names++;
     if ((rc = rd_u32(c, &nd, t->name))) return rc;
     if (nd < 1 || nd > ST_MAX_DIMS)
         return pp_fail(c->err, PP_EFORMAT, "%s: tensor '%s': %u dimensions (1 to %d supported)", c->label, t->name, nd,
@@ -280,11 +281,10 @@ int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor
     if (!rc) {
         t = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *t);
         offs = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *offs);
-        m->names = malloc(c.size - c.at + 1);
+        m->names = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *m->names);
         if (!t || !offs || !m->names) rc = pp_fail(err, PP_ENOMEM, "%s: out of memory for the tensor table", label);
     }
-    char *names_at = m ? m->names : NULL;
-    for (uint64_t i = 0; !rc && i < n_tensors; i++) rc = read_info(&c, &t[i], &names_at, &offs[i]);
+    for (uint64_t i = 0; !rc && i < n_tensors; i++) rc = read_info(&c, m, &t[i], &offs[i]);
     if (!rc) {
         size_t data = (c.at + alignment - 1) / alignment * alignment;
         if (data > size) data = size;

@@ -92,6 +92,14 @@ void pp_quant_int4_decode_group(const uint8_t *packed, float scale, int gs, floa
     }
 }
 
+/* The nibble of v against the stored scale s. A scale that underflowed F16 (a group of zeros or
+ * of values under ~4e-7) codes zero, nibble 8, as the writer's round(0 / scale) does: 0 / 0 would
+ * clamp to nibble 0, which decodes the same but is what the loader takes for NF4 data. */
+static int int4_code(float v, float s) {
+    if (!(s > 0)) return 8;
+    return (int)fminf(fmaxf(nearbyintf(v / s), -8.0f), 7.0f) + 8;
+}
+
 void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *packed, uint16_t *scales) {
     for (int64_t g = 0; g < n_groups; g++) {
         const float *v = x + g * gs;
@@ -103,11 +111,7 @@ void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *p
         float s = pp_f16_to_f32(h);
         scales[g] = h;
         uint8_t *p = packed + g * (gs / 2);
-        for (int j = 0; j < gs; j += 2) {
-            float q0 = fminf(fmaxf(nearbyintf(v[j] / s), -8.0f), 7.0f);
-            float q1 = fminf(fmaxf(nearbyintf(v[j + 1] / s), -8.0f), 7.0f);
-            p[j / 2] = (uint8_t)(((int)q0 + 8) | (((int)q1 + 8) << 4));
-        }
+        for (int j = 0; j < gs; j += 2) p[j / 2] = (uint8_t)(int4_code(v[j], s) | int4_code(v[j + 1], s) << 4);
     }
 }
 

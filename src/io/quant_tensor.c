@@ -109,6 +109,17 @@ static int cosine(const st_file *f, const st_tensor *t, pp_qtensor *q, float *x,
     return PP_OK;
 }
 
+/* A NaN or infinity would quantize to a scale the loader refuses (infinite) or, lost by the max
+ * over its group, to a silently wrong code: refuse the source instead, naming the element. */
+static int check_finite(const st_file *f, const st_tensor *t, const float *x, int64_t first, int64_t n, char *err) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': element %lld (row %lld) is %g; only finite weights can "
+                           "be quantized", pp_st_path(f), t->name, (long long)(first + i),
+                           (long long)((first + i) / t->shape[1]), (double)x[i]);
+    return PP_OK;
+}
+
 int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err) {
     memset(q, 0, sizeof *q);
     int rc = pp_quantize_check(fmt, group, err);
@@ -138,7 +149,9 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
         rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols);
-        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err))) quantize_rows(q, x, r0, nr, absmax);
+        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err)) &&
+            !(rc = check_finite(f, t, x, r0 * cols, nr * cols, err)))
+            quantize_rows(q, x, r0, nr, absmax);
     }
     q->w.data = q->codes;
     q->w.scales = q->scales;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "base/err.h"
 #include "base/json.h"
@@ -308,6 +309,10 @@ int pp_st_open_memory(const void *buf, size_t len, const char *label, st_file **
 int pp_st_open(const char *path, st_file **out, char *err) {
     *out = NULL;
     if (pp_onnx_bundle_is(path)) return open_bundle(path, out, err);
+    struct stat sb; /* a download folder given for its checkpoint: not "no such file" */
+    if (!stat(path, &sb) && S_ISDIR(sb.st_mode))
+        return pp_fail(err, PP_EINVAL, "%s: a folder, not a checkpoint file or an ONNX bundle (no %s in it): name the "
+                       "checkpoint file in it", path, PP_ONNX_TEMPORAL);
     void *shards;
     size_t shards_size;
     char *label;

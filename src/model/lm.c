@@ -68,23 +68,39 @@ static uint64_t new_id(void) { return (uint64_t)atomic_fetch_add(&next_id, 1); }
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm) { return &lm->cfg; }
 pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
 
-/* A file with more layers or steps than the config would otherwise load silently truncated. */
-static int refuse_extra(const pp_lm *lm, const char *name, const char *key, int value, char *err) {
-    if (!pp_weight_exists(lm->file, name)) return PP_OK;
-    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", pp_st_path(lm->file), key,
-                   value, name);
+static int refuse_extra(const st_file *f, const char *name, const char *key, int value, char *err) {
+    if (!pp_weight_exists(f, name)) return PP_OK;
+    return pp_fail(err, PP_EINVAL, "%s: config key '%s' = %d but the file holds tensor '%s'", pp_st_path(f), key, value,
+                   name);
+}
+
+int pp_lm_check_extra(const pp_lm_config *c, const st_file *f, char *err) {
+    /* every layer's norm1 scale (never quantized), not only the next one: a file whose layers
+     * skip a number holds more past it */
+    pp_lm_tensor t;
+    for (size_t i = 0; i < pp_st_count(f); i++) {
+        const char *name = pp_st_at(f, i)->name;
+        if (pp_lm_catalog_find(name, &t) || t.part != PP_LM_NORM1) continue;
+        int layers = t.depformer ? c->dep_num_layers : c->num_layers;
+        if (t.layer >= layers)
+            return refuse_extra(f, name, t.depformer ? "depformer_num_layers" : "num_layers", layers, err);
+    }
+    char name[128];
+    snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
+    return refuse_extra(f, name, "dep_q", c->dep_q, err);
 }
 
 void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config) {
     const char *kv = pp_st_metadata(f, "personaplex.block_count");
     int gguf = pp_st_metadata(f, "general.architecture") != NULL;
     if (have_config && !gguf) return;
-    char name[128];
+    /* up to the highest layer: a layer missing below it is then reported missing, not the
+     * layers above it dropped */
     int n = 0;
-    for (;; n++) {
-        snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", n);
-        if (!pp_st_find(f, name)) break;
-    }
+    pp_lm_tensor t;
+    for (size_t i = 0; i < pp_st_count(f); i++)
+        if (!pp_lm_catalog_find(pp_st_at(f, i)->name, &t) && t.part == PP_LM_NORM1 && !t.depformer && t.layer >= n)
+            n = t.layer + 1;
     if (!n) return; /* nothing to count: loading reports the missing tensors */
     if (kv && strtol(kv, NULL, 10) != n) /* strtol: a count past int's range is defined (and differs) */
         PP_INFO("lm", "%s: KV personaplex.block_count says %s, the file holds %d temporal layers: using %d",
@@ -196,13 +212,7 @@ static int load_weights(pp_lm *lm, char *err) {
         lm->inputs[k] = k < c->n_q ? &lm->emb[k] : &lm->text_emb;
         lm->input_rows[k] = k < c->n_q ? k + 1 : 0;
     }
-    char name[128];
-    snprintf(name, sizeof name, "transformer.layers.%d.norm1.alpha", c->num_layers);
-    if ((rc = refuse_extra(lm, name, "num_layers", c->num_layers, err))) return rc;
-    snprintf(name, sizeof name, "depformer.layers.%d.norm1.alpha", c->dep_num_layers);
-    if ((rc = refuse_extra(lm, name, "depformer_num_layers", c->dep_num_layers, err))) return rc;
-    snprintf(name, sizeof name, "linears.%d.weight", c->dep_q);
-    return refuse_extra(lm, name, "dep_q", c->dep_q, err);
+    return pp_lm_check_extra(c, lm->file, err);
 }
 
 /* The start-up log says per format how many tensors and bytes the model holds. */

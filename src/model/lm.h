@@ -39,13 +39,18 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
                          const pp_lm_quantize *quantize, pp_lm **out, char *err);
 void pp_lm_close(pp_lm *lm);
 /* A GGUF checkpoint, or weights opened without a config, sets the temporal layer count from
- * its tensors (`transformer.layers.N.*`: sts-web's 24-layer file says 32 in its KV block);
+ * its tensors (the highest `transformer.layers.N.norm1.alpha` + 1: sts-web's 24-layer file says
+ * 32 in its KV block; a number skipped below it is then reported missing at load);
  * logs what it used and where the file's KV `personaplex.block_count` disagrees. A config
  * given beside safetensors weights stays authoritative (a mismatch is refused at load). */
 void pp_lm_config_fit_file(pp_lm_config *c, const st_file *f, int have_config);
 /* The configuration the checkpoint f runs with: config_path's (NULL: the defaults), fitted to
  * f's tensors as above. What pp_lm_open uses, for tools that check a file without loading it. */
 int pp_lm_config_for(const char *config_path, const st_file *f, pp_lm_config *c, char *err);
+/* Refuses a file holding more temporal layers, depformer layers or steps than c: loading it would
+ * silently drop them (any layer number past the count, not only the next). err names the key
+ * and a tensor past it. pp_lm_open checks this. */
+int pp_lm_check_extra(const pp_lm_config *c, const st_file *f, char *err);
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm);
 /* The weight a catalogued matrix of the model loaded as (backend memory; NULL for a norm scale or
  * moshi.cpp's per-step projections): for tools and tests that look at what was loaded. */

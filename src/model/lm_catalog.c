@@ -32,12 +32,15 @@ static const char *const NAMES[PP_LM_PART_COUNT][2] = {
     [PP_LM_DEP_TEXT_EMB] = {"depformer_text_emb.weight"},
 };
 
-/* moshi.cpp stores each depformer step's attention projections apart (layer, step). */
+/* moshi.cpp stores each step's attention projections apart (layer, step): the depformer's 16,
+ * and the temporal transformer's one as step 0. */
 #define STEP_IN_PROJ "depformer.layers.%d.self_attn.in_projs.%d.weight"
 #define STEP_OUT_PROJ "depformer.layers.%d.self_attn.out_projs.%d.weight"
+#define TEMPORAL_IN_PROJ "transformer.layers.%d.self_attn.in_projs.%d.weight"
+#define TEMPORAL_OUT_PROJ "transformer.layers.%d.self_attn.out_projs.%d.weight"
 
 /* Other spellings of catalogued tensors that files in the wild use, for find: the attention
- * input as a module weight, and the per-step depformer projections. */
+ * input as a module weight, and moshi.cpp's per-step projections. */
 static const struct {
     pp_lm_part part;
     int depformer;
@@ -47,10 +50,14 @@ static const struct {
     {PP_LM_ATTN_IN, 1, "depformer.layers.%d.self_attn.in_proj.weight"},
     {PP_LM_ATTN_IN, 1, STEP_IN_PROJ},
     {PP_LM_ATTN_OUT, 1, STEP_OUT_PROJ},
+    {PP_LM_ATTN_IN, 0, TEMPORAL_IN_PROJ},
+    {PP_LM_ATTN_OUT, 0, TEMPORAL_OUT_PROJ},
 };
 
 void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size_t cap) {
-    snprintf(buf, cap, t->part == PP_LM_ATTN_IN ? STEP_IN_PROJ : STEP_OUT_PROJ, t->layer, step);
+    const char *fmt = t->part == PP_LM_ATTN_IN ? (t->depformer ? STEP_IN_PROJ : TEMPORAL_IN_PROJ)
+                                               : (t->depformer ? STEP_OUT_PROJ : TEMPORAL_OUT_PROJ);
+    snprintf(buf, cap, fmt, t->layer, step);
 }
 
 const char *pp_lm_part_name(pp_lm_part part) {

@@ -52,8 +52,9 @@ int pp_lm_part_is_linear(pp_lm_part part);
 
 /* A token embedding table (rows are looked up, not multiplied). */
 int pp_lm_part_is_embedding(pp_lm_part part);
-/* moshi.cpp stores each depformer step's attention projections apart, where the release
- * stacks them: the name of step `step`'s part of the depformer's ATTN_IN or ATTN_OUT entry t. */
+/* moshi.cpp stores each step's attention projections apart, where the release stacks them (the
+ * temporal transformer's single one as step 0): the name of step `step`'s part of the ATTN_IN
+ * or ATTN_OUT entry t. */
 void pp_lm_step_projection_name(const pp_lm_tensor *t, int step, char *buf, size_t cap);
 /* The stored shape: [rows, cols], or a norm's [1, 1, d]; returns ndim. */
 int pp_lm_tensor_shape(const pp_lm_tensor *t, int64_t shape[3]);

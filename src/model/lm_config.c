@@ -155,22 +155,24 @@ static int apply_key(const key_spec *k, const pp_json *v, const char *label, pp_
     return PP_OK;
 }
 
-/* Lists the keys the engine does not know in one log line. */
-static void log_unknown_keys(const pp_json *root, const char *label) {
+/* Lists in one log line the keys the engine does not use: those it does not know, and the
+ * K_UNUSED ones the reference itself overrides. */
+static void log_unused_keys(const pp_json *root, const char *label) {
     char line[1024];
     size_t used = 0;
     int n = 0;
     for (size_t i = 0; i < root->count; i++) {
-        int known = 0;
-        for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0] && !known; k++) known = strcmp(KEYS[k].key, root->keys[i]) == 0;
-        if (known) continue;
+        int used_key = 0;
+        for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0] && !used_key; k++)
+            used_key = KEYS[k].kind != K_UNUSED && strcmp(KEYS[k].key, root->keys[i]) == 0;
+        if (used_key) continue;
         if (used < sizeof line) {
             int w = snprintf(line + used, sizeof line - used, "%s%s", n ? ", " : "", root->keys[i]);
             if (w > 0) used += (size_t)w;
         }
         n++;
     }
-    if (n) PP_INFO("lm", "%s: ignoring %d unknown key(s): %s", label, n, line);
+    if (n) PP_INFO("lm", "%s: ignoring %d key(s) the engine does not use: %s", label, n, line);
 }
 
 static int ffn_hidden(int dim, int dim_ff) {
@@ -251,7 +253,7 @@ int pp_lm_config_parse(const char *text, size_t len, const char *label, pp_lm_co
         const pp_json *v = pp_json_get(root, KEYS[k].key);
         if (v) rc = apply_key(&KEYS[k], v, label, c, err);
     }
-    if (!rc) log_unknown_keys(root, label);
+    if (!rc) log_unused_keys(root, label);
     pp_json_free(doc);
     return rc ? rc : pp_lm_config_validate(c, label, err);
 }

@@ -3,7 +3,8 @@
  * Read from a config.json that uses the reference's key names (`dim`, `num_heads`,
  * `depformer_dim`, `delays`, ...); keys absent from the file keep the PersonaPlex-7B values.
  * Options the engine does not implement (another gating, norm or positional embedding,
- * LayerScale, a non-causal model) are refused; keys it does not know are logged once and
+ * LayerScale, a non-causal model) are refused; keys it does not use (unknown ones, and
+ * depformer_context / depformer_max_period, which the reference overrides) are logged once and
  * ignored. Derived sizes (FFN hidden widths, head dims) are computed here so the loader can
  * check every tensor against them. */
 #ifndef PP_MODEL_LM_CONFIG_H

@@ -104,8 +104,8 @@ int pp_tf_init(const pp_tf_shape *shape, pp_tf *tf, char *err) {
     return ok ? PP_OK : pp_fail(err, PP_ENOMEM, "%s: out of memory", shape->prefix);
 }
 
-/* moshi.cpp's per-step depformer projections (lm_catalog.h) all load at the catalogue's in_proj
- * entry t: in_projs.{s} [3 d, d] and out_projs.{s} [d, d] for every step s. */
+/* moshi.cpp's per-step projections (lm_catalog.h; the temporal transformer's is step 0) all load
+ * at the catalogue's in_proj entry t: in_projs.{s} [3 d, d] and out_projs.{s} [d, d] for every step s. */
 static int load_step_projections(pp_backend *be, const st_file *f, pp_tf_quant *q, const pp_tf_shape *s,
                                  const pp_lm_tensor *t, pp_tf_layer *L, char *err) {
     char name[256];
@@ -124,10 +124,10 @@ static int load_step_projections(pp_backend *be, const st_file *f, pp_tf_quant *
     return PP_OK;
 }
 
-static int has_step_projections(const st_file *f, const pp_tf_shape *s, const pp_lm_tensor *t) {
+static int has_step_projections(const st_file *f, const pp_lm_tensor *t) {
     char name[256];
     pp_lm_step_projection_name(t, 0, name, sizeof name);
-    return s->n_steps > 1 && pp_weight_exists(f, name);
+    return pp_weight_exists(f, name);
 }
 
 int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *tf, const pp_lm_tensor *t, char *err) {
@@ -140,7 +140,7 @@ int pp_tf_load_tensor(pp_backend *be, const st_file *f, pp_tf_quant *q, pp_tf *t
     case PP_LM_NORM1: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm1, err);
     case PP_LM_NORM2: return pp_tf_load_alpha(be, f, t->name, (int)t->cols, t->cfg_keys, &L->norm2, err);
     case PP_LM_ATTN_IN:
-        if (has_step_projections(f, s, t)) return load_step_projections(be, f, q, s, t, L, err);
+        if (has_step_projections(f, t)) return load_step_projections(be, f, q, s, t, L, err);
         return pp_tf_load_weight(be, f, q, t, t->name, t->rows, t->cols, &L->in_proj, err);
     case PP_LM_ATTN_OUT:
         if (L->step_proj) return PP_OK; /* loaded with the step's in_proj */
