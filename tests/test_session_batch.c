@@ -10,7 +10,8 @@
  * - With a prompt cache, a second session with the same voice and prompt starts in one prefill
  *   call and gives exactly the frames of the first, which ran its prompts; so does one with
  *   another seed (against a lone uncached run with that seed). Another prompt, voice or KV
- *   format misses the cache. The counters say so.
+ *   format misses the cache, and so does a voice file rewritten with its size and mtime kept.
+ *   The counters say so.
  * - The stages refuse to run out of order; a batch refuses a session twice or too many.
  * - The start-up capacity plan counts the caller's per-conversation work outside the batch (a
  *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
@@ -24,9 +25,11 @@
 #include "session/plan.h"
 #include "session/session.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FRAMES 10
 #define N_SESSIONS 3
@@ -215,6 +218,24 @@ static void cached_run(pp_model *m, const pp_session_params *p, int want_cached,
     pp_session_destroy(s);
 }
 
+/* Writes voice `from`'s bytes over voice `to` of the demo and sets `to`'s mtime back. */
+static int replace_keeping_mtime(const pp_demo_files *files, const char *to, const char *from) {
+    char dst[PP_DEMO_PATH_MAX + 16], src[PP_DEMO_PATH_MAX + 16], buf[1 << 16];
+    snprintf(dst, sizeof dst, "%s/%s.pt", files->voices_dir, to);
+    snprintf(src, sizeof src, "%s/%s.pt", files->voices_dir, from);
+    struct stat before, after;
+    if (stat(dst, &before) != 0) return 0;
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+    int ok = in && out && n > 0 && n < sizeof buf && fwrite(buf, 1, n, out) == n;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = 0;
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ok = ok && utimensat(AT_FDCWD, dst, times, 0) == 0 && stat(dst, &after) == 0;
+    return ok && after.st_size == before.st_size && after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+           after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && test_files_equal(dst, src);
+}
+
 static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
     char err[PP_ERR_LEN];
     pp_model *m = NULL;
@@ -252,11 +273,15 @@ static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_mod
     TEST_COND("int8 KV caches on the CPU", pp_model_set_kv_cache(m, PP_KV_INT8, err) == PP_OK);
     cached_run(m, &p, 0, "another KV format", &other);
     cached_run(m, &p, 1, "the same KV format again", &other);
+    /* Another voice's bytes under the same name, size (demo voices are alike) and mtime, as
+     * cp -p, rsync -a or tar leave them: the file is not the one the cached state was made of. */
+    TEST_COND("NATF2.pt replaced, its size and mtime kept", replace_keeping_mtime(files, "NATF2", "NATM1"));
+    cached_run(m, &p, 0, "the voice file replaced", &other);
     pp_prompt_cache_counts c;
     pp_model_prompt_cache_counts(m, &c);
     printf("prompt cache: %llu hits, %llu misses, %d entries, %zu of %zu bytes\n", (unsigned long long)c.hits,
            (unsigned long long)c.misses, c.entries, c.bytes, c.budget);
-    TEST_COND("counters: 3 hits, 4 misses, 4 entries", c.hits == 3 && c.misses == 4 && c.entries == 4 &&
+    TEST_COND("counters: 3 hits, 5 misses, 5 entries", c.hits == 3 && c.misses == 5 && c.entries == 5 &&
                                                           c.bytes > 0 && c.bytes <= c.budget);
     pp_model_close(m);
 }
