@@ -249,9 +249,10 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
         if (!rc && n > (size_t)max_prompt_tokens)
             rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", p->text_prompt + 1, n,
                          max_prompt_tokens);
+        /* The server's prompts file is at fault, not the caller (EFORMAT, as a voice's bad token). */
         for (size_t i = 0; !rc && i < n; i++)
             if (ids[i] >= text_card)
-                rc = pp_fail(err, PP_EINVAL, "system prompt '%s': token %d is past the text vocabulary (%d)",
+                rc = pp_fail(err, PP_EFORMAT, "system prompt '%s': token %d is past the text vocabulary (%d)",
                              p->text_prompt + 1, ids[i], text_card);
         if (!rc) memcpy(s->prompt, ids, n * sizeof *ids);
     } else if (!rc) {
