@@ -10,8 +10,8 @@
  * - With a prompt cache, a second session with the same voice and prompt starts in one prefill
  *   call and gives exactly the frames of the first, which ran its prompts; so does one with
  *   another seed (against a lone uncached run with that seed). Another prompt, voice or KV
- *   format misses the cache, and so does a voice file rewritten with its size and mtime kept.
- *   The counters say so.
+ *   format misses the cache, and so does a voice file rewritten with its size and mtime kept,
+ *   or a pair voice's .cache.json rewritten alone. The counters say so.
  * - The stages refuse to run out of order; a batch refuses a session twice or too many.
  * - The start-up capacity plan counts the caller's per-conversation work outside the batch (a
  *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
@@ -21,6 +21,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/voice.h"
 #include "session/demo.h"
 #include "session/plan.h"
 #include "session/session.h"
@@ -286,6 +287,53 @@ static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_mod
     pp_model_close(m);
 }
 
+/* Writes demo voice `from` as the pair NAME.embeddings.bin + NAME.cache.json; only the .cache.json
+ * when json_only. */
+static int write_pair(const pp_demo_files *files, const char *name, const char *from, int json_only) {
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32];
+    pp_voice v;
+    snprintf(path, sizeof path, "%s/%s.pt", files->voices_dir, from);
+    if (pp_voice_load(path, 0, &v, err)) return 0;
+    snprintf(path, sizeof path, "%s/%s.embeddings.bin", files->voices_dir, name);
+    FILE *f = json_only ? NULL : fopen(path, "wb");
+    int ok = json_only || (f && fwrite(v.embeddings, sizeof(float), (size_t)(v.frames * v.dim), f) ==
+                                    (size_t)(v.frames * v.dim));
+    if (f && fclose(f) != 0) ok = 0;
+    snprintf(path, sizeof path, "%s/%s.cache.json", files->voices_dir, name);
+    f = fopen(path, "wb");
+    ok = ok && f && fputc('[', f) != EOF;
+    for (int k = 0; ok && k < PP_VOICE_STREAMS; k++)
+        for (int c = 0; ok && c < PP_VOICE_RING; c++)
+            ok = fprintf(f, "%s%lld%s", c ? "," : k ? ",[" : "[", (long long)v.cache[k][c],
+                         c == PP_VOICE_RING - 1 ? "]" : "") > 0;
+    ok = ok && fputc(']', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    pp_voice_free(&v);
+    return ok;
+}
+
+/* A pair voice's token ring lives in its .cache.json: rewriting that file alone is another voice
+ * for the prompt cache. */
+static void test_prompt_cache_pair(const pp_demo_files *files, pp_backend *be) {
+    char err[PP_ERR_LEN];
+    pp_model *m = NULL;
+    pp_model_paths paths = pp_demo_paths(files);
+    int rc = pp_model_open(be, &paths, &m, err);
+    if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
+    TEST_COND("model with a prompt cache", rc == PP_OK);
+    if (rc) return;
+    static run out;
+    pp_session_params p;
+    params_of(0, &p);
+    strcpy(p.voice, "Pair");
+    TEST_COND("pair voice written", write_pair(files, "Pair", "NATF2", 0));
+    cached_run(m, &p, 0, "a pair voice", &out);
+    cached_run(m, &p, 1, "the pair voice again", &out);
+    TEST_COND("the pair's .cache.json rewritten alone", write_pair(files, "Pair", "NATM1", 1));
+    cached_run(m, &p, 0, "the pair voice with another .cache.json", &out);
+    pp_model_close(m);
+}
+
 static pp_plan plan_with(pp_model *m, double host_ms) {
     char err[PP_ERR_LEN];
     pp_plan p;
@@ -326,6 +374,7 @@ int main(void) {
     test_batching(m);
     test_stage_order(m);
     test_prompt_cache(&files, be, m);
+    test_prompt_cache_pair(&files, be);
     test_capacity_plan(m);
     pp_model_close(m);
     pp_backend_destroy(be);

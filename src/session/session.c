@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IDENTITY_MAX 4400 /* a path plus its inode, size and times */
+#define IDENTITY_MAX 8800 /* two paths (a pair voice's files) plus their inodes, sizes and times */
 
 struct pp_model {
     pp_backend *be;
@@ -96,6 +96,17 @@ static void file_identity(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%s|%llu:%llu|%lld|%lld.%09ld|%lld.%09ld", path, (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
              (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+}
+
+/* A voice's identity: its file's, and for a pair the .cache.json's too (its token ring). */
+static void voice_identity(const char *path, char *out, size_t cap) {
+    char json[4200];
+    file_identity(path, out, cap);
+    size_t used = strlen(out);
+    if (pp_voice_pair_json(path, json, sizeof json) && used + 1 < cap) {
+        out[used++] = '|';
+        file_identity(json, out + used, cap - used);
+    }
 }
 
 void pp_model_close(pp_model *m) {
@@ -225,7 +236,7 @@ static int load_voice(pp_session *s, const char *name, char *err) {
     int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
     /* The identity before the bytes: a file replaced in between leaves an entry under the old
      * identity, which no later session asks for, rather than old bytes under the new one. */
-    if (!rc) file_identity(path, s->voice_id, sizeof s->voice_id);
+    if (!rc) voice_identity(path, s->voice_id, sizeof s->voice_id);
     if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
     /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
      * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
