@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/voice.h"
 
 #include <errno.h>
 #include <math.h>
@@ -48,6 +49,9 @@ int pp_utf8_valid(const char *str, size_t len) {
     }
     return 1;
 }
+
+_Static_assert(PP_PARAMS_MAX_VOICE >= PP_VOICE_NAME_MAX + sizeof ".embeddings.bin",
+               "every voice the voices directory lists can be asked for, with its suffix");
 
 int pp_params_set_voice(pp_session_params *p, const char *name, char *err) {
     size_t len = strlen(name);
