@@ -80,7 +80,9 @@ int pp_kv_format_parse(const char *name, pp_kv_format *out);
 /* ==== conversation settings ==== */
 /* The web client caps its textarea at 1000 characters; 4 UTF-8 bytes each is the worst case. */
 #define PP_PARAMS_MAX_PROMPT 4096
-#define PP_PARAMS_MAX_VOICE 64
+/* A voice name: a stem of up to 64 bytes (what the voices directory lists), its longest suffix
+ * (".embeddings.bin") and the NUL. */
+#define PP_PARAMS_MAX_VOICE 80
 
 typedef struct pp_session_params {
     char voice[PP_PARAMS_MAX_VOICE];            /* voice name, e.g. "NATF2" or "NATF2.pt" */

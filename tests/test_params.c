@@ -40,6 +40,13 @@ int main(void) {
     TEST_COND("junk numbers keep the defaults",
               parse(&p, "text_temperature=abc&text_topk=1e9x&audio_temperature=nan&audio_topk=", err) == PP_OK &&
                   p.text_temperature == 0.7f && p.text_topk == 25 && p.audio_temperature == 0.8f && p.audio_topk == 250);
+    TEST_COND("seeds span 64 bits unsigned",
+              parse(&p, "seed=18446744073709551615&audio_seed=9223372036854775808", err) == PP_OK &&
+                  p.text_seed == UINT64_MAX && p.audio_seed == 9223372036854775808u);
+    TEST_COND("a seed past 64 bits, negative or junk keeps the default",
+              parse(&p, "text_seed=18446744073709551616&audio_seed=-5&seed=7x", err) == PP_OK &&
+                  p.text_seed == 42424242u && p.audio_seed == 42424242u && parse(&p, "seed=%20-3", err) == PP_OK &&
+                  p.text_seed == 42424242u);
     TEST_COND("seed sets both; -1 keeps the server's",
               parse(&p, "seed=7", err) == PP_OK && p.text_seed == 7 && p.audio_seed == 7 &&
                   parse(&p, "seed=-1", err) == PP_OK && p.text_seed == 42424242u);

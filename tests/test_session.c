@@ -163,6 +163,36 @@ static void test_voice_tokens_checked(pp_model *m, const pp_session_params *p) {
 /* An LM drawing from other codes than the codec decodes: the golden nf2 LM (a card of 64) with
  * the demo codec (2048 bins). Such a model once opened, and the codec refused the LM's frames,
  * failing every conversation's tick. */
+/* A voice whose stem has the longest length the voices directory accepts (64 bytes) is listed
+ * by /api/voices, so a client can ask for it, with or without its .pt suffix. */
+static void test_long_voice_name(pp_model *m, const pp_session_params *base) {
+    char err[PP_ERR_LEN], stem[PP_VOICE_NAME_MAX + 1], src[PP_DEMO_PATH_MAX + 16], dst[PP_DEMO_PATH_MAX + 80];
+    memset(stem, 'L', PP_VOICE_NAME_MAX);
+    stem[PP_VOICE_NAME_MAX] = '\0';
+    snprintf(src, sizeof src, "%s/NATF2.pt", g_files.voices_dir);
+    snprintf(dst, sizeof dst, "%s/%s.pt", g_files.voices_dir, stem);
+    TEST_COND("a voice with a 64-byte name", symlink(src, dst) == 0);
+    char **names = NULL;
+    size_t count = 0;
+    int listed = 0;
+    if (pp_voice_list(g_files.voices_dir, &names, &count, err) == PP_OK)
+        for (size_t i = 0; i < count; i++) listed |= strcmp(names[i], stem) == 0;
+    free(names);
+    TEST_COND("it is listed", listed);
+    for (int suffix = 0; suffix < 2; suffix++) {
+        pp_session_params q = *base;
+        char name[PP_VOICE_NAME_MAX + 8];
+        snprintf(name, sizeof name, "%s%s", stem, suffix ? ".pt" : "");
+        pp_session *s = NULL;
+        int rc = pp_params_set(&q, "voice_prompt", name, err);
+        if (!rc) rc = pp_session_create(m, &q, 512, &s, err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        TEST_COND(suffix ? "it can be asked for as NAME.pt" : "it can be asked for as NAME", rc == PP_OK);
+        pp_session_destroy(s);
+    }
+    unlink(dst);
+}
+
 static void test_card_mismatch(pp_backend *be, const pp_demo_files *files) {
     char err[PP_ERR_LEN];
     pp_model *m = NULL;
@@ -248,6 +278,7 @@ int main(void) {
     strcpy(q.voice, "../voices/NATF2");
     TEST_COND("path-like voice", pp_session_create(m, &q, 512, &s, err) == PP_EINVAL && !s);
     test_voice_tokens_checked(m, &q);
+    test_long_voice_name(m, &q);
     strcpy(q.voice, "NATF2");
     TEST_COND("prompt over the token limit", pp_session_create(m, &q, 3, &s, err) == PP_EFULL && !s &&
                                                  strstr(err, "3 tokens"));

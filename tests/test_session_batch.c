@@ -10,7 +10,8 @@
  * - With a prompt cache, a second session with the same voice and prompt starts in one prefill
  *   call and gives exactly the frames of the first, which ran its prompts; so does one with
  *   another seed (against a lone uncached run with that seed). Another prompt, voice or KV
- *   format misses the cache. The counters say so.
+ *   format misses the cache, and so does a voice file rewritten with its size and mtime kept,
+ *   or a pair voice's .cache.json rewritten alone. The counters say so.
  * - The stages refuse to run out of order; a batch refuses a session twice or too many.
  * - The start-up capacity plan counts the caller's per-conversation work outside the batch (a
  *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
@@ -20,13 +21,16 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/voice.h"
 #include "session/demo.h"
 #include "session/plan.h"
 #include "session/session.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FRAMES 10
 #define N_SESSIONS 3
@@ -215,6 +219,24 @@ static void cached_run(pp_model *m, const pp_session_params *p, int want_cached,
     pp_session_destroy(s);
 }
 
+/* Writes voice `from`'s bytes over voice `to` of the demo and sets `to`'s mtime back. */
+static int replace_keeping_mtime(const pp_demo_files *files, const char *to, const char *from) {
+    char dst[PP_DEMO_PATH_MAX + 16], src[PP_DEMO_PATH_MAX + 16], buf[1 << 16];
+    snprintf(dst, sizeof dst, "%s/%s.pt", files->voices_dir, to);
+    snprintf(src, sizeof src, "%s/%s.pt", files->voices_dir, from);
+    struct stat before, after;
+    if (stat(dst, &before) != 0) return 0;
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
+    int ok = in && out && n > 0 && n < sizeof buf && fwrite(buf, 1, n, out) == n;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = 0;
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ok = ok && utimensat(AT_FDCWD, dst, times, 0) == 0 && stat(dst, &after) == 0;
+    return ok && after.st_size == before.st_size && after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+           after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && test_files_equal(dst, src);
+}
+
 static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
     char err[PP_ERR_LEN];
     pp_model *m = NULL;
@@ -252,12 +274,63 @@ static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_mod
     TEST_COND("int8 KV caches on the CPU", pp_model_set_kv_cache(m, PP_KV_INT8, err) == PP_OK);
     cached_run(m, &p, 0, "another KV format", &other);
     cached_run(m, &p, 1, "the same KV format again", &other);
+    /* Another voice's bytes under the same name, size (demo voices are alike) and mtime, as
+     * cp -p, rsync -a or tar leave them: the file is not the one the cached state was made of. */
+    TEST_COND("NATF2.pt replaced, its size and mtime kept", replace_keeping_mtime(files, "NATF2", "NATM1"));
+    cached_run(m, &p, 0, "the voice file replaced", &other);
     pp_prompt_cache_counts c;
     pp_model_prompt_cache_counts(m, &c);
     printf("prompt cache: %llu hits, %llu misses, %d entries, %zu of %zu bytes\n", (unsigned long long)c.hits,
            (unsigned long long)c.misses, c.entries, c.bytes, c.budget);
-    TEST_COND("counters: 3 hits, 4 misses, 4 entries", c.hits == 3 && c.misses == 4 && c.entries == 4 &&
+    TEST_COND("counters: 3 hits, 5 misses, 5 entries", c.hits == 3 && c.misses == 5 && c.entries == 5 &&
                                                           c.bytes > 0 && c.bytes <= c.budget);
+    pp_model_close(m);
+}
+
+/* Writes demo voice `from` as the pair NAME.embeddings.bin + NAME.cache.json; only the .cache.json
+ * when json_only. */
+static int write_pair(const pp_demo_files *files, const char *name, const char *from, int json_only) {
+    char err[PP_ERR_LEN], path[PP_DEMO_PATH_MAX + 32];
+    pp_voice v;
+    snprintf(path, sizeof path, "%s/%s.pt", files->voices_dir, from);
+    if (pp_voice_load(path, 0, &v, err)) return 0;
+    snprintf(path, sizeof path, "%s/%s.embeddings.bin", files->voices_dir, name);
+    FILE *f = json_only ? NULL : fopen(path, "wb");
+    int ok = json_only || (f && fwrite(v.embeddings, sizeof(float), (size_t)(v.frames * v.dim), f) ==
+                                    (size_t)(v.frames * v.dim));
+    if (f && fclose(f) != 0) ok = 0;
+    snprintf(path, sizeof path, "%s/%s.cache.json", files->voices_dir, name);
+    f = fopen(path, "wb");
+    ok = ok && f && fputc('[', f) != EOF;
+    for (int k = 0; ok && k < PP_VOICE_STREAMS; k++)
+        for (int c = 0; ok && c < PP_VOICE_RING; c++)
+            ok = fprintf(f, "%s%lld%s", c ? "," : k ? ",[" : "[", (long long)v.cache[k][c],
+                         c == PP_VOICE_RING - 1 ? "]" : "") > 0;
+    ok = ok && fputc(']', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    pp_voice_free(&v);
+    return ok;
+}
+
+/* A pair voice's token ring lives in its .cache.json: rewriting that file alone is another voice
+ * for the prompt cache. */
+static void test_prompt_cache_pair(const pp_demo_files *files, pp_backend *be) {
+    char err[PP_ERR_LEN];
+    pp_model *m = NULL;
+    pp_model_paths paths = pp_demo_paths(files);
+    int rc = pp_model_open(be, &paths, &m, err);
+    if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
+    TEST_COND("model with a prompt cache", rc == PP_OK);
+    if (rc) return;
+    static run out;
+    pp_session_params p;
+    params_of(0, &p);
+    strcpy(p.voice, "Pair");
+    TEST_COND("pair voice written", write_pair(files, "Pair", "NATF2", 0));
+    cached_run(m, &p, 0, "a pair voice", &out);
+    cached_run(m, &p, 1, "the pair voice again", &out);
+    TEST_COND("the pair's .cache.json rewritten alone", write_pair(files, "Pair", "NATM1", 1));
+    cached_run(m, &p, 0, "the pair voice with another .cache.json", &out);
     pp_model_close(m);
 }
 
@@ -301,6 +374,7 @@ int main(void) {
     test_batching(m);
     test_stage_order(m);
     test_prompt_cache(&files, be, m);
+    test_prompt_cache_pair(&files, be);
     test_capacity_plan(m);
     pp_model_close(m);
     pp_backend_destroy(be);

@@ -10,6 +10,7 @@
 
 #include "audio/wav.h"
 #include "backend/backend.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "io/safetensors.h"
 #include "io/voice.h"
@@ -95,6 +96,16 @@ static void test_audio(const pp_lm *lm, const mimi_model *mimi) {
                                         test_rel_err(b.embeddings, a.embeddings, (size_t)(a.frames * a.dim)) <= EMB_TOL);
     pp_voice_free(&b);
     TEST_COND("a clip under 400 ms is refused", pp_voice_clone_audio(lm, mimi, w.pcm, 4000, 24000, &b, NULL, NULL, err) == PP_EINVAL);
+    /* One frame past the longest voice, at 8 kHz: refused before it is resampled or encoded, so
+     * the zero pages of the 168 MB buffer are never touched (that work took 24 s and 2 GB on
+     * the demo model before the refusal came). */
+    const int64_t long_n = (int64_t)(PP_VOICE_MAX_FRAMES + 2) * 640;
+    float *silence = calloc((size_t)long_n, sizeof *silence);
+    double t0 = pp_now_ms();
+    TEST_COND("a clip past the longest voice is refused at once, naming the limit",
+              silence && pp_voice_clone_audio(lm, mimi, silence, long_n, 8000, &b, NULL, NULL, err) == PP_EINVAL &&
+                  strstr(err, "65538 codec frames") && pp_now_ms() - t0 < 1000);
+    free(silence);
     memset(w.pcm, 0, (size_t)w.frames * sizeof(float));
     TEST_COND("a silent clip is refused", pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, 24000, &b, NULL, NULL, err) == PP_EINVAL &&
                                               strstr(err, "silent"));

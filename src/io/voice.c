@@ -223,12 +223,19 @@ int pp_voice_load_sc_memory(const void *buf, size_t len, const char *label, int6
     return rc;
 }
 
+int pp_voice_pair_json(const char *path, char *out, size_t cap) {
+    if (!has_suffix(path, SUFFIX_BIN)) return 0;
+    size_t stem = strlen(path) - strlen(SUFFIX_BIN);
+    if (stem + sizeof SUFFIX_JSON > cap) return 0;
+    memcpy(out, path, stem);
+    memcpy(out + stem, SUFFIX_JSON, sizeof SUFFIX_JSON);
+    return 1;
+}
+
 static int load_pair(const char *bin_path, int64_t dim, pp_voice *out, char *err) {
     char json_path[4096];
-    size_t stem = strlen(bin_path) - strlen(SUFFIX_BIN);
-    if (stem + sizeof SUFFIX_JSON > sizeof json_path) return pp_fail(err, PP_EINVAL, "%s: path too long", bin_path);
-    memcpy(json_path, bin_path, stem);
-    memcpy(json_path + stem, SUFFIX_JSON, sizeof SUFFIX_JSON);
+    if (!pp_voice_pair_json(bin_path, json_path, sizeof json_path))
+        return pp_fail(err, PP_EINVAL, "%s: path too long", bin_path);
     unsigned char *bin = NULL, *json = NULL;
     size_t bin_len = 0, json_len = 0;
     int rc = pp_file_read_all(bin_path, MAX_VOICE_FILE, &bin, &bin_len, err);

@@ -52,6 +52,9 @@ int pp_voice_save_pt(const char *path, const pp_voice *v, char *err);
  * "../x", "/abs"), empty, too long or hold other characters are refused with PP_EINVAL;
  * a valid name with no file gives PP_ENOTFOUND. */
 int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t path_cap, char *err);
+/* The pair's second file: for path NAME.embeddings.bin, NAME.cache.json into out (returns 1);
+ * 0 for the one-file forms, or when out is too small. */
+int pp_voice_pair_json(const char *path, char *out, size_t cap);
 
 /* Sorted, de-duplicated names of the voices in dir (NAME.pt and NAME.bin files and complete
  * NAME.embeddings.bin + NAME.cache.json pairs with valid names). *names is one malloc'd

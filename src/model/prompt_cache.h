@@ -6,9 +6,10 @@
  * a key of those four things and copies one into a new conversation instead of running its
  * prompts again. Entries live in host memory; the least recently used go first when a new one
  * would pass the byte budget (budget 0: nothing is kept). The identities in the key are strings
- * the caller makes stable: the model's and the voice file's path, size and modification time,
- * so a replaced file never matches an old entry. All calls are thread-safe (one mutex; a restore
- * copies under it, so an entry never goes away while it is being read). */
+ * the caller makes stable: the model's and the voice's files' paths, inodes, sizes, modification
+ * and change times, so a replaced or rewritten file never matches an old entry. All calls are
+ * thread-safe (one mutex; a restore copies under it, so an entry never goes away while it is
+ * being read). */
 #ifndef PP_MODEL_PROMPT_CACHE_H
 #define PP_MODEL_PROMPT_CACHE_H
 

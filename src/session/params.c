@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/voice.h"
 
 #include <errno.h>
 #include <math.h>
@@ -48,6 +49,9 @@ int pp_utf8_valid(const char *str, size_t len) {
     }
     return 1;
 }
+
+_Static_assert(PP_PARAMS_MAX_VOICE >= PP_VOICE_NAME_MAX + sizeof ".embeddings.bin",
+               "every voice the voices directory lists can be asked for, with its suffix");
 
 int pp_params_set_voice(pp_session_params *p, const char *name, char *err) {
     size_t len = strlen(name);
@@ -117,12 +121,23 @@ static void set_bool(int *dst, const char *key, const char *value) {
     PP_WARN("params", "%s=%.16s is not 1/0, true/false or on/off; ignored", key, value);
 }
 
+/* Seeds are 64-bit unsigned, all of that range a client may pick; a negative one, -1 in the
+ * reference ("do not reseed"), keeps the server's. */
 static void set_seed(uint64_t *a, uint64_t *b, const char *key, const char *value) {
-    long long v;
-    if (!parse_int(key, value, &v)) return;
-    if (v < 0) return; /* -1 is "do not reseed" in the reference: keep the server's seed */
-    *a = (uint64_t)v;
-    if (b) *b = (uint64_t)v;
+    if (strchr(value, '-')) { /* strtoull would wrap it */
+        long long v;
+        parse_int(key, value, &v); /* logs one that is not a number */
+        return;
+    }
+    char *end;
+    errno = 0;
+    uint64_t u = strtoull(value, &end, 10);
+    if (!*value || *end || errno) {
+        PP_WARN("params", "%s: '%.32s' is not a seed (0 to 2^64 - 1); keeping the default", key, value);
+        return;
+    }
+    *a = u;
+    if (b) *b = u;
 }
 
 /* Keys clients send that this model does not use (docs/protocol.md §1.4). */

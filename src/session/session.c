@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IDENTITY_MAX 4400 /* a path plus its size and modification time */
+#define IDENTITY_MAX 8800 /* two paths (a pair voice's files) plus their inodes, sizes and times */
 
 struct pp_model {
     pp_backend *be;
@@ -84,15 +84,29 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
-/* path|size|mtime: changes when the file is replaced or rewritten. */
+/* path|device:inode|size|mtime|ctime: changes when the file is replaced or rewritten. Size and
+ * mtime alone do not: voices of one length have one size, and cp -p, rsync -a or tar keep the
+ * mtime; the kernel sets ctime at every write, rename or mtime change. */
 static void file_identity(const char *path, char *out, size_t cap) {
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(out, cap, "%s", path);
         return;
     }
-    snprintf(out, cap, "%s|%lld|%lld.%09ld", path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-             st.st_mtim.tv_nsec);
+    snprintf(out, cap, "%s|%llu:%llu|%lld|%lld.%09ld|%lld.%09ld", path, (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+             (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+}
+
+/* A voice's identity: its file's, and for a pair the .cache.json's too (its token ring). */
+static void voice_identity(const char *path, char *out, size_t cap) {
+    char json[4200];
+    file_identity(path, out, cap);
+    size_t used = strlen(out);
+    if (pp_voice_pair_json(path, json, sizeof json) && used + 1 < cap) {
+        out[used++] = '|';
+        file_identity(json, out + used, cap - used);
+    }
 }
 
 void pp_model_close(pp_model *m) {
@@ -220,12 +234,14 @@ static int load_voice(pp_session *s, const char *name, char *err) {
     }
     char path[4200];
     int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
+    /* The identity before the bytes: a file replaced in between leaves an entry under the old
+     * identity, which no later session asks for, rather than old bytes under the new one. */
+    if (!rc) voice_identity(path, s->voice_id, sizeof s->voice_id);
     if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
     /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
      * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
     if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &s->voice.cache[0][0], path, err))
         rc = PP_EFORMAT;
-    if (!rc) file_identity(path, s->voice_id, sizeof s->voice_id);
     return rc;
 }
 
@@ -244,9 +260,10 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
         if (!rc && n > (size_t)max_prompt_tokens)
             rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", p->text_prompt + 1, n,
                          max_prompt_tokens);
+        /* The server's prompts file is at fault, not the caller (EFORMAT, as a voice's bad token). */
         for (size_t i = 0; !rc && i < n; i++)
             if (ids[i] >= text_card)
-                rc = pp_fail(err, PP_EINVAL, "system prompt '%s': token %d is past the text vocabulary (%d)",
+                rc = pp_fail(err, PP_EFORMAT, "system prompt '%s': token %d is past the text vocabulary (%d)",
                              p->text_prompt + 1, ids[i], text_card);
         if (!rc) memcpy(s->prompt, ids, n * sizeof *ids);
     } else if (!rc) {

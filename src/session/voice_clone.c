@@ -69,6 +69,17 @@ int pp_voice_clone_audio(const pp_lm *lm, const mimi_model *mimi, const float *p
     if (mc->quantizer.num_codebooks < PP_LM_AUDIO_CODEBOOKS || mc->frame_size <= 0)
         return pp_fail(err, PP_EUNSUPPORTED, "voice clone: the codec gives %d codes per frame, the LM needs %d",
                        mc->quantizer.num_codebooks, PP_LM_AUDIO_CODEBOOKS);
+    /* The clip's codec frames are known before any work on it (pp_resample makes
+     * ceil(n · sample_rate / rate) samples): one too long is refused now, not after minutes of
+     * resampling and encoding and gigabytes of buffers. */
+    if (rate > 0 && mc->sample_rate > 0 && n > 0 && n <= INT64_MAX / mc->sample_rate) {
+        int64_t frames = ((n * mc->sample_rate + rate - 1) / rate + mc->frame_size - 1) / mc->frame_size;
+        if (frames > PP_VOICE_MAX_FRAMES + 1)
+            return pp_fail(err, PP_EINVAL,
+                           "voice clone: a %.0f s clip is %lld codec frames; a voice takes at most %d (%.0f minutes)",
+                           (double)n / rate, (long long)frames, PP_VOICE_MAX_FRAMES + 1,
+                           (double)(PP_VOICE_MAX_FRAMES + 1) * mc->frame_size / mc->sample_rate / 60);
+    }
     float *x = NULL;
     int64_t m = 0;
     int rc = pp_resample(pcm, n, rate, mc->sample_rate, &x, &m, err);
