@@ -1,6 +1,7 @@
-/* test_admission: the capacity rule on hand-worked tick times, and a calibration on the
- * lm-bf16 golden model, fresh and at its full context (only that it measures every size;
- * speed is never asserted), with the skip it ages conversations by. */
+/* test_admission: the capacity rule on hand-worked tick times (and the median the calibration
+ * takes of them), and a calibration on the lm-bf16 golden model, fresh and at its full context
+ * (only that it measures every size; speed is never asserted), with the skip it ages
+ * conversations by. */
 #include "test.h"
 
 #include "base/err.h"
@@ -28,6 +29,9 @@ static void test_rule(void) {
     l.mem_free = 0;
     l.per_session_ms = 50;
     TEST_COND("too slow for one: 0", pp_admission_capacity(&c, &l, &rep) == 0);
+    double odd[] = {3, 250, 2}, even[] = {4, 1, 300, 2};
+    TEST_COND("median: one slow tick does not move it",
+              pp_admission_median(odd, 3) == 3 && pp_admission_median(even, 4) == 3 && odd[0] == 2);
     pp_admission_calib falling = {.n = 2, .batch = {1, 4}, .tick_ms = {30, 20}};
     l.per_session_ms = 0;
     TEST_COND("a falling measurement never makes a tick cheaper",
