@@ -286,7 +286,16 @@ static void test_capacity_plan(pp_model *m) {
     TEST_COND("100 ms a conversation: not even one in real time",
               too_much.by_time == 0 && too_much.sessions == 1 &&
                   strstr(too_much.why, "not even one runs in real time"));
+    TEST_COND("it names the budget the frame allows, not the whole frame",
+              strstr(too_much.why, "of the 64.0 ms a frame allows") != NULL);
     TEST_COND("its predicted frame counts the host work", too_much.frame_ms >= 100);
+    char err[PP_ERR_LEN];
+    pp_plan cached;
+    TEST_COND("a prompt cache larger than the memory (CPU: host memory is the conversations')",
+              pp_plan_capacity(m, 0, (size_t)1 << 50, 0, &cached, err) == PP_OK && cached.by_memory == 0 &&
+                  cached.sessions == 1);
+    TEST_COND("... says that the prompt cache took it", strstr(cached.why, "memory holds none") &&
+                                                            strstr(cached.why, "set aside for the prompt cache"));
 }
 
 /* run_recorded with a device's schedule: a key's first run is plain, its second the recording

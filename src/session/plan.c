@@ -97,8 +97,9 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double hos
     lim.per_session_ms = host_ms; /* the caller's; the codec runs batched inside each calibrated tick */
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
-    if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
-        lim.mem_free = lim.mem_free > reserved_host ? lim.mem_free - reserved_host : 1;
+    size_t set_aside = pp_backend_uses_host_memory(pp_model_get_backend(m)) ? reserved_host : 0;
+    /* the prompt cache's host memory is the conversations' too */
+    if (set_aside) lim.mem_free = lim.mem_free > set_aside ? lim.mem_free - set_aside : 1;
     lim.hard_max = hard_max > 0 && hard_max < PP_PLAN_MAX ? hard_max : PP_PLAN_MAX;
     /* Never calibrate more conversations than the memory holds (they are real allocations). */
     int limit = lim.hard_max;
@@ -125,10 +126,16 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double hos
                  "%s; real time alone allows %d, memory %d (ticks timed at 1..%d conversations, each at the full "
                  "context of %d frames, with their batched codec; %.2f ms of host work added per conversation)",
                  rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context, host_ms);
-    else
+    else if (rep.by_memory == 0)
         snprintf(out->why, sizeof out->why,
-                 "1 conversation although %s (one takes %.1f ms per %.0f ms frame): replies will lag",
-                 rep.by_memory == 0 ? "memory holds none" : "not even one runs in real time",
-                 out->frame_ms, lim.frame_ms);
+                 "1 conversation although memory holds none (%.1f MiB free after %.0f MiB set aside for the "
+                 "prompt cache, one takes %.1f MiB)",
+                 (double)lim.mem_free / (1 << 20), (double)set_aside / (1 << 20),
+                 (double)lim.per_session_bytes / (1 << 20));
+    else /* the budget, not the frame: a tick of 70 ms "per 80 ms frame" read as one that fits */
+        snprintf(out->why, sizeof out->why,
+                 "1 conversation although not even one runs in real time (one takes %.1f ms of the %.1f ms a "
+                 "frame allows, %.0f %% of %.0f ms): replies will lag",
+                 out->frame_ms, lim.frame_ms * lim.headroom, lim.headroom * 100, lim.frame_ms);
     return PP_OK;
 }
