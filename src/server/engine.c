@@ -10,6 +10,7 @@
 #include "server/pacing.h"
 #include "server/wire.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -559,6 +560,33 @@ int echo_cancel_parse(const char *s) {
     return strcmp(s, "off") == 0 ? ECHO_CANCEL_OFF : strcmp(s, "auto") == 0 ? ECHO_CANCEL_AUTO
                                                : strcmp(s, "on") == 0      ? ECHO_CANCEL_ON
                                                                            : -1;
+}
+
+/* engine_echo_cost's frames: a warm-up as long as wire_frame_cost's, then the timed ones. */
+#define ECHO_WARM_FRAMES 25
+#define ECHO_COST_FRAMES 10
+
+int engine_echo_cost(double *ms, char *err) {
+    *ms = 0;
+    pp_aec *aec;
+    int rc = pp_aec_create(&aec, err);
+    if (rc) return rc;
+    float far[PP_FRAME_SAMPLES], near[PP_FRAME_SAMPLES];
+    double t0 = 0;
+    for (int f = 0; f < ECHO_WARM_FRAMES + ECHO_COST_FRAMES && !rc; f++) {
+        /* a voiced downlink, and an uplink that hears it a few dB down over a little noise */
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
+            int t = f * PP_FRAME_SAMPLES + i;
+            far[i] = 0.2f * sinf(0.037f * (float)t) + 0.1f * sinf(0.11f * (float)t);
+            near[i] = 0.5f * far[i] + 0.01f * sinf(1.3f * (float)t);
+        }
+        if (f == ECHO_WARM_FRAMES) t0 = pp_now_ms();
+        rc = pp_aec_far(aec, far, PP_FRAME_SAMPLES, err);
+        if (!rc) rc = pp_aec_near(aec, near, PP_FRAME_SAMPLES, err);
+    }
+    if (!rc) *ms = (pp_now_ms() - t0) / ECHO_COST_FRAMES;
+    pp_aec_destroy(aec);
+    return rc;
 }
 
 int engine_capacity(const engine *e) { return e->cfg.max_sessions; }

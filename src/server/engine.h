@@ -37,6 +37,10 @@ typedef enum {
 } echo_cancel_mode;
 /* "off", "auto" or "on"; -1 for anything else. */
 int echo_cancel_parse(const char *s);
+/* What one conversation's echo cancellation of a frame costs the host (its far and near
+ * halves), measured on this thread like wire_frame_cost: the mean of a few frames after two
+ * seconds of them. PP_EUNSUPPORTED in a build without the canceller. */
+int engine_echo_cost(double *ms, char *err);
 
 typedef struct engine_config {
     pp_model *model;

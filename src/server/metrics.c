@@ -268,8 +268,13 @@ static void put_capacity(out_buf *o, const metrics_capacity *c) {
     put_gauge(o, "personaplex_capacity_codec_seconds",
               "Start-up calibration: one conversation's Mimi encode and decode of a frame.", c->codec_ms / 1e3);
     put_gauge(o, "personaplex_capacity_host_seconds",
-              "Start-up calibration: one conversation's downlink encoding of a frame, over the host threads.",
+              "Start-up calibration: one conversation's downlink encoding (and echo cancellation) of a frame, over "
+              "the host threads.",
               c->host_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_echo_seconds",
+              "Start-up calibration: one conversation's echo cancellation of a frame, counted in the host work "
+              "with --echo-cancel on (0: not counted).",
+              c->echo_ms / 1e3);
     put_gauge(o, "personaplex_capacity_frame_seconds",
               "Start-up calibration: predicted work per 80 ms frame at the admitted maximum.", c->frame_ms / 1e3);
     put_gauge(o, "personaplex_capacity_by_time", "Conversations the frame time alone allows.", c->by_time);
