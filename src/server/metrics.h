@@ -68,6 +68,7 @@ typedef struct metrics_capacity {
     int by_time, by_memory; /* the conversations each limit alone allows (-1: memory unknown) */
     int context;            /* the context the ticks were timed at (frames) */
 } metrics_capacity;
+/* Until it is set (the model loading) the capacity gauges are left out of the exposition. */
 void metrics_set_capacity(metrics *m, const metrics_capacity *c);
 
 /* Renders the Prometheus exposition into buf (cap bytes, NUL-terminated), with max_sessions
