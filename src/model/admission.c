@@ -26,8 +26,7 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     pp_lmgen_out *outs = calloc((size_t)n, sizeof *outs);
     int rc = gens && user && outs ? PP_OK : pp_fail(err, PP_ENOMEM, "admission: out of memory");
     pp_lmgen_params p;
-    pp_lmgen_params_default(&p);
-    p.greedy = 1;
+    pp_lmgen_params_default(&p); /* sampling as a server's conversations do by default */
     p.kv_cache = kv;
     if (!rc) rc = pp_lmbatch_create(lm, n, &b, err);
     for (int i = 0; !rc && i < n; i++) rc = pp_lmgen_create(lm, &p, &gens[i], err);
