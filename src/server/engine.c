@@ -77,6 +77,9 @@ struct engine {
     int n_echo;                  /* of those, frames from a client through an echo canceller */
     int64_t unit_ns[UNIT_KINDS]; /* estimated cost of one background unit of each kind */
     int64_t t_trim;              /* when the heap should be trimmed; 0: nothing to trim */
+    /* under lock: ticks failed since the last one that ran (engine_failing), the last error */
+    int failed_ticks;
+    char tick_error[PP_ERR_LEN];
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -315,6 +318,10 @@ static void run_tick(engine *e) {
     t.encode_ms = ms_between(t0, t1);
     t.lm_ms = ms_between(t1, t2);
     t.decode_ms = ms_between(t2, t3);
+    pthread_mutex_lock(&e->lock);
+    e->failed_ticks = t.rc ? e->failed_ticks + 1 : 0;
+    if (t.rc) snprintf(e->tick_error, sizeof e->tick_error, "%s", t.err);
+    pthread_mutex_unlock(&e->lock);
     pp_pool_run(e->host, n, output_task, &t);
     metrics_tick(e->cfg.metrics, t.lm_ms, echo_ms + ms_between(t3, pp_now_ns()), n);
     e->cfg.notify(e->cfg.notify_arg);
@@ -606,6 +613,14 @@ int engine_has_room(engine *e) {
     int room = e->count - e->departed < e->cfg.max_sessions;
     pthread_mutex_unlock(&e->lock);
     return room;
+}
+
+int engine_failing(engine *e, char *why, size_t cap) {
+    pthread_mutex_lock(&e->lock);
+    int n = e->failed_ticks;
+    if (n && cap) snprintf(why, cap, "%s", e->tick_error);
+    pthread_mutex_unlock(&e->lock);
+    return n;
 }
 
 int engine_active(engine *e) {

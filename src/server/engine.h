@@ -71,6 +71,10 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
 void engine_release(engine *e, conn *c);
 /* Conversations held now (including ones whose socket just closed). */
 int engine_active(engine *e);
+/* Ticks that failed since the last one that ran (0: the last ran, or none has run), and the last
+ * failure's message in why (cap bytes). A device that lost its context (a CUDA sticky error)
+ * fails every tick, and every conversation with it: /health then says so. */
+int engine_failing(engine *e, char *why, size_t cap);
 /* 1 when engine_admit would accept another conversation now. */
 int engine_has_room(engine *e);
 /* Conversations admitted at most (the configured max_sessions). */

@@ -362,7 +362,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
                   "when a new conversation would be accepted, 503 while loading, full or "
                   "draining, for load balancers and readiness probes); GET /health/live (200 "
-                  "while the process serves, for liveness probes); GET /metrics (Prometheus "
+                  "while the process serves, for liveness probes); both 503 with status "
+                  "\"failing\" after a failed tick until one runs again; GET /metrics (Prometheus "
                   "text format).",
                   4);
     fprintf(out, "\nFILES\n");
