@@ -1,8 +1,10 @@
-/* test_admission: the capacity rule on hand-worked tick times, and a calibration on the
- * lm-bf16 golden model, fresh and at its full context (only that it measures every size;
- * speed is never asserted), with the skip it ages conversations by. */
+/* test_admission: the capacity rule on hand-worked tick times (and the median the calibration
+ * takes of them), and a calibration on the lm-bf16 golden model, fresh and at its full context
+ * (only that it measures every size; speed is never asserted), with the skip it ages
+ * conversations by; the calibration's ticks sample as a server's conversations do. */
 #include "test.h"
 
+#include "backend/backend.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "model/admission.h"
@@ -28,6 +30,9 @@ static void test_rule(void) {
     l.mem_free = 0;
     l.per_session_ms = 50;
     TEST_COND("too slow for one: 0", pp_admission_capacity(&c, &l, &rep) == 0);
+    double odd[] = {3, 250, 2}, even[] = {4, 1, 300, 2};
+    TEST_COND("median: one slow tick does not move it",
+              pp_admission_median(odd, 3) == 3 && pp_admission_median(even, 4) == 3 && odd[0] == 2);
     pp_admission_calib falling = {.n = 2, .batch = {1, 4}, .tick_ms = {30, 20}};
     l.per_session_ms = 0;
     TEST_COND("a falling measurement never makes a tick cheaper",
@@ -81,9 +86,47 @@ static void test_calibrate(void) {
     if (be) pp_backend_destroy(be);
 }
 
+/* The CPU backend's sampler, noting the highest temperature it drew with. */
+static pp_backend_ops g_plain;
+static float g_temp_seen;
+
+static void noting_sample(pp_backend *be, const float *logits, int rows, int n, const pp_sample_param *params,
+                          int stream, const int32_t *forced, int32_t *tokens) {
+    for (int r = 0; r < rows; r++)
+        if (params[r].temp > g_temp_seen) g_temp_seen = params[r].temp;
+    g_plain.sample(be, logits, rows, n, params, stream, forced, tokens);
+}
+
+/* The calibration's ticks sample as a server's conversations do (default temperatures), not
+ * greedily: the server's tick pays for the sampler. */
+static void test_calibration_samples(void) {
+    char err[PP_ERR_LEN] = "";
+    pp_backend *cpu = NULL;
+    pp_lm *lm = NULL;
+    int rc = pp_backend_cpu_create(1, &cpu, err);
+    if (rc) return;
+    g_plain = *cpu->ops;
+    pp_backend_ops ops = g_plain;
+    ops.sample = noting_sample;
+    pp_backend be = {&ops, cpu->impl};
+    rc = pp_lm_open(&be, PP_TEST_DATA "/golden/lm-bf16/model.safetensors", PP_TEST_DATA "/golden/lm-bf16/config.json",
+                    &lm, err);
+    static const int one[] = {1};
+    pp_admission_calib c;
+    if (!rc) rc = pp_admission_calibrate(lm, one, 1, 2, PP_KV_INT8, 0, &c, err);
+    TEST_COND("calibrate on a noting backend", rc == 0);
+    pp_lmgen_params def;
+    pp_lmgen_params_default(&def);
+    printf("calibration drew with temperatures up to %.2f\n", g_temp_seen);
+    TEST_COND("its ticks sample at the default temperatures", g_temp_seen == def.audio_temp && def.audio_temp > 0);
+    pp_lm_close(lm);
+    pp_backend_destroy(cpu);
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_WARN);
     test_rule();
     test_calibrate();
+    test_calibration_samples();
     return test_report();
 }

@@ -1,7 +1,7 @@
 /* test_server_live: what people already talking notice while others come and go, against
  * `personaplex-server --demo` on loopback.
  *
- * usage: test_server_live SERVER_BINARY burst|memory|echo
+ * usage: test_server_live SERVER_BINARY burst|memory|echo|echo-on
  *
  * burst: a conversation streams speech at real time while JOINERS more connect at once, each
  * with a long text prompt of its own (the prompt cache cannot answer), and leave half a second
@@ -26,6 +26,11 @@
  * noise-like, harder than speech, see test_aec); a conversation without the parameter must
  * show no canceller.
  *
+ * echo-on (--echo-cancel on --threads 2): every conversation's uplink goes through a canceller
+ * on the host threads, so the start-up plan counts its cost: /metrics gives it (above 0) and the
+ * host work per conversation includes it (at least half of it, over the 2 threads), and the
+ * capacity line of the log names it. The plan counted the downlink encoding alone before.
+ *
  * memory (--trim-after-ms 300): after a warm-up conversation, BURSTS rounds of MEMORY_CONVS conversations
  * that open together, run their prompts, stream a second and close; after each round and a
  * short idle the resident size must be within 32 MiB of the level before the first round, and
@@ -36,6 +41,7 @@
 #include "server_harness.h"
 #include "test.h"
 
+#include "audio/aec.h"
 #include "audio/opus.h"
 #include "base/err.h"
 
@@ -310,20 +316,34 @@ static void test_memory(void) {
     sp_msgs_free(&up);
 }
 
+static void test_echo_on(void) {
+    double echo = sh_metric("personaplex_capacity_echo_seconds"), host = sh_metric("personaplex_capacity_host_seconds");
+    printf("plan: echo cancellation %.3f ms a frame, host work %.3f ms a conversation over 2 threads\n", echo * 1e3,
+           host * 1e3);
+    TEST_COND("the plan measured the canceller", echo > 0);
+    TEST_COND("... and counts it in the host work", host >= echo / 2);
+    TEST_COND("... and says so", sh_log_count(&g_srv, "and echo cancellation") == 1);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3 || (strcmp(argv[2], "burst") && strcmp(argv[2], "memory") && strcmp(argv[2], "echo"))) {
-        fprintf(stderr, "usage: test_server_live SERVER_BINARY burst|memory|echo\n");
+    if (argc != 3 || (strcmp(argv[2], "burst") && strcmp(argv[2], "memory") && strcmp(argv[2], "echo") &&
+                      strcmp(argv[2], "echo-on"))) {
+        fprintf(stderr, "usage: test_server_live SERVER_BINARY burst|memory|echo|echo-on\n");
         return 2;
     }
-    int memory = strcmp(argv[2], "memory") == 0, echo = strcmp(argv[2], "echo") == 0;
+    int memory = strcmp(argv[2], "memory") == 0, echo = strcmp(argv[2], "echo") == 0,
+        echo_on = strcmp(argv[2], "echo-on") == 0;
+    if (echo_on && !pp_aec_available()) TEST_SKIP("built without the echo canceller");
     static const char *const burst_opts[] = {"--max-sessions", "16", "--max-prompt-tokens", "2048", NULL};
     static const char *const memory_opts[] = {"--max-sessions", "48", "--max-prompt-tokens", "2048",
                                               "--trim-after-ms", "300", NULL};
-    int ready = sh_start(&g_srv, argv[1], 0, memory ? memory_opts : burst_opts) == 0;
+    static const char *const echo_on_opts[] = {"--max-sessions", "2", "--echo-cancel", "on", "--threads", "2", NULL};
+    int ready = sh_start(&g_srv, argv[1], 0, memory ? memory_opts : echo_on ? echo_on_opts : burst_opts) == 0;
     TEST_COND("server ready", ready);
     if (ready) {
         if (memory) test_memory();
         else if (echo) test_echo();
+        else if (echo_on) test_echo_on();
         else test_burst();
     }
     int status = ready ? sh_stop(&g_srv) : -1;

@@ -66,6 +66,10 @@ int main(void) {
     TEST_COND("the manual documents every option", all);
     TEST_COND("... every WebSocket endpoint", strstr(text, "/v1/realtime") && strstr(text, "/v1/twilio"));
     TEST_COND("... and what SIGHUP reloads", strstr(text, "and the --api-keys file"));
+    /* The start-up check (main.c) sizes the weights and one conversation; --max-sessions is
+     * capped by the measured plan afterwards, not checked before the load. */
+    TEST_COND("... and what the memory check counts", strstr(text, "the weights plus one conversation's KV cache") &&
+                                                           !strstr(text, "one KV cache per --max-sessions"));
     free(text);
     server_options_free(&o);
     return test_report();

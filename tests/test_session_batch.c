@@ -16,9 +16,13 @@
  * - The start-up capacity plan counts the caller's per-conversation work outside the batch (a
  *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
  *   (the 80 ms frame at 80 % headroom) are admitted, a host_ms past the budget leaves one
- *   conversation that cannot run in real time, and the plan says what it added. */
+ *   conversation that cannot run in real time, and the plan says what it added.
+ * - On a backend that records frames as a device does (a key's second run is the costly
+ *   recording, here 250 ms longer), the plan's LM tick and codec times are the steady ones:
+ *   the recording is one of the timed ticks and frames, and a mean counted it. */
 #include "test.h"
 
+#include "backend/backend.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "io/voice.h"
@@ -31,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define FRAMES 10
 #define N_SESSIONS 3
@@ -354,7 +359,56 @@ static void test_capacity_plan(pp_model *m) {
     TEST_COND("100 ms a conversation: not even one in real time",
               too_much.by_time == 0 && too_much.sessions == 1 &&
                   strstr(too_much.why, "not even one runs in real time"));
+    TEST_COND("it names the budget the frame allows, not the whole frame",
+              strstr(too_much.why, "of the 64.0 ms a frame allows") != NULL);
     TEST_COND("its predicted frame counts the host work", too_much.frame_ms >= 100);
+    char err[PP_ERR_LEN];
+    pp_plan cached;
+    TEST_COND("a prompt cache larger than the memory (CPU: host memory is the conversations')",
+              pp_plan_capacity(m, 0, (size_t)1 << 50, 0, &cached, err) == PP_OK && cached.by_memory == 0 &&
+                  cached.sessions == 1);
+    TEST_COND("... says that the prompt cache took it", strstr(cached.why, "memory holds none") &&
+                                                            strstr(cached.why, "set aside for the prompt cache"));
+}
+
+/* run_recorded with a device's schedule: a key's first run is plain, its second the recording
+ * (RECORD_NS more here), later ones replays. */
+#define RECORD_NS 250000000L
+#define RECORD_KEYS 64
+static uint64_t g_keys[RECORD_KEYS];
+static int g_runs[RECORD_KEYS], g_n_keys;
+
+static int slow_record(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err) {
+    (void)be, (void)err;
+    int i = 0;
+    while (i < g_n_keys && g_keys[i] != key) i++;
+    if (i == g_n_keys && g_n_keys < RECORD_KEYS) g_keys[g_n_keys++] = key;
+    if (i < RECORD_KEYS && ++g_runs[i] == 2) nanosleep(&(struct timespec){0, RECORD_NS}, NULL);
+    issue(arg);
+    return PP_OK;
+}
+
+static void forget_key(pp_backend *be, uint64_t key) { (void)be, (void)key; }
+
+static void test_plan_recorded(const pp_demo_files *files, pp_backend *cpu) {
+    char err[PP_ERR_LEN];
+    pp_backend_ops ops = *cpu->ops;
+    ops.run_recorded = slow_record;
+    ops.forget_recorded = forget_key;
+    pp_backend be = {&ops, cpu->impl};
+    pp_model_paths paths = pp_demo_paths(files);
+    pp_model *m = NULL;
+    pp_plan p;
+    int rc = pp_model_open(&be, &paths, &m, err);
+    if (!rc) rc = pp_plan_capacity(m, 2, 0, 0, &p, err);
+    if (rc) fprintf(stderr, "plan on a recording backend: %s\n", err);
+    TEST_COND("plan on a recording backend", rc == PP_OK && g_n_keys > 0);
+    if (!rc) {
+        printf("recording backend (%d keys): LM tick %.2f ms, codec %.2f ms\n", g_n_keys, p.tick1_ms, p.codec_ms);
+        TEST_COND("the recording is not the LM tick", p.tick1_ms < RECORD_NS / 1e6 / 5);
+        TEST_COND("the recording is not the codec frame", p.codec_ms < RECORD_NS / 1e6 / 5);
+    }
+    pp_model_close(m);
 }
 
 int main(void) {
@@ -376,6 +430,7 @@ int main(void) {
     test_prompt_cache(&files, be, m);
     test_prompt_cache_pair(&files, be);
     test_capacity_plan(m);
+    test_plan_recorded(&files, be);
     pp_model_close(m);
     pp_backend_destroy(be);
     test_remove_dir(dir);

@@ -8,7 +8,7 @@
  * Without --weights it writes a synthetic model with the PersonaPlex-7B shapes but only L
  * temporal and D depformer layers (default 1 and 1, so a CPU finishes in seconds) to a
  * temporary directory, quantized to --format, and removes it afterwards. The conversations
- * are greedy and start at position 0, or --context frames on (pp_lmgen_skip: every query then
+ * sample at the default settings and start at position 0, or --context frames on (pp_lmgen_skip: every query then
  * attends over that many keys, the whole ring at the model's context); the first two ticks (a
  * compute-free first call and a warm-up) are not timed. On a device backend it also prints the
  * nodes per tick and, where the backend counts device traffic (the CUDA emulation), the device

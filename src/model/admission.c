@@ -26,8 +26,7 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     pp_lmgen_out *outs = calloc((size_t)n, sizeof *outs);
     int rc = gens && user && outs ? PP_OK : pp_fail(err, PP_ENOMEM, "admission: out of memory");
     pp_lmgen_params p;
-    pp_lmgen_params_default(&p);
-    p.greedy = 1;
+    pp_lmgen_params_default(&p); /* sampling as a server's conversations do by default */
     p.kv_cache = kv;
     if (!rc) rc = pp_lmbatch_create(lm, n, &b, err);
     for (int i = 0; !rc && i < n; i++) rc = pp_lmgen_create(lm, &p, &gens[i], err);
@@ -48,14 +47,22 @@ int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, 
     return rc;
 }
 
-/* Mean tick time of n conversations at `context` over `ticks` ticks after a warm-up. */
+double pp_admission_median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n < 1 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Median tick time of n conversations at `context` over `ticks` ticks after a warm-up. */
 static int time_batch(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *ms, char *err) {
     double *tick_ms = calloc((size_t)ticks, sizeof *tick_ms);
     if (!tick_ms) return pp_fail(err, PP_ENOMEM, "admission: out of memory");
     int rc = pp_admission_time_ticks(lm, n, ticks, kv, context, tick_ms, err);
-    double sum = 0;
-    for (int t = 0; t < ticks; t++) sum += tick_ms[t];
-    *ms = sum / ticks;
+    *ms = pp_admission_median(tick_ms, ticks);
     free(tick_ms);
     return rc;
 }

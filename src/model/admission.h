@@ -61,16 +61,25 @@ typedef struct pp_admission_report {
 /* frame 80 ms, headroom 0.8, nothing else limiting. */
 void pp_admission_limits_default(pp_admission_limits *l);
 
-/* The milliseconds of each of `ticks` ticks (tick_ms[ticks]) of n greedy conversations advancing
+/* The milliseconds of each of `ticks` ticks (tick_ms[ticks]) of n conversations advancing
  * together with KV format kv, after their compute-free first call and one warm-up tick, each
  * moved `context` frames on first (pp_lmgen_skip): at the model's context every query attends
- * over the whole ring, the worst case a conversation reaches; 0 times fresh ones. */
+ * over the whole ring, the worst case a conversation reaches; 0 times fresh ones. They sample
+ * at the default temperatures and top-k, as a server's conversations do: a greedy draw is one
+ * pass over the logits, a sampled one a radix select and a race (2.5 times the tick of the
+ * demo model on the CPU). */
 int pp_admission_time_ticks(const pp_lm *lm, int n, int ticks, pp_kv_format kv, int context, double *tick_ms,
                             char *err);
 /* Times `ticks` ticks (after one warm-up tick) of sizes[i] conversations as above, for each of
- * the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes. */
+ * the n_sizes (<= PP_ADMISSION_POINTS, ascending) sizes; tick_ms[i] is their median. */
 int pp_admission_calibrate(const pp_lm *lm, const int *sizes, int n_sizes, int ticks, pp_kv_format kv, int context,
                            pp_admission_calib *out, char *err);
+
+/* The median of v[0..n) (0 when n < 1), v sorted in place. A calibration takes it rather than
+ * the mean: one slow tick among a few, the one in which a device records the frame's graph
+ * (a key's second run, backend.h) or one the scheduler preempted, would otherwise set the
+ * steady tick and with it the admission limit for the server's whole life. */
+double pp_admission_median(double *v, int n);
 
 /* Predicted frame work of n conversations: tick(n) + n · per_session_ms (ms). */
 double pp_admission_predict(const pp_admission_calib *c, const pp_admission_limits *l, int n);

@@ -10,6 +10,7 @@
 #include "server/pacing.h"
 #include "server/wire.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,9 @@ struct engine {
     int n_echo;                  /* of those, frames from a client through an echo canceller */
     int64_t unit_ns[UNIT_KINDS]; /* estimated cost of one background unit of each kind */
     int64_t t_trim;              /* when the heap should be trimmed; 0: nothing to trim */
+    /* under lock: ticks failed since the last one that ran (engine_failing), the last error */
+    int failed_ticks;
+    char tick_error[PP_ERR_LEN];
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -314,6 +318,10 @@ static void run_tick(engine *e) {
     t.encode_ms = ms_between(t0, t1);
     t.lm_ms = ms_between(t1, t2);
     t.decode_ms = ms_between(t2, t3);
+    pthread_mutex_lock(&e->lock);
+    e->failed_ticks = t.rc ? e->failed_ticks + 1 : 0;
+    if (t.rc) snprintf(e->tick_error, sizeof e->tick_error, "%s", t.err);
+    pthread_mutex_unlock(&e->lock);
     pp_pool_run(e->host, n, output_task, &t);
     metrics_tick(e->cfg.metrics, t.lm_ms, echo_ms + ms_between(t3, pp_now_ns()), n);
     e->cfg.notify(e->cfg.notify_arg);
@@ -561,6 +569,33 @@ int echo_cancel_parse(const char *s) {
                                                                            : -1;
 }
 
+/* engine_echo_cost's frames: a warm-up as long as wire_frame_cost's, then the timed ones. */
+#define ECHO_WARM_FRAMES 25
+#define ECHO_COST_FRAMES 10
+
+int engine_echo_cost(double *ms, char *err) {
+    *ms = 0;
+    pp_aec *aec;
+    int rc = pp_aec_create(&aec, err);
+    if (rc) return rc;
+    float far[PP_FRAME_SAMPLES], near[PP_FRAME_SAMPLES];
+    double t0 = 0;
+    for (int f = 0; f < ECHO_WARM_FRAMES + ECHO_COST_FRAMES && !rc; f++) {
+        /* a voiced downlink, and an uplink that hears it a few dB down over a little noise */
+        for (int i = 0; i < PP_FRAME_SAMPLES; i++) {
+            int t = f * PP_FRAME_SAMPLES + i;
+            far[i] = 0.2f * sinf(0.037f * (float)t) + 0.1f * sinf(0.11f * (float)t);
+            near[i] = 0.5f * far[i] + 0.01f * sinf(1.3f * (float)t);
+        }
+        if (f == ECHO_WARM_FRAMES) t0 = pp_now_ms();
+        rc = pp_aec_far(aec, far, PP_FRAME_SAMPLES, err);
+        if (!rc) rc = pp_aec_near(aec, near, PP_FRAME_SAMPLES, err);
+    }
+    if (!rc) *ms = (pp_now_ms() - t0) / ECHO_COST_FRAMES;
+    pp_aec_destroy(aec);
+    return rc;
+}
+
 int engine_capacity(const engine *e) { return e->cfg.max_sessions; }
 
 void engine_release(engine *e, conn *c) {
@@ -578,6 +613,14 @@ int engine_has_room(engine *e) {
     int room = e->count - e->departed < e->cfg.max_sessions;
     pthread_mutex_unlock(&e->lock);
     return room;
+}
+
+int engine_failing(engine *e, char *why, size_t cap) {
+    pthread_mutex_lock(&e->lock);
+    int n = e->failed_ticks;
+    if (n && cap) snprintf(why, cap, "%s", e->tick_error);
+    pthread_mutex_unlock(&e->lock);
+    return n;
 }
 
 int engine_active(engine *e) {

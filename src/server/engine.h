@@ -37,6 +37,10 @@ typedef enum {
 } echo_cancel_mode;
 /* "off", "auto" or "on"; -1 for anything else. */
 int echo_cancel_parse(const char *s);
+/* What one conversation's echo cancellation of a frame costs the host (its far and near
+ * halves), measured on this thread like wire_frame_cost: the mean of a few frames after two
+ * seconds of them. PP_EUNSUPPORTED in a build without the canceller. */
+int engine_echo_cost(double *ms, char *err);
 
 typedef struct engine_config {
     pp_model *model;
@@ -67,6 +71,10 @@ int engine_admit(engine *e, conn *c, const pp_session_params *params, char *err)
 void engine_release(engine *e, conn *c);
 /* Conversations held now (including ones whose socket just closed). */
 int engine_active(engine *e);
+/* Ticks that failed since the last one that ran (0: the last ran, or none has run), and the last
+ * failure's message in why (cap bytes). A device that lost its context (a CUDA sticky error)
+ * fails every tick, and every conversation with it: /health then says so. */
+int engine_failing(engine *e, char *why, size_t cap);
 /* 1 when engine_admit would accept another conversation now. */
 int engine_has_room(engine *e);
 /* Conversations admitted at most (the configured max_sessions). */

@@ -1,8 +1,9 @@
 /* http: plain HTTP routes, lws service thread only.
  *
  *   GET /health      JSON: status, ready, model, backend, sessions {active, max}; 503 unless
- *                    a conversation would be accepted now (loading, full, draining)
- *   GET /health/live the same JSON; 503 only when the model failed to load
+ *                    a conversation would be accepted now (loading, full, draining) and the
+ *                    last tick ran ("failing", with its error, after a failed one)
+ *   GET /health/live the same JSON; 503 only when the model failed to load or is failing
  *   GET /metrics     Prometheus text (metrics.c)
  *   GET /api/voices  JSON: {"voices": [names], "default": name} from the voices directory
  *   GET /...         the web UI's static files, index.html at "/"
@@ -78,16 +79,20 @@ static int respond(struct lws *wsi, http_pss *pss, unsigned status, const char *
 /* /health: 200 only when a new conversation would be accepted, so a load balancer or a
  * readiness probe skips an instance that is loading, full or draining (503, same JSON).
  * /health/live: 200 unless the model failed to load, for liveness probes: a full instance
- * is busy, not broken. */
+ * is busy, not broken. A failed tick (its conversations all closed) makes both 503 until a
+ * tick runs again: a device that lost its context fails every tick, and only a restart
+ * brings it back, which a liveness probe does. */
 static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pp_model *model;
     engine *e = server_engine(s, &model);
-    char body[4096]; /* room for a file-name model name escaped at 6 bytes a byte */
+    char body[4096 + 6 * PP_ERR_LEN]; /* room for a file-name model name and the error escaped at 6 bytes a byte */
+    char why[PP_ERR_LEN] = "";
     pthread_mutex_lock(&s->lock);
     int failed = s->failed;
     pthread_mutex_unlock(&s->lock);
     int active = e ? engine_active(e) : 0, draining = server_draining(s);
-    const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining"
+    int failing = e && engine_failing(e, why, sizeof why) > 0;
+    const char *status = !e ? (failed ? "failed" : "loading") : draining ? "draining" : failing ? "failing"
                          : !engine_has_room(e) ? "full" : "ok";
     int accepting = strcmp(status, "ok") == 0;
     const char *name = s->opt->demo ? "demo" : model ? pp_model_name(model) : "";
@@ -98,11 +103,15 @@ static int route_health(server *s, struct lws *wsi, http_pss *pss, int live) {
     pp_jw_str(&w, name, strlen(name));
     pp_jw_raw(&w, ",\"backend\":");
     pp_jw_str(&w, backend, strlen(backend));
+    if (failing) {
+        pp_jw_raw(&w, ",\"error\":");
+        pp_jw_str(&w, why, strlen(why));
+    }
     pp_jw_raw(&w, ",\"version\":\"%s\",\"sessions\":{\"active\":%d,\"max\":%d}}\n", PP_VERSION, active,
               e ? engine_capacity(e) : 0);
     long len = pp_jw_end(&w);
     if (len < 0) return -1;
-    int ok = live ? !failed : accepting;
+    int ok = live ? !failed && !failing : accepting;
     return respond(wsi, pss, ok ? HTTP_STATUS_OK : HTTP_STATUS_SERVICE_UNAVAILABLE, "application/json", body,
                    (size_t)len);
 }

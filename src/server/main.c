@@ -191,17 +191,24 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
     int rc = pp_model_set_kv_cache(model, a->kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
-    /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task. */
+    /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task;
+     * with --echo-cancel on, so does every conversation's echo cancellation (under auto only
+     * those that ask for it: not counted). */
     int host_threads = pp_pool_threads_for(a->opt.threads);
-    double encode_ms = 0;
+    double encode_ms = 0, echo_ms = 0;
     if (!rc) rc = wire_frame_cost(&encode_ms, err);
+    if (!rc && echo_cancel_parse(a->opt.echo_cancel) == ECHO_CANCEL_ON) rc = engine_echo_cost(&echo_ms, err);
     pp_plan plan;
-    if (!rc) rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, encode_ms / host_threads, &plan, err);
+    if (!rc)
+        rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, (encode_ms + echo_ms) / host_threads, &plan,
+                              err);
     if (rc) return rc;
+    char echo[64] = "";
+    if (echo_ms > 0) snprintf(echo, sizeof echo, " and echo cancellation %.2f ms", echo_ms);
     PP_INFO("server",
-            "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms, downlink encoding %.2f ms per frame "
+            "capacity: %s (one conversation: LM tick %.2f ms, codec %.2f ms, downlink encoding %.2f ms%s per frame "
             "on %d host thread%s; %.1f MiB with its %s KV cache; %.1f GiB free)",
-            plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, host_threads, host_threads == 1 ? "" : "s",
+            plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, echo, host_threads, host_threads == 1 ? "" : "s",
             (double)plan.per_session_bytes / (1 << 20), pp_kv_format_name(a->kv), (double)plan.mem_free / (1 << 30));
     if (a->opt.prompt_cache_mb)
         PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
@@ -209,6 +216,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     metrics_set_capacity(a->srv.metrics, &(metrics_capacity){.tick1_ms = plan.tick1_ms,
                                                              .codec_ms = plan.codec_ms,
                                                              .host_ms = plan.host_ms,
+                                                             .echo_ms = echo_ms,
                                                              .frame_ms = plan.frame_ms,
                                                              .by_time = plan.by_time,
                                                              .by_memory = plan.by_memory,

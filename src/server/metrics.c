@@ -55,6 +55,7 @@ struct metrics {
     uint64_t join_work_units;
     metrics_conv *convs; /* open conversations, newest first */
     metrics_capacity capacity;
+    int capacity_set; /* the plan is made: before, its gauges are absent, not 0 ("none fits") */
 };
 
 int metrics_create(metrics **out, char *err) {
@@ -255,6 +256,7 @@ static void put_histogram(out_buf *o, const char *name, const char *label, const
 void metrics_set_capacity(metrics *m, const metrics_capacity *c) {
     pthread_mutex_lock(&m->lock);
     m->capacity = *c;
+    m->capacity_set = 1;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -268,8 +270,13 @@ static void put_capacity(out_buf *o, const metrics_capacity *c) {
     put_gauge(o, "personaplex_capacity_codec_seconds",
               "Start-up calibration: one conversation's Mimi encode and decode of a frame.", c->codec_ms / 1e3);
     put_gauge(o, "personaplex_capacity_host_seconds",
-              "Start-up calibration: one conversation's downlink encoding of a frame, over the host threads.",
+              "Start-up calibration: one conversation's downlink encoding (and echo cancellation) of a frame, over "
+              "the host threads.",
               c->host_ms / 1e3);
+    put_gauge(o, "personaplex_capacity_echo_seconds",
+              "Start-up calibration: one conversation's echo cancellation of a frame, counted in the host work "
+              "with --echo-cancel on (0: not counted).",
+              c->echo_ms / 1e3);
     put_gauge(o, "personaplex_capacity_frame_seconds",
               "Start-up calibration: predicted work per 80 ms frame at the admitted maximum.", c->frame_ms / 1e3);
     put_gauge(o, "personaplex_capacity_by_time", "Conversations the frame time alone allows.", c->by_time);
@@ -285,7 +292,7 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
     pthread_mutex_lock(&m->lock);
     put_counter(&o, "personaplex_sessions_active", "gauge", "Conversations open now.", (uint64_t)m->active);
     put_counter(&o, "personaplex_sessions_max", "gauge", "Conversations allowed at once.", (uint64_t)max_sessions);
-    put_capacity(&o, &m->capacity);
+    if (m->capacity_set) put_capacity(&o, &m->capacity);
     put_counter(&o, "personaplex_sessions_total", "counter", "Conversations started.", m->sessions_total);
     put_counter(&o, "personaplex_sessions_rejected_total", "counter", "Connections refused because the server was full.",
                 m->sessions_rejected);

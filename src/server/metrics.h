@@ -63,10 +63,12 @@ typedef struct metrics_capacity {
     double tick1_ms;        /* one conversation's LM tick at the full context */
     double codec_ms;        /* one conversation's Mimi encode + decode per frame */
     double host_ms;         /* one conversation's host work per frame, over the host threads */
+    double echo_ms;         /* its echo cancellation per frame, in host_ms before the division (0: not counted) */
     double frame_ms;        /* predicted work per frame at the admitted maximum */
     int by_time, by_memory; /* the conversations each limit alone allows (-1: memory unknown) */
     int context;            /* the context the ticks were timed at (frames) */
 } metrics_capacity;
+/* Until it is set (the model loading) the capacity gauges are left out of the exposition. */
 void metrics_set_capacity(metrics *m, const metrics_capacity *c);
 
 /* Renders the Prometheus exposition into buf (cap bytes, NUL-terminated), with max_sessions

@@ -53,8 +53,9 @@ static const opt_spec g_opts[] = {
      "$XDG_DATA_HOME/personaplex/models (else ~/.local/share/personaplex/models), then "
      "/var/lib/personaplex/models."},
     {"skip-memory-check", NULL, OPT_FLAG, F(skip_memory_check), 0, 1, NULL, NULL,
-     "Start even when the weights plus one KV cache per --max-sessions do not fit in the free "
-     "GPU memory (or RAM on the CPU backend); the estimate is then only logged."},
+     "Start even when the weights plus one conversation's KV cache do not fit in the free GPU "
+     "memory (or RAM on the CPU backend); the estimate is then only logged. How many "
+     "conversations fit is measured once the model is in (--max-sessions)."},
     {"quantize", "nf2|int4|nf4|int8", OPT_ENUM, F(quantize), 0, 0, NULL, NULL,
      "Quantize a BF16/F16/F32 checkpoint while it loads, tensor by tensor: nf2, int4, nf4 or int8 "
      "(bitsandbytes' 8-bit layout, one scale per 128 inputs). The weights come out exactly as "
@@ -361,7 +362,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
                   "when a new conversation would be accepted, 503 while loading, full or "
                   "draining, for load balancers and readiness probes); GET /health/live (200 "
-                  "while the process serves, for liveness probes); GET /metrics (Prometheus "
+                  "while the process serves, for liveness probes); both 503 with status "
+                  "\"failing\" after a failed tick until one runs again; GET /metrics (Prometheus "
                   "text format).",
                   4);
     fprintf(out, "\nFILES\n");

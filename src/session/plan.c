@@ -11,11 +11,13 @@
 #include <string.h>
 #include <time.h>
 
-#define CODEC_FRAMES 3               /* timed codec frames, after one warm-up */
-#define CALIB_TICKS 3                /* timed ticks per batch size */
+/* Timed codec frames and ticks per batch size; their medians count (pp_admission_median). Five
+ * leave the median steady with both a device's recording and a preemption among them. */
+#define CODEC_FRAMES 5
+#define CALIB_TICKS 5
 #define SESSION_SCRATCH (4u << 20)   /* a conversation's own one-row LM scratch and bookkeeping */
 
-/* Mean wall time of one frame's Mimi encode + decode of n conversations in one batch, as the
+/* Median wall time of one frame's Mimi encode + decode of n conversations in one batch, as the
  * server's tick runs them; *bytes (when not NULL) gets one conversation's codec state size. */
 static int time_codec(const pp_model *m, int n, double *ms, size_t *bytes, char *err) {
     const mimi_model *mm = pp_model_mimi(m);
@@ -36,14 +38,17 @@ static int time_codec(const pp_model *m, int n, double *ms, size_t *bytes, char 
         code_in[i] = code_out[i] = codes[i];
     }
     if (!rc && bytes) *bytes = pp_mimi_state_bytes(st[0]);
-    /* Two frames first: the rows' start, then a device's plain run before it records. */
-    double t0 = 0;
+    /* Two frames untimed: the rows' start (the decode's first keyed run), then the encode's
+     * first keyed run and the decode's recording on a device. The encode's recording falls in
+     * the first timed frame, which the median leaves out. */
+    double frame_ms[CODEC_FRAMES] = {0};
     for (int i = 0; !rc && i < CODEC_FRAMES + 2; i++) {
-        if (i == 2) t0 = pp_now_ms();
+        double t0 = pp_now_ms();
         rc = pp_mimi_encode_batch(b, st, n, in, code_out, err);
         if (!rc) rc = pp_mimi_decode_batch(b, st, n, code_in, out, err);
+        if (i >= 2) frame_ms[i - 2] = pp_now_ms() - t0;
     }
-    *ms = (pp_now_ms() - t0) / CODEC_FRAMES;
+    *ms = pp_admission_median(frame_ms, CODEC_FRAMES);
     for (int i = 0; st && i < n; i++) pp_mimi_state_destroy(st[i]);
     pp_mimi_batch_destroy(b);
     free(st);
@@ -92,8 +97,9 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double hos
     lim.per_session_ms = host_ms; /* the caller's; the codec runs batched inside each calibrated tick */
     lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
-    if (pp_backend_uses_host_memory(pp_model_get_backend(m))) /* the prompt cache's host memory is its too */
-        lim.mem_free = lim.mem_free > reserved_host ? lim.mem_free - reserved_host : 1;
+    size_t set_aside = pp_backend_uses_host_memory(pp_model_get_backend(m)) ? reserved_host : 0;
+    /* the prompt cache's host memory is the conversations' too */
+    if (set_aside) lim.mem_free = lim.mem_free > set_aside ? lim.mem_free - set_aside : 1;
     lim.hard_max = hard_max > 0 && hard_max < PP_PLAN_MAX ? hard_max : PP_PLAN_MAX;
     /* Never calibrate more conversations than the memory holds (they are real allocations). */
     int limit = lim.hard_max;
@@ -120,10 +126,16 @@ int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double hos
                  "%s; real time alone allows %d, memory %d (ticks timed at 1..%d conversations, each at the full "
                  "context of %d frames, with their batched codec; %.2f ms of host work added per conversation)",
                  rep.why, rep.by_time, rep.by_memory, cal.batch[cal.n - 1], out->context, host_ms);
-    else
+    else if (rep.by_memory == 0)
         snprintf(out->why, sizeof out->why,
-                 "1 conversation although %s (one takes %.1f ms per %.0f ms frame): replies will lag",
-                 rep.by_memory == 0 ? "memory holds none" : "not even one runs in real time",
-                 out->frame_ms, lim.frame_ms);
+                 "1 conversation although memory holds none (%.1f MiB free after %.0f MiB set aside for the "
+                 "prompt cache, one takes %.1f MiB)",
+                 (double)lim.mem_free / (1 << 20), (double)set_aside / (1 << 20),
+                 (double)lim.per_session_bytes / (1 << 20));
+    else /* the budget, not the frame: a tick of 70 ms "per 80 ms frame" read as one that fits */
+        snprintf(out->why, sizeof out->why,
+                 "1 conversation although not even one runs in real time (one takes %.1f ms of the %.1f ms a "
+                 "frame allows, %.0f %% of %.0f ms): replies will lag",
+                 out->frame_ms, lim.frame_ms * lim.headroom, lim.headroom * 100, lim.frame_ms);
     return PP_OK;
 }
