@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Quick start on Debian 12 (as root): installs the dependencies, builds everything in build/
-# and starts the server with its bundled demo model. Extra arguments go to the server.
+# and starts the server: with its bundled demo model unless the arguments give --weights or
+# --models-dir. Extra arguments go to the server.
 #   tools/quickstart.sh                   then open the URL the server prints
+#   tools/quickstart.sh --weights model-turbo2bit.safetensors --voice NATF2
 #   PP_CUDA=OFF tools/quickstart.sh       CPU-only build even when a CUDA toolkit is installed
 set -euo pipefail
 
@@ -12,18 +14,9 @@ tools/install-deps.sh
 cmake -S . -B build -DPP_CUDA="${PP_CUDA:-AUTO}"
 cmake --build build -j"$(nproc)"
 
-if [ -x build/personaplex-server ]; then
-    exec build/personaplex-server --demo "$@"
-fi
-
-echo "quickstart: build/personaplex-server is not built yet (src/server is incomplete)."
-if [ -x build/personaplex-golden ]; then
-    echo "quickstart: running the engine on the bundled golden cases instead:"
-    status=0
-    for dir in tests/data/golden/*/; do
-        [ -f "$dir/golden.safetensors" ] || continue
-        build/personaplex-golden "${dir%/}" || status=1
-    done
-    exit "$status"
-fi
-exit 1
+# the demo model unless the arguments name a checkpoint
+demo=--demo
+for arg in "$@"; do
+    case "$arg" in --weights|--weights=*|--models-dir|--models-dir=*) demo= ;; esac
+done
+exec build/personaplex-server $demo "$@"

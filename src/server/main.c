@@ -474,6 +474,9 @@ int main(int argc, char **argv) {
     err[0] = '\0';
     if (demo_size != PP_DEMO_TINY && !a.opt.demo) /* a size asked for, and a checkpoint would run */
         snprintf(err, sizeof err, "--demo-size %s describes the --demo model; add --demo", a.opt.demo_size);
+    else if (a.opt.demo && a.opt.weights) /* serving the demo in place of the file asked for would mislead */
+        snprintf(err, sizeof err, "--demo runs the built-in model, so --weights %s would not be used: give one of them",
+                 a.opt.weights);
     else if (!a.opt.no_tls && !a.opt.cert != !a.opt.key)
         snprintf(err, sizeof err, "--cert and --key go together (%s given alone)", a.opt.cert ? "--cert" : "--key");
     else if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available())
