@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "audio/g711.h"
 #include "base/base64.h"
@@ -46,15 +47,17 @@ static int drain(conn *c, char *out, size_t cap) {
     return n;
 }
 
-/* A JSON socket on a fresh conn with the default settings (realtime queues session.created). */
-static conn *open_socket(conn_protocol protocol, uint64_t id, metrics *m, ws_input *in, json_socket *js) {
+/* A JSON socket on a fresh conn with the default settings (realtime queues session.created);
+ * voices are looked up in voices_dir unless it is NULL. */
+static conn *open_socket(conn_protocol protocol, uint64_t id, metrics *m, ws_input *in, json_socket *js,
+                         const char *voices_dir) {
     char err[PP_ERR_LEN];
     conn *c;
     if (conn_create(id, protocol, &c, err)) abort();
     ws_input_init(in, c, m);
     pp_session_params p;
     pp_params_defaults(&p);
-    json_socket_init(js, in, protocol, &p);
+    json_socket_init(js, in, protocol, &p, voices_dir);
     return c;
 }
 
@@ -85,7 +88,7 @@ static void check_realtime_input(metrics *m) {
     char seen[4096];
     ws_input in;
     json_socket js;
-    conn *c = open_socket(CONN_REALTIME, 7, m, &in, &js);
+    conn *c = open_socket(CONN_REALTIME, 7, m, &in, &js, NULL);
     drain(c, seen, sizeof seen);
     TEST_COND("session.created on open", !strcmp(seen, "session.created"));
 
@@ -209,7 +212,7 @@ static void check_realtime_g711(metrics *m) {
     char seen[1024];
     ws_input in;
     json_socket js;
-    conn *c = open_socket(CONN_REALTIME, 8, m, &in, &js);
+    conn *c = open_socket(CONN_REALTIME, 8, m, &in, &js, NULL);
     send_text(&js,
               "{\"type\":\"session.update\",\"session\":{\"audio\":{\"input\":{\"format\":{\"type\":\"audio/pcma\"}},"
               "\"output\":{\"format\":{\"type\":\"audio/pcmu\"}}}}}");
@@ -228,11 +231,47 @@ static void check_realtime_g711(metrics *m) {
     conn_destroy(c);
 }
 
+/* OpenAI's voice names ("alloy"), which client libraries send by default, are not voices here: the
+ * update applies without it and says so, and the conversation keeps a voice it can start with. */
+static void check_realtime_unknown_voice(metrics *m) {
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", path[64], seen[1024];
+    if (!mkdtemp(dir)) {
+        TEST_COND("temp dir", 0);
+        return;
+    }
+    const char *names[] = {"NATF2.pt", "NATM1.pt"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "wb");
+        if (f) fclose(f);
+    }
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 10, m, &in, &js, dir);
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"Be kind.\","
+                   "\"audio\":{\"output\":{\"voice\":\"alloy\"}}}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("an unknown voice: an error, then the update", !strcmp(seen, "error:invalid_value session.updated"));
+    TEST_COND("... which keeps the voice and takes the instructions",
+              !strcmp(js.params.voice, "NATF2") && !strcmp(js.params.text_prompt, "Be kind."));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATM1\"}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a voice of the directory is taken", !strcmp(seen, "session.updated") && !strcmp(js.params.voice, "NATM1"));
+    json_socket_free(&js);
+    conn_destroy(c);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
 static void check_twilio_input(metrics *m) {
     char seen[1024];
     ws_input in;
     json_socket js;
-    conn *c = open_socket(CONN_TWILIO, 9, m, &in, &js);
+    conn *c = open_socket(CONN_TWILIO, 9, m, &in, &js, NULL);
     TEST_COND("connected is quiet",
               send_text(&js, "{\"event\":\"connected\",\"protocol\":\"Call\",\"version\":\"1.0.0\"}") == 0);
     TEST_COND("media before start refused",
@@ -469,6 +508,7 @@ int main(void) {
     if (metrics_create(&m, err)) return 1;
     check_realtime_input(m);
     check_realtime_g711(m);
+    check_realtime_unknown_voice(m);
     check_twilio_input(m);
     check_chat_fragments(m);
     check_realtime_wire();

@@ -16,11 +16,13 @@
 /* 8 kHz samples resampled per call (the resampler's chunk). */
 #define TELEPHONE_CHUNK 1024
 
-void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params) {
+void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params,
+                      const char *voices_dir) {
     memset(js, 0, sizeof *js);
     js->in = in;
     js->protocol = protocol;
     js->params = *params;
+    if (voices_dir && voices_dir[0]) js->voices_dir = strdup(voices_dir); /* unchecked when out of memory */
     js->in_format = js->out_format = protocol == CONN_TWILIO ? AUDIO_ULAW : AUDIO_PCM16;
     js->from_8k_format = -1;
     if (protocol == CONN_REALTIME) realtime_open(js);
@@ -29,8 +31,10 @@ void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, con
 void json_socket_free(json_socket *js) {
     pp_resampler_close(js->from_8k);
     free(js->msg);
+    free(js->voices_dir);
     js->from_8k = NULL;
     js->msg = NULL;
+    js->voices_dir = NULL;
 }
 
 const char *json_socket_string(const pp_json *obj, const char *key) {

@@ -37,6 +37,7 @@ typedef struct json_socket {
     ws_input *in; /* the socket's counters, closing flag and pace check */
     conn_protocol protocol;
     pp_session_params params; /* what the conversation starts (or restarts) with */
+    char *voices_dir;         /* the model's, where session.update's voice is looked up; NULL: not checked */
     int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
     audio_format in_format, out_format;
     pp_resampler *from_8k; /* G.711 input */
@@ -51,8 +52,10 @@ typedef struct json_socket {
 /* What the caller must do after a call, beyond ws_input's bits. */
 enum { JSON_SOCKET_ADMIT = 4 /* admit the conversation with js->params now */ };
 
-/* params: the server's defaults and the query's settings. Queues realtime's session.created. */
-void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params);
+/* params: the server's defaults and the query's settings; voices_dir: the model's (NULL or "": voices
+ * are not looked up before the conversation starts). Queues realtime's session.created. */
+void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params,
+                      const char *voices_dir);
 void json_socket_free(json_socket *js);
 /* One received piece of a message. Returns WS_INPUT_* and JSON_SOCKET_* bits. */
 int json_socket_receive(json_socket *js, const uint8_t *data, size_t len, int binary, int final);

@@ -10,6 +10,7 @@
 #include "server/json_socket.h"
 
 #include "base/log.h"
+#include "io/voice.h"
 #include "server/wire.h"
 #include "session/params.h"
 
@@ -108,8 +109,18 @@ static int session_update(json_socket *js, const pp_json *ev) {
     const pp_json *output = pp_json_get(pp_json_get(s, "audio"), "output");
     const char *voice = json_socket_string(output, "voice");
     if (!voice) voice = json_socket_string(s, "voice");
+    char path[4200];
     if (voice && pp_params_set_voice(&p, voice, err))
         return json_socket_reject(js, "invalid_value", "session.voice: %s", err);
+    /* Client libraries send OpenAI's voice names ("alloy") by default: keep the session's voice and
+     * say so, rather than take the name and fail the conversation at its first audio. */
+    if (voice && js->voices_dir && pp_voice_resolve(js->voices_dir, voice, path, sizeof path, err) == PP_ENOTFOUND) {
+        snprintf(p.voice, sizeof p.voice, "%s", js->params.voice);
+        todo |= json_socket_reject(js, "invalid_value",
+                                   "session.voice: no voice '%.80s' on this server (GET /api/voices lists them); "
+                                   "the session keeps '%s' and the rest of the update applies",
+                                   voice, p.voice);
+    }
     const pp_json *temp = pp_json_get(s, "temperature");
     if (temp && temp->type == PP_JSON_NUMBER) {
         char v[32];
