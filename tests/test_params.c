@@ -47,6 +47,15 @@ int main(void) {
               parse(&p, "text_seed=18446744073709551616&audio_seed=-5&seed=7x", err) == PP_OK &&
                   p.text_seed == 42424242u && p.audio_seed == 42424242u && parse(&p, "seed=%20-3", err) == PP_OK &&
                   p.text_seed == 42424242u);
+    int distinct = 1;
+    uint64_t seen[1000];
+    for (int k = 0; k < 1000; k++) {
+        seen[k] = pp_params_conversation_seed(42424242u, (uint64_t)k + 1);
+        for (int j = 0; j < k; j++) distinct &= seen[j] != seen[k];
+    }
+    TEST_COND("a server's conversations 1..1000 each get their own seed", distinct);
+    TEST_COND("... the same on every run, another under another base",
+              pp_params_conversation_seed(42424242u, 5) == seen[4] && pp_params_conversation_seed(7, 5) != seen[4]);
     TEST_COND("seed sets both; -1 keeps the server's",
               parse(&p, "seed=7", err) == PP_OK && p.text_seed == 7 && p.audio_seed == 7 &&
                   parse(&p, "seed=-1", err) == PP_OK && p.text_seed == 42424242u);

@@ -93,7 +93,9 @@ static const opt_spec g_opts[] = {
     {"max-prompt-tokens", "N", OPT_INT, F(max_prompt_tokens), 1, 4096, "512", NULL,
      "Longest accepted text prompt in tokens; a longer one gets an 0x05 error and a close."},
     {"seed", "N", OPT_INT64, F(seed), -1, INT64_MAX, "42424242", NULL,
-     "Base sampling seed; a client's seed, text_seed or audio_seed query parameter overrides "
+     "Base sampling seed: each conversation draws from its own seed made from N and the "
+     "conversation's number, so callers saying the same words hear different answers and a "
+     "server run repeats. A client's seed, text_seed or audio_seed query parameter overrides "
      "it for its session. -1 draws a fresh seed per session."},
     {"host", "ADDR", OPT_STRING, F(host), 0, 0, "127.0.0.1", "Network",
      "Address to listen on, and only there: a numeric IPv4 or IPv6 address of this machine, or "

@@ -115,12 +115,14 @@ static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *er
     }
 }
 
-static void defaults_from_options(const server_options *o, pp_session_params *p) {
+/* conversation: the connection's number. Callers who say the same words hear different answers
+ * unless a client picks its seed. */
+static void defaults_from_options(const server_options *o, uint64_t conversation, pp_session_params *p) {
     pp_params_defaults(p);
     snprintf(p->voice, sizeof p->voice, "%s", o->voice);
     snprintf(p->text_prompt, sizeof p->text_prompt, "%s", o->text_prompt);
     if (o->seed >= 0) {
-        p->text_seed = p->audio_seed = (uint64_t)o->seed;
+        p->text_seed = p->audio_seed = pp_params_conversation_seed((uint64_t)o->seed, conversation);
     } else {
         uint64_t r = (uint64_t)pp_now_ns() * 0x9e3779b97f4a7c15ull;
         p->text_seed = r;
@@ -160,7 +162,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     PP_INFO("ws", "session %llu: %s connected from %s", (unsigned long long)conn_id(pss->c), path, peer);
 
     pp_session_params params;
-    defaults_from_options(s->opt, &params);
+    defaults_from_options(s->opt, conn_id(pss->c), &params);
     pp_model *model;
     if (read_query(s, wsi, &params, err)) {
         ws_input_reject(&pss->in, CLOSE_POLICY, err);

@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/rng.h"
 #include "io/voice.h"
 
 #include <errno.h>
@@ -119,6 +120,11 @@ static void set_bool(int *dst, const char *key, const char *value) {
                 return;
             }
     PP_WARN("params", "%s=%.16s is not 1/0, true/false or on/off; ignored", key, value);
+}
+
+uint64_t pp_params_conversation_seed(uint64_t base, uint64_t conversation) {
+    uint64_t state = base ^ (conversation * 0xd6e8feb86659fd93ull);
+    return pp_splitmix64(&state);
 }
 
 /* Seeds are 64-bit unsigned, all of that range a client may pick; a negative one, -1 in the

@@ -18,6 +18,11 @@
  * checked here, the voices module resolves it (and refuses anything path-like). */
 int pp_params_set_voice(pp_session_params *p, const char *name, char *err);
 
+/* The seed of a server's conversation number `conversation` (1, 2, ...) under its base seed: each
+ * conversation draws its own tokens, as the reference's do (it seeds once per process), and the same
+ * base and conversation give the same seed on every run. */
+uint64_t pp_params_conversation_seed(uint64_t base, uint64_t conversation);
+
 /* True when the len bytes at s are well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
 int pp_utf8_valid(const char *s, size_t len);
 
