@@ -74,7 +74,7 @@ fi
 check "nginx and Kubernetes examples" \
     "[ -f '$tree/share/doc/personaplex/examples/nginx.conf' ] && [ -f '$tree/share/doc/personaplex/examples/k8s.yaml' ]"
 check "fetch-weights finds its installed manifest" \
-    "'$tree/bin/personaplex-fetch-weights' --check --dir '$tree/models' 2>&1 | grep -q 'missing from'"
+    "mkdir -p '$tree/models' && '$tree/bin/personaplex-fetch-weights' --check --dir '$tree/models' 2>&1 | grep -q 'missing from'"
 
 # The installed server, started from the installed configuration (the command line moves the
 # state directory and the port; the file's other settings stay).
