@@ -3,6 +3,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/hostmem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,23 +128,13 @@ int pp_admission_capacity(const pp_admission_calib *c, const pp_admission_limits
     return n;
 }
 
-/* The host's MemAvailable (what the kernel can hand out without swapping), in bytes. */
-static size_t host_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (size_t)kb * 1024;
-}
-
 size_t pp_admission_free_memory(pp_backend *be) {
     if (be->ops->mem_info) {
         size_t w, b, ws, dev_free = 0, total = 0, in_place;
         be->ops->mem_info(be, &w, &b, &ws, &dev_free, &total, &in_place);
         if (total) return dev_free;
     }
-    return host_available();
+    uint64_t host_total, host_free;
+    pp_host_memory(&host_total, &host_free);
+    return (size_t)host_free;
 }

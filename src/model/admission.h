@@ -87,7 +87,8 @@ double pp_admission_predict(const pp_admission_calib *c, const pp_admission_limi
 /* The most conversations this machine holds in real time (0 when not even one; rep may be NULL). */
 int pp_admission_capacity(const pp_admission_calib *c, const pp_admission_limits *l, pp_admission_report *rep);
 
-/* Free memory where conversation state lives: the device's (mem_info) or the host's. */
+/* Free memory where conversation state lives: the device's (mem_info) or what the host lets the
+ * process take (base/hostmem.h). */
 size_t pp_admission_free_memory(pp_backend *be);
 
 #endif

@@ -2,6 +2,7 @@
 #include "server/capacity.h"
 
 #include "base/err.h"
+#include "base/hostmem.h"
 #include "base/log.h"
 #include "io/onnx_bundle.h"
 #include "io/onnx_mimi.h"
@@ -23,8 +24,12 @@ typedef struct capacity_plan {
     int fit;               /* conversations that fit beside the weights (0: not even one) */
 } capacity_plan;
 
+uint64_t capacity_fixed_extra(uint64_t weights) {
+    return weights < CAPACITY_FIXED_EXTRA ? weights : CAPACITY_FIXED_EXTRA;
+}
+
 int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session) {
-    uint64_t base = weights + CAPACITY_FIXED_EXTRA;
+    uint64_t base = weights + capacity_fixed_extra(weights);
     if (available <= base || !per_session) return 0;
     uint64_t n = (available - base) / per_session;
     return n > 100000 ? 100000 : (int)n;
@@ -71,21 +76,6 @@ static uint64_t codec_bytes(const char *mimi) {
     return n;
 }
 
-/* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
-static int read_meminfo(uint64_t *total, uint64_t *avail) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    unsigned long long kb;
-    *total = *avail = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024;
-        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = kb * 1024;
-    }
-    fclose(f);
-    return *total ? 0 : -1;
-}
-
 /* Names the device and fills its total and free memory; *shared says the device's memory is
  * the host's (an integrated GPU: Jetson). A backend without device memory runs on the host. */
 static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *total, uint64_t *avail, int *shared) {
@@ -101,7 +91,7 @@ static void describe_device(pp_backend *be, char *name, size_t cap, uint64_t *to
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(name, cap, "CPU, %ld cores", cores);
-    read_meminfo(total, avail);
+    pp_host_memory(total, avail);
 }
 
 /* Bytes the checkpoint's weights take once loaded: as stored, or quantized where q covers them. */
@@ -158,13 +148,13 @@ int capacity_check_quantized(pp_backend *be, const char *weights, const char *mi
     }
     PP_INFO("capacity", "%s: %.1f GiB total, %.1f GiB %s", dev, GIB(total), GIB(p.available), what);
     p.fit = capacity_sessions_fit(p.available, p.weights, p.per_session);
-    uint64_t need = p.weights + CAPACITY_FIXED_EXTRA + (uint64_t)max_sessions * p.per_session;
+    uint64_t need = p.weights + capacity_fixed_extra(p.weights) + (uint64_t)max_sessions * p.per_session;
     const char *base = strrchr(weights, '/');
     PP_INFO("capacity",
             "need about %.2f GiB: %s and Mimi %.2f GiB + %d x %.2f GiB per conversation (%s KV cache of %d "
             "steps %.2f GiB) + %.2f GiB workspace; %s (%d conversation%s would fit)",
             GIB(need), base ? base + 1 : weights, GIB(p.weights), max_sessions, GIB(p.per_session),
-            pp_kv_format_name(kv), context, GIB(kv_bytes), GIB(CAPACITY_FIXED_EXTRA),
+            pp_kv_format_name(kv), context, GIB(kv_bytes), GIB(capacity_fixed_extra(p.weights)),
             p.fit >= max_sessions ? "fits" : "DOES NOT FIT", p.fit, p.fit == 1 ? "" : "s");
     if (p.fit >= max_sessions) return PP_OK;
     if (!enforce) {

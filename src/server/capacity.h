@@ -8,7 +8,8 @@
  * (pp_lm_ctx_bytes: 2 x layers x context x dim values, int8's scales included), and a
  * fixed allowance for the codec state, activations and the backend's workspace. It is
  * compared with the GPU's free memory (backend mem_info, or the CUDA runtime) or, on the
- * CPU backend, MemAvailable. */
+ * CPU backend, what the host lets the process take (base/hostmem.h: MemAvailable within its
+ * cgroup's limit). */
 #ifndef PP_SERVER_CAPACITY_H
 #define PP_SERVER_CAPACITY_H
 
@@ -20,12 +21,15 @@
 /* Per-conversation allowance beyond the KV rings: Mimi streaming state, depformer caches,
  * activations (each a few MB; 64 MiB covers them with room). */
 #define CAPACITY_SESSION_EXTRA (64ull << 20)
-/* One-off allowance: backend workspace, cuBLAS handles, the tokenizer. */
+/* One-off allowance: backend workspace, cuBLAS handles, the tokenizer; at most the weights' own
+ * size, since the workspace scales with the model (the demo's needs a few MB). */
 #define CAPACITY_FIXED_EXTRA (512ull << 20)
 /* On an integrated GPU (one DRAM for CPU and GPU): what the OS, its services and the server's
  * own host side keep for themselves (a headless JetPack system uses about 1 GiB). */
 #define CAPACITY_OS_RESERVE (3ull << 29)
 
+/* The one-off allowance beside weights bytes of weights. */
+uint64_t capacity_fixed_extra(uint64_t weights);
 /* Conversations that fit: (available - weights - fixed) / per_session, clamped at 0. */
 int capacity_sessions_fit(uint64_t available, uint64_t weights, uint64_t per_session);
 
