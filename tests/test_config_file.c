@@ -160,6 +160,9 @@ static void test_capacity(void) {
     TEST_COND("fit: exact edge", capacity_sessions_fit(2 * G + CAPACITY_FIXED_EXTRA + 3 * G, 2 * G, 3 * G) == 1);
     TEST_COND("fit: one byte short", capacity_sessions_fit(2 * G + CAPACITY_FIXED_EXTRA + 3 * G - 1, 2 * G, 3 * G) == 0);
     TEST_COND("fit: weights alone too big", capacity_sessions_fit(G, 2 * G, 1) == 0);
+    TEST_COND("the prompt cache: at most a quarter of what the process may take, in whole MiB",
+              capacity_prompt_cache(1024, 501ull << 20) == 125u << 20 && capacity_prompt_cache(1024, 23 * G) == 1024u << 20 &&
+                  capacity_prompt_cache(0, 23 * G) == 0);
     TEST_COND("a small model's workspace is at most its weights' size (the demo in a 512 MiB container)",
               capacity_fixed_extra(10 << 20) == 10 << 20 && capacity_sessions_fit(G / 2, 10 << 20, 64 << 20) == 7);
 

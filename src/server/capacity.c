@@ -24,6 +24,11 @@ typedef struct capacity_plan {
     int fit;               /* conversations that fit beside the weights (0: not even one) */
 } capacity_plan;
 
+size_t capacity_prompt_cache(int mb, uint64_t available) {
+    size_t asked = (size_t)mb << 20, quarter = (size_t)(available / 4) & ~(((size_t)1 << 20) - 1);
+    return asked < quarter ? asked : quarter;
+}
+
 uint64_t capacity_fixed_extra(uint64_t weights) {
     return weights < CAPACITY_FIXED_EXTRA ? weights : CAPACITY_FIXED_EXTRA;
 }

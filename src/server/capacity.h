@@ -28,6 +28,10 @@
  * own host side keep for themselves (a headless JetPack system uses about 1 GiB). */
 #define CAPACITY_OS_RESERVE (3ull << 29)
 
+/* The prompt cache's bytes for --prompt-cache-mb mb when the process may still take available
+ * bytes: at most a quarter of them, in whole MiB (in a small container the default 1 GiB would
+ * leave no room for conversations, or bring the OOM killer as it fills). */
+size_t capacity_prompt_cache(int mb, uint64_t available);
 /* The one-off allowance beside weights bytes of weights. */
 uint64_t capacity_fixed_extra(uint64_t weights);
 /* Conversations that fit: (available - weights - fixed) / per_session, clamped at 0. */

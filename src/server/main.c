@@ -9,6 +9,7 @@
 
 #include "audio/aec.h"
 #include "backend/backend.h"
+#include "base/hostmem.h"
 #include "base/log.h"
 #include "base/pool.h"
 #include "io/onnx_bundle.h"
@@ -186,9 +187,22 @@ static pp_kv_format kv_format(const char *name) {
     return f;
 }
 
+/* The prompt cache's bytes for --prompt-cache-mb mb (capacity_prompt_cache). */
+static size_t prompt_cache_bytes(int mb) {
+    uint64_t total, available;
+    if (pp_host_memory(&total, &available)) return (size_t)mb << 20;
+    size_t capped = capacity_prompt_cache(mb, available);
+    if (capped < (size_t)mb << 20)
+        PP_WARN("server",
+                "prompt cache: --prompt-cache-mb %d capped to %zu MiB, a quarter of the %.0f MiB this process may "
+                "still take",
+                mb, capped >> 20, (double)available / (1 << 20));
+    return capped;
+}
+
 /* KV format, prompt cache, the measured capacity, and the engine sized for it. */
 static int start_engine(app *a, pp_model *model, engine **out, int *capacity, char *err) {
-    size_t cache_bytes = (size_t)a->opt.prompt_cache_mb << 20;
+    size_t cache_bytes = prompt_cache_bytes(a->opt.prompt_cache_mb);
     int rc = pp_model_set_kv_cache(model, a->kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task;
@@ -210,8 +224,7 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
             "on %d host thread%s; %.1f MiB with its %s KV cache; %.1f GiB free)",
             plan.why, plan.tick1_ms, plan.codec_ms, encode_ms, echo, host_threads, host_threads == 1 ? "" : "s",
             (double)plan.per_session_bytes / (1 << 20), pp_kv_format_name(a->kv), (double)plan.mem_free / (1 << 30));
-    if (a->opt.prompt_cache_mb)
-        PP_INFO("server", "prompt cache: up to %d MiB of prompt states in host memory", a->opt.prompt_cache_mb);
+    if (cache_bytes) PP_INFO("server", "prompt cache: up to %zu MiB of prompt states in host memory", cache_bytes >> 20);
     *capacity = plan.sessions;
     metrics_set_capacity(a->srv.metrics, &(metrics_capacity){.tick1_ms = plan.tick1_ms,
                                                              .codec_ms = plan.codec_ms,

@@ -126,7 +126,8 @@ static const opt_spec g_opts[] = {
      "Host memory for the prompt cache: the model's state after a voice and text prompt is kept "
      "and copied into the next conversation with the same voice and prompt, whose handshake then "
      "comes in milliseconds instead of after the prompt phases. Least recently used states go "
-     "first; 0 disables it."},
+     "first; 0 disables it. At most a quarter of the host memory the process may take (within "
+     "its container's or unit's limit) is used."},
     {"behind-proxy", NULL, OPT_FLAG, F(behind_proxy), 0, 1, NULL, NULL,
      "The server sits behind a reverse proxy (nginx, a Kubernetes ingress): log the client "
      "address from X-Real-IP or X-Forwarded-For instead of the proxy's (for logs only), and "
