@@ -242,14 +242,22 @@ static int replace_keeping_mtime(const pp_demo_files *files, const char *to, con
            after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && test_files_equal(dst, src);
 }
 
-static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
+/* The demo model with a 64 MiB prompt cache; NULL (a failed check) when it does not open. */
+static pp_model *open_cached(const pp_demo_files *files, pp_backend *be) {
     char err[PP_ERR_LEN];
     pp_model *m = NULL;
     pp_model_paths paths = pp_demo_paths(files);
     int rc = pp_model_open(be, &paths, &m, err);
     if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
     TEST_COND("model with a prompt cache", rc == PP_OK);
-    if (rc) return;
+    if (rc && m) pp_model_close(m);
+    return rc ? NULL : m;
+}
+
+static void test_prompt_cache(const pp_demo_files *files, pp_backend *be, pp_model *plain) {
+    char err[PP_ERR_LEN];
+    pp_model *m = open_cached(files, be);
+    if (!m) return;
     static run ref, ref_seed, first, hit, hit_seed, other;
     pp_session_params p, q;
     params_of(0, &p);
@@ -320,13 +328,8 @@ static int write_pair(const pp_demo_files *files, const char *name, const char *
 /* A pair voice's token ring lives in its .cache.json: rewriting that file alone is another voice
  * for the prompt cache. */
 static void test_prompt_cache_pair(const pp_demo_files *files, pp_backend *be) {
-    char err[PP_ERR_LEN];
-    pp_model *m = NULL;
-    pp_model_paths paths = pp_demo_paths(files);
-    int rc = pp_model_open(be, &paths, &m, err);
-    if (!rc) rc = pp_model_set_prompt_cache(m, 64u << 20, err);
-    TEST_COND("model with a prompt cache", rc == PP_OK);
-    if (rc) return;
+    pp_model *m = open_cached(files, be);
+    if (!m) return;
     static run out;
     pp_session_params p;
     params_of(0, &p);

@@ -248,10 +248,11 @@ static void test_resample(void) {
     free(out);
 }
 
-/* A FIFO given as the output (`personaplex-codec decode x.codes /dev/stdout | aplay`) is written
- * through, not replaced by a plain file renamed over it. */
-static void test_fifo(void) {
-    char dir[] = "/tmp/pp_test_wav_XXXXXX", path[64], tmp[72], err[PP_ERR_LEN];
+/* Outputs that are not plain files. A FIFO (`personaplex-codec decode x.codes /dev/stdout | aplay`)
+ * is written through, not replaced by a plain file renamed over it; a symbolic link (a models
+ * folder of links into a data volume) keeps its link, the new file replacing the link's target. */
+static void test_special_outputs(void) {
+    char dir[] = "/tmp/pp_test_wav_XXXXXX", path[64], tmp[72], target[64], link[64], err[PP_ERR_LEN];
     if (!mkdtemp(dir)) {
         TEST_COND("temp dir", 0);
         return;
@@ -268,36 +269,21 @@ static void test_fifo(void) {
     ssize_t n = rfd >= 0 ? read(rfd, got, sizeof got) : -1;
     TEST_COND("... and the reader got the file", n == 44 + 200 && !memcmp(got, "RIFF", 4));
     if (rfd >= 0) close(rfd);
-    remove(tmp);
-    remove(path);
-    rmdir(dir);
-}
 
-/* An output path that is a symbolic link (a models folder of links into a data volume) keeps its
- * link: the new file replaces the link's target. */
-static void test_symlink(void) {
-    char dir[] = "/tmp/pp_test_wav_XXXXXX", target[64], link[64], err[PP_ERR_LEN];
-    if (!mkdtemp(dir)) {
-        TEST_COND("temp dir", 0);
-        return;
-    }
     snprintf(target, sizeof target, "%s/data.wav", dir);
     snprintf(link, sizeof link, "%s/link.wav", dir);
-    float pcm[100] = {0.25f};
     TEST_COND("old target", pp_wav_write(target, pcm, 10, 1, 24000, PP_WAV_PCM16, err) == 0);
     TEST_COND("link", symlink(target, link) == 0);
     TEST_COND("WAV written through the link", pp_wav_write(link, pcm, 100, 1, 24000, PP_WAV_PCM16, err) == 0);
-    struct stat sb;
     TEST_COND("... which is still a link", lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
     TEST_COND("... whose target holds the new file", stat(target, &sb) == 0 && sb.st_size == 44 + 200);
-    remove(link);
-    remove(target);
+    const char *made[] = {tmp, path, link, target};
+    for (int i = 0; i < 4; i++) remove(made[i]);
     rmdir(dir);
 }
 
 int main(void) {
-    test_fifo();
-    test_symlink();
+    test_special_outputs();
     test_formats();
     test_malformed();
     test_roundtrip();
