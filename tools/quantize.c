@@ -8,6 +8,8 @@
  * beside the output (beside the input for --report; as large as the BF16 model), which is
  * removed afterwards.
  *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
+#define _POSIX_C_SOURCE 200809L /* sigaction */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,30 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
     if (u->count++ == 0 || cosine < u->worst) u->worst = cosine;
     u->sum += cosine;
     u->last_pct = -1; /* redraw the bar under the line */
+}
+
+/* What a stopped run leaves: the output's ".tmp", the staging file and its ".tmp" (the writer
+ * renames a file into place only when whole). Ctrl-C during a 7B run would otherwise leave up
+ * to 16.7 GB of staging beside the input. Set before the signals are taken. */
+static char g_leftovers[3][4200];
+
+static void remove_leftovers(int sig) {
+    for (int i = 0; i < 3; i++)
+        if (g_leftovers[i][0]) unlink(g_leftovers[i]); /* async-signal-safe */
+    raise(sig);                                       /* the default action again (SA_RESETHAND) */
+}
+
+/* out: the output (NULL under --report); staged: the staging file ("" when none). */
+static void clean_up_on_signals(const char *out, const char *staged) {
+    if (out) snprintf(g_leftovers[0], sizeof g_leftovers[0], "%s.tmp", out);
+    if (staged[0]) {
+        snprintf(g_leftovers[1], sizeof g_leftovers[1], "%s", staged);
+        snprintf(g_leftovers[2], sizeof g_leftovers[2], "%s.tmp", staged);
+    }
+    struct sigaction sa = {.sa_handler = remove_leftovers, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    const int stops[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) sigaction(stops[i], &sa, NULL);
 }
 
 /* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata,
@@ -131,6 +157,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[PP_ERR_LEN];
+    clean_up_on_signals(out, "");
     if (strcmp(format, "bf16") == 0) {
         pp_log_set_level(PP_LOG_WARN);
         int layers = 0;
@@ -150,6 +177,7 @@ int main(int argc, char **argv) {
     }
     if (!dense) {
         snprintf(staged, sizeof staged, "%s.bf16-staging", out ? out : in);
+        clean_up_on_signals(out, staged);
         fprintf(stderr, "personaplex-quantize: %s is not dense; decoding it to BF16 in %s first\n", in, staged);
         if (pp_lm_export_bf16(in, staged, &layers, err)) {
             fprintf(stderr, "personaplex-quantize: %s\n", err);
