@@ -8,7 +8,6 @@
  * beside the output (beside the input for --report; as large as the BF16 model), which is
  * removed afterwards.
  *   personaplex-quantize IN OUT.safetensors --format nf2|int4|nf4|int8|bf16 [--group N|row] */
-#define _POSIX_C_SOURCE 200809L /* sigaction */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
