@@ -328,6 +328,10 @@ static void test_bad_configs(pp_backend *be) {
          PP_EINVAL},
         {"{\"transformer\": {\"max_period\": 1e39}}", PP_EINVAL}, /* inf as a float: NaN rotations */
         {"{\"frame_rate\": 1e-300}", PP_EINVAL},                   /* a frame size past any int */
+        /* frame_size and frame_rate disagreeing (the reference reads the rate), and a rate giving no
+         * whole frame: were taken as 1920-sample frames */
+        {"{\"frame_size\": 1920, \"frame_rate\": 25}", PP_EINVAL},
+        {"{\"frame_rate\": 12.4999}", PP_EINVAL},
         {"{\"seanet\": {\"dimension\": 65536}}", PP_EINVAL},     /* channels past a CUDA grid's y */
         {"[1, 2]", PP_EFORMAT},
     };

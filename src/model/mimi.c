@@ -9,6 +9,7 @@
 #include "io/onnx_mimi.h"
 
 #include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,12 +190,18 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
     if ((v = lookup(root, "transformer", "output_dimensions")) &&
         (v->type != PP_JSON_ARRAY || v->count != 1 || !int_value(v->items[0], &in) || in != d))
         return pp_fail(err, PP_EUNSUPPORTED, "%s: 'transformer.output_dimensions' must be [d_model] ([%d])", path, d);
-    if (!lookup(root, NULL, "frame_size") && (v = lookup(root, NULL, "frame_rate"))) {
+    if ((v = lookup(root, NULL, "frame_rate"))) {
+        /* The reference derives its frame from the rate; a whole number of samples (to rounding). */
         double samples = v->type == PP_JSON_NUMBER && v->number > 0 ? c->sample_rate / v->number : 0;
-        if (!(samples >= 1 && samples <= MAX_FRAME_SIZE))
-            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must give frames of 1 to %d samples", path,
-                           MAX_FRAME_SIZE);
-        c->frame_size = (int)samples;
+        if (!(samples >= 1 && samples <= MAX_FRAME_SIZE) || fabs(samples - round(samples)) > 1e-6 * samples)
+            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must give a whole number of samples (1 to %d)",
+                           path, MAX_FRAME_SIZE);
+        int from_rate = (int)lround(samples);
+        if (lookup(root, NULL, "frame_size") && c->frame_size != from_rate)
+            return pp_fail(err, PP_EINVAL,
+                           "%s: key 'frame_size' (%d) contradicts 'frame_rate' (%g Hz, %d samples at %d Hz)", path,
+                           c->frame_size, v->number, from_rate, c->sample_rate);
+        c->frame_size = from_rate;
     }
     return PP_OK;
 }
