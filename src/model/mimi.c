@@ -131,7 +131,69 @@ static const struct {
     {"seanet", "activation", "ELU"},     {"transformer", "causal", "true"},
     {"transformer", "gating", "none"},   {"transformer", "norm", "layer_norm"},
     {"transformer", "conv_layout", "true"}, {"transformer", "positional_embedding", "rope"},
+    {"transformer", "bias_ff", "false"}, {"transformer", "bias_attn", "false"},
 };
+
+/* The same for integer options. */
+static const struct {
+    const char *section, *key;
+    int want;
+} FIXED_INTS[] = {
+    {"seanet", "n_residual_layers", 1}, {"seanet", "lstm", 0}, {"quantizer", "n_q_semantic", 1}};
+
+/* The other keys a section may hold: read below, or options of the reference that change nothing
+ * under the values above (one residual layer is never dilated, no norm has outer blocks to
+ * spare, the trim is the non-streaming decoder's). Any other key is an option this code would
+ * silently not apply (an LSTM, an activation's parameter), so it is refused. */
+static const struct {
+    const char *section, *key;
+} OTHER_KEYS[] = {
+    {"seanet", "ratios"},
+    {"seanet", "dilation_base"},
+    {"seanet", "disable_norm_outer_blocks"},
+    {"seanet", "trim_right_ratio"},
+    {"transformer", "max_period"},
+    {"transformer", "layer_scale"},
+    {"transformer", "input_dimension"},
+    {"transformer", "output_dimensions"},
+};
+
+/* Whether section.key is in one of the tables above. */
+static int known_key(const char *section, const char *key) {
+#define FIND(table)                                                                                    \
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)                                        \
+        if (table[i].section && strcmp(table[i].section, section) == 0 && strcmp(table[i].key, key) == 0) \
+            return 1;
+    FIND(INT_KEYS)
+    FIND(FIXED_KEYS)
+    FIND(FIXED_INTS)
+    FIND(OTHER_KEYS)
+#undef FIND
+    return 0;
+}
+
+/* Each section an object of known keys, and no key twice (the reference's parser keeps the
+ * last, pp_json_get the first). */
+static int check_sections(const pp_json *root, const char *path, char *err) {
+    static const char *const sections[] = {"seanet", "transformer", "quantizer"};
+    const char *dup = pp_json_dup_key(root);
+    if (dup) return pp_fail(err, PP_EINVAL, "%s: key '%s' appears twice", path, dup);
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        const char *sec = sections[i];
+        const pp_json *obj = pp_json_get(root, sec);
+        if (!obj) continue;
+        if (obj->type != PP_JSON_OBJECT) return pp_fail(err, PP_EINVAL, "%s: key '%s' must be an object", path, sec);
+        if ((dup = pp_json_dup_key(obj)))
+            return pp_fail(err, PP_EINVAL, "%s: key '%s.%s' appears twice", path, sec, dup);
+        for (size_t k = 0; k < obj->count; k++) {
+            const char *key = obj->keys[k];
+            if (!known_key(sec, key))
+                return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' is not an option this codec supports", path,
+                               sec, key);
+        }
+    }
+    return PP_OK;
+}
 
 static const pp_json *lookup(const pp_json *root, const char *section, const char *key) {
     const pp_json *obj = section ? pp_json_get(root, section) : root;
@@ -150,6 +212,8 @@ static int int_value(const pp_json *v, int *out) {
 }
 
 static int parse_config(const pp_json *root, const char *path, mimi_config *c, char *err) {
+    int rc = check_sections(root, path, err);
+    if (rc) return rc;
     for (size_t i = 0; i < sizeof INT_KEYS / sizeof INT_KEYS[0]; i++) {
         const pp_json *v = lookup(root, INT_KEYS[i].section, INT_KEYS[i].key);
         if (v && !int_value(v, (int *)((char *)c + INT_KEYS[i].off)))
@@ -163,10 +227,14 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
             return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' must be %s (the only value supported)", path,
                            FIXED_KEYS[i].section, FIXED_KEYS[i].key, FIXED_KEYS[i].want);
     }
-    const pp_json *v = lookup(root, "seanet", "n_residual_layers");
-    int n_res = 1;
-    if (v && (!int_value(v, &n_res) || n_res != 1))
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: key 'seanet.n_residual_layers' must be 1 (Mimi's value)", path);
+    for (size_t i = 0; i < sizeof FIXED_INTS / sizeof FIXED_INTS[0]; i++) {
+        const pp_json *v = lookup(root, FIXED_INTS[i].section, FIXED_INTS[i].key);
+        int value;
+        if (v && (!int_value(v, &value) || value != FIXED_INTS[i].want))
+            return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' must be %d (the only value supported)", path,
+                           FIXED_INTS[i].section, FIXED_INTS[i].key, FIXED_INTS[i].want);
+    }
+    const pp_json *v;
     if ((v = lookup(root, "seanet", "ratios"))) {
         if (v->type != PP_JSON_ARRAY || v->count < 1 || v->count > SEANET_MAX_RATIOS)
             return pp_fail(err, PP_EINVAL, "%s: key 'seanet.ratios' must be a list of 1..%d integers", path,
