@@ -370,6 +370,24 @@ static void test_bad_configs(pp_backend *be) {
     pp_mimi_config_default(&fine_cfg);
     TEST_COND("supported values of the reference's options are taken",
               pp_mimi_config_parse(fine, sizeof fine - 1, "fine", &fine_cfg, fine_err) == PP_OK);
+    /* A config.json beside the weights that is no JSON (a stray comma): its parse error, naming it.
+     * Was ignored for the released shapes, and the weights failed on encoder.model.0's shape. */
+    char dir[] = "/tmp/pp_test_mimi_dir_XXXXXX", weights[64], beside[64];
+    if (mkdtemp(dir)) {
+        snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+        snprintf(beside, sizeof beside, "%s/config.json", dir);
+        char typo_err[PP_ERR_LEN] = "";
+        mimi_model *typo = NULL;
+        int linked = symlink(PP_TEST_DATA "/golden/mimi-synth/model.safetensors", weights) == 0 &&
+                     write_text(beside, "{\"seanet\": {\"n_filters\": 4,, \"dimension\": 32}}") == 0;
+        int typo_rc = linked ? pp_mimi_open(be, weights, NULL, &typo, typo_err) : -1;
+        TEST_COND("a config.json beside the weights that is no JSON is refused, naming it",
+                  typo_rc == PP_EFORMAT && typo == NULL && strstr(typo_err, "config.json"));
+        pp_mimi_close(typo);
+        unlink(beside);
+        unlink(weights);
+        rmdir(dir);
+    }
     /* The golden config against the real default shapes' file mismatch: a tensor shape error. */
     char err[PP_ERR_LEN];
     mimi_model *m = NULL;

@@ -345,7 +345,7 @@ int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err) {
 }
 
 /* config.json beside the weights when it describes a codec (has `seanet`), else defaults;
- * checked either way. */
+ * checked either way. One that is not JSON is refused. */
 static int config_beside(const char *weights_path, mimi_config *cfg, char *err) {
     pp_mimi_config_default(cfg);
     char path[4096];
@@ -355,10 +355,16 @@ static int config_beside(const char *weights_path, mimi_config *cfg, char *err) 
     size_t len = 0;
     pp_json_doc *doc = NULL;
     if (snprintf(path, sizeof path, "%.*sconfig.json", dir_len, weights_path) < (int)sizeof path &&
-        pp_file_read_all(path, 1 << 20, &text, &len, NULL) == PP_OK &&
-        pp_json_parse((const char *)text, len, &doc, NULL) == PP_OK && pp_json_get(pp_json_root(doc), "seanet")) {
-        PP_INFO("mimi", "configuration from %s", path);
-        rc = parse_config(pp_json_root(doc), path, cfg, err);
+        pp_file_read_all(path, 1 << 20, &text, &len, NULL) == PP_OK) {
+        /* A config.json that is no JSON may be this codec's with a typo: the released shapes would
+         * then fail against its weights, a message that hides the cause. */
+        char why[PP_ERR_LEN];
+        if (pp_json_parse((const char *)text, len, &doc, why) != PP_OK) {
+            rc = pp_fail(err, PP_EFORMAT, "%s: %s", path, why);
+        } else if (pp_json_get(pp_json_root(doc), "seanet")) {
+            PP_INFO("mimi", "configuration from %s", path);
+            rc = parse_config(pp_json_root(doc), path, cfg, err);
+        }
     }
     pp_json_free(doc);
     free(text);
