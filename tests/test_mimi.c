@@ -388,6 +388,25 @@ static void test_bad_configs(pp_backend *be) {
         unlink(weights);
         rmdir(dir);
     }
+    /* mimi-synth's config with one transformer layer of the file's two: no shape changes, so the
+     * codec opened and ran half its transformers. Now the second layer's tensors are refused. */
+    char synth[2048];
+    FILE *sf = fopen(PP_TEST_DATA "/golden/mimi-synth/config.json", "r");
+    size_t synth_len = sf ? fread(synth, 1, sizeof synth - 1, sf) : 0;
+    if (sf) fclose(sf);
+    synth[synth_len] = '\0';
+    char *layers = strstr(synth, "\"num_layers\": 2");
+    TEST_COND("mimi-synth's config names its 2 layers", layers != NULL);
+    if (layers) {
+        layers[strlen("\"num_layers\": ")] = '1';
+        char fewer_err[PP_ERR_LEN] = "";
+        mimi_model *fewer = NULL;
+        write_text(path, synth);
+        int fewer_rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &fewer, fewer_err);
+        TEST_COND("a config with fewer transformer layers than the weights is refused, naming a tensor left",
+                  fewer_rc == PP_EFORMAT && fewer == NULL && strstr(fewer_err, "transformer.layers.1."));
+        pp_mimi_close(fewer);
+    }
     /* The golden config against the real default shapes' file mismatch: a tensor shape error. */
     char err[PP_ERR_LEN];
     mimi_model *m = NULL;

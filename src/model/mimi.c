@@ -438,6 +438,27 @@ static int open_weights(const char *path, const mimi_config *cfg, st_file **out,
     return rc ? rc : pp_st_from_bundle(dir, tensors, count, base, size, bundle, out, err);
 }
 
+/* Every tensor of f is one the codec reads under cfg, or a codebook (the released file stores 32
+ * levels and their usage flags, the codec uses 8). A configuration that contradicts its weights
+ * without changing a shape (fewer transformer layers than they hold) would otherwise run
+ * another codec than the file's, with no word. */
+static int check_all_read(const st_file *f, const mimi_config *cfg, const char *path, char *err) {
+    pp_tensor_list want;
+    int rc = pp_mimi_catalog_list(cfg, &want, err);
+    for (size_t i = 0; !rc && i < pp_st_count(f); i++) {
+        const char *name = pp_st_at(f, i)->name;
+        int read = strncmp(name, "quantizer.", 10) == 0 && strstr(name, "._codebook.");
+        for (size_t j = 0; !read && j < want.n; j++) read = strcmp(want.v[j].name, name) == 0;
+        if (!read)
+            rc = pp_fail(err, PP_EFORMAT,
+                         "%s: tensor '%s' is not read by the codec its configuration describes (a config.json "
+                         "that contradicts the weights?)",
+                         path, name);
+    }
+    pp_tensor_list_free(&want);
+    return rc;
+}
+
 static int open_config(const char *weights_path, const char *config_path, mimi_config *cfg, char *err) {
     pp_mimi_config_default(cfg);
     return config_path ? pp_mimi_config_load(config_path, cfg, err) : config_beside(weights_path, cfg, err);
@@ -477,6 +498,7 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
     if (!m) return pp_fail(err, PP_ENOMEM, "mimi: out of memory");
     init_model(m, be, &cfg);
     rc = open_weights(weights_path, &cfg, &m->file, err);
+    if (!rc) rc = check_all_read(m->file, &cfg, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
     if (!rc) rc = pp_codec_arena_alloc(&m->weights, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
