@@ -384,6 +384,15 @@ static void test_bad_configs(pp_backend *be) {
         TEST_COND("a config.json beside the weights that is no JSON is refused, naming it",
                   typo_rc == PP_EFORMAT && typo == NULL && strstr(typo_err, "config.json"));
         pp_mimi_close(typo);
+        /* One naming only the transformer's context applies (was ignored for lacking `seanet`):
+         * a context of 2 steps is then refused, naming it. */
+        typo = NULL;
+        typo_rc = write_text(beside, "{\"transformer\": {\"context\": 2}}") == 0 && linked
+                      ? pp_mimi_open(be, weights, NULL, &typo, typo_err)
+                      : -1;
+        TEST_COND("a config.json beside the weights with only a transformer section applies",
+                  typo_rc == PP_EUNSUPPORTED && typo == NULL && strstr(typo_err, "transformer.context"));
+        pp_mimi_close(typo);
         unlink(beside);
         unlink(weights);
         rmdir(dir);

@@ -344,8 +344,14 @@ int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err) {
     return rc;
 }
 
-/* config.json beside the weights when it describes a codec (has `seanet`), else defaults;
- * checked either way. One that is not JSON is refused. */
+/* Whether a config.json beside the weights is the codec's: an LM's has none of its sections, and
+ * the codec's may name only what differs from the defaults (a longer transformer context). */
+static int describes_codec(const pp_json *root) {
+    return pp_json_get(root, "seanet") || pp_json_get(root, "transformer") || pp_json_get(root, "quantizer");
+}
+
+/* config.json beside the weights when it describes a codec, else defaults; checked either way.
+ * One that is not JSON is refused. */
 static int config_beside(const char *weights_path, mimi_config *cfg, char *err) {
     pp_mimi_config_default(cfg);
     char path[4096];
@@ -361,7 +367,7 @@ static int config_beside(const char *weights_path, mimi_config *cfg, char *err) 
         char why[PP_ERR_LEN];
         if (pp_json_parse((const char *)text, len, &doc, why) != PP_OK) {
             rc = pp_fail(err, PP_EFORMAT, "%s: %s", path, why);
-        } else if (pp_json_get(pp_json_root(doc), "seanet")) {
+        } else if (describes_codec(pp_json_root(doc))) {
             PP_INFO("mimi", "configuration from %s", path);
             rc = parse_config(pp_json_root(doc), path, cfg, err);
         }
