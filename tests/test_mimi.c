@@ -311,25 +311,40 @@ static void test_bad_configs(pp_backend *be) {
     static const struct {
         const char *json;
         int code;
+        const char *names; /* what the message must name, when set */
     } cases[] = {
-        {"{\"seanet\": {\"n_residual_layers\": 2}}", PP_EUNSUPPORTED},
-        {"{\"seanet\": {\"pad_mode\": \"reflect\"}}", PP_EUNSUPPORTED},
-        {"{\"transformer\": {\"gating\": \"silu\"}}", PP_EUNSUPPORTED},
-        {"{\"transformer\": {\"context\": 2}}", PP_EUNSUPPORTED},
-        {"{\"transformer\": {\"d_model\": 256}}", PP_EINVAL},
-        {"{\"num_codebooks\": 40}", PP_EINVAL},
-        {"{\"seanet\": {\"ratios\": []}}", PP_EINVAL},
-        {"{\"seanet\": {\"n_filters\": 1000000000}}", PP_EINVAL},
-        {"{\"seanet\": {\"ratios\": [8, 6, 5, 100000]}}", PP_EINVAL},
+        {"{\"seanet\": {\"n_residual_layers\": 2}}", PP_EUNSUPPORTED, NULL},
+        {"{\"seanet\": {\"pad_mode\": \"reflect\"}}", PP_EUNSUPPORTED, NULL},
+        {"{\"transformer\": {\"gating\": \"silu\"}}", PP_EUNSUPPORTED, NULL},
+        {"{\"transformer\": {\"context\": 2}}", PP_EUNSUPPORTED, NULL},
+        {"{\"transformer\": {\"d_model\": 256}}", PP_EINVAL, NULL},
+        {"{\"num_codebooks\": 40}", PP_EINVAL, NULL},
+        {"{\"seanet\": {\"ratios\": []}}", PP_EINVAL, NULL},
+        {"{\"seanet\": {\"n_filters\": 1000000000}}", PP_EINVAL, NULL},
+        {"{\"seanet\": {\"ratios\": [8, 6, 5, 100000]}}", PP_EINVAL, NULL},
         /* a hop whose int product wrapped to 0 (a division by zero) or to 3058 (then accepted) */
-        {"{\"seanet\": {\"ratios\": [64, 64, 64, 64, 64, 4], \"n_filters\": 1, \"compress\": 1}}", PP_EINVAL},
+        {"{\"seanet\": {\"ratios\": [64, 64, 64, 64, 64, 4], \"n_filters\": 1, \"compress\": 1}}", PP_EINVAL, NULL},
         {"{\"seanet\": {\"ratios\": [7, 34, 15, 61, 23, 35, 49], \"n_filters\": 1, \"compress\": 1},"
          " \"frame_size\": 3058}",
-         PP_EINVAL},
-        {"{\"transformer\": {\"max_period\": 1e39}}", PP_EINVAL}, /* inf as a float: NaN rotations */
-        {"{\"frame_rate\": 1e-300}", PP_EINVAL},                   /* a frame size past any int */
-        {"{\"seanet\": {\"dimension\": 65536}}", PP_EINVAL},     /* channels past a CUDA grid's y */
-        {"[1, 2]", PP_EFORMAT},
+         PP_EINVAL, NULL},
+        {"{\"transformer\": {\"max_period\": 1e39}}", PP_EINVAL, NULL}, /* inf as a float: NaN rotations */
+        {"{\"frame_rate\": 1e-300}", PP_EINVAL, NULL},                   /* a frame size past any int */
+        /* frame_size and frame_rate disagreeing (the reference reads the rate), and a rate giving no
+         * whole frame: were taken as 1920-sample frames */
+        {"{\"frame_size\": 1920, \"frame_rate\": 25}", PP_EINVAL, NULL},
+        {"{\"frame_rate\": 12.4999}", PP_EINVAL, NULL},
+        {"{\"seanet\": {\"dimension\": 65536}}", PP_EINVAL, NULL},     /* channels past a CUDA grid's y */
+        {"[1, 2]", PP_EFORMAT, NULL},
+        /* options of the reference this code would not apply (an LSTM, attention biases, two
+         * semantic levels, an ELU's alpha), a section that is no object, a key given twice: were
+         * opened as the released codec (silently other audio than the reference's) */
+        {"{\"seanet\": {\"lstm\": 2}}", PP_EUNSUPPORTED, "seanet.lstm"},
+        {"{\"transformer\": {\"bias_attn\": true}}", PP_EUNSUPPORTED, "transformer.bias_attn"},
+        {"{\"quantizer\": {\"n_q_semantic\": 2}}", PP_EUNSUPPORTED, "quantizer.n_q_semantic"},
+        {"{\"seanet\": {\"activation_params\": {\"alpha\": 0.5}}}", PP_EUNSUPPORTED, "seanet.activation_params"},
+        {"{\"seanet\": 5}", PP_EINVAL, "'seanet'"},
+        {"{\"frame_size\": 960, \"frame_size\": 1920}", PP_EINVAL, "frame_size"},
+        {"{\"transformer\": {\"context\": 250, \"context\": 5}}", PP_EINVAL, "transformer.context"},
     };
     char path[] = "/tmp/pp_test_mimi_config_XXXXXX";
     int fd = mkstemp(path);
@@ -342,7 +357,64 @@ static void test_bad_configs(pp_backend *be) {
         int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &m, err);
         if (rc != cases[i].code) fprintf(stderr, "config %s: rc %d (%s)\n", cases[i].json, rc, err);
         TEST_COND("bad config refused with its code", rc == cases[i].code && m == NULL && err[0]);
+        if (cases[i].names) TEST_COND("the refusal names the key", strstr(err, cases[i].names) != NULL);
         pp_mimi_close(m);
+    }
+    /* The reference's options at the values this code implements, a top-level key of another tool: taken. */
+    static const char fine[] =
+        "{\"seanet\": {\"lstm\": 0, \"dilation_base\": 2, \"disable_norm_outer_blocks\": 0, \"trim_right_ratio\": 1.0},"
+        " \"transformer\": {\"bias_ff\": false, \"bias_attn\": false}, \"quantizer\": {\"n_q_semantic\": 1},"
+        " \"model_type\": \"mimi\"}";
+    mimi_config fine_cfg;
+    char fine_err[PP_ERR_LEN] = "";
+    pp_mimi_config_default(&fine_cfg);
+    TEST_COND("supported values of the reference's options are taken",
+              pp_mimi_config_parse(fine, sizeof fine - 1, "fine", &fine_cfg, fine_err) == PP_OK);
+    /* A config.json beside the weights that is no JSON (a stray comma): its parse error, naming it.
+     * Was ignored for the released shapes, and the weights failed on encoder.model.0's shape. */
+    char dir[] = "/tmp/pp_test_mimi_dir_XXXXXX", weights[64], beside[64];
+    if (mkdtemp(dir)) {
+        snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+        snprintf(beside, sizeof beside, "%s/config.json", dir);
+        char typo_err[PP_ERR_LEN] = "";
+        mimi_model *typo = NULL;
+        int linked = symlink(PP_TEST_DATA "/golden/mimi-synth/model.safetensors", weights) == 0 &&
+                     write_text(beside, "{\"seanet\": {\"n_filters\": 4,, \"dimension\": 32}}") == 0;
+        int typo_rc = linked ? pp_mimi_open(be, weights, NULL, &typo, typo_err) : -1;
+        TEST_COND("a config.json beside the weights that is no JSON is refused, naming it",
+                  typo_rc == PP_EFORMAT && typo == NULL && strstr(typo_err, "config.json"));
+        pp_mimi_close(typo);
+        /* One naming only the transformer's context applies (was ignored for lacking `seanet`):
+         * a context of 2 steps is then refused, naming it. */
+        typo = NULL;
+        typo_rc = write_text(beside, "{\"transformer\": {\"context\": 2}}") == 0 && linked
+                      ? pp_mimi_open(be, weights, NULL, &typo, typo_err)
+                      : -1;
+        TEST_COND("a config.json beside the weights with only a transformer section applies",
+                  typo_rc == PP_EUNSUPPORTED && typo == NULL && strstr(typo_err, "transformer.context"));
+        pp_mimi_close(typo);
+        unlink(beside);
+        unlink(weights);
+        rmdir(dir);
+    }
+    /* mimi-synth's config with one transformer layer of the file's two: no shape changes, so the
+     * codec opened and ran half its transformers. Now the second layer's tensors are refused. */
+    char synth[2048];
+    FILE *sf = fopen(PP_TEST_DATA "/golden/mimi-synth/config.json", "r");
+    size_t synth_len = sf ? fread(synth, 1, sizeof synth - 1, sf) : 0;
+    if (sf) fclose(sf);
+    synth[synth_len] = '\0';
+    char *layers = strstr(synth, "\"num_layers\": 2");
+    TEST_COND("mimi-synth's config names its 2 layers", layers != NULL);
+    if (layers) {
+        layers[strlen("\"num_layers\": ")] = '1';
+        char fewer_err[PP_ERR_LEN] = "";
+        mimi_model *fewer = NULL;
+        write_text(path, synth);
+        int fewer_rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", path, &fewer, fewer_err);
+        TEST_COND("a config with fewer transformer layers than the weights is refused, naming a tensor left",
+                  fewer_rc == PP_EFORMAT && fewer == NULL && strstr(fewer_err, "transformer.layers.1."));
+        pp_mimi_close(fewer);
     }
     /* The golden config against the real default shapes' file mismatch: a tensor shape error. */
     char err[PP_ERR_LEN];

@@ -9,6 +9,7 @@
 #include "io/onnx_mimi.h"
 
 #include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,7 +131,69 @@ static const struct {
     {"seanet", "activation", "ELU"},     {"transformer", "causal", "true"},
     {"transformer", "gating", "none"},   {"transformer", "norm", "layer_norm"},
     {"transformer", "conv_layout", "true"}, {"transformer", "positional_embedding", "rope"},
+    {"transformer", "bias_ff", "false"}, {"transformer", "bias_attn", "false"},
 };
+
+/* The same for integer options. */
+static const struct {
+    const char *section, *key;
+    int want;
+} FIXED_INTS[] = {
+    {"seanet", "n_residual_layers", 1}, {"seanet", "lstm", 0}, {"quantizer", "n_q_semantic", 1}};
+
+/* The other keys a section may hold: read below, or options of the reference that change nothing
+ * under the values above (one residual layer is never dilated, no norm has outer blocks to
+ * spare, the trim is the non-streaming decoder's). Any other key is an option this code would
+ * silently not apply (an LSTM, an activation's parameter), so it is refused. */
+static const struct {
+    const char *section, *key;
+} OTHER_KEYS[] = {
+    {"seanet", "ratios"},
+    {"seanet", "dilation_base"},
+    {"seanet", "disable_norm_outer_blocks"},
+    {"seanet", "trim_right_ratio"},
+    {"transformer", "max_period"},
+    {"transformer", "layer_scale"},
+    {"transformer", "input_dimension"},
+    {"transformer", "output_dimensions"},
+};
+
+/* Whether section.key is in one of the tables above. */
+static int known_key(const char *section, const char *key) {
+#define FIND(table)                                                                                    \
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)                                        \
+        if (table[i].section && strcmp(table[i].section, section) == 0 && strcmp(table[i].key, key) == 0) \
+            return 1;
+    FIND(INT_KEYS)
+    FIND(FIXED_KEYS)
+    FIND(FIXED_INTS)
+    FIND(OTHER_KEYS)
+#undef FIND
+    return 0;
+}
+
+/* Each section an object of known keys, and no key twice (the reference's parser keeps the
+ * last, pp_json_get the first). */
+static int check_sections(const pp_json *root, const char *path, char *err) {
+    static const char *const sections[] = {"seanet", "transformer", "quantizer"};
+    const char *dup = pp_json_dup_key(root);
+    if (dup) return pp_fail(err, PP_EINVAL, "%s: key '%s' appears twice", path, dup);
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        const char *sec = sections[i];
+        const pp_json *obj = pp_json_get(root, sec);
+        if (!obj) continue;
+        if (obj->type != PP_JSON_OBJECT) return pp_fail(err, PP_EINVAL, "%s: key '%s' must be an object", path, sec);
+        if ((dup = pp_json_dup_key(obj)))
+            return pp_fail(err, PP_EINVAL, "%s: key '%s.%s' appears twice", path, sec, dup);
+        for (size_t k = 0; k < obj->count; k++) {
+            const char *key = obj->keys[k];
+            if (!known_key(sec, key))
+                return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' is not an option this codec supports", path,
+                               sec, key);
+        }
+    }
+    return PP_OK;
+}
 
 static const pp_json *lookup(const pp_json *root, const char *section, const char *key) {
     const pp_json *obj = section ? pp_json_get(root, section) : root;
@@ -149,6 +212,8 @@ static int int_value(const pp_json *v, int *out) {
 }
 
 static int parse_config(const pp_json *root, const char *path, mimi_config *c, char *err) {
+    int rc = check_sections(root, path, err);
+    if (rc) return rc;
     for (size_t i = 0; i < sizeof INT_KEYS / sizeof INT_KEYS[0]; i++) {
         const pp_json *v = lookup(root, INT_KEYS[i].section, INT_KEYS[i].key);
         if (v && !int_value(v, (int *)((char *)c + INT_KEYS[i].off)))
@@ -162,10 +227,14 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
             return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' must be %s (the only value supported)", path,
                            FIXED_KEYS[i].section, FIXED_KEYS[i].key, FIXED_KEYS[i].want);
     }
-    const pp_json *v = lookup(root, "seanet", "n_residual_layers");
-    int n_res = 1;
-    if (v && (!int_value(v, &n_res) || n_res != 1))
-        return pp_fail(err, PP_EUNSUPPORTED, "%s: key 'seanet.n_residual_layers' must be 1 (Mimi's value)", path);
+    for (size_t i = 0; i < sizeof FIXED_INTS / sizeof FIXED_INTS[0]; i++) {
+        const pp_json *v = lookup(root, FIXED_INTS[i].section, FIXED_INTS[i].key);
+        int value;
+        if (v && (!int_value(v, &value) || value != FIXED_INTS[i].want))
+            return pp_fail(err, PP_EUNSUPPORTED, "%s: key '%s.%s' must be %d (the only value supported)", path,
+                           FIXED_INTS[i].section, FIXED_INTS[i].key, FIXED_INTS[i].want);
+    }
+    const pp_json *v;
     if ((v = lookup(root, "seanet", "ratios"))) {
         if (v->type != PP_JSON_ARRAY || v->count < 1 || v->count > SEANET_MAX_RATIOS)
             return pp_fail(err, PP_EINVAL, "%s: key 'seanet.ratios' must be a list of 1..%d integers", path,
@@ -189,12 +258,18 @@ static int parse_config(const pp_json *root, const char *path, mimi_config *c, c
     if ((v = lookup(root, "transformer", "output_dimensions")) &&
         (v->type != PP_JSON_ARRAY || v->count != 1 || !int_value(v->items[0], &in) || in != d))
         return pp_fail(err, PP_EUNSUPPORTED, "%s: 'transformer.output_dimensions' must be [d_model] ([%d])", path, d);
-    if (!lookup(root, NULL, "frame_size") && (v = lookup(root, NULL, "frame_rate"))) {
+    if ((v = lookup(root, NULL, "frame_rate"))) {
+        /* The reference derives its frame from the rate; a whole number of samples (to rounding). */
         double samples = v->type == PP_JSON_NUMBER && v->number > 0 ? c->sample_rate / v->number : 0;
-        if (!(samples >= 1 && samples <= MAX_FRAME_SIZE))
-            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must give frames of 1 to %d samples", path,
-                           MAX_FRAME_SIZE);
-        c->frame_size = (int)samples;
+        if (!(samples >= 1 && samples <= MAX_FRAME_SIZE) || fabs(samples - round(samples)) > 1e-6 * samples)
+            return pp_fail(err, PP_EINVAL, "%s: key 'frame_rate' must give a whole number of samples (1 to %d)",
+                           path, MAX_FRAME_SIZE);
+        int from_rate = (int)lround(samples);
+        if (lookup(root, NULL, "frame_size") && c->frame_size != from_rate)
+            return pp_fail(err, PP_EINVAL,
+                           "%s: key 'frame_size' (%d) contradicts 'frame_rate' (%g Hz, %d samples at %d Hz)", path,
+                           c->frame_size, v->number, from_rate, c->sample_rate);
+        c->frame_size = from_rate;
     }
     return PP_OK;
 }
@@ -269,8 +344,14 @@ int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err) {
     return rc;
 }
 
-/* config.json beside the weights when it describes a codec (has `seanet`), else defaults;
- * checked either way. */
+/* Whether a config.json beside the weights is the codec's: an LM's has none of its sections, and
+ * the codec's may name only what differs from the defaults (a longer transformer context). */
+static int describes_codec(const pp_json *root) {
+    return pp_json_get(root, "seanet") || pp_json_get(root, "transformer") || pp_json_get(root, "quantizer");
+}
+
+/* config.json beside the weights when it describes a codec, else defaults; checked either way.
+ * One that is not JSON is refused. */
 static int config_beside(const char *weights_path, mimi_config *cfg, char *err) {
     pp_mimi_config_default(cfg);
     char path[4096];
@@ -280,10 +361,16 @@ static int config_beside(const char *weights_path, mimi_config *cfg, char *err) 
     size_t len = 0;
     pp_json_doc *doc = NULL;
     if (snprintf(path, sizeof path, "%.*sconfig.json", dir_len, weights_path) < (int)sizeof path &&
-        pp_file_read_all(path, 1 << 20, &text, &len, NULL) == PP_OK &&
-        pp_json_parse((const char *)text, len, &doc, NULL) == PP_OK && pp_json_get(pp_json_root(doc), "seanet")) {
-        PP_INFO("mimi", "configuration from %s", path);
-        rc = parse_config(pp_json_root(doc), path, cfg, err);
+        pp_file_read_all(path, 1 << 20, &text, &len, NULL) == PP_OK) {
+        /* A config.json that is no JSON may be this codec's with a typo: the released shapes would
+         * then fail against its weights, a message that hides the cause. */
+        char why[PP_ERR_LEN];
+        if (pp_json_parse((const char *)text, len, &doc, why) != PP_OK) {
+            rc = pp_fail(err, PP_EFORMAT, "%s: %s", path, why);
+        } else if (describes_codec(pp_json_root(doc))) {
+            PP_INFO("mimi", "configuration from %s", path);
+            rc = parse_config(pp_json_root(doc), path, cfg, err);
+        }
     }
     pp_json_free(doc);
     free(text);
@@ -357,6 +444,27 @@ static int open_weights(const char *path, const mimi_config *cfg, st_file **out,
     return rc ? rc : pp_st_from_bundle(dir, tensors, count, base, size, bundle, out, err);
 }
 
+/* Every tensor of f is one the codec reads under cfg, or a codebook (the released file stores 32
+ * levels and their usage flags, the codec uses 8). A configuration that contradicts its weights
+ * without changing a shape (fewer transformer layers than they hold) would otherwise run
+ * another codec than the file's, with no word. */
+static int check_all_read(const st_file *f, const mimi_config *cfg, const char *path, char *err) {
+    pp_tensor_list want;
+    int rc = pp_mimi_catalog_list(cfg, &want, err);
+    for (size_t i = 0; !rc && i < pp_st_count(f); i++) {
+        const char *name = pp_st_at(f, i)->name;
+        int read = strncmp(name, "quantizer.", 10) == 0 && strstr(name, "._codebook.");
+        for (size_t j = 0; !read && j < want.n; j++) read = strcmp(want.v[j].name, name) == 0;
+        if (!read)
+            rc = pp_fail(err, PP_EFORMAT,
+                         "%s: tensor '%s' is not read by the codec its configuration describes (a config.json "
+                         "that contradicts the weights?)",
+                         path, name);
+    }
+    pp_tensor_list_free(&want);
+    return rc;
+}
+
 static int open_config(const char *weights_path, const char *config_path, mimi_config *cfg, char *err) {
     pp_mimi_config_default(cfg);
     return config_path ? pp_mimi_config_load(config_path, cfg, err) : config_beside(weights_path, cfg, err);
@@ -396,6 +504,7 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
     if (!m) return pp_fail(err, PP_ENOMEM, "mimi: out of memory");
     init_model(m, be, &cfg);
     rc = open_weights(weights_path, &cfg, &m->file, err);
+    if (!rc) rc = check_all_read(m->file, &cfg, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
     if (!rc) rc = pp_codec_arena_alloc(&m->weights, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);

@@ -48,8 +48,8 @@ int pp_mimi_config_load(const char *path, mimi_config *cfg, char *err);
 /* The same from config.json text in memory (label names it in messages). */
 int pp_mimi_config_parse(const char *text, size_t len, const char *label, mimi_config *cfg, char *err);
 
-/* Opens the codec. config_path NULL: `config.json` beside the weights when it has a `seanet`
- * section, else the released Mimi's values. The weights file stays mapped until pp_mimi_close. */
+/* Opens the codec. config_path NULL: `config.json` beside the weights when it has a `seanet`,
+ * `transformer` or `quantizer` section, else the released Mimi's values. The weights file stays mapped until pp_mimi_close. */
 int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_path, mimi_model **out, char *err);
 void pp_mimi_close(mimi_model *m);
 /* The weights as pp_mimi_open reads them, without loading them: a safetensors file, or a
