@@ -202,6 +202,58 @@ static void test_structure(void) {
     }
 }
 
+/* Seed NAME's two graphs (selector byte, u32 length of the first, then both) into *buf. */
+static int read_seed(const char *name, unsigned char **buf, size_t *len, size_t *first, char *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", SEEDS, name);
+    int rc = pp_file_read_all(path, 1u << 24, buf, len, err);
+    if (rc) return rc;
+    *first = *len > 5 ? (size_t)(*buf)[1] | (size_t)(*buf)[2] << 8 | (size_t)(*buf)[3] << 16 | (size_t)(*buf)[4] << 24
+                      : 0;
+    if (*len < 5 || *first > *len - 5) {
+        free(*buf);
+        return pp_fail(err, PP_EFORMAT, "%s: not a bundle seed", name);
+    }
+    return 0;
+}
+
+static const unsigned char *find_bytes(const unsigned char *hay, size_t n, const void *needle, size_t k) {
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(hay + i, needle, k)) return hay + i;
+    return NULL;
+}
+
+/* DequantizeLinear's axis says which way its scales run: along axis 0 of a square [K, N] weight
+ * they are per input row, with the count of a per-column set; the loader refuses them. */
+static void test_dequantize_axis(void) {
+    char err[PP_ERR_LEN];
+    unsigned char *buf;
+    size_t len, first;
+    if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+        TEST_COND("int8 seed read", 0);
+        return;
+    }
+    /* the depformer's out_proj (16 x 16): its node's axis attribute -1, then the same 10 bytes for 0 */
+    static const unsigned char axis_m1[] = {0x0a, 4,    'a',  'x',  'i',  's',  0x18, 0xff,
+                                            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    const unsigned char *node = find_bytes(buf + 5 + first, len - 5 - first, "/Gather_6_deq", 13);
+    unsigned char *at = node ? (unsigned char *)find_bytes(node, (size_t)(buf + len - node), axis_m1, sizeof axis_m1)
+                             : NULL;
+    if (at) memcpy(at + 7, (const unsigned char[]){0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0}, 10);
+    st_tensor *t = NULL;
+    size_t count, size;
+    const void *base;
+    onnx_bundle *b = NULL;
+    int rc = at ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &t, &count, &base,
+                                             &size, &b, err)
+                : -1;
+    TEST_COND("per-row scales (DequantizeLinear axis 0) of a square weight are refused, naming the node",
+              rc == PP_EFORMAT && strstr(err, "'/Gather_6_deq'") && strstr(err, "axis 0"));
+    free(t);
+    pp_onnx_bundle_free(b);
+    free(buf);
+}
+
 static void test_voice_and_prompts(void) {
     char err[PP_ERR_LEN], path[512];
     pp_voice v;
@@ -451,6 +503,7 @@ int main(void) {
     test_protobuf();
     test_model();
     test_structure();
+    test_dequantize_axis();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();

@@ -69,6 +69,16 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
             if (trans_b || (per != 1 && per != l->N * l->steps) || (l->w.zero && l->w.zero->numel != per))
                 return og_bad_node(g, n, err,
                                    "dequantised weight's scales are neither per tensor nor per output column");
+            /* [K, N] values: per-column scales lie along axis 1; along axis 0 (a square weight's
+             * scales have the same count) or in blocks they would be read as other values */
+            int64_t axis = og_attr_i(l->w.dq, "axis", 1), block = og_attr_i(l->w.dq, "block_size", 0);
+            if ((per != 1 && axis != 1 && axis != -1) || block) {
+                char what[160];
+                snprintf(what, sizeof what,
+                         "scales along axis %lld%s; the weight's output columns are axis 1 (or -1), unblocked",
+                         (long long)axis, block ? " in blocks" : "");
+                return og_bad_node(g, l->w.dq, err, what);
+            }
             l->kind = LIN_INT8_COLUMNS;
         } else {
             if (!og_is_float(t->dtype)) return og_bad_node(g, n, err, "weight is neither float nor dequantised");

@@ -100,7 +100,7 @@ int og_resolve(const og_graph *g, const char *name, og_wref *w, int hops) {
         og_wref s, z = {0};
         if (!og_resolve(g, p->in[0], w, hops + 1) || w->scale || !og_resolve(g, p->in[1], &s, hops + 1)) return 0;
         if (p->n_in >= 3 && *p->in[2] && !og_resolve(g, p->in[2], &z, hops + 1)) return 0;
-        w->scale = s.t, w->zero = z.t;
+        w->scale = s.t, w->zero = z.t, w->dq = p;
         return 1;
     }
     return 0;

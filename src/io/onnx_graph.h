@@ -21,6 +21,7 @@ typedef struct og_wref {
     const pp_onnx_tensor *t;     /* the stored values or codes */
     const pp_onnx_tensor *scale; /* DequantizeLinear / MatMulInteger scale, else NULL */
     const pp_onnx_tensor *zero;  /* its zero point, NULL when absent */
+    const pp_onnx_node *dq;      /* the DequantizeLinear node, NULL when none */
     int stacked;                 /* t is [steps, ...], one slice selected per step by a Gather */
 } og_wref;
 
