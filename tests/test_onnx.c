@@ -202,6 +202,12 @@ static void test_structure(void) {
     }
 }
 
+static const st_tensor *table_find(const st_tensor *t, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
 /* Seed NAME's two graphs (selector byte, u32 length of the first, then both) into *buf. */
 static int read_seed(const char *name, unsigned char **buf, size_t *len, size_t *first, char *err) {
     char path[512];
@@ -251,6 +257,85 @@ static void test_dequantize_axis(void) {
               rc == PP_EFORMAT && strstr(err, "'/Gather_6_deq'") && strstr(err, "axis 0"));
     free(t);
     pp_onnx_bundle_free(b);
+    free(buf);
+}
+
+/* Where in the graph bytes g (a ModelProto's graph field) node NAME's field begins and ends. */
+static int node_span(const unsigned char *g, size_t len, const char *name, size_t *start, size_t *end) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(g, len), n;
+    pp_pb_field f, nf;
+    for (const unsigned char *at = c.p; pp_pb_next(&c, &f, "g", err) == 1; at = c.p) {
+        if (f.number != 1 || f.wire != PP_PB_BYTES) continue;
+        n = pp_pb_open(f.bytes, f.len);
+        while (pp_pb_next(&n, &nf, "n", err) == 1)
+            if (nf.number == 3 && nf.len == strlen(name) && !memcmp(nf.bytes, name, nf.len)) {
+                *start = (size_t)(at - g), *end = (size_t)(c.p - g);
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* The audio embeddings' Gathers depend on nothing of one another, so any order of them is a
+ * valid graph: emb.1's nodes before emb.0's must still load emb.0 from the Gather of codebook 0. */
+static void test_embedding_order(void) {
+    char err[PP_ERR_LEN];
+    unsigned char *buf, *moved = NULL;
+    size_t len, first, g_len = 0;
+    if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+        TEST_COND("int8 seed read", 0);
+        return;
+    }
+    /* the temporal graph: ModelProto field 7 */
+    pp_pb c = pp_pb_open(buf + 5, first);
+    pp_pb_field f;
+    unsigned char *g = NULL;
+    while (!g && pp_pb_next(&c, &f, "m", err) == 1)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = (unsigned char *)f.bytes, g_len = f.len;
+    /* [/Slice .. /emb.0/Where] [/Add] [/Constant_5 .. /emb.1/Where] -> the third, the first, the second */
+    size_t a0, a1, add0, add1, b0, b1, x;
+    int found = g && node_span(g, g_len, "/Slice", &a0, &x) && node_span(g, g_len, "/emb.0/Where", &x, &a1) &&
+                node_span(g, g_len, "/Add", &add0, &add1) && node_span(g, g_len, "/Constant_5", &b0, &x) &&
+                node_span(g, g_len, "/emb.1/Where", &x, &b1) && a1 == add0 && add1 == b0 && (moved = malloc(b1 - a0));
+    if (found) {
+        memcpy(moved, g + b0, b1 - b0);
+        memcpy(moved + (b1 - b0), g + a0, a1 - a0);
+        memcpy(moved + (b1 - b0) + (a1 - a0), g + add0, add1 - add0);
+        memcpy(g + a0, moved, b1 - a0);
+    }
+    st_tensor *t = NULL;
+    size_t count = 0, size;
+    const void *base;
+    onnx_bundle *b = NULL;
+    int rc = found ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &t, &count, &base,
+                                                &size, &b, err)
+                   : -1;
+    if (rc > 0 || rc < -1) fprintf(stderr, "%s\n", err);
+    /* the seed's tables: emb.K's first row differs from every other's */
+    const st_tensor *e0 = rc ? NULL : table_find(t, count, "emb.0.weight");
+    const st_tensor *e1 = rc ? NULL : table_find(t, count, "emb.1.weight");
+    st_tensor *ref = NULL;
+    size_t ref_count = 0;
+    onnx_bundle *rb = NULL;
+    unsigned char *orig;
+    size_t olen, ofirst;
+    int rrc = read_seed("bundle-int8", &orig, &olen, &ofirst, err);
+    if (!rrc) {
+        rrc = pp_onnx_bundle_open_memory(orig + 5, ofirst, orig + 5 + ofirst, olen - 5 - ofirst, &ref, &ref_count,
+                                         &base, &size, &rb, err);
+        free(orig);
+    }
+    const st_tensor *r0 = rrc ? NULL : table_find(ref, ref_count, "emb.0.weight");
+    const st_tensor *r1 = rrc ? NULL : table_find(ref, ref_count, "emb.1.weight");
+    TEST_COND("audio embeddings in another node order keep their codebooks (emb.0, emb.1 byte for byte)",
+              found && e0 && e1 && r0 && r1 && e0->nbytes == r0->nbytes && !memcmp(e0->data, r0->data, r0->nbytes) &&
+                  !memcmp(e1->data, r1->data, r1->nbytes) && memcmp(r0->data, r1->data, r0->nbytes));
+    free(moved);
+    free(t);
+    pp_onnx_bundle_free(b);
+    free(ref);
+    pp_onnx_bundle_free(rb);
     free(buf);
 }
 
@@ -364,12 +449,6 @@ static float codeword(const st_tensor *sum, const st_tensor *usage, int64_t i) {
 /* cluster_usage's name beside embedding_sum's. */
 static void usage_name(const char *sum_name, char *out, size_t cap) {
     snprintf(out, cap, "%.*scluster_usage", (int)(strlen(sum_name) - strlen("embedding_sum")), sum_name);
-}
-
-static const st_tensor *table_find(const st_tensor *t, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name)) return &t[i];
-    return NULL;
 }
 
 /* Whether tensors x and y (F32) hold the same values; codebooks compared by their rows. */
@@ -504,6 +583,7 @@ int main(void) {
     test_model();
     test_structure();
     test_dequantize_axis();
+    test_embedding_order();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();

@@ -30,16 +30,56 @@ static int from_reduce_mean(const og_graph *g, const char *name, int hops) {
     return 0;
 }
 
+static int is_input(const og_graph *g, const char *name) {
+    for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
+        if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return 1;
+    return 0;
+}
+
 /* The graph input an index value comes from (following each node's first input), or NULL. */
 static const char *index_source(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 16; hops++) {
-        for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
-            if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return name;
+        if (is_input(g, name)) return name;
         const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1) return NULL;
         name = p->in[0];
     }
     return NULL;
+}
+
+/* The one-value integer constant NAME in *v; 0 when NAME is not one. */
+static int const_int(const og_graph *g, const char *name, int64_t *v) {
+    const pp_onnx_tensor *t = pp_onnx_constant(g->m, name);
+    if (!t || !t->data || t->numel != 1) return 0;
+    if (t->dtype == PP_ONNX_INT64) {
+        memcpy(v, t->data, 8);
+        return 1;
+    }
+    int32_t x;
+    if (t->dtype != PP_ONNX_INT32) return 0;
+    memcpy(&x, t->data, 4);
+    *v = x;
+    return 1;
+}
+
+/* The codebook an audio embedding's index reads: on the way back to the graph input (each node's
+ * first input), the constant start of a Slice along axis 1, or the index of a Gather along axis 1,
+ * that takes it from the [batch, codebooks] tokens. -1 when there is none. */
+static int64_t codebook_of(const og_graph *g, const char *name) {
+    for (int hops = 0; hops < 16; hops++) {
+        const pp_onnx_node *p = og_producer(g, name);
+        if (!p || p->n_in < 1) return -1;
+        if (is_input(g, p->in[0])) {
+            int64_t k, axis = og_is_op(p, "Gather") ? og_attr_i(p, "axis", 0) : 0;
+            if (og_is_op(p, "Slice") && (p->n_in < 4 || !const_int(g, p->in[3], &axis))) return -1;
+            if (!(og_is_op(p, "Slice") || og_is_op(p, "Gather")) || (axis != 1 && axis != -1) || p->n_in < 2 ||
+                !const_int(g, p->in[1], &k))
+                return -1;
+            return k;
+        }
+        name = p->in[0];
+    }
+    return -1;
 }
 
 /* A projection: MatMul / Gemm with a weight operand, MatMulNBits, MatMulInteger. 1: *l filled,
@@ -348,18 +388,38 @@ static int temporal(onnx_bundle *b, const og_graph *g, int64_t *dim_out, int *te
     }
     const char *text_input = pp_onnx_input_count(g->m) ? pp_onnx_input_at(g->m, 0)->name : "";
     char name[NAME_LEN];
-    int audio = 0, texts = 0;
-    for (size_t i = 0; i < f.n_emb && !rc; i++) {
+    int audio = 0, texts = 0, known = 0;
+    /* The audio embeddings' Gathers are independent of one another, so their node order is any
+     * the exporter chose: each is emb.K for the codebook K its index selects, when the graph says
+     * (in node order when it says for none). */
+    uint32_t seen = 0;
+    for (size_t i = 0; i < f.n_emb; i++) {
+        const char *src = index_source(g, f.emb[i]->in[1]);
+        if (src && !strcmp(src, text_input)) continue;
+        audio++;
+        known += codebook_of(g, f.emb[i]->in[1]) >= 0;
+    }
+    for (size_t i = 0, next = 0; i < f.n_emb && !rc; i++) {
         const pp_onnx_tensor *t = f.emb_w[i].t;
         const char *src = index_source(g, f.emb[i]->in[1]);
         if (f.emb_w[i].stacked || t->dims[1] != dim) {
             rc = og_bad_node(g, f.emb[i], err, "embedding table of another width than the first");
             break;
         }
-        if (src && !strcmp(src, text_input))
+        if (src && !strcmp(src, text_input)) {
             snprintf(name, sizeof name, "text_emb.weight"), texts++;
-        else
-            snprintf(name, sizeof name, "emb.%d.weight", audio++);
+        } else {
+            int64_t k = known ? codebook_of(g, f.emb[i]->in[1]) : (int64_t)next++;
+            if (k < 0 || k >= audio || k >= 32 || (seen >> k & 1)) {
+                rc = og_bad_node(g, f.emb[i], err,
+                                 k < 0 ? "audio embedding whose codebook is not a constant Slice or Gather of the tokens "
+                                         "(the others' are)"
+                                       : "audio embedding of a codebook out of range or taken twice");
+                break;
+            }
+            seen |= 1u << k;
+            snprintf(name, sizeof name, "emb.%lld.weight", (long long)k);
+        }
         rc = og_plan_view(b, name, t, 0, 2, t->dims[0], t->dims[1], 0, err);
     }
     if (!rc && texts != 1)
