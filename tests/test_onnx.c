@@ -473,7 +473,29 @@ typedef struct codec_seed {
     onnx_bundle *b;
 } codec_seed;
 
-static int codec_seed_open(const char *name, codec_seed *s, char *err) {
+/* Puts decoder nodes [/Constant_19 .. /Transpose_4] (codebook 1 of rvq_rest) before
+ * [/Constant_17 .. /Add_1] (its codebook 0): a valid order of the same graph. 0 when not found. */
+static int reorder_codebooks(unsigned char *dec, size_t len) {
+    pp_pb c = pp_pb_open(dec, len);
+    pp_pb_field f;
+    char err[PP_ERR_LEN];
+    unsigned char *g = NULL, *moved;
+    size_t g_len = 0, a0, a1, b0, b1, x;
+    while (!g && pp_pb_next(&c, &f, "m", err) == 1)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = (unsigned char *)f.bytes, g_len = f.len;
+    if (!g || !node_span(g, g_len, "/Constant_17", &a0, &x) || !node_span(g, g_len, "/Add_1", &x, &a1) ||
+        !node_span(g, g_len, "/Constant_19", &b0, &x) || !node_span(g, g_len, "/Transpose_4", &x, &b1) || a1 != b0 ||
+        !(moved = malloc(b1 - a0)))
+        return 0;
+    memcpy(moved, g + b0, b1 - b0);
+    memcpy(moved + (b1 - b0), g + a0, a1 - a0);
+    memcpy(g + a0, moved, b1 - a0);
+    free(moved);
+    return 1;
+}
+
+/* reorder: the decoder's codebook Gathers in another valid order first (reorder_codebooks). */
+static int codec_seed_open(const char *name, int reorder, codec_seed *s, char *err) {
     char path[512];
     size_t len = 0, size;
     const void *base;
@@ -489,6 +511,8 @@ static int codec_seed_open(const char *name, codec_seed *s, char *err) {
     pp_mimi_config_default(&cfg);
     rc = pp_mimi_config_parse((const char *)s->buf + 5, cfg_len, name, &cfg, err);
     if (!rc) rc = pp_mimi_catalog_list(&cfg, &s->want, err);
+    if (!rc && reorder && !reorder_codebooks(s->buf + 9 + cfg_len + s->enc_len, len - 9 - cfg_len - s->enc_len))
+        rc = pp_fail(err, PP_EFORMAT, "%s: codebook nodes not found", name);
     if (!rc)
         rc = pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, len - 9 - cfg_len - s->enc_len, &s->want,
                                       &s->tensors, &s->count, &base, &size, &s->b, err);
@@ -542,11 +566,11 @@ static void test_codec(void) {
      * without it (weights through Transpose, codebooks through Div): the same tensors, byte for
      * byte; its encoder read as the decoder has a convolution where the first codebook should be */
     codec_seed folded, unfolded;
-    rc = codec_seed_open("codec", &folded, err);
+    rc = codec_seed_open("codec", 0, &folded, err);
     if (rc) fprintf(stderr, "codec seed: %s\n", err);
     TEST_COND("the codec fuzz seed maps and converts, every tensor of its list",
               rc == 0 && folded.count == folded.want.n);
-    rc = codec_seed_open("codec-unfolded", &unfolded, err);
+    rc = codec_seed_open("codec-unfolded", 0, &unfolded, err);
     if (rc) fprintf(stderr, "codec-unfolded seed: %s\n", err);
     same = 0;
     for (size_t k = 0; !rc && k < folded.count && unfolded.count == folded.count; k++) {
@@ -563,6 +587,20 @@ static void test_codec(void) {
         same += same_values(x, xu, table_find(unfolded.tensors, unfolded.count, x->name), yu);
     }
     TEST_COND("the codec exported without constant folding gives the same tensors", rc == 0 && same == folded.count);
+    /* rvq_rest's codebook Gathers depend on nothing of one another: another order of them reads
+     * each codebook from the Gather its codes select, not from the next Gather in node order */
+    codec_seed reordered;
+    rc = codec_seed_open("codec", 1, &reordered, err);
+    if (rc) fprintf(stderr, "reordered codec seed: %s\n", err);
+    same = 0;
+    for (size_t k = 0; !rc && k < folded.count && reordered.count == folded.count; k++) {
+        const st_tensor *x = &folded.tensors[k], *y = table_find(reordered.tensors, reordered.count, x->name);
+        same += y && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+    }
+    /* (the graph holds two rvq_rest levels, of different values; the codec reads the first) */
+    TEST_COND("codebook Gathers in another node order give the same tensors", rc == 0 && same == folded.count &&
+                                                                                   folded.count > 0);
+    codec_seed_close(&reordered);
     st_tensor *tensors = NULL;
     size_t count = 0, size;
     const void *base;

@@ -30,36 +30,15 @@ static int from_reduce_mean(const og_graph *g, const char *name, int hops) {
     return 0;
 }
 
-static int is_input(const og_graph *g, const char *name) {
-    for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
-        if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return 1;
-    return 0;
-}
-
 /* The graph input an index value comes from (following each node's first input), or NULL. */
 static const char *index_source(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 16; hops++) {
-        if (is_input(g, name)) return name;
+        if (og_is_input(g, name)) return name;
         const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1) return NULL;
         name = p->in[0];
     }
     return NULL;
-}
-
-/* The one-value integer constant NAME in *v; 0 when NAME is not one. */
-static int const_int(const og_graph *g, const char *name, int64_t *v) {
-    const pp_onnx_tensor *t = pp_onnx_constant(g->m, name);
-    if (!t || !t->data || t->numel != 1) return 0;
-    if (t->dtype == PP_ONNX_INT64) {
-        memcpy(v, t->data, 8);
-        return 1;
-    }
-    int32_t x;
-    if (t->dtype != PP_ONNX_INT32) return 0;
-    memcpy(&x, t->data, 4);
-    *v = x;
-    return 1;
 }
 
 /* The codebook an audio embedding's index reads: on the way back to the graph input (each node's
@@ -69,11 +48,11 @@ static int64_t codebook_of(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 16; hops++) {
         const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1) return -1;
-        if (is_input(g, p->in[0])) {
+        if (og_is_input(g, p->in[0])) {
             int64_t k, axis = og_is_op(p, "Gather") ? og_attr_i(p, "axis", 0) : 0;
-            if (og_is_op(p, "Slice") && (p->n_in < 4 || !const_int(g, p->in[3], &axis))) return -1;
+            if (og_is_op(p, "Slice") && (p->n_in < 4 || !og_const_int(g, p->in[3], &axis))) return -1;
             if (!(og_is_op(p, "Slice") || og_is_op(p, "Gather")) || (axis != 1 && axis != -1) || p->n_in < 2 ||
-                !const_int(g, p->in[1], &k))
+                !og_const_int(g, p->in[1], &k))
                 return -1;
             return k;
         }
@@ -412,8 +391,8 @@ static int temporal(onnx_bundle *b, const og_graph *g, int64_t *dim_out, int *te
             int64_t k = known ? codebook_of(g, f.emb[i]->in[1]) : (int64_t)next++;
             if (k < 0 || k >= audio || k >= 32 || (seen >> k & 1)) {
                 rc = og_bad_node(g, f.emb[i], err,
-                                 k < 0 ? "audio embedding whose codebook is not a constant Slice or Gather of the tokens "
-                                         "(the others' are)"
+                                 k < 0 ? "audio embedding whose codebook is not a constant Slice or Gather of the "
+                                         "tokens (the others' are)"
                                        : "audio embedding of a codebook out of range or taken twice");
                 break;
             }
