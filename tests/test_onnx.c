@@ -277,6 +277,87 @@ static int node_span(const unsigned char *g, size_t len, const char *name, size_
     return 0;
 }
 
+static size_t put_varint(unsigned char *p, size_t v) {
+    size_t n = 0;
+    do p[n++] = (unsigned char)((v & 127) | (v > 127 ? 128 : 0));
+    while (v >>= 7);
+    return n;
+}
+
+/* A copy of model bytes m (*len, updated) where node NODE reads one more input, INPUT (a name
+ * shorter than 128 bytes): the graph and node lengths grow by its field. NULL when not found. */
+static unsigned char *add_input(const unsigned char *m, size_t *len, const char *node, const char *input) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, *len), nc;
+    pp_pb_field f, nf;
+    const unsigned char *g = NULL, *g_field = NULL;
+    size_t g_len = 0, n0, n1, k = strlen(input);
+    for (const unsigned char *at = c.p; !g && pp_pb_next(&c, &f, "m", err) == 1; at = c.p)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = f.bytes, g_len = f.len, g_field = at;
+    if (!g || k > 127 || !node_span(g, g_len, node, &n0, &n1)) return NULL;
+    nc = pp_pb_open(g + n0, n1 - n0);
+    if (pp_pb_next(&nc, &nf, "n", err) != 1) return NULL;
+    size_t body = nf.len + 2 + k, graph = g_len - (n1 - n0) + 1 + 10 + body; /* an upper bound until written */
+    unsigned char *out = malloc(*len + 2 + k + 40), *node_buf = malloc(body + 12), *graph_buf = malloc(graph);
+    if (!out || !node_buf || !graph_buf) return free(out), free(node_buf), free(graph_buf), NULL;
+    size_t nn = 0, gn = 0, on = 0;
+    node_buf[nn++] = 0x0a; /* GraphProto.node */
+    nn += put_varint(node_buf + nn, body);
+    memcpy(node_buf + nn, nf.bytes, nf.len), nn += nf.len;
+    node_buf[nn++] = 0x0a, node_buf[nn++] = (unsigned char)k; /* NodeProto.input */
+    memcpy(node_buf + nn, input, k), nn += k;
+    memcpy(graph_buf, g, n0), gn = n0;
+    memcpy(graph_buf + gn, node_buf, nn), gn += nn;
+    memcpy(graph_buf + gn, g + n1, g_len - n1), gn += g_len - n1;
+    memcpy(out, m, (size_t)(g_field - m)), on = (size_t)(g_field - m);
+    out[on++] = 0x3a; /* ModelProto.graph */
+    on += put_varint(out + on, gn);
+    memcpy(out + on, graph_buf, gn), on += gn;
+    memcpy(out + on, g + g_len, (size_t)(m + *len - (g + g_len))), on += (size_t)(m + *len - (g + g_len));
+    free(node_buf);
+    free(graph_buf);
+    *len = on;
+    return out;
+}
+
+/* Inputs that change a projection's values are refused, not dropped: MatMulNBits' g_idx (blocks
+ * in another order) and Gemm's bias C. */
+static void test_projection_inputs(void) {
+    static const struct {
+        const char *seed, *node, *input;
+        int depformer;
+    } cases[] = {{"bundle-int8", "/out_proj/MatMul_Q8", "g_idx", 0},
+                 {"bundle-mixed-gemm", "/MatMul_4_gemm", "bias", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char err[PP_ERR_LEN] = "", want[80];
+        unsigned char *buf, *edited = NULL;
+        size_t len, first;
+        if (read_seed(cases[i].seed, &buf, &len, &first, err)) {
+            TEST_COND("seed read", 0);
+            continue;
+        }
+        const unsigned char *t = buf + 5, *d = buf + 5 + first;
+        size_t t_len = first, d_len = len - 5 - first;
+        if (cases[i].depformer)
+            d = edited = add_input(d, &d_len, cases[i].node, cases[i].input);
+        else
+            t = edited = add_input(t, &t_len, cases[i].node, cases[i].input);
+        st_tensor *tensors = NULL;
+        size_t count, size;
+        const void *base;
+        onnx_bundle *b = NULL;
+        int rc = edited ? pp_onnx_bundle_open_memory(t, t_len, d, d_len, &tensors, &count, &base, &size, &b, err) : -1;
+        snprintf(want, sizeof want, "'%s'", cases[i].node);
+        TEST_COND("a projection with g_idx or a bias input is refused, naming the node",
+                  rc == PP_EFORMAT && strstr(err, want));
+        if (rc != PP_EFORMAT) fprintf(stderr, "%s: rc %d %s\n", cases[i].node, rc, err);
+        free(tensors);
+        pp_onnx_bundle_free(b);
+        free(edited);
+        free(buf);
+    }
+}
+
 /* The audio embeddings' Gathers depend on nothing of one another, so any order of them is a
  * valid graph: emb.1's nodes before emb.0's must still load emb.0 from the Gather of codebook 0. */
 static void test_embedding_order(void) {
@@ -622,6 +703,7 @@ int main(void) {
     test_structure();
     test_dequantize_axis();
     test_embedding_order();
+    test_projection_inputs();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();

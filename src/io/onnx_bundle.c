@@ -70,6 +70,11 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
     int rc;
     if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
         if (!og_resolve(g, n->in[1], &l->w, 0)) return 0;
+        /* what else a Gemm computes would be lost: PersonaPlex's projections have none of it */
+        const pp_onnx_attr *alpha = pp_onnx_attr_find(n, "alpha");
+        if (og_is_op(n, "Gemm") && ((n->n_in >= 3 && *n->in[2]) || og_attr_i(n, "transA", 0) ||
+                                    (alpha && alpha->has_f && alpha->f != 1.0f)))
+            return og_bad_node(g, n, err, "a Gemm with a bias C, transA, or alpha other than 1 is not read");
         const pp_onnx_tensor *t = l->w.t;
         if (t->ndim != 2 + l->w.stacked) return og_bad_node(g, n, err, "weight operand of unexpected rank");
         if ((rc = og_readable(g, n, t, err))) return rc;
@@ -106,6 +111,8 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
         return 1;
     }
     if (og_is_op(n, "MatMulNBits") && n->n_in >= 3) {
+        if ((n->n_in >= 5 && *n->in[4]) || (n->n_in >= 6 && *n->in[5]))
+            return og_bad_node(g, n, err, "inputs g_idx (blocks in another order) or bias are not read");
         const pp_onnx_tensor *b = pp_onnx_constant(g->m, n->in[1]), *s = pp_onnx_constant(g->m, n->in[2]);
         const pp_onnx_tensor *z = n->n_in >= 4 && *n->in[3] ? pp_onnx_constant(g->m, n->in[3]) : NULL;
         if (!b || !s || (n->n_in >= 4 && *n->in[3] && !z))
