@@ -90,6 +90,15 @@ static void test_model(void) {
               rc == PP_EFORMAT && strstr(err, "'w'") && strstr(err, "../x"));
     rc = pp_onnx_parse(model, sizeof model, "mem", &m, err);
     TEST_COND("external data from memory is refused", rc == PP_EUNSUPPORTED);
+    /* the same tensor's data in a file that is not there */
+    uint8_t missing[sizeof model];
+    memcpy(missing, model, sizeof model);
+    memcpy(missing + sizeof model - 4, "nope", 4);
+    f = fopen(path, "wb");
+    if (f) fwrite(missing, 1, sizeof missing, f), fclose(f);
+    rc = pp_onnx_open(path, &m, err);
+    TEST_COND("a missing external-data file is named with the graph and the tensor reading it",
+              rc != 0 && strstr(err, "m.onnx: tensor 'w': external data: ") && strstr(err, "/nope"));
     unlink(path);
     rmdir(dir);
 }
