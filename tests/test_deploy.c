@@ -545,6 +545,15 @@ static void run_models(const char *server) {
     const char *none[] = {"--no-tls", "--models-dir", empty, "--host", "127.0.0.1", NULL};
     TEST_COND("an empty --models-dir exits 2", exit_status(start_named(server, "none", none, port), 30) == 2);
     TEST_COND("... naming it", logged("none", empty));
+    /* the tokenizer is read after the LM (minutes for the 7B): one that is not there stops the start first */
+    snprintf(target, sizeof target, "%s/lm.safetensors", files);
+    const char *notok[] = {"--no-tls",      "--weights",    target, "--mimi", mimi,        "--tokenizer",
+                           "/nonexistent-tok.model", "--voices-dir", voices, "--host", "127.0.0.1", NULL};
+    TEST_COND("a --tokenizer that is not there exits 2",
+              exit_status(start_named(server, "notok", notok, port), 30) == 2);
+    TEST_COND("... before the LM loads, naming the option and the file",
+              logged("notok", "--tokenizer /nonexistent-tok.model: cannot read it") &&
+                  !logged("notok", "cannot load the model"));
 }
 
 /* A voices dir that is missing or empty, or a default --voice not in it, stops the start (exit 2,

@@ -90,6 +90,15 @@ static void test_model(void) {
               rc == PP_EFORMAT && strstr(err, "'w'") && strstr(err, "../x"));
     rc = pp_onnx_parse(model, sizeof model, "mem", &m, err);
     TEST_COND("external data from memory is refused", rc == PP_EUNSUPPORTED);
+    /* the same tensor's data in a file that is not there */
+    uint8_t missing[sizeof model];
+    memcpy(missing, model, sizeof model);
+    memcpy(missing + sizeof model - 4, "nope", 4);
+    f = fopen(path, "wb");
+    if (f) fwrite(missing, 1, sizeof missing, f), fclose(f);
+    rc = pp_onnx_open(path, &m, err);
+    TEST_COND("a missing external-data file is named with the graph and the tensor reading it",
+              rc != 0 && strstr(err, "m.onnx: tensor 'w': external data: ") && strstr(err, "/nope"));
     unlink(path);
     rmdir(dir);
 }
@@ -200,6 +209,224 @@ static void test_structure(void) {
         free(tables[i]);
         pp_onnx_bundle_free(bundles[i]);
     }
+}
+
+static const st_tensor *table_find(const st_tensor *t, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+/* Seed NAME's two graphs (selector byte, u32 length of the first, then both) into *buf. */
+static int read_seed(const char *name, unsigned char **buf, size_t *len, size_t *first, char *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", SEEDS, name);
+    int rc = pp_file_read_all(path, 1u << 24, buf, len, err);
+    if (rc) return rc;
+    *first = *len > 5 ? (size_t)(*buf)[1] | (size_t)(*buf)[2] << 8 | (size_t)(*buf)[3] << 16 | (size_t)(*buf)[4] << 24
+                      : 0;
+    if (*len < 5 || *first > *len - 5) {
+        free(*buf);
+        return pp_fail(err, PP_EFORMAT, "%s: not a bundle seed", name);
+    }
+    return 0;
+}
+
+static const unsigned char *find_bytes(const unsigned char *hay, size_t n, const void *needle, size_t k) {
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(hay + i, needle, k)) return hay + i;
+    return NULL;
+}
+
+/* DequantizeLinear's axis says which way its scales run: along axis 0 of a square [K, N] weight
+ * they are per input row, with the count of a per-column set; the loader refuses them. */
+static void test_dequantize_axis(void) {
+    char err[PP_ERR_LEN];
+    unsigned char *buf;
+    size_t len, first;
+    if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+        TEST_COND("int8 seed read", 0);
+        return;
+    }
+    /* the depformer's out_proj (16 x 16): its node's axis attribute -1, then the same 10 bytes for 0 */
+    static const unsigned char axis_m1[] = {0x0a, 4,    'a',  'x',  'i',  's',  0x18, 0xff,
+                                            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    const unsigned char *node = find_bytes(buf + 5 + first, len - 5 - first, "/Gather_6_deq", 13);
+    unsigned char *at = node ? (unsigned char *)find_bytes(node, (size_t)(buf + len - node), axis_m1, sizeof axis_m1)
+                             : NULL;
+    if (at) memcpy(at + 7, (const unsigned char[]){0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0}, 10);
+    st_tensor *t = NULL;
+    size_t count, size;
+    const void *base;
+    onnx_bundle *b = NULL;
+    int rc = at ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &t, &count, &base,
+                                             &size, &b, err)
+                : -1;
+    TEST_COND("per-row scales (DequantizeLinear axis 0) of a square weight are refused, naming the node",
+              rc == PP_EFORMAT && strstr(err, "'/Gather_6_deq'") && strstr(err, "axis 0"));
+    free(t);
+    pp_onnx_bundle_free(b);
+    free(buf);
+}
+
+/* Where in the graph bytes g (a ModelProto's graph field) node NAME's field begins and ends. */
+static int node_span(const unsigned char *g, size_t len, const char *name, size_t *start, size_t *end) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(g, len), n;
+    pp_pb_field f, nf;
+    for (const unsigned char *at = c.p; pp_pb_next(&c, &f, "g", err) == 1; at = c.p) {
+        if (f.number != 1 || f.wire != PP_PB_BYTES) continue;
+        n = pp_pb_open(f.bytes, f.len);
+        while (pp_pb_next(&n, &nf, "n", err) == 1)
+            if (nf.number == 3 && nf.len == strlen(name) && !memcmp(nf.bytes, name, nf.len)) {
+                *start = (size_t)(at - g), *end = (size_t)(c.p - g);
+                return 1;
+            }
+    }
+    return 0;
+}
+
+static size_t put_varint(unsigned char *p, size_t v) {
+    size_t n = 0;
+    do p[n++] = (unsigned char)((v & 127) | (v > 127 ? 128 : 0));
+    while (v >>= 7);
+    return n;
+}
+
+/* A copy of model bytes m (*len, updated) where node NODE reads one more input, INPUT (a name
+ * shorter than 128 bytes): the graph and node lengths grow by its field. NULL when not found. */
+static unsigned char *add_input(const unsigned char *m, size_t *len, const char *node, const char *input) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, *len), nc;
+    pp_pb_field f, nf;
+    const unsigned char *g = NULL, *g_field = NULL;
+    size_t g_len = 0, n0, n1, k = strlen(input);
+    for (const unsigned char *at = c.p; !g && pp_pb_next(&c, &f, "m", err) == 1; at = c.p)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = f.bytes, g_len = f.len, g_field = at;
+    if (!g || k > 127 || !node_span(g, g_len, node, &n0, &n1)) return NULL;
+    nc = pp_pb_open(g + n0, n1 - n0);
+    if (pp_pb_next(&nc, &nf, "n", err) != 1) return NULL;
+    size_t body = nf.len + 2 + k, graph = g_len - (n1 - n0) + 1 + 10 + body; /* an upper bound until written */
+    unsigned char *out = malloc(*len + 2 + k + 40), *node_buf = malloc(body + 12), *graph_buf = malloc(graph);
+    if (!out || !node_buf || !graph_buf) return free(out), free(node_buf), free(graph_buf), NULL;
+    size_t nn = 0, gn = 0, on = 0;
+    node_buf[nn++] = 0x0a; /* GraphProto.node */
+    nn += put_varint(node_buf + nn, body);
+    memcpy(node_buf + nn, nf.bytes, nf.len), nn += nf.len;
+    node_buf[nn++] = 0x0a, node_buf[nn++] = (unsigned char)k; /* NodeProto.input */
+    memcpy(node_buf + nn, input, k), nn += k;
+    memcpy(graph_buf, g, n0), gn = n0;
+    memcpy(graph_buf + gn, node_buf, nn), gn += nn;
+    memcpy(graph_buf + gn, g + n1, g_len - n1), gn += g_len - n1;
+    memcpy(out, m, (size_t)(g_field - m)), on = (size_t)(g_field - m);
+    out[on++] = 0x3a; /* ModelProto.graph */
+    on += put_varint(out + on, gn);
+    memcpy(out + on, graph_buf, gn), on += gn;
+    memcpy(out + on, g + g_len, (size_t)(m + *len - (g + g_len))), on += (size_t)(m + *len - (g + g_len));
+    free(node_buf);
+    free(graph_buf);
+    *len = on;
+    return out;
+}
+
+/* Inputs that change a projection's values are refused, not dropped: MatMulNBits' g_idx (blocks
+ * in another order) and Gemm's bias C. */
+static void test_projection_inputs(void) {
+    static const struct {
+        const char *seed, *node, *input;
+        int depformer;
+    } cases[] = {{"bundle-int8", "/out_proj/MatMul_Q8", "g_idx", 0},
+                 {"bundle-mixed-gemm", "/MatMul_4_gemm", "bias", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char err[PP_ERR_LEN] = "", want[80];
+        unsigned char *buf, *edited = NULL;
+        size_t len, first;
+        if (read_seed(cases[i].seed, &buf, &len, &first, err)) {
+            TEST_COND("seed read", 0);
+            continue;
+        }
+        const unsigned char *t = buf + 5, *d = buf + 5 + first;
+        size_t t_len = first, d_len = len - 5 - first;
+        if (cases[i].depformer)
+            d = edited = add_input(d, &d_len, cases[i].node, cases[i].input);
+        else
+            t = edited = add_input(t, &t_len, cases[i].node, cases[i].input);
+        st_tensor *tensors = NULL;
+        size_t count, size;
+        const void *base;
+        onnx_bundle *b = NULL;
+        int rc = edited ? pp_onnx_bundle_open_memory(t, t_len, d, d_len, &tensors, &count, &base, &size, &b, err) : -1;
+        snprintf(want, sizeof want, "'%s'", cases[i].node);
+        TEST_COND("a projection with g_idx or a bias input is refused, naming the node",
+                  rc == PP_EFORMAT && strstr(err, want));
+        if (rc != PP_EFORMAT) fprintf(stderr, "%s: rc %d %s\n", cases[i].node, rc, err);
+        free(tensors);
+        pp_onnx_bundle_free(b);
+        free(edited);
+        free(buf);
+    }
+}
+
+/* The audio embeddings' Gathers depend on nothing of one another, so any order of them is a
+ * valid graph: emb.1's nodes before emb.0's must still load emb.0 from the Gather of codebook 0. */
+static void test_embedding_order(void) {
+    char err[PP_ERR_LEN];
+    unsigned char *buf, *moved = NULL;
+    size_t len, first, g_len = 0;
+    if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+        TEST_COND("int8 seed read", 0);
+        return;
+    }
+    /* the temporal graph: ModelProto field 7 */
+    pp_pb c = pp_pb_open(buf + 5, first);
+    pp_pb_field f;
+    unsigned char *g = NULL;
+    while (!g && pp_pb_next(&c, &f, "m", err) == 1)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = (unsigned char *)f.bytes, g_len = f.len;
+    /* [/Slice .. /emb.0/Where] [/Add] [/Constant_5 .. /emb.1/Where] -> the third, the first, the second */
+    size_t a0, a1, add0, add1, b0, b1, x;
+    int found = g && node_span(g, g_len, "/Slice", &a0, &x) && node_span(g, g_len, "/emb.0/Where", &x, &a1) &&
+                node_span(g, g_len, "/Add", &add0, &add1) && node_span(g, g_len, "/Constant_5", &b0, &x) &&
+                node_span(g, g_len, "/emb.1/Where", &x, &b1) && a1 == add0 && add1 == b0 && (moved = malloc(b1 - a0));
+    if (found) {
+        memcpy(moved, g + b0, b1 - b0);
+        memcpy(moved + (b1 - b0), g + a0, a1 - a0);
+        memcpy(moved + (b1 - b0) + (a1 - a0), g + add0, add1 - add0);
+        memcpy(g + a0, moved, b1 - a0);
+    }
+    st_tensor *t = NULL;
+    size_t count = 0, size;
+    const void *base;
+    onnx_bundle *b = NULL;
+    int rc = found ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &t, &count, &base,
+                                                &size, &b, err)
+                   : -1;
+    if (rc > 0 || rc < -1) fprintf(stderr, "%s\n", err);
+    /* the seed's tables: emb.K's first row differs from every other's */
+    const st_tensor *e0 = rc ? NULL : table_find(t, count, "emb.0.weight");
+    const st_tensor *e1 = rc ? NULL : table_find(t, count, "emb.1.weight");
+    st_tensor *ref = NULL;
+    size_t ref_count = 0;
+    onnx_bundle *rb = NULL;
+    unsigned char *orig;
+    size_t olen, ofirst;
+    int rrc = read_seed("bundle-int8", &orig, &olen, &ofirst, err);
+    if (!rrc) {
+        rrc = pp_onnx_bundle_open_memory(orig + 5, ofirst, orig + 5 + ofirst, olen - 5 - ofirst, &ref, &ref_count,
+                                         &base, &size, &rb, err);
+        free(orig);
+    }
+    const st_tensor *r0 = rrc ? NULL : table_find(ref, ref_count, "emb.0.weight");
+    const st_tensor *r1 = rrc ? NULL : table_find(ref, ref_count, "emb.1.weight");
+    TEST_COND("audio embeddings in another node order keep their codebooks (emb.0, emb.1 byte for byte)",
+              found && e0 && e1 && r0 && r1 && e0->nbytes == r0->nbytes && !memcmp(e0->data, r0->data, r0->nbytes) &&
+                  !memcmp(e1->data, r1->data, r1->nbytes) && memcmp(r0->data, r1->data, r0->nbytes));
+    free(moved);
+    free(t);
+    pp_onnx_bundle_free(b);
+    free(ref);
+    pp_onnx_bundle_free(rb);
+    free(buf);
 }
 
 static void test_voice_and_prompts(void) {
@@ -314,12 +541,6 @@ static void usage_name(const char *sum_name, char *out, size_t cap) {
     snprintf(out, cap, "%.*scluster_usage", (int)(strlen(sum_name) - strlen("embedding_sum")), sum_name);
 }
 
-static const st_tensor *table_find(const st_tensor *t, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name)) return &t[i];
-    return NULL;
-}
-
 /* Whether tensors x and y (F32) hold the same values; codebooks compared by their rows. */
 static int same_values(const st_tensor *x, const st_tensor *xu, const st_tensor *y, const st_tensor *yu) {
     if (!x || !y || x->numel != y->numel || x->dtype != ST_F32 || y->dtype != ST_F32) return 0;
@@ -342,7 +563,29 @@ typedef struct codec_seed {
     onnx_bundle *b;
 } codec_seed;
 
-static int codec_seed_open(const char *name, codec_seed *s, char *err) {
+/* Puts decoder nodes [/Constant_19 .. /Transpose_4] (codebook 1 of rvq_rest) before
+ * [/Constant_17 .. /Add_1] (its codebook 0): a valid order of the same graph. 0 when not found. */
+static int reorder_codebooks(unsigned char *dec, size_t len) {
+    pp_pb c = pp_pb_open(dec, len);
+    pp_pb_field f;
+    char err[PP_ERR_LEN];
+    unsigned char *g = NULL, *moved;
+    size_t g_len = 0, a0, a1, b0, b1, x;
+    while (!g && pp_pb_next(&c, &f, "m", err) == 1)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = (unsigned char *)f.bytes, g_len = f.len;
+    if (!g || !node_span(g, g_len, "/Constant_17", &a0, &x) || !node_span(g, g_len, "/Add_1", &x, &a1) ||
+        !node_span(g, g_len, "/Constant_19", &b0, &x) || !node_span(g, g_len, "/Transpose_4", &x, &b1) || a1 != b0 ||
+        !(moved = malloc(b1 - a0)))
+        return 0;
+    memcpy(moved, g + b0, b1 - b0);
+    memcpy(moved + (b1 - b0), g + a0, a1 - a0);
+    memcpy(g + a0, moved, b1 - a0);
+    free(moved);
+    return 1;
+}
+
+/* reorder: the decoder's codebook Gathers in another valid order first (reorder_codebooks). */
+static int codec_seed_open(const char *name, int reorder, codec_seed *s, char *err) {
     char path[512];
     size_t len = 0, size;
     const void *base;
@@ -358,6 +601,8 @@ static int codec_seed_open(const char *name, codec_seed *s, char *err) {
     pp_mimi_config_default(&cfg);
     rc = pp_mimi_config_parse((const char *)s->buf + 5, cfg_len, name, &cfg, err);
     if (!rc) rc = pp_mimi_catalog_list(&cfg, &s->want, err);
+    if (!rc && reorder && !reorder_codebooks(s->buf + 9 + cfg_len + s->enc_len, len - 9 - cfg_len - s->enc_len))
+        rc = pp_fail(err, PP_EFORMAT, "%s: codebook nodes not found", name);
     if (!rc)
         rc = pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, len - 9 - cfg_len - s->enc_len, &s->want,
                                       &s->tensors, &s->count, &base, &size, &s->b, err);
@@ -411,11 +656,11 @@ static void test_codec(void) {
      * without it (weights through Transpose, codebooks through Div): the same tensors, byte for
      * byte; its encoder read as the decoder has a convolution where the first codebook should be */
     codec_seed folded, unfolded;
-    rc = codec_seed_open("codec", &folded, err);
+    rc = codec_seed_open("codec", 0, &folded, err);
     if (rc) fprintf(stderr, "codec seed: %s\n", err);
     TEST_COND("the codec fuzz seed maps and converts, every tensor of its list",
               rc == 0 && folded.count == folded.want.n);
-    rc = codec_seed_open("codec-unfolded", &unfolded, err);
+    rc = codec_seed_open("codec-unfolded", 0, &unfolded, err);
     if (rc) fprintf(stderr, "codec-unfolded seed: %s\n", err);
     same = 0;
     for (size_t k = 0; !rc && k < folded.count && unfolded.count == folded.count; k++) {
@@ -432,6 +677,20 @@ static void test_codec(void) {
         same += same_values(x, xu, table_find(unfolded.tensors, unfolded.count, x->name), yu);
     }
     TEST_COND("the codec exported without constant folding gives the same tensors", rc == 0 && same == folded.count);
+    /* rvq_rest's codebook Gathers depend on nothing of one another: another order of them reads
+     * each codebook from the Gather its codes select, not from the next Gather in node order */
+    codec_seed reordered;
+    rc = codec_seed_open("codec", 1, &reordered, err);
+    if (rc) fprintf(stderr, "reordered codec seed: %s\n", err);
+    same = 0;
+    for (size_t k = 0; !rc && k < folded.count && reordered.count == folded.count; k++) {
+        const st_tensor *x = &folded.tensors[k], *y = table_find(reordered.tensors, reordered.count, x->name);
+        same += y && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+    }
+    /* (the graph holds two rvq_rest levels, of different values; the codec reads the first) */
+    TEST_COND("codebook Gathers in another node order give the same tensors", rc == 0 && same == folded.count &&
+                                                                                   folded.count > 0);
+    codec_seed_close(&reordered);
     st_tensor *tensors = NULL;
     size_t count = 0, size;
     const void *base;
@@ -451,6 +710,9 @@ int main(void) {
     test_protobuf();
     test_model();
     test_structure();
+    test_dequantize_axis();
+    test_embedding_order();
+    test_projection_inputs();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();

@@ -389,7 +389,11 @@ static int resolve_external(pp_onnx_model *m, char *err) {
             snprintf(path, n, "%s/%s", m->dir, loc);
             int rc = pp_file_map(path, &e->map, &e->size, err);
             free(path);
-            if (rc) return rc;
+            if (rc) { /* which tensor of which graph named the file */
+                char inner[PP_ERR_LEN];
+                snprintf(inner, sizeof inner, "%s", err ? err : "");
+                return pp_fail(err, rc, "%s: tensor '%s': external data: %s", m->label, t->name, inner);
+            }
             e->location = strdup(loc);
             m->n_ext++;
             if (!e->location) return oom(m, err);

@@ -33,13 +33,32 @@ static int from_reduce_mean(const og_graph *g, const char *name, int hops) {
 /* The graph input an index value comes from (following each node's first input), or NULL. */
 static const char *index_source(const og_graph *g, const char *name) {
     for (int hops = 0; hops < 16; hops++) {
-        for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
-            if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return name;
+        if (og_is_input(g, name)) return name;
         const pp_onnx_node *p = og_producer(g, name);
         if (!p || p->n_in < 1) return NULL;
         name = p->in[0];
     }
     return NULL;
+}
+
+/* The codebook an audio embedding's index reads: on the way back to the graph input (each node's
+ * first input), the constant start of a Slice along axis 1, or the index of a Gather along axis 1,
+ * that takes it from the [batch, codebooks] tokens. -1 when there is none. */
+static int64_t codebook_of(const og_graph *g, const char *name) {
+    for (int hops = 0; hops < 16; hops++) {
+        const pp_onnx_node *p = og_producer(g, name);
+        if (!p || p->n_in < 1) return -1;
+        if (og_is_input(g, p->in[0])) {
+            int64_t k, axis = og_is_op(p, "Gather") ? og_attr_i(p, "axis", 0) : 0;
+            if (og_is_op(p, "Slice") && (p->n_in < 4 || !og_const_int(g, p->in[3], &axis))) return -1;
+            if (!(og_is_op(p, "Slice") || og_is_op(p, "Gather")) || (axis != 1 && axis != -1) || p->n_in < 2 ||
+                !og_const_int(g, p->in[1], &k))
+                return -1;
+            return k;
+        }
+        name = p->in[0];
+    }
+    return -1;
 }
 
 /* A projection: MatMul / Gemm with a weight operand, MatMulNBits, MatMulInteger. 1: *l filled,
@@ -51,6 +70,11 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
     int rc;
     if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
         if (!og_resolve(g, n->in[1], &l->w, 0)) return 0;
+        /* what else a Gemm computes would be lost: PersonaPlex's projections have none of it */
+        const pp_onnx_attr *alpha = pp_onnx_attr_find(n, "alpha");
+        if (og_is_op(n, "Gemm") && ((n->n_in >= 3 && *n->in[2]) || og_attr_i(n, "transA", 0) ||
+                                    (alpha && alpha->has_f && alpha->f != 1.0f)))
+            return og_bad_node(g, n, err, "a Gemm with a bias C, transA, or alpha other than 1 is not read");
         const pp_onnx_tensor *t = l->w.t;
         if (t->ndim != 2 + l->w.stacked) return og_bad_node(g, n, err, "weight operand of unexpected rank");
         if ((rc = og_readable(g, n, t, err))) return rc;
@@ -69,6 +93,16 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
             if (trans_b || (per != 1 && per != l->N * l->steps) || (l->w.zero && l->w.zero->numel != per))
                 return og_bad_node(g, n, err,
                                    "dequantised weight's scales are neither per tensor nor per output column");
+            /* [K, N] values: per-column scales lie along axis 1; along axis 0 (a square weight's
+             * scales have the same count) or in blocks they would be read as other values */
+            int64_t axis = og_attr_i(l->w.dq, "axis", 1), block = og_attr_i(l->w.dq, "block_size", 0);
+            if ((per != 1 && axis != 1 && axis != -1) || block) {
+                char what[160];
+                snprintf(what, sizeof what,
+                         "scales along axis %lld%s; the weight's output columns are axis 1 (or -1), unblocked",
+                         (long long)axis, block ? " in blocks" : "");
+                return og_bad_node(g, l->w.dq, err, what);
+            }
             l->kind = LIN_INT8_COLUMNS;
         } else {
             if (!og_is_float(t->dtype)) return og_bad_node(g, n, err, "weight is neither float nor dequantised");
@@ -77,6 +111,8 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
         return 1;
     }
     if (og_is_op(n, "MatMulNBits") && n->n_in >= 3) {
+        if ((n->n_in >= 5 && *n->in[4]) || (n->n_in >= 6 && *n->in[5]))
+            return og_bad_node(g, n, err, "inputs g_idx (blocks in another order) or bias are not read");
         const pp_onnx_tensor *b = pp_onnx_constant(g->m, n->in[1]), *s = pp_onnx_constant(g->m, n->in[2]);
         const pp_onnx_tensor *z = n->n_in >= 4 && *n->in[3] ? pp_onnx_constant(g->m, n->in[3]) : NULL;
         if (!b || !s || (n->n_in >= 4 && *n->in[3] && !z))
@@ -338,18 +374,38 @@ static int temporal(onnx_bundle *b, const og_graph *g, int64_t *dim_out, int *te
     }
     const char *text_input = pp_onnx_input_count(g->m) ? pp_onnx_input_at(g->m, 0)->name : "";
     char name[NAME_LEN];
-    int audio = 0, texts = 0;
-    for (size_t i = 0; i < f.n_emb && !rc; i++) {
+    int audio = 0, texts = 0, known = 0;
+    /* The audio embeddings' Gathers are independent of one another, so their node order is any
+     * the exporter chose: each is emb.K for the codebook K its index selects, when the graph says
+     * (in node order when it says for none). */
+    uint32_t seen = 0;
+    for (size_t i = 0; i < f.n_emb; i++) {
+        const char *src = index_source(g, f.emb[i]->in[1]);
+        if (src && !strcmp(src, text_input)) continue;
+        audio++;
+        known += codebook_of(g, f.emb[i]->in[1]) >= 0;
+    }
+    for (size_t i = 0, next = 0; i < f.n_emb && !rc; i++) {
         const pp_onnx_tensor *t = f.emb_w[i].t;
         const char *src = index_source(g, f.emb[i]->in[1]);
         if (f.emb_w[i].stacked || t->dims[1] != dim) {
             rc = og_bad_node(g, f.emb[i], err, "embedding table of another width than the first");
             break;
         }
-        if (src && !strcmp(src, text_input))
+        if (src && !strcmp(src, text_input)) {
             snprintf(name, sizeof name, "text_emb.weight"), texts++;
-        else
-            snprintf(name, sizeof name, "emb.%d.weight", audio++);
+        } else {
+            int64_t k = known ? codebook_of(g, f.emb[i]->in[1]) : (int64_t)next++;
+            if (k < 0 || k >= audio || k >= 32 || (seen >> k & 1)) {
+                rc = og_bad_node(g, f.emb[i], err,
+                                 k < 0 ? "audio embedding whose codebook is not a constant Slice or Gather of the "
+                                         "tokens (the others' are)"
+                                       : "audio embedding of a codebook out of range or taken twice");
+                break;
+            }
+            seen |= 1u << k;
+            snprintf(name, sizeof name, "emb.%lld.weight", (long long)k);
+        }
         rc = og_plan_view(b, name, t, 0, 2, t->dims[0], t->dims[1], 0, err);
     }
     if (!rc && texts != 1)

@@ -4,7 +4,8 @@
  *
  * Weights are found by the graph's structure, not by their (exporter-chosen) names: the order
  * in which nodes consume constants follows the model's layer order. In temporal_step: the
- * embedding Gathers (the text one is indexed from the graph's first input), then per layer the
+ * embedding Gathers (the text one is indexed from the graph's first input, each audio one names
+ * its codebook by the constant Slice or Gather of the tokens input), then per layer the
  * RMS-norm scales (a Mul beside a ReduceMean chain, or a fused SimplifiedLayerNormalization) and
  * four projections (MatMul, Gemm, com.microsoft MatMulNBits or MatMulInteger), then the output
  * norm and the text projection (here, or in depformer_step). In

@@ -100,10 +100,30 @@ int og_resolve(const og_graph *g, const char *name, og_wref *w, int hops) {
         og_wref s, z = {0};
         if (!og_resolve(g, p->in[0], w, hops + 1) || w->scale || !og_resolve(g, p->in[1], &s, hops + 1)) return 0;
         if (p->n_in >= 3 && *p->in[2] && !og_resolve(g, p->in[2], &z, hops + 1)) return 0;
-        w->scale = s.t, w->zero = z.t;
+        w->scale = s.t, w->zero = z.t, w->dq = p;
         return 1;
     }
     return 0;
+}
+
+int og_is_input(const og_graph *g, const char *name) {
+    for (size_t i = 0; i < pp_onnx_input_count(g->m); i++)
+        if (!strcmp(pp_onnx_input_at(g->m, i)->name, name)) return 1;
+    return 0;
+}
+
+int og_const_int(const og_graph *g, const char *name, int64_t *v) {
+    const pp_onnx_tensor *t = pp_onnx_constant(g->m, name);
+    if (!t || !t->data || t->numel != 1) return 0;
+    if (t->dtype == PP_ONNX_INT64) {
+        memcpy(v, t->data, 8);
+        return 1;
+    }
+    int32_t x;
+    if (t->dtype != PP_ONNX_INT32) return 0;
+    memcpy(&x, t->data, 4);
+    *v = x;
+    return 1;
 }
 
 int og_is_float(int dt) { return dt == PP_ONNX_FLOAT || dt == PP_ONNX_FLOAT16 || dt == PP_ONNX_BFLOAT16; }

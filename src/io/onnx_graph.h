@@ -21,6 +21,7 @@ typedef struct og_wref {
     const pp_onnx_tensor *t;     /* the stored values or codes */
     const pp_onnx_tensor *scale; /* DequantizeLinear / MatMulInteger scale, else NULL */
     const pp_onnx_tensor *zero;  /* its zero point, NULL when absent */
+    const pp_onnx_node *dq;      /* the DequantizeLinear node, NULL when none */
     int stacked;                 /* t is [steps, ...], one slice selected per step by a Gather */
 } og_wref;
 
@@ -75,6 +76,10 @@ int64_t og_attr_i(const pp_onnx_node *n, const char *name, int64_t dflt);
 /* The weight behind value NAME: a constant, through Identity and Cast, a Gather of one step's
  * slice from a stack (axis 0, a computed index) and DequantizeLinear. 0 when NAME is not one. */
 int og_resolve(const og_graph *g, const char *name, og_wref *w, int hops);
+/* Whether NAME is one of the graph's inputs. */
+int og_is_input(const og_graph *g, const char *name);
+/* The one-value int64/int32 constant NAME in *v; 0 when NAME is not one. */
+int og_const_int(const og_graph *g, const char *name, int64_t *v);
 int og_is_float(int dt);
 /* The float constant behind value NAME (og_resolve's, neither a step's slice nor dequantised), or NULL. */
 const pp_onnx_tensor *og_float_const(const og_graph *g, const char *name);

@@ -24,6 +24,7 @@ typedef struct event {
     const pp_onnx_tensor *w; /* conv or MatMul weight, vector, norm scale, codebook table */
     const pp_onnx_tensor *b; /* conv or norm bias, codebook cluster usage (NULL: a folded table) */
     int trans_b;             /* Gemm(transB=1): the weight is [out, in] already */
+    int64_t book[2];         /* EV_TABLE: the codes' Slice start and Split output it reads; -1 unknown */
 } event;
 
 typedef struct walk {
@@ -52,6 +53,49 @@ static const pp_onnx_tensor *usage_of(const og_graph *g, const char *name) {
         name = p->in[0];
     }
     return NULL;
+}
+
+/* Which codebook a codebook Gather's index selects: the start of the Slice (or the index of the
+ * Gather) that takes it from the codes input, and the Split output it then comes through, on the
+ * way back along first inputs; book[0] is -1 when the index is not found that way. */
+static void codebook_of(const og_graph *g, const char *name, int64_t book[2]) {
+    book[0] = -1, book[1] = 0;
+    for (int hops = 0; hops < 8; hops++) {
+        const pp_onnx_node *p = og_producer(g, name);
+        if (!p || p->n_in < 1) return;
+        if (og_is_input(g, p->in[0])) {
+            if ((og_is_op(p, "Slice") || og_is_op(p, "Gather")) && p->n_in >= 2) og_const_int(g, p->in[1], &book[0]);
+            return;
+        }
+        if (og_is_op(p, "Split"))
+            for (int k = 0; k < p->n_out; k++)
+                if (!strcmp(p->out[k], name)) book[1] = k;
+        static const char *const passes[] = {"Split",   "Squeeze", "Unsqueeze", "Transpose",
+                                             "Reshape", "Cast",    "Identity"};
+        size_t k = 0;
+        while (k < sizeof passes / sizeof *passes && !og_is_op(p, passes[k])) k++;
+        if (k == sizeof passes / sizeof *passes) return;
+        name = p->in[0];
+    }
+}
+
+static int book_before(const event *a, const event *b) {
+    return a->book[0] < b->book[0] || (a->book[0] == b->book[0] && a->book[1] < b->book[1]);
+}
+
+/* The codebook Gathers of one quantizer depend on nothing of one another, so any order of them is
+ * a valid graph: each run of them is put in codebook order when every one of it says its codebook. */
+static void order_codebooks(walk *w) {
+    for (size_t i = 0; i < w->n;) {
+        size_t end = i, known = 0;
+        while (end < w->n && w->ev[end].kind == EV_TABLE) known += w->ev[end++].book[0] >= 0;
+        for (size_t k = i + 1; known == end - i && k < end; k++)
+            for (size_t j = k; j > i && book_before(&w->ev[j], &w->ev[j - 1]); j--) {
+                event t = w->ev[j];
+                w->ev[j] = w->ev[j - 1], w->ev[j - 1] = t;
+            }
+        i = end > i ? end : i + 1;
+    }
 }
 
 /* Node n as a weight-consuming event: 1 when it is one, 0 when not, < 0 when malformed. dim: the transformers' width (a
@@ -97,6 +141,7 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
         }
         if (e->w->ndim != 2) return 0;
         e->kind = EV_TABLE;
+        codebook_of(g, n->in[1], e->book);
     } else {
         return 0;
     }
@@ -115,6 +160,7 @@ static int scan(walk *w, const og_graph *g, int64_t dim, char *err) {
         if (rc < 0) return rc;
         if (rc) w->ev[w->n++] = e;
     }
+    order_codebooks(w);
     return 0;
 }
 

@@ -28,6 +28,7 @@
 #include "session/demo.h"
 #include "session/plan.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -155,6 +156,13 @@ static int resolve_model_paths(app *a, char *err) {
             return pp_fail(err, PP_ENOTFOUND, "%s: the bundle has neither %s nor %s; pass --mimi FILE", weights,
                            PP_ONNX_MIMI_ENCODER, PP_MIMI_FILE);
     }
+    /* the codec and the tokenizer are read after the LM (minutes and its whole size for the 7B):
+     * one that is not there stops the start now */
+    static const char *const option[3] = {NULL, "--mimi", "--tokenizer"};
+    for (int i = 1; i < 3; i++)
+        if (access(a->paths[i], R_OK))
+            return pp_fail(err, PP_ENOTFOUND, "%s %s: cannot read it: %s%s", option[i], a->paths[i], strerror(errno),
+                           given[i] ? "" : " (the default, beside the weights; pass the option to name the file)");
     return PP_OK;
 }
 
