@@ -82,17 +82,14 @@ int pp_file_create(const char *path, FILE **f, char *err) {
 
 int pp_file_commit(const char *path, FILE *f, char *err) {
     char tmp[4096], resolved[PATH_MAX];
-    if (in_place(path)) {
-        int bad = ferror(f) | fflush(f);
-        if (fclose(f) != 0) bad = 1;
-        return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
-    }
+    int direct = in_place(path);
+    /* The data reaches the disk before the rename does: after a power loss the path holds the old
+     * file or the whole new one, never an empty one (a pipe or device has no disk to reach). */
+    int bad = ferror(f) | fflush(f) | (!direct && fsync(fileno(f)));
+    if (fclose(f) != 0) bad = 1;
+    if (direct) return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
     const char *target = landing(path, resolved);
     int rc = tmp_name(target, tmp, sizeof tmp, err);
-    /* The data reaches the disk before the rename does: after a power loss the path holds the old
-     * file or the whole new one, never an empty one. */
-    int bad = ferror(f) | fflush(f) | fsync(fileno(f));
-    if (fclose(f) != 0) bad = 1;
     if (rc) return rc;
     if (bad) {
         remove(tmp);
