@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/number.h"
 #include "session/params.h"
 
 #include <string.h>
@@ -47,6 +48,10 @@ int main(void) {
               parse(&p, "text_seed=18446744073709551616&audio_seed=-5&seed=7x", err) == PP_OK &&
                   p.text_seed == 42424242u && p.audio_seed == 42424242u && parse(&p, "seed=%20-3", err) == PP_OK &&
                   p.text_seed == 42424242u);
+    long long n = 7;
+    TEST_COND("pp_parse_integer: whole strings only",
+              pp_parse_integer("-12", &n) && n == -12 && !pp_parse_integer("12abc", &n) && !pp_parse_integer("", &n) &&
+                  !pp_parse_integer("99999999999999999999", &n) && !pp_parse_integer("-", &n) && n == -12);
     int distinct = 1;
     uint64_t seen[1000];
     for (int k = 0; k < 1000; k++) {

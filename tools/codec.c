@@ -10,6 +10,7 @@
 #include "audio/wav.h"
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/number.h"
 #include "io/file.h"
 #include "model/mimi.h"
 
@@ -63,9 +64,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--device") == 0 && v) o->device = argv[++i];
         else if (strcmp(a, "--codes") == 0 && v) o->codes_out = argv[++i];
         else if (strcmp(a, "--threads") == 0 && v) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (end == v || *end || n < 0 || n > 1024) {
+            long long n;
+            if (!pp_parse_integer(argv[++i], &n) || n < 0 || n > 1024) {
                 fprintf(stderr, "personaplex-codec: --threads takes a count in [0, 1024], not '%s'\n", v);
                 return -1;
             }

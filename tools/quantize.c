@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/number.h"
 #include "base/log.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
@@ -120,9 +121,8 @@ int main(int argc, char **argv) {
             o.group = PP_QUANTIZE_ROW;
             i++;
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
-            char *end;
-            long g = strtol(argv[++i], &end, 10);
-            if (*end || g <= 0 || g > 1 << 16) {
+            long long g;
+            if (!pp_parse_integer(argv[++i], &g) || g <= 0 || g > 1 << 16) {
                 fprintf(stderr, "personaplex-quantize: --group takes a size in [1, 65536] or 'row', not '%s'\n",
                         argv[i]);
                 return 2;

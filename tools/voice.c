@@ -13,6 +13,7 @@
 #include "audio/wav.h"
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/number.h"
 #include "io/voice.h"
 #include "model/lm.h"
 #include "model/mimi.h"
@@ -46,9 +47,8 @@ static int parse(int argc, char **argv, opts *o) {
                 *dst = argv[i];
                 continue;
             }
-            char *end;
-            long n = strtol(argv[i], &end, 10);
-            if (end == argv[i] || *end || n < 0 || n > 1024) {
+            long long n;
+            if (!pp_parse_integer(argv[i], &n) || n < 0 || n > 1024) {
                 fprintf(stderr, "personaplex-voice: --threads takes a count in [0, 1024], not '%s'\n", argv[i]);
                 return -1;
             }

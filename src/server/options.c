@@ -2,8 +2,8 @@
 #include "server/options.h"
 
 #include "base/err.h"
+#include "base/number.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -200,10 +200,8 @@ static const opt_spec *opt_find(const char *name, size_t len) {
 
 static int parse_integer(const opt_spec *s, const char *value, long long *out, char *err) {
     if (!value || !*value) return pp_fail(err, PP_EINVAL, "--%s needs a number", s->name);
-    errno = 0;
-    char *end;
-    long long v = strtoll(value, &end, 10);
-    if (errno || *end) return pp_fail(err, PP_EINVAL, "--%s: '%s' is not an integer", s->name, value);
+    long long v;
+    if (!pp_parse_integer(value, &v)) return pp_fail(err, PP_EINVAL, "--%s: '%s' is not an integer", s->name, value);
     if (v < s->min || v > s->max)
         return pp_fail(err, PP_EINVAL, "--%s: %lld is outside [%lld, %lld]", s->name, v, s->min, s->max);
     *out = v;

@@ -2,6 +2,7 @@
 #include "session/params.h"
 
 #include "base/err.h"
+#include "base/number.h"
 #include "base/log.h"
 #include "base/rng.h"
 #include "io/voice.h"
@@ -77,15 +78,9 @@ static int parse_float(const char *key, const char *value, double *out) {
 }
 
 static int parse_int(const char *key, const char *value, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (!*value || *end || errno) {
-        PP_WARN("params", "%s: '%.32s' is not an integer; keeping the default", key, value);
-        return 0;
-    }
-    *out = v;
-    return 1;
+    if (pp_parse_integer(value, out)) return 1;
+    PP_WARN("params", "%s: '%.32s' is not an integer; keeping the default", key, value);
+    return 0;
 }
 
 static void set_float(float *dst, const char *key, const char *value, double lo, double hi) {
