@@ -22,7 +22,7 @@ export class CallError extends Error {
 
 const ERROR_TITLES = { insecure: 'Not a secure page', codec: 'Browser not supported', 'mic-denied': 'No microphone access',
   audio: 'No sound output', 'no-mic': 'No microphone', server: 'The server refused the call',
-  disconnected: 'Disconnected', internal: 'Something went wrong' };
+  'not-connected': 'Could not start the call', disconnected: 'Disconnected', internal: 'Something went wrong' };
 
 // The alert's title for an error event. Once live, a 0x05 or a lost connection is no refusal.
 export function errorTitle({ code, live }) {
@@ -169,10 +169,13 @@ export class Call {
       this.finish('The server ended the call.');
     } else if (this.state === 'live') { // 1006: the network or the server went away without a close
       this.fail(new CallError('disconnected', `The connection to the server was lost (code ${e.code}).`));
+    } else if (this.state === 'waiting') {
+      this.fail(new CallError('disconnected',
+        `The server closed the connection before the call started (code ${e.code}${e.reason ? `: ${e.reason}` : ''}).`));
     } else {
-      this.fail(new CallError('disconnected', this.state === 'waiting'
-        ? `The server closed the connection before the call started (code ${e.code}${e.reason ? `: ${e.reason}` : ''}).`
-        : `Could not connect to the server (code ${e.code}).`));
+      // The upgrade was refused or never reached the server; the browser only says 1006.
+      const code = e.code;
+      whyNotConnected(code).then((message) => this.fail(new CallError('not-connected', message)));
     }
   }
 
@@ -200,6 +203,35 @@ export class Call {
     this.state = name;
     this.events.state?.(name, detail);
   }
+}
+
+// Why a call's WebSocket did not open, in the user's words. A refused upgrade (HTTP 503 from a server
+// --behind-proxy that is full, loading or draining; 401 without a valid API key) reaches the page as
+// close code 1006 with no status, so the server's own answers say why: /health (never behind a key)
+// its state, /api/voices (behind the key like /api/chat) whether the key is missing.
+export async function whyNotConnected(code) {
+  let health;
+  try {
+    health = await (await fetch('/health', { cache: 'no-store' })).json();
+  } catch (e) {
+    return `Could not reach the server (${e.message}). Check that it is running and that the network is up.`;
+  }
+  const sessions = health.sessions ?? {};
+  switch (health.status) {
+    case 'full':
+      return `The server is full: ${sessions.active} of ${sessions.max} conversations are running. Try again in a moment.`;
+    case 'loading': return 'The server is still loading its model. Try again in a minute.';
+    case 'draining': return 'The server is shutting down. Try again once it is back.';
+    case 'failing': case 'failed':
+      return `The server cannot run conversations now${health.error ? `: ${health.error}` : ''}.`;
+    default: break;
+  }
+  const voices = await fetch('/api/voices', { cache: 'no-store' }).catch(() => null);
+  if (voices?.status === 401) {
+    return 'The server needs an API key: open this page with ?token=YOUR_KEY at the end of its address.';
+  }
+  return `The call's connection did not open (code ${code}), though the server answers and has room now. ` +
+    'Try again; if it keeps failing, a proxy in front of the server may not pass WebSocket upgrades.';
 }
 
 async function getMicrophone() {

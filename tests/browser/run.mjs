@@ -5,8 +5,9 @@
 //
 // Chromium's fake microphone plays tests/data/golden/speech-24k.wav. The test checks that the page
 // connects, gets the handshake, plays non-silent audio (measured on the samples the page recorded
-// from its playback output), shows transcript text, offers a valid WAV, and reports a full server
-// (0x05) as an error; then the same call over wss:// with a self-signed certificate. Screenshots go
+// from its playback output), shows transcript text, offers a valid WAV, and says so when the server
+// is full (its 0x05, and a --behind-proxy server's 503 on the upgrade); then the same call over
+// wss:// with a self-signed certificate. Screenshots go
 // to the --out directory for review. Exit 0 pass, 1 fail, 77 skipped (no chromium, no npm package).
 
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -105,8 +106,10 @@ async function checkCall(browser, base, out, tag) {
   return problems;
 }
 
-// While one call holds the only session, a second page must show the server's 0x05 message.
-async function checkServerFull(browser, base, out) {
+// While one call holds the only session, a second page must say the server is full: from the 0x05
+// message, or (--behind-proxy, the upgrade refused with 503: the page sees only close code 1006)
+// from /health. tag names the screenshot.
+async function checkServerFull(browser, base, out, tag) {
   const problems = [];
   const ctxA = await browser.newContext({ ignoreHTTPSErrors: true });
   const a = await ctxA.newPage();
@@ -125,8 +128,9 @@ async function checkServerFull(browser, base, out) {
     const el = document.getElementById('alert');
     return !el.hidden && window.personaplexTest.state() === 'ended' ? el.innerText : null;
   }, 30000);
-  log('second caller sees:', JSON.stringify(alert));
-  await b.screenshot({ path: join(out, 'phone-dark-full.png'), fullPage: true });
+  log(tag, 'second caller sees:', JSON.stringify(alert));
+  await b.screenshot({ path: join(out, `${tag}-phone-dark-full.png`), fullPage: true });
+  if (!/full/i.test(alert)) problems.push(`${tag}: the second caller is not told the server is full: ${JSON.stringify(alert)}`);
   await ctxB.close();
   await ctxA.close();
   return problems;
@@ -168,7 +172,13 @@ async function main() {
       base = s.url;
     }
     problems.push(...await checkCall(browser, base, args.out, 'http'));
-    problems.push(...await checkServerFull(browser, base, args.out));
+    problems.push(...await checkServerFull(browser, base, args.out, 'full'));
+    if (args.server) {
+      const s = await startServer(args.server, args.out, { tls: false, name: 'proxy', extra: ['--behind-proxy'] }, log);
+      servers.push(s);
+      problems.push(...await checkServerFull(browser, s.url, args.out, 'full-behind-proxy'));
+      problems.push(...await servers.pop().stop());
+    }
     if (args.server && args.tls) {
       problems.push(...await servers.pop().stop());
       const s = await startServer(args.server, args.out, { tls: true, name: 'https' }, log);

@@ -1,7 +1,7 @@
 // web/call.js: how a live call's failures reach the page (the audio and socket parts need a browser).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Call, errorTitle } from '../../web/call.js';
+import { Call, errorTitle, whyNotConnected } from '../../web/call.js';
 
 function liveCall() {
   const seen = { errors: [], states: [] };
@@ -30,4 +30,45 @@ test('an error message mid-call is titled an interruption, before the call a ref
   assert.equal(errorTitle(seen.errors[0]), 'The call was interrupted');
   assert.equal(errorTitle({ code: 'server', live: false }), 'The server refused the call');
   assert.equal(errorTitle({ code: 'nonsense', live: false }), 'Error');
+});
+
+// A fetch stub answering each path with { status, body } (body: JSON), or throwing for 'down'.
+function stubFetch(routes) {
+  globalThis.fetch = async (path) => {
+    const r = routes[path];
+    if (r === 'down') throw new TypeError('Failed to fetch');
+    return { status: r.status, ok: r.status === 200, json: async () => r.body };
+  };
+}
+
+test('a connection that never opened (1006) is explained from /health and /api/voices', async () => {
+  const health = (status, extra = {}) => ({ status: status === 'ok' ? 200 : 503,
+    body: { status, ready: status !== 'loading', sessions: { active: 2, max: 2 }, ...extra } });
+  const voices = { status: 200, body: { voices: [], default: 'NATF2' } };
+  const cases = [
+    [{ '/health': health('full'), '/api/voices': voices }, /full: 2 of 2/],
+    [{ '/health': health('loading'), '/api/voices': voices }, /still loading/],
+    [{ '/health': health('draining'), '/api/voices': voices }, /shutting down/],
+    [{ '/health': health('failing', { error: 'cuda: device lost' }), '/api/voices': voices }, /cuda: device lost/],
+    [{ '/health': health('ok'), '/api/voices': { status: 401, body: {} } }, /API key.*\?token=/],
+    [{ '/health': health('ok'), '/api/voices': voices }, /code 1006.*proxy/],
+    [{ '/health': 'down', '/api/voices': 'down' }, /Could not reach the server \(Failed to fetch\)/],
+  ];
+  for (const [routes, expected] of cases) {
+    stubFetch(routes);
+    assert.match(await whyNotConnected(1006), expected);
+  }
+});
+
+test('a refused upgrade ends the call with the reason, titled as a failure to start', async () => {
+  stubFetch({ '/health': { status: 503, body: { status: 'full', sessions: { active: 1, max: 1 } } } });
+  const seen = { errors: [], states: [] };
+  const call = new Call({}, { error: (e) => seen.errors.push(e), state: (name) => seen.states.push(name) });
+  call.state = 'starting';
+  call.onClose({ wasClean: false, code: 1006, reason: '' });
+  await new Promise((r) => setTimeout(r, 0));
+  assert.equal(seen.errors.length, 1);
+  assert.match(seen.errors[0].message, /server is full/);
+  assert.equal(errorTitle(seen.errors[0]), 'Could not start the call');
+  assert.deepEqual(seen.states, ['ended']);
 });
