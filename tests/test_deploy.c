@@ -17,12 +17,14 @@
  * the handshake: the drain happens all the same, and the server says once that notifications were not sent. proxy:
  * instances A (--max-sessions 1) and B (--max-sessions 2), both --demo --no-tls
  *   --behind-proxy, behind Debian's nginx run as an ordinary process (its own prefix, config
- *   and temp paths, an ephemeral loopback port) with the proxy directives and locations of
- *   tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake, and an upgrade
+ *   and temp paths, an ephemeral loopback port) with the upstream groups, proxy directives and
+ *   locations of tools/deploy/nginx.conf. A conversation through nginx gets the 0x00 handshake, and an upgrade
  *   of each WebSocket path (/api/chat, /v1/realtime, /v1/twilio) gets 101. With A
  *   held full by a direct client, three conversations through nginx: two get handshakes (both
  *   on B: A refused its upgrade with 503 and nginx retried on B, as A's counter shows) and the
- *   third, with every instance full, gets none. The shipped nginx.conf passes `nginx -t`.
+ *   third, with every instance full, gets none. With B held full too, an upgrade is refused
+ *   while the page and /health (503, "full") still come from an instance. The shipped
+ *   nginx.conf passes `nginx -t`.
  * Skips (77) when nginx is not installed. host, models, voices, cert: the
  * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry;
  * signal: stop signals while the model loads (run_signal). */
@@ -278,8 +280,19 @@ static pid_t start_instance(const char *server, const char *name, int port, cons
     return spawn(argv, log);
 }
 
-/* The shipped tools/deploy/nginx.conf's proxying (its HTTPS server block's directives and
- * locations, as they are) on a private prefix, in front of instances a and b, without TLS. */
+/* Writes line to f with the shipped instance addresses 127.0.0.1:8998 and :8999 made a and b. */
+static void put_instance_line(FILE *f, const char *line, int a, int b) {
+    const char *at = strstr(line, "127.0.0.1:899");
+    if (!at || (at[13] != '8' && at[13] != '9')) {
+        fputs(line, f);
+        return;
+    }
+    fprintf(f, "%.*s127.0.0.1:%d%s", (int)(at - line), line, at[13] == '8' ? a : b, at + 14);
+}
+
+/* The shipped tools/deploy/nginx.conf's upstream groups and map, and its proxying (its HTTPS
+ * server block's directives and locations), as they are, on a private prefix, in front of
+ * instances a and b, without TLS. */
 static int write_nginx_conf(const char *path, const char *source, int listen, int a, int b) {
     char shipped[600], line[512];
     snprintf(shipped, sizeof shipped, "%s/tools/deploy/nginx.conf", source);
@@ -290,20 +303,26 @@ static int write_nginx_conf(const char *path, const char *source, int listen, in
             "events { worker_connections 64; }\n"
             "http {\n  access_log %s/nginx-access.log;\n"
             "  client_body_temp_path %s/t1; proxy_temp_path %s/t2; fastcgi_temp_path %s/t3;\n"
-            "  uwsgi_temp_path %s/t4; scgi_temp_path %s/t5;\n"
-            "  upstream personaplex {\n    least_conn;\n"
-            "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n"
-            "    server 127.0.0.1:%d max_fails=1 fail_timeout=2s;\n  }\n"
-            "  map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n"
-            "  server {\n    listen 127.0.0.1:%d;\n",
-            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, a, b, listen);
-    /* from the first directive after the certificate to the block's end */
-    int copying = 0;
-    while (fgets(line, sizeof line, in) && !(copying && strcmp(line, "}\n") == 0))
-        if (copying || (copying = strstr(line, "large_client_header_buffers") != NULL)) fputs(line, f);
+            "  uwsgi_temp_path %s/t4; scgi_temp_path %s/t5;\n",
+            g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir, g_dir);
+    /* the upstream and map blocks whole; the HTTPS server from the first directive after the
+     * certificate to the block's end */
+    int in_block = 0, proxying = 0;
+    while (fgets(line, sizeof line, in) && !(proxying && strcmp(line, "}\n") == 0)) {
+        if (!in_block && !proxying && (strncmp(line, "upstream ", 9) == 0 || strncmp(line, "map ", 4) == 0))
+            in_block = 1;
+        if (in_block) {
+            put_instance_line(f, line, a, b);
+            in_block = strcmp(line, "}\n") != 0;
+        } else if (proxying || (proxying = strstr(line, "large_client_header_buffers") != NULL)) {
+            if (proxying == 1) fprintf(f, "  server {\n    listen 127.0.0.1:%d;\n", listen);
+            proxying = 2;
+            fputs(line, f);
+        }
+    }
     fclose(in);
     fprintf(f, "  }\n}\n");
-    return fclose(f) || !copying ? -1 : 0;
+    return fclose(f) || !proxying ? -1 : 0;
 }
 
 /* nginx -t on the shipped example, its certificate paths pointed at a throwaway pair. */
@@ -385,6 +404,26 @@ static void run_proxy(const char *server, const char *source) {
     TEST_COND("two conversations through nginx get handshakes although A is full", handshakes == 2);
     TEST_COND("the third, with every instance full, gets none", refused == 1);
     TEST_COND("nginx tried full A and moved on (A refused with 503)", rejected_before >= 0 && rejected > rejected_before);
+    /* Every instance full: the upgrade is refused (their 503, or nginx's 502 once it has marked
+     * every one busy), and the page and /health still reach an instance. The conversations' group
+     * has no live server for 2 s after such a refusal; sent there, they got nginx's 502 page. */
+    pid_t b_holders[2] = {silent_client(pb), silent_client(pb)};
+    TEST_COND("B is full", wait_health(pb, "\"status\":\"full\"", b));
+    int fd = sp_connect(pn, 0), all_full = upgrade(fd, "/api/chat");
+    if (fd >= 0) close(fd);
+    char body[4096];
+    int page = raw_get(pn, "/", body, sizeof body);
+    int health = raw_get(pn, "/health", body, sizeof body);
+    printf("every instance full, through nginx: upgrade %d, / %d, /health %d %.60s\n", all_full, page, health, body);
+    TEST_COND("an upgrade with every instance full is refused", all_full == 503 || all_full == 502);
+    TEST_COND("the page still loads through nginx then", page == 200);
+    TEST_COND("/health through nginx then is an instance's: 503, status full", health == 503 &&
+              strstr(body, "\"status\":\"full\""));
+    for (int i = 0; i < 2; i++) {
+        kill(b_holders[i], SIGKILL);
+        waitpid(b_holders[i], NULL, 0);
+    }
+
     char blog[300];
     snprintf(blog, sizeof blog, "%s/b/server.log", g_dir);
     TEST_COND("B logs the client address nginx passed on (--behind-proxy)",
