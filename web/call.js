@@ -210,11 +210,16 @@ export class Call {
 // close code 1006 with no status, so the server's own answers say why: /health (never behind a key)
 // its state, /api/voices (behind the key like /api/chat) whether the key is missing.
 export async function whyNotConnected(code) {
-  let health;
+  let res;
   try {
-    health = await (await fetch('/health', { cache: 'no-store' })).json();
+    res = await fetch('/health', { cache: 'no-store' });
   } catch (e) {
     return `Could not reach the server (${e.message}). Check that it is running and that the network is up.`;
+  }
+  const health = await res.json().catch(() => null);
+  if (!health?.status) { // not the server's JSON: a proxy's own error page
+    return `The server's address answered with HTTP ${res.status} and no server status: a proxy in front of ` +
+      'the server may not reach it. Try again in a moment.';
   }
   const sessions = health.sessions ?? {};
   switch (health.status) {

@@ -32,12 +32,14 @@ test('an error message mid-call is titled an interruption, before the call a ref
   assert.equal(errorTitle({ code: 'nonsense', live: false }), 'Error');
 });
 
-// A fetch stub answering each path with { status, body } (body: JSON), or throwing for 'down'.
+// A fetch stub answering each path with { status, body } (body: JSON, or a string: not JSON), or
+// throwing for 'down'.
 function stubFetch(routes) {
   globalThis.fetch = async (path) => {
     const r = routes[path];
     if (r === 'down') throw new TypeError('Failed to fetch');
-    return { status: r.status, ok: r.status === 200, json: async () => r.body };
+    return { status: r.status, ok: r.status === 200,
+      json: async () => { if (typeof r.body === 'string') throw new SyntaxError('not JSON'); return r.body; } };
   };
 }
 
@@ -53,6 +55,7 @@ test('a connection that never opened (1006) is explained from /health and /api/v
     [{ '/health': health('ok'), '/api/voices': { status: 401, body: {} } }, /API key.*\?token=/],
     [{ '/health': health('ok'), '/api/voices': voices }, /code 1006.*proxy/],
     [{ '/health': 'down', '/api/voices': 'down' }, /Could not reach the server \(Failed to fetch\)/],
+    [{ '/health': { status: 502, body: '<html>502 Bad Gateway</html>' } }, /HTTP 502 and no server status.*proxy/],
   ];
   for (const [routes, expected] of cases) {
     stubFetch(routes);
