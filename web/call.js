@@ -120,7 +120,8 @@ export class Call {
     this.liveAt = performance.now();
     this.watchdog = setInterval(() => {
       if (performance.now() - this.lastMessageAt > SILENCE_TIMEOUT_MS) {
-        this.fail(new CallError('timeout', 'The server stopped responding (nothing received for 10 s).'));
+        this.fail(new CallError('timeout', onThisDevice('Nothing was received for 10 s') ??
+          'The server stopped responding (nothing received for 10 s).'));
       }
     }, 1000);
     this.setState('live');
@@ -168,7 +169,8 @@ export class Call {
     if (this.state === 'live' && e.wasClean) {
       this.finish('The server ended the call.');
     } else if (this.state === 'live') { // 1006: the network or the server went away without a close
-      this.fail(new CallError('disconnected', `The connection to the server was lost (code ${e.code}).`));
+      this.fail(new CallError('disconnected', onThisDevice(`The connection closed (code ${e.code})`) ??
+        `The connection to the server was lost (code ${e.code}).`));
     } else if (this.state === 'waiting') {
       this.fail(new CallError('disconnected',
         `The server closed the connection before the call started (code ${e.code}${e.reason ? `: ${e.reason}` : ''}).`));
@@ -261,6 +263,13 @@ async function getMicrophone() {
     }
     throw new CallError('no-mic', `The microphone could not be opened: ${e.message}`);
   }
+}
+
+// A lost call's message when the cause is this device's network (the browser knows it is offline),
+// not the server: what happened, then that. Null when the browser thinks it is online.
+function onThisDevice(what) {
+  if (globalThis.navigator?.onLine !== false) return null;
+  return `${what}: this device is offline. Check its network connection, then start again.`;
 }
 
 function withTimeout(promise, ms, error) {

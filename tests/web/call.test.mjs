@@ -75,3 +75,19 @@ test('a refused upgrade ends the call with the reason, titled as a failure to st
   assert.equal(errorTitle(seen.errors[0]), 'Could not start the call');
   assert.deepEqual(seen.states, ['ended']);
 });
+
+test('a call lost while the device is offline says so instead of blaming the server', () => {
+  const saved = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
+  Object.defineProperty(globalThis, 'navigator', { value: { onLine: false }, configurable: true });
+  try {
+    const { call, seen } = liveCall();
+    call.onClose({ wasClean: false, code: 1006, reason: '' });
+    assert.match(seen.errors[0].message, /code 1006.*this device is offline/);
+  } finally {
+    if (saved) Object.defineProperty(globalThis, 'navigator', saved);
+    else delete globalThis.navigator;
+  }
+  const online = liveCall();
+  online.call.onClose({ wasClean: false, code: 1006, reason: '' });
+  assert.equal(online.seen.errors[0].message, 'The connection to the server was lost (code 1006).');
+});
