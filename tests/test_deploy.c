@@ -26,7 +26,8 @@
  *   while the page and /health (503, "full") still come from an instance. The shipped
  *   nginx.conf passes `nginx -t`.
  * Skips (77) when nginx is not installed. host, models, voices, cert: the
- * start-up checks of --host, the --models-dir lookup, the voices and the certificate's expiry;
+ * start-up checks of --host (and HEAD requests, on its server), the --models-dir lookup, the
+ * voices and the certificate's expiry;
  * signal: stop signals while the model loads (run_signal). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
@@ -67,13 +68,13 @@ static pid_t spawn(const char *const *argv, const char *log) {
     return pid;
 }
 
-/* GET path over a plain socket (usable from any process, unlike the lws client). Returns the
- * status (or -1) and the body in body. */
-static int raw_get(int port, const char *path, char *body, size_t cap) {
+/* method (GET, HEAD) path over a plain socket (usable from any process, unlike the lws client).
+ * Returns the status (or -1) and the body in body. */
+static int raw_request(int port, const char *method, const char *path, char *body, size_t cap) {
     int fd = sp_connect(port, 0);
     if (fd < 0) return -1;
     char req[256], buf[4096];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: localhost\r\n\r\n", method, path);
     size_t got = 0;
     ssize_t r = write(fd, req, (size_t)n);
     while (r > 0 && got + 1 < sizeof buf && (r = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
@@ -85,6 +86,8 @@ static int raw_get(int port, const char *path, char *body, size_t cap) {
     snprintf(body, cap, "%s", b ? b + 4 : "");
     return status;
 }
+
+static int raw_get(int port, const char *path, char *body, size_t cap) { return raw_request(port, "GET", path, body, cap); }
 
 static int wait_health(int port, const char *needle, pid_t pid) {
     char body[2048];
@@ -518,6 +521,14 @@ static void run_host(const char *server) {
     pid_t pid = start_named(server, "loopback", loopback, port);
     close(inherited);
     TEST_COND("--host 127.0.0.1: /health answers on 127.0.0.1", wait_ready("loopback", pid, port, "\"status\""));
+    /* HEAD (wget --spider, a container's health check) gets the GET's status and no body; it got 405 */
+    char body[4096];
+    const char *const head_paths[] = {"/health/live", "/"};
+    for (int i = 0; i < 2; i++) {
+        int status = raw_request(port, "HEAD", head_paths[i], body, sizeof body);
+        if (status != 200 || body[0]) printf("HEAD %s: HTTP %d, %zu body bytes\n", head_paths[i], status, strlen(body));
+        TEST_COND("HEAD answers 200 without a body", status == 200 && !body[0]);
+    }
     struct in_addr other;
     if (!other_ipv4(&other)) {
         printf("this machine has no IPv4 address outside 127/8: the other-interface check is skipped\n");

@@ -30,6 +30,7 @@
 typedef struct http_pss {
     char *body;  /* LWS_PRE + len bytes, malloc'd; sent on the next HTTP_WRITEABLE */
     size_t len;
+    int head;    /* a HEAD request: the headers of the GET, no body */
 } http_pss;
 
 size_t http_pss_size(void) { return sizeof(http_pss); }
@@ -223,7 +224,9 @@ static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *u
 }
 
 static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
-    if (!lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI)) {
+    /* HEAD as every server must (RFC 9110 9.1): probes such as `wget --spider` send it */
+    pss->head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
+    if (!pss->head && !lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI)) {
         static const char na[] = "method not allowed\n";
         metrics_bad_input(s->metrics);
         return respond(wsi, pss, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", na, sizeof na - 1);
@@ -246,7 +249,7 @@ static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
 
 static int on_writeable(struct lws *wsi, http_pss *pss) {
     if (!pss->body) return 0;
-    int n = lws_write(wsi, (unsigned char *)pss->body + LWS_PRE, pss->len, LWS_WRITE_HTTP_FINAL);
+    int n = pss->head ? (int)pss->len : lws_write(wsi, (unsigned char *)pss->body + LWS_PRE, pss->len, LWS_WRITE_HTTP_FINAL);
     free(pss->body);
     pss->body = NULL;
     if (n < (int)pss->len) return -1;
