@@ -7,7 +7,9 @@
  * opened with ?token= receives gets through. A conversation's WebSocket upgrade is refused
  * without a key and reaches its handshake with one (header or ?token=). Refusals are counted
  * in /metrics. SIGHUP reloads the file: a removed key stops working, a new one starts. No key
- * ever appears in the log, and the server exits cleanly on SIGTERM. */
+ * ever appears in the log, and the server exits cleanly on SIGTERM. The key cookie is Secure
+ * when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto: https says so (a
+ * direct client's is not believed). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -73,6 +75,27 @@ static int raw_status(const char *request) {
         sscanf(reply, "HTTP/1.%*d %d", &status);
     close(fd);
     return status;
+}
+
+/* Whether the key cookie a page opened with ?token= receives is Secure, its request carrying
+ * X-Forwarded-Proto: proto (or none when NULL): 1 yes, 0 no, -1 no cookie. */
+static int cookie_secure(const char *proto) {
+    char request[256], reply[2048] = "";
+    snprintf(request, sizeof request, "GET /?token=gamma-key-3 HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
+             proto ? "X-Forwarded-Proto: " : "", proto ? proto : "", proto ? "\r\n" : "");
+    int fd = sp_connect(g_srv.port, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t got = write(fd, request, strlen(request)) == (ssize_t)strlen(request) ? read(fd, reply, sizeof reply - 1) : -1;
+    close(fd);
+    if (got <= 0) return -1;
+    reply[got] = '\0';
+    const char *cookie = strstr(reply, "\r\nSet-Cookie: pp_token=");
+    if (!cookie) return -1;
+    const char *eol = strstr(cookie + 2, "\r\n");
+    const char *secure = strstr(cookie, "; Secure");
+    return secure && (!eol || secure < eol);
 }
 
 #define UPGRADE(path, protocol)                                                                                       \
@@ -154,10 +177,25 @@ int main(int argc, char **argv) {
     TEST_COND("SIGHUP: the removed key is refused", status("/api/voices", "Bearer alpha-key-1") == 401);
     TEST_COND("no key in the log", sh_log_count(&g_srv, "alpha-key-1") == 0 && sh_log_count(&g_srv, "beta-key-2") == 0 &&
                                        sh_log_count(&g_srv, "gamma-key-3") == 0);
+    TEST_COND("plain HTTP: the key cookie is not Secure", cookie_secure(NULL) == 0);
+    TEST_COND("... nor when a client (no proxy here) claims X-Forwarded-Proto: https", cookie_secure("https") == 0);
     wc_shutdown();
     int st = sh_stop(&g_srv);
     TEST_COND("clean exit", st == 0);
     sh_cleanup(&g_srv, st != 0 || test_failed);
+
+    /* Behind a TLS-terminating proxy the page came over https: the cookie must be Secure, or the
+     * browser sends the key in clear to the same host's http:// (the proxy's redirect). */
+    const char *proxied[] = {"--api-keys", keys, "--behind-proxy", NULL};
+    if (sh_start(&g_srv, argv[1], 0, proxied) != 0) TEST_COND("server behind a proxy starts", 0);
+    else {
+        TEST_COND("--behind-proxy, X-Forwarded-Proto: https: the key cookie is Secure", cookie_secure("https") == 1);
+        TEST_COND("--behind-proxy, X-Forwarded-Proto: http: not Secure", cookie_secure("http") == 0);
+        wc_shutdown();
+        st = sh_stop(&g_srv);
+        TEST_COND("clean exit behind a proxy", st == 0);
+        sh_cleanup(&g_srv, st != 0 || test_failed);
+    }
     unlink(keys);
     return test_report();
 }

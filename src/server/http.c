@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 typedef struct http_pss {
@@ -199,14 +200,30 @@ static int static_path(const server *s, const char *uri, char *out, size_t cap) 
     return stat(real, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
 }
 
+/* Whether the browser reached us over TLS: ours, or (--behind-proxy) the proxy's, as its
+ * X-Forwarded-Proto says (the shipped nginx.conf sends it). */
+static int browser_on_tls(server *s, struct lws *wsi) {
+    if (lws_is_ssl(wsi)) return 1;
+#if defined(LWS_WITH_CUSTOM_HEADERS)
+    static const char name[] = "x-forwarded-proto:";
+    char proto[16];
+    if (s->opt->behind_proxy && lws_hdr_custom_copy(wsi, proto, sizeof proto, name, (int)sizeof name - 1) > 0)
+        return strcasecmp(proto, "https") == 0;
+#else
+    (void)s;
+#endif
+    return 0;
+}
+
 /* A page opened with ?token= gets the key as a cookie, so its assets and its WebSocket carry it
- * (a browser cannot set headers on a WebSocket). */
-static int token_cookie(struct lws *wsi, char *out, size_t cap) {
+ * (a browser cannot set headers on a WebSocket). Secure when the page came over TLS, so that the
+ * browser never sends the key over plain HTTP (to the proxy's port-80 redirect, say). */
+static int token_cookie(server *s, struct lws *wsi, char *out, size_t cap) {
     char arg[APIKEYS_MAX_KEY + 8];
     const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* past "token=" */
     if (!token) return 0;
     int n = snprintf(out, cap, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict%s\r\n", APIKEYS_COOKIE, token,
-                     lws_is_ssl(wsi) ? "; Secure" : "");
+                     browser_on_tls(s, wsi) ? "; Secure" : "");
     return n > 0 && (size_t)n < cap ? n : 0;
 }
 
@@ -216,7 +233,7 @@ static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *u
         static const char nf[] = "not found\n";
         return respond(wsi, pss, HTTP_STATUS_NOT_FOUND, "text/plain; charset=utf-8", nf, sizeof nf - 1);
     }
-    int extra = set_cookie ? token_cookie(wsi, cookie, sizeof cookie) : 0;
+    int extra = set_cookie ? token_cookie(s, wsi, cookie, sizeof cookie) : 0;
     int n = lws_serve_http_file(wsi, path, mime_type(path), extra ? cookie : NULL, extra);
     if (n < 0) return -1;
     if (n > 0 && lws_http_transaction_completed(wsi)) return -1;

@@ -133,7 +133,8 @@ static const opt_spec g_opts[] = {
      "address from X-Real-IP or X-Forwarded-For instead of the proxy's (for logs only), and "
      "refuse a chat upgrade with HTTP 503 rather than an 0x05 message when no conversation can "
      "start now (loading, full, draining), so the proxy retries another instance (nginx: "
-     "proxy_next_upstream http_503). Never set it when clients reach the server directly."},
+     "proxy_next_upstream http_503); an X-Forwarded-Proto of https makes the API-key cookie "
+     "Secure. Never set it when clients reach the server directly."},
     {"api-keys", "FILE", OPT_STRING, F(api_keys), 0, 0, NULL, NULL,
      "Require a key on every endpoint but /health and /health/live: FILE holds one key per line "
      "(blank lines and # comments ignored) and is read again on SIGHUP. A client presents one as "
