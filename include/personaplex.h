@@ -206,7 +206,8 @@ int pp_session_shares_prompt(const pp_session *a, const pp_session *b);
 
 /* One conversation frame: pcm_in (1920 samples) -> pcm_out (1920 samples). piece receives the
  * frame's text piece as UTF-8 ("" for the padding ids 0 and 3, "▁" already turned into a
- * space). times (may be NULL) receives the stage timings. */
+ * space; a character the tokenizer spells in byte-fallback ids comes whole with its last byte,
+ * "" before). times (may be NULL) receives the stage timings. */
 int pp_session_step(pp_session *s, const float *pcm_in, float *pcm_out, char piece[PP_SESSION_PIECE_MAX],
                     pp_step_times *times, char *err);
 

@@ -52,7 +52,7 @@ static int attn_span(int n, int n_heads, int keys) {
 template <int FMT>
 __global__ void __launch_bounds__(PK_ATTN_THREADS)
     pk_kv_store_rows_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring r,
-                            const int32_t *__restrict__ pos) {
+                            const int64_t *__restrict__ pos) {
     __shared__ float red[32];
     const int h = blockIdx.x, n_heads = gridDim.x, row = blockIdx.y;
     const float *q = qkv + (size_t)row * 3 * n_heads * head_dim;
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS)
 template <int FMT, int VPL, bool AHEAD>
 __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
     pk_attn_split_kernel(const float *__restrict__ qkv, int head_dim, pk_rope rope, pk_kv_ring one,
-                         const pk_kv_ring *const *__restrict__ tables, int layer, const int32_t *__restrict__ pos,
+                         const pk_kv_ring *const *__restrict__ tables, int layer, const int64_t *__restrict__ pos,
                          float *__restrict__ part, unsigned *__restrict__ tickets, float *__restrict__ out, int span,
                          pk_next nx) {
     const pk_kv_ring r = tables ? tables[blockIdx.z][layer] : one;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(PK_ATTN_THREADS, PK_ATTN_MIN_BLOCKS(VPL))
 
 template <int FMT, bool AHEAD>
 static void launch(const float *qkv, int n, int n_heads, int head_dim, pk_rope rope, const pk_kv_ring *one,
-                   const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *ws, unsigned *tickets,
+                   const pk_kv_ring *const *tables, int layer, const int64_t *pos, float *ws, unsigned *tickets,
                    float *out, const pk_next &nx, int keys, cudaStream_t stream) {
     const int span = attn_span(n, n_heads, keys);
     dim3 grid((unsigned)n_heads, (unsigned)attn_splits(keys, span), (unsigned)n);
@@ -106,7 +106,7 @@ extern "C" size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capaci
 }
 
 extern "C" int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period,
-                            const pk_kv_ring *ring, const pk_kv_ring *const *tables, int layer, const int32_t *pos,
+                            const pk_kv_ring *ring, const pk_kv_ring *const *tables, int layer, const int64_t *pos,
                             float *out, float *ws, unsigned *tickets, const pk_next *next, cudaStream_t stream) {
     if (head_dim > PK_ATTN_MAX_DIM || head_dim <= 0 || n_heads <= 0 || ring->capacity <= 0 || ring->window <= 0 ||
         n <= 0 || (!tables && n > ring->capacity) ||

@@ -297,7 +297,7 @@ template <int FMT, int VPL, int KEYS> struct pk_attn_group {
 template <int FMT, int VPL, bool FRESH, int WARPS, bool AHEAD>
 __device__ __forceinline__ bool
 pk_attn_block(const float *__restrict__ qkv, int head_dim, const pk_rope &rope, const pk_kv_ring &r,
-              const int32_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
+              const int64_t *__restrict__ pos, float *__restrict__ part, unsigned *__restrict__ tickets,
               float *__restrict__ out, int h, int n_heads, int split, int n_splits, int span, int row, bool store) {
     __shared__ float wm[WARPS], wl[WARPS];
     __shared__ float wo[WARPS][PK_ATTN_MAX_DIM];

@@ -573,7 +573,7 @@ struct pk_attn_after {
     pk_kv_ring one;
     const pk_kv_ring *const *tables;
     int layer;
-    const int32_t *pos;
+    const int64_t *pos;
     float *out;
     unsigned *counts;
 };

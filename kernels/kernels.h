@@ -134,7 +134,7 @@ size_t pk_attn_workspace(int n, int n_heads, int head_dim, int capacity);
  * (qkv left as is). tickets: n·n_heads device counters, zero before the call and left zero after
  * it (the splits' merge draws from them). */
 int pk_attn_rows(const float *qkv, int n, int n_heads, int head_dim, float rope_period, const pk_kv_ring *ring,
-                 const pk_kv_ring *const *tables, int layer, const int32_t *pos, float *out, float *ws,
+                 const pk_kv_ring *const *tables, int layer, const int64_t *pos, float *out, float *ws,
                  unsigned *tickets, const pk_next *next, cudaStream_t stream);
 
 /* A head's attention run by the product that computes its q, k and v (gemv.cu): where that
@@ -147,7 +147,7 @@ typedef struct pk_attn_args {
     pk_kv_ring ring; /* as pk_attn_rows' ring, tables, layer, pos, out */
     const pk_kv_ring *const *tables;
     int layer;
-    const int32_t *pos;
+    const int64_t *pos;
     float *out;
     unsigned *counts; /* [n·n_heads] device counters, zero before and left zero */
 } pk_attn_args;

@@ -563,14 +563,15 @@ static void test_hand_over(pp_wformat fmt, int group, int np2, int nested, const
         for (int i = 0; i < 8; i++) twin_free(t[i]);
     }
     pp_kv_ring rc = ring_make(cpu, PP_KV_INT8, CAP, D, HEADS), rg = ring_make(gpu, PP_KV_INT8, CAP, D, HEADS);
-    int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t)), *posg = gpu->ops->alloc(gpu, sizeof(int32_t));
+    int64_t *posc = cpu->ops->alloc(cpu, sizeof(int64_t)), *posg = gpu->ops->alloc(gpu, sizeof(int64_t));
     twin att = twin_rand(D, 0), x = twin_rand(D, 1.0f);
     double worst = 0;
     int launches_ok = 1;
     for (int s = 0; s < STEPS; s++) {
         twin qkv = twin_rand(3 * D, 1.0f);
-        cpu->ops->upload(cpu, posc, &s, sizeof s);
-        gpu->ops->upload(gpu, posg, &s, sizeof s);
+        const int64_t pos = s;
+        cpu->ops->upload(cpu, posc, &pos, sizeof pos);
+        gpu->ops->upload(gpu, posg, &pos, sizeof pos);
         cpu->ops->attn_rows(cpu, qkv.c, 1, HEADS, HD, 10000.0f, &rc, NULL, 0, posc, att.c);
         cpu->ops->matmul_add(cpu, &wo.c, att.c, 1, x.c);
         uint64_t nodes = gpu->ops->nodes_run(gpu);
@@ -600,21 +601,21 @@ static void test_hand_over(pp_wformat fmt, int group, int np2, int nested, const
  * off. */
 static void test_attn_rope(void) {
     const int d = 256, heads = 4, hd = 64;
-    const int32_t positions[] = {0, 17, 2999};
+    const int64_t positions[] = {0, 17, 2999};
     for (int i = 0; i < 3; i++) {
         pp_kv_ring rc = ring_make(cpu, PP_KV_F32, 4, d, heads), rg = ring_make(gpu, PP_KV_F32, 4, d, heads);
         rc.window = rg.window = 1;
-        int32_t *pc = cpu->ops->alloc(cpu, sizeof(int32_t)), *pg = gpu->ops->alloc(gpu, sizeof(int32_t));
-        cpu->ops->upload(cpu, pc, &positions[i], sizeof(int32_t));
-        gpu->ops->upload(gpu, pg, &positions[i], sizeof(int32_t));
+        int64_t *pc = cpu->ops->alloc(cpu, sizeof(int64_t)), *pg = gpu->ops->alloc(gpu, sizeof(int64_t));
+        cpu->ops->upload(cpu, pc, &positions[i], sizeof(int64_t));
+        gpu->ops->upload(gpu, pg, &positions[i], sizeof(int64_t));
         twin qkv = twin_rand(3 * (size_t)d, 1.0f), out = twin_rand((size_t)d, 0);
         cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, 10000.0f, &rc, NULL, 0, pc, out.c);
         gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, 10000.0f, &rg, NULL, 0, pg, out.g);
         char what[80];
-        snprintf(what, sizeof what, "attn_rows rope, pos %d: stored key", positions[i]);
+        snprintf(what, sizeof what, "attn_rows rope, pos %lld: stored key", (long long)positions[i]);
         size_t slot = (size_t)(positions[i] % 4) * d;
         compare(what, (const float *)rg.k + slot, (const float *)rc.k + slot, (size_t)d, ELEM);
-        snprintf(what, sizeof what, "attn_rows rope, pos %d: output", positions[i]);
+        snprintf(what, sizeof what, "attn_rows rope, pos %lld: output", (long long)positions[i]);
         compare(what, out.g, out.c, (size_t)d, ELEM);
         twin_free(&qkv);
         twin_free(&out);
@@ -632,12 +633,13 @@ static void test_attn(int capacity, int steps, int heads, int hd, pp_kv_format f
     int dim = heads * hd;
     pp_kv_ring rc = ring_make(cpu, fmt, capacity, dim, heads), rg = ring_make(gpu, fmt, capacity, dim, heads);
     twin out = twin_rand((size_t)dim, 0);
-    int32_t *pc = cpu->ops->alloc(cpu, 4), *pg = gpu->ops->alloc(gpu, 4);
+    int64_t *pc = cpu->ops->alloc(cpu, sizeof(int64_t)), *pg = gpu->ops->alloc(gpu, sizeof(int64_t));
     double worst = 0;
     for (int s = 0; s < steps; s++) {
         twin qkv = twin_rand(3 * (size_t)dim, 1.0f);
-        cpu->ops->upload(cpu, pc, &s, 4);
-        gpu->ops->upload(gpu, pg, &s, 4);
+        const int64_t pos = s;
+        cpu->ops->upload(cpu, pc, &pos, sizeof pos);
+        gpu->ops->upload(gpu, pg, &pos, sizeof pos);
         cpu->ops->attn_rows(cpu, qkv.c, 1, heads, hd, 0.0f, &rc, NULL, 0, pc, out.c);
         gpu->ops->attn_rows(gpu, qkv.g, 1, heads, hd, 0.0f, &rg, NULL, 0, pg, out.g);
         double e = result_nmse(out.g, out.c, (size_t)dim);
@@ -688,12 +690,12 @@ static void test_attn_rows(pp_kv_format fmt, int cap, float rope, int heads) {
     const pp_kv_ring **pc = cpu->ops->alloc(cpu, sizeof tc), **pg = gpu->ops->alloc(gpu, sizeof tg);
     cpu->ops->upload(cpu, pc, tc, sizeof tc);
     gpu->ops->upload(gpu, pg, tg, sizeof tg);
-    int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t) * ROWS_ATTN),
-            *posg = gpu->ops->alloc(gpu, sizeof(int32_t) * ROWS_ATTN);
+    int64_t *posc = cpu->ops->alloc(cpu, sizeof(int64_t) * ROWS_ATTN),
+            *posg = gpu->ops->alloc(gpu, sizeof(int64_t) * ROWS_ATTN);
     twin out = twin_rand((size_t)ROWS_ATTN * DIM, 0);
     double worst = 0;
     for (int s = 0; s < STEPS; s++) {
-        int32_t pos[ROWS_ATTN] = {s, s + 13, 3 * s + (cap > 70 ? cap - 70 : 0)}; /* the third wraps its ring */
+        int64_t pos[ROWS_ATTN] = {s, s + 13, 3 * s + (cap > 70 ? cap - 70 : 0)}; /* the third wraps its ring */
         cpu->ops->upload(cpu, posc, pos, sizeof pos);
         gpu->ops->upload(gpu, posg, pos, sizeof pos);
         twin qkv = twin_rand((size_t)ROWS_ATTN * 3 * DIM, 1.0f);
@@ -768,16 +770,16 @@ static void test_attn_prefill(pp_kv_format fmt, int cap, int window, float rope,
     enum { HEADS = 2, HD = 64, DIM = HEADS * HD };
     pp_kv_ring rc = ring_make(cpu, fmt, cap, DIM, HEADS), rg = ring_make(gpu, fmt, cap, DIM, HEADS);
     rc.window = rg.window = window;
-    int32_t *pc = cpu->ops->alloc(cpu, sizeof(int32_t) * rows), *pg = gpu->ops->alloc(gpu, sizeof(int32_t) * rows);
+    int64_t *pc = cpu->ops->alloc(cpu, sizeof(int64_t) * rows), *pg = gpu->ops->alloc(gpu, sizeof(int64_t) * rows);
     twin out = twin_rand((size_t)rows * DIM, 0);
     double worst = 0;
     int one_call = 0, row_by_row = 0, launches_ok = 1;
     for (int s = 0; s <= passes; s++) {
         const int first = s * rows, last_pass = s == passes;
-        int32_t pos[64];
+        int64_t pos[64];
         for (int i = 0; i < rows; i++) pos[i] = first + i;
-        cpu->ops->upload(cpu, pc, pos, sizeof(int32_t) * rows);
-        gpu->ops->upload(gpu, pg, pos, sizeof(int32_t) * rows);
+        cpu->ops->upload(cpu, pc, pos, sizeof(int64_t) * rows);
+        gpu->ops->upload(gpu, pg, pos, sizeof(int64_t) * rows);
         const int fits = pp_kv_ring_takes_rows(&rg, first, rows);
         if (last_pass && fits) break; /* a window short enough that every pass fits */
         twin qkv = twin_rand((size_t)rows * 3 * DIM, 1.0f);
@@ -855,16 +857,16 @@ static void test_attend_in_product(int heads, int hd, float rope, int rows, int 
         const pp_kv_ring **pc = cpu->ops->alloc(cpu, sizeof tc), **pg = gpu->ops->alloc(gpu, sizeof tg);
         cpu->ops->upload(cpu, pc, tc, sizeof tc);
         gpu->ops->upload(gpu, pg, tg, sizeof tg);
-        int32_t *posc = cpu->ops->alloc(cpu, sizeof(int32_t) * n), *posg = gpu->ops->alloc(gpu, sizeof(int32_t) * n);
+        int64_t *posc = cpu->ops->alloc(cpu, sizeof(int64_t) * n), *posg = gpu->ops->alloc(gpu, sizeof(int64_t) * n);
         twin a = twin_rand((size_t)dim, 1.0f), hn = twin_rand((size_t)n * dim, 0);
         twin qkv = twin_rand((size_t)n * 3 * dim, 0), out = twin_rand((size_t)n * dim, 0);
         double worst = 0;
         int one_launch = 1;
         for (int s = 0; s < STEPS; s++) {
-            int32_t pos[ROWS_FUSED_MAX];
+            int64_t pos[ROWS_FUSED_MAX];
             for (int i = 0; i < n; i++) pos[i] = (i + 1) * s + 5 * i; /* every row at its own position */
-            cpu->ops->upload(cpu, posc, pos, sizeof(int32_t) * n);
-            gpu->ops->upload(gpu, posg, pos, sizeof(int32_t) * n);
+            cpu->ops->upload(cpu, posc, pos, sizeof(int64_t) * n);
+            gpu->ops->upload(gpu, posg, pos, sizeof(int64_t) * n);
             twin x = twin_rand((size_t)n * dim, 2.0f);
             const pp_kv_ring *const *tabc = n > 1 ? (const pp_kv_ring *const *)pc : NULL;
             const pp_kv_ring *const *tabg = n > 1 ? (const pp_kv_ring *const *)pg : NULL;

@@ -482,7 +482,7 @@ static void check_attn(cpu_simd simd, pp_kv_format fmt, int heads, int head_dim,
         out[v] = malloc(sizeof(float) * dim);
         uint64_t keep = rng;
         set_simd(v ? simd : CPU_SIMD_PORTABLE);
-        for (int32_t p = 0; p < fill; p++) { /* the same keys and values in both runs */
+        for (int64_t p = 0; p < fill; p++) { /* the same keys and values in both runs */
             for (size_t i = dim; i < 3 * dim; i++) qkv[i] = frand() * VALUE_MAX;
             be->ops->attn_rows(be, qkv, 1, heads, head_dim, 0.0f, &r, NULL, 0, &p, out[v]);
         }

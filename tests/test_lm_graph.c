@@ -139,7 +139,7 @@ static void w_matmul_add(pp_backend *be, const pp_weight *w, const float *x, int
     issue(be, (call){.op = OP_MATMUL_ADD, .p = {w, x}, .i = {n}, .out = y});
 }
 static void w_attn_rows(pp_backend *be, float *qkv, int n, int nh, int hd, float rope, const pp_kv_ring *ring,
-                        const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+                        const pp_kv_ring *const *tables, int layer, const int64_t *pos, float *out) {
     issue(be,
           (call){.op = OP_ATTN_ROWS, .p = {qkv, pos, ring, tables}, .i = {n, nh, hd, layer}, .f = rope, .out = out});
 }

@@ -251,6 +251,36 @@ static void test_reset_and_seeds(const pp_lm *lm) {
     pp_lmgen_destroy(h);
 }
 
+/* A conversation past 2^31 frames (1988 days): the frame counter jumps (pp_lmgen_skip) to just
+ * below it and greedy frames cross it. Positions were int32 in backend memory, so position 2^31
+ * became −2^31 and its key went to slot (size_t)(−2^31 mod 6), far outside the ring (a crash);
+ * now they are int64, as the reference's are unbounded. */
+static void test_position_limit(const pp_lm *lm) {
+    enum { FRAMES = 6 };
+    const int64_t target = ((int64_t)1 << 31) - 3; /* the first of FRAMES calls processes position 2^31 − 4 */
+    pp_lmgen *g = NULL;
+    char err[PP_ERR_LEN];
+    pp_lmgen_params p = greedy();
+    int32_t rec[FRAMES * 9];
+    int rc = pp_lmgen_create(lm, &p, &g, err);
+    if (!rc) rc = run(g, 2, rec, err);
+    if (!rc) rc = pp_lmgen_skip(g, target - pp_lmgen_offset(g), err);
+    int in_range = 1;
+    for (int t = 0; t < FRAMES && !rc; t++) {
+        int32_t u[8];
+        pp_lmgen_out out;
+        user_frame(t, u);
+        rc = pp_lmgen_step(g, u, &out, err);
+        in_range &= out.ready && out.text >= 0 && out.text < TEXT_CARD;
+        for (int i = 0; i < 8; i++) in_range &= out.agent[i] >= 0 && out.agent[i] < CARD;
+    }
+    if (rc) fprintf(stderr, "%s\n", err);
+    TEST_COND("frames at positions 2^31 - 4 .. 2^31 + 1 run", rc == PP_OK);
+    TEST_COND("the counter passes 2^31", g && pp_lmgen_offset(g) == target + FRAMES);
+    TEST_COND("tokens past 2^31 are in range", in_range);
+    pp_lmgen_destroy(g);
+}
+
 static void test_bad_input(const pp_lm *lm, const pp_lm *small) {
     pp_lmgen *g = NULL, *s = NULL;
     char err[PP_ERR_LEN];
@@ -296,6 +326,7 @@ int main(void) {
         test_first_calls(lm);
         test_prompts(lm);
         test_reset_and_seeds(lm);
+        test_position_limit(lm);
         test_bad_input(lm, small);
     }
     pp_lm_close(lm);

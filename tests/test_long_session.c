@@ -5,8 +5,8 @@
  *    over the whole history restricted to positions max(0, S−2998)..S; a naive window of 3000
  *    keys (current Moshi's rule) does not match from S = 2999 on, so the check can tell.
  * 2. RoPE at long-session positions (docs/model.md §3.3, docs/codec.md §10): the backend's angles
- *    are float32(pos)·freq in float32, bit for bit, at positions of an hour and more; angles in
- *    double would differ there, so the float32 rule is what this pins.
+ *    are float32(pos)·freq in float32, bit for bit, at positions of an hour and more (up to 3e9,
+ *    past int32); angles in double would differ there, so the float32 rule is what this pins.
  * 3. Positions keep growing: a generator on the small golden LM (context 6) runs 3100 frames,
  *    its offset is 3100 and every token stays in range.
  * 4. The demo model through the session API for 3100 conversation frames after its prompts (its
@@ -65,14 +65,14 @@ static void test_window(pp_backend *be) {
     float *kc = be->ops->alloc(be, (size_t)CAPACITY * DIM * sizeof(float));
     float *vc = be->ops->alloc(be, (size_t)CAPACITY * DIM * sizeof(float));
     float *qkv_d = be->ops->alloc(be, 3 * DIM * sizeof(float)), *out_d = be->ops->alloc(be, DIM * sizeof(float));
-    int32_t *pos_d = be->ops->alloc(be, sizeof(int32_t));
+    int64_t *pos_d = be->ops->alloc(be, sizeof(int64_t));
     double err_rule = 0, err_full = 0; /* vs the PersonaPlex window, vs a 3000-key window */
     for (int s = 0; s < STEPS; s++) {
         float qkv[3 * DIM], out[DIM], ref[DIM], full[DIM];
         for (int i = 0; i < 3 * DIM; i++) qkv[i] = uniform() * 2.0f;
         memcpy(k + (size_t)s * DIM, qkv + DIM, sizeof(float) * DIM);
         memcpy(v + (size_t)s * DIM, qkv + 2 * DIM, sizeof(float) * DIM);
-        int32_t pos = s;
+        int64_t pos = s;
         be->ops->upload(be, qkv_d, qkv, sizeof qkv);
         be->ops->upload(be, pos_d, &pos, sizeof pos);
         pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = CAPACITY, .window = CAPACITY - 1, .k = kc, .v = vc};
@@ -102,19 +102,20 @@ static void test_window(pp_backend *be) {
 /* The key attn_rows stores is the rotated one: a ring of one slot and window holds it. */
 static void test_rope(pp_backend *be) {
     enum { HD = 128 };
-    const int32_t positions[] = {2999, 90000, 360000, 1000000}; /* 4 min, 1 h, 4 h, 11 h of frames */
+    /* 4 min, 1 h, 4 h, 11 h of frames, and 7.6 years: past int32, which positions were */
+    const int64_t positions[] = {2999, 90000, 360000, 1000000, 3000000000};
     int exact = 1;
     double double_diff = 0;
     float *qkv_d = be->ops->alloc(be, 3 * HD * sizeof(float)), *out_d = be->ops->alloc(be, HD * sizeof(float));
     pp_kv_ring ring = {.fmt = PP_KV_F32, .capacity = 1, .window = 1};
     ring.k = be->ops->alloc(be, HD * sizeof(float));
     ring.v = be->ops->alloc(be, HD * sizeof(float));
-    int32_t *pos_d = be->ops->alloc(be, sizeof(int32_t));
+    int64_t *pos_d = be->ops->alloc(be, sizeof(int64_t));
     for (size_t n = 0; n < sizeof positions / sizeof positions[0]; n++) {
         float qkv[3 * HD], y[HD], *x = qkv + HD; /* the key */
         for (int i = 0; i < 3 * HD; i++) qkv[i] = uniform();
         be->ops->upload(be, qkv_d, qkv, sizeof qkv);
-        be->ops->upload(be, pos_d, &positions[n], sizeof(int32_t));
+        be->ops->upload(be, pos_d, &positions[n], sizeof(int64_t));
         be->ops->attn_rows(be, qkv_d, 1, 1, HD, 10000.0f, &ring, NULL, 0, pos_d, out_d);
         be->ops->download(be, y, ring.k, sizeof y);
         /* The reference's float32 formula, written out from the spec. */
@@ -128,7 +129,7 @@ static void test_rope(pp_backend *be) {
             double_diff = fmax(double_diff, fabs(x[2 * j] * cos(ad) - x[2 * j + 1] * sin(ad) - y[2 * j]));
         }
     }
-    printf("RoPE at positions up to 1e6: float32 angles bit-exact %d; double angles would differ by %.2e\n", exact,
+    printf("RoPE at positions up to 3e9: float32 angles bit-exact %d; double angles would differ by %.2e\n", exact,
            double_diff);
     TEST_COND("RoPE angles are float32(pos)*freq in float32 (bit-exact)", exact);
     TEST_COND("double-precision angles would differ at long positions", double_diff > 1e-3);

@@ -1,12 +1,15 @@
 /* test_spm: the demo tokenizer trains to the same bytes twice, loads from memory and from a
  * file, round-trips text through ids and pieces, wraps prompts as lm.md §6.3 says and
- * enforces the prompt length bound. */
+ * enforces the prompt length bound; byte-fallback pieces give their bytes, which pp_utf8_join
+ * joins into whole characters. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "test.h"
 #include "text/spm.h"
+#include "text/utf8.h"
 
 #define VOCAB 200
 
@@ -51,6 +54,62 @@ static void test_wrap(void) {
         if (w && strcmp(w, cases[i].out) != 0) fprintf(stderr, "  got \"%s\"\n", w);
         free(w);
     }
+}
+
+/* The demo model with the 256 byte-fallback pieces <0x00>..<0xFF> appended (ids vocab + byte,
+ * as the real tokenizer has them, which spells "’" U+2019 <0xE2> <0x80> <0x99>) and its
+ * trainer spec's byte_fallback set: serialized protobuf fields appended to a message merge
+ * into it. */
+static unsigned char *with_byte_pieces(const void *model, size_t len, size_t *out_len) {
+    enum { PIECE = 17 };
+    unsigned char *m = malloc(len + 256 * PIECE + 5);
+    if (!m) abort();
+    memcpy(m, model, len);
+    size_t n = len;
+    for (int byte = 0; byte < 256; byte++) {
+        /* pieces (field 1): {piece (1) = "<0xHH>", score (2) = 0.0f, type (3) = BYTE (6)} */
+        static const unsigned char head[] = {0x0a, PIECE - 2, 0x0a, 6};
+        static const unsigned char tail[] = {0x15, 0, 0, 0, 0, 0x18, 6};
+        char spelling[7];
+        snprintf(spelling, sizeof spelling, "<0x%02X>", byte);
+        memcpy(m + n, head, sizeof head), n += sizeof head;
+        memcpy(m + n, spelling, 6), n += 6;
+        memcpy(m + n, tail, sizeof tail), n += sizeof tail;
+    }
+    static const unsigned char spec[] = {0x12, 3, 0x98, 0x02, 1}; /* trainer_spec (2): byte_fallback (35) = true */
+    memcpy(m + n, spec, sizeof spec), n += sizeof spec;
+    *out_len = n;
+    return m;
+}
+
+/* Byte-fallback ids give their byte (they were sent as the spelling "<0xE2>"), and the session's
+ * joining hands on the character only once its last byte has come, whole. */
+static void check_byte_fallback(const void *model, size_t len, int vocab) {
+    char err[PP_ERR_LEN], piece[64];
+    size_t n;
+    unsigned char *m = with_byte_pieces(model, len, &n);
+    pp_spm *s = NULL;
+    TEST_COND("model with byte pieces loads", pp_spm_load_memory(&s, m, n, err) == 0 && s &&
+                                                  pp_spm_vocab_size(s) == vocab + 256);
+    static const unsigned char quote[3] = {0xe2, 0x80, 0x99};
+    int bytes_ok = 1;
+    for (int i = 0; s && i < 3; i++)
+        bytes_ok &= pp_spm_piece(s, vocab + quote[i], piece, sizeof piece, err) == 0 &&
+                    (unsigned char)piece[0] == quote[i] && !piece[1];
+    TEST_COND("a byte-fallback piece is its byte, not its spelling", bytes_ok);
+    pp_utf8_carry carry = {0};
+    char out[PP_UTF8_JOIN_MAX(8)];
+    size_t a = pp_utf8_join(&carry, "it\xe2", 3, out);
+    size_t b = pp_utf8_join(&carry, "\x80", 1, out + a);
+    size_t c = pp_utf8_join(&carry, "\x99s", 2, out + a + b);
+    TEST_COND("a character over three pieces comes whole with its last byte",
+              a == 2 && b == 0 && c == 4 && !memcmp(out, "it\xe2\x80\x99s", 6) && carry.len == 0);
+    size_t d = pp_utf8_join(&carry, "\xe2\x80", 2, out);
+    size_t e = pp_utf8_join(&carry, " x", 2, out + d);
+    TEST_COND("a character that never completes becomes U+FFFD per byte",
+              d == 0 && e == 8 && !memcmp(out, "\xef\xbf\xbd\xef\xbf\xbd x", 8));
+    pp_spm_free(s);
+    free(m);
 }
 
 static void test_model(void) {
@@ -141,6 +200,7 @@ static void test_model(void) {
                                   strstr(err, "/nonexistent/x.model") != NULL);
     TEST_COND("garbage model", pp_spm_load_memory(&s2, "not a model", 11, err) < 0 && !s2);
 
+    check_byte_fallback(m1, n1, VOCAB);
     pp_spm_free(s);
     free(m1);
 }

@@ -150,7 +150,7 @@ int bench_attn(int argc, char **argv) {
     float *qkv_host = malloc(sizeof(float) * 3 * dim * (size_t)rows);
     float *qkv = be->ops->alloc(be, sizeof(float) * 3 * dim * (size_t)rows);
     float *out = be->ops->alloc(be, sizeof(float) * dim * (size_t)rows);
-    int32_t *pos_host = malloc(sizeof(int32_t) * (size_t)rows), *pos = be->ops->alloc(be, sizeof(int32_t) * rows);
+    int64_t *pos_host = malloc(sizeof(int64_t) * (size_t)rows), *pos = be->ops->alloc(be, sizeof(int64_t) * rows);
     int rc = rings && qkv_host && qkv && out && pos_host && pos ? 0 : 1;
     for (size_t i = 0; !rc && i < 3 * dim * (size_t)rows; i++)
         qkv_host[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
@@ -164,7 +164,7 @@ int bench_attn(int argc, char **argv) {
         }
         for (int c = 0; c < n_ctx && !rc; c++) {
             for (int r = 0; r < rows; r++) pos_host[r] = contexts[c] - 1; /* the query sees keys 0..pos */
-            be->ops->upload(be, pos, pos_host, sizeof(int32_t) * rows);
+            be->ops->upload(be, pos, pos_host, sizeof(int64_t) * rows);
             double t[MAX_FRAMES];
             for (int fr = 0; fr <= frames; fr++) { /* the first warms up, untimed */
                 double t0 = bench_now();

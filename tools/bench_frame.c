@@ -200,7 +200,8 @@ typedef struct lm {
     const pp_weight *inputs[DEP_Q + 1]; /* the input's tables as the model sums them, text last */
     int input_rows[DEP_Q + 1];          /* and their ids' rows: ids [17] holds the audio streams, then text */
     float *out_norm, *x, *h, *dx, *logits;
-    int32_t *pos, *dep_pos, *ids, *tokens; /* ids: the input column; tokens: the frame's [1+DEP_Q] */
+    int64_t *pos, *dep_pos;
+    int32_t *ids, *tokens; /* ids: the input column; tokens: the frame's [1+DEP_Q] */
     pp_sample_param *params;               /* [2]: text, audio */
     int dep_steps;                         /* depformer steps run per frame */
 } lm;
@@ -319,8 +320,8 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
     m->h = bench_rand_buffer(be, &s->rng, (size_t)d->dim, 0);
     m->dx = bench_rand_buffer(be, &s->rng, (size_t)d->dep_dim, 0);
     m->logits = bench_rand_buffer(be, &s->rng, (size_t)nlog, 0);
-    m->pos = be->ops->alloc(be, sizeof(int32_t));
-    m->dep_pos = be->ops->alloc(be, DEP_Q * sizeof(int32_t));
+    m->pos = be->ops->alloc(be, sizeof(int64_t));
+    m->dep_pos = be->ops->alloc(be, DEP_Q * sizeof(int64_t));
     m->ids = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
     m->tokens = be->ops->alloc(be, (DEP_Q + 1) * sizeof(int32_t));
     m->params = be->ops->alloc(be, 2 * sizeof(pp_sample_param));
@@ -330,7 +331,7 @@ static int lm_build(synth *s, pp_wformat fmt, pp_kv_format kv, const dims *d, in
         return pp_fail(err, PP_ENOMEM, "bench frame: out of backend memory for the LM state");
     const pp_kv_ring *tables[2] = {m->tc.table, m->dc.table};
     be->ops->upload(be, m->tables, tables, sizeof tables);
-    int32_t steps[DEP_Q];
+    int64_t steps[DEP_Q];
     for (int k = 0; k < DEP_Q; k++) steps[k] = k;
     be->ops->upload(be, m->dep_pos, steps, sizeof steps);
     return PP_OK;
@@ -411,7 +412,7 @@ static void sum_stages(frame_cost *fc) {
  * recorded frame (a CUDA graph once recorded, as the server runs it), every token drawn and fed
  * back in backend memory, the frame's tokens downloaded once at the end; marks the temporal
  * part and the depformer part (a sync between them splits the two). */
-static int lm_frame(lm *m, int32_t pos, int32_t prev_text, meter *mt, frame_cost *fc, char *err) {
+static int lm_frame(lm *m, int64_t pos, int32_t prev_text, meter *mt, frame_cost *fc, char *err) {
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
     int32_t ids[DEP_Q + 1], tokens[DEP_Q + 1];
@@ -537,11 +538,11 @@ static int time_prompt(lm *m, int runs, double *ms, uint64_t *nodes, char *err) 
     if (rc) return rc;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     float *x = bench_rand_buffer(be, &rng, (size_t)N * (size_t)m->d.dim, 1.0f);
-    int32_t *pos = be->ops->alloc(be, N * sizeof(int32_t));
+    int64_t *pos = be->ops->alloc(be, N * sizeof(int64_t));
     if (x && pos) {
         double per_frame[PROMPT_RUNS];
         for (int r = 0; r < runs; r++) {
-            int32_t p[N];
+            int64_t p[N];
             for (int i = 0; i < N; i++) p[i] = r * N + i;
             be->ops->upload(be, pos, p, sizeof p);
             uint64_t n0 = nodes_now(be);

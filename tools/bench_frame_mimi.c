@@ -34,7 +34,7 @@ typedef struct tlayer {
 
 typedef struct tstack {
     tlayer l[LAYERS];
-    int32_t *pos; /* backend [2]: this call's two positions */
+    int64_t *pos; /* backend [2]: this call's two positions */
     int32_t next;
 } tstack;
 
@@ -98,7 +98,7 @@ static int tstack_init(bench_mimi *m, tstack *s) {
         if (!rc && (!(l->k = rbuf(m, (size_t)CONTEXT * D, 0)) || !(l->v = rbuf(m, (size_t)CONTEXT * D, 0))))
             rc = PP_ENOMEM;
     }
-    if (!rc && !(s->pos = m->be->ops->alloc(m->be, 2 * sizeof(int32_t)))) rc = PP_ENOMEM;
+    if (!rc && !(s->pos = m->be->ops->alloc(m->be, 2 * sizeof(int64_t)))) rc = PP_ENOMEM;
     return rc;
 }
 
@@ -229,7 +229,7 @@ static void resblock(bench_mimi *m, float *x, int ch, int t) {
 static void transformer(bench_mimi *m, tstack *s, float *x) {
     pp_backend *be = m->be;
     const pp_backend_ops *op = be->ops;
-    int32_t pos[2] = {s->next, s->next + 1};
+    int64_t pos[2] = {s->next, s->next + 1};
     s->next += 2;
     op->upload(be, s->pos, pos, sizeof pos);
     op->transpose(be, x, 1, D, 2, m->xt);

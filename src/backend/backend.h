@@ -130,8 +130,10 @@ typedef struct pp_backend_ops {
     void (*add)(pp_backend *be, float *y, const float *x, size_t count);
 
     /* ---- LM operations (model/transformer.c, model/lm.c) ---- */
-    /* Positions are int32 in backend memory so a captured frame (CUDA graph) keeps fixed
-     * arguments; the host uploads them before the frame. */
+    /* Positions are int64 in backend memory (the host uploads them before the frame, so a
+     * captured frame (CUDA graph) keeps fixed arguments): a conversation's frame count has no
+     * limit in the reference, and int32 wrapped negative after 2^31 frames (1988 days at 12.5 Hz,
+     * 994 at the codec's 25 Hz), where pos mod capacity indexed outside the ring. */
 
     /* y[i] = x[i] · alpha · 1/sqrt(eps + mean(x[i]²)) for i < n rows of d (RMSNorm, fp32
      * statistics; y may equal x). alpha is [d]. */
@@ -142,7 +144,7 @@ typedef struct pp_backend_ops {
     void (*norm_matmul)(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
                         const pp_weight *w, float *y);
     /* One query per row against a ring KV cache of any pp_kv_format: for each of n rows (qkv
-     * [n][3][n_heads·head_dim]: q, k, v; pos [n] int32), when rope > 0 the row's q and k heads
+     * [n][3][n_heads·head_dim]: q, k, v; pos [n] int64), when rope > 0 the row's q and k heads
      * get the interleaved rotary embedding first (pair (2j, 2j+1) of a head rotated by
      * pos · rope^(−2j/head_dim), the angle formed in fp32 as the reference does: freq_j =
      * exp(j·c) with c = −2·ln(rope)/head_dim rounded to fp32, angle = freq_j·pos); qkv's q and k
@@ -160,7 +162,7 @@ typedef struct pp_backend_ops {
      * layer (every row shares its format, capacity and window). One launch for the batch on a
      * device. */
     void (*attn_rows)(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
-                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
+                      const pp_kv_ring *const *tables, int layer, const int64_t *pos, float *out);
     /* The gated FFN's output product and its residual add: y[n][w.rows] += m · wᵀ with
      * m[i][j] = silu(u[i][j]) · u[i][hidden + j] for n rows of u [2·hidden], hidden = w.cols. One
      * operation, so a device can form m on the way into the product. */

@@ -105,7 +105,7 @@ void pp_cpu_rmsnorm(pp_backend *be, const float *x, const float *alpha, int n, i
 void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int n, int d, float eps, float *h,
                         const pp_weight *w, float *y);
 void pp_cpu_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
-                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out);
+                      const pp_kv_ring *const *tables, int layer, const int64_t *pos, float *out);
 void pp_cpu_silu_mul(pp_backend *be, const float *u, int n, int hidden, float *y);
 
 /* cpu_codec.c */

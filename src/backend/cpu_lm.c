@@ -28,7 +28,7 @@ void pp_cpu_norm_matmul(pp_backend *be, const float *x, const float *alpha, int 
 
 /* Interleaved rotary embedding, in place, on n rows of x (row i starts at x + i·stride), each
  * n_heads heads of head_dim at position pos[i] (attn_rows's rope). */
-static void rope_rows(float *x, int n, int stride, int n_heads, int head_dim, const int32_t *pos, float max_period) {
+static void rope_rows(float *x, int n, int stride, int n_heads, int head_dim, const int64_t *pos, float max_period) {
     int half = head_dim / 2;
     /* The reference forms freq_j = exp(j·c) with c rounded to fp32, then angle = freq_j·t in fp32. */
     float c = (float)(-log((double)max_period) * 2.0 / head_dim);
@@ -146,7 +146,7 @@ static void attn_head(void *ctx, int h) {
 
 /* One row of attn_rows against its ring. */
 static void attn_row(pp_backend *be, const float *qkv, int n_heads, int head_dim, const pp_kv_ring *ring,
-                     const int32_t *pos, float *out) {
+                     const int64_t *pos, float *out) {
     int dim = n_heads * head_dim;
     int64_t s = pos[0];
     size_t slot = (size_t)(s % ring->capacity);
@@ -167,7 +167,7 @@ static void attn_row(pp_backend *be, const float *qkv, int n_heads, int head_dim
 }
 
 void pp_cpu_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope, const pp_kv_ring *ring,
-                      const pp_kv_ring *const *tables, int layer, const int32_t *pos, float *out) {
+                      const pp_kv_ring *const *tables, int layer, const int64_t *pos, float *out) {
     size_t dim = (size_t)n_heads * head_dim;
     /* q and k at once: the k heads follow the q heads in each row */
     if (rope > 0) rope_rows(qkv, n, 3 * (int)dim, 2 * n_heads, head_dim, pos, rope);

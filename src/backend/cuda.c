@@ -68,7 +68,7 @@ typedef struct held_op {
     int n_heads, head_dim, layer;
     pk_kv_ring ring;
     const pk_kv_ring *const *tables;
-    const int32_t *pos;
+    const int64_t *pos;
 } held_op;
 
 /* A product's shape as far as the kernel choice goes (many: more than PK_GEMV_MAX_BATCH inputs). */
@@ -679,7 +679,7 @@ static pk_kv_ring to_pk_ring(const pp_kv_ring *r) {
  * depformer's) and writes this attention's qkv, its blocks run the attention as they complete each
  * head's q, k and v (pk_norm_matmul_attn): one launch for both. Returns 1 when it did. */
 static int attend_in_product(cuda_ctx *c, float *qkv, int n, int n_heads, int head_dim, float rope,
-                             const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
+                             const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int64_t *pos,
                              float *out) {
     held_op *h = &c->held;
     if (!c->hand_over || h->kind != HELD_MATMUL || !h->alpha || h->y != qkv || h->n != n || h->has_in) return 0;
@@ -705,7 +705,7 @@ static int attend_in_product(cuda_ctx *c, float *qkv, int n, int n_heads, int he
 }
 
 static void cuda_attn_rows(pp_backend *be, float *qkv, int n, int n_heads, int head_dim, float rope,
-                           const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int32_t *pos,
+                           const pp_kv_ring *ring, const pp_kv_ring *const *tables, int layer, const int64_t *pos,
                            float *out) {
     cuda_ctx *c = ctx_of(be);
     if (attend_in_product(c, qkv, n, n_heads, head_dim, rope, ring, tables, layer, pos, out)) return;

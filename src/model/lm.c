@@ -45,7 +45,7 @@ struct pp_lm_work {
     pp_tf_cache **dep_rows, **tmp_rows;  /* host [rows]: ring pointers handed to pp_tf_forward */
     const pp_kv_ring **dep_tables;       /* backend [rows]: each row's depformer ring table */
     float *x, *h, *dx, *logits, *layer_out; /* backend [rows][...] */
-    int32_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
+    int64_t *dep_pos;                    /* backend [dep_q][rows]: step k in every row of block k */
     /* A frame's inputs: one backend block `in`, staged whole in host_in and sent in one upload
      * before the frame: tables [rows] (each row's temporal ring table), params [2][rows] (text,
      * audio), pos [rows] (the temporal positions), ids [17][rows] (the input columns), forced
@@ -54,7 +54,8 @@ struct pp_lm_work {
     size_t in_bytes;
     const pp_kv_ring **tables, **host_tables;
     pp_sample_param *params, *host_params;
-    int32_t *pos, *host_pos, *ids, *host_ids, *forced, *host_forced;
+    int64_t *pos, *host_pos;
+    int32_t *ids, *host_ids, *forced, *host_forced;
     int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
     /* The frame the backend may record (run_recorded): its key names this shape of it. */
     uint64_t key;
@@ -388,7 +389,8 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->dep_rows = calloc(n, sizeof *w->dep_rows);
     w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
     w->in_bytes =
-        n * sizeof(pp_kv_ring *) + 2 * n * sizeof(pp_sample_param) + n * (1 + PP_LM_STREAMS + nt) * sizeof(int32_t);
+        n * sizeof(pp_kv_ring *) + 2 * n * sizeof(pp_sample_param) + n * sizeof(int64_t) +
+        n * (PP_LM_STREAMS + nt) * sizeof(int32_t);
     w->host_in = calloc(1, w->in_bytes);
     w->key_ctx = calloc(n, sizeof *w->key_ctx);
     w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
@@ -396,7 +398,7 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->dx = be->ops->alloc(be, n * cfg->dep_dim * sizeof(float));
     w->logits = be->ops->alloc(be, n * nlog * sizeof(float));
     w->layer_out = be->ops->alloc(be, n * cfg->num_layers * cfg->dim * sizeof(float));
-    w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int32_t));
+    w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int64_t));
     w->in = be->ops->alloc(be, w->in_bytes);
     w->tokens = be->ops->alloc(be, n * nt * sizeof(int32_t));
     w->dep_tables = be->ops->alloc(be, n * sizeof *w->dep_tables);
@@ -408,10 +410,10 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->host_tables = w->host_in;
     w->params = (pp_sample_param *)(w->tables + n);
     w->host_params = (pp_sample_param *)(w->host_tables + n);
-    w->pos = (int32_t *)(w->params + 2 * n);
-    w->host_pos = (int32_t *)(w->host_params + 2 * n);
-    w->ids = w->pos + n;
-    w->host_ids = w->host_pos + n;
+    w->pos = (int64_t *)(w->params + 2 * n);
+    w->host_pos = (int64_t *)(w->host_params + 2 * n);
+    w->ids = (int32_t *)(w->pos + n);
+    w->host_ids = (int32_t *)(w->host_pos + n);
     w->forced = w->ids + n * PP_LM_STREAMS;
     w->host_forced = w->host_ids + n * PP_LM_STREAMS;
     int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
@@ -446,8 +448,8 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
     }
     int dep_q = lm->cfg.dep_q;
     for (int k = 0; k < dep_q; k++) {
-        for (int i = 0; i < rows; i++) w->host_ids[i] = k;
-        lm->be->ops->upload(lm->be, w->dep_pos + (size_t)k * rows, w->host_ids, (size_t)rows * sizeof(int32_t));
+        for (int i = 0; i < rows; i++) w->host_pos[i] = k;
+        lm->be->ops->upload(lm->be, w->dep_pos + (size_t)k * rows, w->host_pos, (size_t)rows * sizeof(int64_t));
     }
     *out = w;
     return PP_OK;
@@ -479,7 +481,7 @@ void pp_lm_get_embedding(const pp_lm *lm, pp_lm_work *w, int row, float *emb) {
 
 /* Row i's conversation rings and (staged) position. */
 static void put_row(pp_lm_work *w, int i, pp_lm_ctx *ctx, int64_t pos) {
-    w->host_pos[i] = (int32_t)pos;
+    w->host_pos[i] = pos;
     w->tmp_rows[i] = &ctx->temporal;
     w->host_tables[i] = ctx->temporal.table;
 }
@@ -499,8 +501,8 @@ static void temporal(const pp_lm *lm, pp_lm_work *w, int n, int layers, int head
 }
 
 void pp_lm_prefill(const pp_lm *lm, pp_lm_work *w, pp_lm_ctx *ctx, int64_t first, int n) {
-    for (int i = 0; i < n; i++) w->host_pos[i] = (int32_t)(first + i);
-    lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) w->host_pos[i] = first + i;
+    lm->be->ops->upload(lm->be, w->pos, w->host_pos, (size_t)n * sizeof(int64_t));
     pp_tf_prefill(lm->be, &lm->temporal, &w->temporal, &ctx->temporal, first, n, w->x, w->pos);
     lm->be->ops->rmsnorm(lm->be, w->x, lm->out_norm, n, lm->cfg.dim, lm->cfg.norm_eps, w->h);
 }

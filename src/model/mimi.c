@@ -68,7 +68,8 @@ struct mimi_batch {
     /* host staging */
     uint64_t *rows_host, *tables_host;
     int64_t *steps_host;
-    int32_t *pos_host, *codes_host;
+    int64_t *pos_host;
+    int32_t *codes_host;
     float *pcm_host;
     int *order; /* row r runs state order[r] of the call */
 };

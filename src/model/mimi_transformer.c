@@ -105,8 +105,9 @@ void pp_mtr_state_init(pp_backend *be, const mtr_weights *w, const mtr_layout *l
 void pp_mtr_work_bind(codec_arena *a, const mtr_weights *w, int t, int rows, mtr_work *out) {
     const mtr_config *c = &w->cfg;
     size_t row = (size_t)t * rows * c->d_model;
-    /* int32 positions and pointers share the float arena: only ever accessed as their type. */
-    out->pos = (int32_t *)pp_codec_arena_take(a, (size_t)t * rows);
+    /* int64 positions and pointers share the float arena (its takes are aligned): only ever
+     * accessed as their type. */
+    out->pos = (int64_t *)pp_codec_arena_take(a, (size_t)t * rows * sizeof(int64_t) / sizeof(float));
     out->tables = (const pp_kv_ring **)pp_codec_arena_take(a, (size_t)rows * sizeof(void *) / sizeof(float));
     out->x = pp_codec_arena_take(a, row);
     out->h = pp_codec_arena_take(a, row);
@@ -117,9 +118,9 @@ void pp_mtr_work_bind(codec_arena *a, const mtr_weights *w, int t, int rows, mtr
 }
 
 void pp_mtr_prepare(pp_backend *be, const mtr_layout *lay, const mtr_work *w, const uint64_t *state,
-                    const int64_t *offset, int n, int32_t *pos_host, uint64_t *tables_host) {
+                    const int64_t *offset, int n, int64_t *pos_host, uint64_t *tables_host) {
     for (int r = 0; r < n; r++) {
-        for (int i = 0; i < lay->t; i++) pos_host[i * n + r] = (int32_t)(offset[r] + i);
+        for (int i = 0; i < lay->t; i++) pos_host[i * n + r] = offset[r] + i;
         tables_host[r] = state[r] + lay->rings * sizeof(float);
     }
     be->ops->upload(be, w->pos, pos_host, (size_t)lay->t * n * sizeof *pos_host);

@@ -53,7 +53,7 @@ typedef struct mtr_layout {
  * and the activations, time-major over the batch: x, h, att [t·rows][d], qkv [t·rows][3d], ff
  * [t·rows][ff]. */
 typedef struct mtr_work {
-    int32_t *pos;
+    int64_t *pos;
     const pp_kv_ring **tables;
     float *x, *h, *qkv, *att, *ff;
     int t;
@@ -71,9 +71,9 @@ void pp_mtr_state_init(pp_backend *be, const mtr_weights *w, const mtr_layout *l
 void pp_mtr_work_bind(codec_arena *a, const mtr_weights *w, int t, int rows, mtr_work *out);
 /* Uploads the positions and tables of a call on n rows (outside any recording): row r's state
  * arena at backend address state[r], steps since its reset offset[r]. pos_host and
- * tables_host: host scratch of t·n int32 and n addresses. */
+ * tables_host: host scratch of t·n int64 and n addresses. */
 void pp_mtr_prepare(pp_backend *be, const mtr_layout *lay, const mtr_work *w, const uint64_t *state,
-                    const int64_t *offset, int n, int32_t *pos_host, uint64_t *tables_host);
+                    const int64_t *offset, int n, int64_t *pos_host, uint64_t *tables_host);
 /* One call on n rows: x [n][d][t] (channel-major, as the convs use it) is transformed in place. */
 void pp_mtr_step(pp_backend *be, const mtr_weights *w, const mtr_work *work, int n, float *x);
 

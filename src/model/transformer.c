@@ -292,7 +292,7 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc) {
  * (caches[0]): one call a layer when their stores fit its rings beside every row's window, else a
  * call a row in order. */
 static void layers(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
-                   const pp_kv_ring *const *tables, int prefill, int64_t first, int n, float *x, const int32_t *pos,
+                   const pp_kv_ring *const *tables, int prefill, int64_t first, int n, float *x, const int64_t *pos,
                    int step, float *layer_out) {
     const pp_backend_ops *op = be->ops;
     const pp_tf_shape *s = &tf->shape;
@@ -321,12 +321,12 @@ static void layers(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cac
 }
 
 void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
-                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out) {
+                   const pp_kv_ring *const *tables, int n, float *x, const int64_t *pos, int step, float *layer_out) {
     layers(be, tf, sc, caches, tables, 0, 0, n, x, pos, step, layer_out);
 }
 
 void pp_tf_prefill(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *cache, int64_t first, int n,
-                   float *x, const int32_t *pos) {
+                   float *x, const int64_t *pos) {
     pp_tf_cache *const caches[1] = {cache};
     layers(be, tf, sc, caches, NULL, 1, first, n, x, pos, 0, NULL);
 }

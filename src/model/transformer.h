@@ -95,19 +95,19 @@ void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 
 /* Runs all layers on n rows of x (backend [n][dim], updated in place; n <= sc->rows) with the
  * weight slice of `step`: row i is one token of the conversation whose rings are caches[i] (host
- * array; n different conversations), at position pos[i] (backend int32 [n]); tables (backend
+ * array; n different conversations), at position pos[i] (backend int64 [n]); tables (backend
  * [n]) holds caches[i]->table, uploaded by the caller before a recorded frame. Every weight is
  * read once for all n rows, and one attn_rows per layer attends each row over its own rings (all
  * rings of one format and size). When layer_out (backend [n][num_layers][dim]) is not NULL each
  * row's layer outputs are copied there. */
 void pp_tf_forward(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *const *caches,
-                   const pp_kv_ring *const *tables, int n, float *x, const int32_t *pos, int step, float *layer_out);
+                   const pp_kv_ring *const *tables, int n, float *x, const int64_t *pos, int step, float *layer_out);
 /* The same for n rows of one conversation (a prompt's frames, weight slice 0) at positions
- * first .. first + n − 1 (pos: those, backend int32 [n]): row i attends to the keys rows 0..i−1
+ * first .. first + n − 1 (pos: those, backend int64 [n]): row i attends to the keys rows 0..i−1
  * store. One attn_rows per layer while the rows' stores fit the rings (pp_kv_ring_takes_rows:
  * a prompt from position 0 always does), else one a row. */
 void pp_tf_prefill(pp_backend *be, const pp_tf *tf, pp_tf_scratch *sc, pp_tf_cache *cache, int64_t first, int n,
-                   float *x, const int32_t *pos);
+                   float *x, const int64_t *pos);
 
 /* Loads the 2-D weight `name` as [rows, cols] (catalogue entry t: what part it is) and uploads
  * it, quantized first when q (may be NULL) covers it; a shape mismatch is reported as a

@@ -11,6 +11,7 @@
 #include "base/json.h"
 #include "base/rng.h"
 #include "session/params.h"
+#include "text/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -42,8 +43,7 @@ struct wire {
     char transcript[TRANSCRIPT_MAX];
     size_t transcript_len;
     int transcript_cut; /* a piece did not fit: the rest of the turn's text stays out */
-    unsigned char carry[4]; /* the start of a character split across pieces */
-    size_t carry_len;
+    pp_utf8_carry carry; /* the start of a character split across pieces */
     char json[CONN_JSON_MAX];
     uint8_t bytes[PP_DOWNLINK_MAX_PAGE];
 };
@@ -208,46 +208,9 @@ static long turn_close(wire *w, const char *status) {
     return n + finish(w, &jw);
 }
 
-/* Moves the complete UTF-8 of carry + piece into out (cap >= 3 * (4 + strlen(piece)) + 1):
- * malformed bytes become U+FFFD, a character cut at the end stays in the carry. Returns the
- * length written. */
-static size_t utf8_complete(wire *w, const char *piece, char *out) {
-    unsigned char in[4 + PP_SESSION_PIECE_MAX];
-    size_t n = w->carry_len, len = strlen(piece), o = 0;
-    memcpy(in, w->carry, n);
-    if (len > PP_SESSION_PIECE_MAX) len = PP_SESSION_PIECE_MAX;
-    memcpy(in + n, piece, len);
-    n += len;
-    w->carry_len = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = in[i];
-        size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-        if (need && i + need > n) { /* cut at the end: keep for the next piece if it may still be valid */
-            int prefix_ok = 1;
-            for (size_t k = i + 1; k < n; k++) prefix_ok &= (in[k] & 0xC0) == 0x80;
-            if (prefix_ok) {
-                memcpy(w->carry, in + i, n - i);
-                w->carry_len = n - i;
-                break;
-            }
-            need = 0;
-        }
-        if (need && pp_utf8_valid((const char *)in + i, need)) {
-            memcpy(out + o, in + i, need);
-            o += need;
-            i += need;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    return o;
-}
-
 static long transcript_delta(wire *w, const char *piece) {
-    char text[3 * (4 + PP_SESSION_PIECE_MAX) + 1];
-    size_t len = utf8_complete(w, piece, text);
+    char text[PP_UTF8_JOIN_MAX(PP_SESSION_PIECE_MAX)];
+    size_t len = pp_utf8_join(&w->carry, piece, strnlen(piece, PP_SESSION_PIECE_MAX), text);
     if (!len) return 0;
     /* The .done events repeat a prefix of the turn's text: a later, shorter piece that would
      * still fit is not appended after one that did not, which would leave a hole. */
@@ -344,7 +307,7 @@ long wire_frame(wire *w, const float *pcm_in, int from_client, const float *pcm_
 
 long wire_restart(wire *w, const pp_session_params *params) {
     long n = w->speaking ? turn_close(w, "cancelled") : 0;
-    w->carry_len = 0;
+    w->carry.len = 0;
     snprintf(w->voice, sizeof w->voice, "%s", params->voice);
     return n;
 }

@@ -18,6 +18,7 @@
 #include "model/prompt_cache.h"
 #include "session/model_internal.h"
 #include "text/spm.h"
+#include "text/utf8.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -61,6 +62,7 @@ struct pp_session {
     frame_stage stage;
     int32_t user[PP_LM_AUDIO_CODEBOOKS];
     pp_lmgen_out out;
+    pp_utf8_carry text_carry; /* the start of a character whose other bytes come in later frames */
 };
 
 struct pp_session_batch {
@@ -380,14 +382,19 @@ int pp_session_encode(pp_session *s, const float *pcm_in, char *err) {
     return rc;
 }
 
-/* The frame's text piece. Padding ids (0 EPAD, 3 PAD) are not sent (docs/protocol.md §2.4). A
- * piece that does not fit is dropped rather than cut, so every message stays valid UTF-8. */
-static void text_piece(const pp_session *s, char piece[PP_SESSION_PIECE_MAX]) {
+/* The frame's text piece. Padding ids (0 EPAD, 3 PAD) are not sent (docs/protocol.md §2.4). The
+ * bytes of a character spelled by byte-fallback ids wait in the session until it is whole, so
+ * every piece is valid UTF-8. A piece that does not fit is dropped rather than cut. */
+static void text_piece(pp_session *s, char piece[PP_SESSION_PIECE_MAX]) {
     piece[0] = '\0';
     int text = s->out.text;
-    if (text != 0 && text != PP_LM_TEXT_PAD &&
-        pp_spm_piece(s->m->spm, text, piece, PP_SESSION_PIECE_MAX, NULL) != PP_OK)
-        piece[0] = '\0';
+    char raw[PP_SESSION_PIECE_MAX], joined[PP_UTF8_JOIN_MAX(PP_SESSION_PIECE_MAX)];
+    if (text == 0 || text == PP_LM_TEXT_PAD || pp_spm_piece(s->m->spm, text, raw, sizeof raw, NULL) != PP_OK) return;
+    size_t len = pp_utf8_join(&s->text_carry, raw, strlen(raw), joined);
+    if (len < PP_SESSION_PIECE_MAX) {
+        memcpy(piece, joined, len);
+        piece[len] = '\0';
+    }
 }
 
 int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE_MAX], char *err) {

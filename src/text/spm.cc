@@ -202,6 +202,10 @@ int pp_spm_piece(const pp_spm *s, int id, char *out, size_t cap, char *err) {
             return pp_fail(err, PP_EINVAL, "spm: token id %d outside the vocabulary (0..%d)", id,
                            s->sp.GetPieceSize() - 1);
         std::string p = s->sp.IdToPiece(id);
+        // A byte-fallback piece is spelled "<0xHH>" and stands for that one byte of a character
+        // the vocabulary lacks: the client gets the byte, never the spelling.
+        if (s->sp.IsByte(id))
+            p = std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
         for (size_t at; (at = p.find(kSpace)) != std::string::npos;)
             p.replace(at, sizeof kSpace - 1, " ");
         if (p.size() + 1 > cap)

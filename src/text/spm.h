@@ -25,8 +25,11 @@ int pp_spm_vocab_size(const pp_spm *s);
  * (err gives the count) if the text needs more than cap. */
 int pp_spm_encode(const pp_spm *s, const char *text, int32_t *ids, size_t cap, size_t *n,
                   char *err);
-/* The piece of id as UTF-8 with every U+2581 "▁" turned into a space, NUL-terminated in out.
- * PP_EINVAL for an id outside the vocabulary, PP_EFULL if cap is too small. */
+/* The piece of id as UTF-8 with every U+2581 "▁" turned into a space, NUL-terminated in out;
+ * a byte-fallback piece "<0xHH>" gives the one byte HH, so a character the vocabulary lacks
+ * arrives over several ids and each of them alone may be part of a character (the server
+ * joins them: server/wire.c). PP_EINVAL for an id outside the vocabulary, PP_EFULL if cap is
+ * too small. */
 int pp_spm_piece(const pp_spm *s, int id, char *out, size_t cap, char *err);
 
 /* The wrapping rule on its own: strip ASCII whitespace; keep the text if it starts and ends
