@@ -43,7 +43,34 @@ static void check_base64(void) {
               pp_base64_decode(text, strlen(text), again, sizeof again) == 256 && !memcmp(all, again, 256));
 }
 
+/* The encoders of ITU-T G.191's reference g711.c, restated: the magnitude of a negative sample
+ * is its one's complement, on the 14-bit (μ-law, biased by 33) or 12-bit (A-law) scale. */
+static uint8_t reference_ulaw(int16_t x) {
+    int mag = (x < 0 ? ~x : x) >> 2, biased = mag + 33 > 0x1FFF ? 0x1FFF : mag + 33, seg = 1;
+    for (int rest = biased >> 6; rest; rest >>= 1) seg++;
+    int code = (8 - seg) << 4 | (15 - ((biased >> seg) & 15));
+    return (uint8_t)(x >= 0 ? code | 0x80 : code);
+}
+
+static uint8_t reference_alaw(int16_t x) {
+    int mag = (x < 0 ? ~x : x) >> 4;
+    if (mag > 15) {
+        int exp = 1;
+        for (; mag > 31; mag >>= 1) exp++;
+        mag = (mag - 16) | exp << 4;
+    }
+    return (uint8_t)((x >= 0 ? mag | 0x80 : mag) ^ 0x55);
+}
+
 static void check_g711(void) {
+    int ulaw_diff = 0, alaw_diff = 0;
+    for (int s = -32768; s <= 32767; s++) {
+        ulaw_diff += pp_ulaw_encode((int16_t)s) != reference_ulaw((int16_t)s);
+        alaw_diff += pp_alaw_encode((int16_t)s) != reference_alaw((int16_t)s);
+    }
+    if (ulaw_diff || alaw_diff) fprintf(stderr, "G.711: %d μ-law, %d A-law codes differ from G.191\n", ulaw_diff, alaw_diff);
+    TEST_COND("μ-law encodes every sample as G.191 does", ulaw_diff == 0);
+    TEST_COND("A-law encodes every sample as G.191 does", alaw_diff == 0);
     /* Code points of the standard's tables: silence, the largest codes, a mid value. */
     TEST_COND("μ-law: 0 encodes as 0xFF", pp_ulaw_encode(0) == 0xFF);
     TEST_COND("μ-law: 0xFF and 0x7F decode to 0", pp_ulaw_decode(0xFF) == 0 && pp_ulaw_decode(0x7F) == 0);

@@ -286,6 +286,39 @@ static void test_duplicate_bos(const blob *b, const packets *ref) {
     free(d);
 }
 
+/* An encoder restarted mid-call with the same serial (sphn writes 42 every time) sends its BOS
+ * page again, then sequence 1, 2, ...: a new stream, not a fault. Fed whole and byte by byte
+ * (the held BOS page must outlive the input buffer). */
+static void test_restart_same_serial(const blob *b, const packets *ref) {
+    enum { RESTARTS = 12 }; /* over the error limit: each used to cost two errors */
+    size_t len = b->len * (RESTARTS + 1);
+    uint8_t *d = malloc(len);
+    for (int i = 0; i <= RESTARTS; i++) memcpy(d + (size_t)i * b->len, b->data, b->len);
+    packets want = {0};
+    for (int i = 0; i <= RESTARTS; i++)
+        for (size_t k = 0, off = 0; k < ref->n; off += ref->len[k++])
+            packets_add(&want, ref->bytes + off, ref->len[k], ref->granule[k], ref->bos[k], ref->eos[k], 0);
+    chunker how[2] = {chunk_all, chunk_one};
+    const char *name[2] = {"restart, same serial, whole: every packet, no error",
+                           "restart, same serial, byte by byte: every packet, no error"};
+    for (int c = 0; c < 2; c++) {
+        char err[PP_ERR_LEN] = "";
+        packets got = {0};
+        pp_ogg_stats st;
+        int rc = read_all(d, c ? b->len * 2 : len, NULL, how[c], NULL, &got, &st, err);
+        packets cut = want;
+        if (c) cut.n = ref->n * 2, cut.used = ref->used * 2; /* byte by byte: two copies will do */
+        int gaps = 0;
+        for (size_t k = 0; k < got.n; k++) gaps += got.gap[k];
+        int ok = rc == 0 && st.errors == 0 && gaps == 0 && same_packets(&got, &cut) && got.bos[ref->n];
+        if (!ok) fprintf(stderr, "%s: rc %d, %d errors, %zu packets (%s)\n", name[c], rc, st.errors, got.n, err);
+        TEST_COND(name[c], ok);
+        packets_free(&got);
+    }
+    packets_free(&want);
+    free(d);
+}
+
 static void test_garbage_prefix(const blob *b, const packets *ref) {
     char err[PP_ERR_LEN];
     size_t g = 1000;
@@ -473,6 +506,7 @@ int main(void) {
         test_crc_corruption(&b, &ref);
         test_missing_bos(&b);
         test_duplicate_bos(&b, &ref);
+        test_restart_same_serial(&b, &ref);
         test_garbage_prefix(&b, &ref);
         test_sequence_gap(&b, &ref);
         packets_free(&ref);

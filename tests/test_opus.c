@@ -198,6 +198,17 @@ static void test_capture(void) {
                                             st.samples > expect + 4 * PP_SAMPLE_RATE);
     free(both.x);
     pp_uplink_close(u);
+    /* The capture sent again, same serial: the client's encoder restarted. Its OpusHead resets
+     * the decoder and its pre-skip applies again: each copy gives the first one's samples. */
+    pcm_buf again = {0};
+    pp_uplink_open(&u, 0, err);
+    rc2 = 0;
+    for (int i = 0; i < 10 && rc2 == 0; i++) rc2 = pp_uplink_push(u, cap.data, cap.len, err), drain(u, &again);
+    st = pp_uplink_get_stats(u);
+    TEST_COND("same-serial restarts: no error, each copy's samples", rc2 == 0 && st.ogg.errors == 0 &&
+                                                                      st.samples == 10 * expect);
+    free(again.x);
+    pp_uplink_close(u);
     free(enc.data);
     free(pcm.x);
     free(cap.data);

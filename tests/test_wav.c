@@ -161,6 +161,46 @@ static void test_malformed(void) {
     expect_refused("no data chunk", x.b, x.n, "no data chunk");
 }
 
+/* Headers a streaming writer leaves unpatched (ffmpeg to a pipe writes 0xFFFFFFFF for both sizes;
+ * others write 0): the samples run to the end of the file, less a partial last frame. */
+static void set32(wbuf *w, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; i++) w->b[at + (size_t)i] = (uint8_t)(v >> (8 * i));
+}
+
+static int parses_as(const wbuf *w, int64_t frames, float first, float last) {
+    char err[PP_ERR_LEN] = "";
+    pp_wav v;
+    int rc = parse(w, PP_WAV_CHANNEL0, &v, err);
+    int ok = rc == 0 && v.frames == frames && v.pcm[0] == first && v.pcm[frames - 1] == last;
+    if (!ok) fprintf(stderr, "streamed WAV: rc %d (%s), %lld frames\n", rc, err, (long long)v.frames);
+    pp_wav_free(&v);
+    return ok;
+}
+
+static void test_streamed(void) {
+    int16_t st[6] = {16384, 1, -8192, 2, 4096, 3}; /* three stereo frames; channel 0: 0.5, -0.25, 0.125 */
+    wbuf w, x;
+    build(&w, (spec){1, 2, 16000, 16, 0, 0, 0}, st, sizeof st);
+    const size_t riff_size = 4, data_size = 40;
+    x = w, set32(&x, riff_size, 0xFFFFFFFFu), set32(&x, data_size, 0xFFFFFFFFu);
+    TEST_COND("streamed: RIFF and data sizes 0xFFFFFFFF (ffmpeg to a pipe)", parses_as(&x, 3, 0.5f, 0.125f));
+    x = w, set32(&x, riff_size, 0), set32(&x, data_size, 0);
+    TEST_COND("streamed: RIFF and data sizes 0", parses_as(&x, 3, 0.5f, 0.125f));
+    x = w, set32(&x, data_size, 0xFFFFFFFFu), x.n -= 3; /* stopped mid-frame */
+    x.b[x.n++] = 0x11; /* a lone byte of the cut frame */
+    set32(&x, riff_size, (uint32_t)(x.n - 8));
+    TEST_COND("streamed: data 0xFFFFFFFF, partial last frame dropped", parses_as(&x, 2, 0.5f, -0.25f));
+    x = w, set32(&x, riff_size, 0xFFFFFFFFu); /* exact data size, then a LIST chunk */
+    w_bytes(&x, "LIST", 4), w32(&x, 4), w_bytes(&x, "INFO", 4);
+    TEST_COND("streamed: RIFF 0xFFFFFFFF, exact data, trailing chunk", parses_as(&x, 3, 0.5f, 0.125f));
+    /* A real size is still checked: a file cut short stays refused, as does a data size of 0 in a
+     * RIFF whose size is known (an empty clip, then a chunk that overruns). */
+    x = w, set32(&x, riff_size, 0xFFFFFFFFu), set32(&x, data_size, 16);
+    expect_refused("streamed RIFF, data cut short", x.b, x.n, "truncated");
+    x = w, set32(&x, data_size, 0);
+    expect_refused("data size 0 in a sized RIFF", x.b, x.n, "chunk");
+}
+
 static void test_roundtrip(void) {
     char err[PP_ERR_LEN], path[] = "/tmp/test_wav.XXXXXX";
     int fd = mkstemp(path);
@@ -286,6 +326,7 @@ int main(void) {
     test_special_outputs();
     test_formats();
     test_malformed();
+    test_streamed();
     test_roundtrip();
     test_resample();
     return test_report();

@@ -6,8 +6,8 @@
 
 uint8_t pp_ulaw_encode(int16_t s) {
     int v = s, sign = 0;
-    if (v < 0) {
-        v = -v;
+    if (v < 0) { /* one's complement, as in ITU-T G.191: -1 is the mirror of 0, not of 1 */
+        v = -v - 1;
         sign = 0x80;
     }
     if (v > ULAW_CLIP) v = ULAW_CLIP;

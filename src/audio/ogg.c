@@ -59,6 +59,12 @@ struct pp_ogg_reader {
     int pkt_too_long; /* the open packet passed max_packet: its bytes are being discarded */
     int have_stream, ended, gap, in_garbage, failed;
     uint32_t serial, next_seq;
+    /* A second BOS page on the current serial, held until the next page of the serial says
+     * whether the stream restarted (it continues from the held page) or the page was a
+     * duplicate (it continues the old sequence). */
+    uint8_t *held; /* PP_OGG_MAX_PAGE bytes, allocated on first use */
+    size_t held_len;
+    uint32_t held_seq;
     uint64_t packetno;
     pp_ogg_stats st;
     char last[PP_ERR_LEN];
@@ -92,6 +98,7 @@ void pp_ogg_reader_close(pp_ogg_reader *r) {
     if (!r) return;
     free(r->buf);
     free(r->pkt);
+    free(r->held);
     free(r);
 }
 
@@ -147,11 +154,6 @@ static int append_segment(pp_ogg_reader *r, const uint8_t *p, size_t n, char *er
 /* Decides whether a valid page belongs to the stream; 1 = use it, 0 = drop it, <0 = fatal. */
 static int admit_page(pp_ogg_reader *r, int flags, uint32_t serial, uint32_t seq, char *err) {
     if (flags & PP_OGG_FLAG_BOS) {
-        if (r->have_stream && !r->ended && serial == r->serial) {
-            int rc = soft_error(r, err, "second BOS page (sequence %u) on serial %u; dropped", seq,
-                                serial);
-            return rc < 0 ? rc : 0;
-        }
         if (r->have_stream && !r->ended)
             PP_INFO("ogg", "new stream serial %u replaces serial %u", serial, r->serial);
         r->have_stream = 1;
@@ -197,12 +199,52 @@ static int deliver(pp_ogg_reader *r, int64_t granule, int eos, pp_ogg_packet_fn 
     return rc;
 }
 
-/* Splits a CRC-checked page into packets. */
-static int read_page(pp_ogg_reader *r, const uint8_t *page, pp_ogg_packet_fn fn, void *user,
-                     char *err) {
+static int read_page(pp_ogg_reader *r, const uint8_t *page, size_t len, pp_ogg_packet_fn fn,
+                     void *user, char *err);
+
+/* Keeps a second BOS page of the current serial aside; 0, or <0 = fatal. An encoder restarted
+ * with a fixed serial (sphn writes 42 every time) sends one, and so does a client repeating
+ * its header page: only the page after it tells them apart. */
+static int hold_bos(pp_ogg_reader *r, const uint8_t *page, size_t len, uint32_t seq, char *err) {
+    if (!r->held && !(r->held = malloc(PP_OGG_MAX_PAGE))) {
+        int rc = soft_error(r, err, "second BOS page (sequence %u) on serial %u; no memory to "
+                            "hold it, dropped", seq, r->serial);
+        return rc < 0 ? rc : 0;
+    }
+    memcpy(r->held, page, len);
+    r->held_len = len;
+    r->held_seq = seq;
+    return 0;
+}
+
+/* Settles the held BOS page on the arrival of the next page (serial, seq, flags): a page of the
+ * serial that continues from it makes it the start of the stream anew; anything else makes it
+ * a duplicate, dropped. */
+static int settle_held_bos(pp_ogg_reader *r, int flags, uint32_t serial, uint32_t seq,
+                           pp_ogg_packet_fn fn, void *user, char *err) {
+    size_t len = r->held_len;
+    r->held_len = 0;
+    if ((flags & PP_OGG_FLAG_BOS) || serial != r->serial || seq != r->held_seq + 1) {
+        int rc = soft_error(r, err, "second BOS page (sequence %u) on serial %u; dropped",
+                            r->held_seq, r->serial);
+        return rc < 0 ? rc : 0;
+    }
+    PP_INFO("ogg", "stream serial %u restarts", serial);
+    r->ended = 1; /* the held page now opens a new stream, as after an EOS */
+    return read_page(r, r->held, len, fn, user, err);
+}
+
+/* Splits a CRC-checked page of len bytes into packets. */
+static int read_page(pp_ogg_reader *r, const uint8_t *page, size_t len, pp_ogg_packet_fn fn,
+                     void *user, char *err) {
     int flags = page[5];
     int64_t granule = (int64_t)((uint64_t)rd32(page + 6) | (uint64_t)rd32(page + 10) << 32);
-    int rc = admit_page(r, flags, rd32(page + 14), rd32(page + 18), err);
+    uint32_t serial = rd32(page + 14), seq = rd32(page + 18);
+    int rc = r->held_len ? settle_held_bos(r, flags, serial, seq, fn, user, err) : 0;
+    if (rc < 0) return rc;
+    if ((flags & PP_OGG_FLAG_BOS) && r->have_stream && !r->ended && serial == r->serial)
+        return hold_bos(r, page, len, seq, err);
+    rc = admit_page(r, flags, serial, seq, err);
     if (rc <= 0) return rc;
     r->st.pages++;
 
@@ -304,7 +346,7 @@ static int parse(pp_ogg_reader *r, pp_ogg_packet_fn fn, void *user, char *err) {
             continue;
         }
         r->pos += len;
-        int rc = read_page(r, p, fn, user, err);
+        int rc = read_page(r, p, len, fn, user, err);
         r->in_garbage = 0;
         if (rc < 0) return rc;
     }

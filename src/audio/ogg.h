@@ -3,10 +3,13 @@
  *
  * The reader takes byte chunks of any size (pages split or merged across WebSocket
  * messages) and hands out complete packets through a callback. It verifies every page's
- * CRC, requires a BOS page before any other page of a serial, rejects a second BOS on the
- * current serial, and resynchronises on the next "OggS" after garbage or a bad page.
- * Memory is fixed at open: one page buffer (PP_OGG_MAX_PAGE) plus one packet buffer
- * (max_packet). Recoverable faults are counted; past max_errors, or max_skip garbage bytes,
+ * CRC, requires a BOS page before any other page of a serial, and resynchronises on the next
+ * "OggS" after garbage or a bad page. A BOS page starts a new stream (a new serial, or the same
+ * one after its EOS); a second BOS on the current serial is held until the next page: if that
+ * continues from it (an encoder restarted with a fixed serial), the stream starts anew, else
+ * the BOS page was a duplicate and is dropped. Memory: one page buffer (PP_OGG_MAX_PAGE) plus
+ * one packet buffer (max_packet) from open, and a second page buffer once a second BOS on a
+ * serial needs holding. Recoverable faults are counted; past max_errors, or max_skip garbage bytes,
  * the reader fails for good so an endless garbage stream cannot keep it busy. */
 #ifndef PP_AUDIO_OGG_H
 #define PP_AUDIO_OGG_H

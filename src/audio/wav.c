@@ -28,6 +28,10 @@ typedef struct fmt_info {
 /* The tail every KSDATAFORMAT_SUBTYPE_* GUID shares after its 2-byte format tag. */
 static const uint8_t guid_tail[14] = {0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71};
 
+/* The RIFF sizes a streaming writer leaves in its header: 0xFFFFFFFF (ffmpeg, RF64's convention)
+ * or 0; neither can be the size of a RIFF holding a WAVE. */
+static int size_unknown(uint32_t size) { return size == 0xFFFFFFFFu || size == 0; }
+
 static int parse_fmt(const uint8_t *c, uint32_t size, fmt_info *f, const char *label, char *err) {
     if (size < 16) return pp_fail(err, PP_EFORMAT, "%s: fmt chunk is %u bytes (need 16)", label, size);
     f->tag = (int)rd16(c);
@@ -108,7 +112,10 @@ int pp_wav_parse(const void *buf, size_t len, const char *label, pp_wav_channels
     memset(out, 0, sizeof *out);
     if (len < 12 || memcmp(b, "RIFF", 4) != 0 || memcmp(b + 8, "WAVE", 4) != 0)
         return pp_fail(err, PP_EFORMAT, "%s: not a RIFF/WAVE file", label);
-    uint64_t end = 8 + (uint64_t)rd32(b + 4);
+    /* A writer that streams (ffmpeg to a pipe, a recorder stopped before it patches the header)
+     * leaves the RIFF size as a placeholder: the RIFF then runs to the end of the file. */
+    int streamed = size_unknown(rd32(b + 4));
+    uint64_t end = streamed ? len : 8 + (uint64_t)rd32(b + 4);
     if (end > len)
         return pp_fail(err, PP_EFORMAT, "%s: RIFF header declares %llu bytes, the file has %zu (truncated)", label,
                        (unsigned long long)end, len);
@@ -120,6 +127,11 @@ int pp_wav_parse(const void *buf, size_t len, const char *label, pp_wav_channels
         if (end - pos < 8) return pp_fail(err, PP_EFORMAT, "%s: partial chunk header at byte %llu", label, (unsigned long long)pos);
         const uint8_t *c = b + pos;
         uint32_t size = rd32(c + 4);
+        /* A streamed data chunk (size 0xFFFFFFFF, or 0 in a streamed RIFF) holds the rest of the
+         * file, less a partial frame where the writer was stopped mid-frame. */
+        int data_to_end = memcmp(c, "data", 4) == 0 && have_fmt &&
+                          (size == 0xFFFFFFFFu || (streamed && size == 0 && end - pos > 8));
+        if (data_to_end) size = (uint32_t)((end - pos - 8) / f.block * f.block);
         if (size > end - pos - 8)
             return pp_fail(err, PP_EFORMAT, "%s: chunk '%.4s' declares %u bytes, only %llu remain (truncated)", label,
                            (const char *)c, size, (unsigned long long)(end - pos - 8));
@@ -133,6 +145,7 @@ int pp_wav_parse(const void *buf, size_t len, const char *label, pp_wav_channels
             data = c + 8;
             data_size = size;
         }
+        if (data_to_end) break;
         pos += 8 + (uint64_t)size + (size & 1); /* chunks are padded to even sizes */
     }
     if (!data) return pp_fail(err, PP_EFORMAT, "%s: no %s chunk", label, have_fmt ? "data" : "fmt");

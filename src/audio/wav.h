@@ -4,7 +4,9 @@
  * WAVE_FORMAT_EXTENSIBLE, 1..64 channels, 1 kHz..768 kHz. Every header field is checked
  * (RIFF size against the file, chunk sizes, one fmt before one data, block align and byte
  * rate consistent with channels x bits, data a whole number of frames); truncated files
- * are refused rather than read short. Samples become float in [-1, 1]: integer PCM is
+ * are refused rather than read short. A streamed file is read to its end, less a partial
+ * last frame: its writer left the RIFF size as 0 or 0xFFFFFFFF, or the data size as
+ * 0xFFFFFFFF (or 0 in such a RIFF). Samples become float in [-1, 1]: integer PCM is
  * divided by 2^(bits-1); non-finite float samples are refused.
  * Multichannel files give channel 0 (what the reference's voice loader keeps) or the
  * average of all channels, as the caller asks.
