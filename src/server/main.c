@@ -498,6 +498,9 @@ int main(int argc, char **argv) {
     else if (a.opt.demo && a.opt.weights) /* serving the demo in place of the file asked for would mislead */
         snprintf(err, sizeof err, "--demo runs the built-in model, so --weights %s would not be used: give one of them",
                  a.opt.weights);
+    else if (a.opt.demo && !a.opt.voices_dir && !pp_demo_voice_known(a.opt.voice)) /* else known only after the build */
+        snprintf(err, sizeof err, "--voice '%s' is not a voice of the --demo model (NATF0-3, NATM0-3, VARF0-4, VARM0-4)",
+                 a.opt.voice);
     else if (!a.opt.no_tls && !a.opt.cert != !a.opt.key)
         snprintf(err, sizeof err, "--cert and --key go together (%s given alone)", a.opt.cert ? "--cert" : "--key");
     else if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available())
