@@ -214,12 +214,14 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     int rc = pp_model_set_kv_cache(model, a->kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task;
-     * with --echo-cancel on, so does every conversation's echo cancellation (under auto only
-     * those that ask for it: not counted). */
+     * with --echo-cancel on, so does every conversation's echo cancellation, and under auto any
+     * conversation may ask for it: counted for all of them either way, or a full server of
+     * clients that ask would not run in real time. A build without the canceller runs none. */
     int host_threads = pp_pool_threads_for(a->opt.threads);
     double encode_ms = 0, echo_ms = 0;
     if (!rc) rc = wire_frame_cost(&encode_ms, err);
-    if (!rc && echo_cancel_parse(a->opt.echo_cancel) == ECHO_CANCEL_ON) rc = engine_echo_cost(&echo_ms, err);
+    if (!rc && echo_cancel_parse(a->opt.echo_cancel) != ECHO_CANCEL_OFF && pp_aec_available())
+        rc = engine_echo_cost(&echo_ms, err);
     pp_plan plan;
     if (!rc)
         rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, (encode_ms + echo_ms) / host_threads, &plan,
