@@ -345,6 +345,9 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.iface = a->listen.host;
     /* with IPv6 on, lws binds an IPv4 literal as [::], every interface */
     if (a->listen.family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    /* --host :: serves IPv4 too (mapped addresses), also where net.ipv6.bindv6only=1 would make
+     * it IPv6 only: MODIFY without VALUE clears IPV6_V6ONLY on the listening socket */
+    else info.options |= LWS_SERVER_OPTION_IPV6_V6ONLY_MODIFY;
     info.protocols = protocols;
     info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
     info.user = &a->srv;

@@ -100,8 +100,9 @@ static const opt_spec g_opts[] = {
      "it for its session. -1 draws a fresh seed per session."},
     {"host", "ADDR", OPT_STRING, F(host), 0, 0, "127.0.0.1", "Network",
      "Address to listen on, and only there: a numeric IPv4 or IPv6 address of this machine, or "
-     "localhost (127.0.0.1); other names are refused. Use 0.0.0.0 (or ::) to accept other machines "
-     "(browsers then need TLS for the microphone)."},
+     "localhost (127.0.0.1); other names are refused. Use 0.0.0.0 (IPv4) or :: (IPv6 and IPv4, "
+     "whatever net.ipv6.bindv6only says) to accept other machines (browsers then need TLS for the "
+     "microphone)."},
     {"port", "N", OPT_INT, F(port), 0, 65535, "8998", NULL,
      "TCP port for HTTP(S) and the WebSocket; 0 picks a free port (logged)."},
     {"cert", "FILE", OPT_STRING, F(cert), 0, 0, NULL, NULL,
