@@ -470,6 +470,12 @@ int pp_session_batch_create(pp_model *m, int capacity, pp_session_batch **out, c
     return PP_OK;
 }
 
+size_t pp_session_batch_bytes(const pp_session_batch *b) {
+    size_t per_row = sizeof *b->gens + sizeof *b->user + sizeof *b->outs + sizeof *b->states + sizeof *b->user_codes +
+                     sizeof *b->codes + sizeof *b->pcm;
+    return pp_lmbatch_bytes(b->lm) + pp_mimi_batch_bytes(b->codec) + (size_t)b->cap * per_row;
+}
+
 static int check_batch(const pp_session_batch *b, pp_session *const *ss, int n, char *err) {
     if (n < 0 || n > b->cap)
         return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
