@@ -227,8 +227,9 @@ int pp_session_decode(pp_session *s, float *pcm_out, char piece[PP_SESSION_PIECE
 /* Stages 1 and 3 for ss[0..n) at once (distinct sessions of b's model, n <= capacity): one
  * codec call for all of them, each codec weight read once; each session gets exactly what
  * pp_session_encode / pp_session_decode give it alone. pcm_in[i] (1920 samples) is ss[i]'s
- * input; pcm_out[i] and pieces[i] its output. A failure leaves the sessions to start again
- * from stage 1. */
+ * input; pcm_out[i] and pieces[i] its output. A failed call leaves every session at the stage
+ * it was: the call may be retried (with fewer sessions: a server runs each alone to find the
+ * one at fault), or the sessions start again from stage 1. */
 int pp_session_batch_encode(pp_session_batch *b, pp_session *const *ss, int n, const float *const *pcm_in, char *err);
 int pp_session_batch_decode(pp_session_batch *b, pp_session *const *ss, int n, float *const *pcm_out,
                             char (*pieces)[PP_SESSION_PIECE_MAX], char *err);

@@ -3,7 +3,7 @@
  *
  * usage: test_deploy drain SERVER [ARG...]
  *        test_deploy proxy SERVER SOURCE_DIR
- *        test_deploy host|models|voices|cert|signal SERVER
+ *        test_deploy host|models|voices|cert|signal|echo SERVER
  *
  * drain: starts `SERVER ARG... --demo --no-tls --host 127.0.0.1 --port P --state-dir D` (the
  *   install test passes the installed binary and --config FILE as ARGs). Two conversations
@@ -28,7 +28,8 @@
  * Skips (77) when nginx is not installed. host, models, voices, cert: the
  * start-up checks of --host (and HEAD requests, on its server), the --models-dir lookup, the
  * voices and the certificate's expiry;
- * signal: stop signals while the model loads (run_signal). */
+ * signal: stop signals while the model loads (run_signal). echo: the capacity plan counts echo
+ * cancellation under the default --echo-cancel auto (run_echo). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -629,6 +630,25 @@ static void run_voices(const char *server) {
                                                   logged("bad", "(it has NATM1)"));
 }
 
+/* Under --echo-cancel auto (the default) any conversation may ask for echo cancellation, so the
+ * capacity plan times it and counts it for every conversation, as under on; off counts none. */
+static void run_echo(const char *server) {
+    int port = sp_free_port();
+    const char *dflt[] = {"--no-tls", "--demo", "--host", "127.0.0.1", NULL};
+    pid_t pid = start_named(server, "auto", dflt, port);
+    TEST_COND("the default --echo-cancel auto: the server gets ready", wait_ready("auto", pid, port, "\"status\""));
+    TEST_COND("... with echo cancellation in its capacity plan",
+              logged("auto", "server: capacity:") && logged("auto", "and echo cancellation"));
+    TEST_COND("... and exits 0 on SIGTERM", sp_stop(pid) == 0);
+    port = sp_free_port();
+    const char *off[] = {"--no-tls", "--demo", "--host", "127.0.0.1", "--echo-cancel", "off", NULL};
+    pid = start_named(server, "off", off, port);
+    TEST_COND("--echo-cancel off: the server gets ready", wait_ready("off", pid, port, "\"status\""));
+    TEST_COND("... without echo cancellation in its plan",
+              logged("off", "server: capacity:") && !logged("off", "and echo cancellation"));
+    TEST_COND("... and exits 0 on SIGTERM", sp_stop(pid) == 0);
+}
+
 /* A self-signed EC pair valid for `days` days (openssl cannot date one in the past: 10 days stands
  * for "expires soon", which takes the same path as expired). */
 static int make_pair(const char *cert, const char *key, int days) {
@@ -724,11 +744,11 @@ int main(int argc, char **argv) {
               unread = argc >= 3 && strcmp(argv[1], "drain-unread") == 0,
               host = argc >= 3 && strcmp(argv[1], "host") == 0, models = argc >= 3 && strcmp(argv[1], "models") == 0,
               voices = argc >= 3 && strcmp(argv[1], "voices") == 0, cert = argc >= 3 && strcmp(argv[1], "cert") == 0,
-              sig = argc >= 3 && strcmp(argv[1], "signal") == 0;
+              sig = argc >= 3 && strcmp(argv[1], "signal") == 0, echo = argc >= 3 && strcmp(argv[1], "echo") == 0;
     if (argc < 3 ||
-        (!drain && !unread && !host && !models && !voices && !cert && !sig && strcmp(argv[1], "proxy") != 0)) {
+        (!drain && !unread && !host && !models && !voices && !cert && !sig && !echo && strcmp(argv[1], "proxy") != 0)) {
         fprintf(stderr, "usage: test_deploy drain|drain-unread SERVER [ARG...] | proxy SERVER SOURCE_DIR | "
-                        "host|models|voices|cert|signal SERVER\n");
+                        "host|models|voices|cert|signal|echo SERVER\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -746,6 +766,8 @@ int main(int argc, char **argv) {
         run_cert(argv[2]);
     else if (sig)
         run_signal(argv[2]);
+    else if (echo)
+        run_echo(argv[2]);
     else run_proxy(argv[2], argc > 3 ? argv[3] : ".");
     int rc = test_report();
     if (!rc) {

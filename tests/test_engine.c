@@ -4,7 +4,12 @@
  * A conversation runs (its handshake and audio pages come); then every frame fails: the
  * conversation is closed, and engine_failing reports the failure with the backend's message
  * (what /health turns into "failing", 503 on /health and /health/live). Once frames run
- * again, a new conversation's tick clears it. */
+ * again, a new conversation's tick clears it.
+ *
+ * Then one conversation's frame is made to fail whenever it is in a codec call (its audio
+ * carries a marker value the backend refuses) while another conversation's frames share its
+ * ticks: the one at fault is closed, the other carries on (a failed batched call is retried a
+ * conversation at a time), and the engine does not report itself failing. */
 #include "test.h"
 
 #include "backend/backend.h"
@@ -18,10 +23,28 @@
 #include <unistd.h>
 
 static atomic_int g_fail;
+/* The last upload of whole audio frames held POISON: the next recorded run (the codec call that
+ * uploaded them) fails. */
+static atomic_int g_poisoned;
+#define POISON 0.4375f
+
+static pp_backend_ops g_cpu_ops; /* the CPU backend's own */
+
+/* A codec call uploads its rows' frames in one piece: one holding POISON poisons the call. */
+static void marking_upload(pp_backend *be, void *dst, const void *host_src, size_t bytes) {
+    if (bytes && bytes % (PP_FRAME_SAMPLES * sizeof(float)) == 0) {
+        const float *x = host_src;
+        int found = 0;
+        for (size_t i = 0; i < bytes / sizeof(float) && !found; i++) found = x[i] == POISON;
+        atomic_store(&g_poisoned, found);
+    }
+    g_cpu_ops.upload(be, dst, host_src, bytes);
+}
 
 static int failing_run(pp_backend *be, uint64_t key, void (*issue)(void *arg), void *arg, char *err) {
     (void)be, (void)key;
     if (atomic_load(&g_fail)) return pp_fail(err, PP_EDEVICE, "test: the device is lost");
+    if (atomic_exchange(&g_poisoned, 0)) return pp_fail(err, PP_EINVAL, "test: this conversation's frame is refused");
     issue(arg);
     return PP_OK;
 }
@@ -29,6 +52,25 @@ static int failing_run(pp_backend *be, uint64_t key, void (*issue)(void *arg), v
 static void forget_key(pp_backend *be, uint64_t key) { (void)be, (void)key; }
 
 static void notify(void *arg) { (void)arg; }
+
+/* Queues 1 s of silence on good (a backlog the engine takes a frame a pass), then feeds bad frames
+ * of POISON every 20 ms, taking what both are sent, until bad is closing. Returns 1 when it is. */
+static int poison_beside(conn *bad, conn *good) {
+    static float silence[PP_FRAME_SAMPLES], poison[PP_FRAME_SAMPLES];
+    static uint8_t msg[CONN_MSG_MAX];
+    size_t len;
+    int text;
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) poison[i] = POISON;
+    for (int f = 0; f < 12; f++) conn_push_pcm(good, silence, PP_FRAME_SAMPLES);
+    for (int i = 0; i < 500; i++) {
+        conn_push_pcm(bad, poison, PP_FRAME_SAMPLES);
+        while (conn_dequeue(bad, msg, sizeof msg, &len, &text)) {}
+        while (conn_dequeue(good, msg, sizeof msg, &len, &text)) {}
+        if (conn_closing(bad)) return 1;
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    return 0;
+}
 
 /* Feeds c 80 ms of silence every 20 ms (4x real time, within the uplink's 10 s) for up to
  * 10 s, taking what it is sent, until it is closing (close) or has had audio pages past the
@@ -59,8 +101,10 @@ int main(void) {
     TEST_COND("demo model written", pp_demo_write(dir, &files, err) == PP_OK);
     TEST_COND("cpu backend", pp_backend_cpu_create(1, &cpu, err) == PP_OK);
     if (test_failed) return test_report();
+    g_cpu_ops = *cpu->ops;
     pp_backend_ops ops = *cpu->ops;
     ops.run_recorded = failing_run;
+    ops.upload = marking_upload;
     ops.forget_recorded = forget_key;
     pp_backend be = {&ops, cpu->impl};
     pp_model_paths paths = pp_demo_paths(&files);
@@ -92,6 +136,19 @@ int main(void) {
     TEST_COND("... runs once the frames do", feed_until(b, 0));
     TEST_COND("... and its tick clears the failure", engine_failing(e, why, sizeof why) == 0);
     engine_release(e, b);
+
+    conn *bad = NULL, *good = NULL;
+    TEST_COND("two conversations", conn_create(3, CONN_CHAT, &bad, err) == PP_OK &&
+                                       engine_admit(e, bad, &params, err) == 0 &&
+                                       conn_create(4, CONN_CHAT, &good, err) == PP_OK &&
+                                       engine_admit(e, good, &params, err) == 0);
+    TEST_COND("... both run", feed_until(bad, 0) && feed_until(good, 0));
+    TEST_COND("one whose frames fail, beside the other: it is closed", poison_beside(bad, good));
+    TEST_COND("... the other is not", !conn_closing(good));
+    TEST_COND("... and goes on", feed_until(good, 0) && !conn_closing(good));
+    TEST_COND("... and the engine is not failing", engine_failing(e, why, sizeof why) == 0);
+    engine_release(e, bad);
+    engine_release(e, good);
 
     engine_destroy(e);
     metrics_destroy(mx);

@@ -57,7 +57,7 @@ static conn *open_socket(conn_protocol protocol, uint64_t id, metrics *m, ws_inp
     ws_input_init(in, c, m);
     pp_session_params p;
     pp_params_defaults(&p);
-    json_socket_init(js, in, protocol, &p, voices_dir);
+    json_socket_init(js, in, protocol, &p, voices_dir, NULL);
     return c;
 }
 
@@ -260,6 +260,54 @@ static void check_realtime_unknown_voice(metrics *m) {
     TEST_COND("a voice of the directory is taken", !strcmp(seen, "session.updated") && !strcmp(js.params.voice, "NATM1"));
     json_socket_free(&js);
     conn_destroy(c);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+/* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
+ * a caller could not fix: it starts with the server's --voice. A voice the server has is kept. */
+static void check_twilio_unknown_voice(metrics *m) {
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", path[64];
+    if (!mkdtemp(dir)) {
+        TEST_COND("temp dir", 0);
+        return;
+    }
+    const char *names[] = {"NATF2.pt", "NATM1.pt"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "wb");
+        if (f) fclose(f);
+    }
+    static const char *const starts[3] = {
+        "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ2\",\"customParameters\":{\"voice\":\"alloy\"}}}",
+        "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ3\"}}",
+        "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ4\",\"customParameters\":{\"voice\":\"NATM1\"}}}"};
+    /* the query's voice: the server's for the first and last, one it lacks for the second */
+    static const char *const query_voice[3] = {"NATF2", "VARX9", "NATF2"};
+    static const char *const expect[3] = {"NATF2", "NATF2", "NATM1"};
+    static const char *const what[3] = {"customParameters.voice unknown: the server's voice, the call goes on",
+                                        "the query's voice unknown: the server's voice, the call goes on",
+                                        "a customParameters.voice the server has is kept"};
+    for (int k = 0; k < 3; k++) {
+        char err[PP_ERR_LEN];
+        conn *c;
+        if (conn_create(20 + (uint64_t)k, CONN_TWILIO, &c, err)) abort();
+        ws_input in;
+        ws_input_init(&in, c, m);
+        pp_session_params p;
+        pp_params_defaults(&p);
+        snprintf(p.voice, sizeof p.voice, "%s", query_voice[k]);
+        json_socket js;
+        json_socket_init(&js, &in, CONN_TWILIO, &p, dir, "NATF2");
+        int todo = send_text(&js, starts[k]);
+        TEST_COND(what[k], (todo & JSON_SOCKET_ADMIT) && !in.closing && in.bad == 0 && !conn_closing(c) &&
+                               !strcmp(js.params.voice, expect[k]));
+        json_socket_free(&js);
+        conn_destroy(c);
+    }
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         remove(path);
@@ -510,6 +558,7 @@ int main(void) {
     check_realtime_g711(m);
     check_realtime_unknown_voice(m);
     check_twilio_input(m);
+    check_twilio_unknown_voice(m);
     check_chat_fragments(m);
     check_realtime_wire();
     check_realtime_transcript_cap();

@@ -17,6 +17,9 @@
  *   server's downlink encoding): at host_ms each, no more than 64 ms / host_ms conversations
  *   (the 80 ms frame at 80 % headroom) are admitted, a host_ms past the budget leaves one
  *   conversation that cannot run in real time, and the plan says what it added.
+ * - The plan's memory per conversation counts its row of the server's tick batch (LM scratch and
+ *   codec buffers for max_sessions rows, allocated once the plan is made): a batch's byte count
+ *   covers what it takes from the backend, and each conversation's share is in the plan.
  * - On a backend that records frames as a device does (a key's second run is the costly
  *   recording, here 250 ms longer), the plan's LM tick and codec times are the steady ones:
  *   the recording is one of the timed ticks and frames, and a mean counted it. */
@@ -27,6 +30,7 @@
 #include "base/log.h"
 #include "io/voice.h"
 #include "session/demo.h"
+#include "session/model_internal.h"
 #include "session/plan.h"
 #include "session/session.h"
 
@@ -374,6 +378,52 @@ static void test_capacity_plan(pp_model *m) {
                                                             strstr(cached.why, "set aside for the prompt cache"));
 }
 
+/* Backend bytes allocated while g_counting (nothing is released in between). */
+static int g_counting;
+static size_t g_allocated;
+static pp_backend_ops g_cpu_ops;
+
+static void *counting_alloc(pp_backend *be, size_t bytes) {
+    if (g_counting) g_allocated += bytes;
+    return g_cpu_ops.alloc(be, bytes);
+}
+
+static void test_plan_batch_memory(const pp_demo_files *files, pp_backend *cpu) {
+    char err[PP_ERR_LEN];
+    g_cpu_ops = *cpu->ops;
+    pp_backend_ops ops = *cpu->ops;
+    ops.alloc = counting_alloc;
+    pp_backend be = {&ops, cpu->impl};
+    pp_model_paths paths = pp_demo_paths(files);
+    pp_model *m = NULL;
+    pp_session_batch *one = NULL, *four = NULL;
+    int rc = pp_model_open(&be, &paths, &m, err);
+    if (!rc) rc = pp_session_batch_create(m, 1, &one, err);
+    g_counting = 1;
+    if (!rc) rc = pp_session_batch_create(m, 4, &four, err);
+    g_counting = 0;
+    pp_plan p;
+    if (!rc) rc = pp_plan_capacity(m, 2, 0, 0, &p, err);
+    if (rc) fprintf(stderr, "batch memory: %s\n", err);
+    TEST_COND("batches and a plan on a counting backend", rc == PP_OK);
+    if (!rc) {
+        size_t row = pp_session_batch_bytes(one);
+        size_t kv = pp_lm_ctx_bytes(pp_lm_get_config(pp_model_lm(m)), pp_model_kv_cache(m));
+        printf("tick batch: %zu bytes for 1 row, %zu for 4 (%zu from the backend); plan: %zu bytes a conversation "
+               "(KV %zu)\n", row, pp_session_batch_bytes(four), g_allocated, p.per_session_bytes, kv);
+        TEST_COND("a batch counts what it takes from the backend", pp_session_batch_bytes(four) >= g_allocated);
+        TEST_COND("its rows make its size", pp_session_batch_bytes(four) <= 4 * row);
+        mimi_state *st = NULL;
+        size_t codec = pp_mimi_state_create(pp_model_mimi(m), &st, err) == PP_OK ? pp_mimi_state_bytes(st) : 0;
+        pp_mimi_state_destroy(st);
+        TEST_COND("the plan counts a batch row per conversation",
+                  p.per_session_bytes == kv + codec + PP_PLAN_SESSION_SCRATCH + row);
+    }
+    pp_session_batch_destroy(one);
+    pp_session_batch_destroy(four);
+    pp_model_close(m);
+}
+
 /* run_recorded with a device's schedule: a key's first run is plain, its second the recording
  * (RECORD_NS more here), later ones replays. */
 #define RECORD_NS 250000000L
@@ -434,6 +484,7 @@ int main(void) {
     test_prompt_cache_pair(&files, be);
     test_capacity_plan(m);
     test_plan_recorded(&files, be);
+    test_plan_batch_memory(&files, be);
     pp_model_close(m);
     pp_backend_destroy(be);
     test_remove_dir(dir);

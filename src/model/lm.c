@@ -61,6 +61,7 @@ struct pp_lm_work {
     uint64_t key;
     int key_n, key_steps; /* key_n 0: no shape run yet */
     uint64_t *key_ctx;    /* host [rows]: the rows' conversation ids */
+    size_t bytes;         /* host and backend memory all of the above take (pp_lm_work_bytes) */
 };
 
 static atomic_uint_fast64_t next_id = 1;
@@ -380,28 +381,38 @@ void pp_lm_work_destroy(pp_lm_work *w) {
     free(w);
 }
 
+/* calloc and the backend's alloc, counted in w->bytes. */
+static void *work_calloc(pp_lm_work *w, size_t n, size_t size) {
+    w->bytes += n * size;
+    return calloc(n, size);
+}
+static void *work_alloc(pp_backend *be, pp_lm_work *w, size_t bytes) {
+    w->bytes += bytes;
+    return be->ops->alloc(be, bytes);
+}
+
 static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     const pp_lm_config *cfg = &lm->cfg;
     pp_backend *be = lm->be;
     size_t n = (size_t)w->rows, nt = (size_t)cfg->dep_q + 1;
     size_t nlog = (size_t)(cfg->text_card > cfg->card ? cfg->text_card : cfg->card);
-    w->dep = calloc(n, sizeof *w->dep);
-    w->dep_rows = calloc(n, sizeof *w->dep_rows);
-    w->tmp_rows = calloc(n, sizeof *w->tmp_rows);
+    w->dep = work_calloc(w, n, sizeof *w->dep);
+    w->dep_rows = work_calloc(w, n, sizeof *w->dep_rows);
+    w->tmp_rows = work_calloc(w, n, sizeof *w->tmp_rows);
     w->in_bytes =
         n * sizeof(pp_kv_ring *) + 2 * n * sizeof(pp_sample_param) + n * sizeof(int64_t) +
         n * (PP_LM_STREAMS + nt) * sizeof(int32_t);
-    w->host_in = calloc(1, w->in_bytes);
-    w->key_ctx = calloc(n, sizeof *w->key_ctx);
-    w->x = be->ops->alloc(be, n * cfg->dim * sizeof(float));
-    w->h = be->ops->alloc(be, n * cfg->dim * sizeof(float));
-    w->dx = be->ops->alloc(be, n * cfg->dep_dim * sizeof(float));
-    w->logits = be->ops->alloc(be, n * nlog * sizeof(float));
-    w->layer_out = be->ops->alloc(be, n * cfg->num_layers * cfg->dim * sizeof(float));
-    w->dep_pos = be->ops->alloc(be, (size_t)cfg->dep_q * n * sizeof(int64_t));
-    w->in = be->ops->alloc(be, w->in_bytes);
-    w->tokens = be->ops->alloc(be, n * nt * sizeof(int32_t));
-    w->dep_tables = be->ops->alloc(be, n * sizeof *w->dep_tables);
+    w->host_in = work_calloc(w, 1, w->in_bytes);
+    w->key_ctx = work_calloc(w, n, sizeof *w->key_ctx);
+    w->x = work_alloc(be, w, n * cfg->dim * sizeof(float));
+    w->h = work_alloc(be, w, n * cfg->dim * sizeof(float));
+    w->dx = work_alloc(be, w, n * cfg->dep_dim * sizeof(float));
+    w->logits = work_alloc(be, w, n * nlog * sizeof(float));
+    w->layer_out = work_alloc(be, w, n * cfg->num_layers * cfg->dim * sizeof(float));
+    w->dep_pos = work_alloc(be, w, (size_t)cfg->dep_q * n * sizeof(int64_t));
+    w->in = work_alloc(be, w, w->in_bytes);
+    w->tokens = work_alloc(be, w, n * nt * sizeof(int32_t));
+    w->dep_tables = work_alloc(be, w, n * sizeof *w->dep_tables);
     if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->key_ctx || !w->x || !w->h || !w->dx ||
         !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens || !w->dep_tables)
         return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
@@ -418,6 +429,8 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->host_forced = w->host_ids + n * PP_LM_STREAMS;
     int rc = pp_tf_scratch_init(be, &lm->temporal, w->rows, &w->temporal, err);
     if (!rc) rc = pp_tf_scratch_init(be, &lm->depformer, w->rows, &w->depformer, err);
+    w->bytes += pp_tf_scratch_bytes(&lm->temporal.shape, w->rows) + pp_tf_scratch_bytes(&lm->depformer.shape, w->rows) +
+                n * pp_tf_cache_bytes(&lm->depformer.shape, cfg->dep_q, PP_KV_F32);
     const pp_kv_ring **host_dep_tables = rc ? NULL : calloc(n, sizeof *host_dep_tables);
     if (!rc && !host_dep_tables) rc = pp_fail(err, PP_ENOMEM, "lm: out of memory");
     for (int i = 0; !rc && i < w->rows; i++) {
@@ -456,6 +469,8 @@ int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err) {
 }
 
 int pp_lm_work_rows(const pp_lm_work *w) { return w->rows; }
+
+size_t pp_lm_work_bytes(const pp_lm_work *w) { return w->bytes; }
 
 /* The input rows from the ids in backend memory. */
 static void embed_inputs(const pp_lm *lm, pp_lm_work *w, int n) {

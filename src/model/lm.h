@@ -74,6 +74,8 @@ void pp_lm_ctx_import(pp_lm_ctx *c, int slots, const void *host);
 int pp_lm_work_create(const pp_lm *lm, int rows, pp_lm_work **out, char *err);
 void pp_lm_work_destroy(pp_lm_work *w);
 int pp_lm_work_rows(const pp_lm_work *w);
+/* Host and backend memory the scratch takes (its buffers, activations and depformer rings). */
+size_t pp_lm_work_bytes(const pp_lm_work *w);
 
 /* Row i's input x = Σ emb[k-1][cols[i][k]] for k = 1..16, then + text_emb[cols[i][0]] (the
  * reference's order), for i < n. Ids must be in range (0..card for audio, 0..text_card for

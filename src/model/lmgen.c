@@ -32,6 +32,7 @@ struct pp_lmbatch {
     int *slot;                       /* [cap]: the caller's index of row r */
     pp_lmgen **rows;                 /* [cap]: the conversations that compute this tick */
     const float **emb;               /* [cap]: a prefill row's stored voice embedding, or NULL */
+    size_t host_bytes;               /* the arrays above (pp_lmbatch_bytes adds the work's) */
 };
 
 struct pp_lmgen {
@@ -410,6 +411,12 @@ void pp_lmbatch_destroy(pp_lmbatch *b) {
     free(b);
 }
 
+/* calloc, counted in b->host_bytes. */
+static void *batch_calloc(pp_lmbatch *b, size_t n, size_t size) {
+    b->host_bytes += n * size;
+    return calloc(n, size);
+}
+
 int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err) {
     *out = NULL;
     if (capacity < 1) return pp_fail(err, PP_EINVAL, "lmbatch: capacity %d (at least 1 conversation)", capacity);
@@ -419,16 +426,16 @@ int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err
     b->cfg = pp_lm_get_config(lm);
     b->cap = capacity;
     size_t n = (size_t)capacity;
-    b->frame = calloc(n, sizeof *b->frame);
-    b->tokens = calloc(n * ((size_t)b->cfg->dep_q + 1), sizeof *b->tokens);
-    b->text_logits = malloc(n * b->cfg->text_card * sizeof(float));
-    b->dep_logits = malloc(n * NA * b->cfg->card * sizeof(float));
-    b->cols = calloc(n, sizeof *b->cols);
-    b->layer_out = calloc(n, sizeof *b->layer_out);
-    b->last = calloc(n, sizeof *b->last);
-    b->slot = calloc(n, sizeof *b->slot);
-    b->rows = calloc(n, sizeof *b->rows);
-    b->emb = calloc(n, sizeof *b->emb);
+    b->frame = batch_calloc(b, n, sizeof *b->frame);
+    b->tokens = batch_calloc(b, n * ((size_t)b->cfg->dep_q + 1), sizeof *b->tokens);
+    b->text_logits = batch_calloc(b, n * b->cfg->text_card, sizeof(float));
+    b->dep_logits = batch_calloc(b, n * NA * b->cfg->card, sizeof(float));
+    b->cols = batch_calloc(b, n, sizeof *b->cols);
+    b->layer_out = batch_calloc(b, n, sizeof *b->layer_out);
+    b->last = batch_calloc(b, n, sizeof *b->last);
+    b->slot = batch_calloc(b, n, sizeof *b->slot);
+    b->rows = batch_calloc(b, n, sizeof *b->rows);
+    b->emb = batch_calloc(b, n, sizeof *b->emb);
     int rc = b->frame && b->tokens && b->text_logits && b->dep_logits && b->cols &&
                      b->layer_out && b->last && b->slot && b->rows && b->emb
                  ? PP_OK
@@ -443,6 +450,8 @@ int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err
 }
 
 int pp_lmbatch_capacity(const pp_lmbatch *b) { return b->cap; }
+
+size_t pp_lmbatch_bytes(const pp_lmbatch *b) { return b->host_bytes + pp_lm_work_bytes(b->work); }
 
 /* Checks a tick's arguments before any state changes: distinct conversations of b's model,
  * in-range user codes. */

@@ -150,6 +150,8 @@ void pp_lmgen_token_ring(const pp_lmgen *g, int64_t *dst);
 int pp_lmbatch_create(const pp_lm *lm, int capacity, pp_lmbatch **out, char *err);
 void pp_lmbatch_destroy(pp_lmbatch *b);
 int pp_lmbatch_capacity(const pp_lmbatch *b);
+/* Host and backend memory the batch takes. */
+size_t pp_lmbatch_bytes(const pp_lmbatch *b);
 /* One conversation frame for each of gens[0..n) (distinct, created on b's model, n <= capacity):
  * user[i] in, outs[i] out, exactly as pp_lmgen_step(gens[i], user[i], &outs[i]) for each i.
  * Arguments are checked before any conversation changes. */

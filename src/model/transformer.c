@@ -264,6 +264,11 @@ void pp_tf_cache_import(pp_backend *be, const pp_tf *tf, pp_tf_cache *c, int slo
     cache_transfer(be, tf, c, slots, (uint8_t *)host, 0);
 }
 
+size_t pp_tf_scratch_bytes(const pp_tf_shape *s, int rows) {
+    /* a row's h and att [dim], qkv [3 dim] and u [2 hidden], as allocated below */
+    return (size_t)rows * (5 * (size_t)s->dim + 2 * (size_t)s->hidden) * sizeof(float);
+}
+
 int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err) {
     const pp_tf_shape *s = &tf->shape;
     size_t d = (size_t)s->dim, hid = (size_t)s->hidden, n = (size_t)rows;

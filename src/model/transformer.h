@@ -91,6 +91,8 @@ void pp_tf_cache_free(pp_backend *be, pp_tf_cache *c);
 void pp_tf_cache_export(pp_backend *be, const pp_tf *tf, const pp_tf_cache *c, int slots, void *host);
 void pp_tf_cache_import(pp_backend *be, const pp_tf *tf, pp_tf_cache *c, int slots, const void *host);
 int pp_tf_scratch_init(pp_backend *be, const pp_tf *tf, int rows, pp_tf_scratch *sc, char *err);
+/* Backend bytes pp_tf_scratch_init takes for rows. */
+size_t pp_tf_scratch_bytes(const pp_tf_shape *s, int rows);
 void pp_tf_scratch_free(pp_backend *be, pp_tf_scratch *sc);
 
 /* Runs all layers on n rows of x (backend [n][dim], updated in place; n <= sc->rows) with the

@@ -250,10 +250,53 @@ static int job_encode(engine *e, job *j) {
 /* What a tick hands to its output tasks. */
 typedef struct tick_result {
     engine *e;
-    int rc;
-    char err[PP_ERR_LEN];
     double encode_ms, lm_ms, decode_ms;
 } tick_result;
+
+/* The batched calls of a tick, in order. */
+typedef enum { TICK_ENCODE, TICK_STEP, TICK_DECODE } tick_stage;
+static const char *const tick_stage_name[] = {"codec encode", "LM step", "codec decode"};
+
+/* One stage for the tick's rows [first, first + n). */
+static int stage_call(engine *e, tick_stage stage, int first, int n, char *err) {
+    pp_session **ss = e->tick_sessions + first;
+    switch (stage) {
+    case TICK_ENCODE: return pp_session_batch_encode(e->batch, ss, n, e->tick_in + first, err);
+    case TICK_STEP: return pp_session_batch_step(e->batch, ss, n, err);
+    default: return pp_session_batch_decode(e->batch, ss, n, e->tick_out + first, e->tick_pieces + first, err);
+    }
+}
+
+/* One stage of the tick over its *n rows. When the batched call fails, each row runs the stage
+ * again alone (a failed call leaves its sessions where they were; session.h): a conversation
+ * whose frame fails alone too ends with its error, and the others carry on, so one
+ * conversation at fault does not end every conversation of the tick. Failed rows leave the
+ * tick (*n shrinks). Returns the batched call's error only when no row ran (a device that lost
+ * its context fails them all): the tick failed. */
+static int run_stage(engine *e, tick_stage stage, int *n, char *err) {
+    int rc = stage_call(e, stage, 0, *n, err);
+    if (!rc) return PP_OK;
+    if (*n > 1)
+        PP_WARN("engine", "the %s of %d conversations failed (%s): running each alone", tick_stage_name[stage], *n,
+                err);
+    char one_err[PP_ERR_LEN];
+    int kept = 0;
+    for (int i = 0; i < *n; i++) {
+        /* a lone row's own call failed already: its error is err */
+        if (*n == 1 || stage_call(e, stage, i, 1, one_err)) {
+            job_fail(e, e->tick_jobs[i], CLOSE_INTERNAL, "frame failed", *n == 1 ? err : one_err);
+            continue;
+        }
+        e->tick_jobs[kept] = e->tick_jobs[i];
+        e->tick_sessions[kept] = e->tick_sessions[i];
+        e->tick_in[kept] = e->tick_in[i];
+        e->tick_out[kept] = e->tick_out[i];
+        memcpy(e->tick_pieces[kept], e->tick_pieces[i], sizeof e->tick_pieces[i]);
+        kept++;
+    }
+    *n = kept;
+    return kept ? PP_OK : rc;
+}
 
 /* Host pool task after the tick, for tick job i: its wire's messages (the Opus or μ-law
  * encoding of the decoded pcm_out and its text piece), the far end of its echo canceller,
@@ -263,10 +306,6 @@ static void output_task(void *arg, int i) {
     engine *e = t->e;
     job *j = e->tick_jobs[i];
     char err[PP_ERR_LEN];
-    if (t->rc) {
-        job_fail(e, j, CLOSE_INTERNAL, "frame failed", t->err);
-        return;
-    }
     int rc = PP_OK;
     long sent = wire_frame(j->wire, j->pcm_in, j->from_client, j->pcm_out, e->tick_pieces[i], err);
     if (sent < 0) rc = (int)sent;
@@ -308,22 +347,25 @@ static void run_tick(engine *e) {
     e->n_tick = e->n_echo = 0;
     if (n == 0) return;
     tick_result t = {.e = e};
+    char err[PP_ERR_LEN];
     int64_t t0 = pp_now_ns();
-    t.rc = pp_session_batch_encode(e->batch, e->tick_sessions, n, e->tick_in, t.err);
+    int rc = run_stage(e, TICK_ENCODE, &n, err);
     int64_t t1 = pp_now_ns();
-    if (!t.rc) t.rc = pp_session_batch_step(e->batch, e->tick_sessions, n, t.err);
+    if (!rc) rc = run_stage(e, TICK_STEP, &n, err);
     int64_t t2 = pp_now_ns();
-    if (!t.rc) t.rc = pp_session_batch_decode(e->batch, e->tick_sessions, n, e->tick_out, e->tick_pieces, t.err);
+    if (!rc) rc = run_stage(e, TICK_DECODE, &n, err);
     int64_t t3 = pp_now_ns();
     t.encode_ms = ms_between(t0, t1);
     t.lm_ms = ms_between(t1, t2);
     t.decode_ms = ms_between(t2, t3);
     pthread_mutex_lock(&e->lock);
-    e->failed_ticks = t.rc ? e->failed_ticks + 1 : 0;
-    if (t.rc) snprintf(e->tick_error, sizeof e->tick_error, "%s", t.err);
+    e->failed_ticks = rc ? e->failed_ticks + 1 : 0;
+    if (rc) snprintf(e->tick_error, sizeof e->tick_error, "%s", err);
     pthread_mutex_unlock(&e->lock);
-    pp_pool_run(e->host, n, output_task, &t);
-    metrics_tick(e->cfg.metrics, t.lm_ms, echo_ms + ms_between(t3, pp_now_ns()), n);
+    if (n) {
+        pp_pool_run(e->host, n, output_task, &t);
+        metrics_tick(e->cfg.metrics, t.lm_ms, echo_ms + ms_between(t3, pp_now_ns()), n);
+    }
     e->cfg.notify(e->cfg.notify_arg);
 }
 

@@ -8,7 +8,9 @@
  * conversation a task; everything else stays on the engine thread. Ticks start as soon as a
  * frame is waiting, so an idle server adds no latency; under load the frames that arrive during
  * a tick wait for the next one, so the batch grows with the load and every weight is read once
- * per tick for all of them. After the tick come joins, in arrival order: create the session,
+ * per tick for all of them. A batched call that fails is run again a conversation at a time, so a
+ * conversation whose frame fails alone ends with that error and the others carry on. After the
+ * tick come joins, in arrival order: create the session,
  * run its prompt frames (session.h: a batched pass, or the whole prompt from the prompt cache),
  * send the handshake. Each unit of that work runs only when its estimated cost ends before the
  * next live frame is due, so someone joining never makes a live frame late; a join waits

@@ -17,11 +17,12 @@
 #define TELEPHONE_CHUNK 1024
 
 void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params,
-                      const char *voices_dir) {
+                      const char *voices_dir, const char *server_voice) {
     memset(js, 0, sizeof *js);
     js->in = in;
     js->protocol = protocol;
     js->params = *params;
+    snprintf(js->server_voice, sizeof js->server_voice, "%s", server_voice ? server_voice : params->voice);
     if (voices_dir && voices_dir[0]) js->voices_dir = strdup(voices_dir); /* unchecked when out of memory */
     js->in_format = js->out_format = protocol == CONN_TWILIO ? AUDIO_ULAW : AUDIO_PCM16;
     js->from_8k_format = -1;

@@ -38,6 +38,7 @@ typedef struct json_socket {
     conn_protocol protocol;
     pp_session_params params; /* what the conversation starts (or restarts) with */
     char *voices_dir;         /* the model's, where session.update's voice is looked up; NULL: not checked */
+    char server_voice[PP_PARAMS_MAX_VOICE]; /* --voice: what a Twilio call falls back to */
     int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
     audio_format in_format, out_format;
     pp_resampler *from_8k; /* G.711 input */
@@ -53,9 +54,10 @@ typedef struct json_socket {
 enum { JSON_SOCKET_ADMIT = 4 /* admit the conversation with js->params now */ };
 
 /* params: the server's defaults and the query's settings; voices_dir: the model's (NULL or "": voices
- * are not looked up before the conversation starts). Queues realtime's session.created. */
+ * are not looked up before the conversation starts); server_voice: the server's --voice, which a
+ * Twilio call whose voice is not there gets instead. Queues realtime's session.created. */
 void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params,
-                      const char *voices_dir);
+                      const char *voices_dir, const char *server_voice);
 void json_socket_free(json_socket *js);
 /* One received piece of a message. Returns WS_INPUT_* and JSON_SOCKET_* bits. */
 int json_socket_receive(json_socket *js, const uint8_t *data, size_t len, int binary, int final);

@@ -214,12 +214,14 @@ static int start_engine(app *a, pp_model *model, engine **out, int *capacity, ch
     int rc = pp_model_set_kv_cache(model, a->kv, err);
     if (!rc) rc = pp_model_set_prompt_cache(model, cache_bytes, err);
     /* Each tick's downlink encoding runs on the engine's host threads, a conversation a task;
-     * with --echo-cancel on, so does every conversation's echo cancellation (under auto only
-     * those that ask for it: not counted). */
+     * with --echo-cancel on, so does every conversation's echo cancellation, and under auto any
+     * conversation may ask for it: counted for all of them either way, or a full server of
+     * clients that ask would not run in real time. A build without the canceller runs none. */
     int host_threads = pp_pool_threads_for(a->opt.threads);
     double encode_ms = 0, echo_ms = 0;
     if (!rc) rc = wire_frame_cost(&encode_ms, err);
-    if (!rc && echo_cancel_parse(a->opt.echo_cancel) == ECHO_CANCEL_ON) rc = engine_echo_cost(&echo_ms, err);
+    if (!rc && echo_cancel_parse(a->opt.echo_cancel) != ECHO_CANCEL_OFF && pp_aec_available())
+        rc = engine_echo_cost(&echo_ms, err);
     pp_plan plan;
     if (!rc)
         rc = pp_plan_capacity(model, a->opt.max_sessions, cache_bytes, (encode_ms + echo_ms) / host_threads, &plan,
@@ -343,6 +345,9 @@ static struct lws_context *create_context(app *a, struct lws_protocols *protocol
     info.iface = a->listen.host;
     /* with IPv6 on, lws binds an IPv4 literal as [::], every interface */
     if (a->listen.family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    /* --host :: serves IPv4 too (mapped addresses), also where net.ipv6.bindv6only=1 would make
+     * it IPv6 only: MODIFY without VALUE clears IPV6_V6ONLY on the listening socket */
+    else info.options |= LWS_SERVER_OPTION_IPV6_V6ONLY_MODIFY;
     info.protocols = protocols;
     info.pvo = &g_pvo; /* clients send no subprotocol: bind them to the chat protocol */
     info.user = &a->srv;
@@ -498,6 +503,9 @@ int main(int argc, char **argv) {
     else if (a.opt.demo && a.opt.weights) /* serving the demo in place of the file asked for would mislead */
         snprintf(err, sizeof err, "--demo runs the built-in model, so --weights %s would not be used: give one of them",
                  a.opt.weights);
+    else if (a.opt.demo && !a.opt.voices_dir && !pp_demo_voice_known(a.opt.voice)) /* else known only after the build */
+        snprintf(err, sizeof err, "--voice '%s' is not a voice of the --demo model (NATF0-3, NATM0-3, VARF0-4, VARM0-4)",
+                 a.opt.voice);
     else if (!a.opt.no_tls && !a.opt.cert != !a.opt.key)
         snprintf(err, sizeof err, "--cert and --key go together (%s given alone)", a.opt.cert ? "--cert" : "--key");
     else if (echo_cancel_parse(a.opt.echo_cancel) == ECHO_CANCEL_ON && !pp_aec_available())

@@ -275,7 +275,7 @@ static void put_capacity(out_buf *o, const metrics_capacity *c) {
               c->host_ms / 1e3);
     put_gauge(o, "personaplex_capacity_echo_seconds",
               "Start-up calibration: one conversation's echo cancellation of a frame, counted in the host work "
-              "with --echo-cancel on (0: not counted).",
+              "unless --echo-cancel is off (0: not counted).",
               c->echo_ms / 1e3);
     put_gauge(o, "personaplex_capacity_frame_seconds",
               "Start-up calibration: predicted work per 80 ms frame at the admitted maximum.", c->frame_ms / 1e3);

@@ -86,7 +86,8 @@ static const opt_spec g_opts[] = {
      "conversations this machine holds before the checkpoint is downloaded. Real time needs a GPU."},
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
      "Voice used when a client sends no voice_prompt (with or without the .pt suffix). The server "
-     "does not start (exit status 2) when it is not in --voices-dir, or that holds no voices."},
+     "does not start (exit status 2) when it is not in --voices-dir (with --demo and no --voices-dir: "
+     "among the demo model's 18 voices), or that holds no voices."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
      "tokenized like the reference server does."},
@@ -99,8 +100,9 @@ static const opt_spec g_opts[] = {
      "it for its session. -1 draws a fresh seed per session."},
     {"host", "ADDR", OPT_STRING, F(host), 0, 0, "127.0.0.1", "Network",
      "Address to listen on, and only there: a numeric IPv4 or IPv6 address of this machine, or "
-     "localhost (127.0.0.1); other names are refused. Use 0.0.0.0 (or ::) to accept other machines "
-     "(browsers then need TLS for the microphone)."},
+     "localhost (127.0.0.1); other names are refused. Use 0.0.0.0 (IPv4) or :: (IPv6 and IPv4, "
+     "whatever net.ipv6.bindv6only says) to accept other machines (browsers then need TLS for the "
+     "microphone)."},
     {"port", "N", OPT_INT, F(port), 0, 65535, "8998", NULL,
      "TCP port for HTTP(S) and the WebSocket; 0 picks a free port (logged)."},
     {"cert", "FILE", OPT_STRING, F(cert), 0, 0, NULL, NULL,

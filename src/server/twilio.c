@@ -3,14 +3,29 @@
  * Twilio sends `connected`, then `start` (the streamSid, the media format, and the
  * customParameters of the TwiML <Stream>: voice, prompt, or any /api/chat query key), then
  * `media` (base64 μ-law at 8 kHz, 20 ms each), `mark` when our marks have played, `dtmf`, and
- * `stop` when the call ends. The conversation starts at `start`. */
+ * `stop` when the call ends. The conversation starts at `start`. A voice (customParameters or the
+ * query) that is not on the server does not end the call, which a caller cannot fix: the call
+ * gets the server's --voice instead, and the log says so. */
 #include "server/json_socket.h"
 
 #include "base/log.h"
+#include "io/voice.h"
 #include "session/params.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The call's voice: asked (customParameters; NULL: the query's, already in params) when the
+ * server has it, else the server's --voice, logged. */
+static void settle_voice(json_socket *js, const char *asked) {
+    char path[4200], err[PP_ERR_LEN];
+    int rc = asked ? pp_params_set_voice(&js->params, asked, err) : PP_OK;
+    if (!rc && js->voices_dir) rc = pp_voice_resolve(js->voices_dir, js->params.voice, path, sizeof path, err);
+    if (!rc) return;
+    PP_WARN("twilio", "session %llu: %s; the call goes on with the server's voice %s",
+            (unsigned long long)conn_id(js->in->c), err, js->server_voice);
+    snprintf(js->params.voice, sizeof js->params.voice, "%s", js->server_voice);
+}
 
 static int on_start(json_socket *js, const pp_json *ev) {
     char err[PP_ERR_LEN];
@@ -30,16 +45,21 @@ static int on_start(json_socket *js, const pp_json *ev) {
                                   "media format %s at %g Hz: Twilio streams are audio/x-mulaw at 8000 Hz",
                                   encoding ? encoding : "?", rate && rate->type == PP_JSON_NUMBER ? rate->number : 0.0);
     const pp_json *custom = pp_json_get(start, "customParameters");
+    const char *asked_voice = NULL;
     for (size_t i = 0; custom && custom->type == PP_JSON_OBJECT && i < custom->count; i++) {
         const char *key = custom->keys[i];
         if (custom->items[i]->type != PP_JSON_STRING) continue;
         const char *value = custom->items[i]->string;
-        /* The TwiML's short names, and every /api/chat query key. */
-        int rc = !strcmp(key, "voice")    ? pp_params_set_voice(&js->params, value, err)
-                 : !strcmp(key, "prompt") ? pp_params_set(&js->params, "text_prompt", value, err)
-                                          : pp_params_set(&js->params, key, value, err);
+        /* The TwiML's short names, and every /api/chat query key; the voice is settled below. */
+        if (!strcmp(key, "voice") || !strcmp(key, "voice_prompt")) {
+            asked_voice = value;
+            continue;
+        }
+        int rc = !strcmp(key, "prompt") ? pp_params_set(&js->params, "text_prompt", value, err)
+                                        : pp_params_set(&js->params, key, value, err);
         if (rc) return json_socket_reject(js, "invalid_value", "customParameters.%s: %s", key, err);
     }
+    settle_voice(js, asked_voice);
     snprintf(js->stream, sizeof js->stream, "%s", sid);
     PP_INFO("twilio", "session %llu: stream %s started (voice %s)", (unsigned long long)conn_id(js->in->c), sid,
             js->params.voice);

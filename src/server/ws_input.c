@@ -12,7 +12,6 @@ void ws_input_init(ws_input *in, conn *c, metrics *m) {
     memset(in, 0, sizeof *in);
     in->c = c;
     in->metrics = m;
-    in->t_open = pp_now_ns();
 }
 
 int ws_input_reject(ws_input *in, int close_code, const char *what) {
@@ -32,7 +31,10 @@ int ws_input_reject(ws_input *in, int close_code, const char *what) {
 
 int ws_input_check_pace(ws_input *in) {
     double sent = (double)conn_uplink_stats(in->c).samples / PP_SAMPLE_RATE;
-    double elapsed = (double)(pp_now_ns() - in->t_open) / 1e9;
+    if (sent <= 0) return 0;
+    int64_t now = pp_now_ns();
+    if (!in->t_first_audio) in->t_first_audio = now;
+    double elapsed = (double)(now - in->t_first_audio) / 1e9;
     if (sent - elapsed <= WS_INPUT_MAX_AHEAD_S) return 0;
     char what[128];
     snprintf(what, sizeof what, "audio arrives faster than real time (over %d s ahead)", WS_INPUT_MAX_AHEAD_S);

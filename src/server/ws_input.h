@@ -10,8 +10,10 @@
  * does a message over WS_INPUT_MAX_MESSAGE (1009).
  *
  * A client may not send audio faster than real time for long: once more than
- * WS_INPUT_MAX_AHEAD_S seconds of decoded audio have arrived beyond the wall time since the
- * socket opened, the conversation is closed (1008) with a message saying why. (The uplink's
+ * WS_INPUT_MAX_AHEAD_S seconds of decoded audio have arrived beyond the wall time since its
+ * first audio arrived, the conversation is closed (1008) with a message saying why. (Counted
+ * from the first audio, not the socket's opening: a client that waits before it streams earns
+ * no extra allowance by waiting.) (The uplink's
  * own buffer cap bounds the memory in any case; this names the client at fault instead of
  * silently dropping its audio.) */
 #ifndef PP_SERVER_WS_INPUT_H
@@ -34,7 +36,7 @@
 typedef struct ws_input {
     conn *c;
     metrics *metrics;     /* counts malformed input; may be NULL */
-    int64_t t_open;       /* CLOCK_MONOTONIC ns when the socket opened */
+    int64_t t_first_audio; /* CLOCK_MONOTONIC ns when the client's first audio arrived; 0 before */
     int in_message;       /* a message's first piece has been seen */
     int kind;             /* of the message being received: -1 empty, -2 text frame */
     size_t message_len;

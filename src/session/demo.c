@@ -233,6 +233,21 @@ static int measure_rms(const char *mimi_path, float *rms, char *err) {
     return rc;
 }
 
+/* Every preset of the official client's voice menu (docs/protocol.md §3), so any choice there
+ * starts a conversation; NATF2 and NATM1 keep seeds 1 and 2 so their prompts stay as before. */
+static const char *const g_demo_voices[] = {"NATF2", "NATM1", "NATF0", "NATF1", "NATF3", "NATM0",
+                                            "NATM2", "NATM3", "VARF0", "VARF1", "VARF2", "VARF3",
+                                            "VARF4", "VARM0", "VARM1", "VARM2", "VARM3", "VARM4"};
+#define DEMO_VOICE_COUNT (sizeof g_demo_voices / sizeof g_demo_voices[0])
+
+int pp_demo_voice_known(const char *name) {
+    size_t n = strlen(name);
+    if (n > 3 && strcmp(name + n - 3, ".pt") == 0) n -= 3; /* the voice files' suffix, as --voice allows */
+    for (size_t i = 0; i < DEMO_VOICE_COUNT; i++)
+        if (strlen(g_demo_voices[i]) == n && strncmp(g_demo_voices[i], name, n) == 0) return 1;
+    return 0;
+}
+
 static int write_voice(const char *path, const pp_lm_config *c, uint64_t seed, char *err) {
     pp_voice v = {.frames = DEMO_VOICE_FRAMES, .dim = c->dim};
     v.embeddings = malloc((size_t)DEMO_VOICE_FRAMES * (size_t)c->dim * sizeof(float));
@@ -310,14 +325,8 @@ int pp_demo_write_opts(const char *dir, const pp_demo_opts *opts, pp_demo_files 
     if (!rc) rc = pp_spm_make_demo(DEMO_VOCAB, &spm, &spm_len, err);
     if (!rc) rc = write_text(out->tokenizer, spm, spm_len, err);
     if (!rc) rc = make_dir(out->voices_dir, err);
-    /* Every preset of the official client's voice menu (docs/protocol.md §3), so any choice
-     * there starts a conversation; NATF2 and NATM1 keep seeds 1 and 2 so their prompts stay
-     * as before. */
-    static const char *const voices[] = {"NATF2", "NATM1", "NATF0", "NATF1", "NATF3", "NATM0",
-                                         "NATM2", "NATM3", "VARF0", "VARF1", "VARF2", "VARF3",
-                                         "VARF4", "VARM0", "VARM1", "VARM2", "VARM3", "VARM4"};
-    for (size_t i = 0; !rc && i < sizeof voices / sizeof voices[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s.pt", out->voices_dir, voices[i]);
+    for (size_t i = 0; !rc && i < DEMO_VOICE_COUNT; i++) {
+        snprintf(path, sizeof path, "%s/%s.pt", out->voices_dir, g_demo_voices[i]);
         rc = write_voice(path, &lc, i + 1, err);
     }
     free(spm);

@@ -14,4 +14,8 @@
 
 #include "personaplex.h" /* pp_demo_files, pp_demo_opts, pp_demo_write */
 
+/* 1 when name (with or without ".pt") is one of the voices pp_demo_write writes (NATF0 ... VARM4),
+ * so a server can refuse a --voice the demo lacks before it builds the model. */
+int pp_demo_voice_known(const char *name);
+
 #endif

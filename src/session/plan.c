@@ -15,7 +15,6 @@
  * leave the median steady with both a device's recording and a preemption among them. */
 #define CODEC_FRAMES 5
 #define CALIB_TICKS 5
-#define SESSION_SCRATCH (4u << 20)   /* a conversation's own one-row LM scratch and bookkeeping */
 
 /* Median wall time of one frame's Mimi encode + decode of n conversations in one batch, as the
  * server's tick runs them; *bytes (when not NULL) gets one conversation's codec state size. */
@@ -84,18 +83,33 @@ static int calibrate(const pp_model *m, pp_kv_format kv, const pp_admission_limi
     return PP_OK;
 }
 
+/* Bytes a server's tick batch (pp_session_batch) takes per conversation it holds: a one-row
+ * batch's, which also carries the few bytes that do not grow with the rows. */
+static int batch_row_bytes(pp_model *m, size_t *bytes, char *err) {
+    pp_session_batch *b;
+    int rc = pp_session_batch_create(m, 1, &b, err);
+    if (rc) return rc;
+    *bytes = pp_session_batch_bytes(b);
+    pp_session_batch_destroy(b);
+    return PP_OK;
+}
+
 int pp_plan_capacity(pp_model *m, int hard_max, size_t reserved_host, double host_ms, pp_plan *out, char *err) {
     memset(out, 0, sizeof *out);
     const pp_lm *lm = pp_model_lm(m);
     pp_kv_format kv = pp_model_kv_cache(m);
     pp_admission_limits lim;
     pp_admission_limits_default(&lim);
-    size_t codec_bytes = 0;
+    size_t codec_bytes = 0, batch_bytes = 0;
     double codec1_ms = 0;
     int rc = time_codec(m, 1, &codec1_ms, &codec_bytes, err);
+    if (!rc) rc = batch_row_bytes(m, &batch_bytes, err);
     if (rc) return rc;
     lim.per_session_ms = host_ms; /* the caller's; the codec runs batched inside each calibrated tick */
-    lim.per_session_bytes = pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + SESSION_SCRATCH;
+    /* its KV rings, codec state and own scratch, and its row of the server's tick batch, which is
+     * allocated for every admitted conversation once the plan is made */
+    lim.per_session_bytes =
+        pp_lm_ctx_bytes(pp_lm_get_config(lm), kv) + codec_bytes + PP_PLAN_SESSION_SCRATCH + batch_bytes;
     lim.mem_free = pp_admission_free_memory(pp_model_get_backend(m));
     size_t set_aside = pp_backend_uses_host_memory(pp_model_get_backend(m)) ? reserved_host : 0;
     /* the prompt cache's host memory is the conversations' too */

@@ -19,6 +19,9 @@
 #include "session/session.h"
 
 #define PP_PLAN_MAX 256 /* conversations a server holds at most, whatever the machine */
+/* A conversation's own one-row LM scratch and bookkeeping, in its bytes beside its KV rings, its
+ * codec state and its row of the server's tick batch. */
+#define PP_PLAN_SESSION_SCRATCH ((size_t)4 << 20)
 
 typedef struct pp_plan {
     int sessions;             /* conversations to admit: >= 1 even when not one runs in real time */
@@ -28,7 +31,7 @@ typedef struct pp_plan {
     double codec_ms;          /* measured Mimi encode + decode of one conversation's frame */
     double host_ms;           /* the caller's per-conversation work per frame outside the batch */
     double frame_ms;          /* predicted work per frame at `sessions` */
-    size_t per_session_bytes; /* KV rings in the model's format + codec state + scratch */
+    size_t per_session_bytes; /* KV rings in the model's format + codec state + scratch + a tick batch row */
     size_t mem_free;
     char why[384]; /* the figure and the binding limit, in words */
 } pp_plan;

@@ -477,6 +477,12 @@ int pp_session_batch_create(pp_model *m, int capacity, pp_session_batch **out, c
     return PP_OK;
 }
 
+size_t pp_session_batch_bytes(const pp_session_batch *b) {
+    size_t per_row = sizeof *b->gens + sizeof *b->user + sizeof *b->outs + sizeof *b->states + sizeof *b->user_codes +
+                     sizeof *b->codes + sizeof *b->pcm;
+    return pp_lmbatch_bytes(b->lm) + pp_mimi_batch_bytes(b->codec) + (size_t)b->cap * per_row;
+}
+
 static int check_batch(const pp_session_batch *b, pp_session *const *ss, int n, char *err) {
     if (n < 0 || n > b->cap)
         return pp_fail(err, PP_EINVAL, "session batch: %d sessions in a batch of capacity %d", n, b->cap);
@@ -525,10 +531,11 @@ int pp_session_batch_decode(pp_session_batch *b, pp_session *const *ss, int n, f
     for (int i = 0; i < n; i++)
         if (ss[i]->stage != STAGE_STEPPED)
             return pp_fail(err, PP_EINVAL, "session batch: entry %d decodes before the frame's LM tick", i);
-    /* Sessions whose agent has not spoken yet get silence; the rest share one codec call. */
+    /* Sessions whose agent has not spoken yet get silence; the rest share one codec call. Their
+     * stage moves on only once it has run, so a failed call can be retried (a server runs each
+     * session alone then, to find the one at fault). */
     int k = 0;
     for (int i = 0; i < n; i++) {
-        ss[i]->stage = STAGE_IDLE;
         pieces[i][0] = '\0';
         if (!ss[i]->out.ready) {
             memset(pcm_out[i], 0, PP_FRAME_SAMPLES * sizeof *pcm_out[i]);
@@ -539,7 +546,9 @@ int pp_session_batch_decode(pp_session_batch *b, pp_session *const *ss, int n, f
         b->pcm[k++] = pcm_out[i];
     }
     if (k && (rc = pp_mimi_decode_batch(b->codec, b->states, k, b->codes, b->pcm, err))) return rc;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        ss[i]->stage = STAGE_IDLE;
         if (ss[i]->out.ready) text_piece(ss[i], pieces[i]);
+    }
     return PP_OK;
 }

@@ -6,4 +6,10 @@
 
 #include "personaplex.h"
 
+#include <stddef.h>
+
+/* Host and backend memory a batch takes (its LM scratch, codec buffers and row arrays): a
+ * server's batch of max_sessions rows is part of what its conversations need. */
+size_t pp_session_batch_bytes(const pp_session_batch *b);
+
 #endif

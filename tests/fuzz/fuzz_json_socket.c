@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_socket js;
     pp_session_params p;
     pp_params_defaults(&p);
-    json_socket_init(&js, &in, protocol, &p, NULL);
+    json_socket_init(&js, &in, protocol, &p, NULL, NULL);
     static float pcm[PP_FRAME_SAMPLES];
     ws_piece piece;
     for (size_t at = 1; ws_next_piece(data, size, &at, &piece);) {
