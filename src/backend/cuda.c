@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/number.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>
@@ -984,13 +985,11 @@ static void ctx_free(cuda_ctx *c) {
 }
 
 /* The value of environment variable `name` (NULL when unset) and, in *v, its whole decimal
- * integer, or LONG_MIN when it is not one (which every caller's range rejects). */
-static const char *env_long(const char *name, long *v) {
+ * integer (pp_parse_integer), or LLONG_MIN when it is not one (which every caller's range
+ * rejects). */
+static const char *env_integer(const char *name, long long *v) {
     const char *s = getenv(name);
-    if (!s) return NULL;
-    char *end;
-    *v = strtol(s, &end, 10);
-    if (*end || end == s) *v = LONG_MIN;
+    if (s && !pp_parse_integer(s, v)) *v = LLONG_MIN;
     return s;
 }
 
@@ -1046,8 +1045,8 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     pk_set_device_sms(prop.multiProcessorCount);
     /* Where the integer tensor cores take over from the integer GEMV (0: never, the TF32 product
      * past 8 inputs), to time the ways against each other */
-    long v;
-    const char *imma_min = env_long("PP_CUDA_IMMA_MIN", &v);
+    long long v;
+    const char *imma_min = env_integer("PP_CUDA_IMMA_MIN", &v);
     if (imma_min) {
         if (v != 0 && (v < 2 || v > PK_GEMV_MAX_BATCH + 1))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_IMMA_MIN=%s: give 2..%d inputs, or 0 for never", imma_min,
@@ -1055,7 +1054,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
         pk_set_imma_min_batch(v ? (int)v : INT_MAX);
     }
     /* Keys per attention block (0: by the launch's size, attn.cu), to time the spans */
-    const char *span = env_long("PP_CUDA_ATTN_SPAN", &v);
+    const char *span = env_integer("PP_CUDA_ATTN_SPAN", &v);
     if (span) {
         if (v < 0 || v % 64 || v > (1 << 20))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_SPAN=%s: give a multiple of 64 keys, or 0", span);
@@ -1068,7 +1067,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
         void (*set)(int);
     } switches[] = {{"PP_CUDA_ATTN_AHEAD", pk_set_attn_ahead}, {"PP_CUDA_IMMA_L1_AHEAD", pk_set_imma_l1_ahead}};
     for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
-        const char *on = env_long(switches[i].name, &v);
+        const char *on = env_integer(switches[i].name, &v);
         if (!on) continue;
         if (v != 0 && v != 1) return pp_fail(err, PP_EINVAL, "cuda: %s=%s: give 0 or 1", switches[i].name, on);
         switches[i].set((int)v);
