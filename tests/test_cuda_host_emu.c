@@ -52,7 +52,48 @@ static void test_env(void) {
     creates_with("PP_CUDA_IMMA_L1_AHEAD", "1", err); /* back to the defaults for what follows */
 }
 
+/* ---- failures while creating the backend ---- */
+
+static const struct {
+    enum pk_emu_call call;
+    const char *named; /* what the error must name */
+} CREATE_CALLS[] = {
+    {PK_EMU_MALLOC, "cudaMalloc"}, {PK_EMU_MALLOC_HOST, "cudaMallocHost"}, {PK_EMU_CREATE, "Create"},
+    {PK_EMU_SYNC, "Synchronize"},  {PK_EMU_LAUNCH, "kernel"},
+};
+
+static void test_create_failures(void) {
+    char err[PP_ERR_LEN];
+    const long live = pk_emu_live_objects();
+    for (size_t k = 0; k < sizeof CREATE_CALLS / sizeof *CREATE_CALLS; k++) {
+        int failures = 0, named = 1, leaks = 0;
+        for (long nth = 1; nth < 64; nth++) {
+            pk_emu_fail_nth(CREATE_CALLS[k].call, nth);
+            pp_backend *be;
+            err[0] = 0;
+            int rc = pp_backend_create("cuda", 1, &be, err);
+            pk_emu_fail_nth(CREATE_CALLS[k].call, 0);
+            if (!rc) {
+                pp_backend_destroy(be);
+                leaks += pk_emu_live_objects() != live;
+                break;
+            }
+            failures++;
+            if (!strstr(err, CREATE_CALLS[k].named)) {
+                fprintf(stderr, "call %zu, %ld-th: error '%s' does not name %s\n", k, nth, err, CREATE_CALLS[k].named);
+                named = 0;
+            }
+            leaks += pk_emu_live_objects() != live;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "creating the backend: each failing %s is an error naming it, nothing left behind",
+                 CREATE_CALLS[k].named);
+        TEST_COND(what, failures > 0 && named && !leaks);
+    }
+}
+
 int main(void) {
     test_env();
+    test_create_failures();
     return test_report();
 }

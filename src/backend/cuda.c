@@ -122,6 +122,10 @@ static cuda_ctx *ctx_of(pp_backend *be) { return be->impl; }
 /* Formats and returns a device error; the first one is also kept as the sticky error. */
 static int cuda_fail(cuda_ctx *c, char *err, int rc, const char *file, int line, const char *stmt) {
     const char *what = rc == -1 ? "cuBLAS call failed" : cudaGetErrorString((cudaError_t)rc);
+    /* Reported here: the runtime's last error is reset, or the next kernel launcher, which reads
+     * it to learn whether its launch failed (kernels.h), would report this failure as its own
+     * (the next backend's first launch, after a creation that failed). */
+    cudaGetLastError();
     char msg[PP_ERR_LEN];
     snprintf(msg, sizeof msg, "cuda: %s:%d: %s: %s", file, line, stmt, what);
     if (c && !c->error) {
@@ -1077,7 +1081,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     if (rc == (int)cudaErrorNoKernelImageForDevice)
         return pp_fail(err, PP_EUNSUPPORTED, "cuda: %s is compute capability %d.%d; this build has kernels for %s",
                        prop.name, prop.major, prop.minor, PP_CUDA_ARCHS_STR);
-    PP_CUDA_TRY(c, err, rc);
+    if (rc) return cuda_fail(c, err, rc, __FILE__, __LINE__, "pk_add(), the first kernel launch");
     PP_CUDA_TRY(c, err, cudaStreamSynchronize(c->stream));
     size_t f = 0, t = 0;
     PP_CUDA_TRY(c, err, cudaMemGetInfo(&f, &t));
