@@ -92,8 +92,150 @@ static void test_create_failures(void) {
     }
 }
 
+/* ---- failures while loading the codec ---- */
+
+#define CODEC PP_TEST_DATA "/golden/mimi-synth/model.safetensors"
+
+static const struct {
+    enum pk_emu_call call;
+    const char *name;
+} LOAD_CALLS[] = {{PK_EMU_MALLOC, "cudaMalloc"}, {PK_EMU_COPY, "cudaMemcpyAsync"}, {PK_EMU_SYNC, "a synchronisation"},
+                  {PK_EMU_SET, "cudaMemsetAsync"}};
+
+static void test_load_failures(void) {
+    char err[PP_ERR_LEN];
+    const long live = pk_emu_live_objects();
+    for (size_t k = 0; k < sizeof LOAD_CALLS / sizeof *LOAD_CALLS; k++) {
+        int failures = 0, unreported = 0, leaks = 0, loaded = 0;
+        for (long nth = 1; nth < 4000 && !loaded; nth++) {
+            pp_backend *be;
+            if (pp_backend_create("cuda", 1, &be, err)) break;
+            pk_emu_fail_nth(LOAD_CALLS[k].call, nth);
+            mimi_model *m;
+            int rc = pp_mimi_open(be, CODEC, NULL, &m, err);
+            const int fired = !pk_emu_fail_pending(LOAD_CALLS[k].call);
+            pk_emu_fail_nth(LOAD_CALLS[k].call, 0);
+            if (!rc) {
+                /* a load that returns PP_OK must not have met the failure */
+                if (fired) {
+                    fprintf(stderr, "the %ld-th %s failed, yet the codec loaded\n", nth, LOAD_CALLS[k].name);
+                    unreported++;
+                }
+                loaded = !fired;
+                pp_mimi_close(m);
+            } else {
+                failures++;
+            }
+            pp_backend_destroy(be);
+            leaks += pk_emu_live_objects() != live;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "loading the codec: each failing %s fails the load, nothing left behind",
+                 LOAD_CALLS[k].name);
+        if (!(failures > 0 && loaded && !unreported && !leaks))
+            fprintf(stderr, "%s: %d failed loads, %d unreported failures, %d leaks, loaded %d\n", LOAD_CALLS[k].name,
+                    failures, unreported, leaks, loaded);
+        TEST_COND(what, failures > 0 && loaded && !unreported && !leaks);
+    }
+}
+
+/* ---- the codec's batched frames ---- */
+
+#define CONVS 2
+
+/* A codec on its own backend, a batch and CONVS conversations. */
+typedef struct codec_run {
+    pp_backend *be;
+    mimi_model *m;
+    mimi_batch *batch;
+    mimi_state *s[CONVS];
+    int frame, ncb, frames;
+    float *pcm_in, *pcm_out[CONVS];
+    int32_t codes[CONVS][QUANTIZER_MAX_CODES];
+} codec_run;
+
+static int codec_open(codec_run *r, char *err) {
+    memset(r, 0, sizeof *r);
+    int rc = pp_backend_create("cuda", 1, &r->be, err);
+    if (!rc) rc = pp_mimi_open(r->be, CODEC, NULL, &r->m, err);
+    if (rc) return rc;
+    r->frame = pp_mimi_get_config(r->m)->frame_size;
+    r->ncb = pp_mimi_get_config(r->m)->quantizer.num_codebooks;
+    rc = pp_mimi_batch_create(r->m, CONVS, &r->batch, err);
+    for (int k = 0; k < CONVS && !rc; k++) rc = pp_mimi_state_create(r->m, &r->s[k], err);
+    r->pcm_in = calloc((size_t)r->frame, sizeof(float));
+    for (int k = 0; k < CONVS; k++) r->pcm_out[k] = calloc((size_t)r->frame, sizeof(float));
+    return rc;
+}
+
+static void codec_close(codec_run *r) {
+    for (int k = 0; k < CONVS; k++) {
+        pp_mimi_state_destroy(r->s[k]);
+        free(r->pcm_out[k]);
+    }
+    free(r->pcm_in);
+    pp_mimi_batch_destroy(r->batch);
+    pp_mimi_close(r->m);
+    pp_backend_destroy(r->be);
+}
+
+/* One frame, encoded and decoded, of conversations 0..n-1: a tone that changes with the frame. */
+static int codec_tick(codec_run *r, int n, char *err) {
+    for (int i = 0; i < r->frame; i++) r->pcm_in[i] = 0.3f * sinf(0.01f * (float)(i + 1) * (float)(r->frames % 7 + 1));
+    r->frames++;
+    const float *in[CONVS];
+    int32_t *codes[CONVS];
+    const int32_t *codes_in[CONVS];
+    for (int k = 0; k < n; k++) {
+        in[k] = r->pcm_in;
+        codes[k] = r->codes[k];
+        codes_in[k] = r->codes[k];
+    }
+    int rc = pp_mimi_encode_batch(r->batch, r->s, n, in, codes, err);
+    return rc ? rc : pp_mimi_decode_batch(r->batch, r->s, n, codes_in, r->pcm_out, err);
+}
+
+/* A device call failing in a frame: the frame reports it, naming the call, and so does every
+ * later frame (the device's failure is kept); nothing is left behind. `warm`: frames before it
+ * (the first of each row count runs plainly, the second records, later ones replay). */
+static void tick_failure(enum pk_emu_call call, int warm, const char *what, const char *named) {
+    char err[PP_ERR_LEN];
+    const long live = pk_emu_live_objects();
+    codec_run r;
+    int rc = codec_open(&r, err);
+    for (int t = 0; t < warm && !rc; t++) rc = codec_tick(&r, CONVS, err);
+    if (rc) {
+        fprintf(stderr, "%s\n", err);
+        TEST_COND("the codec runs before the failure", 0);
+        return;
+    }
+    pk_emu_fail_nth(call, 1);
+    err[0] = 0;
+    int failed = codec_tick(&r, CONVS, err) != PP_OK, is_named = strstr(err, named) != NULL;
+    const int fired = !pk_emu_fail_pending(call);
+    pk_emu_fail_nth(call, 0);
+    if (!is_named) fprintf(stderr, "%s: error '%s' does not name %s\n", what, err, named);
+    err[0] = 0;
+    int later_failed = codec_tick(&r, CONVS, err) != PP_OK && strstr(err, named) != NULL;
+    codec_close(&r);
+    char cond[200];
+    snprintf(cond, sizeof cond, "%s: the frame fails naming it, so do later frames, nothing left behind", what);
+    TEST_COND(cond, fired && failed && is_named && later_failed && pk_emu_live_objects() == live);
+}
+
+static void test_tick_failures(void) {
+    tick_failure(PK_EMU_LAUNCH, 1, "a kernel launch failing in a plain frame", "launch failure");
+    tick_failure(PK_EMU_COPY, 3, "an upload failing before a frame", "cudaMemcpyAsync");
+    tick_failure(PK_EMU_SYNC, 3, "a download's synchronisation failing", "cudaStreamSynchronize");
+    tick_failure(PK_EMU_END_CAPTURE, 2, "a recording that the device invalidates", "cudaStreamEndCapture");
+    tick_failure(PK_EMU_INSTANTIATE, 2, "a recording that cannot be instantiated", "cudaGraphInstantiate");
+    tick_failure(PK_EMU_GRAPH_LAUNCH, 4, "a replay failing", "cudaGraphLaunch");
+}
+
 int main(void) {
     test_env();
     test_create_failures();
+    test_load_failures();
+    test_tick_failures();
     return test_report();
 }

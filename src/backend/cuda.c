@@ -302,7 +302,10 @@ static void *cuda_alloc(pp_backend *be, size_t bytes) {
         cudaGetLastError(); /* out of memory is reported by the NULL, not kept as sticky */
         return NULL;
     }
-    if (cudaMemsetAsync(p, 0, bytes, c->stream) != cudaSuccess || cudaStreamSynchronize(c->stream) != cudaSuccess) {
+    int e = (int)cudaMemsetAsync(p, 0, bytes, c->stream);
+    if (!e) e = (int)cudaStreamSynchronize(c->stream);
+    if (e) { /* not out of memory: the device failed, which is kept */
+        cuda_fail(c, NULL, e, __FILE__, __LINE__, "zeroing a new buffer");
         cudaFree(p);
         return NULL;
     }

@@ -508,6 +508,7 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
     if (!rc) rc = pp_codec_arena_alloc(&m->weights, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
+    if (!rc) rc = pp_backend_device_error(be, err); /* the uploads report nothing themselves */
     if (rc) {
         pp_mimi_close(m);
         return rc;
@@ -761,6 +762,7 @@ static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *cons
     if (latent)
         be->ops->download(be, latent, m->resample ? b->latent : b->emb, m->cfg.seanet.dimension * sizeof(float));
     be->ops->download(be, b->codes_host, b->codes, (size_t)n * ncb * sizeof *b->codes_host);
+    if ((rc = pp_backend_device_error(be, err))) return rc;
     for (int r = 0; r < n; r++) {
         mimi_state *s = ss[b->order[r]];
         memcpy(codes[b->order[r]], b->codes_host + (size_t)r * ncb, ncb * sizeof **codes);
@@ -796,6 +798,7 @@ int pp_mimi_decode_batch(mimi_batch *b, mimi_state *const *ss, int n, const int3
     codec_call c = {b, n, 0};
     if ((rc = run_call(b, 1, &c, err))) return rc;
     be->ops->download(be, b->pcm_host, b->pcm, (size_t)n * frame * sizeof(float));
+    if ((rc = pp_backend_device_error(be, err))) return rc;
     for (int i = 0; i < n; i++) {
         memcpy(pcm[i], b->pcm_host + (size_t)i * frame, frame * sizeof(float));
         ss[i]->dec_steps += m->steps;
