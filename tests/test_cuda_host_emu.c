@@ -34,7 +34,8 @@ static void test_env(void) {
     static const char *const imma_ok[] = {"0", "2", "9", " 4", "+3"};
     static const char *const imma_bad[] = {"1", "10", "-2", "abc", "", "4x", "4 ", "99999999999999999999"};
     int ok = 1, named = 1;
-    for (size_t i = 0; i < sizeof imma_ok / sizeof *imma_ok; i++) ok &= creates_with("PP_CUDA_IMMA_MIN", imma_ok[i], err);
+    for (size_t i = 0; i < sizeof imma_ok / sizeof *imma_ok; i++)
+        ok &= creates_with("PP_CUDA_IMMA_MIN", imma_ok[i], err);
     for (size_t i = 0; i < sizeof imma_bad / sizeof *imma_bad; i++) {
         ok &= !creates_with("PP_CUDA_IMMA_MIN", imma_bad[i], err);
         named &= strstr(err, "PP_CUDA_IMMA_MIN=") != NULL;
@@ -232,6 +233,32 @@ static void test_tick_failures(void) {
     tick_failure(PK_EMU_GRAPH_LAUNCH, 4, "a replay failing", "cudaGraphLaunch");
 }
 
+/* A fill failing in the first frames, the n-th for n = 1.. (among them the zeroing of the
+ * attention's counters as the backend first grows them): nothing is left behind. */
+static void test_growth_failures(void) {
+    char err[PP_ERR_LEN];
+    int fired = 0, leaks = 0;
+    for (long nth = 1; nth <= 12; nth++) {
+        const long live = pk_emu_live_objects();
+        codec_run r;
+        if (codec_open(&r, err)) {
+            fprintf(stderr, "%s\n", err);
+            break;
+        }
+        pk_emu_fail_nth(PK_EMU_SET, nth);
+        for (int t = 0; t < 3; t++) codec_tick(&r, CONVS, err);
+        fired += !pk_emu_fail_pending(PK_EMU_SET);
+        pk_emu_fail_nth(PK_EMU_SET, 0);
+        codec_close(&r);
+        if (pk_emu_live_objects() != live) {
+            fprintf(stderr, "the %ld-th fill in a frame failed: %ld objects left behind\n", nth,
+                    pk_emu_live_objects() - live);
+            leaks++;
+        }
+    }
+    TEST_COND("a fill failing in the first frames leaves nothing behind", fired > 0 && !leaks);
+}
+
 /* ---- recordings of alternating row counts ---- */
 
 static struct {
@@ -301,6 +328,7 @@ int main(void) {
     test_create_failures();
     test_load_failures();
     test_tick_failures();
+    test_growth_failures();
     test_alternating_rows();
     return test_report();
 }

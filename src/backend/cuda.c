@@ -184,7 +184,11 @@ static int grow_buffer(cuda_ctx *c, void **buf, size_t *have, size_t bytes, int 
     void *p = NULL;
     PP_CUDA_TRY(c, NULL, cudaStreamSynchronize(c->stream));
     PP_CUDA_TRY(c, NULL, cudaMalloc(&p, n));
-    if (zero) PP_CUDA_TRY(c, NULL, cudaMemsetAsync(p, 0, n, c->stream));
+    const int zeroing = zero ? (int)cudaMemsetAsync(p, 0, n, c->stream) : 0;
+    if (zeroing) {
+        cudaFree(p); /* the old buffer stays */
+        return cuda_fail(c, NULL, zeroing, __FILE__, __LINE__, "cudaMemsetAsync(p, 0, n, c->stream) of a grown buffer");
+    }
     cudaFree(*buf);
     *buf = p;
     *have = n;
