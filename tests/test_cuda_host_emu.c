@@ -108,7 +108,8 @@ static void test_load_failures(void) {
     const long live = pk_emu_live_objects();
     for (size_t k = 0; k < sizeof LOAD_CALLS / sizeof *LOAD_CALLS; k++) {
         int failures = 0, unreported = 0, leaks = 0, loaded = 0;
-        for (long nth = 1; nth < 4000 && !loaded; nth++) {
+        /* the n-th call for n = 1, 2, 3, 4, 5, 7, 9, 12, 16, ... until the load meets none */
+        for (long nth = 1; nth < 4000 && !loaded; nth += 1 + nth / 4) {
             pp_backend *be;
             if (pp_backend_create("cuda", 1, &be, err)) break;
             pk_emu_fail_nth(LOAD_CALLS[k].call, nth);
@@ -233,12 +234,12 @@ static void test_tick_failures(void) {
     tick_failure(PK_EMU_GRAPH_LAUNCH, 4, "a replay failing", "cudaGraphLaunch");
 }
 
-/* A fill failing in the first frames, the n-th for n = 1.. (among them the zeroing of the
+/* A fill failing in the first frames, the n-th for n = 1..6 (among them the zeroing of the
  * attention's counters as the backend first grows them): nothing is left behind. */
 static void test_growth_failures(void) {
     char err[PP_ERR_LEN];
     int fired = 0, leaks = 0;
-    for (long nth = 1; nth <= 12; nth++) {
+    for (long nth = 1; nth <= 6; nth++) {
         const long live = pk_emu_live_objects();
         codec_run r;
         if (codec_open(&r, err)) {
