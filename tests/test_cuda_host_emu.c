@@ -1,13 +1,14 @@
 /* test_cuda_host_emu: the CUDA backend's host code (src/backend/cuda.c) on the emulated device,
  * with the emulation's failure hooks (tests/cuda_emu/cuda_runtime_api.h) making one call fail
- * at a time: creating the backend, loading the golden mimi-synth codec and running its batched
- * frames must each fail with an error naming the call, leave no allocation behind, and never
- * report a frame whose device work failed as done. Also: the environment switches' parse, and
- * the codec's recorded calls when the batch's row count alternates from frame to frame (as
- * conversations whose frame clocks are out of phase make it). */
+ * at a time: creating the backend, loading the golden mimi-synth codec, running its batched
+ * frames and an LM frame must each fail with an error naming the call, leave no allocation
+ * behind, and never report a frame whose device work failed as done. Also: the environment
+ * switches' parse, and the codec's recorded calls when the batch's row count alternates from
+ * frame to frame (as conversations whose frame clocks are out of phase make it). */
 #include "test.h"
 
 #include "backend/backend.h"
+#include "lm_case.h"
 #include "model/mimi.h"
 
 #include <cuda_runtime_api.h>
@@ -260,6 +261,37 @@ static void test_growth_failures(void) {
     TEST_COND("a fill failing in the first frames leaves nothing behind", fired > 0 && !leaks);
 }
 
+/* A kernel launch failing in an LM frame (the golden lm-nf2 model): that step fails naming it,
+ * and so does the next. */
+static void test_lm_failure(void) {
+    char err[PP_ERR_LEN];
+    const long live = pk_emu_live_objects();
+    lm_case c;
+    pp_lmgen *g = NULL;
+    pp_lmgen_params p;
+    pp_lmgen_params_default(&p);
+    int rc = lm_case_open(PP_TEST_DATA "/golden/lm-nf2", 1, &c, err);
+    if (!rc) rc = pp_lmgen_create(c.lm, &p, &g, err);
+    pp_lmgen_out out;
+    if (!rc) rc = pp_lmgen_step(g, c.user[0], &out, err);
+    if (rc) {
+        fprintf(stderr, "lm-nf2: %s\n", err);
+        TEST_COND("the LM runs before the failure", 0);
+        return;
+    }
+    pk_emu_fail_nth(PK_EMU_LAUNCH, 1);
+    err[0] = 0;
+    const int failed = pp_lmgen_step(g, c.user[1], &out, err) != PP_OK && strstr(err, "launch failure") != NULL;
+    const int fired = !pk_emu_fail_pending(PK_EMU_LAUNCH);
+    pk_emu_fail_nth(PK_EMU_LAUNCH, 0);
+    err[0] = 0;
+    const int later_failed = pp_lmgen_step(g, c.user[2], &out, err) != PP_OK && strstr(err, "launch failure") != NULL;
+    pp_lmgen_destroy(g);
+    lm_case_close(&c);
+    TEST_COND("a kernel launch failing in an LM frame: the step fails naming it, so does the next, nothing left behind",
+              fired && failed && later_failed && pk_emu_live_objects() == live);
+}
+
 /* ---- recordings of alternating row counts ---- */
 
 static struct {
@@ -330,6 +362,7 @@ int main(void) {
     test_load_failures();
     test_tick_failures();
     test_growth_failures();
+    test_lm_failure();
     test_alternating_rows();
     return test_report();
 }
