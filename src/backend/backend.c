@@ -49,6 +49,10 @@ int pp_backend_check_head_dim(pp_backend *be, int head_dim, const char *what, ch
     return PP_OK;
 }
 
+int pp_backend_device_error(pp_backend *be, char *err) {
+    return be->ops->last_error ? be->ops->last_error(be, err) : PP_OK;
+}
+
 int pp_backend_uses_host_memory(pp_backend *be) {
     int shared = !be->ops->mem_info;
     char name[64];

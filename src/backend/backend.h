@@ -270,6 +270,10 @@ struct pp_backend {
 /* PP_OK when be's attention takes heads of head_dim values, else PP_EUNSUPPORTED naming what (a
  * model and its part), so a model is refused when it opens rather than failing every frame. */
 int pp_backend_check_head_dim(pp_backend *be, int head_dim, const char *what, char *err);
+/* PP_OK, or the device's first failure (last_error) with its message in err: operations return
+ * nothing, so whatever issues a load's or a frame's work asks here before reporting it done. A
+ * device keeps its failure, so every later call fails the same way. */
+int pp_backend_device_error(pp_backend *be, char *err);
 /* Whether the backend's buffers take host memory: the CPU's, or an integrated GPU's (describe). */
 int pp_backend_uses_host_memory(pp_backend *be);
 /* be->ops->run_recorded, or issue(arg) where the backend records nothing. */

@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/number.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>
@@ -121,6 +122,10 @@ static cuda_ctx *ctx_of(pp_backend *be) { return be->impl; }
 /* Formats and returns a device error; the first one is also kept as the sticky error. */
 static int cuda_fail(cuda_ctx *c, char *err, int rc, const char *file, int line, const char *stmt) {
     const char *what = rc == -1 ? "cuBLAS call failed" : cudaGetErrorString((cudaError_t)rc);
+    /* Reported here: the runtime's last error is reset, or the next kernel launcher, which reads
+     * it to learn whether its launch failed (kernels.h), would report this failure as its own
+     * (the next backend's first launch, after a creation that failed). */
+    cudaGetLastError();
     char msg[PP_ERR_LEN];
     snprintf(msg, sizeof msg, "cuda: %s:%d: %s: %s", file, line, stmt, what);
     if (c && !c->error) {
@@ -179,7 +184,11 @@ static int grow_buffer(cuda_ctx *c, void **buf, size_t *have, size_t bytes, int 
     void *p = NULL;
     PP_CUDA_TRY(c, NULL, cudaStreamSynchronize(c->stream));
     PP_CUDA_TRY(c, NULL, cudaMalloc(&p, n));
-    if (zero) PP_CUDA_TRY(c, NULL, cudaMemsetAsync(p, 0, n, c->stream));
+    const int zeroing = zero ? (int)cudaMemsetAsync(p, 0, n, c->stream) : 0;
+    if (zeroing) {
+        cudaFree(p); /* the old buffer stays */
+        return cuda_fail(c, NULL, zeroing, __FILE__, __LINE__, "cudaMemsetAsync(p, 0, n, c->stream) of a grown buffer");
+    }
     cudaFree(*buf);
     *buf = p;
     *have = n;
@@ -297,7 +306,10 @@ static void *cuda_alloc(pp_backend *be, size_t bytes) {
         cudaGetLastError(); /* out of memory is reported by the NULL, not kept as sticky */
         return NULL;
     }
-    if (cudaMemsetAsync(p, 0, bytes, c->stream) != cudaSuccess || cudaStreamSynchronize(c->stream) != cudaSuccess) {
+    int e = (int)cudaMemsetAsync(p, 0, bytes, c->stream);
+    if (!e) e = (int)cudaStreamSynchronize(c->stream);
+    if (e) { /* not out of memory: the device failed, which is kept */
+        cuda_fail(c, NULL, e, __FILE__, __LINE__, "zeroing a new buffer");
         cudaFree(p);
         return NULL;
     }
@@ -984,13 +996,11 @@ static void ctx_free(cuda_ctx *c) {
 }
 
 /* The value of environment variable `name` (NULL when unset) and, in *v, its whole decimal
- * integer, or LONG_MIN when it is not one (which every caller's range rejects). */
-static const char *env_long(const char *name, long *v) {
+ * integer (pp_parse_integer), or LLONG_MIN when it is not one (which every caller's range
+ * rejects). */
+static const char *env_integer(const char *name, long long *v) {
     const char *s = getenv(name);
-    if (!s) return NULL;
-    char *end;
-    *v = strtol(s, &end, 10);
-    if (*end || end == s) *v = LONG_MIN;
+    if (s && !pp_parse_integer(s, v)) *v = LLONG_MIN;
     return s;
 }
 
@@ -1046,8 +1056,8 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     pk_set_device_sms(prop.multiProcessorCount);
     /* Where the integer tensor cores take over from the integer GEMV (0: never, the TF32 product
      * past 8 inputs), to time the ways against each other */
-    long v;
-    const char *imma_min = env_long("PP_CUDA_IMMA_MIN", &v);
+    long long v;
+    const char *imma_min = env_integer("PP_CUDA_IMMA_MIN", &v);
     if (imma_min) {
         if (v != 0 && (v < 2 || v > PK_GEMV_MAX_BATCH + 1))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_IMMA_MIN=%s: give 2..%d inputs, or 0 for never", imma_min,
@@ -1055,7 +1065,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
         pk_set_imma_min_batch(v ? (int)v : INT_MAX);
     }
     /* Keys per attention block (0: by the launch's size, attn.cu), to time the spans */
-    const char *span = env_long("PP_CUDA_ATTN_SPAN", &v);
+    const char *span = env_integer("PP_CUDA_ATTN_SPAN", &v);
     if (span) {
         if (v < 0 || v % 64 || v > (1 << 20))
             return pp_fail(err, PP_EINVAL, "cuda: PP_CUDA_ATTN_SPAN=%s: give a multiple of 64 keys, or 0", span);
@@ -1068,7 +1078,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
         void (*set)(int);
     } switches[] = {{"PP_CUDA_ATTN_AHEAD", pk_set_attn_ahead}, {"PP_CUDA_IMMA_L1_AHEAD", pk_set_imma_l1_ahead}};
     for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
-        const char *on = env_long(switches[i].name, &v);
+        const char *on = env_integer(switches[i].name, &v);
         if (!on) continue;
         if (v != 0 && v != 1) return pp_fail(err, PP_EINVAL, "cuda: %s=%s: give 0 or 1", switches[i].name, on);
         switches[i].set((int)v);
@@ -1078,7 +1088,7 @@ static int ctx_init(cuda_ctx *c, int device, char *err) {
     if (rc == (int)cudaErrorNoKernelImageForDevice)
         return pp_fail(err, PP_EUNSUPPORTED, "cuda: %s is compute capability %d.%d; this build has kernels for %s",
                        prop.name, prop.major, prop.minor, PP_CUDA_ARCHS_STR);
-    PP_CUDA_TRY(c, err, rc);
+    if (rc) return cuda_fail(c, err, rc, __FILE__, __LINE__, "pk_add(), the first kernel launch");
     PP_CUDA_TRY(c, err, cudaStreamSynchronize(c->stream));
     size_t f = 0, t = 0;
     PP_CUDA_TRY(c, err, cudaMemGetInfo(&f, &t));

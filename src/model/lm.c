@@ -296,6 +296,7 @@ int pp_lm_open_quantized(pp_backend *be, const char *weights_path, const char *c
     if (!rc) rc = check_head_dims(be, &lm->cfg, weights_path, err);
     if (!rc && be->ops->host_map) lm->in_place = be->ops->host_map(be, pp_st_base(lm->file), pp_st_size(lm->file));
     if (!rc) rc = load_weights(lm, err);
+    if (!rc) rc = pp_backend_device_error(be, err); /* the uploads report nothing themselves */
     /* a device copied every weight: an ONNX bundle's converted host copy is not needed any more */
     if (!rc && be->ops->mem_info && !lm->in_place) pp_st_drop_data(lm->file);
     if (rc) {
@@ -615,5 +616,5 @@ int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, in
     else
         frame_ops(lm, w, n, steps, inputs_ready, trace);
     if (!rc && steps >= 0) be->ops->download(be, tokens, w->tokens, (size_t)(steps + 1) * n * sizeof(int32_t));
-    return rc;
+    return rc ? rc : pp_backend_device_error(be, err);
 }

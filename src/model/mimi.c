@@ -48,6 +48,19 @@ struct mimi_state {
     int started;                  /* the downsample has seen its first frame since reset */
 };
 
+/* A row count whose calls the backend may record under `key` (run_call); used: the batch's
+ * call clock at its last call, 0 for a free entry. */
+typedef struct recorded_size {
+    uint64_t key, used;
+    int n;
+} recorded_size;
+
+/* Row counts recorded per direction: conversations whose frame clocks are out of phase make
+ * the calls' sizes alternate (2, 1, 2, 1, ...), and one key per direction would change with
+ * every call and never replay. Three sizes a direction keep the codec's recordings to six of
+ * the device's graph slots (cuda.c's GRAPH_SLOTS, 8), leaving the LM's frame its own. */
+#define MIMI_RECORDED_SIZES 3
+
 /* Buffers for frames of up to cap conversations at once, and the host's staging. The two
  * directions share everything but the SEANet activations; a batch runs one call at a time. */
 struct mimi_batch {
@@ -63,8 +76,8 @@ struct mimi_batch {
     float *q;        /* quantizer scratch, cap times */
     float *resample; /* downsample / upsample scratch, cap times */
     int32_t *codes;  /* [cap][num_codebooks] */
-    uint64_t key[2]; /* the recorded encode (0) and decode (1) calls, for key_n rows */
-    int key_n[2];
+    recorded_size recorded[2][MIMI_RECORDED_SIZES]; /* the encode (0) and decode (1) calls' row counts */
+    uint64_t calls;                                  /* recorded calls so far: the clock of `used` */
     /* host staging */
     uint64_t *rows_host, *tables_host;
     int64_t *steps_host;
@@ -509,6 +522,7 @@ int pp_mimi_open(pp_backend *be, const char *weights_path, const char *config_pa
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
     if (!rc) rc = pp_codec_arena_alloc(&m->weights, weights_path, err);
     if (!rc) rc = load_all(&m->weights, m->file, m, err);
+    if (!rc) rc = pp_backend_device_error(be, err); /* the uploads report nothing themselves */
     if (rc) {
         pp_mimi_close(m);
         return rc;
@@ -641,7 +655,8 @@ int pp_mimi_batch_create(const mimi_model *m, int capacity, mimi_batch **out, ch
 void pp_mimi_batch_destroy(mimi_batch *b) {
     if (!b) return;
     for (int d = 0; d < 2; d++)
-        if (b->key[d]) pp_backend_forget_recorded(b->m->be, b->key[d]);
+        for (int i = 0; i < MIMI_RECORDED_SIZES; i++)
+            if (b->recorded[d][i].key) pp_backend_forget_recorded(b->m->be, b->recorded[d][i].key);
     pp_codec_arena_free(&b->arena);
     free(b->rows_host);
     free(b->tables_host);
@@ -725,6 +740,23 @@ static void issue_decode(void *arg) {
     pp_seanet_step(be, &m->decoder, &m->layout.dec, &b->dec, b->rows, c->n, x, b->pcm);
 }
 
+/* The key of direction `decode`'s calls of n rows: the entry already holding n, else a new key
+ * in a free entry or in place of the least recently used size (whose recording is forgotten). */
+static uint64_t recorded_key(mimi_batch *b, int decode, int n) {
+    recorded_size *sizes = b->recorded[decode], *e = NULL;
+    for (int i = 0; i < MIMI_RECORDED_SIZES && !e; i++)
+        if (sizes[i].key && sizes[i].n == n) e = &sizes[i];
+    if (!e) {
+        e = &sizes[0];
+        for (int i = 1; i < MIMI_RECORDED_SIZES; i++)
+            if (sizes[i].used < e->used) e = &sizes[i];
+        if (e->key) pp_backend_forget_recorded(b->m->be, e->key);
+        *e = (recorded_size){.key = pp_backend_new_key(), .n = n};
+    }
+    e->used = ++b->calls;
+    return e->key;
+}
+
 /* Runs a call the backend may record: one key per direction and row count (the rows, positions
  * and inputs are uploaded before it). A call that starts a downsample runs plainly: it is once
  * per conversation. */
@@ -734,12 +766,7 @@ static int run_call(mimi_batch *b, int decode, codec_call *c, char *err) {
         issue(c);
         return PP_OK;
     }
-    if (b->key_n[decode] != c->n) {
-        if (b->key[decode]) pp_backend_forget_recorded(b->m->be, b->key[decode]);
-        b->key[decode] = pp_backend_new_key();
-        b->key_n[decode] = c->n;
-    }
-    return pp_backend_run_recorded(b->m->be, b->key[decode], issue, c, err);
+    return pp_backend_run_recorded(b->m->be, recorded_key(b, decode, c->n), issue, c, err);
 }
 
 /* The state's first frame since reset meets the downsample's replicate padding. */
@@ -762,6 +789,7 @@ static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *cons
     if (latent)
         be->ops->download(be, latent, m->resample ? b->latent : b->emb, m->cfg.seanet.dimension * sizeof(float));
     be->ops->download(be, b->codes_host, b->codes, (size_t)n * ncb * sizeof *b->codes_host);
+    if ((rc = pp_backend_device_error(be, err))) return rc;
     for (int r = 0; r < n; r++) {
         mimi_state *s = ss[b->order[r]];
         memcpy(codes[b->order[r]], b->codes_host + (size_t)r * ncb, ncb * sizeof **codes);
@@ -797,6 +825,7 @@ int pp_mimi_decode_batch(mimi_batch *b, mimi_state *const *ss, int n, const int3
     codec_call c = {b, n, 0};
     if ((rc = run_call(b, 1, &c, err))) return rc;
     be->ops->download(be, b->pcm_host, b->pcm, (size_t)n * frame * sizeof(float));
+    if ((rc = pp_backend_device_error(be, err))) return rc;
     for (int i = 0; i < n; i++) {
         memcpy(pcm[i], b->pcm_host + (size_t)i * frame, frame * sizeof(float));
         ss[i]->dec_steps += m->steps;

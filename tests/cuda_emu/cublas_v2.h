@@ -9,7 +9,8 @@
 extern "C" {
 #endif
 
-typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7,
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,
+               CUBLAS_STATUS_INVALID_VALUE = 7,
                CUBLAS_STATUS_EXECUTION_FAILED = 13 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef struct pk_emu_blas *cublasHandle_t;

@@ -24,6 +24,7 @@ typedef enum cudaError {
     cudaErrorInvalidDevice = 101,
     cudaErrorNoKernelImageForDevice = 209,
     cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
     cudaErrorHostMemoryAlreadyRegistered = 712,
     cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorStreamCaptureUnsupported = 900,
@@ -113,6 +114,33 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo *info);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+
+/* Test hooks (the emulation's own, no CUDA API): make a call fail as a device can, to drive the
+ * backend's error paths. pk_emu_fail_nth(call, n): the n-th call of that kind from now (1: the
+ * next) fails once, with the error a device gives for it (out of memory for allocations and
+ * instantiation, a launch failure for work and synchronisation, an invalidated capture for
+ * cudaStreamEndCapture); n 0 cancels. pk_emu_fail_pending: the calls still to come before the
+ * chosen one, itself included (0: it failed, or none is chosen). pk_emu_live_objects: the
+ * allocations (device and pinned),
+ * streams, events, graphs and cuBLAS handles alive, to find leaks. */
+enum pk_emu_call {
+    PK_EMU_MALLOC,        /* cudaMalloc */
+    PK_EMU_MALLOC_HOST,   /* cudaMallocHost */
+    PK_EMU_CREATE,        /* cudaStreamCreateWithFlags, cudaEventCreateWithFlags, cublasCreate */
+    PK_EMU_COPY,          /* cudaMemcpyAsync */
+    PK_EMU_SET,           /* cudaMemsetAsync */
+    PK_EMU_LAUNCH,        /* a kernel launch */
+    PK_EMU_GEMM,          /* cublasSgemm */
+    PK_EMU_SYNC,          /* cudaStreamSynchronize, cudaEventSynchronize */
+    PK_EMU_BEGIN_CAPTURE, /* cudaStreamBeginCapture */
+    PK_EMU_END_CAPTURE,   /* cudaStreamEndCapture */
+    PK_EMU_INSTANTIATE,   /* cudaGraphInstantiate */
+    PK_EMU_GRAPH_LAUNCH,  /* cudaGraphLaunch */
+    PK_EMU_CALLS
+};
+void pk_emu_fail_nth(enum pk_emu_call call, long nth);
+long pk_emu_fail_pending(enum pk_emu_call call);
+long pk_emu_live_objects(void);
 
 #ifdef __cplusplus
 }

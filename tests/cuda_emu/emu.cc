@@ -54,6 +54,24 @@ static cudaError_t note(cudaError_t e) {
     abort();
 }
 
+/* ---- test hooks (cuda_runtime_api.h) ---- */
+
+static long fail_countdown[PK_EMU_CALLS]; /* calls of each kind until the chosen one; 0: none chosen */
+static long live_objects;
+
+/* Whether this call is the one pk_emu_fail_nth chose to fail. */
+static bool injected(enum pk_emu_call call) { return fail_countdown[call] && --fail_countdown[call] == 0; }
+
+extern "C" void pk_emu_fail_nth(enum pk_emu_call call, long nth) {
+    if ((unsigned)call < PK_EMU_CALLS) fail_countdown[call] = nth > 0 ? nth : 0;
+}
+
+extern "C" long pk_emu_fail_pending(enum pk_emu_call call) {
+    return (unsigned)call < PK_EMU_CALLS ? fail_countdown[call] : 0;
+}
+
+extern "C" long pk_emu_live_objects(void) { return live_objects; }
+
 extern "C" const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -65,6 +83,7 @@ extern "C" const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
     case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
@@ -165,6 +184,7 @@ static cudaError_t emu_free(void *ptr, bool device) {
     auto it = regions.find((uintptr_t)ptr);
     if (it == regions.end() || it->second.device != device || it->second.registered) return note(cudaErrorInvalidValue);
     if (device) device_bytes -= it->second.bytes;
+    live_objects--;
     if (it->second.paged)
         paged_free(ptr, it->second.bytes);
     else
@@ -539,7 +559,8 @@ static cudaError_t forbidden_in_capture(void) {
 static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     *ptr = NULL;
     if (device && any_capture()) return forbidden_in_capture();
-    if (device && bytes > emu_total_bytes - device_bytes) return note(cudaErrorMemoryAllocation);
+    if (injected(device ? PK_EMU_MALLOC : PK_EMU_MALLOC_HOST) || (device && bytes > emu_total_bytes - device_bytes))
+        return note(cudaErrorMemoryAllocation);
     const bool guard = host_guard(); /* read here: the || below skips it once hold_all() is on */
     bool paged = device && (hold_all() || counting || guard), counted = device && counting;
     size_t padded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
@@ -549,6 +570,7 @@ static cudaError_t emu_alloc(void **ptr, size_t bytes, bool device) {
     if (!paged) memset(p, 0xff, padded);
     regions[(uintptr_t)p] = region{bytes, device, false, paged, counted};
     if (device) device_bytes += bytes;
+    live_objects++;
     *ptr = p;
     return cudaSuccess;
 }
@@ -577,6 +599,7 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
         fprintf(stderr, "cuda_emu: a host transfer of %zu bytes inside a recorded graph\n", bytes);
         return forbidden_in_capture();
     }
+    if (injected(PK_EMU_COPY)) return note(cudaErrorLaunchFailure);
     static const char *const names[] = {"memcpy host to device", "memcpy device to host", "memcpy device to device"};
     return enqueue(stream, step::COPY, names[kind - 1], [dst, src, bytes]() {
         memmove(dst, src, bytes);
@@ -587,6 +610,7 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
 extern "C" cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
     if (!bytes) return cudaSuccess;
     if (!on_device(dst, bytes)) return note(cudaErrorInvalidValue);
+    if (injected(PK_EMU_SET)) return note(cudaErrorLaunchFailure);
     return enqueue(stream, step::SET, "memset", [dst, value, bytes]() {
         memset(dst, value, bytes);
         return cudaSuccess;
@@ -595,28 +619,36 @@ extern "C" cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaS
 
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
     (void)flags;
+    *stream = NULL;
+    if (injected(PK_EMU_CREATE)) return note(cudaErrorMemoryAllocation);
     *stream = new pk_emu_stream{NULL, false};
+    live_objects++;
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     if (stream && stream->recording) return note(cudaErrorStreamCaptureUnsupported);
+    if (stream) live_objects--;
     delete stream;
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (stream && stream->recording) return forbidden_in_capture();
-    return cudaSuccess;
+    return injected(PK_EMU_SYNC) ? note(cudaErrorLaunchFailure) : cudaSuccess;
 }
 
 extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
     (void)flags;
+    *event = NULL;
+    if (injected(PK_EMU_CREATE)) return note(cudaErrorMemoryAllocation);
     *event = new pk_emu_event;
+    live_objects++;
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    if (event) live_objects--;
     delete event;
     return cudaSuccess;
 }
@@ -629,12 +661,14 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     (void)event;
-    return any_capture() ? forbidden_in_capture() : cudaSuccess;
+    if (any_capture()) return forbidden_in_capture();
+    return injected(PK_EMU_SYNC) ? note(cudaErrorLaunchFailure) : cudaSuccess;
 }
 
 extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
     (void)mode;
     if (!stream || stream->recording) return note(cudaErrorInvalidValue); /* the legacy stream cannot record */
+    if (injected(PK_EMU_BEGIN_CAPTURE)) return note(cudaErrorStreamCaptureUnsupported);
     stream->recording = new pk_emu_graph;
     stream->invalidated = false;
     capturing_streams.push_back(stream);
@@ -648,15 +682,17 @@ extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *gr
         if (capturing_streams[i] == stream) capturing_streams.erase(capturing_streams.begin() + (long)i);
     pk_emu_graph *g = stream->recording;
     stream->recording = NULL;
-    if (stream->invalidated) {
+    if (stream->invalidated || injected(PK_EMU_END_CAPTURE)) {
         delete g;
         return note(cudaErrorStreamCaptureInvalidated);
     }
     *graph = g;
+    live_objects++;
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (graph) live_objects--;
     delete graph;
     return cudaSuccess;
 }
@@ -665,7 +701,9 @@ extern "C" cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g
     (void)flags;
     *exec = NULL;
     if (!graph) return note(cudaErrorInvalidValue);
+    if (injected(PK_EMU_INSTANTIATE)) return note(cudaErrorMemoryAllocation);
     *exec = new pk_emu_graph(*graph);
+    live_objects++;
     return cudaSuccess;
 }
 
@@ -683,6 +721,7 @@ extern "C" cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t gra
 }
 
 extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (exec) live_objects--;
     delete exec;
     return cudaSuccess;
 }
@@ -690,6 +729,7 @@ extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     if (!exec) return note(cudaErrorInvalidValue);
     if (any_capture()) return forbidden_in_capture();
+    if (injected(PK_EMU_GRAPH_LAUNCH)) return note(cudaErrorLaunchFailure);
     (void)stream;
     for (const step &s : exec->steps) {
         cudaError_t e = run_step(s);
@@ -1041,6 +1081,10 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char 
         note(cudaErrorInvalidConfiguration);
         return;
     }
+    if (injected(PK_EMU_LAUNCH)) {
+        note(cudaErrorLaunchFailure);
+        return;
+    }
     enqueue(stream, step::KERNEL, name, [grid, block, smem, name, programmatic, fn]() {
         return run_launch(grid, block, smem, name, programmatic, fn);
     });
@@ -1055,11 +1099,15 @@ struct pk_emu_blas {
 };
 
 extern "C" cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+    *handle = NULL;
+    if (injected(PK_EMU_CREATE)) return CUBLAS_STATUS_ALLOC_FAILED;
     *handle = new pk_emu_blas{NULL};
+    live_objects++;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 extern "C" cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    if (handle) live_objects--;
     delete handle;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -1091,6 +1139,7 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t o
     if ((a_need && !on_device(a, a_need * 4)) || (b_need && !on_device(b, b_need * 4)) ||
         (c_need && !on_device(c, c_need * 4)))
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (injected(PK_EMU_GEMM)) return CUBLAS_STATUS_EXECUTION_FAILED;
     cudaError_t e = enqueue(handle->stream, step::GEMM, "cublasSgemm", [=]() {
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
