@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* A job, as the threads that run its tasks see it. */
@@ -119,10 +120,13 @@ int pp_pool_create(int n_threads, pp_pool **out, char *err) {
             return pp_fail(err, PP_ENOMEM, "thread pool: out of memory");
         }
         for (int i = 0; i < n_threads - 1; i++) {
-            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+            int why = pthread_create(&p->workers[i], NULL, worker_main, p);
+            if (why != 0) {
                 p->n_threads = i + 1; /* destroy joins only the ones that started */
                 pp_pool_destroy(p);
-                return pp_fail(err, PP_ENOMEM, "thread pool: cannot start thread %d", i);
+                /* why (EAGAIN: a limit on threads or memory) and how far it got: fewer threads may fit */
+                return pp_fail(err, PP_ENOMEM, "thread pool of %d threads: cannot start worker %d of %d: %s", n_threads,
+                               i + 1, n_threads - 1, strerror(why));
             }
         }
     }
