@@ -12,7 +12,7 @@
  * with three busy processes beside it on two cores instead of the 2.5 times its share of the
  * CPU allows. The task counter carries the job's generation, so a late worker's claim fails
  * once its job is over instead of taking an index of the next one. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "base/pool.h"
 
 #include "base/clock.h"
@@ -100,6 +100,12 @@ static void *worker_main(void *arg) {
 
 int pp_pool_threads_for(int n_threads) {
     if (n_threads > 0) return n_threads;
+#if defined(__linux__)
+    /* the CPUs this process may run on (taskset, a container's cpuset, systemd's CPUAffinity), not
+     * every one the machine has: a thread per online CPU on 2 allowed of 64 would take turns on them */
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 0 ? (int)online : 1;
 }
