@@ -530,6 +530,8 @@ static void test_attention(cpu_simd simd) {
         check_attn(simd, f, 3, 64, 100, 100, 250);     /* the ring wrapped: blocks split at its end */
         check_attn(simd, f, 2, 64, 1000, 1000, 1700);  /* wrapped, and split across the pool's tasks */
         check_attn(simd, f, 2, 24, 50, 40, 123);       /* a window inside the ring, head size 24 */
+        check_attn(simd, f, 1, 8, 64, 64, 70);         /* one head of one vector */
+        check_attn(simd, f, 3, 20, 64, 64, 33);        /* heads of 20: the portable loop takes them */
     }
 }
 
