@@ -239,6 +239,22 @@ static void test_matmul(cpu_simd simd) {
         {PP_WF_INT8, 7, 60, 12, 0, 0, "int8 g12 (portable)"},
         {PP_WF_INT8, 13, 1024, 128, 0, 1, "int8 block 128, zero points"},
         {PP_WF_INT8, 9, 512, 32, 0, 1, "int8 block 32, zero points"},
+        /* fewer rows than the loops' blocks of 4, and rows shorter than one vector */
+        {PP_WF_F32, 1, 7, 0, 0, 0, "f32 1 x 7"},
+        {PP_WF_F32, 3, 17, 0, 0, 0, "f32 3 x 17"},
+        {PP_WF_F16, 2, 9, 0, 0, 0, "f16 2 x 9"},
+        {PP_WF_BF16, 1, 33, 0, 0, 0, "bf16 1 x 33"},
+        {PP_WF_BF16, 3, 1, 0, 0, 0, "bf16 3 x 1"},
+        {PP_WF_NF2, 1, 128, 128, 128, 0, "nf2 1 row"},
+        {PP_WF_NF2, 3, 16, 16, 16, 0, "nf2 3 rows g16"},
+        {PP_WF_INT4, 1, 64, 64, 0, 0, "int4 1 row"},
+        {PP_WF_INT4, 2, 8, 8, 0, 0, "int4 2 x 8"},
+        {PP_WF_NF4, 3, 64, 32, 0, 0, "nf4 3 rows"},
+        {PP_WF_Q4K, 1, 256, 256, 0, 0, "q4_k 1 row"},
+        {PP_WF_Q4_0, 2, 32, 32, 0, 0, "q4_0 2 x 32"},
+        {PP_WF_Q8_0, 3, 32, 32, 0, 0, "q8_0 3 x 32"},
+        {PP_WF_INT8, 1, 32, 32, 0, 0, "int8 1 row"},
+        {PP_WF_INT8, 2, 32, 32, 0, 1, "int8 2 rows, zero points"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mem_weight m;
@@ -246,12 +262,15 @@ static void test_matmul(cpu_simd simd) {
         check(&m.w, simd, cases[i].what);
         check_batch(&m.w, simd, cases[i].what);
         /* a view from an odd row: group and block indices come from elem0 */
-        pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
-        check(&v, simd, cases[i].what);
-        check_batch(&v, simd, cases[i].what);
+        if (m.w.rows > 4) {
+            pp_weight v = pp_weight_rows(&m.w, 3, m.w.rows - 4);
+            check(&v, simd, cases[i].what);
+            check_batch(&v, simd, cases[i].what);
+        }
         /* dense rows that start 1 to 29 elements further on: where rows are whole 64-byte lines, the AVX-512
          * loops' masked first step runs up to the boundary for heads of several lengths */
-        for (int64_t shift = 1; cases[i].fmt <= PP_WF_BF16 && shift < 32; shift += 7) {
+        for (int64_t shift = 1; cases[i].fmt <= PP_WF_BF16 && m.w.rows > 1 && shift < 32 && shift <= m.w.cols;
+             shift += 7) {
             pp_weight off = m.w;
             off.elem0 += shift;
             off.rows -= 1;
@@ -511,6 +530,8 @@ static void test_attention(cpu_simd simd) {
         check_attn(simd, f, 3, 64, 100, 100, 250);     /* the ring wrapped: blocks split at its end */
         check_attn(simd, f, 2, 64, 1000, 1000, 1700);  /* wrapped, and split across the pool's tasks */
         check_attn(simd, f, 2, 24, 50, 40, 123);       /* a window inside the ring, head size 24 */
+        check_attn(simd, f, 1, 8, 64, 64, 70);         /* one head of one vector */
+        check_attn(simd, f, 3, 20, 64, 64, 33);        /* heads of 20: the portable loop takes them */
     }
 }
 

@@ -6,7 +6,8 @@
  * the whole process on one core and the workers in SCHED_IDLE (they run only when that core
  * has nothing else to do), the caller runs every task itself and must not sleep once; a pool
  * that waits for each worker to look at each job sleeps on every job (on a shared CPU each of
- * those waits can be a scheduler time slice, milliseconds, hundreds of times a frame). */
+ * those waits can be a scheduler time slice, milliseconds, hundreds of times a frame). A pool
+ * whose threads cannot start is refused with the reason; 0 threads follow the affinity mask. */
 #define _GNU_SOURCE
 #include "base/err.h"
 #include "base/pool.h"
@@ -138,6 +139,55 @@ static void count_call(void *ctx, int t) {
     ++*(int *)ctx;
 }
 
+/* A worker that cannot start: the pool is not created, the threads that did start are joined
+ * (ASan's leak check sees the rest), and the error says how many threads were asked for, which
+ * one failed and why. Every new thread gets a stack larger than the address space here. */
+static void test_no_threads(void) {
+    pthread_attr_t saved, huge;
+    if (pthread_getattr_default_np(&saved) != 0) return;
+    pthread_attr_init(&huge);
+    int set = pthread_attr_setstacksize(&huge, (size_t)1 << 60) == 0 && pthread_setattr_default_np(&huge) == 0;
+    pthread_attr_destroy(&huge);
+    if (!set) {
+        printf("cannot make thread creation fail here: check skipped\n");
+        pthread_attr_destroy(&saved);
+        return;
+    }
+    char err[PP_ERR_LEN] = "";
+    pp_pool *pool = NULL;
+    int rc = pp_pool_create(3, &pool, err);
+    pthread_setattr_default_np(&saved);
+    pthread_attr_destroy(&saved);
+    printf("a pool whose threads cannot start: %s\n", err);
+    TEST_COND("a pool whose threads cannot start is refused", rc != PP_OK && pool == NULL);
+    const char *why = strstr(err, "worker 1 of 2: ");
+    TEST_COND("the error names the pool's size, the worker and the reason",
+              strstr(err, "pool of 3 threads") && why && why[strlen("worker 1 of 2: ")]);
+    if (rc == PP_OK) pp_pool_destroy(pool);
+}
+
+/* threads 0: one per CPU this process may run on, not per CPU of the machine (under taskset or a
+ * container's cpuset a thread per online CPU would take turns on the few allowed). */
+static void test_threads_follow_affinity(void) {
+    cpu_set_t all, some;
+    if (sched_getaffinity(0, sizeof all, &all) != 0) return;
+    TEST_COND("threads 0: every allowed CPU", pp_pool_threads_for(0) == CPU_COUNT(&all));
+    CPU_ZERO(&some);
+    for (int c = 0, kept = 0; c < CPU_SETSIZE && kept < 1; c++)
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &some);
+            kept++;
+        }
+    if (sched_setaffinity(0, sizeof some, &some) != 0) {
+        printf("cannot narrow the affinity mask here: check skipped\n");
+        return;
+    }
+    int one = pp_pool_threads_for(0);
+    sched_setaffinity(0, sizeof all, &all);
+    printf("threads 0 with %d CPUs allowed: %d; with 1: %d\n", CPU_COUNT(&all), pp_pool_threads_for(0), one);
+    TEST_COND("threads 0 under a one-CPU affinity mask: 1", one == 1);
+}
+
 int main(void) {
     test_pool(0, 1); /* no pool: the caller runs everything */
     test_pool(1, 1);
@@ -153,7 +203,9 @@ int main(void) {
         TEST_COND("a job of no tasks calls nothing", calls == 0);
         pp_pool_destroy(pool);
     }
+    test_no_threads();
+    test_threads_follow_affinity();
+    TEST_COND("threads N means N", pp_pool_threads_for(5) == 5);
     test_late_workers(); /* last: it pins this thread to one core */
-    TEST_COND("threads 0 means the online CPUs", pp_pool_threads_for(0) >= 1 && pp_pool_threads_for(5) == 5);
     return test_report();
 }

@@ -113,7 +113,8 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
         free(ctx);
         return pp_fail(err, PP_ENOMEM, "cpu backend: out of memory");
     }
-    int rc = pp_pool_create(n_threads, &ctx->pool, err);
+    int rc = pp_cpu_simd_detect(&ctx->simd, err);
+    if (!rc) rc = pp_pool_create(n_threads, &ctx->pool, err);
     if (!rc) {
         rc = pp_cpu_gemv_create(&ctx->gemv, err);
         if (rc) pp_pool_destroy(ctx->pool);
@@ -123,7 +124,6 @@ int pp_backend_cpu_create(int n_threads, pp_backend **out, char *err) {
         free(ctx);
         return rc;
     }
-    ctx->simd = pp_cpu_simd_detect();
     be->ops = &cpu_ops;
     be->impl = ctx;
     *out = be;

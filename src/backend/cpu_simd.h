@@ -4,8 +4,9 @@
  * Hot loops are written once as an always-inline body and compiled twice: plainly, and under
  * CPU_AVX2 (a function attribute, GCC and clang). The backend detects the CPU once at
  * creation (pp_cpu_simd_detect) and every operation calls the variant for ctx->simd, so tests
- * can run both on the same data and compare. PP_CPU_SIMD=portable (avx2, avx2-int16) in the environment
- * caps the variant (to compare speed or rule the SIMD code out when chasing a difference).
+ * can run both on the same data and compare. PP_CPU_SIMD=portable (avx2, avx2-int16, avx512-vnni, neon) in
+ * the environment caps the variant (to compare speed or rule the SIMD code out when chasing a difference);
+ * any other value stops the backend's creation.
  * On aarch64, where NEON is part of the baseline, the matrix products, NF2's rotation and the
  * attention have NEON twins (cpu_gemv_neon.c, cpu_attn_simd.c; chosen unless
  * PP_CPU_SIMD=portable); the other loops are the portable ones, written with GCC vector types
@@ -26,6 +27,7 @@ typedef enum {
     CPU_SIMD_NEON,       /* aarch64: the float products of cpu_gemv_neon.c (and cpu_gemv_int8.c) and
                             cpu_attn_simd.c's attention. Never chosen on x86-64, whose code compares the four above
                             by order */
+    CPU_SIMD_COUNT
 } cpu_simd;
 
 /* The weight loops read their rows front to back: a prefetch CPU_FETCH_AHEAD bytes past what a
@@ -64,9 +66,11 @@ __attribute__((target("avx2"), always_inline)) static inline float cpu_hsum8(__m
 #define CPU_HAVE_NEON 0
 #endif
 
-/* The best variant this CPU runs, unless PP_CPU_SIMD names a lesser one ("portable", "avx2",
- * "avx2-int16"). */
-cpu_simd pp_cpu_simd_detect(void);
+/* *out: the best variant this CPU runs, or the one PP_CPU_SIMD names when the CPU runs it (a
+ * cap: a variant above what the CPU runs leaves its best). PP_EINVAL, naming the value and the
+ * variants this build has, for any other value: "portable" and, on x86-64, "avx2", "avx2-int16"
+ * and "avx512-vnni", on aarch64 "neon". */
+int pp_cpu_simd_detect(cpu_simd *out, char *err);
 const char *pp_cpu_simd_name(cpu_simd s);
 /* Whether a CPU that runs `best` runs s too: the portable loops always, and on x86-64 the
  * variants below best (their order above is what each adds). */

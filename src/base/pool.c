@@ -12,7 +12,7 @@
  * with three busy processes beside it on two cores instead of the 2.5 times its share of the
  * CPU allows. The task counter carries the job's generation, so a late worker's claim fails
  * once its job is over instead of taking an index of the next one. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "base/pool.h"
 
 #include "base/clock.h"
@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* A job, as the threads that run its tasks see it. */
@@ -99,6 +100,12 @@ static void *worker_main(void *arg) {
 
 int pp_pool_threads_for(int n_threads) {
     if (n_threads > 0) return n_threads;
+#if defined(__linux__)
+    /* the CPUs this process may run on (taskset, a container's cpuset, systemd's CPUAffinity), not
+     * every one the machine has: a thread per online CPU on 2 allowed of 64 would take turns on them */
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 0 ? (int)online : 1;
 }
@@ -119,10 +126,13 @@ int pp_pool_create(int n_threads, pp_pool **out, char *err) {
             return pp_fail(err, PP_ENOMEM, "thread pool: out of memory");
         }
         for (int i = 0; i < n_threads - 1; i++) {
-            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+            int why = pthread_create(&p->workers[i], NULL, worker_main, p);
+            if (why != 0) {
                 p->n_threads = i + 1; /* destroy joins only the ones that started */
                 pp_pool_destroy(p);
-                return pp_fail(err, PP_ENOMEM, "thread pool: cannot start thread %d", i);
+                /* why (EAGAIN: a limit on threads or memory) and how far it got: fewer threads may fit */
+                return pp_fail(err, PP_ENOMEM, "thread pool of %d threads: cannot start worker %d of %d: %s", n_threads,
+                               i + 1, n_threads - 1, strerror(why));
             }
         }
     }

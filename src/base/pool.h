@@ -10,7 +10,8 @@
 typedef struct pp_pool pp_pool;
 typedef void (*pp_pool_fn)(void *ctx, int task);
 
-/* n_threads counts the caller: 1 means no worker threads. 0 picks the number of online CPUs. */
+/* n_threads counts the caller: 1 means no worker threads. 0 picks the number of CPUs this process
+ * may run on (its affinity mask; the online CPUs where there is none). */
 int pp_pool_create(int n_threads, pp_pool **out, char *err);
 /* The threads pp_pool_create(n_threads, ...) runs with, for callers that size work by them first. */
 int pp_pool_threads_for(int n_threads);

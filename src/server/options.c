@@ -149,8 +149,8 @@ static const opt_spec g_opts[] = {
     {"device", "auto|cpu|cuda", OPT_ENUM, F(device), 0, 0, "auto", "Runtime",
      "Compute backend: cuda, cpu or auto (CUDA when a GPU is present)."},
     {"threads", "N", OPT_INT, F(threads), 0, 1024, "0", NULL,
-     "CPU threads of each parallel stage (the CPU backend, the conversations' audio encoding); 0 uses every online "
-     "core."},
+     "CPU threads of each parallel stage (the CPU backend, the conversations' audio encoding); 0 uses every core "
+     "this process may run on (its CPU affinity: taskset, a container's cpuset)."},
     {"state-dir", "DIR", OPT_STRING, F(state_dir), 0, 0, NULL, NULL,
      "Where the generated certificate, its key (mode 0600) and the demo model live. Default: "
      "$XDG_STATE_HOME/personaplex, else ~/.local/state/personaplex."},
