@@ -329,6 +329,107 @@ static unsigned char *add_input(const unsigned char *m, size_t *len, const char 
     return out;
 }
 
+/* A copy of model bytes m (*len, updated) whose graph ends with the GraphProto fields extra[n]. */
+static unsigned char *append_to_graph(const unsigned char *m, size_t *len, const unsigned char *extra, size_t n) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, *len);
+    pp_pb_field f;
+    const unsigned char *g = NULL, *g_field = NULL;
+    size_t g_len = 0, on;
+    for (const unsigned char *at = c.p; !g && pp_pb_next(&c, &f, "m", err) == 1; at = c.p)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = f.bytes, g_len = f.len, g_field = at;
+    unsigned char *out = g ? malloc(*len + n + 10) : NULL;
+    if (!out) return NULL;
+    memcpy(out, m, (size_t)(g_field - m)), on = (size_t)(g_field - m);
+    out[on++] = 0x3a; /* ModelProto.graph */
+    on += put_varint(out + on, g_len + n);
+    memcpy(out + on, g, g_len), on += g_len;
+    memcpy(out + on, extra, n), on += n;
+    memcpy(out + on, g + g_len, (size_t)(m + *len - (g + g_len))), on += (size_t)(m + *len - (g + g_len));
+    *len = on;
+    return out;
+}
+
+/* Sets initializer NAME's data_type (a one-byte varint) in model bytes m, in place; 0 when not found. */
+static int set_initializer_dtype(unsigned char *m, size_t len, const char *name, int dtype) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, len), gc, tc;
+    pp_pb_field f, gf, tf;
+    while (pp_pb_next(&c, &f, "m", err) == 1) {
+        if (f.number != 7 || f.wire != PP_PB_BYTES) continue;
+        gc = pp_pb_open(f.bytes, f.len);
+        while (pp_pb_next(&gc, &gf, "g", err) == 1) {
+            if (gf.number != 5 || gf.wire != PP_PB_BYTES) continue;
+            unsigned char *type_at = NULL;
+            int named = 0;
+            tc = pp_pb_open(gf.bytes, gf.len);
+            for (const unsigned char *at = tc.p; pp_pb_next(&tc, &tf, "t", err) == 1; at = tc.p) {
+                if (tf.number == 2 && tc.p == at + 2) type_at = (unsigned char *)at + 1;
+                if (tf.number == 8 && tf.len == strlen(name) && !memcmp(tf.bytes, name, tf.len)) named = 1;
+            }
+            if (named && type_at) {
+                *type_at = (unsigned char)dtype;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ONNX requires a zero point of its codes' type; an int8 one of uint8 codes (or the reverse) would
+ * offset every weight by 128 if read. MatMulInteger's B zero point and DequantizeLinear's. */
+static void test_zero_point_type(void) {
+    char err[PP_ERR_LEN] = "";
+    unsigned char *buf;
+    size_t len, first, count, size;
+    st_tensor *tensors = NULL;
+    const void *base;
+    onnx_bundle *b = NULL;
+    /* bundle-mixed: the temporal graph's first MatMulInteger has int8 B and an int8 zero point */
+    int rc = read_seed("bundle-mixed", &buf, &len, &first, err);
+    int found = !rc && set_initializer_dtype(buf + 5, first, "onnx__MatMul_610_zero_point", 2 /* uint8 */);
+    rc = found ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &tensors, &count, &base,
+                                            &size, &b, err)
+               : -1;
+    if (rc != PP_EFORMAT) fprintf(stderr, "MatMulInteger zero point: rc %d %s\n", rc, err);
+    TEST_COND("a uint8 zero point of int8 MatMulInteger weights is refused, naming the node and both types",
+              rc == PP_EFORMAT && strstr(err, "'/MatMul_mmi'") && strstr(err, "is uint8") && strstr(err, "int8: they"));
+    free(tensors), tensors = NULL;
+    pp_onnx_bundle_free(b), b = NULL;
+    free(buf);
+
+    /* bundle-int8: the depformer's out_proj DequantizeLinear (int8 [16 steps, 16, 16] codes, 256
+     * scales) gets a zero point of 256 values, int8 zeros (accepted) or uint8 128s (refused) */
+    for (int type = 3; type >= 2; type--) {
+        if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+            TEST_COND("int8 seed read", 0);
+            return;
+        }
+        /* GraphProto.initializer: TensorProto{dims 16, 16; data_type; name "zp"; raw_data 256 bytes} */
+        unsigned char field[3 + 13 + 256] = {0x2a, 0, 0, 0x08, 16, 0x08, 16, 0x10, (unsigned char)type,
+                                             0x42, 2,  'z', 'p', 0x4a, 0x80, 0x02};
+        put_varint(field + 1, 13 + 256); /* two bytes */
+        memset(field + 16, type == 3 ? 0 : 128, 256);
+        size_t fn = sizeof field, d_len = len - 5 - first;
+        unsigned char *with_input = add_input(buf + 5 + first, &d_len, "/Gather_6_deq", "zp");
+        unsigned char *d = with_input ? append_to_graph(with_input, &d_len, field, fn) : NULL;
+        rc = d ? pp_onnx_bundle_open_memory(buf + 5, first, d, d_len, &tensors, &count, &base, &size, &b, err) : -1;
+        if (type == 3) {
+            if (rc) fprintf(stderr, "int8 zero point: rc %d %s\n", rc, err);
+            TEST_COND("an int8 zero point of int8 DequantizeLinear codes loads", rc == 0);
+        } else {
+            if (rc != PP_EFORMAT) fprintf(stderr, "uint8 zero point: rc %d %s\n", rc, err);
+            TEST_COND("a uint8 zero point of int8 DequantizeLinear codes is refused, naming the node",
+                      rc == PP_EFORMAT && strstr(err, "'/Gather_6_deq'") && strstr(err, "zero point 'zp' is uint8"));
+        }
+        free(tensors), tensors = NULL;
+        pp_onnx_bundle_free(b), b = NULL;
+        free(d);
+        free(with_input);
+        free(buf);
+    }
+}
+
 /* Inputs that change a projection's values are refused, not dropped: MatMulNBits' g_idx (blocks
  * in another order) and Gemm's bias C. */
 static void test_projection_inputs(void) {
@@ -713,6 +814,7 @@ int main(void) {
     test_dequantize_axis();
     test_embedding_order();
     test_projection_inputs();
+    test_zero_point_type();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();
