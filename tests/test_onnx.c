@@ -657,7 +657,7 @@ static int same_values(const st_tensor *x, const st_tensor *xu, const st_tensor 
 typedef struct codec_seed {
     unsigned char *buf;
     const unsigned char *enc;
-    size_t enc_len;
+    size_t enc_len, len;
     pp_tensor_list want;
     st_tensor *tensors;
     size_t count;
@@ -694,6 +694,7 @@ static int codec_seed_open(const char *name, int reorder, codec_seed *s, char *e
     snprintf(path, sizeof path, "%s/%s", SEEDS, name);
     int rc = pp_file_read_all(path, 1u << 24, &s->buf, &len, err);
     if (rc) return rc;
+    s->len = len;
     size_t cfg_len = len > 9 ? le32(s->buf + 1) : len;
     s->enc_len = cfg_len + 9 <= len ? le32(s->buf + 5 + cfg_len) : len;
     if (s->buf[0] != 3 || s->enc_len > len - 9 - cfg_len) return pp_fail(err, PP_EFORMAT, "%s: not a codec seed", name);
@@ -715,6 +716,52 @@ static void codec_seed_close(codec_seed *s) {
     pp_onnx_bundle_free(s->b);
     pp_tensor_list_free(&s->want);
     free(s->buf);
+}
+
+/* Converts the seed's graphs again, from its bytes as they are now. */
+static int codec_seed_reopen(codec_seed *s, char *err) {
+    const void *base;
+    size_t size, dec_len = s->len - (size_t)(s->enc + s->enc_len - s->buf);
+    free(s->tensors), s->tensors = NULL;
+    pp_onnx_bundle_free(s->b), s->b = NULL;
+    return pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, dec_len, &s->want, &s->tensors, &s->count,
+                                    &base, &size, &s->b, err);
+}
+
+/* Replaces the first `from` (n bytes) after the first mention of NODE in the seed by `to`. */
+static int patch_node(codec_seed *s, const char *node, const void *from, const void *to, size_t n) {
+    unsigned char *at = (unsigned char *)find_bytes(s->buf, s->len, node, strlen(node));
+    at = at ? (unsigned char *)find_bytes(at, (size_t)(s->buf + s->len - at), from, n) : NULL;
+    if (at) memcpy(at, to, n);
+    return at != NULL;
+}
+
+/* A convolution node whose stride, group, dilation or padding is not the codec's computes another
+ * model's function: refused, naming the node. */
+static void test_codec_node_attrs(void) {
+    static const char conv[] = "/encoder/model/model.0/conv/conv/Conv",
+                      up[] = "/upsample/convtr/convtr/convtr/ConvTranspose";
+    static const struct {
+        const char *node, *from, *to, *needle;
+        size_t n;
+    } cases[] = {
+        {conv, "strides\x40\x01", "strides\x40\x02", "(stride 1, group 1)", 9},
+        {conv, "dilations\x40\x01", "dilations\x40\x02", "dilations other than [1]", 11},
+        {conv, "pads\x40\x00\x40\x00", "pads\x40\x06\x40\x00", "pads or auto_pad", 8},
+        {up, "group\x18\x08", "group\x18\x01", "(stride 2, group 8)", 7},
+    };
+    char err[PP_ERR_LEN] = "", want[128];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        codec_seed s;
+        int rc = codec_seed_open("codec", 0, &s, err);
+        int patched = !rc && patch_node(&s, cases[i].node, cases[i].from, cases[i].to, cases[i].n);
+        rc = patched ? codec_seed_reopen(&s, err) : -1;
+        snprintf(want, sizeof want, "node '%s'", cases[i].node);
+        if (rc != PP_EFORMAT) fprintf(stderr, "%s, %s: rc %d %s\n", cases[i].node, cases[i].needle, rc, err);
+        TEST_COND("a convolution with another stride, group, dilation or padding is refused, naming the node",
+                  rc == PP_EFORMAT && strstr(err, want) && strstr(err, cases[i].needle));
+        codec_seed_close(&s);
+    }
 }
 
 static void test_codec(void) {
@@ -818,5 +865,6 @@ int main(void) {
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();
+    test_codec_node_attrs();
     return test_report();
 }

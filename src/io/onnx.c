@@ -14,7 +14,7 @@
 enum { MODEL_GRAPH = 7 };
 enum { GRAPH_NODE = 1, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11 };
 enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5, NODE_DOMAIN = 7 };
-enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_T = 5 };
+enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_T = 5, ATTR_INTS = 8 };
 enum {
     TENSOR_DIMS = 1,
     TENSOR_DATA_TYPE = 2,
@@ -259,6 +259,12 @@ static int parse_node(pp_onnx_model *m, const uint8_t *buf, size_t len, char *er
                     a.has_f = 1;
                 }
                 if (af.number == ATTR_T && af.wire == PP_PB_BYTES) value_tensor = af.bytes, value_len = af.len;
+                if (af.number == ATTR_S && af.wire == PP_PB_BYTES && !(a.s = str(m, &af))) goto nomem;
+                /* (int64_t and uint64_t may alias) an unreadable list is kept as such: a reader
+                 * that needs it refuses the node */
+                if (af.number == ATTR_INTS && a.n_ints >= 0 &&
+                    packed_or_single(&af, (uint64_t *)a.ints, &a.n_ints, PP_ONNX_MAX_DIMS))
+                    a.n_ints = -1;
             }
             if (rc < 0) goto fail;
             if (n_attr < (int)(sizeof attrs / sizeof *attrs)) attrs[n_attr++] = a;

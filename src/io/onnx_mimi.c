@@ -209,6 +209,39 @@ static int plan_as(walk *w, const event *e, const pp_onnx_tensor *t, const pp_te
     return og_plan_view(w->b, x->name, t, 0, x->ndim, x->shape[0], x->shape[1], x->shape[2], err);
 }
 
+/* Whether INTS attribute NAME of n holds `count` copies of value (absent: ONNX's default, every
+ * value `absent`). */
+static int ints_all(const pp_onnx_node *n, const char *name, int count, int64_t value, int64_t absent) {
+    const pp_onnx_attr *a = pp_onnx_attr_find(n, name);
+    if (!a) return value == absent;
+    if (a->n_ints != count) return 0;
+    for (int i = 0; i < count; i++)
+        if (a->ints[i] != value) return 0;
+    return 1;
+}
+
+/* The codec runs a convolution with its own stride and groups, no dilation and its own causal
+ * padding (model/conv.h): a node that computes anything else holds weights of another model. */
+static int check_conv_attrs(const walk *w, const event *e, const pp_tensor_spec *x, char *err) {
+    const pp_onnx_node *n = e->node;
+    const pp_onnx_attr *pad = pp_onnx_attr_find(n, "auto_pad"), *out_shape = pp_onnx_attr_find(n, "output_shape");
+    int64_t group = og_attr_i(n, "group", 1);
+    char what[200];
+    if (x->conv_stride && (!ints_all(n, "strides", 1, x->conv_stride, 1) || group != x->conv_groups))
+        snprintf(what, sizeof what, "strides or group other than the codec's (stride %d, group %d) for '%s'",
+                 x->conv_stride, x->conv_groups, x->name);
+    else if (!ints_all(n, "dilations", 1, 1, 1))
+        snprintf(what, sizeof what, "dilations other than [1] (the codec's convolutions are not dilated)");
+    else if (!ints_all(n, "pads", 2, 0, 0) || (pad && pad->s && strcmp(pad->s, "NOTSET")))
+        snprintf(what, sizeof what, "pads or auto_pad (the codec pads causally itself; the graph's pads are explicit "
+                 "Pad nodes)");
+    else if (!ints_all(n, "output_padding", 1, 0, 0) || out_shape)
+        snprintf(what, sizeof what, "output_padding or output_shape (the codec trims a transposed convolution itself)");
+    else
+        return 0;
+    return og_bad_node(w->g, n, err, what);
+}
+
 /* A convolution: PREFIX.weight and, when the codec has one, PREFIX.bias. */
 static int conv(walk *w, const char *prefix, char *err) {
     char key[KEY_LEN];
@@ -221,6 +254,7 @@ static int conv(walk *w, const char *prefix, char *err) {
     if (transposed != og_is_op(e->node, "ConvTranspose"))
         return og_bad_node(w->g, e->node, err, transposed ? "a ConvTranspose was expected" : "a Conv was expected");
     if (!same_dims(e->w, x)) return shape_error(w, e, e->w, x, err);
+    if ((rc = check_conv_attrs(w, e, x, err))) return rc;
     if ((rc = plan_as(w, e, e->w, x, err))) return rc;
     snprintf(key, sizeof key, "%.176s.bias", prefix);
     xb = want_find(w, key);
