@@ -737,7 +737,8 @@ static int patch_node(codec_seed *s, const char *node, const void *from, const v
 }
 
 /* A convolution node whose stride, group, dilation or padding is not the codec's computes another
- * model's function: refused, naming the node. */
+ * model's function: refused, naming the node. A Transpose of a weight with perm [0, 1] keeps it
+ * as stored; the loader used to transpose it as if the perm were [1, 0]. */
 static void test_codec_node_attrs(void) {
     static const char conv[] = "/encoder/model/model.0/conv/conv/Conv",
                       up[] = "/upsample/convtr/convtr/convtr/ConvTranspose";
@@ -762,6 +763,24 @@ static void test_codec_node_attrs(void) {
                   rc == PP_EFORMAT && strstr(err, want) && strstr(err, cases[i].needle));
         codec_seed_close(&s);
     }
+    /* codec-unfolded: out_proj's weight [8, 8] reaches its MatMul through Transpose(perm [1, 0]) */
+    codec_seed ref, s;
+    const char *key = "encoder_transformer.transformer.layers.0.self_attn.out_proj.weight";
+    int rc = codec_seed_open("codec-unfolded", 0, &ref, err);
+    if (!rc) rc = codec_seed_open("codec-unfolded", 0, &s, err);
+    int patched = !rc && patch_node(&s, "/encoder_transformer/transformer/layers.0/self_attn/out_proj/Transpose",
+                                    "perm\x40\x01\x40\x00", "perm\x40\x00\x40\x01", 8);
+    rc = patched ? codec_seed_reopen(&s, err) : -1;
+    if (rc) fprintf(stderr, "identity Transpose: rc %d %s\n", rc, err);
+    const st_tensor *x = rc ? NULL : table_find(ref.tensors, ref.count, key);
+    const st_tensor *y = rc ? NULL : table_find(s.tensors, s.count, key);
+    int transposed = x && y && x->ndim == 2 && x->shape[0] == x->shape[1] && x->dtype == ST_F32 && y->dtype == ST_F32;
+    for (int64_t r = 0; transposed && r < x->shape[0]; r++)
+        for (int64_t c = 0; c < x->shape[1]; c++)
+            transposed &= !memcmp(x->data + 4 * (r * x->shape[1] + c), y->data + 4 * (c * x->shape[1] + r), 4);
+    TEST_COND("a weight through Transpose(perm [0, 1]) is read as stored: the transpose of the [1, 0] one", transposed);
+    codec_seed_close(&ref);
+    codec_seed_close(&s);
 }
 
 static void test_codec(void) {

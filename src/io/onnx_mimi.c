@@ -109,10 +109,19 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
             return og_bad_node(g, n, err, "the bias is not a float constant");
         e->kind = EV_CONV;
     } else if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
-        /* the weight as stored, or transposed by a node an export without constant folding keeps */
+        /* the weight as stored, or through a Transpose an export without constant folding keeps:
+         * one that swaps the two axes (no perm, or [1, 0]) or keeps them ([0, 1]) */
         const pp_onnx_node *tr = og_producer(g, n->in[1]);
-        int flipped = og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = og_float_const(g, tr->in[0]));
-        if (!flipped) e->w = og_float_const(g, n->in[1]);
+        int flipped = 0;
+        if (og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = og_float_const(g, tr->in[0]))) {
+            const pp_onnx_attr *perm = pp_onnx_attr_find(tr, "perm");
+            int keeps = perm && perm->n_ints == 2 && perm->ints[0] == 0 && perm->ints[1] == 1;
+            int swaps = !perm || (perm->n_ints == 2 && perm->ints[0] == 1 && perm->ints[1] == 0);
+            if (!keeps && !swaps) /* a 2-D weight moved otherwise; of another rank, not a projection's */
+                return e->w->ndim == 2 ? og_bad_node(g, tr, err, "perm is neither [1, 0] nor [0, 1]") : 0;
+            flipped = !keeps;
+        }
+        if (!flipped && !e->w) e->w = og_float_const(g, n->in[1]);
         if (!e->w || e->w->ndim != 2) return 0;
         if (n->n_in >= 3 && *n->in[2]) return og_bad_node(g, n, err, "a projection with a bias (Mimi's have none)");
         e->kind = EV_MATMUL;
