@@ -14,6 +14,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/file.h"
 
 #define GGUF_MAX_SHARDS 100
 #define GGUF_MAX_NEST 8 /* arrays of arrays: deeper nesting is refused */
@@ -417,6 +418,7 @@ int pp_gguf_map(const char *path, void **map, size_t *size, char **label, char *
         munmap(base, total);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", prefix);
     }
+    pp_file_note_mapping(base, copy_from, lab); /* the mapped shards; the read ones cannot fault */
     *map = base;
     *size = total;
     return PP_OK;

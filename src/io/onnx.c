@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/err.h"
 #include "io/file.h"
@@ -468,10 +467,10 @@ int pp_onnx_open(const char *path, pp_onnx_model **out, char *err) {
 void pp_onnx_close(pp_onnx_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_ext; i++) {
-        if (m->ext[i].map) munmap(m->ext[i].map, m->ext[i].size);
+        pp_file_unmap(m->ext[i].map, m->ext[i].size);
         free(m->ext[i].location);
     }
-    if (m->map) munmap(m->map, m->map_size);
+    pp_file_unmap(m->map, m->map_size);
     while (m->blocks) {
         block *next = m->blocks->next;
         free(m->blocks);
