@@ -459,6 +459,48 @@ static void test_seeds(void) {
     }
 }
 
+/* Tensor infos whose data spans overlap (b starts inside a) are refused naming both; the same
+ * tensors one after another, and an empty tensor at a's offset, open. */
+static void test_overlap(void) {
+    static const struct {
+        uint64_t off_b, off_c, elems_c;
+        int ok;
+    } cases[] = {{64, 96, 8, 1}, {32, 96, 8, 0}, {64, 0, 0, 1}}; /* a: 64 bytes at 0 */
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        buf b;
+        open_buf(&b);
+        put(&b, "GGUF", 4);
+        put_u32(&b, 3);
+        put_u64(&b, 3);
+        put_u64(&b, 0);
+        const char *names[3] = {"a", "b", "c"};
+        uint64_t elems[3] = {16, 8, cases[k].elems_c}, offs[3] = {0, cases[k].off_b, cases[k].off_c};
+        for (int i = 0; i < 3; i++) {
+            put_str(&b, names[i]);
+            put_u32(&b, 1);
+            put_u64(&b, elems[i]);
+            put_u32(&b, 0); /* F32 */
+            put_u64(&b, offs[i]);
+        }
+        pad(&b);
+        static const uint8_t data[128];
+        put(&b, data, sizeof data);
+        finish(&b);
+        st_file *f = NULL;
+        char err[PP_ERR_LEN] = "";
+        int rc = pp_st_open_memory(b.p, b.n, "overlap.gguf", &f, err);
+        if (cases[k].ok) {
+            TEST_COND("tensors one after another (or an empty one anywhere) open", rc == 0);
+        } else {
+            TEST_COND("overlapping tensors are refused, naming both",
+                      rc == PP_EFORMAT && strstr(err, "overlap.gguf: tensors 'a' and 'b' overlap"));
+        }
+        if (rc && cases[k].ok) fprintf(stderr, "  %s\n", err);
+        pp_st_close(f);
+        free(b.p);
+    }
+}
+
 /* The process's address space in KiB (/proc/self/status VmSize), -1 where it cannot be read. */
 static long vm_kib(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -499,6 +541,7 @@ static void test_table_memory(void) {
 int main(void) {
     test_blocks();
     test_seeds();
+    test_overlap();
     st_file *src = NULL;
     char err[PP_ERR_LEN] = "";
     if (!mkdtemp(tmpdir) || pp_st_open(CASE "/model.gguf", &src, err)) {
