@@ -90,6 +90,18 @@ static void test_model(void) {
               rc == PP_EFORMAT && strstr(err, "'w'") && strstr(err, "../x"));
     rc = pp_onnx_parse(model, sizeof model, "mem", &m, err);
     TEST_COND("external data from memory is refused", rc == PP_EUNSUPPORTED);
+    /* ModelProto{graph{initializer{dims 1, data_type 1, name "w", raw_data 1.0f} x2}}: the same
+     * name twice is refused; "w" and "v" load */
+    unsigned char twice[] = {0x3a, 30,   0x2a, 13,   0x08, 0x01, 0x10, 0x01, 0x42, 0x01, 'w',
+                             0x4a, 4,    0,    0,    0x80, 0x3f, 0x2a, 13,   0x08, 0x01, 0x10,
+                             0x01, 0x42, 0x01, 'w',  0x4a, 4,    0,    0,    0x80, 0x3f};
+    rc = pp_onnx_parse(twice, sizeof twice, "mem", &m, err);
+    TEST_COND("two initializers of one name are refused, naming it",
+              rc == PP_EFORMAT && !m && strstr(err, "mem: two constants are named 'w'"));
+    twice[25] = 'v';
+    rc = pp_onnx_parse(twice, sizeof twice, "mem", &m, err);
+    TEST_COND("two initializers of two names load", rc == 0 && m && pp_onnx_constant(m, "v"));
+    pp_onnx_close(m);
     /* the same tensor's data in a file that is not there */
     uint8_t missing[sizeof model];
     memcpy(missing, model, sizeof model);

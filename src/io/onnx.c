@@ -428,8 +428,29 @@ static int new_model(const char *label, pp_onnx_model **out, char *err) {
     return 0;
 }
 
+static int cmp_const_name(const void *a, const void *b) {
+    return strcmp((*(const pp_onnx_tensor *const *)a)->name, (*(const pp_onnx_tensor *const *)b)->name);
+}
+
+/* A name given to two constants (initializers, Constant node outputs) is an invalid graph that
+ * ONNX Runtime refuses; a reader taking the first would read whichever the exporter wrote first. */
+static int check_unique_constants(pp_onnx_model *m, char *err) {
+    const pp_onnx_tensor **sorted = malloc((m->n_consts ? m->n_consts : 1) * sizeof *sorted);
+    if (!sorted) return oom(m, err);
+    for (size_t i = 0; i < m->n_consts; i++) sorted[i] = &m->consts[i];
+    qsort(sorted, m->n_consts, sizeof *sorted, cmp_const_name);
+    int rc = 0;
+    for (size_t i = 1; i < m->n_consts && !rc; i++)
+        if (*sorted[i]->name && !strcmp(sorted[i - 1]->name, sorted[i]->name))
+            rc = pp_fail(err, PP_EFORMAT, "%s: two constants are named '%s' (initializers and Constant outputs must "
+                         "be named once)", m->label, sorted[i]->name);
+    free(sorted);
+    return rc;
+}
+
 static int finish(pp_onnx_model *m, const void *buf, size_t len, pp_onnx_model **out, char *err) {
     int rc = parse_model(m, buf, len, err);
+    if (!rc) rc = check_unique_constants(m, err);
     if (!rc) rc = resolve_external(m, err);
     if (rc) {
         pp_onnx_close(m);
