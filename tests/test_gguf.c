@@ -66,6 +66,8 @@ typedef struct {
     const char *prefix;
     const char *bad_type, *bad_rows;
     int split_steps; /* the attention projections as moshi.cpp's per-step tensors (the temporal one as step 0) */
+    const char *nan_scale; /* a tensor whose block nan_block gets a NaN f16 scale at byte nan_at of the block */
+    int nan_block, nan_at;
 } variant;
 
 #define DEP_STEPS 16 /* lm-q4k's dep_q */
@@ -138,7 +140,19 @@ static buf write_variant(const st_file *src, const variant *v) {
         for (int d = t->ndim - 1; d >= 0; d--) put_u64(&b, (uint64_t)(t->shape[d] - (d == 0 && shrink)));
         put_u32(&b, v->bad_type && !strcmp(t->name, v->bad_type) ? 99 : ggml_type_of(t->dtype));
         put_u64(&b, pos(&data));
-        put(&data, t->data, bytes);
+        if (v->nan_scale && !strcmp(t->name, v->nan_scale)) {
+            uint8_t *copy = malloc(bytes);
+            if (!copy) abort();
+            memcpy(copy, t->data, bytes);
+            size_t block_bytes = (size_t)pp_wformat_block_bytes(t->dtype == ST_Q4_0   ? PP_WF_Q4_0
+                                                                : t->dtype == ST_Q8_0 ? PP_WF_Q8_0
+                                                                                      : PP_WF_Q4K);
+            memcpy(copy + (size_t)v->nan_block * block_bytes + (size_t)v->nan_at, (const uint8_t[]){0x00, 0x7E}, 2);
+            put(&data, copy, bytes);
+            free(copy);
+        } else {
+            put(&data, t->data, bytes);
+        }
         pad(&data);
     }
     pad(&b);
@@ -346,6 +360,30 @@ static void test_variants(const st_file *src) {
     refused(tmp("rows.gguf"), "'text_linear.weight' has shape [99, 256]", "text_card", "shape disagreement refused");
 
     refused(tmp("nothing.gguf"), "nothing.gguf", "no such file", "missing file refused");
+
+    /* a NaN block scale: Q4_K's d (row 37 of a one-block-per-row tensor), its dmin, Q4_0's d */
+    static const struct {
+        const char *tensor;
+        int block, at;
+        const char *needle, *file, *why;
+    } nan_cases[] = {
+        {"transformer.layers.1.self_attn.out_proj.weight", 37, 0, "block 37 (row 37) has d = nan", "nan-d.gguf",
+         "a NaN Q4_K d refused, naming tensor and block"},
+        {"linears.3.weight", 1000, 2, "block 1000 (row 1000) has dmin = nan", "nan-dmin.gguf",
+         "a NaN Q4_K dmin refused, naming tensor and block"},
+        {"emb.2.weight", 4200, 0, "block 4200 (row 525) has d = nan", "nan-q4_0.gguf",
+         "a NaN Q4_0 d refused, naming tensor and block"},
+    };
+    for (size_t i = 0; i < sizeof nan_cases / sizeof *nan_cases; i++) {
+        variant nan = {.drop_layer = -1, .prefix = "", .nan_scale = nan_cases[i].tensor,
+                       .nan_block = nan_cases[i].block, .nan_at = nan_cases[i].at};
+        char quoted[128];
+        snprintf(quoted, sizeof quoted, "'%s'", nan_cases[i].tensor);
+        b = write_variant(src, &nan);
+        write_file(tmp(nan_cases[i].file), b.p, b.n);
+        free(b.p);
+        refused(tmp(nan_cases[i].file), quoted, nan_cases[i].needle, nan_cases[i].why);
+    }
 }
 
 /* ---- block decoders ----------------------------------------------------------------------- */
@@ -382,6 +420,22 @@ static void test_blocks(void) {
         ok &= out[i] == 2.0f * (float)sc[j] * (float)q - 0.5f * (float)mn[j];
     }
     TEST_COND("q4_k 6-bit scales and mins, sub-block pairs share bytes", ok);
+
+    /* the scale check: one non-finite f16 among many blocks, past the first chunk of blocks */
+    enum { N_BLOCKS = 9000 };
+    uint8_t *blocks = calloc(N_BLOCKS, QUANT_Q4_K_BYTES);
+    if (!blocks) abort();
+    int which = -1;
+    for (int b = 0; b < N_BLOCKS; b++) memcpy(blocks + b * QUANT_Q8_0_BYTES, &half, 2);
+    TEST_COND("finite q8_0 scales pass", pp_quant_ggml_bad_scale(blocks, N_BLOCKS, QUANT_Q8_0_BYTES, &which) == -1);
+    memcpy(blocks + 8191 * QUANT_Q8_0_BYTES, (const uint8_t[]){0x00, 0x7C}, 2); /* +inf */
+    TEST_COND("an infinite q8_0 d found", pp_quant_ggml_bad_scale(blocks, N_BLOCKS, QUANT_Q8_0_BYTES, &which) == 8191 &&
+                                              which == 0);
+    memset(blocks, 0, (size_t)N_BLOCKS * QUANT_Q4_K_BYTES);
+    memcpy(blocks + 4097 * QUANT_Q4_K_BYTES + 2, (const uint8_t[]){0x01, 0xFE}, 2); /* a negative NaN dmin */
+    TEST_COND("a NaN q4_k dmin found", pp_quant_ggml_bad_scale(blocks, N_BLOCKS, QUANT_Q4_K_BYTES, &which) == 4097 &&
+                                           which == 1);
+    free(blocks);
 }
 
 /* The fuzzer's seeds parse (so mutations start from valid files): every type and KV kind. */
@@ -402,6 +456,48 @@ static void test_seeds(void) {
                                                      !strcmp(pp_st_metadata(f, "x.i64"), "-5"));
         }
         pp_st_close(f);
+    }
+}
+
+/* Tensor infos whose data spans overlap (b starts inside a) are refused naming both; the same
+ * tensors one after another, and an empty tensor at a's offset, open. */
+static void test_overlap(void) {
+    static const struct {
+        uint64_t off_b, off_c, elems_c;
+        int ok;
+    } cases[] = {{64, 96, 8, 1}, {32, 96, 8, 0}, {64, 0, 0, 1}}; /* a: 64 bytes at 0 */
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        buf b;
+        open_buf(&b);
+        put(&b, "GGUF", 4);
+        put_u32(&b, 3);
+        put_u64(&b, 3);
+        put_u64(&b, 0);
+        const char *names[3] = {"a", "b", "c"};
+        uint64_t elems[3] = {16, 8, cases[k].elems_c}, offs[3] = {0, cases[k].off_b, cases[k].off_c};
+        for (int i = 0; i < 3; i++) {
+            put_str(&b, names[i]);
+            put_u32(&b, 1);
+            put_u64(&b, elems[i]);
+            put_u32(&b, 0); /* F32 */
+            put_u64(&b, offs[i]);
+        }
+        pad(&b);
+        static const uint8_t data[128];
+        put(&b, data, sizeof data);
+        finish(&b);
+        st_file *f = NULL;
+        char err[PP_ERR_LEN] = "";
+        int rc = pp_st_open_memory(b.p, b.n, "overlap.gguf", &f, err);
+        if (cases[k].ok) {
+            TEST_COND("tensors one after another (or an empty one anywhere) open", rc == 0);
+        } else {
+            TEST_COND("overlapping tensors are refused, naming both",
+                      rc == PP_EFORMAT && strstr(err, "overlap.gguf: tensors 'a' and 'b' overlap"));
+        }
+        if (rc && cases[k].ok) fprintf(stderr, "  %s\n", err);
+        pp_st_close(f);
+        free(b.p);
     }
 }
 
@@ -445,6 +541,7 @@ static void test_table_memory(void) {
 int main(void) {
     test_blocks();
     test_seeds();
+    test_overlap();
     st_file *src = NULL;
     char err[PP_ERR_LEN] = "";
     if (!mkdtemp(tmpdir) || pp_st_open(CASE "/model.gguf", &src, err)) {

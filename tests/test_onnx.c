@@ -90,6 +90,18 @@ static void test_model(void) {
               rc == PP_EFORMAT && strstr(err, "'w'") && strstr(err, "../x"));
     rc = pp_onnx_parse(model, sizeof model, "mem", &m, err);
     TEST_COND("external data from memory is refused", rc == PP_EUNSUPPORTED);
+    /* ModelProto{graph{initializer{dims 1, data_type 1, name "w", raw_data 1.0f} x2}}: the same
+     * name twice is refused; "w" and "v" load */
+    unsigned char twice[] = {0x3a, 30,   0x2a, 13,   0x08, 0x01, 0x10, 0x01, 0x42, 0x01, 'w',
+                             0x4a, 4,    0,    0,    0x80, 0x3f, 0x2a, 13,   0x08, 0x01, 0x10,
+                             0x01, 0x42, 0x01, 'w',  0x4a, 4,    0,    0,    0x80, 0x3f};
+    rc = pp_onnx_parse(twice, sizeof twice, "mem", &m, err);
+    TEST_COND("two initializers of one name are refused, naming it",
+              rc == PP_EFORMAT && !m && strstr(err, "mem: two constants are named 'w'"));
+    twice[25] = 'v';
+    rc = pp_onnx_parse(twice, sizeof twice, "mem", &m, err);
+    TEST_COND("two initializers of two names load", rc == 0 && m && pp_onnx_constant(m, "v"));
+    pp_onnx_close(m);
     /* the same tensor's data in a file that is not there */
     uint8_t missing[sizeof model];
     memcpy(missing, model, sizeof model);
@@ -329,6 +341,107 @@ static unsigned char *add_input(const unsigned char *m, size_t *len, const char 
     return out;
 }
 
+/* A copy of model bytes m (*len, updated) whose graph ends with the GraphProto fields extra[n]. */
+static unsigned char *append_to_graph(const unsigned char *m, size_t *len, const unsigned char *extra, size_t n) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, *len);
+    pp_pb_field f;
+    const unsigned char *g = NULL, *g_field = NULL;
+    size_t g_len = 0, on;
+    for (const unsigned char *at = c.p; !g && pp_pb_next(&c, &f, "m", err) == 1; at = c.p)
+        if (f.number == 7 && f.wire == PP_PB_BYTES) g = f.bytes, g_len = f.len, g_field = at;
+    unsigned char *out = g ? malloc(*len + n + 10) : NULL;
+    if (!out) return NULL;
+    memcpy(out, m, (size_t)(g_field - m)), on = (size_t)(g_field - m);
+    out[on++] = 0x3a; /* ModelProto.graph */
+    on += put_varint(out + on, g_len + n);
+    memcpy(out + on, g, g_len), on += g_len;
+    memcpy(out + on, extra, n), on += n;
+    memcpy(out + on, g + g_len, (size_t)(m + *len - (g + g_len))), on += (size_t)(m + *len - (g + g_len));
+    *len = on;
+    return out;
+}
+
+/* Sets initializer NAME's data_type (a one-byte varint) in model bytes m, in place; 0 when not found. */
+static int set_initializer_dtype(unsigned char *m, size_t len, const char *name, int dtype) {
+    char err[PP_ERR_LEN];
+    pp_pb c = pp_pb_open(m, len), gc, tc;
+    pp_pb_field f, gf, tf;
+    while (pp_pb_next(&c, &f, "m", err) == 1) {
+        if (f.number != 7 || f.wire != PP_PB_BYTES) continue;
+        gc = pp_pb_open(f.bytes, f.len);
+        while (pp_pb_next(&gc, &gf, "g", err) == 1) {
+            if (gf.number != 5 || gf.wire != PP_PB_BYTES) continue;
+            unsigned char *type_at = NULL;
+            int named = 0;
+            tc = pp_pb_open(gf.bytes, gf.len);
+            for (const unsigned char *at = tc.p; pp_pb_next(&tc, &tf, "t", err) == 1; at = tc.p) {
+                if (tf.number == 2 && tc.p == at + 2) type_at = (unsigned char *)at + 1;
+                if (tf.number == 8 && tf.len == strlen(name) && !memcmp(tf.bytes, name, tf.len)) named = 1;
+            }
+            if (named && type_at) {
+                *type_at = (unsigned char)dtype;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ONNX requires a zero point of its codes' type; an int8 one of uint8 codes (or the reverse) would
+ * offset every weight by 128 if read. MatMulInteger's B zero point and DequantizeLinear's. */
+static void test_zero_point_type(void) {
+    char err[PP_ERR_LEN] = "";
+    unsigned char *buf;
+    size_t len, first, count, size;
+    st_tensor *tensors = NULL;
+    const void *base;
+    onnx_bundle *b = NULL;
+    /* bundle-mixed: the temporal graph's first MatMulInteger has int8 B and an int8 zero point */
+    int rc = read_seed("bundle-mixed", &buf, &len, &first, err);
+    int found = !rc && set_initializer_dtype(buf + 5, first, "onnx__MatMul_610_zero_point", 2 /* uint8 */);
+    rc = found ? pp_onnx_bundle_open_memory(buf + 5, first, buf + 5 + first, len - 5 - first, &tensors, &count, &base,
+                                            &size, &b, err)
+               : -1;
+    if (rc != PP_EFORMAT) fprintf(stderr, "MatMulInteger zero point: rc %d %s\n", rc, err);
+    TEST_COND("a uint8 zero point of int8 MatMulInteger weights is refused, naming the node and both types",
+              rc == PP_EFORMAT && strstr(err, "'/MatMul_mmi'") && strstr(err, "is uint8") && strstr(err, "int8: they"));
+    free(tensors), tensors = NULL;
+    pp_onnx_bundle_free(b), b = NULL;
+    free(buf);
+
+    /* bundle-int8: the depformer's out_proj DequantizeLinear (int8 [16 steps, 16, 16] codes, 256
+     * scales) gets a zero point of 256 values, int8 zeros (accepted) or uint8 128s (refused) */
+    for (int type = 3; type >= 2; type--) {
+        if (read_seed("bundle-int8", &buf, &len, &first, err)) {
+            TEST_COND("int8 seed read", 0);
+            return;
+        }
+        /* GraphProto.initializer: TensorProto{dims 16, 16; data_type; name "zp"; raw_data 256 bytes} */
+        unsigned char field[3 + 13 + 256] = {0x2a, 0, 0, 0x08, 16, 0x08, 16, 0x10, (unsigned char)type,
+                                             0x42, 2,  'z', 'p', 0x4a, 0x80, 0x02};
+        put_varint(field + 1, 13 + 256); /* two bytes */
+        memset(field + 16, type == 3 ? 0 : 128, 256);
+        size_t fn = sizeof field, d_len = len - 5 - first;
+        unsigned char *with_input = add_input(buf + 5 + first, &d_len, "/Gather_6_deq", "zp");
+        unsigned char *d = with_input ? append_to_graph(with_input, &d_len, field, fn) : NULL;
+        rc = d ? pp_onnx_bundle_open_memory(buf + 5, first, d, d_len, &tensors, &count, &base, &size, &b, err) : -1;
+        if (type == 3) {
+            if (rc) fprintf(stderr, "int8 zero point: rc %d %s\n", rc, err);
+            TEST_COND("an int8 zero point of int8 DequantizeLinear codes loads", rc == 0);
+        } else {
+            if (rc != PP_EFORMAT) fprintf(stderr, "uint8 zero point: rc %d %s\n", rc, err);
+            TEST_COND("a uint8 zero point of int8 DequantizeLinear codes is refused, naming the node",
+                      rc == PP_EFORMAT && strstr(err, "'/Gather_6_deq'") && strstr(err, "zero point 'zp' is uint8"));
+        }
+        free(tensors), tensors = NULL;
+        pp_onnx_bundle_free(b), b = NULL;
+        free(d);
+        free(with_input);
+        free(buf);
+    }
+}
+
 /* Inputs that change a projection's values are refused, not dropped: MatMulNBits' g_idx (blocks
  * in another order) and Gemm's bias C. */
 static void test_projection_inputs(void) {
@@ -556,7 +669,7 @@ static int same_values(const st_tensor *x, const st_tensor *xu, const st_tensor 
 typedef struct codec_seed {
     unsigned char *buf;
     const unsigned char *enc;
-    size_t enc_len;
+    size_t enc_len, len;
     pp_tensor_list want;
     st_tensor *tensors;
     size_t count;
@@ -593,6 +706,7 @@ static int codec_seed_open(const char *name, int reorder, codec_seed *s, char *e
     snprintf(path, sizeof path, "%s/%s", SEEDS, name);
     int rc = pp_file_read_all(path, 1u << 24, &s->buf, &len, err);
     if (rc) return rc;
+    s->len = len;
     size_t cfg_len = len > 9 ? le32(s->buf + 1) : len;
     s->enc_len = cfg_len + 9 <= len ? le32(s->buf + 5 + cfg_len) : len;
     if (s->buf[0] != 3 || s->enc_len > len - 9 - cfg_len) return pp_fail(err, PP_EFORMAT, "%s: not a codec seed", name);
@@ -614,6 +728,71 @@ static void codec_seed_close(codec_seed *s) {
     pp_onnx_bundle_free(s->b);
     pp_tensor_list_free(&s->want);
     free(s->buf);
+}
+
+/* Converts the seed's graphs again, from its bytes as they are now. */
+static int codec_seed_reopen(codec_seed *s, char *err) {
+    const void *base;
+    size_t size, dec_len = s->len - (size_t)(s->enc + s->enc_len - s->buf);
+    free(s->tensors), s->tensors = NULL;
+    pp_onnx_bundle_free(s->b), s->b = NULL;
+    return pp_onnx_mimi_open_memory(s->enc, s->enc_len, s->enc + s->enc_len, dec_len, &s->want, &s->tensors, &s->count,
+                                    &base, &size, &s->b, err);
+}
+
+/* Replaces the first `from` (n bytes) after the first mention of NODE in the seed by `to`. */
+static int patch_node(codec_seed *s, const char *node, const void *from, const void *to, size_t n) {
+    unsigned char *at = (unsigned char *)find_bytes(s->buf, s->len, node, strlen(node));
+    at = at ? (unsigned char *)find_bytes(at, (size_t)(s->buf + s->len - at), from, n) : NULL;
+    if (at) memcpy(at, to, n);
+    return at != NULL;
+}
+
+/* A convolution node whose stride, group, dilation or padding is not the codec's computes another
+ * model's function: refused, naming the node. A Transpose of a weight with perm [0, 1] keeps it
+ * as stored; the loader used to transpose it as if the perm were [1, 0]. */
+static void test_codec_node_attrs(void) {
+    static const char conv[] = "/encoder/model/model.0/conv/conv/Conv",
+                      up[] = "/upsample/convtr/convtr/convtr/ConvTranspose";
+    static const struct {
+        const char *node, *from, *to, *needle;
+        size_t n;
+    } cases[] = {
+        {conv, "strides\x40\x01", "strides\x40\x02", "(stride 1, group 1)", 9},
+        {conv, "dilations\x40\x01", "dilations\x40\x02", "dilations other than [1]", 11},
+        {conv, "pads\x40\x00\x40\x00", "pads\x40\x06\x40\x00", "pads or auto_pad", 8},
+        {up, "group\x18\x08", "group\x18\x01", "(stride 2, group 8)", 7},
+    };
+    char err[PP_ERR_LEN] = "", want[128];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        codec_seed s;
+        int rc = codec_seed_open("codec", 0, &s, err);
+        int patched = !rc && patch_node(&s, cases[i].node, cases[i].from, cases[i].to, cases[i].n);
+        rc = patched ? codec_seed_reopen(&s, err) : -1;
+        snprintf(want, sizeof want, "node '%s'", cases[i].node);
+        if (rc != PP_EFORMAT) fprintf(stderr, "%s, %s: rc %d %s\n", cases[i].node, cases[i].needle, rc, err);
+        TEST_COND("a convolution with another stride, group, dilation or padding is refused, naming the node",
+                  rc == PP_EFORMAT && strstr(err, want) && strstr(err, cases[i].needle));
+        codec_seed_close(&s);
+    }
+    /* codec-unfolded: out_proj's weight [8, 8] reaches its MatMul through Transpose(perm [1, 0]) */
+    codec_seed ref, s;
+    const char *key = "encoder_transformer.transformer.layers.0.self_attn.out_proj.weight";
+    int rc = codec_seed_open("codec-unfolded", 0, &ref, err);
+    if (!rc) rc = codec_seed_open("codec-unfolded", 0, &s, err);
+    int patched = !rc && patch_node(&s, "/encoder_transformer/transformer/layers.0/self_attn/out_proj/Transpose",
+                                    "perm\x40\x01\x40\x00", "perm\x40\x00\x40\x01", 8);
+    rc = patched ? codec_seed_reopen(&s, err) : -1;
+    if (rc) fprintf(stderr, "identity Transpose: rc %d %s\n", rc, err);
+    const st_tensor *x = rc ? NULL : table_find(ref.tensors, ref.count, key);
+    const st_tensor *y = rc ? NULL : table_find(s.tensors, s.count, key);
+    int transposed = x && y && x->ndim == 2 && x->shape[0] == x->shape[1] && x->dtype == ST_F32 && y->dtype == ST_F32;
+    for (int64_t r = 0; transposed && r < x->shape[0]; r++)
+        for (int64_t c = 0; c < x->shape[1]; c++)
+            transposed &= !memcmp(x->data + 4 * (r * x->shape[1] + c), y->data + 4 * (c * x->shape[1] + r), 4);
+    TEST_COND("a weight through Transpose(perm [0, 1]) is read as stored: the transpose of the [1, 0] one", transposed);
+    codec_seed_close(&ref);
+    codec_seed_close(&s);
 }
 
 static void test_codec(void) {
@@ -713,8 +892,10 @@ int main(void) {
     test_dequantize_axis();
     test_embedding_order();
     test_projection_inputs();
+    test_zero_point_type();
     test_voice_and_prompts();
     test_named_prompt();
     test_codec();
+    test_codec_node_attrs();
     return test_report();
 }

@@ -1,12 +1,15 @@
 /* test_safetensors: the container reader and writer. A written file reads back exactly;
  * every golden checkpoint opens; each malformation docs/formats.md §1 forbids is refused
  * with a one-line message; the fp16/bf16 conversions round to nearest even. */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/err.h"
+#include "io/file.h"
 #include "io/safetensors.h"
 #include "test.h"
 
@@ -320,8 +323,57 @@ static void test_folder(void) {
     rmdir(dir);
 }
 
+/* A checkpoint cut short in place while mapped (what `cp new model.safetensors` does first): the
+ * next read of a page past its new end is SIGBUS. With pp_file_explain_sigbus the process still
+ * dies of it, but says which file and what to do. Run in a child, whose stderr is kept. */
+static void test_truncated_while_mapped(void) {
+    char dir[] = "/tmp/test_safetensors_XXXXXX", path[128], said[1024] = "";
+    int fds[2];
+    if (!mkdtemp(dir) || pipe(fds)) {
+        TEST_COND("temporary folder and pipe", 0);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char header[128];
+    snprintf(header, sizeof header, "{\"w\":{\"dtype\":\"U8\",\"shape\":[%d],\"data_offsets\":[0,%d]}}",
+             (int)sizeof scratch - 128, (int)sizeof scratch - 128);
+    size_t len = build(scratch, header, sizeof scratch - 128);
+    FILE *out = fopen(path, "wb");
+    int written = out && fwrite(scratch, 1, len, out) == len;
+    if (out) fclose(out);
+    pid_t pid = written ? fork() : -1;
+    if (pid == 0) {
+        char err[PP_ERR_LEN];
+        st_file *f = NULL;
+        dup2(fds[1], STDERR_FILENO);
+        pp_file_explain_sigbus();
+        if (pp_st_open(path, &f, err) || truncate(path, 100)) _exit(3);
+        const volatile uint8_t *last = pp_st_find(f, "w")->data + (sizeof scratch - 129);
+        _exit(*last == 42 ? 4 : 5); /* not reached: the page is gone */
+    }
+    close(fds[1]);
+    size_t got = 0;
+    for (ssize_t k; got + 1 < sizeof said && (k = read(fds[0], said + got, sizeof said - 1 - got)) > 0;)
+        got += (size_t)k;
+    said[got] = 0;
+    close(fds[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    printf("truncated while mapped -> %s", said);
+    char offset[64];
+    snprintf(offset, sizeof offset, "at byte %zu:", len - 1); /* the file's last byte, read */
+    TEST_COND("a checkpoint truncated while mapped still ends the process with SIGBUS",
+              pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS);
+    TEST_COND("... after a line naming the file and the offset, and saying to replace files by renaming",
+              strstr(said, path) && strstr(said, offset) && strstr(said, "rewritten in place") &&
+                  strstr(said, "mv "));
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     test_folder();
+    test_truncated_while_mapped();
     test_malformed();
     test_edge_cases();
     test_round_trip();

@@ -277,15 +277,16 @@ static void test_int8(void) {
     unlink(path);
 }
 
-/* An NF4 tensor whose quant_state says its absmax codes nest in blocks of 2^32 + 1 (one block, so
- * its nested_absmax count agrees) is refused: stored as an int the block became 1, and scale lookups
- * read past the one nested value. q is a valid NF4 tensor of [3, 2 * QUANT_MAX_NP2]. */
-static void check_nested_block(const pp_qtensor *q, const char *path) {
+/* q, a valid NF4 tensor of [3, 2 * QUANT_MAX_NP2], with a quant_state of the nested block and
+ * offset given as JSON numbers, must be refused with a message naming nested_blocksize or
+ * nested_offset. */
+static void check_nested_state(const pp_qtensor *q, const char *path, const char *block, const char *offset,
+                               const char *why) {
     char err[PP_ERR_LEN], blob[256];
     int blen = snprintf(blob, sizeof blob,
                         "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"float32\", \"shape\": [3, %d], "
-                        "\"nested_blocksize\": 4294967297, \"nested_dtype\": \"float32\", \"nested_offset\": %.8e}",
-                        q->w.group, 2 * QUANT_MAX_NP2, (double)q->w.nested_offset);
+                        "\"nested_blocksize\": %s, \"nested_dtype\": \"float32\", \"nested_offset\": %s}",
+                        q->w.group, 2 * QUANT_MAX_NP2, block, offset);
     int64_t codes[2] = {(int64_t)q->codes_bytes, 1}, absmax = (int64_t)q->scales_bytes,
             nested = (int64_t)(q->nested_bytes / sizeof(float)), n256 = 256, n16 = 16, nblob = blen;
     const st_entry t[] = {
@@ -298,11 +299,10 @@ static void check_nested_block(const pp_qtensor *q, const char *path) {
     };
     st_file *f;
     pp_weight w;
-    TEST_COND("write nf4 nested block 2^32 + 1", nested == 1 && write_entries(path, t, sizeof t / sizeof *t) == 0);
+    TEST_COND("write the nf4 tensor", write_entries(path, t, sizeof t / sizeof *t) == 0);
     if (pp_st_open(path, &f, err)) return;
-    TEST_COND("nf4 nested block 2^32 + 1 refused",
-              pp_weight_load(f, "nest.weight", 3, 2 * QUANT_MAX_NP2, &w, err) == PP_EFORMAT &&
-                  strstr(err, "nested_blocksize"));
+    TEST_COND(why, pp_weight_load(f, "nest.weight", 3, 2 * QUANT_MAX_NP2, &w, err) == PP_EFORMAT &&
+                       strstr(err, "nested_blocksize or nested_offset"));
     pp_st_close(f);
 }
 
@@ -402,7 +402,14 @@ static void test_group_limits(void) {
     }
     free(half_scales);
     pp_qtensor_free(&q4);
-    check_nested_block(&qn, out);
+    /* a nested block of 2^32 + 1 (one block, so the nested_absmax count agrees): stored as an int
+     * it became 1, and scale lookups read past the one nested value */
+    char offset[32];
+    snprintf(offset, sizeof offset, "%.8e", (double)qn.w.nested_offset);
+    TEST_COND("the nf4 tensor's absmax codes nest in one block", qn.nested_bytes == sizeof(float));
+    check_nested_state(&qn, out, "4294967297", offset, "nf4 nested block 2^32 + 1 refused");
+    /* an offset past float's range: every scale would be infinite */
+    check_nested_state(&qn, out, "256", "1e300", "nf4 nested_offset beyond float refused");
     pp_qtensor_free(&qn);
     unlink(out);
 }

@@ -72,7 +72,7 @@ static int write_voices(const char *bundle, const char *out, int *written, char 
         pp_voice_free(&v);
         *written += !rc;
     }
-    if (!rc) free(names);
+    free(names); /* one allocation, NULL when the listing failed */
     return rc;
 }
 

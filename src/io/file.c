@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,82 @@ void pp_file_discard(const char *path, FILE *f) {
     if (!in_place(path) && tmp_name(landing(path, resolved), tmp, sizeof tmp, NULL) == 0) remove(tmp);
 }
 
+/* ---- mappings named on SIGBUS -------------------------------------------------------------- */
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_LIVE };
+typedef struct {
+    atomic_int state; /* a slot is claimed FREE -> FILLING, filled, then published LIVE */
+    uintptr_t start, end;
+    char label[256];
+} mapping_slot;
+static mapping_slot g_mappings[64];
+
+void pp_file_note_mapping(const void *p, size_t n, const char *label) {
+    if (!p || !n) return;
+    for (size_t i = 0; i < sizeof g_mappings / sizeof *g_mappings; i++) {
+        int expected = SLOT_FREE;
+        mapping_slot *s = &g_mappings[i];
+        if (!atomic_compare_exchange_strong(&s->state, &expected, SLOT_FILLING)) continue;
+        s->start = (uintptr_t)p, s->end = (uintptr_t)p + n;
+        snprintf(s->label, sizeof s->label, "%s", label);
+        atomic_store(&s->state, SLOT_LIVE);
+        return;
+    }
+}
+
+void pp_file_unmap(void *map, size_t size) {
+    if (!map) return;
+    for (size_t i = 0; i < sizeof g_mappings / sizeof *g_mappings; i++) {
+        mapping_slot *s = &g_mappings[i];
+        if (atomic_load(&s->state) == SLOT_LIVE && s->start == (uintptr_t)map) atomic_store(&s->state, SLOT_FREE);
+    }
+    munmap(map, size);
+}
+
+/* Async-signal-safe output: write(2) of a string, then of a number in decimal. */
+static void put_str(const char *s) {
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t k = write(STDERR_FILENO, s, n);
+        if (k <= 0) return;
+        s += k, n -= (size_t)k;
+    }
+}
+static void put_u64(uint64_t v) {
+    char buf[24], *p = buf + sizeof buf;
+    *--p = 0;
+    do *--p = (char)('0' + v % 10);
+    while (v /= 10);
+    put_str(p);
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *ctx) {
+    (void)sig, (void)ctx;
+    uintptr_t at = (uintptr_t)info->si_addr;
+    for (size_t i = 0; i < sizeof g_mappings / sizeof *g_mappings; i++) {
+        const mapping_slot *s = &g_mappings[i];
+        if (atomic_load(&s->state) != SLOT_LIVE || at < s->start || at >= s->end) continue;
+        put_str("SIGBUS reading ");
+        put_str(s->label);
+        put_str(" at byte ");
+        put_u64((uint64_t)(at - s->start));
+        put_str(": the file was truncated or rewritten in place while mapped; replace a checkpoint by renaming a "
+                "new file over it (cp new x.tmp && mv x.tmp x), then restart\n");
+        break;
+    }
+    /* SA_RESETHAND restored the default action: returning re-runs the access, which ends the
+     * process with the signal, as if no handler had been installed */
+}
+
+void pp_file_explain_sigbus(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
 int pp_file_map(const char *path, void **map, size_t *size, char *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return pp_fail(err, PP_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -127,6 +205,7 @@ int pp_file_map(const char *path, void **map, size_t *size, char *err) {
             return pp_fail(err, PP_EIO, "%s: mmap failed: %s", path, strerror(e));
         }
         *map = p;
+        pp_file_note_mapping(p, *size, path);
     }
     close(fd);
     return 0;

@@ -14,6 +14,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "io/file.h"
 
 #define GGUF_MAX_SHARDS 100
 #define GGUF_MAX_NEST 8 /* arrays of arrays: deeper nesting is refused */
@@ -254,6 +255,29 @@ static int read_info(cursor *c, gguf_meta *m, st_tensor *t, uint64_t *offset) {
     return PP_OK;
 }
 
+static int cmp_data(const void *a, const void *b) {
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+/* Two tensors whose bytes overlap would read each other's values: a damaged offset table (ggml
+ * writes them one after another). Empty tensors hold no bytes and may sit anywhere. */
+static int check_overlaps(st_tensor *t, size_t n, const char *label, char *err) {
+    st_tensor **order = malloc((n ? n : 1) * sizeof *order);
+    if (!order) return pp_fail(err, PP_ENOMEM, "%s: out of memory for the tensor table", label);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i].nbytes) order[m++] = &t[i];
+    qsort(order, m, sizeof *order, cmp_data);
+    int rc = PP_OK;
+    for (size_t i = 1; i < m && !rc; i++)
+        if (order[i]->data < order[i - 1]->data + order[i - 1]->nbytes)
+            rc = pp_fail(err, PP_EFORMAT, "%s: tensors '%s' and '%s' overlap in the data section (a damaged offset "
+                         "table?)", label, order[i - 1]->name, order[i]->name);
+    free(order);
+    return rc;
+}
+
 int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
                   gguf_meta **meta, char *err) {
     *tensors = NULL;
@@ -300,6 +324,7 @@ int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor
             else
                 t[i].data = base + data + offs[i];
         }
+        if (!rc) rc = check_overlaps(t, (size_t)n_tensors, label, err);
     }
     free(offs);
     if (rc) {
@@ -417,6 +442,7 @@ int pp_gguf_map(const char *path, void **map, size_t *size, char **label, char *
         munmap(base, total);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", prefix);
     }
+    pp_file_note_mapping(base, copy_from, lab); /* the mapped shards; the read ones cannot fault */
     *map = base;
     *size = total;
     return PP_OK;

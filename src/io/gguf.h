@@ -30,7 +30,8 @@ const char *pp_gguf_meta_get(const gguf_meta *m, const char *key);
 
 /* Maps PATH, or the shards PATH.shard-00... when PATH ends in `.shard-00` or does not exist
  * while its shards do, as one read-only range. *label names what was mapped, for messages.
- * Returns 1, mapping nothing, when PATH is a plain existing file (the caller maps it). */
+ * Returns 1, mapping nothing, when PATH is a plain existing file (the caller maps it). Release
+ * the range with pp_file_unmap. */
 int pp_gguf_map(const char *path, void **map, size_t *size, char **label, char *err);
 
 #endif

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/err.h"
 #include "io/file.h"
@@ -14,7 +13,7 @@
 enum { MODEL_GRAPH = 7 };
 enum { GRAPH_NODE = 1, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11 };
 enum { NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5, NODE_DOMAIN = 7 };
-enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_T = 5 };
+enum { ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_T = 5, ATTR_INTS = 8 };
 enum {
     TENSOR_DIMS = 1,
     TENSOR_DATA_TYPE = 2,
@@ -259,6 +258,12 @@ static int parse_node(pp_onnx_model *m, const uint8_t *buf, size_t len, char *er
                     a.has_f = 1;
                 }
                 if (af.number == ATTR_T && af.wire == PP_PB_BYTES) value_tensor = af.bytes, value_len = af.len;
+                if (af.number == ATTR_S && af.wire == PP_PB_BYTES && !(a.s = str(m, &af))) goto nomem;
+                /* (int64_t and uint64_t may alias) an unreadable list is kept as such: a reader
+                 * that needs it refuses the node */
+                if (af.number == ATTR_INTS && a.n_ints >= 0 &&
+                    packed_or_single(&af, (uint64_t *)a.ints, &a.n_ints, PP_ONNX_MAX_DIMS))
+                    a.n_ints = -1;
             }
             if (rc < 0) goto fail;
             if (n_attr < (int)(sizeof attrs / sizeof *attrs)) attrs[n_attr++] = a;
@@ -423,8 +428,29 @@ static int new_model(const char *label, pp_onnx_model **out, char *err) {
     return 0;
 }
 
+static int cmp_const_name(const void *a, const void *b) {
+    return strcmp((*(const pp_onnx_tensor *const *)a)->name, (*(const pp_onnx_tensor *const *)b)->name);
+}
+
+/* A name given to two constants (initializers, Constant node outputs) is an invalid graph that
+ * ONNX Runtime refuses; a reader taking the first would read whichever the exporter wrote first. */
+static int check_unique_constants(pp_onnx_model *m, char *err) {
+    const pp_onnx_tensor **sorted = malloc((m->n_consts ? m->n_consts : 1) * sizeof *sorted);
+    if (!sorted) return oom(m, err);
+    for (size_t i = 0; i < m->n_consts; i++) sorted[i] = &m->consts[i];
+    qsort(sorted, m->n_consts, sizeof *sorted, cmp_const_name);
+    int rc = 0;
+    for (size_t i = 1; i < m->n_consts && !rc; i++)
+        if (*sorted[i]->name && !strcmp(sorted[i - 1]->name, sorted[i]->name))
+            rc = pp_fail(err, PP_EFORMAT, "%s: two constants are named '%s' (initializers and Constant outputs must "
+                         "be named once)", m->label, sorted[i]->name);
+    free(sorted);
+    return rc;
+}
+
 static int finish(pp_onnx_model *m, const void *buf, size_t len, pp_onnx_model **out, char *err) {
     int rc = parse_model(m, buf, len, err);
+    if (!rc) rc = check_unique_constants(m, err);
     if (!rc) rc = resolve_external(m, err);
     if (rc) {
         pp_onnx_close(m);
@@ -462,10 +488,10 @@ int pp_onnx_open(const char *path, pp_onnx_model **out, char *err) {
 void pp_onnx_close(pp_onnx_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_ext; i++) {
-        if (m->ext[i].map) munmap(m->ext[i].map, m->ext[i].size);
+        pp_file_unmap(m->ext[i].map, m->ext[i].size);
         free(m->ext[i].location);
     }
-    if (m->map) munmap(m->map, m->map_size);
+    pp_file_unmap(m->map, m->map_size);
     while (m->blocks) {
         block *next = m->blocks->next;
         free(m->blocks);

@@ -43,6 +43,9 @@ typedef struct pp_onnx_attr {
     int64_t i; /* INT attribute */
     float f;   /* FLOAT attribute */
     int has_i, has_f;
+    int64_t ints[PP_ONNX_MAX_DIMS]; /* INTS attribute (strides, pads, perm ...) */
+    int n_ints;                     /* its length; -1 when longer than PP_ONNX_MAX_DIMS or malformed */
+    const char *s;                  /* STRING attribute (auto_pad ...), NULL when absent */
 } pp_onnx_attr;
 
 typedef struct pp_onnx_node {

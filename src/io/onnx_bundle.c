@@ -61,6 +61,19 @@ static int64_t codebook_of(const og_graph *g, const char *name) {
     return -1;
 }
 
+/* Refuses a zero point whose type is not its codes': ONNX requires the same one, and the codes
+ * are offset by it read as their own type, so an int8/uint8 mix would shift every weight by 128. */
+static int zero_point_mismatch(const og_graph *g, const pp_onnx_node *n, const pp_onnx_tensor *zero,
+                               const pp_onnx_tensor *codes, char *err) {
+    static const char *const names[] = {[PP_ONNX_UINT8] = "uint8", [PP_ONNX_INT8] = "int8"};
+    char what[400];
+    int zt = zero->dtype, ct = codes->dtype;
+    snprintf(what, sizeof what, "zero point '%s' is %s (type %d), weight '%s' %s: they must be the same type",
+             zero->name, zt == PP_ONNX_UINT8 || zt == PP_ONNX_INT8 ? names[zt] : "not int8/uint8", zt, codes->name,
+             ct == PP_ONNX_UINT8 || ct == PP_ONNX_INT8 ? names[ct] : "?");
+    return og_bad_node(g, n, err, what);
+}
+
 /* A projection: MatMul / Gemm with a weight operand, MatMulNBits, MatMulInteger. 1: *l filled,
  * 0: not a projection, <0: a projection whose operands are malformed. */
 static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *err) {
@@ -86,9 +99,11 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
             if (!og_is_byte(t->dtype) || (rc = og_readable(g, n, l->w.scale, err)) ||
                 (l->w.zero && (rc = og_readable(g, n, l->w.zero, err))))
                 return rc ? rc : og_bad_node(g, n, err, "DequantizeLinear of a weight that is not int8/uint8");
-            if ((l->w.scale->dtype != PP_ONNX_FLOAT && l->w.scale->dtype != PP_ONNX_FLOAT16) ||
-                (l->w.zero && !og_is_byte(l->w.zero->dtype)))
-                return og_bad_node(g, n, err, "DequantizeLinear scale not float/float16, or zero point not int8/uint8");
+            if (l->w.scale->dtype != PP_ONNX_FLOAT && l->w.scale->dtype != PP_ONNX_FLOAT16)
+                return og_bad_node(g, l->w.dq, err, "scale is not float/float16");
+            /* the codes are offset by the zero point read as their own type: an int8 zero point of
+             * uint8 codes (or the reverse) would shift every weight by 128 */
+            if (l->w.zero && l->w.zero->dtype != t->dtype) return zero_point_mismatch(g, l->w.dq, l->w.zero, t, err);
             int64_t per = l->w.scale->numel;
             if (trans_b || (per != 1 && per != l->N * l->steps) || (l->w.zero && l->w.zero->numel != per))
                 return og_bad_node(g, n, err,
@@ -167,6 +182,7 @@ static int as_linear(const og_graph *g, const pp_onnx_node *n, linear *l, char *
         if (l->w.scale->dtype != PP_ONNX_FLOAT ||
             (l->w.zero && (!og_is_byte(l->w.zero->dtype) || l->w.zero->numel != l->w.scale->numel)))
             return og_bad_node(g, n, err, "weight scale not float, or zero point not one per scale");
+        if (l->w.zero && l->w.zero->dtype != q->dtype) return zero_point_mismatch(g, n, l->w.zero, q, err);
         l->kind = LIN_INT8_COLUMNS;
         return 1;
     }

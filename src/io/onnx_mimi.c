@@ -109,10 +109,19 @@ static int as_event(const og_graph *g, const pp_onnx_node *n, int64_t dim, event
             return og_bad_node(g, n, err, "the bias is not a float constant");
         e->kind = EV_CONV;
     } else if ((og_is_op(n, "MatMul") || og_is_op(n, "Gemm")) && n->n_in >= 2) {
-        /* the weight as stored, or transposed by a node an export without constant folding keeps */
+        /* the weight as stored, or through a Transpose an export without constant folding keeps:
+         * one that swaps the two axes (no perm, or [1, 0]) or keeps them ([0, 1]) */
         const pp_onnx_node *tr = og_producer(g, n->in[1]);
-        int flipped = og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = og_float_const(g, tr->in[0]));
-        if (!flipped) e->w = og_float_const(g, n->in[1]);
+        int flipped = 0;
+        if (og_is_op(tr, "Transpose") && tr->n_in == 1 && (e->w = og_float_const(g, tr->in[0]))) {
+            const pp_onnx_attr *perm = pp_onnx_attr_find(tr, "perm");
+            int keeps = perm && perm->n_ints == 2 && perm->ints[0] == 0 && perm->ints[1] == 1;
+            int swaps = !perm || (perm->n_ints == 2 && perm->ints[0] == 1 && perm->ints[1] == 0);
+            if (!keeps && !swaps) /* a 2-D weight moved otherwise; of another rank, not a projection's */
+                return e->w->ndim == 2 ? og_bad_node(g, tr, err, "perm is neither [1, 0] nor [0, 1]") : 0;
+            flipped = !keeps;
+        }
+        if (!flipped && !e->w) e->w = og_float_const(g, n->in[1]);
         if (!e->w || e->w->ndim != 2) return 0;
         if (n->n_in >= 3 && *n->in[2]) return og_bad_node(g, n, err, "a projection with a bias (Mimi's have none)");
         e->kind = EV_MATMUL;
@@ -209,6 +218,39 @@ static int plan_as(walk *w, const event *e, const pp_onnx_tensor *t, const pp_te
     return og_plan_view(w->b, x->name, t, 0, x->ndim, x->shape[0], x->shape[1], x->shape[2], err);
 }
 
+/* Whether INTS attribute NAME of n holds `count` copies of value (absent: ONNX's default, every
+ * value `absent`). */
+static int ints_all(const pp_onnx_node *n, const char *name, int count, int64_t value, int64_t absent) {
+    const pp_onnx_attr *a = pp_onnx_attr_find(n, name);
+    if (!a) return value == absent;
+    if (a->n_ints != count) return 0;
+    for (int i = 0; i < count; i++)
+        if (a->ints[i] != value) return 0;
+    return 1;
+}
+
+/* The codec runs a convolution with its own stride and groups, no dilation and its own causal
+ * padding (model/conv.h): a node that computes anything else holds weights of another model. */
+static int check_conv_attrs(const walk *w, const event *e, const pp_tensor_spec *x, char *err) {
+    const pp_onnx_node *n = e->node;
+    const pp_onnx_attr *pad = pp_onnx_attr_find(n, "auto_pad"), *out_shape = pp_onnx_attr_find(n, "output_shape");
+    int64_t group = og_attr_i(n, "group", 1);
+    char what[200];
+    if (x->conv_stride && (!ints_all(n, "strides", 1, x->conv_stride, 1) || group != x->conv_groups))
+        snprintf(what, sizeof what, "strides or group other than the codec's (stride %d, group %d) for '%s'",
+                 x->conv_stride, x->conv_groups, x->name);
+    else if (!ints_all(n, "dilations", 1, 1, 1))
+        snprintf(what, sizeof what, "dilations other than [1] (the codec's convolutions are not dilated)");
+    else if (!ints_all(n, "pads", 2, 0, 0) || (pad && pad->s && strcmp(pad->s, "NOTSET")))
+        snprintf(what, sizeof what, "pads or auto_pad (the codec pads causally itself; the graph's pads are explicit "
+                 "Pad nodes)");
+    else if (!ints_all(n, "output_padding", 1, 0, 0) || out_shape)
+        snprintf(what, sizeof what, "output_padding or output_shape (the codec trims a transposed convolution itself)");
+    else
+        return 0;
+    return og_bad_node(w->g, n, err, what);
+}
+
 /* A convolution: PREFIX.weight and, when the codec has one, PREFIX.bias. */
 static int conv(walk *w, const char *prefix, char *err) {
     char key[KEY_LEN];
@@ -221,6 +263,7 @@ static int conv(walk *w, const char *prefix, char *err) {
     if (transposed != og_is_op(e->node, "ConvTranspose"))
         return og_bad_node(w->g, e->node, err, transposed ? "a ConvTranspose was expected" : "a Conv was expected");
     if (!same_dims(e->w, x)) return shape_error(w, e, e->w, x, err);
+    if ((rc = check_conv_attrs(w, e, x, err))) return rc;
     if ((rc = plan_as(w, e, e->w, x, err))) return rc;
     snprintf(key, sizeof key, "%.176s.bias", prefix);
     xb = want_find(w, key);

@@ -83,6 +83,10 @@ void pp_quant_q4_k_decode_block(const uint8_t *blk, float *dst);
 void pp_quant_q4_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
 void pp_quant_q8_0_quantize(const float *x, int64_t n_blocks, uint8_t *out);
 void pp_quant_q4_k_quantize(const float *x, int64_t n_blocks, uint8_t *out);
+/* The first of n_blocks ggml blocks of fmt_bytes bytes (QUANT_*_BYTES) whose f16 scale (d, and
+ * Q4_K's dmin) is NaN or infinite, or -1 when all are finite. *which is set to 0 for d, 1 for
+ * dmin. One pass with no branch per block: the loader runs it over every block of a GGUF. */
+int64_t pp_quant_ggml_bad_scale(const uint8_t *blocks, int64_t n_blocks, int fmt_bytes, int *which);
 /* Q4_K sub-block j (0..7) of a block's 12 packed bytes: its 6-bit scale and min. */
 static inline void quant_q4_k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
     if (j < 4) {

@@ -34,6 +34,31 @@ void pp_quant_q4_k_decode_block(const uint8_t *blk, float *dst) {
     }
 }
 
+/* An f16 is NaN or infinite when its five exponent bits are all set. */
+#define F16_EXP_MASK 0x7C00u
+
+int64_t pp_quant_ggml_bad_scale(const uint8_t *blocks, int64_t n_blocks, int fmt_bytes, int *which) {
+    int n_scales = fmt_bytes == QUANT_Q4_K_BYTES ? 2 : 1; /* d, dmin: the block's first halves */
+    const int64_t chunk = 4096;                          /* blocks tested together before a branch */
+    *which = 0;
+    for (int64_t c0 = 0; c0 < n_blocks; c0 += chunk) {
+        int64_t c1 = n_blocks - c0 < chunk ? n_blocks : c0 + chunk;
+        unsigned any = 0;
+        for (int64_t b = c0; b < c1; b++) {
+            const uint8_t *blk = blocks + b * fmt_bytes;
+            for (int s = 0; s < n_scales; s++) any |= (quant_ld16(blk, (size_t)s) & F16_EXP_MASK) == F16_EXP_MASK;
+        }
+        if (!any) continue;
+        for (int64_t b = c0; b < c1; b++) /* the chunk holds one: find it */
+            for (int s = 0; s < n_scales; s++)
+                if ((quant_ld16(blocks + b * fmt_bytes, (size_t)s) & F16_EXP_MASK) == F16_EXP_MASK) {
+                    *which = s;
+                    return b;
+                }
+    }
+    return -1;
+}
+
 static void put_f16(uint8_t *p, float v) {
     uint16_t h = pp_f32_to_f16(v);
     memcpy(p, &h, 2);

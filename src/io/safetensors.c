@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "base/err.h"
@@ -321,7 +320,7 @@ int pp_st_open(const char *path, st_file **out, char *err) {
     if (rc == 0) {
         st_file *f = calloc(1, sizeof(*f));
         if (!f) {
-            munmap(shards, shards_size);
+            pp_file_unmap(shards, shards_size);
             free(label);
             return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
         }
@@ -338,7 +337,7 @@ int pp_st_open(const char *path, st_file **out, char *err) {
     st_file *f = calloc(1, sizeof(*f));
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        if (map) munmap(map, size);
+        pp_file_unmap(map, size);
         return pp_fail(err, PP_ENOMEM, "%s: out of memory", path);
     }
     f->map = map, f->base = map, f->size = size;
@@ -347,7 +346,7 @@ int pp_st_open(const char *path, st_file **out, char *err) {
 
 void pp_st_close(st_file *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    pp_file_unmap(f->map, f->size);
     pp_json_free(f->doc);
     pp_gguf_meta_free(f->gguf);
     pp_onnx_bundle_free(f->bundle);

@@ -23,6 +23,15 @@ void pp_tensor_list_add(void *ctx, const char *name, int ndim, const int64_t *sh
     memcpy(s->shape, shape, (size_t)s->ndim * sizeof *shape);
 }
 
+void pp_tensor_list_conv(void *ctx, const char *name, int stride, int groups) {
+    pp_tensor_list *l = ctx;
+    for (size_t i = l->n; i-- > 0;) /* the weight was listed just before */
+        if (!strcmp(l->v[i].name, name)) {
+            l->v[i].conv_stride = stride, l->v[i].conv_groups = groups;
+            return;
+        }
+}
+
 void pp_tensor_list_free(pp_tensor_list *l) {
     free(l->v);
     *l = (pp_tensor_list){0};

@@ -11,6 +11,7 @@ typedef struct pp_tensor_spec {
     char name[128];
     int ndim;
     int64_t shape[4];
+    int conv_stride, conv_groups; /* a convolution weight's stride and groups when the list says (else 0) */
 } pp_tensor_spec;
 
 typedef struct pp_tensor_list {
@@ -22,6 +23,9 @@ typedef struct pp_tensor_list {
 /* Appends NAME with its shape (at most 4 dimensions kept). Shaped as a catalogue callback: ctx is
  * the list. Out of memory sets failed and drops the entry. */
 void pp_tensor_list_add(void *ctx, const char *name, int ndim, const int64_t *shape);
+/* Records that weight NAME, listed already, is a convolution's run with stride and groups.
+ * Shaped as a catalogue callback: ctx is the list. */
+void pp_tensor_list_conv(void *ctx, const char *name, int stride, int groups);
 void pp_tensor_list_free(pp_tensor_list *l);
 
 #endif

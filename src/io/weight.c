@@ -70,6 +70,20 @@ int pp_wformat_block_bytes(pp_wformat fmt) {
     }
 }
 
+/* A ggml block's f16 scale that is NaN or infinite turns its 32 or 256 weights, and every
+ * output they feed, into NaN: refuse it here, once, naming the block, as the other layouts'
+ * scales are checked (weight_layout.c). */
+static int check_block_scales(const st_file *f, const st_tensor *t, pp_wformat fmt, int64_t blocks_per_row,
+                              char *err) {
+    int bytes = pp_wformat_block_bytes(fmt), which;
+    int64_t bad = pp_quant_ggml_bad_scale(t->data, (int64_t)t->nbytes / bytes, bytes, &which);
+    if (bad < 0) return PP_OK;
+    float v = pp_f16_to_f32(quant_ld16(t->data + bad * bytes, (size_t)which));
+    return pp_fail(err, PP_EFORMAT, "%s: tensor '%s' (%s): block %lld (row %lld) has %s = %g; block scales must be "
+                   "finite", pp_st_path(f), t->name, pp_wformat_name(fmt), (long long)bad,
+                   (long long)(bad / blocks_per_row), which ? "dmin" : "d", (double)v);
+}
+
 static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_t cols, pp_weight *w, char *err) {
     switch (t->dtype) {
     case ST_F32: w->fmt = PP_WF_F32; break;
@@ -85,6 +99,7 @@ static int load_dense(const st_file *f, const st_tensor *t, int64_t rows, int64_
                        pp_st_path(f), t->name, pp_st_dtype_name(t->dtype));
     }
     int rc = pp_wl_check_shape(f, t, rows, cols, err);
+    if (!rc && w->group) rc = check_block_scales(f, t, w->fmt, cols / w->group, err);
     if (rc) return rc;
     w->data = t->data;
     w->name = t->name;

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "io/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -279,8 +280,9 @@ static int parse_state(const st_file *f, const st_tensor *blob, nf4_state *s, ch
                              blob->name, i);
         s->has_nested = json_int(pp_json_get(root, "nested_blocksize"), &s->nested_block);
         if (!rc && s->has_nested) {
+            /* the offset is added to every scale as a float: one beyond float's range makes them infinite */
             if (s->nested_block <= 0 || s->nested_block > (1 << 20) || !off || off->type != PP_JSON_NUMBER ||
-                !isfinite(off->number))
+                !isfinite(off->number) || fabs(off->number) > FLT_MAX)
                 rc = pp_fail(err, PP_EFORMAT, "%s: '%s': nested_blocksize or nested_offset invalid", pp_st_path(f),
                              blob->name);
             else

@@ -12,6 +12,7 @@ void pp_codec_arena_init(codec_arena *a, pp_backend *be) {
     a->base = NULL;
     a->used = a->cap = 0;
     a->catalog = NULL;
+    a->catalog_conv = NULL;
     a->catalog_ctx = NULL;
 }
 

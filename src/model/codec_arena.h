@@ -16,6 +16,8 @@
 #include "io/safetensors.h"
 
 typedef void (*codec_catalog_fn)(void *ctx, const char *name, int ndim, const int64_t *shape);
+/* A catalogued convolution weight's stride and groups (what its shape does not say). */
+typedef void (*codec_catalog_conv_fn)(void *ctx, const char *weight, int stride, int groups);
 
 typedef struct codec_arena {
     pp_backend *be;
@@ -23,6 +25,7 @@ typedef struct codec_arena {
     size_t used; /* floats handed out (or counted) so far */
     size_t cap;  /* floats allocated */
     codec_catalog_fn catalog; /* catalog mode: called for every tensor; the file is NULL */
+    codec_catalog_conv_fn catalog_conv; /* catalog mode, when set: called after a convolution's weight */
     void *catalog_ctx;
 } codec_arena;
 

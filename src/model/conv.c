@@ -18,6 +18,7 @@ int pp_conv_load(codec_arena *a, const st_file *f, const char *prefix, int cin, 
     snprintf(key, sizeof key, "%s.weight", prefix);
     int rc = pp_codec_arena_tensor(a, f, key, 3, shape, &out->c.w, err);
     if (rc) return rc;
+    if (a->catalog && a->catalog_conv) a->catalog_conv(a->catalog_ctx, key, stride, groups);
     out->c.b = NULL;
     if (has_bias) {
         int64_t bshape[1] = {cout};

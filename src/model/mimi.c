@@ -422,20 +422,26 @@ static void init_model(mimi_model *m, pp_backend *be, const mimi_config *cfg) {
     pp_codec_arena_init(&m->weights, be);
 }
 
-int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err) {
+static int catalog(const mimi_config *cfg, codec_catalog_fn fn, codec_catalog_conv_fn conv_fn, void *ctx,
+                   char *err) {
     int rc = check_config(cfg, "mimi config", err);
     if (rc) return rc;
     mimi_model m;
     memset(&m, 0, sizeof m);
     init_model(&m, NULL, cfg);
     m.weights.catalog = fn;
+    m.weights.catalog_conv = conv_fn;
     m.weights.catalog_ctx = ctx;
     return load_all(&m.weights, NULL, &m, err);
 }
 
+int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err) {
+    return catalog(cfg, fn, NULL, ctx, err);
+}
+
 int pp_mimi_catalog_list(const mimi_config *cfg, pp_tensor_list *out, char *err) {
     *out = (pp_tensor_list){0};
-    int rc = pp_mimi_catalog(cfg, pp_tensor_list_add, out, err);
+    int rc = catalog(cfg, pp_tensor_list_add, pp_tensor_list_conv, out, err);
     if (!rc && out->failed) rc = pp_fail(err, PP_ENOMEM, "mimi: out of memory for the tensor list");
     if (rc) pp_tensor_list_free(out);
     return rc;

@@ -66,7 +66,8 @@ size_t pp_mimi_state_bytes(const mimi_state *s);
 /* Calls fn for every tensor (name, shape) the codec reads under cfg, without a file: enough
  * to write a stand-in checkpoint of the real shapes. */
 int pp_mimi_catalog(const mimi_config *cfg, codec_catalog_fn fn, void *ctx, char *err);
-/* The same as a list (pp_tensor_list_free): what io/onnx_mimi.h maps the codec graphs onto. */
+/* The same as a list (pp_tensor_list_free), each convolution weight with its stride and groups:
+ * what io/onnx_mimi.h maps the codec graphs onto. */
 int pp_mimi_catalog_list(const mimi_config *cfg, pp_tensor_list *out, char *err);
 
 /* A session's state, fresh (as after reset). The model must outlive it. */

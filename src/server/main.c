@@ -12,6 +12,7 @@
 #include "base/hostmem.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "io/file.h"
 #include "io/onnx_bundle.h"
 #include "io/onnx_mimi.h"
 #include "io/voice.h"
@@ -535,6 +536,7 @@ int main(int argc, char **argv) {
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    pp_file_explain_sigbus(); /* a checkpoint rewritten in place while mapped: say which one */
     int rc = run(&a);
     server_options_free(&a.opt);
     pp_log_open(NULL);
