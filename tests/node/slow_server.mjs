@@ -1,22 +1,27 @@
-// A stand-in for personaplex-server's /api/chat that answers every uplink audio page with one
-// well-formed downlink Ogg page, but at most one page every PERIOD ms: with PERIOD over 80 it is
-// a server slower than real time, whose replies stay evenly spaced while each one comes later
-// than the last. personaplex-loadtest must see it fall behind (tests/CMakeLists.txt,
-// loadtest_slow_server).
+// A stand-in for personaplex-server's /api/chat that answers every uplink audio page with COPIES
+// (default 1) well-formed downlink Ogg pages, written together, at most one answer every PERIOD
+// ms: with PERIOD over 80 it is a server slower than real time, whose replies stay evenly spaced
+// while each one comes later than the last; with COPIES over 1, one that sends more pages than
+// it was sent frames. personaplex-loadtest must see the first fall behind and report the second
+// as broken (tests/CMakeLists.txt, loadtest_slow_server, loadtest_extra_pages).
 //
-//   node slow_server.mjs PERIOD_MS -- LOADTEST_BINARY [loadtest options]
+//   node slow_server.mjs PERIOD_MS [COPIES] -- LOADTEST_BINARY [loadtest options]
 //
 // Listens on a free loopback port, runs the load test against it (--port added) and exits with
-// the load test's status, its output passed through. /metrics and anything else: 404.
+// the load test's status (128 + the signal's number when one ended it), its output passed
+// through. /metrics and anything else: 404.
 
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
+import { constants } from 'node:os';
 
 const period = Number(process.argv[2]);
-const loadtest = process.argv.slice(4);
-if (!(period > 0) || process.argv[3] !== '--' || !loadtest.length) {
-  console.error('usage: node slow_server.mjs PERIOD_MS -- LOADTEST_BINARY [options]');
+const dashes = process.argv.indexOf('--');
+const copies = dashes === 4 ? Number(process.argv[3]) : 1;
+const loadtest = process.argv.slice(dashes + 1);
+if (!(period > 0) || (dashes !== 3 && dashes !== 4) || !(copies >= 1) || !loadtest.length) {
+  console.error('usage: node slow_server.mjs PERIOD_MS [COPIES] -- LOADTEST_BINARY [options]');
   process.exit(2);
 }
 
@@ -88,7 +93,10 @@ function conversation(socket) {
       const now = Date.now();
       nextAt = Math.max(now, nextAt + period);
       const granule = 1920 * 2 * (uplink - 3);
-      setTimeout(() => socket.writable && socket.write(page(0, Buffer.from([0xfc, 0xff, 0xfe]), granule)), nextAt - now);
+      setTimeout(() => {
+        const answer = Array.from({ length: copies }, () => page(0, Buffer.from([0xfc, 0xff, 0xfe]), granule));
+        if (socket.writable) socket.write(Buffer.concat(answer));
+      }, nextAt - now);
     }
   });
   socket.on('error', () => {});
@@ -104,6 +112,6 @@ server.listen(0, '127.0.0.1', () => {
   const child = spawn(loadtest[0], [...loadtest.slice(1), '--port', String(server.address().port)], { stdio: 'inherit' });
   child.on('exit', (code, signal) => {
     server.close();
-    process.exit(signal ? 1 : code);
+    process.exit(signal ? 128 + constants.signals[signal] : code);
   });
 });
