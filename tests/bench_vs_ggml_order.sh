@@ -2,7 +2,8 @@
 # tools/bench-vs-ggml.sh with stand-ins for both sides (no ggml needed): each stand-in logs its
 # call and prints a figure in the real program's format. Checks that the two sides' runs
 # alternate (ours, ggml, ours, ggml, ...), so load that comes and goes meets both alike, that
-# each side's figure is the best of its REPEAT runs, and the weights/s ratio that follows.
+# each side's figure is the best of its REPEAT runs, and the weights/s ratio that follows; then,
+# with a ggml that fails, that the script says so and exits 1 after the rows it could not fill.
 #   tests/bench_vs_ggml_order.sh SOURCE_DIR
 set -euo pipefail
 
@@ -36,3 +37,13 @@ order="$(tr '\n' ' ' <"$log")"
 # best of three: ours 2 ms, ggml 4 ms; ratio of weights/s 2
 echo "$out" | grep -qE '^nf2 +q2_K +1 +2\.000 +4\.000 .* 2\.00$' || { echo "FAIL: not the best figures"; exit 1; }
 echo "ok: alternating runs, best figures, ratio 2.00"
+
+printf '#!/bin/sh\nexit 1\n' >"$tmp/ggml/build-bench/bin/test-backend-ops"
+set +e
+out="$(bash "$tmp/bench.sh" "$tmp/ggml" "$tmp/build" 2>&1)"
+rc=$?
+set -e
+echo "$out"
+[ "$rc" -eq 1 ] && echo "$out" | grep -q "no figure: ours '2.000', ggml ''" &&
+    echo "$out" | grep -q 'bench-vs-ggml: 1 of 1 rows without a figure' || { echo "FAIL: a failing ggml went unreported (exit $rc)"; exit 1; }
+echo "ok: a failing ggml is reported"

@@ -9,7 +9,8 @@
 #   [REPEAT=N] tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]
 # GGML_SRC_DIR is a ggml source tree you provide (github.com/ggml-org/ggml); its test-backend-ops
 # is built in GGML_SRC_DIR/build-bench. BUILD_DIR (default build/) holds personaplex-bench.
-# Prints the raw figures and, per pair, our weights/s over ggml's (> 1: faster per weight).
+# Prints the raw figures and, per pair, our weights/s over ggml's (> 1: faster per weight); exit
+# status 1 when a row has no figure (a program that failed or printed nothing it could read).
 # A developer tool: the test suite runs it only with stand-ins for both programs
 # (tests/bench_vs_ggml_order.sh). Pairs (format here / ggml type):
 #   nf2 / q2_K, int4 / q4_K, nf4 / iq4_nl, bf16 / bf16, and the GGUF formats against themselves:
@@ -50,6 +51,7 @@ ours_ms() {
 
 echo "shape ${rows} x ${cols}, $threads threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 printf "%-6s %-7s %5s %12s %12s %12s %12s %7s\n" format ggml batch "ours ms" "ggml ms" "ours Gw/s" "ggml Gw/s" ratio
+missing=0
 for pair in "${pairs[@]}"; do
     read -r ours_fmt ggml_type <<<"$pair"
     for n in "${batches[@]}"; do
@@ -60,6 +62,7 @@ for pair in "${pairs[@]}"; do
         done
         if [ -z "$ms" ] || [ -z "$us" ]; then
             printf "%-6s %-7s %5s   (no figure: ours '%s', ggml '%s')\n" "$ours_fmt" "$ggml_type" "$n" "$ms" "$us"
+            missing=$((missing + 1))
             continue
         fi
         awk -v f="$ours_fmt" -v g="$ggml_type" -v n="$n" -v ms="$ms" -v us="$us" -v w=$((rows * cols)) 'BEGIN {
@@ -67,3 +70,7 @@ for pair in "${pairs[@]}"; do
             printf "%-6s %-7s %5d %12.3f %12.3f %12.2f %12.2f %7.2f\n", f, g, n, ms, us / 1e3, ours, theirs, ours / theirs }'
     done
 done
+if [ "$missing" -gt 0 ]; then
+    echo "bench-vs-ggml: $missing of $((${#pairs[@]} * ${#batches[@]})) rows without a figure ($ggml_bin or $ours printed none)" >&2
+    exit 1
+fi
