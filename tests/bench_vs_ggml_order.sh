@@ -3,7 +3,8 @@
 # call and prints a figure in the real program's format. Checks that the two sides' runs
 # alternate (ours, ggml, ours, ggml, ...), so load that comes and goes meets both alike, that
 # each side's figure is the best of its REPEAT runs, and the weights/s ratio that follows; then,
-# with a ggml that fails, that the script says so and exits 1 after the rows it could not fill.
+# under an affinity mask of one CPU, that ours runs as many threads as ggml would; with a ggml
+# that fails, that the script says so and exits 1 after the rows it could not fill.
 #   tests/bench_vs_ggml_order.sh SOURCE_DIR
 set -euo pipefail
 
@@ -23,6 +24,7 @@ EOF
 cat >"$tmp/build/personaplex-bench" <<EOF
 #!/bin/sh
 echo ours >>"$log"
+echo "\$*" >"$tmp/ours-args"
 ms=\$( [ \$(grep -c ours "$log") -eq 1 ] && echo 8.000 || echo 2.000 )
 echo "4096 x 14336                 nf2          16.5      \$ms      8.25      60%     29.36"
 EOF
@@ -37,6 +39,14 @@ order="$(tr '\n' ' ' <"$log")"
 # best of three: ours 2 ms, ggml 4 ms; ratio of weights/s 2
 echo "$out" | grep -qE '^nf2 +q2_K +1 +2\.000 +4\.000 .* 2\.00$' || { echo "FAIL: not the best figures"; exit 1; }
 echo "ok: alternating runs, best figures, ratio 2.00"
+
+# ggml runs a thread per online CPU whatever the affinity mask; ours must get as many under one
+online="$(getconf _NPROCESSORS_ONLN)"
+if command -v taskset >/dev/null && [ "$online" -gt 1 ]; then
+    REPEAT=1 taskset -c 0 bash "$tmp/bench.sh" "$tmp/ggml" "$tmp/build" >/dev/null
+    grep -q -- "--threads $online " "$tmp/ours-args" || { echo "FAIL: under taskset -c 0 ours ran: $(cat "$tmp/ours-args")"; exit 1; }
+    echo "ok: $online threads on both sides under taskset -c 0"
+fi
 
 printf '#!/bin/sh\nexit 1\n' >"$tmp/ggml/build-bench/bin/test-backend-ops"
 set +e

@@ -20,7 +20,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ggml="${1:?usage: tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]}"
 build="${2:-$root/build}"
-threads="$(nproc)"
+# ggml's test-backend-ops runs std::thread::hardware_concurrency() threads: the online CPUs, even
+# where an affinity mask (taskset, a cpuset) allows fewer, which is all nproc counts
+threads="$(getconf _NPROCESSORS_ONLN)"
 repeat="${REPEAT:-3}"
 rows=4096 cols=14336
 pairs=("nf2 q2_K" "int4 q4_K" "nf4 iq4_nl" "bf16 bf16" "q4_k q4_K" "q4_0 q4_0" "q8_0 q8_0")
