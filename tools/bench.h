@@ -18,6 +18,14 @@ int bench_attn(int argc, char **argv);  /* tools/bench_attn.c: attention over KV
 double bench_now(void);
 /* Sorts n samples ascending (for medians and percentiles). */
 void bench_sort(double *v, int n);
+/* The p quantile (0 < p <= 1) of n >= 1 samples sorted ascending, by nearest rank: the smallest
+ * sample with at least p·n of the samples at or below it (p90 of ten samples is the ninth, not the
+ * largest). In the header so that tests/test_bench_stats.c checks it without the driver's main. */
+static inline double bench_nearest_rank(const double *sorted, int n, double p) {
+    int rank = 1;
+    while (rank < n && rank < p * n - 1e-9) rank++; /* the least rank >= p·n, tolerant of p·n's rounding */
+    return sorted[rank - 1];
+}
 /* memcpy bandwidth over buffers far larger than any cache, bytes read + written per second
  * (GB/s), best of 5; 0 without memory for the buffers. */
 double bench_memcpy_gbps(void);

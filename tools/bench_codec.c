@@ -81,7 +81,7 @@ static void report(const char *what, double *ms, int n, double frame_ms) {
     for (int i = 0; i < n; i++) sum += ms[i];
     bench_sort(ms, n);
     printf("%-7s mean %7.2f ms  p50 %7.2f  p90 %7.2f  max %7.2f  (%.2fx real time)\n", what, sum / n, ms[n / 2],
-           ms[(n * 9) / 10], ms[n - 1], frame_ms / (sum / n));
+           bench_nearest_rank(ms, n, 0.9), ms[n - 1], frame_ms / (sum / n));
 }
 
 static void usage(void) {
