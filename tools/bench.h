@@ -73,8 +73,10 @@ void bench_traffic_take(struct pp_backend *be, int fmt, int inputs, bench_traffi
 void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb);
 /* Nodes and device traffic (t, where be counts it) of one codec frame, encode and decode, of n
  * conversations in one batch (tools/bench_codec.c), on random weights of the released Mimi's
- * shapes, after the frames that start the rows and record the calls; *weights: their bytes. */
-int bench_codec_count(struct pp_backend *be, int n, double *nodes, bench_traffic *t, double *weights, char *err);
+ * shapes, after the frames that start the rows and record the calls; *weights: their bytes;
+ * *ms: the median ms of `timed` more such frames, encode + decode (0 when timed is 0). */
+int bench_codec_count(struct pp_backend *be, int n, int timed, double *nodes, double *ms, bench_traffic *t,
+                      double *weights, char *err);
 /* One kernel's part of the estimate, seconds: name's rate (fmt, inputs) on its bytes. */
 double bench_kernel_s(const char *name, int fmt, int inputs, double read, double written);
 /* The estimate in seconds: t's kernels plus 1.3 us per node. */
