@@ -2,7 +2,7 @@
  *
  *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
  *                        [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]
- *                        [--server-arg ARG]... [--ticks-from S]
+ *                        [--server-arg ARG]... [--ticks-from S] [--max-latency MS]
  *
  * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
  * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
@@ -31,7 +31,9 @@
  * each --server-arg (e.g. --demo-size released), and stops it with SIGTERM afterwards.
  *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
- * timing is reported, never judged (slow machines are slow, not broken). */
+ * timing is reported, not judged (slow machines are slow, not broken), unless --max-latency MS
+ * sets a goal: then exit status 3 when the (live) clients' reply latency p99 passes MS, every
+ * page counted, the first ones and a backlog too (an acceptance run's pass or fail). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "server_process.h"
@@ -70,6 +72,7 @@ typedef struct lt_opts {
     const char *server_args[MAX_SERVER_ARGS];
     int port, tls, clients, burst, n_server_args;
     double seconds, slack_ms, burst_at, ticks_from;
+    double max_latency_ms; /* --max-latency: the goal for the reply latency's p99 (0: none) */
 } lt_opts;
 
 /* ---- the server process (--server) ---- */
@@ -231,6 +234,8 @@ static int parse(int argc, char **argv, lt_opts *o) {
             if (number(a, v, 0, MAX_SECONDS, 0, &o->burst_at)) return -1;
         } else if (strcmp(a, "--ticks-from") == 0) {
             if (number(a, v, 0, MAX_SECONDS, 0, &o->ticks_from)) return -1;
+        } else if (strcmp(a, "--max-latency") == 0) {
+            if (number(a, v, 1, 1e3 * MAX_SECONDS, 0, &o->max_latency_ms)) return -1;
         } else if (strcmp(a, "--wav") == 0) o->wav = v;
         else if (strcmp(a, "--query") == 0) o->query = v;
         else if (strcmp(a, "--server-arg") == 0 && o->n_server_args < MAX_SERVER_ARGS)
@@ -362,7 +367,8 @@ static void summary(const char *who, int from, int to, int frames, double limit_
 }
 
 /* Runs the clients against the server on o->port, with the request `extra` (NULL: none) beside
- * them; prints the report; 0 when all continuous. */
+ * them; prints the report; 0 when all continuous, 1 when not, 3 when continuous but the reply
+ * latency's p99 passed --max-latency. */
 static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames, wc_http *extra) {
     char path[1024];
     snprintf(path, sizeof path, "/api/chat%s%s", *o->query ? "?" : "", o->query);
@@ -403,7 +409,7 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
     if (!have_memory) fprintf(stderr, "loadtest: out of memory for %zu pages' times\n", pages);
     printf("%-7s %10s %8s %8s %8s %8s %8s %8s %9s %6s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max",
            "lat p50", "lat p99", "pages", "late", "behind", "continuity");
-    int ok_all = 1;
+    int ok_all = 1, goal_missed = 0;
     for (int group = 0; have_memory && group < 2; group++) { /* the live clients, then the joiners */
         int from = group ? o->clients : 0, to = group ? n : o->clients, n_all = 0, ok_group = 1, late = 0, refused = 0;
         int n_lag = 0, behind = 0;
@@ -433,9 +439,15 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
                        c->errors ? c->first_error : "");
             printf("\n");
         }
-        if (!group)
+        if (!group) {
             summary(o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all, late, all_lag, n_lag,
                     behind, ok_group);
+            double p99 = pct(all_lag, n_lag, 0.99); /* summary sorted them */
+            if (o->max_latency_ms > 0 && (p99 > o->max_latency_ms || !n_lag)) {
+                printf("goal missed: reply latency p99 %.1f ms over --max-latency %.0f ms\n", p99, o->max_latency_ms);
+                goal_missed = 1;
+            }
+        }
         else if (from < to) {
             qsort(joins, (size_t)n_joined, sizeof *joins, cmp_double);
             printf("joiners: %d joined (handshake p50 %.0f ms, p90 %.0f ms, max %.0f ms), %d refused because the "
@@ -450,7 +462,7 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
         wc_conn_free(&conns[i]);
     }
     free(conns), free(list), free(res), free(all), free(all_lag), free(joins), free(join_path);
-    return ok_all && have_memory ? 0 : 1;
+    return !ok_all || !have_memory ? 1 : goal_missed ? 3 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -460,7 +472,8 @@ int main(int argc, char **argv) {
         fprintf(help > 0 ? stdout : stderr,
                 "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
                 "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
-                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
+                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)] "
+                "[--max-latency MS (exit 3 when the reply latency p99 passes it)]\n",
                 MAX_CLIENTS, MAX_SERVER_ARGS);
         return help > 0 ? 0 : 2;
     }
