@@ -18,6 +18,14 @@ int bench_attn(int argc, char **argv);  /* tools/bench_attn.c: attention over KV
 double bench_now(void);
 /* Sorts n samples ascending (for medians and percentiles). */
 void bench_sort(double *v, int n);
+/* The p quantile (0 < p <= 1) of n >= 1 samples sorted ascending, by nearest rank: the smallest
+ * sample with at least p·n of the samples at or below it (p90 of ten samples is the ninth, not the
+ * largest). In the header so that tests/test_bench_stats.c checks it without the driver's main. */
+static inline double bench_nearest_rank(const double *sorted, int n, double p) {
+    int rank = 1;
+    while (rank < n && rank < p * n - 1e-9) rank++; /* the least rank >= p·n, tolerant of p·n's rounding */
+    return sorted[rank - 1];
+}
 /* memcpy bandwidth over buffers far larger than any cache, bytes read + written per second
  * (GB/s), best of 5; 0 without memory for the buffers. */
 double bench_memcpy_gbps(void);
@@ -65,8 +73,10 @@ void bench_traffic_take(struct pp_backend *be, int fmt, int inputs, bench_traffi
 void bench_traffic_mix(bench_traffic *out, const bench_traffic *a, double ka, const bench_traffic *b, double kb);
 /* Nodes and device traffic (t, where be counts it) of one codec frame, encode and decode, of n
  * conversations in one batch (tools/bench_codec.c), on random weights of the released Mimi's
- * shapes, after the frames that start the rows and record the calls; *weights: their bytes. */
-int bench_codec_count(struct pp_backend *be, int n, double *nodes, bench_traffic *t, double *weights, char *err);
+ * shapes, after the frames that start the rows and record the calls; *weights: their bytes;
+ * *ms: the median ms of `timed` more such frames, encode + decode (0 when timed is 0). */
+int bench_codec_count(struct pp_backend *be, int n, int timed, double *nodes, double *ms, bench_traffic *t,
+                      double *weights, char *err);
 /* One kernel's part of the estimate, seconds: name's rate (fmt, inputs) on its bytes. */
 double bench_kernel_s(const char *name, int fmt, int inputs, double read, double written);
 /* The estimate in seconds: t's kernels plus 1.3 us per node. */

@@ -15,7 +15,7 @@
  * bytes per tick, the H100 estimate of bench.h (its products at --format's rates) and the
  * bytes against the tick's floor: the weights read once and each conversation's rings up to its
  * position. --codec adds the batch's Mimi encode and decode (the released codec's shapes) to the
- * tick. --extrapolate counts synthetic models of 1 and 2 layers of each transformer and scales
+ * tick: its nodes and traffic, and where timed its median time over --ticks frames (codec ms). --extrapolate counts synthetic models of 1 and 2 layers of each transformer and scales
  * the counts linearly to L and D, and the times too on a real GPU (the emulation's times are
  * its CPU's, not shown): the real model's tick from small ones. --project adds rows for batch
  * sizes too large to emulate, from the counts at the first and last of --batches (project()). */
@@ -217,6 +217,7 @@ static int measure_ticks(const pp_lm *lm, pp_backend *be, int fmt, int n, int ti
 /* One batch size's counts. */
 typedef struct tick_counts {
     double ms, nodes;
+    double codec_ms; /* --codec, timed: the batch's codec frame, part of ms */
     double weight_bytes, kv_bytes; /* the floor's parts: the LM's weights, the rings a tick reads */
     bench_traffic t;
 } tick_counts;
@@ -294,12 +295,15 @@ static void project(tick_counts *out, const tick_counts *a, int na, const tick_c
     }
 }
 
-/* The tick's codec, one batch size: added to the LM's counts when --codec. */
-static int add_codec(pp_backend *be, int n, tick_counts *tc, double *codec_weights, char *err) {
-    double nodes = 0;
+/* The tick's codec, one batch size: added to the LM's counts when --codec, and its median time
+ * of `timed` frames to the tick's (0: not timed). */
+static int add_codec(pp_backend *be, int n, int timed, tick_counts *tc, double *codec_weights, char *err) {
+    double nodes = 0, ms = 0;
     bench_traffic t = {0}, sum;
-    int rc = bench_codec_count(be, n, &nodes, &t, codec_weights, err);
+    int rc = bench_codec_count(be, n, timed, &nodes, &ms, &t, codec_weights, err);
     tc->nodes += nodes;
+    tc->codec_ms = ms;
+    tc->ms += ms;
     bench_traffic_mix(&sum, &tc->t, 1.0, &t, 1.0);
     tc->t = sum;
     return rc;
@@ -331,13 +335,16 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
     for (int i = 0; !rc && o->extrapolate && i < nb; i++)
         extrapolate(&tc[i], &tc[nb + i], &tc[2 * nb + i], o->layers - 1, &tc[3 * nb + i], o->dep_layers - 1);
     double codec_weights = 0;
-    for (int i = 0; !rc && o->codec && i < nb; i++) rc = add_codec(be, o->batches[i], &tc[i], &codec_weights, err);
+    for (int i = 0; !rc && o->codec && i < nb; i++)
+        rc = add_codec(be, o->batches[i], timed ? o->ticks : 0, &tc[i], &codec_weights, err);
     if (!rc) {
         if (o->extrapolate)
             printf("extrapolated to %d + %d layers: X(L, D) = X(1, 1) + (L - 1)·(X(2, 1) - X(1, 1)) + (D - 1)·(X(1, "
                    "2) - X(1, 1)), nodes, traffic%s per tick alike\n",
                    o->layers, o->dep_layers, timed ? " and times" : " (no times: the emulation's are its own)");
-        if (o->codec) printf("the tick includes the batch's Mimi encode and decode (released shapes, f32 weights)\n");
+        if (o->codec)
+            printf("the tick includes the batch's Mimi encode and decode (released shapes, f32 weights)%s\n",
+                   timed ? "; tick ms: the LM's median plus the codec's (codec ms), timed apart" : "");
         if (counted && o->n_project)
             printf("projected rows: each kernel's bytes linear in n through its counts at %d and %d (one that ran only "
                    "at %d keeps them), priced at n inputs; nodes and weights as at %d\n",
@@ -350,8 +357,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
                    o->format, bench_gemv_instr_per_byte(fmt, 1), bench_gemv_instr_per_byte(fmt, 8),
                    bench_gemm_tc_instr_per_byte(fmt), bench_gemm_int_instr_per_byte(fmt, 16),
                    bench_gemm_int_instr_per_byte(fmt, 64), o->codec ? ", the codec's" : "");
-        printf("%6s %12s %18s %14s %12s%s\n", "batch", timed ? "tick ms" : "", timed ? "ms/conversation" : "",
-               timed ? "vs batch 1" : "", be->ops->nodes_run ? "nodes/tick" : "",
+        printf("%6s %12s %18s %14s%s %12s%s\n", "batch", timed ? "tick ms" : "", timed ? "ms/conversation" : "",
+               timed ? "vs batch 1" : "", timed && o->codec ? "     codec ms" : "", be->ops->nodes_run ? "nodes/tick" : "",
                counted ? "  dev MB/tick  est. ms/tick  floor MB  vs floor" : "");
     }
     double one = 0;
@@ -371,6 +378,8 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
             printf("%6d %12.1f %18.2f %13.2fx", o->batches[i], t->ms, per, one / per);
         else
             printf("%6d %12.1f %18.2f %14s", o->batches[i], t->ms, per, "-");
+        if (timed && o->codec && i < nb) printf(" %12.1f", t->codec_ms);
+        else if (timed && o->codec) printf(" %12s", "");
         if (t->nodes > 0) printf(" %12.0f", t->nodes);
         if (counted && t->nodes > 0) {
             double bytes = t->t.read + t->t.written, floor = t->weight_bytes + t->kv_bytes + codec_weights;

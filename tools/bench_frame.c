@@ -438,8 +438,7 @@ static int lm_frame(lm *m, int64_t pos, int32_t prev_text, meter *mt, frame_cost
 static void stats(double *v, int n, double *p50, double *p99) {
     bench_sort(v, n);
     *p50 = 1e3 * v[n / 2];
-    int r = (int)(0.99 * n + 0.999999) - 1;
-    *p99 = 1e3 * v[r < 0 ? 0 : r >= n ? n - 1 : r];
+    *p99 = 1e3 * bench_nearest_rank(v, n, 0.99);
 }
 
 typedef struct run_opts {

@@ -4,7 +4,8 @@
 #   tools/gpu-bundle.sh [OUT]    OUT default: .devcarry/bundle.tar.xz
 #   PP_CUDA_ARCHS=90 (default)   the GPU's architecture (87 Jetson Orin, 89 Ada, 90 H100/H200)
 # The bundle holds build-gpu/'s programs; in build-gpu/lib, the shared libraries they load but
-# the C library's, the driver's and cuBLAS (the GPU host has its own driver and toolkit); and in
+# the C library's, the driver's and cuBLAS (the GPU host has its own driver and toolkit, which
+# must be of the CUDA major version built with: the last line names the cuBLAS it needs); and in
 # build-gpu/source-root, the source path they were built in (they find the test data and the web
 # UI there; gpu-check links it to the tree it runs in). On the GPU host, in the source tree:
 #   tar xJf .devcarry/bundle.tar.xz && PREBUILT=1 tools/gpu-check.sh
@@ -38,4 +39,6 @@ printf '%s\n' "$root" >"$build/source-root"
 
 mkdir -p "$(dirname "$out")"
 tar -C "$root" -cJf "$out" "${programs[@]/#/build-gpu/}" build-gpu/lib build-gpu/source-root
-echo "gpu-bundle: $out ($(du -h "$out" | cut -f1); sm_$archs; libraries: $(cd "$build/lib" && echo *))"
+# what the GPU host must have of its own: the CUDA major version's cuBLAS (gpu-check checks)
+host_needs="$(for program in "${programs[@]}"; do ldd "$build/$program"; done | awk '$1 ~ /^libcublas/ { print $1 }' | sort -u | tr '\n' ' ')"
+echo "gpu-bundle: $out ($(du -h "$out" | cut -f1); sm_$archs; libraries: $(cd "$build/lib" && echo *); the GPU host needs: ${host_needs:-nothing more})"

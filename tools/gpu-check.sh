@@ -28,7 +28,8 @@
 #   PREBUILT=1 tools/gpu-check.sh      use build-gpu/ as it is (built on another machine with
 #                                      -DPP_CUDA_ARCHS for this GPU, e.g. unpacked from
 #                                      tools/gpu-bundle.sh's bundle): a GPU host without the
-#                                      server's -dev packages can still run every check
+#                                      server's -dev packages can still run every check; it
+#                                      stops first if a library they load is missing here
 #   LOADTEST_SECONDS=S (default 300)   length of the 64-conversation load test
 #   STEP_TIMEOUT=S (default 600)       seconds before a step is stopped and marked FAIL (124)
 #   DEADLINE=S                         start no step after S seconds (a lent GPU's minutes): a
@@ -120,6 +121,16 @@ attn_int8kv() {
 
 if [ "${PREBUILT:-0}" = 1 ]; then
     [ -x "$build/personaplex-golden" ] || { echo "gpu-check: PREBUILT=1 but $build has no personaplex-golden" >&2; exit 1; }
+    # The bundle leaves cuBLAS to this host's toolkit (tools/gpu-bundle.sh): one of another CUDA
+    # major version would fail every step with exit status 127 and the reason only in its log.
+    missing="$(for program in "$build"/personaplex-* "$build"/test_backend_*; do
+        [ -x "$program" ] && ldd "$program" 2>/dev/null | awk -v p="${program##*/}" '/not found/ { print "  " p ": " $1 }'
+    done)"
+    if [ -n "$missing" ]; then
+        echo "gpu-check: PREBUILT=1 but these libraries are not on this host (install the CUDA toolkit the bundle was built with):" >&2
+        echo "$missing" >&2
+        exit 1
+    fi
     # a tools/gpu-bundle.sh bundle: its programs look for the test data and the web UI in the
     # source path they were built in
     if [ -f "$build/source-root" ]; then

@@ -2,7 +2,7 @@
  *
  *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
  *                        [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]
- *                        [--server-arg ARG]... [--ticks-from S]
+ *                        [--server-arg ARG]... [--ticks-from S] [--max-latency MS]
  *
  * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
  * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
@@ -10,9 +10,11 @@
  * does — and records every reply message with its arrival time (tests/ws_client.c's lws
  * client, all clients on one lws context). Per client and over all clients it reports: the
  * handshake time after the upgrade; inter-arrival of the reply's audio pages (p50/p90/p99,
- * max) and late pages (a gap over 80 ms + slack); audio continuity: a valid Ogg stream (one
- * page per message, OpusHead/OpusTags, one serial, page sequence without gaps, CRCs) with an
- * audio page for every frame sent (less the one frame of Opus pre-skip the server drops).
+ * max) and late pages (a gap over 80 ms + slack); reply latency, from the sending of the frame a
+ * page answers to the page's arrival (p50/p99/max), and pages behind (a latency over 80 ms +
+ * slack: a server slower than real time keeps its gaps even while it falls behind); audio
+ * continuity: a valid Ogg stream (one page per message, OpusHead/OpusTags, one serial, page
+ * sequence without gaps, CRCs) with an audio page for every frame sent (less the one frame of Opus pre-skip the server drops).
  * --burst N opens N more clients all at once S seconds into the run (default a third of it);
  * each runs its prompts (a text prompt of its own, about 150 tokens, unless --query has one:
  * the prompt cache cannot answer for it), sends the two header pages and leaves half a second after its
@@ -29,7 +31,9 @@
  * each --server-arg (e.g. --demo-size released), and stops it with SIGTERM afterwards.
  *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
- * timing is reported, never judged (slow machines are slow, not broken). */
+ * timing is reported, not judged (slow machines are slow, not broken), unless --max-latency MS
+ * sets a goal: then exit status 3 when the (live) clients' reply latency p99 passes MS, every
+ * page counted, the first ones and a backlog too (an acceptance run's pass or fail). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "server_process.h"
@@ -68,6 +72,7 @@ typedef struct lt_opts {
     const char *server_args[MAX_SERVER_ARGS];
     int port, tls, clients, burst, n_server_args;
     double seconds, slack_ms, burst_at, ticks_from;
+    double max_latency_ms; /* --max-latency: the goal for the reply latency's p99 (0: none) */
 } lt_opts;
 
 /* ---- the server process (--server) ---- */
@@ -94,8 +99,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 typedef struct lt_result {
     int audio_pages, bad_pages; /* pages after the two header pages; pages out of order or invalid */
-    int late;
+    int late, behind;           /* pages after a gap over the limit; pages answering over the limit */
     double handshake_ms, p50, p90, p99, max;
+    double lag_p50, lag_p99, lag_max; /* reply latency: input frame sent to its page back, ms */
 } lt_result;
 
 static int cmp_double(const void *a, const void *b) {
@@ -134,23 +140,47 @@ static void continuity(const wc_conn *c, lt_result *r) {
     r->bad_pages += c->bad_pages;
 }
 
-static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, int *n_all) {
+/* The page gaps (inter-arrival of audio pages) and reply latencies of c into r, each also appended
+ * to all / all_lag. Gaps show jitter but not a server slower than real time: at 88 ms a frame its
+ * pages come evenly spaced while each is later than the last, so a page's latency is counted from
+ * the moment the frame it answers was sent (audio page k answers uplink frame k + the pre-skip
+ * frames the server drops), and the first pages and a growing backlog count too. */
+static int timing(const wc_conn *c, double slack_ms, lt_result *r, double *all, int *n_all, double *all_lag,
+                  int *n_all_lag) {
     r->handshake_ms = c->handshakes ? (double)(c->t_handshake - c->t_established) / 1e6 : -1;
-    int n = 0;
+    const int dropped = PP_DOWNLINK_PRESKIP / 2 / PP_FRAME_SAMPLES;
+    int n = 0, n_lag = 0;
     double *gaps = malloc((size_t)(c->n_out > 0 ? c->n_out : 1) * sizeof *gaps);
-    if (!gaps) return -1;
-    for (int i = 3; i < c->n_out; i++) { /* between audio pages: the two header pages come first */
-        double d = (double)(c->out_times[i] - c->out_times[i - 1]) / 1e6;
-        gaps[n++] = d;
-        all[(*n_all)++] = d;
-        r->late += d > FRAME_MS + slack_ms;
+    double *lags = malloc((size_t)(c->n_out > 0 ? c->n_out : 1) * sizeof *lags);
+    if (!gaps || !lags) {
+        free(gaps), free(lags);
+        return -1;
+    }
+    for (int i = 2; i < c->n_out; i++) { /* the two header pages come first */
+        if (i > 2) {
+            double d = (double)(c->out_times[i] - c->out_times[i - 1]) / 1e6;
+            gaps[n++] = d;
+            all[(*n_all)++] = d;
+            r->late += d > FRAME_MS + slack_ms;
+        }
+        int frame = i - 2 + dropped;
+        if (frame < c->next_audio && c->audio_sent_at) {
+            double d = (double)(c->out_times[i] - c->audio_sent_at[frame]) / 1e6;
+            lags[n_lag++] = d;
+            all_lag[(*n_all_lag)++] = d;
+            r->behind += d > FRAME_MS + slack_ms;
+        }
     }
     qsort(gaps, (size_t)n, sizeof *gaps, cmp_double);
     r->p50 = pct(gaps, n, 0.5);
     r->p90 = pct(gaps, n, 0.9);
     r->p99 = pct(gaps, n, 0.99);
     r->max = n ? gaps[n - 1] : 0;
-    free(gaps);
+    qsort(lags, (size_t)n_lag, sizeof *lags, cmp_double);
+    r->lag_p50 = pct(lags, n_lag, 0.5);
+    r->lag_p99 = pct(lags, n_lag, 0.99);
+    r->lag_max = n_lag ? lags[n_lag - 1] : 0;
+    free(gaps), free(lags);
     return 0;
 }
 
@@ -204,6 +234,8 @@ static int parse(int argc, char **argv, lt_opts *o) {
             if (number(a, v, 0, MAX_SECONDS, 0, &o->burst_at)) return -1;
         } else if (strcmp(a, "--ticks-from") == 0) {
             if (number(a, v, 0, MAX_SECONDS, 0, &o->ticks_from)) return -1;
+        } else if (strcmp(a, "--max-latency") == 0) {
+            if (number(a, v, 1, 1e3 * MAX_SECONDS, 0, &o->max_latency_ms)) return -1;
         } else if (strcmp(a, "--wav") == 0) o->wav = v;
         else if (strcmp(a, "--query") == 0) o->query = v;
         else if (strcmp(a, "--server-arg") == 0 && o->n_server_args < MAX_SERVER_ARGS)
@@ -320,18 +352,23 @@ static void report_metrics(const char *who, const lt_metrics *before, const lt_m
     print_hist(&frame);
 }
 
-/* Prints the page-gap summary of clients [from, to) whose gaps are all[0..n_all). */
+/* Prints the summary of clients [from, to) whose page gaps are all[0..n_all) and reply latencies
+ * all_lag[0..n_lag). */
 static void summary(const char *who, int from, int to, int frames, double limit_ms, double *all, int n_all, int late,
-                    int ok) {
+                    double *all_lag, int n_lag, int behind, int ok) {
     qsort(all, (size_t)n_all, sizeof *all, cmp_double);
+    qsort(all_lag, (size_t)n_lag, sizeof *all_lag, cmp_double);
     printf("%s %d clients, %d frames each: page gaps p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; "
-           "late (> %.0f ms) %d of %d; streams %s\n",
+           "late (> %.0f ms) %d of %d; reply latency p50 %.1f ms, p99 %.1f ms, max %.1f ms; behind (> %.0f ms) %d "
+           "of %d; streams %s\n",
            who, to - from, frames, pct(all, n_all, 0.5), pct(all, n_all, 0.9), pct(all, n_all, 0.99),
-           n_all ? all[n_all - 1] : 0, limit_ms, late, n_all, ok ? "continuous" : "BROKEN");
+           n_all ? all[n_all - 1] : 0, limit_ms, late, n_all, pct(all_lag, n_lag, 0.5), pct(all_lag, n_lag, 0.99),
+           n_lag ? all_lag[n_lag - 1] : 0, limit_ms, behind, n_lag, ok ? "continuous" : "BROKEN");
 }
 
 /* Runs the clients against the server on o->port, with the request `extra` (NULL: none) beside
- * them; prints the report; 0 when all continuous. */
+ * them; prints the report; 0 when all continuous, 1 when not, 3 when continuous but the reply
+ * latency's p99 passed --max-latency. */
 static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int frames, wc_http *extra) {
     char path[1024];
     snprintf(path, sizeof path, "/api/chat%s%s", *o->query ? "?" : "", o->query);
@@ -339,11 +376,11 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
     wc_conn *conns = calloc((size_t)n, sizeof *conns);
     wc_conn **list = calloc((size_t)n, sizeof *list);
     lt_result *res = calloc((size_t)n, sizeof *res);
-    double *all = malloc(((size_t)frames + 8) * (size_t)n * sizeof *all), *joins = malloc((size_t)n * sizeof *joins);
+    double *joins = malloc((size_t)n * sizeof *joins);
     char(*join_path)[sizeof path + 1024] = calloc((size_t)n, sizeof *join_path);
     int n_joined = 0;
-    if (!conns || !list || !res || !all || !joins || !join_path) {
-        free(conns), free(list), free(res), free(all), free(joins), free(join_path);
+    if (!conns || !list || !res || !joins || !join_path) {
+        free(conns), free(list), free(res), free(joins), free(join_path);
         fprintf(stderr, "loadtest: out of memory\n");
         return 1;
     }
@@ -364,11 +401,18 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
         list[i] = &conns[i];
     }
     wc_run(list, n, &extra, extra != NULL, 1e3 * (o->seconds + o->burst_at + 120));
-    printf("%-7s %10s %8s %8s %8s %8s %9s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max", "pages", "late",
-           "continuity");
-    int ok_all = 1;
-    for (int group = 0; group < 2; group++) { /* the live clients, then the joiners */
+    /* sized by what came back, not by the frames sent: a server may send more pages than asked for */
+    size_t pages = 1;
+    for (int i = 0; i < n; i++) pages += (size_t)conns[i].n_out;
+    double *all = malloc(pages * sizeof *all), *all_lag = malloc(pages * sizeof *all_lag);
+    const int have_memory = all && all_lag;
+    if (!have_memory) fprintf(stderr, "loadtest: out of memory for %zu pages' times\n", pages);
+    printf("%-7s %10s %8s %8s %8s %8s %8s %8s %9s %6s %6s %s\n", "client", "handshake", "p50", "p90", "p99", "max",
+           "lat p50", "lat p99", "pages", "late", "behind", "continuity");
+    int ok_all = 1, goal_missed = 0;
+    for (int group = 0; have_memory && group < 2; group++) { /* the live clients, then the joiners */
         int from = group ? o->clients : 0, to = group ? n : o->clients, n_all = 0, ok_group = 1, late = 0, refused = 0;
+        int n_lag = 0, behind = 0;
         int sent = from < to ? conns[from].n_audio : 0;
         /* The server drops the uplink's pre-skip (3840 at 48 kHz: one 1920-sample frame at
          * 24 kHz), so one frame fewer comes back than went in. */
@@ -377,7 +421,7 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
             wc_conn *c = &conns[i];
             lt_result *r = &res[i];
             continuity(c, r);
-            timing(c, o->slack_ms, r, all, &n_all);
+            timing(c, o->slack_ms, r, all, &n_all, all_lag, &n_lag);
             int ok = c->handshakes == 1 && !c->failed && r->bad_pages == 0 && (group || r->audio_pages == expect);
             if (ok && group) joins[n_joined++] = r->handshake_ms;
             /* A joiner past the server's capacity is turned away before its handshake: expected. */
@@ -385,15 +429,25 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
             refused += full;
             ok_group &= ok || full;
             late += r->late;
-            printf("%-7d %8.0fms %6.1fms %6.1fms %6.1fms %6.1fms %4d/%-4d %5d  %s", i, r->handshake_ms, r->p50, r->p90,
-                   r->p99, r->max, r->audio_pages, expect, r->late, ok ? "ok" : full ? "refused (server full)" : "BROKEN");
+            behind += r->behind;
+            printf("%-7d %8.0fms %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms %4d/%-4d %5d %6d  %s", i,
+                   r->handshake_ms, r->p50, r->p90, r->p99, r->max, r->lag_p50, r->lag_p99, r->audio_pages, expect,
+                   r->late, r->behind, ok ? "ok" : full ? "refused (server full)" : "BROKEN");
             if (!ok && !full)
                 printf(" (handshakes %d, %d bad pages%s%s%s%s)", c->handshakes, r->bad_pages,
                        c->failed ? ", failed: " : "", c->failed ? c->fail_reason : "", c->errors ? ", server error: " : "",
                        c->errors ? c->first_error : "");
             printf("\n");
         }
-        if (!group) summary(o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all, late, ok_group);
+        if (!group) {
+            summary(o->burst ? "live:" : "all", from, to, sent, FRAME_MS + o->slack_ms, all, n_all, late, all_lag, n_lag,
+                    behind, ok_group);
+            double p99 = pct(all_lag, n_lag, 0.99); /* summary sorted them */
+            if (o->max_latency_ms > 0 && (p99 > o->max_latency_ms || !n_lag)) {
+                printf("goal missed: reply latency p99 %.1f ms over --max-latency %.0f ms\n", p99, o->max_latency_ms);
+                goal_missed = 1;
+            }
+        }
         else if (from < to) {
             qsort(joins, (size_t)n_joined, sizeof *joins, cmp_double);
             printf("joiners: %d joined (handshake p50 %.0f ms, p90 %.0f ms, max %.0f ms), %d refused because the "
@@ -407,8 +461,8 @@ static int drive(const lt_opts *o, const wc_msg *head, const wc_msg *audio, int 
         conns[i].path = NULL; /* static: wc_conn_free must not free it */
         wc_conn_free(&conns[i]);
     }
-    free(conns), free(list), free(res), free(all), free(joins), free(join_path);
-    return ok_all ? 0 : 1;
+    free(conns), free(list), free(res), free(all), free(all_lag), free(joins), free(join_path);
+    return !ok_all || !have_memory ? 1 : goal_missed ? 3 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -418,7 +472,8 @@ int main(int argc, char **argv) {
         fprintf(help > 0 ? stdout : stderr,
                 "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
                 "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
-                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)]\n",
+                "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)] "
+                "[--max-latency MS (exit 3 when the reply latency p99 passes it)]\n",
                 MAX_CLIENTS, MAX_SERVER_ARGS);
         return help > 0 ? 0 : 2;
     }

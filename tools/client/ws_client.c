@@ -93,7 +93,9 @@ static int on_writeable(wc_conn *c, struct lws *wsi) {
         if (send_msg(wsi, &c->extra[c->next_extra++])) return -1;
     } else if (c->next_audio < c->n_audio && now >= c->t_next) {
         const wc_msg *m = c->make_audio ? c->make_audio(c, c->next_audio) : &c->audio[c->next_audio];
-        c->next_audio++;
+        if (!c->audio_sent_at && !(c->audio_sent_at = malloc((size_t)c->n_audio * sizeof *c->audio_sent_at)))
+            return -1;
+        c->audio_sent_at[c->next_audio++] = now;
         if (!m || send_msg(wsi, m)) return -1;
         c->t_next += (int64_t)(c->interval_ms * 1e6);
     } else {
@@ -358,9 +360,11 @@ void wc_run(wc_conn **conns, int n_conns, wc_http **reqs, int n_reqs, double tim
 void wc_conn_free(wc_conn *c) {
     free(c->out);
     free(c->out_times);
+    free(c->audio_sent_at);
     free(c->rx);
     c->out = NULL;
     c->out_times = NULL;
+    c->audio_sent_at = NULL;
     c->rx = NULL;
 }
 

@@ -51,6 +51,7 @@ typedef struct wc_conn {
     size_t out_len, out_cap;
     int n_out;                /* 0x01 messages */
     int64_t *out_times;       /* [n_out] arrival times */
+    int64_t *audio_sent_at;   /* [next_audio] when each audio message went out */
     int out_before_last_send; /* 0x01 messages that arrived before the last audio was sent */
     int bad_pages;            /* 0x01 messages that were not exactly one Ogg page */
     int texts, bad_texts;     /* 0x02 messages; ones that were not valid UTF-8 */
