@@ -454,6 +454,23 @@ static void test_lm_sets(void) {
     }
     lm_sets(&c, 0);
     lm_sets(&c, 1);
+    /* The frame's shape holds one KV format for all rows (the attention kernel reads row 0's):
+     * conversations with different ones are refused, not read in the wrong format. */
+    pp_lmgen *g[2] = {0};
+    pp_lmbatch *b = NULL;
+    pp_lmgen_params p;
+    pp_lmgen_params_default(&p);
+    int rc = pp_lmbatch_create(c.lm, 2, &b, err);
+    if (!rc) rc = pp_lmgen_create(c.lm, &p, &g[0], err);
+    p.kv_cache = PP_KV_INT8;
+    if (!rc) rc = pp_lmgen_create(c.lm, &p, &g[1], err);
+    pp_lmgen_out outs[2];
+    for (int t = 0; !rc && t < 2; t++) /* the first call computes nothing */
+        rc = pp_lmbatch_step(b, g, 2, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])c.user, outs, err);
+    TEST_COND("a frame whose rows' KV formats differ is refused, naming it",
+              rc == PP_EINVAL && strstr(err, "KV cache") != NULL);
+    for (int j = 0; j < 2; j++) pp_lmgen_destroy(g[j]);
+    pp_lmbatch_destroy(b);
     lm_case_close(&c);
 }
 

@@ -579,6 +579,20 @@ static uint64_t frame_shape(int n, int steps, const pp_lm_row *rows) {
     return (uint64_t)n << 32 | (uint64_t)(steps + 1) << 8 | (uint64_t)rows[0].ctx->temporal.rings[0].fmt;
 }
 
+/* The rows' rings must share row 0's format, capacity and window (attn_rows reads them once). */
+static int check_rings(int n, const pp_lm_row *rows, char *err) {
+    const pp_kv_ring *r0 = &rows[0].ctx->temporal.rings[0];
+    for (int i = 1; i < n; i++) {
+        const pp_kv_ring *r = &rows[i].ctx->temporal.rings[0];
+        if (r->fmt != r0->fmt || r->capacity != r0->capacity || r->window != r0->window)
+            return pp_fail(err, PP_EINVAL,
+                           "lm: frame row %d's KV cache (format %d, %d slots) differs from row 0's (format %d, %d "
+                           "slots): the rows of a frame share one",
+                           i, (int)r->fmt, r->capacity, (int)r0->fmt, r0->capacity);
+    }
+    return PP_OK;
+}
+
 typedef struct frame_args {
     const pp_lm *lm;
     pp_lm_work *w;
@@ -604,8 +618,9 @@ int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, in
     if (n < 1 || n > w->rows || steps > lm->cfg.dep_q)
         return pp_fail(err, PP_EINVAL, "lm: frame of %d rows (scratch for %d), %d depformer steps (dep_q %d)", n,
                        w->rows, steps, lm->cfg.dep_q);
+    int rc = check_rings(n, rows, err);
+    if (rc) return rc;
     frame_upload(lm, w, n, rows, inputs_ready);
-    int rc = PP_OK;
     if (!trace && !inputs_ready)
         rc = frame_recorded(lm, w, n, rows, steps, err);
     else
