@@ -356,6 +356,124 @@ static void test_alternating_rows(void) {
     codec_close(&r);
 }
 
+/* ---- recordings of the LM frame under changing conversation sets ---- */
+
+#define SET_CONV 3  /* conversations A, B, C */
+#define SET_TICKS 9 /* ticks of each alternation */
+#define SET_STEPS (1 + 2 * SET_TICKS)
+
+/* Conversation j's user codes at its own k-th step. */
+static const int32_t *set_user(const lm_case *c, int j, int k) { return c->user[(k + 5 * j) % c->n_steps]; }
+
+static int set_same(const pp_lmgen_out *a, const pp_lmgen_out *b) {
+    return a->ready == b->ready && a->text == b->text && memcmp(a->agent, b->agent, sizeof a->agent) == 0 &&
+           memcmp(a->user, b->user, sizeof a->user) == 0;
+}
+
+/* Tick t's conversations: all three once (every conversation's first call computes nothing),
+ * then {A,B},{A},{A,B},{A},... (a conversation skipping every other tick) and
+ * {A,B},{B,C},{A,B},{B,C},... (one leaving as another joins: the same size, other rings). */
+static int set_at(int t, int *who) {
+    static const int sets[4][SET_CONV + 1] = {{3, 0, 1, 2}, {2, 0, 1}, {1, 0}, {2, 1, 2}};
+    const int *s = t == 0 ? sets[0] : t <= SET_TICKS ? sets[1 + (t - 1) % 2] : sets[(t - SET_TICKS - 1) % 2 ? 3 : 1];
+    for (int i = 0; i < s[0]; i++) who[i] = s[1 + i];
+    return s[0];
+}
+
+/* The schedule on one batch (counting the frames' recordings and replays), then each
+ * conversation alone with the same codes: outputs must be identical. */
+static void lm_sets(const lm_case *c, int sampling) {
+    char err[PP_ERR_LEN] = "";
+    static pp_lmgen_out batched[SET_CONV][SET_STEPS], alone[SET_CONV][SET_STEPS];
+    int steps[SET_CONV] = {0};
+    pp_lmgen *g[SET_CONV] = {0};
+    pp_lmgen_params p[SET_CONV];
+    pp_lmbatch *b = NULL;
+    int rc = pp_lmbatch_create(c->lm, SET_CONV, &b, err);
+    for (int j = 0; j < SET_CONV; j++) {
+        pp_lmgen_params_default(&p[j]);
+        p[j].greedy = !sampling;
+        p[j].text_seed = p[j].audio_seed = 700 + (uint64_t)j;
+        p[j].text_temp = 0.6f + 0.2f * (float)j;
+        p[j].audio_top_k = 60 + 50 * j;
+        if (!rc) rc = pp_lmgen_create(c->lm, &p[j], &g[j], err);
+    }
+    pp_backend_ops ops = *c->be->ops;
+    counted.device = c->be->ops;
+    counted.begins = counted.replays = 0;
+    ops.graph_begin = counting_begin;
+    ops.graph_replay = counting_replay;
+    c->be->ops = &ops;
+    for (int t = 0; !rc && t <= 2 * SET_TICKS; t++) {
+        int who[SET_CONV], n = set_at(t, who);
+        pp_lmgen *rows[SET_CONV];
+        int32_t user[SET_CONV][PP_LM_AUDIO_CODEBOOKS];
+        pp_lmgen_out outs[SET_CONV];
+        for (int i = 0; i < n; i++) {
+            rows[i] = g[who[i]];
+            memcpy(user[i], set_user(c, who[i], steps[who[i]]), sizeof user[i]);
+        }
+        rc = pp_lmbatch_step(b, rows, n, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])user, outs, err);
+        for (int i = 0; !rc && i < n; i++) batched[who[i]][steps[who[i]]++] = outs[i];
+    }
+    c->be->ops = counted.device;
+    const int begins = counted.begins, replays = counted.replays;
+    for (int j = 0; j < SET_CONV; j++) pp_lmgen_destroy(g[j]);
+    pp_lmbatch_destroy(b);
+    int diffs = 0;
+    for (int j = 0; !rc && j < SET_CONV; j++) {
+        pp_lmgen *lone = NULL;
+        rc = pp_lmgen_create(c->lm, &p[j], &lone, err);
+        for (int k = 0; !rc && k < steps[j]; k++) {
+            rc = pp_lmgen_step(lone, set_user(c, j, k), &alone[j][k], err);
+            diffs += !rc && !set_same(&alone[j][k], &batched[j][k]);
+        }
+        pp_lmgen_destroy(lone);
+    }
+    if (rc) fprintf(stderr, "%s\n", err);
+    printf("LM frames (%s), %d ticks of {A,B},{A} then %d of {A,B},{B,C}: %d recordings, %d replays, %d outputs "
+           "differ from the conversations alone\n",
+           sampling ? "sampling" : "greedy", SET_TICKS, SET_TICKS, begins, replays, diffs);
+    char what[200];
+    /* each of the two shapes (2 rows, 1 row): the first frame plain, the second recorded */
+    snprintf(what, sizeof what, "LM frames under alternating conversation sets (%s): each shape recorded once, then "
+                                "replayed", sampling ? "sampling" : "greedy");
+    TEST_COND(what, rc == 0 && begins == 2 && replays == 2 * SET_TICKS - 4);
+    snprintf(what, sizeof what, "LM frames under alternating conversation sets (%s): the tokens of each conversation "
+                                "alone", sampling ? "sampling" : "greedy");
+    TEST_COND(what, rc == 0 && diffs == 0);
+}
+
+static void test_lm_sets(void) {
+    char err[PP_ERR_LEN];
+    lm_case c;
+    if (lm_case_open(PP_TEST_DATA "/golden/lm-nf2", 1, &c, err)) {
+        fprintf(stderr, "lm-nf2: %s\n", err);
+        TEST_COND("the LM opens", 0);
+        return;
+    }
+    lm_sets(&c, 0);
+    lm_sets(&c, 1);
+    /* The frame's shape holds one KV format for all rows (the attention kernel reads row 0's):
+     * conversations with different ones are refused, not read in the wrong format. */
+    pp_lmgen *g[2] = {0};
+    pp_lmbatch *b = NULL;
+    pp_lmgen_params p;
+    pp_lmgen_params_default(&p);
+    int rc = pp_lmbatch_create(c.lm, 2, &b, err);
+    if (!rc) rc = pp_lmgen_create(c.lm, &p, &g[0], err);
+    p.kv_cache = PP_KV_INT8;
+    if (!rc) rc = pp_lmgen_create(c.lm, &p, &g[1], err);
+    pp_lmgen_out outs[2];
+    for (int t = 0; !rc && t < 2; t++) /* the first call computes nothing */
+        rc = pp_lmbatch_step(b, g, 2, (const int32_t(*)[PP_LM_AUDIO_CODEBOOKS])c.user, outs, err);
+    TEST_COND("a frame whose rows' KV formats differ is refused, naming it",
+              rc == PP_EINVAL && strstr(err, "KV cache") != NULL);
+    for (int j = 0; j < 2; j++) pp_lmgen_destroy(g[j]);
+    pp_lmbatch_destroy(b);
+    lm_case_close(&c);
+}
+
 int main(void) {
     test_env();
     test_create_failures();
@@ -364,5 +482,6 @@ int main(void) {
     test_growth_failures();
     test_lm_failure();
     test_alternating_rows();
+    test_lm_sets();
     return test_report();
 }

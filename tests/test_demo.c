@@ -6,6 +6,8 @@
  *   dense, the same bytes on a second run, and the loader takes it without a code-histogram
  *   warning;
  *   the context asked for reaches the LM's config;
+ * - the second run's config.json and tokenizer.model replace files that had other hard links,
+ *   which keep their contents (the writer renames a temporary file over them);
  * - a conversation on it runs its prompts and frames, and its audio is audible and bounded.
  * The released size itself (2.2 GB, about 20 s to write) is not written here; tools/gpu-check.sh
  * runs it under a 64-conversation load test. */
@@ -74,8 +76,34 @@ int main(void) {
     int rc = pp_demo_write_opts(dir_a, &opts, &files, err);
     if (rc) fprintf(stderr, "demo: %s\n", err);
     TEST_COND("NF2 demo written", rc == PP_OK);
-    TEST_COND("NF2 demo written again", pp_demo_write_opts(dir_b, &opts, &other, err) == PP_OK);
+    /* dir_b's config.json and tokenizer.model are there as hard links to other files: a writer
+     * that truncates them in place would overwrite those too; replacing them leaves those as they were. */
+    char kept[sizeof dir_b + 32], linked[sizeof dir_b + 32];
+    static const char *const LINKED[] = {"config.json", "tokenizer.model"};
+    int links = 1;
+    for (size_t i = 0; i < sizeof LINKED / sizeof *LINKED; i++) {
+        snprintf(kept, sizeof kept, "%s/kept-%zu", dir_b, i);
+        snprintf(linked, sizeof linked, "%s/%s", dir_b, LINKED[i]);
+        FILE *k = fopen(kept, "wb");
+        links &= k && fputs("the user's own file", k) >= 0;
+        if (k) fclose(k);
+        links &= link(kept, linked) == 0;
+    }
+    TEST_COND("NF2 demo written again", links && pp_demo_write_opts(dir_b, &opts, &other, err) == PP_OK);
     TEST_COND("NF2 demo LM is deterministic", test_files_equal(files.weights, other.weights));
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof LINKED / sizeof *LINKED; i++) {
+        snprintf(kept, sizeof kept, "%s/kept-%zu", dir_b, i);
+        char buf[64] = "";
+        FILE *k = fopen(kept, "rb");
+        size_t got = k ? fread(buf, 1, sizeof buf - 1, k) : 0;
+        if (k) fclose(k);
+        untouched &= got == strlen("the user's own file") && strcmp(buf, "the user's own file") == 0;
+    }
+    snprintf(linked, sizeof linked, "%s/config.json", dir_b);
+    snprintf(kept, sizeof kept, "%s/config.json", dir_a);
+    TEST_COND("the config and tokenizer are replaced, not written through their old files' other links",
+              untouched && test_files_equal(linked, kept) && test_files_equal(other.tokenizer, files.tokenizer));
     test_remove_dir(dir_b);
     if (rc) return test_report();
     check_layout(files.weights);

@@ -73,3 +73,23 @@ uint64_t pp_backend_new_key(void) { return (uint64_t)atomic_fetch_add(&next_key,
 void pp_backend_forget_recorded(pp_backend *be, uint64_t key) {
     if (be->ops->forget_recorded) be->ops->forget_recorded(be, key);
 }
+
+uint64_t pp_backend_shape_key(pp_backend *be, pp_recorded_shape *shapes, int count, uint64_t shape, uint64_t *clock) {
+    pp_recorded_shape *e = NULL;
+    for (int i = 0; i < count && !e; i++)
+        if (shapes[i].key && shapes[i].shape == shape) e = &shapes[i];
+    if (!e) {
+        e = &shapes[0];
+        for (int i = 1; i < count; i++)
+            if (shapes[i].used < e->used) e = &shapes[i];
+        if (e->key) pp_backend_forget_recorded(be, e->key);
+        *e = (pp_recorded_shape){.key = pp_backend_new_key(), .shape = shape};
+    }
+    e->used = ++*clock;
+    return e->key;
+}
+
+void pp_backend_forget_shapes(pp_backend *be, pp_recorded_shape *shapes, int count) {
+    for (int i = 0; i < count; i++)
+        if (shapes[i].key) pp_backend_forget_recorded(be, shapes[i].key);
+}

@@ -282,4 +282,16 @@ void pp_backend_forget_recorded(pp_backend *be, uint64_t key);
 /* A key no other caller of run_recorded in the process holds. */
 uint64_t pp_backend_new_key(void);
 
+/* One of a caller's recent shapes of recorded work and its key; key 0: a free entry. */
+typedef struct pp_recorded_shape {
+    uint64_t key, shape, used; /* used: the caller's clock at the shape's last run */
+} pp_recorded_shape;
+/* The key for `shape` among a caller's `count` recent shapes: the entry already holding it, else
+ * a new key in a free entry or in place of the least recently used shape (its recording is
+ * forgotten). A caller whose shapes alternate (batches whose row count changes from frame to
+ * frame) then replays each instead of recording anew; `clock` counts the caller's runs. */
+uint64_t pp_backend_shape_key(pp_backend *be, pp_recorded_shape *shapes, int count, uint64_t shape, uint64_t *clock);
+/* Forgets the keys of all `count` shapes (the caller's work goes away). */
+void pp_backend_forget_shapes(pp_backend *be, pp_recorded_shape *shapes, int count);
+
 #endif

@@ -5,7 +5,6 @@
 #include "base/log.h"
 #include "model/transformer.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +32,14 @@ struct pp_lm {
 
 struct pp_lm_ctx {
     const pp_lm *lm;
-    uint64_t id; /* never reused: a recorded frame names the rings of its rows by it */
     pp_tf_cache temporal;
 };
+
+/* Frame shapes recorded per work: a batch whose conversation count alternates from tick to
+ * tick (out-of-phase frame clocks, a conversation joining, leaving or skipping a tick) replays
+ * both sizes. Two keep the LM batch's recordings and the codec's six (mimi.c) within the
+ * device's eight graph slots (cuda.c's GRAPH_SLOTS). */
+#define LM_RECORDED_SHAPES 2
 
 struct pp_lm_work {
     const pp_lm *lm;
@@ -57,15 +61,11 @@ struct pp_lm_work {
     int64_t *pos, *host_pos;
     int32_t *ids, *host_ids, *forced, *host_forced;
     int32_t *tokens; /* backend [1+dep_q][rows]: a frame's tokens, [1+steps][n] */
-    /* The frame the backend may record (run_recorded): its key names this shape of it. */
-    uint64_t key;
-    int key_n, key_steps; /* key_n 0: no shape run yet */
-    uint64_t *key_ctx;    /* host [rows]: the rows' conversation ids */
+    /* The frames the backend may record (run_recorded), one key per recent shape (frame_shape). */
+    pp_recorded_shape recorded[LM_RECORDED_SHAPES];
+    uint64_t frames; /* recorded frames run so far: the clock of `used` */
     size_t bytes;         /* host and backend memory all of the above take (pp_lm_work_bytes) */
 };
-
-static atomic_uint_fast64_t next_id = 1;
-static uint64_t new_id(void) { return (uint64_t)atomic_fetch_add(&next_id, 1); }
 
 const pp_lm_config *pp_lm_get_config(const pp_lm *lm) { return &lm->cfg; }
 pp_backend *pp_lm_backend(const pp_lm *lm) { return lm->be; }
@@ -356,7 +356,6 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
     pp_lm_ctx *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, PP_ENOMEM, "lm: out of memory");
     c->lm = lm;
-    c->id = new_id();
     /* The reference's ring quirk: a query sees capacity − 1 keys (spec §3.4). */
     int rc = pp_tf_cache_init(lm->be, &lm->temporal, lm->cfg.context, lm->cfg.context - 1, kv, &c->temporal, err);
     if (rc) {
@@ -370,14 +369,14 @@ int pp_lm_ctx_create(const pp_lm *lm, pp_kv_format kv, pp_lm_ctx **out, char *er
 void pp_lm_work_destroy(pp_lm_work *w) {
     if (!w) return;
     pp_backend *be = w->lm->be;
-    if (w->key) pp_backend_forget_recorded(be, w->key);
+    pp_backend_forget_shapes(be, w->recorded, LM_RECORDED_SHAPES);
     pp_tf_scratch_free(be, &w->temporal);
     pp_tf_scratch_free(be, &w->depformer);
     for (int i = 0; w->dep && i < w->rows; i++) pp_tf_cache_free(be, &w->dep[i]);
     void *bufs[] = {w->x, w->h, w->dx, w->logits, w->layer_out, w->dep_pos, w->in, w->tokens, w->dep_tables};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->release(be, bufs[i]);
-    void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_in, w->key_ctx};
+    void *host[] = {w->dep, w->dep_rows, w->tmp_rows, w->host_in};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     free(w);
 }
@@ -404,7 +403,6 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
         n * sizeof(pp_kv_ring *) + 2 * n * sizeof(pp_sample_param) + n * sizeof(int64_t) +
         n * (PP_LM_STREAMS + nt) * sizeof(int32_t);
     w->host_in = work_calloc(w, 1, w->in_bytes);
-    w->key_ctx = work_calloc(w, n, sizeof *w->key_ctx);
     w->x = work_alloc(be, w, n * cfg->dim * sizeof(float));
     w->h = work_alloc(be, w, n * cfg->dim * sizeof(float));
     w->dx = work_alloc(be, w, n * cfg->dep_dim * sizeof(float));
@@ -414,7 +412,7 @@ static int work_buffers(const pp_lm *lm, pp_lm_work *w, char *err) {
     w->in = work_alloc(be, w, w->in_bytes);
     w->tokens = work_alloc(be, w, n * nt * sizeof(int32_t));
     w->dep_tables = work_alloc(be, w, n * sizeof *w->dep_tables);
-    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->key_ctx || !w->x || !w->h || !w->dx ||
+    if (!w->dep || !w->dep_rows || !w->tmp_rows || !w->host_in || !w->x || !w->h || !w->dx ||
         !w->logits || !w->layer_out || !w->dep_pos || !w->in || !w->tokens || !w->dep_tables)
         return pp_fail(err, PP_ENOMEM, "lm: out of memory for the scratch of %d conversations", w->rows);
     /* The parts of the input block, at the same offsets on the host and the backend. */
@@ -571,12 +569,28 @@ static void frame_ops(const pp_lm *lm, pp_lm_work *w, int n, int steps, int inpu
     }
 }
 
-/* A recorded frame holds the work's buffers, n, the step count and each row's rings. */
-static int same_shape(const pp_lm_work *w, int n, int steps, const pp_lm_row *rows) {
-    if (w->key_n != n || w->key_steps != steps) return 0;
-    for (int i = 0; i < n; i++)
-        if (w->key_ctx[i] != rows[i].ctx->id) return 0;
-    return 1;
+/* What a recorded frame holds besides the work's buffers: n, the step count and the format of
+ * the rows' temporal rings (attn_rows takes row 0's ring for the format, capacity and window all
+ * rows share; capacity and window are the model's context for every conversation). Which
+ * conversations the rows hold is not part of it: their ring tables, positions, ids and sampling
+ * settings are uploaded in the input block before the frame, so a frame of one shape replays
+ * for any set of conversations. */
+static uint64_t frame_shape(int n, int steps, const pp_lm_row *rows) {
+    return (uint64_t)n << 32 | (uint64_t)(steps + 1) << 8 | (uint64_t)rows[0].ctx->temporal.rings[0].fmt;
+}
+
+/* The rows' rings must share row 0's format, capacity and window (attn_rows reads them once). */
+static int check_rings(int n, const pp_lm_row *rows, char *err) {
+    const pp_kv_ring *r0 = &rows[0].ctx->temporal.rings[0];
+    for (int i = 1; i < n; i++) {
+        const pp_kv_ring *r = &rows[i].ctx->temporal.rings[0];
+        if (r->fmt != r0->fmt || r->capacity != r0->capacity || r->window != r0->window)
+            return pp_fail(err, PP_EINVAL,
+                           "lm: frame row %d's KV cache (format %d, %d slots) differs from row 0's (format %d, %d "
+                           "slots): the rows of a frame share one",
+                           i, (int)r->fmt, r->capacity, (int)r0->fmt, r0->capacity);
+    }
+    return PP_OK;
 }
 
 typedef struct frame_args {
@@ -590,17 +604,12 @@ static void issue_frame(void *arg) {
     frame_ops(a->lm, a->w, a->n, a->steps, 0, NULL);
 }
 
-/* A frame the backend may record: each shape of the work is a new key, the old one forgotten. */
+/* A frame the backend may record, under the key of its shape among the work's recent shapes. */
 static int frame_recorded(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, char *err) {
-    if (!same_shape(w, n, steps, rows)) {
-        if (w->key) pp_backend_forget_recorded(lm->be, w->key);
-        w->key = pp_backend_new_key();
-        w->key_n = n;
-        w->key_steps = steps;
-        for (int i = 0; i < n; i++) w->key_ctx[i] = rows[i].ctx->id;
-    }
+    uint64_t key =
+        pp_backend_shape_key(lm->be, w->recorded, LM_RECORDED_SHAPES, frame_shape(n, steps, rows), &w->frames);
     frame_args a = {.lm = lm, .w = w, .n = n, .steps = steps};
-    return pp_backend_run_recorded(lm->be, w->key, issue_frame, &a, err);
+    return pp_backend_run_recorded(lm->be, key, issue_frame, &a, err);
 }
 
 int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
@@ -609,8 +618,9 @@ int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, in
     if (n < 1 || n > w->rows || steps > lm->cfg.dep_q)
         return pp_fail(err, PP_EINVAL, "lm: frame of %d rows (scratch for %d), %d depformer steps (dep_q %d)", n,
                        w->rows, steps, lm->cfg.dep_q);
+    int rc = check_rings(n, rows, err);
+    if (rc) return rc;
     frame_upload(lm, w, n, rows, inputs_ready);
-    int rc = PP_OK;
     if (!trace && !inputs_ready)
         rc = frame_recorded(lm, w, n, rows, steps, err);
     else

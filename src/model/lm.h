@@ -116,12 +116,13 @@ typedef struct pp_lm_trace {
  * steps >= 0, the text head and depformer steps 0..steps-1, each stream sampled on the
  * backend (forced entries kept) and fed to the next step from backend memory. tokens (host
  * [1+steps][n], stream k of row i at k·n + i) receives the frame's tokens: the frame's one
- * download. A traced or inputs_ready frame runs unrecorded and gives the same tokens. With
- * graph hooks, a frame shape (n, steps, the rows' conversations) runs plainly the first time
- * (the backend's workspace takes its size), is recorded the second and replayed afterwards;
- * the model's works share the backend's slots (a free or long idle one is taken; while none
- * is, frames run plainly). Frames of one model run on one thread at a time (they share the
- * backend's stream and slots). */
+ * download. A traced or inputs_ready frame runs unrecorded and gives the same tokens. The
+ * rows' KV caches must share one format (EINVAL otherwise). With graph hooks, a frame shape (n, steps, the KV format; any conversations in the rows) runs
+ * plainly the first time (the backend's workspace takes its size), is recorded the second and
+ * replayed afterwards; a work keeps its last two shapes, and the model's works share the
+ * backend's slots (a free or long idle one is taken; while none is, frames run plainly).
+ * Frames of one model run on one thread at a time (they share the backend's stream and
+ * slots). */
 int pp_lm_frame(const pp_lm *lm, pp_lm_work *w, int n, const pp_lm_row *rows, int steps, int inputs_ready,
                 const pp_lm_trace *trace, int32_t *tokens, char *err);
 

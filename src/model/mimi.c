@@ -48,13 +48,6 @@ struct mimi_state {
     int started;                  /* the downsample has seen its first frame since reset */
 };
 
-/* A row count whose calls the backend may record under `key` (run_call); used: the batch's
- * call clock at its last call, 0 for a free entry. */
-typedef struct recorded_size {
-    uint64_t key, used;
-    int n;
-} recorded_size;
-
 /* Row counts recorded per direction: conversations whose frame clocks are out of phase make
  * the calls' sizes alternate (2, 1, 2, 1, ...), and one key per direction would change with
  * every call and never replay. Three sizes a direction keep the codec's recordings to six of
@@ -76,8 +69,8 @@ struct mimi_batch {
     float *q;        /* quantizer scratch, cap times */
     float *resample; /* downsample / upsample scratch, cap times */
     int32_t *codes;  /* [cap][num_codebooks] */
-    recorded_size recorded[2][MIMI_RECORDED_SIZES]; /* the encode (0) and decode (1) calls' row counts */
-    uint64_t calls;                                  /* recorded calls so far: the clock of `used` */
+    pp_recorded_shape recorded[2][MIMI_RECORDED_SIZES]; /* the encode (0) and decode (1) calls' row counts */
+    uint64_t calls;                                      /* recorded calls so far: the clock of `used` */
     /* host staging */
     uint64_t *rows_host, *tables_host;
     int64_t *steps_host;
@@ -661,8 +654,7 @@ int pp_mimi_batch_create(const mimi_model *m, int capacity, mimi_batch **out, ch
 void pp_mimi_batch_destroy(mimi_batch *b) {
     if (!b) return;
     for (int d = 0; d < 2; d++)
-        for (int i = 0; i < MIMI_RECORDED_SIZES; i++)
-            if (b->recorded[d][i].key) pp_backend_forget_recorded(b->m->be, b->recorded[d][i].key);
+        pp_backend_forget_shapes(b->m->be, b->recorded[d], MIMI_RECORDED_SIZES);
     pp_codec_arena_free(&b->arena);
     free(b->rows_host);
     free(b->tables_host);
@@ -746,23 +738,6 @@ static void issue_decode(void *arg) {
     pp_seanet_step(be, &m->decoder, &m->layout.dec, &b->dec, b->rows, c->n, x, b->pcm);
 }
 
-/* The key of direction `decode`'s calls of n rows: the entry already holding n, else a new key
- * in a free entry or in place of the least recently used size (whose recording is forgotten). */
-static uint64_t recorded_key(mimi_batch *b, int decode, int n) {
-    recorded_size *sizes = b->recorded[decode], *e = NULL;
-    for (int i = 0; i < MIMI_RECORDED_SIZES && !e; i++)
-        if (sizes[i].key && sizes[i].n == n) e = &sizes[i];
-    if (!e) {
-        e = &sizes[0];
-        for (int i = 1; i < MIMI_RECORDED_SIZES; i++)
-            if (sizes[i].used < e->used) e = &sizes[i];
-        if (e->key) pp_backend_forget_recorded(b->m->be, e->key);
-        *e = (recorded_size){.key = pp_backend_new_key(), .n = n};
-    }
-    e->used = ++b->calls;
-    return e->key;
-}
-
 /* Runs a call the backend may record: one key per direction and row count (the rows, positions
  * and inputs are uploaded before it). A call that starts a downsample runs plainly: it is once
  * per conversation. */
@@ -772,7 +747,8 @@ static int run_call(mimi_batch *b, int decode, codec_call *c, char *err) {
         issue(c);
         return PP_OK;
     }
-    return pp_backend_run_recorded(b->m->be, recorded_key(b, decode, c->n), issue, c, err);
+    uint64_t key = pp_backend_shape_key(b->m->be, b->recorded[decode], MIMI_RECORDED_SIZES, (uint64_t)c->n, &b->calls);
+    return pp_backend_run_recorded(b->m->be, key, issue, c, err);
 }
 
 /* The state's first frame since reset meets the downsample's replicate padding. */

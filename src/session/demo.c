@@ -16,6 +16,7 @@
 #include "base/frame.h"
 #include "base/log.h"
 #include "base/rng.h"
+#include "io/file.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "io/tensor_list.h"
@@ -195,12 +196,17 @@ static int write_tensors(const char *path, const pp_tensor_list *l, st_dtype dty
     return pp_st_writer_finish(w, err);
 }
 
+/* Replaced whole like the tensor files (pp_file_create): a reader never sees half a file, and
+ * an old file's other hard links keep their contents. */
 static int write_text(const char *path, const void *data, size_t len, char *err) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return pp_fail(err, PP_EIO, "cannot create %s", path);
-    int ok = fwrite(data, 1, len, f) == len;
-    if (fclose(f) != 0) ok = 0;
-    return ok ? PP_OK : pp_fail(err, PP_EIO, "cannot write %s", path);
+    FILE *f;
+    int rc = pp_file_create(path, &f, err);
+    if (rc) return rc;
+    if (fwrite(data, 1, len, f) != len) {
+        pp_file_discard(path, f);
+        return pp_fail(err, PP_EIO, "%s: cannot write %zu bytes", path, len);
+    }
+    return pp_file_commit(path, f, err);
 }
 
 static int make_dir(const char *path, char *err) {
