@@ -231,20 +231,38 @@ static void check_realtime_g711(metrics *m) {
     conn_destroy(c);
 }
 
-/* OpenAI's voice names ("alloy"), which client libraries send by default, are not voices here: the
- * update applies without it and says so, and the conversation keeps a voice it can start with. */
-static void check_realtime_unknown_voice(metrics *m) {
-    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", path[64], seen[1024];
+/* A voices directory (the template dir, filled in) holding empty NATF2.pt and NATM1.pt: enough
+ * for a voice name to be known. Returns nonzero (and fails the test) when it cannot be made. */
+static const char *const fixture_voices[] = {"NATF2.pt", "NATM1.pt"};
+
+static int voices_dir_make(char *dir) {
     if (!mkdtemp(dir)) {
         TEST_COND("temp dir", 0);
-        return;
+        return -1;
     }
-    const char *names[] = {"NATF2.pt", "NATM1.pt"};
+    char path[64];
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, fixture_voices[i]);
         FILE *f = fopen(path, "wb");
         if (f) fclose(f);
     }
+    return 0;
+}
+
+static void voices_dir_remove(const char *dir) {
+    char path[64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, fixture_voices[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+/* OpenAI's voice names ("alloy"), which client libraries send by default, are not voices here: the
+ * update applies without it and says so, and the conversation keeps a voice it can start with. */
+static void check_realtime_unknown_voice(metrics *m) {
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", seen[1024];
+    if (voices_dir_make(dir)) return;
     ws_input in;
     json_socket js;
     conn *c = open_socket(CONN_REALTIME, 10, m, &in, &js, dir);
@@ -260,27 +278,14 @@ static void check_realtime_unknown_voice(metrics *m) {
     TEST_COND("a voice of the directory is taken", !strcmp(seen, "session.updated") && !strcmp(js.params.voice, "NATM1"));
     json_socket_free(&js);
     conn_destroy(c);
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        remove(path);
-    }
-    rmdir(dir);
+    voices_dir_remove(dir);
 }
 
 /* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
  * a caller could not fix: it starts with the server's --voice. A voice the server has is kept. */
 static void check_twilio_unknown_voice(metrics *m) {
-    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", path[64];
-    if (!mkdtemp(dir)) {
-        TEST_COND("temp dir", 0);
-        return;
-    }
-    const char *names[] = {"NATF2.pt", "NATM1.pt"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "wb");
-        if (f) fclose(f);
-    }
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX";
+    if (voices_dir_make(dir)) return;
     static const char *const starts[3] = {
         "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ2\",\"customParameters\":{\"voice\":\"alloy\"}}}",
         "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ3\"}}",
@@ -308,11 +313,7 @@ static void check_twilio_unknown_voice(metrics *m) {
         json_socket_free(&js);
         conn_destroy(c);
     }
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        remove(path);
-    }
-    rmdir(dir);
+    voices_dir_remove(dir);
 }
 
 static void check_twilio_input(metrics *m) {
