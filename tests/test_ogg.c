@@ -426,6 +426,16 @@ static void test_spanning_packets(void) {
     packets all = {0};
     rc = read_all(stream, slen, &big, chunk_one, NULL, &all, &st, err);
     TEST_COND("spanning: larger limit = libogg", rc == 0 && st.errors == 0 && same_packets(&all, &ref));
+    /* Counted as a header packet, the 70000-byte one comes cut to the limit, without error. */
+    pp_ogg_limits headers = pp_ogg_limits_default();
+    headers.header_packets = 6;
+    packets cut = {0};
+    rc = read_all(stream, slen, &headers, chunk_one, NULL, &cut, &st, err);
+    TEST_COND("spanning: a header packet over the limit is cut, not an error",
+              rc == 0 && st.errors == 0 && cut.n == np && cut.len[5] == headers.max_packet &&
+                  !memcmp(cut.bytes + 19 + 255 + 510 + 20000, ref.bytes + 19 + 255 + 510 + 20000, headers.max_packet) &&
+                  !cut.gap[6] && cut.len[7] == 65535);
+    packets_free(&cut);
     /* After EOS a page of the same serial is an error. */
     pp_ogg_reader *r;
     pp_ogg_reader_open(&r, NULL, err);

@@ -58,6 +58,7 @@ struct pp_ogg_reader {
     size_t pkt_len;
     int pkt_open;     /* a packet continues onto the next page */
     int pkt_too_long; /* the open packet passed max_packet: its bytes are being discarded */
+    int pkt_truncated; /* the open header packet passed max_packet: its tail is being discarded */
     int have_stream, ended, gap, in_garbage, failed;
     uint32_t serial, next_seq;
     /* A second BOS page on the current serial, held until the next page of the serial says
@@ -146,12 +147,18 @@ static void drop_packet(pp_ogg_reader *r) {
     r->pkt_len = 0;
     r->pkt_open = 0;
     r->pkt_too_long = 0;
+    r->pkt_truncated = 0;
 }
 
-/* Appends one lacing segment to the open packet, discarding packets past max_packet. */
+/* Appends one lacing segment to the open packet, discarding packets past max_packet (but for
+ * the head of a header packet). */
 static int append_segment(pp_ogg_reader *r, const uint8_t *p, size_t n, char *err) {
     if (r->pkt_too_long) return 0;
-    if (r->pkt_len + n > r->lim.max_packet) {
+    if (r->pkt_len + n > r->lim.max_packet && r->packetno < r->lim.header_packets) {
+        /* Headers are read, not kept whole (Opus tags with cover art run to megabytes). */
+        n = r->lim.max_packet - r->pkt_len;
+        r->pkt_truncated = 1;
+    } else if (r->pkt_len + n > r->lim.max_packet) {
         r->pkt_too_long = 1;
         r->gap = 1;
         return soft_error(r, err, "packet %llu of serial %u is longer than %zu bytes; dropped",
@@ -198,7 +205,7 @@ static int deliver(pp_ogg_reader *r, int64_t granule, int eos, pp_ogg_packet_fn 
                    char *err) {
     pp_ogg_packet pkt = {.data = r->pkt, .len = r->pkt_len, .serial = r->serial,
                          .granule = granule, .packetno = r->packetno, .bos = r->packetno == 0,
-                         .eos = eos, .gap = r->gap};
+                         .eos = eos, .gap = r->gap, .truncated = r->pkt_truncated};
     r->packetno++;
     r->gap = 0;
     r->st.packets++;

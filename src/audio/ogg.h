@@ -33,10 +33,13 @@ typedef struct pp_ogg_limits {
                                      max_errors is a lifetime total) */
     size_t max_skip;   /* garbage bytes skipped in one run (between good pages) before the
                           reader fails */
+    uint64_t header_packets; /* the first packets of each logical stream that are headers: one
+                                longer than max_packet is delivered cut to max_packet bytes
+                                (truncated set), not dropped as an error (0: none) */
 } pp_ogg_limits;
 
 /* 64 KiB packets; 16 errors back to back, one of them forgiven per 128 good pages (5 s of the
- * browser's 40 ms pages); 256 KiB of garbage in a row. */
+ * browser's 40 ms pages); 256 KiB of garbage in a row; no header packets. */
 pp_ogg_limits pp_ogg_limits_default(void);
 
 typedef struct pp_ogg_packet {
@@ -48,6 +51,7 @@ typedef struct pp_ogg_packet {
     int bos;           /* first packet of its logical stream */
     int eos;           /* last packet of an EOS page */
     int gap;           /* data was lost just before this packet (page sequence gap, bad page) */
+    int truncated;     /* a header packet over max_packet: only its first max_packet bytes */
 } pp_ogg_packet;
 
 /* Returns 0 to go on or a negative PP_E* code (with err filled) to stop the feed. */
