@@ -136,8 +136,9 @@ static int soft_error(pp_ogg_reader *r, char *err, const char *fmt, ...) {
     r->st.errors++;
     if (pp_fault_budget_add(&r->budget, r->st.pages)) {
         char why[128];
-        snprintf(why, sizeof why, "too many stream errors (over %d with under %llu good pages "
-                 "between each)", r->lim.max_errors, (unsigned long long)r->lim.error_forgive_pages);
+        snprintf(why, sizeof why, "too many stream errors (over %d not forgiven; good pages "
+                 "forgive one per %llu)", r->lim.max_errors,
+                 (unsigned long long)r->lim.error_forgive_pages);
         return fail_hard(r, err, why);
     }
     return 0;
