@@ -550,6 +550,31 @@ static void check_chat_fragments(metrics *m) {
     conn_destroy(c);
 }
 
+/* The bad-event limit is a rate: 40 unknown events, one per 6 s of audio over a 4-min call, are
+ * each answered and the call goes on (before, the 33rd closed it); with no audio between them
+ * the 33rd still closes the socket (check_realtime_input). */
+static void check_realtime_scattered_errors(metrics *m) {
+    char seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 9, m, &in, &js, NULL);
+    static float pcm[6 * PP_SAMPLE_RATE];
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    int answered = 0;
+    for (int k = 0; k < 40 && !in.closing; k++) {
+        conn_push_pcm(c, pcm, sizeof pcm / sizeof *pcm);
+        while (conn_take_frame(c, frame, &ready)) {}
+        send_text(&js, "{\"type\":\"no.such\"}");
+        drain(c, seen, sizeof seen);
+        answered += strstr(seen, "error:unknown_event") != NULL;
+    }
+    TEST_COND("40 bad events over 4 min of audio: each answered, the call goes on",
+              answered == 40 && in.bad == 40 && !in.closing && !conn_closing(c));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_ERROR);
     char err[PP_ERR_LEN];
@@ -561,6 +586,7 @@ int main(void) {
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);
+    check_realtime_scattered_errors(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_twilio_wire();

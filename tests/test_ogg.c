@@ -426,6 +426,16 @@ static void test_spanning_packets(void) {
     packets all = {0};
     rc = read_all(stream, slen, &big, chunk_one, NULL, &all, &st, err);
     TEST_COND("spanning: larger limit = libogg", rc == 0 && st.errors == 0 && same_packets(&all, &ref));
+    /* Counted as a header packet, the 70000-byte one comes cut to the limit, without error. */
+    pp_ogg_limits headers = pp_ogg_limits_default();
+    headers.header_packets = 6;
+    packets cut = {0};
+    rc = read_all(stream, slen, &headers, chunk_one, NULL, &cut, &st, err);
+    TEST_COND("spanning: a header packet over the limit is cut, not an error",
+              rc == 0 && st.errors == 0 && cut.n == np && cut.len[5] == headers.max_packet &&
+                  !memcmp(cut.bytes + 19 + 255 + 510 + 20000, ref.bytes + 19 + 255 + 510 + 20000, headers.max_packet) &&
+                  !cut.gap[6] && cut.len[7] == 65535);
+    packets_free(&cut);
     /* After EOS a page of the same serial is an error. */
     pp_ogg_reader *r;
     pp_ogg_reader_open(&r, NULL, err);
@@ -453,6 +463,68 @@ static void test_sequence_gap(const blob *b, const packets *ref) {
     TEST_COND("sequence gap: counted, stream goes on", rc == 0 && st.errors == 1 && got.n == ref->n - 2);
     TEST_COND("sequence gap: flagged", got.n > 38 && got.gap[38] && !got.gap[37]);
     packets_free(&got);
+    free(d);
+}
+
+/* A stream of n_pages one-packet pages (serial 9, the first BOS) of 60-byte packets, but the
+ * pages listed in bad[] hold bad_size bytes and have a corrupt CRC. */
+static uint8_t *stream_with_bad_pages(int n_pages, const int *bad, int n_bad, size_t bad_size, size_t *len) {
+    char err[PP_ERR_LEN];
+    uint8_t *pkt = malloc(bad_size > 60 ? bad_size : 60);
+    uint8_t *d = malloc((size_t)n_pages * (27 + 1 + 60) + (size_t)n_bad * PP_OGG_MAX_PAGE);
+    pp_ogg_writer w;
+    pp_ogg_writer_init(&w, 9);
+    *len = 0;
+    for (int k = 0, next_bad = 0; k < n_pages; k++) {
+        int is_bad = next_bad < n_bad && bad[next_bad] == k;
+        size_t size = is_bad ? bad_size : 60, n;
+        memset(pkt, k & 0xff, size);
+        pp_ogg_writer_page(&w, pkt, size, (int64_t)k * 960, 0, d + *len, PP_OGG_MAX_PAGE, &n, err);
+        if (is_bad) d[*len + n - 1] ^= 0x40, next_bad++;
+        *len += n;
+    }
+    free(pkt);
+    return d;
+}
+
+/* The error limit is a rate: 20 bad pages scattered over 6000 good ones (a flaky client over a
+ * long call: one bad page every 12 s of the browser's 40 ms pages) cost 20 errors and the call
+ * goes on, while bad pages with little good data between them are still cut at the 17th. Before,
+ * the 16 errors were a lifetime count: the 17th scattered bad page failed the stream. Likewise
+ * the garbage limit holds for one run: 20 scattered bad pages of 20000 bytes (400 KB skipped in
+ * all) go by, where a 256 KiB lifetime total failed the stream at the 14th. */
+static void test_scattered_errors(void) {
+    enum { PAGES = 6000, BAD = 20 };
+    int bad[BAD], dense[BAD];
+    for (int i = 0; i < BAD; i++) bad[i] = 300 * (i + 1) - 1, dense[i] = 100 + 2 * i;
+    size_t len;
+    uint8_t *d = stream_with_bad_pages(PAGES, bad, BAD, 60, &len);
+    char err[PP_ERR_LEN] = "";
+    packets got = {0};
+    pp_ogg_stats st;
+    int rc = read_all(d, len, NULL, chunk_all, NULL, &got, &st, err);
+    printf("scattered: rc %d, %d errors, %llu packets of %d (%s)\n", rc, st.errors,
+           (unsigned long long)st.packets, PAGES - BAD, err);
+    TEST_COND("20 scattered bad pages: the stream goes on",
+              rc == 0 && st.errors == BAD && st.packets == PAGES - BAD);
+    packets_free(&got);
+    free(d);
+
+    d = stream_with_bad_pages(PAGES, bad, BAD, 20000, &len);
+    rc = read_all(d, len, NULL, chunk_all, NULL, &got, &st, err);
+    printf("scattered big: rc %d, %d errors, %llu bytes skipped (%s)\n", rc, st.errors,
+           (unsigned long long)st.skipped, err);
+    TEST_COND("20 scattered big bad pages: the stream goes on",
+              rc == 0 && st.errors == BAD && st.packets == PAGES - BAD && st.skipped > 400000);
+    free(d);
+
+    d = stream_with_bad_pages(PAGES, dense, BAD, 60, &len);
+    packets few = {0};
+    rc = read_all(d, len, NULL, chunk_all, NULL, &few, &st, err);
+    int limit = pp_ogg_limits_default().max_errors;
+    TEST_COND("every other page bad: cut at the error limit",
+              rc == PP_EFORMAT && st.errors == limit + 1 && strstr(err, "too many") != NULL);
+    packets_free(&few);
     free(d);
 }
 
@@ -514,6 +586,7 @@ int main(void) {
     }
     test_endless_garbage();
     test_spanning_packets();
+    test_scattered_errors();
     test_writer();
     return test_report();
 }

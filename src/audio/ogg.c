@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/fault_budget.h"
 #include "base/log.h"
 
 #define HEADER_LEN 27
@@ -57,6 +58,7 @@ struct pp_ogg_reader {
     size_t pkt_len;
     int pkt_open;     /* a packet continues onto the next page */
     int pkt_too_long; /* the open packet passed max_packet: its bytes are being discarded */
+    int pkt_truncated; /* the open header packet passed max_packet: its tail is being discarded */
     int have_stream, ended, gap, in_garbage, failed;
     uint32_t serial, next_seq;
     /* A second BOS page on the current serial, held until the next page of the serial says
@@ -66,12 +68,15 @@ struct pp_ogg_reader {
     size_t held_len;
     uint32_t held_seq;
     uint64_t packetno;
+    pp_fault_budget budget; /* recoverable errors, clocked by st.pages */
+    uint64_t run_skipped;   /* garbage bytes skipped since the latest good page */
     pp_ogg_stats st;
     char last[PP_ERR_LEN];
 };
 
 pp_ogg_limits pp_ogg_limits_default(void) {
-    pp_ogg_limits l = {.max_packet = 65536, .max_errors = 16, .max_skip = 256 * 1024};
+    pp_ogg_limits l = {.max_packet = 65536, .max_errors = 16, .error_forgive_pages = 128,
+                       .max_skip = 256 * 1024};
     return l;
 }
 
@@ -90,6 +95,7 @@ int pp_ogg_reader_open(pp_ogg_reader **out, const pp_ogg_limits *limits, char *e
         return pp_fail(err, PP_ENOMEM, "ogg: out of memory for the reader buffers");
     }
     r->lim = lim;
+    pp_fault_budget_init(&r->budget, (uint64_t)lim.max_errors, lim.error_forgive_pages);
     *out = r;
     return 0;
 }
@@ -109,14 +115,14 @@ const char *pp_ogg_reader_last_error(const pp_ogg_reader *r) { return r->last; }
 /* Makes the reader fail for good with a message built from the current r->last. */
 static int fail_hard(pp_ogg_reader *r, char *err, const char *why) {
     char msg[PP_ERR_LEN];
-    snprintf(msg, sizeof msg, "ogg: %s (last error: %.400s)", why, r->last[0] ? r->last : "none");
+    snprintf(msg, sizeof msg, "ogg: %s (last error: %.300s)", why, r->last[0] ? r->last : "none");
     snprintf(r->last, sizeof r->last, "%s", msg);
     r->failed = 1;
     PP_WARN("ogg", "%s", msg);
     return pp_fail(err, PP_EFORMAT, "%s", msg);
 }
 
-/* Records a recoverable fault; returns PP_EFORMAT once there are more than max_errors. */
+/* Records a recoverable fault; returns PP_EFORMAT once the faults pass the budget. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -127,7 +133,14 @@ static int soft_error(pp_ogg_reader *r, char *err, const char *fmt, ...) {
     vsnprintf(r->last + n, sizeof r->last - (size_t)n, fmt, ap);
     va_end(ap);
     PP_WARN("ogg", "%s", r->last);
-    if (++r->st.errors > r->lim.max_errors) return fail_hard(r, err, "too many stream errors");
+    r->st.errors++;
+    if (pp_fault_budget_add(&r->budget, r->st.pages)) {
+        char why[128];
+        snprintf(why, sizeof why, "too many stream errors (over %d not forgiven; good pages "
+                 "forgive one per %llu)", r->lim.max_errors,
+                 (unsigned long long)r->lim.error_forgive_pages);
+        return fail_hard(r, err, why);
+    }
     return 0;
 }
 
@@ -135,12 +148,18 @@ static void drop_packet(pp_ogg_reader *r) {
     r->pkt_len = 0;
     r->pkt_open = 0;
     r->pkt_too_long = 0;
+    r->pkt_truncated = 0;
 }
 
-/* Appends one lacing segment to the open packet, discarding packets past max_packet. */
+/* Appends one lacing segment to the open packet, discarding packets past max_packet (but for
+ * the head of a header packet). */
 static int append_segment(pp_ogg_reader *r, const uint8_t *p, size_t n, char *err) {
     if (r->pkt_too_long) return 0;
-    if (r->pkt_len + n > r->lim.max_packet) {
+    if (r->pkt_len + n > r->lim.max_packet && r->packetno < r->lim.header_packets) {
+        /* Headers are read, not kept whole (Opus tags with cover art run to megabytes). */
+        n = r->lim.max_packet - r->pkt_len;
+        r->pkt_truncated = 1;
+    } else if (r->pkt_len + n > r->lim.max_packet) {
         r->pkt_too_long = 1;
         r->gap = 1;
         return soft_error(r, err, "packet %llu of serial %u is longer than %zu bytes; dropped",
@@ -187,7 +206,7 @@ static int deliver(pp_ogg_reader *r, int64_t granule, int eos, pp_ogg_packet_fn 
                    char *err) {
     pp_ogg_packet pkt = {.data = r->pkt, .len = r->pkt_len, .serial = r->serial,
                          .granule = granule, .packetno = r->packetno, .bos = r->packetno == 0,
-                         .eos = eos, .gap = r->gap};
+                         .eos = eos, .gap = r->gap, .truncated = r->pkt_truncated};
     r->packetno++;
     r->gap = 0;
     r->st.packets++;
@@ -294,13 +313,14 @@ static int read_page(pp_ogg_reader *r, const uint8_t *page, size_t len, pp_ogg_p
 static int skip_garbage(pp_ogg_reader *r, size_t n, char *err) {
     r->pos += n;
     r->st.skipped += n;
+    r->run_skipped += n;
     if (!r->in_garbage) {
         r->in_garbage = 1;
         int rc = soft_error(r, err, "lost sync at stream byte %llu; scanning for \"OggS\"",
                             (unsigned long long)(r->st.bytes - (r->have - r->pos) - n));
         if (rc < 0) return rc;
     }
-    if (r->st.skipped > r->lim.max_skip) return fail_hard(r, err, "too much garbage skipped");
+    if (r->run_skipped > r->lim.max_skip) return fail_hard(r, err, "too much garbage skipped");
     return 0;
 }
 
@@ -348,6 +368,7 @@ static int parse(pp_ogg_reader *r, pp_ogg_packet_fn fn, void *user, char *err) {
         r->pos += len;
         int rc = read_page(r, p, len, fn, user, err);
         r->in_garbage = 0;
+        r->run_skipped = 0;
         if (rc < 0) return rc;
     }
 }

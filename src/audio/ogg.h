@@ -9,8 +9,10 @@
  * continues from it (an encoder restarted with a fixed serial), the stream starts anew, else
  * the BOS page was a duplicate and is dropped. Memory: one page buffer (PP_OGG_MAX_PAGE) plus
  * one packet buffer (max_packet) from open, and a second page buffer once a second BOS on a
- * serial needs holding. Recoverable faults are counted; past max_errors, or max_skip garbage bytes,
- * the reader fails for good so an endless garbage stream cannot keep it busy. */
+ * serial needs holding. Recoverable faults are counted and limited as a rate (base/fault_budget.h,
+ * clocked by good pages): more than max_errors of them with too few good pages between them, or
+ * a run of more than max_skip garbage bytes, and the reader fails for good, so a garbage stream
+ * cannot keep it busy while faults scattered over a long stream are forgiven. */
 #ifndef PP_AUDIO_OGG_H
 #define PP_AUDIO_OGG_H
 
@@ -25,11 +27,19 @@ enum { PP_OGG_FLAG_CONTINUED = 0x01, PP_OGG_FLAG_BOS = 0x02, PP_OGG_FLAG_EOS = 0
 
 typedef struct pp_ogg_limits {
     size_t max_packet; /* longest packet accepted (bytes); longer ones are dropped as errors */
-    int max_errors;    /* recoverable errors tolerated; one more fails the reader (0: strict) */
-    size_t max_skip;   /* garbage bytes skipped in total before the reader fails */
+    int max_errors;    /* recoverable errors tolerated back to back; one more fails the reader
+                          (0: strict) */
+    uint64_t error_forgive_pages; /* good pages that forgive one counted error (0: none, so
+                                     max_errors is a lifetime total) */
+    size_t max_skip;   /* garbage bytes skipped in one run (between good pages) before the
+                          reader fails */
+    uint64_t header_packets; /* the first packets of each logical stream that are headers: one
+                                longer than max_packet is delivered cut to max_packet bytes
+                                (truncated set), not dropped as an error (0: none) */
 } pp_ogg_limits;
 
-/* 64 KiB packets, 16 errors, 256 KiB of garbage. */
+/* 64 KiB packets; 16 errors back to back, one of them forgiven per 128 good pages (5 s of the
+ * browser's 40 ms pages); 256 KiB of garbage in a row; no header packets. */
 pp_ogg_limits pp_ogg_limits_default(void);
 
 typedef struct pp_ogg_packet {
@@ -41,6 +51,7 @@ typedef struct pp_ogg_packet {
     int bos;           /* first packet of its logical stream */
     int eos;           /* last packet of an EOS page */
     int gap;           /* data was lost just before this packet (page sequence gap, bad page) */
+    int truncated;     /* a header packet over max_packet: only its first max_packet bytes */
 } pp_ogg_packet;
 
 /* Returns 0 to go on or a negative PP_E* code (with err filled) to stop the feed. */
@@ -51,7 +62,7 @@ typedef struct pp_ogg_stats {
     uint64_t pages;   /* pages accepted */
     uint64_t packets; /* packets delivered */
     uint64_t skipped; /* garbage bytes skipped while resynchronising */
-    int errors;       /* recoverable errors so far */
+    int errors;       /* recoverable errors so far (all of them, forgiven or not) */
 } pp_ogg_stats;
 
 typedef struct pp_ogg_reader pp_ogg_reader;

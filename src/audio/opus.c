@@ -132,7 +132,7 @@ static int on_packet(void *user, const pp_ogg_packet *pkt, char *err) {
         conceal(u, u->last_frames);
         u->gap_open = 1;
     }
-    int n = pkt->len ? opus_decode_float(u->dec, pkt->data, (opus_int32)pkt->len, u->scratch,
+    int n = pkt->len && !pkt->truncated ? opus_decode_float(u->dec, pkt->data, (opus_int32)pkt->len, u->scratch,
                                          MAX_DECODE, 0)
                      : OPUS_BAD_ARG;
     if (n < 0) {
@@ -156,7 +156,9 @@ int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
                        max_buffered);
     pp_uplink *u = calloc(1, sizeof *u);
     if (!u) return pp_fail(err, PP_ENOMEM, "opus: out of memory for the uplink");
-    int rc = pp_ogg_reader_open(&u->ogg, NULL, err);
+    pp_ogg_limits lim = pp_ogg_limits_default();
+    lim.header_packets = 2; /* OpusHead, OpusTags: tags of any size are skipped without error */
+    int rc = pp_ogg_reader_open(&u->ogg, &lim, err);
     if (rc < 0) {
         pp_uplink_close(u);
         return rc;

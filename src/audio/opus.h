@@ -2,7 +2,7 @@
  *
  * pp_uplink: payloads of 0x01 messages in (any split), exact 1920-sample 24 kHz mono float
  * frames out. It demultiplexes Ogg, skips OpusHead/OpusTags packets (a new OpusHead resets
- * the decoder), applies the pre-skip, conceals lost or undecodable packets with libopus's
+ * the decoder; tags of any size, cover art included, cost no error), applies the pre-skip, conceals lost or undecodable packets with libopus's
  * packet-loss concealment, and buffers at most max_buffered samples (oldest dropped first,
  * counted).
  *

@@ -51,11 +51,11 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...) 
     va_end(ap);
     ws_input *in = js->in;
     if (js->protocol == CONN_TWILIO) return ws_input_reject(in, 0, what); /* logged; closes past the limit */
-    if (in->metrics) metrics_bad_input(in->metrics);
     unsigned long long id = (unsigned long long)conn_id(in->c);
-    if (++in->bad > WS_INPUT_MAX_BAD) {
+    if (ws_input_count_bad(in)) {
         PP_WARN("realtime", "session %llu: %s; closing", id, what);
-        conn_fail(in->c, CLOSE_POLICY, "too many bad events (%d); the last: %s", WS_INPUT_MAX_BAD, what);
+        conn_fail(in->c, CLOSE_POLICY, "too many bad events (over %d, one forgiven per %d s of audio); the last: %s",
+                  WS_INPUT_MAX_BAD, WS_INPUT_FORGIVE_S, what);
         in->closing = 1;
         return WS_INPUT_WRITE;
     }

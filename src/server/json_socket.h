@@ -14,7 +14,8 @@
  * Bad input (malformed JSON, an unknown or unsupported event, base64 that does not decode,
  * audio over the size limit, a format change once audio flows, events out of order) gets a
  * realtime `error` event naming the problem (Twilio's stream has none: it is logged), is
- * counted in /metrics, and the conversation goes on; past WS_INPUT_MAX_BAD of them the socket
+ * counted in /metrics, and the conversation goes on; past ws_input's rate limit on them
+ * (WS_INPUT_MAX_BAD back to back, one forgiven per WS_INPUT_FORGIVE_S s of audio) the socket
  * closes (1008). */
 #ifndef PP_SERVER_JSON_SOCKET_H
 #define PP_SERVER_JSON_SOCKET_H

@@ -12,13 +12,19 @@ void ws_input_init(ws_input *in, conn *c, metrics *m) {
     memset(in, 0, sizeof *in);
     in->c = c;
     in->metrics = m;
+    pp_fault_budget_init(&in->bad_budget, WS_INPUT_MAX_BAD, (uint64_t)WS_INPUT_FORGIVE_S * PP_SAMPLE_RATE);
+}
+
+int ws_input_count_bad(ws_input *in) {
+    if (in->metrics) metrics_bad_input(in->metrics);
+    in->bad++;
+    return pp_fault_budget_add(&in->bad_budget, conn_uplink_stats(in->c).samples);
 }
 
 int ws_input_reject(ws_input *in, int close_code, const char *what) {
-    if (in->metrics) metrics_bad_input(in->metrics);
-    in->bad++;
+    int over_budget = ws_input_count_bad(in);
     unsigned long long id = (unsigned long long)conn_id(in->c);
-    if (close_code || in->bad > WS_INPUT_MAX_BAD) {
+    if (close_code || over_budget) {
         PP_WARN("ws", "session %llu: %s; closing", id, what);
         conn_fail(in->c, close_code ? close_code : CLOSE_POLICY, "%s", what);
         in->closing = 1;
