@@ -16,11 +16,13 @@ const ui = {
   status: $('status'), statusText: $('status-text'), detail: $('call-detail'), transcript: $('transcript'),
   micLevel: $('mic-level'), modelLevel: $('model-level'), hangup: $('hangup'), again: $('again'),
   download: $('download'), alert: $('alert'), alertTitle: $('alert-title'), alertText: $('alert-text'),
+  soundNotice: $('sound-notice'), soundNoticeText: $('sound-notice-text'), soundResume: $('sound-resume'),
 };
 
 let call = null;
 let lastStats = null;
 let transcriptText = '';
+let noticeLog = []; // every notice of the current call, for the test hook
 const levels = { mic: 0, model: 0 };
 
 // ---- settings ---------------------------------------------------------------------------------
@@ -109,6 +111,29 @@ const STATE_TEXT = { idle: 'Ready', starting: 'Opening microphone…', waiting: 
 function setStatus(state) {
   ui.status.dataset.state = state;
   ui.statusText.textContent = STATE_TEXT[state];
+  if (state === 'live') showHeld();
+}
+
+// ---- a live call without sound -------------------------------------------------------------------
+
+// The pill says when a live call cannot be heard or cannot hear: "Live" would not be true.
+function showHeld() {
+  if (call?.state !== 'live') return;
+  const held = !ui.soundNotice.hidden ? 'Sound paused' : null;
+  ui.status.dataset.state = held ? 'held' : 'live';
+  ui.statusText.textContent = held ?? STATE_TEXT.live;
+}
+
+function renderNotice({ kind, message }) {
+  noticeLog.push({ kind, message });
+  if (kind !== 'sound') return;
+  ui.soundNotice.hidden = message === null;
+  ui.soundNoticeText.textContent = message ?? '';
+  showHeld();
+}
+
+function hideNotices() {
+  ui.soundNotice.hidden = true;
 }
 
 function showAlert(title, text) {
@@ -129,6 +154,7 @@ function startCall(event) {
   ui.download.disabled = true;
   ui.transcript.replaceChildren(placeholder('Waiting for the model…'));
   transcriptText = '';
+  noticeLog = [];
   lastStats = null;
   ui.detail.textContent = settings.voice ? voiceLabel(settings.voice) : 'Default voice';
   let failed = false;
@@ -147,6 +173,7 @@ function startCall(event) {
       }
       if (name === 'ended') {
         clearInterval(waitTimer);
+        hideNotices();
         levels.mic = 0;
         levels.model = 0;
         if (!wasLive) {
@@ -166,6 +193,7 @@ function startCall(event) {
     text: appendText,
     levels: (l) => { levels.mic = Math.max(levels.mic, l.mic); levels.model = Math.max(levels.model, l.model); },
     stats: renderStats,
+    notice: renderNotice,
     error: (e) => { failed = true; showAlert(errorTitle(e), e.message); },
   });
   call.start();
@@ -274,6 +302,9 @@ window.personaplexTest = {
   textPieces: () => call?.textPieces ?? 0,
   recording: recordingSummary,
   hangUp: () => call?.hangUp(),
+  notices: () => noticeLog,
+  // What the browser or the OS does to a call: the sound stopping.
+  suspendSound: () => call?.ctx?.suspend(),
 };
 
 // ---- start-up ---------------------------------------------------------------------------------
@@ -289,6 +320,7 @@ async function init() {
   ui.form.addEventListener('submit', startCall);
   ui.hangup.addEventListener('click', () => call?.hangUp());
   ui.again.addEventListener('click', backToSetup);
+  ui.soundResume.addEventListener('click', () => call?.resumeSound());
   $('alert-retry').addEventListener('click', retry);
   ui.download.addEventListener('click', downloadWav);
   requestAnimationFrame(drawMeters);

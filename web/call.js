@@ -6,11 +6,14 @@
 //   stats({...})          delay and buffer figures, about every 100 ms
 //   error({ code, message, live }) a failure (live: the call had started); the call ends right after
 //                         with state 'ended'
+//   notice({ kind, message }) the call goes on but lost its sound ('sound': the AudioContext stopped
+//                         running); message null when that is over
 
 import { opusSupport, UplinkEncoder, DownlinkDecoder, RATE } from './codec.js';
 import { KIND, audioMessage, decodeMessage, chatUrl } from './protocol.js';
 import { Resampler } from './resample.js';
 import { TwoTrackRecorder } from './wav.js';
+import { watchSound, soundNotice } from './interruptions.js';
 
 const SILENCE_TIMEOUT_MS = 10000; // what the official client allows once the call is live
 // AudioContext.resume() never settles on a machine without a sound device (seen in Firefox).
@@ -40,6 +43,8 @@ export class Call {
     this.textPieces = 0;
     this.serverError = null; // the last 0x05 message
     this.lastMessageAt = 0;
+    this.soundStopped = null; // the AudioContext's state while it is not running during the call
+    this.unplayedSamples = 0; // model audio received while the sound was stopped, at 24 kHz
   }
 
   // Must be called from a user gesture (it creates the AudioContext). Failures are reported through
@@ -82,6 +87,37 @@ export class Call {
     this.capture.port.onmessage = (e) => this.onCaptured(e.data);
     this.playback.port.onmessage = (e) => this.onPlaybackStats(e.data.stats);
     this.upsampleFrom = 0; // the decoder's output rate, known at its first output
+    this.superviseSound(globalThis.document);
+  }
+
+  // From now on the context's state changes reach onSoundState; gestures: where a user's tap or key
+  // may resume it (the page's document).
+  superviseSound(gestures) {
+    this.stopWatchingSound = watchSound(this.ctx, gestures, (s) => this.onSoundState(s));
+  }
+
+  // The AudioContext left 'running' (or came back). While it is stopped nothing is captured, so
+  // nothing is sent: the server hears silence after its 1 s grace and ends the conversation after
+  // its idle timeout (docs/protocol.md §1.5). The model's audio that arrives meanwhile is not
+  // queued (it would play late, after the interruption); when the sound runs again, playback
+  // starts afresh from what arrives next.
+  onSoundState({ running, closed, state }) {
+    if (this.state === 'ended') return;
+    if (closed) {
+      this.fail(new CallError('audio', 'The browser closed the audio output, so the call cannot go on. Start again.'));
+    } else if (!running) {
+      this.soundStopped = state;
+      this.events.notice?.({ kind: 'sound', message: soundNotice(state) });
+    } else if (this.soundStopped) {
+      this.soundStopped = null;
+      this.playback?.port.postMessage({ flush: true });
+      this.events.notice?.({ kind: 'sound', message: null });
+    }
+  }
+
+  // For a button: a click is the user gesture a suspended AudioContext may need to resume.
+  resumeSound() {
+    this.ctx?.resume().catch(() => { /* still not allowed: the notice stays */ });
   }
 
   openSocket() {
@@ -107,7 +143,10 @@ export class Call {
         return this.events.text?.(msg.text);
       case KIND.ERROR:
         this.serverError = msg.text;
-        return this.fail(new CallError('server', msg.text));
+        // The server's idle timeout, most likely: say what stopped the audio on this side.
+        return this.fail(new CallError('server', this.soundStopped
+          ? `${msg.text}. This device's sound had stopped (${this.soundStopped}), so no audio reached the server.`
+          : msg.text));
       default: return undefined; // metadata, ping and unknown kinds carry nothing the page needs
     }
   }
@@ -142,7 +181,16 @@ export class Call {
 
   onDecoded(pcm, rate) {
     if (!this.ctx || this.state !== 'live') return;
-    this.receivedSamples += Math.round((pcm.length * RATE) / rate);
+    const samples = Math.round((pcm.length * RATE) / rate);
+    if (this.soundStopped) {
+      // The answers to audio sent before the stop still count toward the round trip; the rest
+      // answers the server's own silence frames and is not played.
+      const answering = Math.min(samples, Math.max(0, this.sentSamples - this.receivedSamples));
+      this.receivedSamples += answering;
+      this.unplayedSamples += samples - answering;
+      return;
+    }
+    this.receivedSamples += samples;
     if (this.upsampleFrom !== rate) {
       this.upsampler = new Resampler(rate, this.ctx.sampleRate);
       this.upsampleFrom = rate;
@@ -160,7 +208,8 @@ export class Call {
       minBufferMs: ms(s.minFill, s.rate), maxBufferMs: ms(s.maxFill, s.rate),
       playedMs: ms(s.played, s.rate), missedMs: ms(s.missed, s.rate), droppedMs: ms(s.dropped, s.rate),
       underruns: s.underruns, sentMs: ms(this.sentSamples, RATE), receivedMs: ms(this.receivedSamples, RATE),
-      playbackRms: s.rms, recordedMs: ms(this.recording.frames, RATE), crcErrors: this.decoder?.crcErrors ?? 0,
+      playbackRms: s.rms, unplayedMs: ms(this.unplayedSamples, RATE), recordedMs: ms(this.recording.frames, RATE),
+      crcErrors: this.decoder?.crcErrors ?? 0,
     });
   }
 
@@ -194,6 +243,7 @@ export class Call {
     if (this.state === 'ended') return;
     this.setState('ended', reason);
     clearInterval(this.watchdog);
+    this.stopWatchingSound?.(); // before close(), whose 'closed' is no failure
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000);
     this.encoder?.close();
     this.decoder?.close();

@@ -177,6 +177,18 @@ export class JitterBuffer {
     this.waited = 0;
   }
 
+  // Drops everything queued (counted as dropped) and waits for `target` again, keeping the counters
+  // and the target learned so far: after the AudioContext stopped, the queue holds audio from before
+  // the stop, which would now play late.
+  flush() {
+    this.dropped += this.fill;
+    this.fill = 0;
+    this.playing = false;
+    this.starved = false; // the silence until the next start is no underrun
+    this.gain = 0;
+    this.resetDrain();
+  }
+
   skip(n) {
     this.read = (this.read + n) % this.ring.length;
     this.fill -= n;

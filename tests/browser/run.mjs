@@ -90,6 +90,7 @@ async function checkCall(browser, base, out, tag) {
   assert.equal(stats.s.crcErrors, 0, 'every downlink Ogg page had a good CRC');
   assert.ok(stats.s.roundTripMs !== null && stats.s.roundTripMs < 5000, `round trip ${stats.s.roundTripMs} ms`);
   await page.screenshot({ path: join(out, `${tag}-call.png`), fullPage: true });
+  await checkInterruptions(page, tag);
 
   await page.click('#hangup');
   await waitFor(page, 'the call to end', () => window.personaplexTest.state() === 'ended', 5000);
@@ -104,6 +105,21 @@ async function checkCall(browser, base, out, tag) {
   await page.screenshot({ path: join(out, `${tag}-ended.png`), fullPage: true });
   await context.close();
   return problems;
+}
+
+// A live call whose sound stops (this browser's autoplay policy lets the page resume it at once): the
+// page says so and the call goes on.
+async function checkInterruptions(page, tag) {
+  await page.evaluate(() => { window.playedBefore = window.personaplexTest.stats().playedMs; });
+  await page.evaluate(() => window.personaplexTest.suspendSound());
+  await waitFor(page, 'the sound to stop and come back, said on the page', () => {
+    const n = window.personaplexTest.notices().filter((x) => x.kind === 'sound');
+    return n.length === 2 && /paused the sound/.test(n[0].message) && n[1].message === null &&
+      document.getElementById('sound-notice').hidden && document.getElementById('status-text').textContent === 'Live';
+  }, 5000);
+  await waitFor(page, 'playback after the sound came back', () => window.personaplexTest.stats().playedMs > window.playedBefore + 1000, 10000);
+  assert.equal(await page.evaluate(() => window.personaplexTest.state()), 'live');
+  log(tag, 'the sound stopping was said and recovered from');
 }
 
 // While one call holds the only session, a second page must say the server is full: from the 0x05

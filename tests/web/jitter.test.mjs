@@ -74,6 +74,30 @@ test('pushing more than the ring holds keeps the newest samples', () => {
   assert.equal(out[25], Math.fround(55 / 10000)); // samples 30..79 kept
 });
 
+test('a flush drops what is queued, keeps the counters and target, and waits for the target again', () => {
+  const jb = new JitterBuffer(RATE, { targetMs: 100, stepMs: 20 });
+  jb.push(ramp(0, 100));
+  pullN(jb, 64);
+  pullN(jb, 64); // an underrun: target 120
+  jb.push(ramp(1000, 200));
+  pullN(jb, 50); // playing again, 150 queued: audio from before the AudioContext stopped
+  jb.flush();
+  let s = jb.stats();
+  assert.equal(s.fill, 0);
+  assert.equal(s.dropped, 150);
+  assert.equal(s.played, 150);
+  assert.equal(s.target, 120);
+  assert.equal(s.underruns, 1);
+  const missedBefore = s.missed;
+  assert.deepEqual(pullN(jb, 30), new Float32Array(30)); // waiting: silence, not an underrun's
+  jb.push(ramp(5000, 120));
+  const out = pullN(jb, 64);
+  assert.equal(out[40], Math.fround(5040 / 10000)); // the first audio after the flush, nothing older
+  s = jb.stats();
+  assert.equal(s.missed, missedBefore);
+  assert.equal(s.underruns, 1);
+});
+
 // A simulated call at 8 kHz: the server's 80 ms packet every 80 ms (held back during a network stall
 // and delivered when it ends; `burstMs` more queued at once at the start, like the server's catch-up),
 // pulled 128 frames at a time. Returns per-pull records and the whole output.

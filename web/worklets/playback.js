@@ -1,6 +1,6 @@
 // Playback AudioWorklet (runs on the audio rendering thread): plays the model's audio from a
 // JitterBuffer (../jitter.js). The page posts { samples } (Float32Array at the context's rate) or
-// { reset: true }; the worklet posts { stats } about every 100 ms, with the output's RMS since the
+// { flush: true } (drop what is queued); the worklet posts { stats } about every 100 ms, with the output's RMS since the
 // previous report.
 
 import { JitterBuffer } from '../jitter.js';
@@ -12,7 +12,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.sumSquares = 0;
     this.count = 0;
     this.port.onmessage = (e) => {
-      if (e.data.reset) this.jitter = new JitterBuffer(sampleRate);
+      if (e.data.flush) this.jitter.flush();
       else if (e.data.samples) this.jitter.push(e.data.samples);
     };
   }
