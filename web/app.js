@@ -17,6 +17,7 @@ const ui = {
   micLevel: $('mic-level'), modelLevel: $('model-level'), hangup: $('hangup'), again: $('again'),
   download: $('download'), alert: $('alert'), alertTitle: $('alert-title'), alertText: $('alert-text'),
   soundNotice: $('sound-notice'), soundNoticeText: $('sound-notice-text'), soundResume: $('sound-resume'),
+  micNotice: $('mic-notice'), micNoticeText: $('mic-notice-text'), micSelect: $('mic-select'), micUse: $('mic-use'),
 };
 
 let call = null;
@@ -114,26 +115,37 @@ function setStatus(state) {
   if (state === 'live') showHeld();
 }
 
-// ---- a live call without sound -------------------------------------------------------------------
+// ---- a live call without sound or microphone ------------------------------------------------------
 
 // The pill says when a live call cannot be heard or cannot hear: "Live" would not be true.
 function showHeld() {
   if (call?.state !== 'live') return;
-  const held = !ui.soundNotice.hidden ? 'Sound paused' : null;
+  const held = !ui.soundNotice.hidden ? 'Sound paused' : !ui.micNotice.hidden ? 'No microphone' : null;
   ui.status.dataset.state = held ? 'held' : 'live';
   ui.statusText.textContent = held ?? STATE_TEXT.live;
 }
 
 function renderNotice({ kind, message }) {
   noticeLog.push({ kind, message });
-  if (kind !== 'sound') return;
-  ui.soundNotice.hidden = message === null;
-  ui.soundNoticeText.textContent = message ?? '';
+  const [box, text] = kind === 'mic' ? [ui.micNotice, ui.micNoticeText] : [ui.soundNotice, ui.soundNoticeText];
+  box.hidden = message === null;
+  text.textContent = message ?? '';
+  if (kind === 'mic' && message !== null) listMicrophones();
   showHeld();
 }
 
 function hideNotices() {
   ui.soundNotice.hidden = true;
+  ui.micNotice.hidden = true;
+}
+
+// Fills the microphone choice; again when a device is plugged in while the choice is showing.
+async function listMicrophones() {
+  const mics = await call?.microphones().catch(() => []) ?? [];
+  const chosen = ui.micSelect.value;
+  ui.micSelect.replaceChildren(new Option('Default microphone', ''),
+    ...mics.filter((m) => m.id && m.id !== 'default').map((m) => new Option(m.label, m.id)));
+  if (mics.some((m) => m.id === chosen)) ui.micSelect.value = chosen;
 }
 
 function showAlert(title, text) {
@@ -303,8 +315,9 @@ window.personaplexTest = {
   recording: recordingSummary,
   hangUp: () => call?.hangUp(),
   notices: () => noticeLog,
-  // What the browser or the OS does to a call: the sound stopping.
+  // What the browser or the OS does to a call: the sound stopping, the microphone track ending.
   suspendSound: () => call?.ctx?.suspend(),
+  endMicrophone: () => call?.stream?.getAudioTracks()[0]?.dispatchEvent(new Event('ended')),
 };
 
 // ---- start-up ---------------------------------------------------------------------------------
@@ -321,6 +334,8 @@ async function init() {
   ui.hangup.addEventListener('click', () => call?.hangUp());
   ui.again.addEventListener('click', backToSetup);
   ui.soundResume.addEventListener('click', () => call?.resumeSound());
+  ui.micUse.addEventListener('click', () => call?.switchMicrophone(ui.micSelect.value));
+  navigator.mediaDevices?.addEventListener?.('devicechange', () => { if (!ui.micNotice.hidden) listMicrophones(); });
   $('alert-retry').addEventListener('click', retry);
   ui.download.addEventListener('click', downloadWav);
   requestAnimationFrame(drawMeters);

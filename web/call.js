@@ -7,13 +7,13 @@
 //   error({ code, message, live }) a failure (live: the call had started); the call ends right after
 //                         with state 'ended'
 //   notice({ kind, message }) the call goes on but lost its sound ('sound': the AudioContext stopped
-//                         running); message null when that is over
+//                         running) or its microphone ('mic'); message null when that is over
 
 import { opusSupport, UplinkEncoder, DownlinkDecoder, RATE } from './codec.js';
 import { KIND, audioMessage, decodeMessage, chatUrl } from './protocol.js';
 import { Resampler } from './resample.js';
 import { TwoTrackRecorder } from './wav.js';
-import { watchSound, soundNotice } from './interruptions.js';
+import { watchSound, soundNotice, MIC_LOST_NOTICE } from './interruptions.js';
 
 const SILENCE_TIMEOUT_MS = 10000; // what the official client allows once the call is live
 // AudioContext.resume() never settles on a machine without a sound device (seen in Firefox).
@@ -44,6 +44,7 @@ export class Call {
     this.serverError = null; // the last 0x05 message
     this.lastMessageAt = 0;
     this.soundStopped = null; // the AudioContext's state while it is not running during the call
+    this.micLost = false; // the microphone track ended
     this.unplayedSamples = 0; // model audio received while the sound was stopped, at 24 kHz
   }
 
@@ -71,16 +72,16 @@ export class Call {
     this.ctx = ctx;
     await Promise.all([ctx.audioWorklet.addModule(new URL('./worklets/capture.js', import.meta.url)),
       ctx.audioWorklet.addModule(new URL('./worklets/playback.js', import.meta.url))]);
-    this.stream = await getMicrophone();
+    const stream = await getMicrophone();
     if (this.state === 'ended') { // hung up while the permission prompt was open
-      this.stream.getTracks().forEach((t) => t.stop());
+      stream.getTracks().forEach((t) => t.stop());
       return;
     }
     await withTimeout(ctx.resume(), AUDIO_START_MS, new CallError('audio',
       'The audio output did not start. Check that a speaker or headphones are available and try again.'));
     this.playback = new AudioWorkletNode(ctx, 'pp-playback', { outputChannelCount: [1] });
     this.capture = new AudioWorkletNode(ctx, 'pp-capture', { numberOfInputs: 2, outputChannelCount: [1] });
-    ctx.createMediaStreamSource(this.stream).connect(this.capture, 0, 0);
+    this.useMicrophone(stream);
     this.playback.connect(ctx.destination);
     this.playback.connect(this.capture, 0, 1);
     this.capture.connect(ctx.destination); // silent; keeps the node pulled by the graph
@@ -94,6 +95,52 @@ export class Call {
   // may resume it (the page's document).
   superviseSound(gestures) {
     this.stopWatchingSound = watchSound(this.ctx, gestures, (s) => this.onSoundState(s));
+  }
+
+  // Connects a microphone stream to the capture worklet in place of the current one (stopped).
+  useMicrophone(stream) {
+    const old = { source: this.micSource, stream: this.stream };
+    this.stream = stream;
+    this.micSource = this.ctx.createMediaStreamSource(stream);
+    this.micSource.connect(this.capture, 0, 0);
+    old.source?.disconnect();
+    old.stream?.getTracks().forEach((t) => t.stop());
+    const track = stream.getAudioTracks()[0];
+    track?.addEventListener('ended', () => { if (this.stream === stream) this.onMicrophoneEnded(); });
+  }
+
+  // The microphone went away mid-call. The capture worklet keeps sending 20 ms blocks of silence in
+  // its place, so the uplink stays real time and the call can go on once the user picks another one.
+  onMicrophoneEnded() {
+    if (this.state === 'ended' || this.micLost) return;
+    this.micLost = true;
+    this.events.notice?.({ kind: 'mic', message: MIC_LOST_NOTICE });
+  }
+
+  // The audio inputs the user can switch to: [{ id, label }] (labels are known once a microphone
+  // has been granted, which it was to start the call).
+  async microphones() {
+    const devices = await navigator.mediaDevices?.enumerateDevices?.() ?? [];
+    return devices.filter((d) => d.kind === 'audioinput')
+      .map((d, i) => ({ id: d.deviceId, label: d.label || `Microphone ${i + 1}` }));
+  }
+
+  // Switches to the microphone with this device id ('' for the default) without ending the call.
+  // A failure is reported as a 'mic' notice, never thrown: the call goes on with silence.
+  async switchMicrophone(deviceId) {
+    try {
+      const stream = await getMicrophone(deviceId, 'choose a microphone again');
+      if (this.state === 'ended') {
+        stream.getTracks().forEach((t) => t.stop());
+        return;
+      }
+      this.useMicrophone(stream);
+      this.micLost = false;
+      this.events.notice?.({ kind: 'mic', message: null });
+    } catch (e) {
+      this.micLost = true;
+      this.events.notice?.({ kind: 'mic', message: `${e.message} Until then the model hears silence.` });
+    }
   }
 
   // The AudioContext left 'running' (or came back). While it is stopped nothing is captured, so
@@ -291,22 +338,25 @@ export async function whyNotConnected(code) {
     'Try again; if it keeps failing, a proxy in front of the server may not pass WebSocket upgrades.';
 }
 
-async function getMicrophone() {
+// deviceId: a device from enumerateDevices(), or '' / absent for the browser's default. retry: what
+// the user does once the cause is fixed, as the messages end with it.
+async function getMicrophone(deviceId, retry = 'start again') {
   if (!navigator.mediaDevices?.getUserMedia) {
     throw new CallError('no-mic', 'This browser gives no access to a microphone here.');
   }
   try {
     return await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
+      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1,
+        ...(deviceId ? { deviceId: { exact: deviceId } } : {}) },
       video: false,
     });
   } catch (e) {
     if (e.name === 'NotAllowedError' || e.name === 'SecurityError') {
       throw new CallError('mic-denied', 'Microphone permission was refused. Allow the microphone for this site ' +
-        '(the icon in the address bar) and start again.');
+        `(the icon in the address bar) and ${retry}.`);
     }
     if (e.name === 'NotFoundError' || e.name === 'OverconstrainedError') {
-      throw new CallError('no-mic', 'No microphone was found. Connect one and start again.');
+      throw new CallError('no-mic', `No microphone was found. Connect one and ${retry}.`);
     }
     if (e.name === 'NotReadableError') {
       throw new CallError('no-mic', 'The microphone is in use by another program or could not be opened.');

@@ -1,7 +1,8 @@
-// A live call's sound being taken away from it: the AudioContext leaving 'running' (Safari's
+// A live call's audio being taken away from it: the AudioContext leaving 'running' (Safari's
 // 'interrupted' for a phone call, Siri or another app; 'suspended' in Chrome and Firefox for the
-// autoplay policy or an audio-device change). Pure code over the DOM's event interfaces, tested
-// under node with fake contexts and documents.
+// autoplay policy or an audio-device change) and the microphone track ending (headset disconnected,
+// device unplugged, permission withdrawn). Pure code over the DOM's event interfaces, tested under
+// node with fake contexts, tracks and documents.
 
 // What the user is told while the sound is not running, by context state.
 const SOUND_NOTICES = {
@@ -14,6 +15,9 @@ const SOUND_NOTICES = {
 export function soundNotice(state) {
   return SOUND_NOTICES[state] ?? `The sound stopped (the audio output is '${state}'): tap or click this page to resume.`;
 }
+
+export const MIC_LOST_NOTICE = 'The microphone stopped (disconnected, unplugged, or its permission was withdrawn): ' +
+  'the model hears silence. Choose a microphone to go on, or end the call.';
 
 // The user actions a browser accepts as a gesture that may resume an AudioContext.
 const GESTURES = ['pointerdown', 'keydown', 'touchend'];

@@ -90,7 +90,7 @@ async function checkCall(browser, base, out, tag) {
   assert.equal(stats.s.crcErrors, 0, 'every downlink Ogg page had a good CRC');
   assert.ok(stats.s.roundTripMs !== null && stats.s.roundTripMs < 5000, `round trip ${stats.s.roundTripMs} ms`);
   await page.screenshot({ path: join(out, `${tag}-call.png`), fullPage: true });
-  await checkInterruptions(page, tag);
+  await checkInterruptions(page, out, tag);
 
   await page.click('#hangup');
   await waitFor(page, 'the call to end', () => window.personaplexTest.state() === 'ended', 5000);
@@ -107,9 +107,10 @@ async function checkCall(browser, base, out, tag) {
   return problems;
 }
 
-// A live call whose sound stops (this browser's autoplay policy lets the page resume it at once): the
-// page says so and the call goes on.
-async function checkInterruptions(page, tag) {
+// A live call whose sound stops (this browser's autoplay policy lets the page resume it at once) and
+// whose microphone track ends: the page says so, the call goes on, and a click takes the default
+// microphone again.
+async function checkInterruptions(page, out, tag) {
   await page.evaluate(() => { window.playedBefore = window.personaplexTest.stats().playedMs; });
   await page.evaluate(() => window.personaplexTest.suspendSound());
   await waitFor(page, 'the sound to stop and come back, said on the page', () => {
@@ -118,8 +119,17 @@ async function checkInterruptions(page, tag) {
       document.getElementById('sound-notice').hidden && document.getElementById('status-text').textContent === 'Live';
   }, 5000);
   await waitFor(page, 'playback after the sound came back', () => window.personaplexTest.stats().playedMs > window.playedBefore + 1000, 10000);
+
+  await page.evaluate(() => window.personaplexTest.endMicrophone());
+  await waitFor(page, 'the lost microphone said on the page, with a choice of inputs', () =>
+    !document.getElementById('mic-notice').hidden && document.getElementById('status-text').textContent === 'No microphone' &&
+    document.getElementById('mic-select').options.length > 0, 5000);
+  await page.screenshot({ path: join(out, `${tag}-no-microphone.png`), fullPage: true });
+  await page.click('#mic-use');
+  await waitFor(page, 'the default microphone back', () => document.getElementById('mic-notice').hidden &&
+    document.getElementById('status-text').textContent === 'Live', 10000);
   assert.equal(await page.evaluate(() => window.personaplexTest.state()), 'live');
-  log(tag, 'the sound stopping was said and recovered from');
+  log(tag, 'the sound stopping and the microphone ending were said and recovered from');
 }
 
 // While one call holds the only session, a second page must say the server is full: from the 0x05

@@ -1,11 +1,11 @@
-// web/interruptions.js and call.js: a live call whose AudioContext stops running, with fake contexts
-// and documents.
+// web/interruptions.js and call.js: a live call whose AudioContext stops running or whose microphone
+// ends, with fake contexts, tracks and documents.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Call } from '../../web/call.js';
 import { watchSound } from '../../web/interruptions.js';
 
-// An AudioContext as far as the call uses it mid-call: state, statechange, resume().
+// An AudioContext as far as the call uses it mid-call: state, statechange, resume(), sources.
 class FakeContext extends EventTarget {
   constructor({ resumeAllowed = true } = {}) {
     super();
@@ -13,6 +13,7 @@ class FakeContext extends EventTarget {
     this.sampleRate = 24000;
     this.resumeAllowed = resumeAllowed;
     this.resumes = 0;
+    this.sources = [];
   }
 
   become(state) {
@@ -27,6 +28,23 @@ class FakeContext extends EventTarget {
   }
 
   close() { this.become('closed'); }
+
+  createMediaStreamSource(stream) {
+    const source = { stream, connectedTo: null, connect(node) { this.connectedTo = node; },
+      disconnect() { this.connectedTo = null; } };
+    this.sources.push(source);
+    return source;
+  }
+}
+
+class FakeTrack extends EventTarget {
+  constructor() { super(); this.stopped = false; }
+  stop() { this.stopped = true; }
+}
+
+function fakeStream() {
+  const track = new FakeTrack();
+  return { track, getTracks: () => [track], getAudioTracks: () => [track] };
 }
 
 const tick = () => new Promise((r) => setTimeout(r, 0));
@@ -117,6 +135,59 @@ test('hanging up closes the context without calling it a failure', () => {
   call.hangUp();
   assert.deepEqual(seen.errors, []);
   assert.deepEqual(seen.states, ['ended']);
+});
+
+function stubMicrophones(answer) {
+  const saved = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
+  const requests = [];
+  Object.defineProperty(globalThis, 'navigator', { configurable: true, value: { mediaDevices: {
+    getUserMedia: async (constraints) => { requests.push(constraints); return answer(); },
+    enumerateDevices: async () => [{ kind: 'audioinput', deviceId: 'usb', label: 'USB mic' },
+      { kind: 'audiooutput', deviceId: 'spk', label: 'Speakers' }, { kind: 'audioinput', deviceId: 'bt', label: '' }],
+  } } });
+  return { requests, restore: () => (saved ? Object.defineProperty(globalThis, 'navigator', saved) : delete globalThis.navigator) };
+}
+
+test('a microphone that ends mid-call is reported and another one is taken without ending the call', async () => {
+  const { call, seen, ctx } = liveCall();
+  const first = fakeStream();
+  call.useMicrophone(first);
+  assert.equal(ctx.sources[0].connectedTo, call.capture);
+  first.track.dispatchEvent(new Event('ended')); // headset disconnected
+  assert.equal(seen.notices.length, 1);
+  assert.equal(seen.notices[0].kind, 'mic');
+  assert.match(seen.notices[0].message, /microphone stopped.*Choose a microphone/);
+  assert.equal(call.state, 'live');
+
+  const second = fakeStream();
+  const mics = stubMicrophones(() => second);
+  try {
+    assert.deepEqual(await call.microphones(), [{ id: 'usb', label: 'USB mic' }, { id: 'bt', label: 'Microphone 2' }]);
+    await call.switchMicrophone('usb');
+    assert.deepEqual(mics.requests[0].audio.deviceId, { exact: 'usb' });
+  } finally { mics.restore(); }
+  assert.equal(ctx.sources[1].connectedTo, call.capture);
+  assert.equal(ctx.sources[0].connectedTo, null);
+  assert.equal(first.track.stopped, true);
+  assert.deepEqual(seen.notices.at(-1), { kind: 'mic', message: null });
+  second.track.dispatchEvent(new Event('ended'));
+  assert.equal(seen.notices.length, 3, 'the new microphone is watched too');
+  assert.equal(call.state, 'live');
+  assert.deepEqual(seen.errors, []);
+});
+
+test('a microphone that cannot be reopened keeps the call and says why', async () => {
+  const { call, seen } = liveCall();
+  call.useMicrophone(fakeStream());
+  const mics = stubMicrophones(() => { throw new DOMException('denied', 'NotAllowedError'); });
+  try {
+    await call.switchMicrophone('');
+    assert.equal(mics.requests[0].audio.deviceId, undefined, 'the default microphone');
+  } finally { mics.restore(); }
+  assert.equal(seen.notices.at(-1).kind, 'mic');
+  assert.match(seen.notices.at(-1).message, /permission was refused.*choose a microphone again\. Until then the model hears silence/);
+  assert.equal(call.state, 'live');
+  assert.deepEqual(seen.errors, []);
 });
 
 test('watchSound stops listening when asked', () => {
