@@ -48,6 +48,18 @@ if [ "$mode" = unit ]; then
     [ -n "$out" ] && echo "$out"
     check "systemd-analyze verify passes" "[ $rc -eq 0 ]"
     check "verify printed no complaint about the unit" "! echo \"\$out\" | grep -q personaplex.service"
+    # README's drop-in handing the TLS key over as a credential (the ini block with LoadCredential=):
+    # its keys and its %d specifier must be ones systemd takes
+    readme="$(dirname "$0")/../README.md"
+    mkdir -p "$root/personaplex.service.d"
+    awk '/^```ini$/ { block = ""; inside = 1; next } inside && /^```$/ { inside = 0; if (block ~ /LoadCredential=/) printf "%s", block; next }
+         inside { block = block $0 "\n" }' "$readme" | sed "s|=$prefix/bin/|=$tree/bin/|" >"$root/personaplex.service.d/tls.conf"
+    check "README has the credentials drop-in" "grep -q '^LoadCredential=tls-key:' '$root/personaplex.service.d/tls.conf'"
+    out="$(MANPATH="$tree/share/man:" systemd-analyze verify "$root/personaplex.service" 2>&1)"
+    rc=$?
+    [ -n "$out" ] && echo "$out"
+    check "the unit with README's credentials drop-in verifies, with no complaint" \
+        "[ $rc -eq 0 ] && ! echo \"\$out\" | grep -q 'personaplex.service'"
     check "Type=notify with a watchdog" "grep -q '^Type=notify' '$unit' && grep -q '^WatchdogSec=' '$unit'"
     check "a dedicated user" "grep -q '^DynamicUser=yes' '$unit'"
     check "hardening" "grep -q '^ProtectSystem=strict' '$unit' && grep -q '^NoNewPrivileges=yes' '$unit' && \
