@@ -334,8 +334,11 @@ export async function whyNotConnected(code) {
   if (voices?.status === 401) {
     return 'The server needs an API key: open this page with ?token=YOUR_KEY at the end of its address.';
   }
-  return `The call's connection did not open (code ${code}), though the server answers and has room now. ` +
-    'Try again; if it keeps failing, a proxy in front of the server may not pass WebSocket upgrades.';
+  // Behind a load balancer (k8s.yaml's Service) /health may come from another instance than the
+  // one that refused the call, so "has room" is not proof the refusal was something else.
+  return `The call's connection did not open (code ${code}), though the server answers and has room now ` +
+    '(behind a load balancer, the instance you reached may have been full). Try again; if it keeps failing, ' +
+    'a proxy in front of the server may not pass WebSocket upgrades.';
 }
 
 // deviceId: a device from enumerateDevices(), or '' / absent for the browser's default. retry: what

@@ -53,7 +53,7 @@ test('a connection that never opened (1006) is explained from /health and /api/v
     [{ '/health': health('draining'), '/api/voices': voices }, /shutting down/],
     [{ '/health': health('failing', { error: 'cuda: device lost' }), '/api/voices': voices }, /cuda: device lost/],
     [{ '/health': health('ok'), '/api/voices': { status: 401, body: {} } }, /API key.*\?token=/],
-    [{ '/health': health('ok'), '/api/voices': voices }, /code 1006.*proxy/],
+    [{ '/health': health('ok'), '/api/voices': voices }, /code 1006.*instance you reached may have been full.*proxy/],
     [{ '/health': 'down', '/api/voices': 'down' }, /Could not reach the server \(Failed to fetch\)/],
     [{ '/health': { status: 502, body: '<html>502 Bad Gateway</html>' } }, /HTTP 502 and no server status.*proxy/],
   ];
