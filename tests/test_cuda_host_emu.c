@@ -157,6 +157,9 @@ typedef struct codec_run {
     int32_t codes[CONVS][QUANTIZER_MAX_CODES];
 } codec_run;
 
+static void codec_close(codec_run *r);
+
+/* Opens the codec run, or leaves nothing open and r closed (codec_close may still be called). */
 static int codec_open(codec_run *r, char *err) {
     memset(r, 0, sizeof *r);
     int rc = pp_backend_create("cuda", 1, &r->be, err);
@@ -168,9 +171,11 @@ static int codec_open(codec_run *r, char *err) {
     for (int k = 0; k < CONVS && !rc; k++) rc = pp_mimi_state_create(r->m, &r->s[k], err);
     r->pcm_in = calloc((size_t)r->frame, sizeof(float));
     for (int k = 0; k < CONVS; k++) r->pcm_out[k] = calloc((size_t)r->frame, sizeof(float));
+    if (rc) codec_close(r);
     return rc;
 }
 
+/* Closes what is open of r and zeroes it, so a second close does nothing. */
 static void codec_close(codec_run *r) {
     for (int k = 0; k < CONVS; k++) {
         pp_mimi_state_destroy(r->s[k]);
@@ -180,6 +185,7 @@ static void codec_close(codec_run *r) {
     pp_mimi_batch_destroy(r->batch);
     pp_mimi_close(r->m);
     pp_backend_destroy(r->be);
+    memset(r, 0, sizeof *r);
 }
 
 /* One frame, encoded and decoded, of conversations 0..n-1: a tone that changes with the frame. */
@@ -210,6 +216,7 @@ static void tick_failure(enum pk_emu_call call, int warm, const char *what, cons
     if (rc) {
         fprintf(stderr, "%s\n", err);
         TEST_COND("the codec runs before the failure", 0);
+        codec_close(&r);
         return;
     }
     pk_emu_fail_nth(call, 1);
@@ -320,6 +327,8 @@ static void test_alternating_rows(void) {
     if (rc) {
         fprintf(stderr, "%s\n", err);
         TEST_COND("two codecs open", 0);
+        codec_close(&lone);
+        codec_close(&r);
         return;
     }
     pp_backend_ops ops = *r.be->ops;

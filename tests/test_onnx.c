@@ -233,12 +233,14 @@ static const st_tensor *table_find(const st_tensor *t, size_t n, const char *nam
 static int read_seed(const char *name, unsigned char **buf, size_t *len, size_t *first, char *err) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", SEEDS, name);
+    *buf = NULL; /* what the caller frees on every path */
     int rc = pp_file_read_all(path, 1u << 24, buf, len, err);
     if (rc) return rc;
     *first = *len > 5 ? (size_t)(*buf)[1] | (size_t)(*buf)[2] << 8 | (size_t)(*buf)[3] << 16 | (size_t)(*buf)[4] << 24
                       : 0;
     if (*len < 5 || *first > *len - 5) {
         free(*buf);
+        *buf = NULL;
         return pp_fail(err, PP_EFORMAT, "%s: not a bundle seed", name);
     }
     return 0;
