@@ -19,6 +19,7 @@
 #include "server/json_socket.h"
 #include "session/params.h"
 #include "server/wire.h"
+#include "text/utf8.h"
 
 static uint8_t g_msg[CONN_JSON_MAX];
 

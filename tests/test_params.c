@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "base/number.h"
 #include "session/params.h"
+#include "text/utf8.h"
 
 #include <string.h>
 

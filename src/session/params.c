@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "io/voice.h"
+#include "text/utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,32 +25,6 @@ void pp_params_defaults(pp_session_params *p) {
     p->audio_topk = 250;
     p->text_seed = p->audio_seed = REFERENCE_SEED;
     p->echo_cancel = -1;
-}
-
-int pp_utf8_valid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int n;
-        unsigned cp, min;
-        if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
-        else return 0;
-        if (i + (size_t)n >= len) return 0; /* truncated sequence */
-        for (int k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-        i += (size_t)n + 1;
-    }
-    return 1;
 }
 
 _Static_assert(PP_PARAMS_MAX_VOICE >= PP_VOICE_NAME_MAX + sizeof ".embeddings.bin",

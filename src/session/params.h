@@ -23,7 +23,4 @@ int pp_params_set_voice(pp_session_params *p, const char *name, char *err);
  * base and conversation give the same seed on every run. */
 uint64_t pp_params_conversation_seed(uint64_t base, uint64_t conversation);
 
-/* True when the len bytes at s are well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
-int pp_utf8_valid(const char *s, size_t len);
-
 #endif

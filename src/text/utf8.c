@@ -1,9 +1,33 @@
 /* utf8: see utf8.h. */
 #include "text/utf8.h"
 
-#include "session/params.h" /* pp_utf8_valid */
-
 #include <string.h>
+
+int pp_utf8_valid(const char *str, size_t len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int n;
+        unsigned cp, min;
+        if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (i + (size_t)n >= len) return 0; /* truncated sequence */
+        for (int k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        i += (size_t)n + 1;
+    }
+    return 1;
+}
 
 /* Byte i of carry + in. */
 static unsigned char joined_byte(const pp_utf8_carry *carry, const char *in, size_t i) {

@@ -6,6 +6,9 @@
 
 #include <stddef.h>
 
+/* True when the len bytes at s are well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+int pp_utf8_valid(const char *s, size_t len);
+
 /* The start of a character cut at the end of the previous piece; zero-initialised: empty. */
 typedef struct pp_utf8_carry {
     unsigned char bytes[4];

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "session/params.h"
+#include "text/utf8.h"
 
 #include <stdint.h>
 #include <stdlib.h>

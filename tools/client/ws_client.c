@@ -1,7 +1,7 @@
 /* ws_client: see ws_client.h. Single-threaded: everything runs in wc_run's service loop. */
 #include "ws_client.h"
 
-#include "session/params.h"
+#include "text/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
