@@ -4,7 +4,8 @@
  *   evaluation of the definition, and running it in chunks of 1, 2 and 3 strides gives the
  *   same output as the whole run.
  * - Mimi (the mimi-synth golden model): two interleaved sessions equal two separate runs;
- *   reset is bit-identical to a fresh state; bad codes are refused without touching state.
+ *   reset is bit-identical to a fresh state; bad codes are refused without touching state;
+ *   NaN and infinite samples encode as zeros and leave later frames untouched.
  * - The catalog of tensors the released configuration reads matches docs/codec.md §2's
  *   parameter count; unsupported config keys are refused; BF16 weights are converted. */
 #include "test.h"
@@ -269,6 +270,46 @@ static void test_sessions(pp_backend *be) {
         free(inter[k].pcm);
     }
     free(again.pcm);
+    pp_mimi_close(m);
+}
+
+/* NaN and infinite samples are taken as silence: a frame holding them gives the codes of the
+ * same frame with zeros there, and so does every frame after it (before, the codes of the
+ * next frames, as long as the transformer's context, came out of NaNs: all zero). */
+#define NONFINITE_FRAMES 12
+static void test_nonfinite_pcm(pp_backend *be) {
+    char err[PP_ERR_LEN];
+    mimi_model *m;
+    int rc = pp_mimi_open(be, PP_TEST_DATA "/golden/mimi-synth/model.safetensors", NULL, &m, err);
+    if (rc) fprintf(stderr, "mimi-synth: %s\n", err);
+    TEST_COND("pp_mimi_open on mimi-synth", rc == 0);
+    if (rc) return;
+    const int frame = pp_mimi_get_config(m)->frame_size;
+    float *bad = malloc((size_t)NONFINITE_FRAMES * frame * sizeof(float)),
+          *zeroed = malloc((size_t)NONFINITE_FRAMES * frame * sizeof(float));
+    for (int i = 0; i < NONFINITE_FRAMES * frame; i++) bad[i] = zeroed[i] = 0.3f * sinf(0.01f * i) + 0.1f * frand();
+    const int holes[] = {frame / 3, frame / 2, frame / 2 + 1, 2 * frame + 7};
+    const float specials[] = {NAN, INFINITY, -INFINITY, -NAN};
+    for (int k = 0; k < 4; k++) bad[holes[k]] = specials[k], zeroed[holes[k]] = 0.0f;
+    mimi_state *a, *b;
+    TEST_COND("states", pp_mimi_state_create(m, &a, err) == 0 && pp_mimi_state_create(m, &b, err) == 0);
+    int same = 1;
+    for (int fr = 0; fr < NONFINITE_FRAMES; fr++) {
+        int32_t ca[QUANTIZER_MAX_CODES] = {0}, cb[QUANTIZER_MAX_CODES] = {0};
+        rc = pp_mimi_encode_frame(a, bad + fr * frame, ca, NULL, err);
+        if (!rc) rc = pp_mimi_encode_frame(b, zeroed + fr * frame, cb, NULL, err);
+        TEST_COND("mimi frame runs", rc == 0);
+        if (memcmp(ca, cb, sizeof ca)) {
+            fprintf(stderr, "frame %d: codes %d %d %d, with zeros %d %d %d\n", fr, ca[0], ca[1], ca[2], cb[0], cb[1],
+                    cb[2]);
+            same = 0;
+        }
+    }
+    TEST_COND("NaN and infinite samples encode as zeros, and later frames are untouched", same);
+    pp_mimi_state_destroy(a);
+    pp_mimi_state_destroy(b);
+    free(bad);
+    free(zeroed);
     pp_mimi_close(m);
 }
 
@@ -553,6 +594,7 @@ int main(void) {
     test_catalog();
     test_bad_configs(be);
     test_sessions(be);
+    test_nonfinite_pcm(be);
     test_bf16_weights(be);
     test_code_gaps(be);
     pp_backend_destroy(be);

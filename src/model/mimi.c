@@ -751,6 +751,13 @@ static int run_call(mimi_batch *b, int decode, codec_call *c, char *err) {
     return pp_backend_run_recorded(b->m->be, key, issue, c, err);
 }
 
+/* One NaN or infinite sample would reach the convolutions' carries and the transformer's key
+ * ring, and turn the codes of the next context steps (10 s of the released codec) into garbage:
+ * it goes in as silence, as it goes to the echo canceller and the Opus encoder. */
+static void copy_finite(float *dst, const float *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = isfinite(src[i]) ? src[i] : 0.0f;
+}
+
 /* The state's first frame since reset meets the downsample's replicate padding. */
 static int starts_downsample(const mimi_model *m, const mimi_state *s) { return m->resample && !s->started; }
 
@@ -764,7 +771,7 @@ static int encode(mimi_batch *b, mimi_state *const *ss, int n, const float *cons
     codec_call c = {b, n, 0};
     for (int i = 0; i < n; i++) c.fresh += starts_downsample(m, ss[i]);
     for (int i = 0, f = 0, r = c.fresh; i < n; i++) b->order[starts_downsample(m, ss[i]) ? f++ : r++] = i;
-    for (int r = 0; r < n; r++) memcpy(b->pcm_host + (size_t)r * frame, pcm[b->order[r]], frame * sizeof(float));
+    for (int r = 0; r < n; r++) copy_finite(b->pcm_host + (size_t)r * frame, pcm[b->order[r]], frame);
     be->ops->upload(be, b->pcm, b->pcm_host, (size_t)n * frame * sizeof(float));
     prepare_rows(b, ss, n, 0);
     if ((rc = run_call(b, 0, &c, err))) return rc;

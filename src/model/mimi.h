@@ -77,7 +77,8 @@ void pp_mimi_state_reset(mimi_state *s);
 void pp_mimi_state_destroy(mimi_state *s);
 
 /* One frame: pcm (host) [frame_size] -> codes (host) [num_codebooks]. When latent (host,
- * [dimension]) is not NULL it receives the unquantised latent the codes come from. */
+ * [dimension]) is not NULL it receives the unquantised latent the codes come from. A NaN or
+ * infinite sample is taken as 0 (here and in pp_mimi_encode_batch). */
 int pp_mimi_encode_frame(mimi_state *s, const float *pcm, int32_t *codes, float *latent, char *err);
 /* One frame: codes (host) [num_codebooks], each in [0, bins) -> pcm (host) [frame_size].
  * Out-of-range codes fail with PP_EINVAL and leave the state untouched. */
