@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "audio/loudness.h"
 #include "base/err.h"
@@ -96,6 +97,17 @@ int main(void) {
     TEST_COND("digital silence reads -inf", isinf(l_zero) && l_zero < 0);
     TEST_COND("normalising silence is refused", pp_loudness_normalize(x, n, 24000, -24.0, NULL, err) == PP_EINVAL);
     TEST_COND("a clip shorter than 400 ms is refused", pp_loudness_lufs(x, 9599, 24000, &l_zero, err) == PP_EINVAL);
+    /* A NaN or infinite sample is refused, naming it; before, the clip read -inf and was
+     * refused as silent. */
+    n = 0;
+    sine(x, &n, 24000, 997, 0.1, 2);
+    for (int k = 0; k < 2; k++) {
+        float saved = x[12345];
+        x[12345] = k ? INFINITY : NAN;
+        int rc = pp_loudness_normalize(x, n, 24000, -24.0, NULL, err);
+        TEST_COND("a non-finite sample is refused, naming it", rc == PP_EINVAL && strstr(err, "sample 12345"));
+        x[12345] = saved;
+    }
     free(x);
     return test_report();
 }

@@ -69,7 +69,16 @@ int pp_loudness_lufs(const float *pcm, int64_t n, int rate, double *lufs, char *
         free(z);
         return pp_fail(err, PP_ENOMEM, "loudness: out of memory");
     }
-    for (int64_t i = 0; i < n; i++) k[i] = pcm[i];
+    for (int64_t i = 0; i < n; i++) {
+        /* A NaN or infinity would make every block's loudness NaN, which no gate passes: the
+         * clip would read as silence. */
+        if (!isfinite(pcm[i])) {
+            free(k);
+            free(z);
+            return pp_fail(err, PP_EINVAL, "loudness: sample %lld is not a finite number", (long long)i);
+        }
+        k[i] = pcm[i];
+    }
     biquad shelf = design(1, 4.0, 1 / sqrt(2.0), 1500.0, rate), hp = design(0, 0.0, 0.5, 38.0, rate);
     run_biquad(&shelf, k, n);
     run_biquad(&hp, k, n);
