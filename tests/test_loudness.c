@@ -97,6 +97,19 @@ int main(void) {
     TEST_COND("digital silence reads -inf", isinf(l_zero) && l_zero < 0);
     TEST_COND("normalising silence is refused", pp_loudness_normalize(x, n, 24000, -24.0, NULL, err) == PP_EINVAL);
     TEST_COND("a clip shorter than 400 ms is refused", pp_loudness_lufs(x, 9599, 24000, &l_zero, err) == PP_EINVAL);
+    /* A rate that puts the 1500 Hz shelf at or past Nyquist is refused; before, a 2 kHz clip read
+     * -inf (and normalising it was refused as silent) and a 1 kHz one a wrong finite level. */
+    for (int k = 0; k < 2; k++) {
+        int low = k ? 2000 : 1000;
+        const char *named = k ? "2000 Hz" : "1000 Hz";
+        n = 0;
+        sine(x, &n, low, low / 20.0, 0.1, 2);
+        TEST_COND("a rate of 3 kHz or less is refused, naming it",
+                  pp_loudness_lufs(x, n, low, &l_zero, err) == PP_EINVAL && strstr(err, named));
+    }
+    n = 0;
+    sine(x, &n, 8000, 400, 0.1, 2);
+    TEST_COND("8 kHz is measured", pp_loudness_lufs(x, n, 8000, &l_zero, err) == 0 && isfinite(l_zero));
     /* A NaN or infinite sample is refused, naming it; before, the clip read -inf and was
      * refused as silent. */
     n = 0;

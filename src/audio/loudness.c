@@ -15,6 +15,7 @@
 #define ABS_GATE -70.0  /* LUFS */
 #define REL_GATE -10.0  /* LU below the absolutely gated mean */
 #define OFFSET -0.691   /* makes a 997 Hz 0 dBFS sine read -3.01 */
+#define SHELF_HZ 1500.0 /* the K-weighting's high shelf: a rate must put it below Nyquist */
 
 typedef struct biquad {
     double b0, b1, b2, a1, a2; /* normalised by a0 */
@@ -57,7 +58,11 @@ static double block_loudness(double ms) { return OFFSET + 10.0 * log10(ms); }
 
 int pp_loudness_lufs(const float *pcm, int64_t n, int rate, double *lufs, char *err) {
     *lufs = -INFINITY;
-    if (rate <= 0 || n < (int64_t)(BLOCK_S * rate))
+    /* At or below twice the shelf's frequency the biquad designs alias: a 2 kHz clip read -inf. */
+    if (rate <= 2 * SHELF_HZ)
+        return pp_fail(err, PP_EINVAL, "loudness: %d Hz is too low a rate for K-weighting (over %.0f Hz)", rate,
+                       2 * SHELF_HZ);
+    if (n < (int64_t)(BLOCK_S * rate))
         return pp_fail(err, PP_EINVAL, "loudness: %lld samples at %d Hz is shorter than one 400 ms block", (long long)n, rate);
     double *k = malloc((size_t)n * sizeof *k);
     /* Block count as pyloudnorm computes it (round half to even); the last block may run past
@@ -79,7 +84,7 @@ int pp_loudness_lufs(const float *pcm, int64_t n, int rate, double *lufs, char *
         }
         k[i] = pcm[i];
     }
-    biquad shelf = design(1, 4.0, 1 / sqrt(2.0), 1500.0, rate), hp = design(0, 0.0, 0.5, 38.0, rate);
+    biquad shelf = design(1, 4.0, 1 / sqrt(2.0), SHELF_HZ, rate), hp = design(0, 0.0, 0.5, 38.0, rate);
     run_biquad(&shelf, k, n);
     run_biquad(&hp, k, n);
     for (int64_t j = 0; j < blocks; j++) {

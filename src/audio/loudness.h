@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 /* *lufs gets the integrated loudness, or -INFINITY when every block is below the absolute
- * gate (silence). Clips shorter than one 400 ms block, or holding a NaN or infinite sample, are
- * refused (PP_EINVAL). */
+ * gate (silence). Clips shorter than one 400 ms block, at 3 kHz or less (the K-weighting's 1500 Hz
+ * shelf must lie below Nyquist), or holding a NaN or infinite sample, are refused (PP_EINVAL). */
 int pp_loudness_lufs(const float *pcm, int64_t n, int rate, double *lufs, char *err);
 
 /* Scales pcm in place so it measures target_lufs; silent clips are refused (PP_EINVAL).
