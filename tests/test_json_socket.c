@@ -441,6 +441,57 @@ static void check_realtime_wire(void) {
     conn_destroy(c);
 }
 
+/* Takes every queued message; for each response.created and response.done appends
+ * "<type> <status>/<details>" to out, details being "null", the reason of a status_details
+ * object, or "missing" when the response has no status_details key. */
+static void take_response_statuses(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc), *response = pp_json_get(r, "response");
+        const char *type = json_socket_string(r, "type");
+        if (response && (!strcmp(type, "response.created") || !strcmp(type, "response.done"))) {
+            const pp_json *details = pp_json_get(response, "status_details");
+            const char *reason = !details                          ? "missing"
+                                 : details->type == PP_JSON_NULL ? "null"
+                                                                 : json_socket_string(details, "reason");
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%s %s/%s", used ? " " : "", type,
+                     json_socket_string(response, "status"), reason ? reason : "?");
+        }
+        pp_json_free(doc);
+    }
+}
+
+/* Every response object has status_details (Pipecat's parser requires the key: before, it
+ * dropped every response.created and response.done of this server). */
+static void check_realtime_response_status(void) {
+    char err[PP_ERR_LEN], seen[4096];
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 13, &c);
+    wire_ready(w, err);
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    for (int k = 0; k < 8; k++) wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    take_response_statuses(c, seen, sizeof seen);
+    printf("a completed turn: %s\n", seen);
+    TEST_COND("a completed turn: status_details null in both",
+              !strcmp(seen, "response.created in_progress/null response.done completed/null"));
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    pp_session_params p;
+    pp_params_defaults(&p);
+    wire_restart(w, &p);
+    take_response_statuses(c, seen, sizeof seen);
+    printf("a cancelled turn: %s\n", seen);
+    TEST_COND("a cancelled turn says the client cancelled it",
+              !strcmp(seen, "response.created in_progress/null response.done cancelled/client_cancelled"));
+    wire_close(w);
+    conn_destroy(c);
+}
+
 /* A turn's text past the .done events' 2048 bytes: they repeat a prefix of the deltas' text.
  * Before, a piece that did not fit was skipped and a shorter one after it still went in ("...ab"
  * + "k": a hole where "mber" was). */
@@ -590,6 +641,7 @@ int main(void) {
     check_realtime_scattered_errors(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
+    check_realtime_response_status();
     check_twilio_wire();
     check_frame_cost();
     char small[1000]; /* far less than the exposition: it must still end in a whole line */

@@ -111,12 +111,17 @@ const char *wire_format_json(audio_format f) {
                              : "{\"type\":\"audio/pcm\",\"rate\":24000}";
 }
 
-/* The response object of the current turn. */
+/* The response object of the current turn. status_details is always there, null but for a
+ * cancelled turn (which only the client's response.cancel or session.update causes): clients
+ * that validate the object strictly (Pipecat's) require the key and drop an event without it. */
 static void response_object(wire *w, pp_jw *jw, const char *status, int with_item) {
+    const char *details =
+        strcmp(status, "cancelled") ? "null" : "{\"type\":\"cancelled\",\"reason\":\"client_cancelled\"}";
     pp_jw_raw(jw,
               ",\"response\":{\"object\":\"realtime.response\",\"id\":\"%s\",\"status\":\"%s\","
-              "\"output_modalities\":[\"audio\"],\"audio\":{\"output\":{\"format\":%s,\"voice\":",
-              w->response_id, status, wire_format_json(w->format));
+              "\"status_details\":%s,\"output_modalities\":[\"audio\"],\"audio\":{\"output\":{\"format\":%s,"
+              "\"voice\":",
+              w->response_id, status, details, wire_format_json(w->format));
     pp_jw_str(jw, w->voice, strlen(w->voice));
     pp_jw_raw(jw, "}},\"output\":[");
     if (with_item) {
