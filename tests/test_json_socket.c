@@ -602,6 +602,50 @@ static void check_chat_fragments(metrics *m) {
     conn_destroy(c);
 }
 
+/* Sends one event; returns the error.event_id of the `error` it draws, "null" for a JSON null,
+ * "none" when no error came. */
+static const char *error_event_id_of(json_socket *js, const char *event) {
+    static char id[CONN_EVENT_ID_MAX + 1];
+    char err[PP_ERR_LEN];
+    size_t len;
+    int text;
+    snprintf(id, sizeof id, "none");
+    send_text(js, event);
+    while (conn_dequeue(js->in->c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *e = pp_json_get(pp_json_root(doc), "error"), *v = pp_json_get(e, "event_id");
+        if (e) snprintf(id, sizeof id, "%s", v && v->type == PP_JSON_STRING ? v->string : "null");
+        pp_json_free(doc);
+    }
+    return id;
+}
+
+/* An error repeats the event_id of the client event that caused it, as OpenAI's do (before: always
+ * null, so a client could not tell which of its events was refused). */
+static void check_realtime_error_event_id(metrics *m) {
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 14, m, &in, &js, NULL);
+    char seen[512];
+    drain(c, seen, sizeof seen);
+    const char *id = error_event_id_of(&js, "{\"type\":\"no.such\",\"event_id\":\"evt_client_7\"}");
+    printf("error.event_id of an unknown event with its event_id: %s\n", id);
+    TEST_COND("an error repeats its event's event_id", !strcmp(id, "evt_client_7"));
+    id = error_event_id_of(&js, "{\"event_id\":\"evt_client_8\",\"type\":\"input_audio_buffer.append\",\"audio\":\"*\"}");
+    TEST_COND("whichever handler refuses it", !strcmp(id, "evt_client_8"));
+    TEST_COND("an event without one: null", !strcmp(error_event_id_of(&js, "{\"type\":\"no.such\"}"), "null"));
+    char long_id[CONN_EVENT_ID_MAX + 64];
+    int n = snprintf(long_id, sizeof long_id, "{\"type\":\"no.such\",\"event_id\":\"");
+    memset(long_id + n, 'x', CONN_EVENT_ID_MAX + 1);
+    snprintf(long_id + n + CONN_EVENT_ID_MAX + 1, sizeof long_id - (size_t)(n + CONN_EVENT_ID_MAX + 1), "\"}");
+    TEST_COND("an id too long to repeat: null, the error still sent", !strcmp(error_event_id_of(&js, long_id), "null"));
+    TEST_COND("an event that succeeds draws no error",
+              !strcmp(error_event_id_of(&js, "{\"type\":\"input_audio_buffer.clear\",\"event_id\":\"e9\"}"), "none"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* The bad-event limit is a rate: 40 unknown events, one per 6 s of audio over a 4-min call, are
  * each answered and the call goes on (before, the 33rd closed it); with no audio between them
  * the 33rd still closes the socket (check_realtime_input). */
@@ -639,6 +683,7 @@ int main(void) {
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);
     check_realtime_scattered_errors(m);
+    check_realtime_error_event_id(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_realtime_response_status();

@@ -60,7 +60,7 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...) 
         return WS_INPUT_WRITE;
     }
     PP_WARN("realtime", "session %llu: %s", id, what);
-    conn_queue_error(in->c, "invalid_request_error", code, what);
+    conn_queue_error(in->c, "invalid_request_error", code, what, js->client_event_id);
     return WS_INPUT_WRITE;
 }
 
@@ -117,6 +117,11 @@ static int on_message(json_socket *js) {
     const pp_json *ev = pp_json_root(doc);
     const char *type = json_socket_string(ev, js->protocol == CONN_TWILIO ? "event" : "type");
     int todo;
+    /* lives in doc, until its free below; a longer id than an error can repeat is not repeated */
+    const pp_json *event_id = pp_json_get(ev, "event_id");
+    js->client_event_id = event_id && event_id->type == PP_JSON_STRING && event_id->string_len <= CONN_EVENT_ID_MAX
+                              ? event_id->string
+                              : NULL;
     if (ev->type != PP_JSON_OBJECT)
         todo = json_socket_reject(js, "invalid_event", "an event must be a JSON object");
     else if (!type)
@@ -124,6 +129,7 @@ static int on_message(json_socket *js) {
                                   js->protocol == CONN_TWILIO ? "event" : "type");
     else
         todo = js->protocol == CONN_TWILIO ? twilio_event(js, ev, type) : realtime_event(js, ev, type);
+    js->client_event_id = NULL;
     pp_json_free(doc);
     return todo;
 }

@@ -49,6 +49,7 @@ typedef struct json_socket {
     int skipping;    /* the message grew past the limit: drop to its end */
     char stream[64]; /* Twilio's streamSid */
     unsigned items;  /* input item ids handed out (realtime) */
+    const char *client_event_id; /* the event_id of the event being handled, for its errors; NULL: none */
 } json_socket;
 
 /* What the caller must do after a call, beyond ws_input's bits. */
