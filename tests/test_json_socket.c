@@ -128,8 +128,11 @@ static void check_realtime_input(metrics *m) {
                                                            !strcmp(restart.text_prompt, "Be kind."));
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATF0\"}}");
     TEST_COND("the same settings again do not", !conn_take_restart(c, &restart));
+    conn_set_responding(c, 1); /* as the engine's wire does when the model's turn opens */
     send_text(&js, "{\"type\":\"response.cancel\"}");
-    TEST_COND("response.cancel restarts", conn_take_restart(c, &restart) && !strcmp(restart.voice, "NATF0"));
+    TEST_COND("response.cancel of an open response restarts",
+              conn_take_restart(c, &restart) && !strcmp(restart.voice, "NATF0"));
+    conn_set_responding(c, 0);
     drain(c, seen, sizeof seen);
 
     send_text(&js, "{\"type\":\"input_audio_buffer.commit\"}");
@@ -602,6 +605,50 @@ static void check_chat_fragments(metrics *m) {
     conn_destroy(c);
 }
 
+/* response.cancel restarts the conversation only while a response is open. Before, a cancel
+ * with none (one that lost a race with response.done, or a client's on every barge-in) restarted
+ * it too, and the model lost everything it had heard. The wire shares the socket's conn, as in
+ * the server: its turns are what response.cancel sees. */
+static void check_realtime_cancel(metrics *m) {
+    char err[PP_ERR_LEN], seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 15, m, &in, &js, NULL);
+    pp_session_params restart;
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a cancel before the conversation: refused", !strcmp(seen, "session.created error:response_cancel_not_active"));
+    append_pcm(&js, 1920, 0);
+    conn_set_output(c, AUDIO_PCM16, "");
+    wire *w;
+    if (wire_open(c, &js.params, &w, err)) abort();
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) g_loud[i] = 0.3f * (float)sin(0.2 * i);
+    wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    int restarted = conn_take_restart(c, &restart);
+    printf("response.cancel while the model is quiet: %s, %s\n", seen, restarted ? "restarted" : "no restart");
+    TEST_COND("a cancel with no response open: refused, no restart",
+              !strcmp(seen, "error:response_cancel_not_active") && !restarted);
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    TEST_COND("a cancel in a turn restarts", conn_take_restart(c, &restart));
+    wire_restart(w, &restart); /* the engine's restart: the turn ends as cancelled */
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("after the cancelled turn a second cancel is refused",
+              !strcmp(seen, "error:response_cancel_not_active") && !conn_take_restart(c, &restart));
+    /* a race, not bad input: a client cancelling at each barge-in is never closed for it */
+    for (int k = 0; k < 2 * WS_INPUT_MAX_BAD; k++) send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("cancels with none open are not counted as bad input", in.bad == 0 && !in.closing);
+    wire_close(w);
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* Sends one event; returns the error.event_id of the `error` it draws, "null" for a JSON null,
  * "none" when no error came. */
 static const char *error_event_id_of(json_socket *js, const char *event) {
@@ -684,6 +731,7 @@ int main(void) {
     check_chat_fragments(m);
     check_realtime_scattered_errors(m);
     check_realtime_error_event_id(m);
+    check_realtime_cancel(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_realtime_response_status();

@@ -42,6 +42,7 @@ struct conn {
     int head, count;
     uint64_t events; /* JSON event ids handed out */
     int restart;     /* a restart was asked for, with restart_params */
+    int responding;  /* realtime: the model is in a turn (a response is open) */
     pp_session_params restart_params;
     char close_reason[124]; /* Twilio: why the socket closes (RFC 6455 allows 123 bytes) */
     int close_code;       /* close once drained; 0: keep open */
@@ -321,6 +322,19 @@ void conn_request_restart(conn *c, const pp_session_params *params) {
     c->restart = 1;
     c->restart_params = *params;
     pthread_mutex_unlock(&c->lock);
+}
+
+void conn_set_responding(conn *c, int responding) {
+    pthread_mutex_lock(&c->lock);
+    c->responding = responding;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int conn_responding(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int r = c->responding;
+    pthread_mutex_unlock(&c->lock);
+    return r;
 }
 
 int conn_take_restart(conn *c, pp_session_params *params) {

@@ -109,6 +109,10 @@ int conn_stalled(conn *c);
 int conn_backed_up(conn *c);
 /* When the client's audio last arrived (CLOCK_MONOTONIC ns; the conn's creation before any). */
 int64_t conn_last_input_ns(conn *c);
+/* Realtime: whether a response (a turn of the model's, wire.h) is open, which the engine sets
+ * and response.cancel asks. */
+void conn_set_responding(conn *c, int responding);
+int conn_responding(conn *c);
 
 /* ---- service thread ---- */
 

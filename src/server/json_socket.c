@@ -64,6 +64,17 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...) 
     return WS_INPUT_WRITE;
 }
 
+int json_socket_decline(json_socket *js, const char *code, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    PP_DEBUG("realtime", "session %llu: %s", (unsigned long long)conn_id(js->in->c), what);
+    conn_queue_error(js->in->c, "invalid_request_error", code, what, js->client_event_id);
+    return WS_INPUT_WRITE;
+}
+
 /* G.711 at 8 kHz to 24 kHz floats, pushed in chunks. */
 static int push_telephone(json_socket *js, const uint8_t *bytes, size_t n, audio_format format, int *frames) {
     char err[PP_ERR_LEN];

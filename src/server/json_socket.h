@@ -78,6 +78,14 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* Answers a well-formed realtime event that has nothing to act on now (a response.cancel that
+ * lost a race with response.done) with an `error` of code and the formatted text, as OpenAI
+ * does; not counted as bad input, so a client that sends it often is not closed for it. */
+int json_socket_decline(json_socket *js, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Decodes base64 audio in `format` and pushes it to the uplink. Returns ws_input bits. */
 int json_socket_audio(json_socket *js, const pp_json *b64, audio_format format);
 /* A string member, or NULL. */

@@ -4,7 +4,7 @@
  * The model is full duplex and takes its persona once, at the start: session.update sets the
  * voice, the instructions (the text prompt), the sampling temperature and the audio formats;
  * the audio buffer events are accepted as no-ops (there is no turn to commit); response.cancel
- * restarts the conversation from its prompts; events that would hand the model text or tool
+ * restarts the conversation from its prompts while a response is open (else it is refused); events that would hand the model text or tool
  * results are refused with an `error` saying why. Server events of the model's output are the
  * wire's (wire.h). */
 #include "server/json_socket.h"
@@ -196,7 +196,12 @@ int realtime_event(json_socket *js, const pp_json *ev, const char *type) {
     if (!strcmp(type, "input_audio_buffer.clear")) return ack(js, "input_audio_buffer.cleared", "");
     if (!strcmp(type, "response.create")) return admit(js); /* the model answers when it has something to say */
     if (!strcmp(type, "response.cancel")) {
-        if (!js->admit_asked) return 0;
+        /* Only an open response is cancelled: a restart would also wipe the conversation the
+         * model has heard so far, which a cancel that lost a race with response.done (or one
+         * sent on every barge-in) must not. OpenAI answers such a cancel with this code. */
+        if (!js->admit_asked || !conn_responding(js->in->c))
+            return json_socket_decline(js, "response_cancel_not_active",
+                                       "response.cancel: no response is in progress; the conversation goes on");
         conn_request_restart(js->in->c, &js->params);
         return WS_INPUT_WAKE;
     }

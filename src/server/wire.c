@@ -158,6 +158,7 @@ static long turn_open(wire *w) {
     w->transcript_len = 0;
     w->transcript_cut = 0;
     if (w->protocol != CONN_REALTIME) return 0;
+    conn_set_responding(w->c, 1);
     snprintf(w->response_id, sizeof w->response_id, "resp_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     snprintf(w->item_id, sizeof w->item_id, "item_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     begin(w, &jw, "response.created");
@@ -187,6 +188,7 @@ static long turn_close(wire *w, const char *status) {
         return finish(w, &jw);
     }
     if (w->protocol != CONN_REALTIME) return 0;
+    conn_set_responding(w->c, 0);
     begin(w, &jw, "response.output_audio.done");
     turn_fields(w, &jw, 1);
     n += finish(w, &jw);
