@@ -3,7 +3,8 @@
  * tests and tests/fuzz/fuzz_json_socket.c drive it without a socket. Service thread only.
  *
  * Each message is one JSON object in a text frame (fragments are joined, up to
- * JSON_SOCKET_MAX_MESSAGE). Audio in it is base64: 16-bit little-endian PCM at 24 kHz, or
+ * JSON_SOCKET_MAX_MESSAGE). Audio in it is base64: 16-bit little-endian PCM at 24 kHz (a byte
+ * stream: a message may end inside a sample, the next completes it), or
  * G.711 at 8 kHz, which a windowed-sinc resampler brings to 24 kHz; the samples go to the
  * conn's uplink. The conversation is not admitted when the socket opens: the client first says
  * how it wants it (realtime: session.update; Twilio: the `start` event's customParameters),
@@ -42,6 +43,7 @@ typedef struct json_socket {
     char server_voice[PP_PARAMS_MAX_VOICE]; /* --voice: what a Twilio call falls back to */
     int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
     audio_format in_format, out_format;
+    int pcm_carry;         /* 16-bit PCM: the first byte of a sample the last message cut; -1 none */
     pp_resampler *from_8k; /* G.711 input */
     int from_8k_format;    /* the format from_8k was opened for; -1 none */
     char *msg;             /* the message being joined */

@@ -193,7 +193,10 @@ int realtime_event(json_socket *js, const pp_json *ev, const char *type) {
                  (unsigned long long)conn_id(js->in->c), ++js->items);
         return ack(js, "input_audio_buffer.committed", fields);
     }
-    if (!strcmp(type, "input_audio_buffer.clear")) return ack(js, "input_audio_buffer.cleared", "");
+    if (!strcmp(type, "input_audio_buffer.clear")) {
+        js->pcm_carry = -1; /* what is buffered here: half a sample */
+        return ack(js, "input_audio_buffer.cleared", "");
+    }
     if (!strcmp(type, "response.create")) return admit(js); /* the model answers when it has something to say */
     if (!strcmp(type, "response.cancel")) {
         /* Only an open response is cancelled: a restart would also wipe the conversation the
