@@ -174,7 +174,8 @@ static void check_realtime_input(metrics *m) {
     TEST_COND("a prompt of escapes is described back", !strcmp(seen, "session.updated"));
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"a\\u0001\"}}");
     drain(c, seen, sizeof seen);
-    TEST_COND("a prompt of other controls is refused", !strcmp(seen, "error:invalid_value"));
+    TEST_COND("a prompt of other controls is refused, the rest of the update applies",
+              !strcmp(seen, "error:invalid_value session.updated"));
     /* an event of more values than JSON_SOCKET_MAX_VALUES, within the size limit */
     static char many[64 + 2 * (JSON_SOCKET_MAX_VALUES + 1)];
     at = snprintf(many, sizeof many, "{\"type\":\"input_audio_buffer.clear\",\"pad\":[");
@@ -282,6 +283,35 @@ static void check_realtime_unknown_voice(metrics *m) {
     json_socket_free(&js);
     conn_destroy(c);
     voices_dir_remove(dir);
+}
+
+/* Instructions over the prompt's size (an agent framework's system prompt) are refused, and the
+ * rest of the update applies: before, the whole update was refused, so a G.711 client that also
+ * sent a long prompt had its audio read as 16-bit PCM. */
+static void check_realtime_long_instructions(metrics *m) {
+    char seen[1024];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 17, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    static char update[PP_PARAMS_MAX_PROMPT + 512];
+    int at = snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"");
+    memset(update + at, 'a', PP_PARAMS_MAX_PROMPT + 1);
+    at += PP_PARAMS_MAX_PROMPT + 1;
+    snprintf(update + at, sizeof update - (size_t)at,
+             "\",\"audio\":{\"input\":{\"format\":{\"type\":\"audio/pcmu\"}},"
+             "\"output\":{\"format\":{\"type\":\"audio/pcmu\"},\"voice\":\"NATM1\"}}}}");
+    send_text(&js, update);
+    drain(c, seen, sizeof seen);
+    printf("instructions of %d bytes with μ-law and a voice: %s; input %s\n", PP_PARAMS_MAX_PROMPT + 1, seen,
+           js.in_format == AUDIO_ULAW ? "μ-law" : "not μ-law");
+    TEST_COND("too long instructions: an error, then the update",
+              !strcmp(seen, "error:invalid_value session.updated"));
+    TEST_COND("... which takes the formats and the voice and keeps the instructions",
+              js.in_format == AUDIO_ULAW && js.out_format == AUDIO_ULAW && !strcmp(js.params.voice, "NATM1") &&
+                  js.params.text_prompt[0] == '\0');
+    json_socket_free(&js);
+    conn_destroy(c);
 }
 
 /* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
@@ -760,6 +790,7 @@ int main(void) {
     check_realtime_input(m);
     check_realtime_g711(m);
     check_realtime_unknown_voice(m);
+    check_realtime_long_instructions(m);
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);

@@ -103,9 +103,15 @@ static int session_update(json_socket *js, const pp_json *ev) {
                                   "session type \"%s\": this server holds conversations (\"realtime\")", kind);
     pp_session_params p = js->params;
     int todo = 0, bad = 0;
+    /* Instructions the model cannot take (over its prompt's size: agent frameworks' prompts run to
+     * kilobytes) leave the session's, as an unknown voice does: refusing the whole update would
+     * also drop its audio formats, and the client's audio would be read in the wrong one. */
     const char *instructions = json_socket_string(s, "instructions");
-    if (instructions && pp_params_set(&p, "text_prompt", instructions, err))
-        return json_socket_reject(js, "invalid_value", "session.instructions: %s", err);
+    if (instructions && pp_params_set(&p, "text_prompt", instructions, err)) /* p unchanged when refused */
+        todo |= json_socket_reject(js, "invalid_value",
+                                   "session.instructions: %s; the session keeps its instructions and the rest of the "
+                                   "update applies",
+                                   err);
     const pp_json *output = pp_json_get(pp_json_get(s, "audio"), "output");
     const char *voice = json_socket_string(output, "voice");
     if (!voice) voice = json_socket_string(s, "voice");
