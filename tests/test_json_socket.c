@@ -475,7 +475,8 @@ static void check_realtime_wire(void) {
 
 /* Takes every queued message; for each response.created and response.done appends
  * "<type> <status>/<details>" to out, details being "null", the reason of a status_details
- * object, or "missing" when the response has no status_details key. */
+ * object, or "missing" when the response has no status_details key; response.done adds
+ * " usage <output_tokens>/<input_tokens>" ("usage missing" without a whole usage object). */
 static void take_response_statuses(conn *c, char *out, size_t cap) {
     size_t len;
     int text;
@@ -492,15 +493,26 @@ static void take_response_statuses(conn *c, char *out, size_t cap) {
                                  : details->type == PP_JSON_NULL ? "null"
                                                                  : json_socket_string(details, "reason");
             size_t used = strlen(out);
-            snprintf(out + used, cap - used, "%s%s %s/%s", used ? " " : "", type,
-                     json_socket_string(response, "status"), reason ? reason : "?");
+            used += (size_t)snprintf(out + used, cap - used, "%s%s %s/%s", used ? " " : "", type,
+                                     json_socket_string(response, "status"), reason ? reason : "?");
+            const pp_json *u = pp_json_get(response, "usage"), *in = pp_json_get(u, "input_tokens"),
+                          *outn = pp_json_get(u, "output_tokens"), *total = pp_json_get(u, "total_tokens");
+            int whole = in && outn && total && pp_json_get(u, "input_token_details") &&
+                        pp_json_get(u, "output_token_details") && total->number == in->number + outn->number;
+            if (!strcmp(type, "response.done") && used < cap) {
+                if (whole)
+                    snprintf(out + used, cap - used, " usage %g/%g", outn->number, in->number);
+                else
+                    snprintf(out + used, cap - used, " usage missing");
+            }
         }
         pp_json_free(doc);
     }
 }
 
 /* Every response object has status_details (Pipecat's parser requires the key: before, it
- * dropped every response.created and response.done of this server). */
+ * dropped every response.created and response.done of this server), and response.done a usage
+ * (Pipecat reads response.usage.input_tokens of each, unguarded). */
 static void check_realtime_response_status(void) {
     char err[PP_ERR_LEN], seen[4096];
     conn *c;
@@ -510,16 +522,17 @@ static void check_realtime_response_status(void) {
     for (int k = 0; k < 8; k++) wire_frame(w, g_quiet, 1, g_quiet, "", err);
     take_response_statuses(c, seen, sizeof seen);
     printf("a completed turn: %s\n", seen);
-    TEST_COND("a completed turn: status_details null in both",
-              !strcmp(seen, "response.created in_progress/null response.done completed/null"));
+    TEST_COND("a completed turn: status_details null in both, usage of its 9 frames, all heard",
+              !strcmp(seen, "response.created in_progress/null response.done completed/null usage 9/9"));
     wire_frame(w, g_quiet, 1, g_loud, "", err);
+    wire_frame(w, g_quiet, 0, g_loud, "", err); /* silence the server filled in: not heard */
     pp_session_params p;
     pp_params_defaults(&p);
     wire_restart(w, &p);
     take_response_statuses(c, seen, sizeof seen);
     printf("a cancelled turn: %s\n", seen);
-    TEST_COND("a cancelled turn says the client cancelled it",
-              !strcmp(seen, "response.created in_progress/null response.done cancelled/client_cancelled"));
+    TEST_COND("a cancelled turn says the client cancelled it, and counts what it sent",
+              !strcmp(seen, "response.created in_progress/null response.done cancelled/client_cancelled usage 2/1"));
     wire_close(w);
     conn_destroy(c);
 }

@@ -38,6 +38,7 @@ struct wire {
     char voice[PP_PARAMS_MAX_VOICE];
     /* the current turn */
     int speaking, quiet_frames, loud_caller_frames, cleared;
+    unsigned turn_frames, turn_heard; /* frames of the turn sent, and of them those with the client's audio */
     unsigned turns;
     char response_id[48], item_id[48];
     char transcript[TRANSCRIPT_MAX];
@@ -111,6 +112,17 @@ const char *wire_format_json(audio_format f) {
                              : "{\"type\":\"audio/pcm\",\"rate\":24000}";
 }
 
+/* response.done's usage, which clients read unguarded (Pipecat takes usage.input_tokens of every
+ * response.done). The model has no tokenizer's tokens to bill: it counts the turn's 80 ms frames,
+ * output those it spoke, input those of the client's audio it heard meanwhile. */
+static void usage(wire *w, pp_jw *jw) {
+    pp_jw_raw(jw,
+              ",\"usage\":{\"total_tokens\":%u,\"input_tokens\":%u,\"output_tokens\":%u,"
+              "\"input_token_details\":{\"text_tokens\":0,\"audio_tokens\":%u,\"cached_tokens\":0},"
+              "\"output_token_details\":{\"text_tokens\":0,\"audio_tokens\":%u}}",
+              w->turn_heard + w->turn_frames, w->turn_heard, w->turn_frames, w->turn_heard, w->turn_frames);
+}
+
 /* The response object of the current turn. status_details is always there, null but for a
  * cancelled turn (which only the client's response.cancel or session.update causes): clients
  * that validate the object strictly (Pipecat's) require the key and drop an event without it. */
@@ -123,7 +135,9 @@ static void response_object(wire *w, pp_jw *jw, const char *status, int with_ite
               "\"voice\":",
               w->response_id, status, details, wire_format_json(w->format));
     pp_jw_str(jw, w->voice, strlen(w->voice));
-    pp_jw_raw(jw, "}},\"output\":[");
+    pp_jw_raw(jw, "}}");
+    if (with_item) usage(w, jw); /* response.done */
+    pp_jw_raw(jw, ",\"output\":[");
     if (with_item) {
         pp_jw_raw(jw,
                   "{\"id\":\"%s\",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"assistant\","
@@ -155,6 +169,7 @@ static long turn_open(wire *w) {
     w->turns++;
     w->speaking = 1;
     w->quiet_frames = w->loud_caller_frames = w->cleared = 0;
+    w->turn_frames = w->turn_heard = 0;
     w->transcript_len = 0;
     w->transcript_cut = 0;
     if (w->protocol != CONN_REALTIME) return 0;
@@ -282,6 +297,8 @@ static long json_frame(wire *w, const float *pcm_in, int from_client, const floa
         turn_fields(w, &jw, 1);
         pp_jw_raw(&jw, ",\"delta\":\"%s\"", b64);
         n += finish(w, &jw);
+        w->turn_frames++;
+        w->turn_heard += from_client != 0;
     }
     if (w->speaking) {
         w->quiet_frames = speech ? 0 : w->quiet_frames + 1;
