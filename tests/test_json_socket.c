@@ -438,9 +438,9 @@ static void check_realtime_wire(void) {
     TEST_COND("quiet frames send nothing", drain(c, seen, sizeof seen) == 0);
     long n = wire_frame(w, quiet, 1, loud, "", err);
     drain(c, seen, sizeof seen);
+    /* no output_audio_buffer.started: a WebRTC event, which a WebSocket client may not know */
     TEST_COND("speech opens a turn", n > 0 && !strcmp(seen, "response.created response.output_item.added "
-                                                            "response.content_part.added output_audio_buffer.started "
-                                                            "response.output_audio.delta"));
+                                                            "response.content_part.added response.output_audio.delta"));
     wire_frame(w, quiet, 1, loud, "caf\xc3", err); /* "café" cut inside the é */
     take_transcript(c, transcript, sizeof transcript, loud);
     TEST_COND("the cut character waits", !strcmp(transcript, "caf"));
@@ -457,8 +457,7 @@ static void check_realtime_wire(void) {
     TEST_COND("8 quiet frames end the turn",
               !strcmp(seen,
                       "response.output_audio.delta response.output_audio.done response.output_audio_transcript.done "
-                      "response.content_part.done response.output_item.done response.done "
-                      "output_audio_buffer.stopped"));
+                      "response.content_part.done response.output_item.done response.done"));
     wire_frame(w, quiet, 1, loud, "", err);
     drain(c, seen, sizeof seen);
     pp_session_params p;

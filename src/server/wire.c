@@ -186,9 +186,6 @@ static long turn_open(wire *w) {
     begin(w, &jw, "response.content_part.added");
     turn_fields(w, &jw, 1);
     pp_jw_raw(&jw, ",\"part\":{\"type\":\"audio\",\"transcript\":\"\"}");
-    n += finish(w, &jw);
-    begin(w, &jw, "output_audio_buffer.started");
-    pp_jw_raw(&jw, ",\"response_id\":\"%s\"", w->response_id);
     return n + finish(w, &jw);
 }
 
@@ -224,9 +221,6 @@ static long turn_close(wire *w, const char *status) {
     n += finish(w, &jw);
     begin(w, &jw, "response.done");
     response_object(w, &jw, status, 1);
-    n += finish(w, &jw);
-    begin(w, &jw, "output_audio_buffer.stopped");
-    pp_jw_raw(&jw, ",\"response_id\":\"%s\"", w->response_id);
     return n + finish(w, &jw);
 }
 
