@@ -440,7 +440,8 @@ static void check_realtime_wire(void) {
     drain(c, seen, sizeof seen);
     /* no output_audio_buffer.started: a WebRTC event, which a WebSocket client may not know */
     TEST_COND("speech opens a turn", n > 0 && !strcmp(seen, "response.created response.output_item.added "
-                                                            "response.content_part.added response.output_audio.delta"));
+                                                            "conversation.item.added response.content_part.added "
+                                                            "response.output_audio.delta"));
     wire_frame(w, quiet, 1, loud, "caf\xc3", err); /* "café" cut inside the é */
     take_transcript(c, transcript, sizeof transcript, loud);
     TEST_COND("the cut character waits", !strcmp(transcript, "caf"));
@@ -457,7 +458,8 @@ static void check_realtime_wire(void) {
     TEST_COND("8 quiet frames end the turn",
               !strcmp(seen,
                       "response.output_audio.delta response.output_audio.done response.output_audio_transcript.done "
-                      "response.content_part.done response.output_item.done response.done"));
+                      "response.content_part.done response.output_item.done conversation.item.done "
+                      "response.done"));
     wire_frame(w, quiet, 1, loud, "", err);
     drain(c, seen, sizeof seen);
     pp_session_params p;
@@ -532,6 +534,49 @@ static void check_realtime_response_status(void) {
     printf("a cancelled turn: %s\n", seen);
     TEST_COND("a cancelled turn says the client cancelled it, and counts what it sent",
               !strcmp(seen, "response.created in_progress/null response.done cancelled/client_cancelled usage 2/1"));
+    wire_close(w);
+    conn_destroy(c);
+}
+
+/* Takes every queued message; appends "<type>:<previous_item_id>" ("null" for a JSON null) of
+ * each conversation.item.added and .done to out. */
+static void take_item_chain(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc);
+        const char *type = json_socket_string(r, "type"), *previous = json_socket_string(r, "previous_item_id");
+        const char *id = json_socket_string(pp_json_get(r, "item"), "id");
+        if (!strncmp(type, "conversation.item.", 18)) {
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%s %s after %s", used ? " " : "", type + 18, id ? id : "?",
+                     previous ? previous : "null");
+        }
+        pp_json_free(doc);
+    }
+}
+
+/* Each turn's item joins the conversation (conversation.item.added / .done) after the previous
+ * turn's: before, no conversation.item event came at all, so a client that builds its history or
+ * starts an assistant response from them (Pipecat) saw none. */
+static void check_realtime_conversation_items(void) {
+    char err[PP_ERR_LEN], seen[1024];
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 18, &c);
+    wire_ready(w, err);
+    for (int turn = 0; turn < 2; turn++) {
+        wire_frame(w, g_quiet, 1, g_loud, "", err);
+        for (int k = 0; k < 8; k++) wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    }
+    take_item_chain(c, seen, sizeof seen);
+    printf("two turns' items: %s\n", seen);
+    TEST_COND("two turns: each item added and done, the second after the first",
+              !strcmp(seen, "added item_18_1 after null done item_18_1 after null "
+                            "added item_18_2 after item_18_1 done item_18_2 after item_18_1"));
     wire_close(w);
     conn_destroy(c);
 }
@@ -813,6 +858,7 @@ int main(void) {
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_realtime_response_status();
+    check_realtime_conversation_items();
     check_twilio_wire();
     check_frame_cost();
     char small[1000]; /* far less than the exposition: it must still end in a whole line */

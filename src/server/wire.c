@@ -41,6 +41,7 @@ struct wire {
     unsigned turn_frames, turn_heard; /* frames of the turn sent, and of them those with the client's audio */
     unsigned turns;
     char response_id[48], item_id[48];
+    char previous_item_id[48]; /* the item of the turn before ("" before the second turn) */
     char transcript[TRANSCRIPT_MAX];
     size_t transcript_len;
     int transcript_cut; /* a piece did not fit: the rest of the turn's text stays out */
@@ -149,18 +150,33 @@ static void response_object(wire *w, pp_jw *jw, const char *status, int with_ite
     pp_jw_raw(jw, "]}");
 }
 
-/* The message item of the current turn. */
-static void item_object(wire *w, pp_jw *jw, const char *status) {
+/* The message item of the current turn: in progress (ended NULL, no content yet) or ended
+ * ("completed", "incomplete") with its transcript. */
+static void item_object(wire *w, pp_jw *jw, const char *ended) {
     pp_jw_raw(jw,
               ",\"item\":{\"id\":\"%s\",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"assistant\","
               "\"status\":\"%s\",\"content\":[",
-              w->item_id, status);
-    if (strcmp(status, "in_progress")) {
+              w->item_id, ended ? ended : "in_progress");
+    if (ended) {
         pp_jw_raw(jw, "{\"type\":\"output_audio\",\"transcript\":");
         pp_jw_str(jw, w->transcript, w->transcript_len);
         pp_jw_raw(jw, "}");
     }
     pp_jw_raw(jw, "]}");
+}
+
+/* conversation.item.added / .done: the turn's item joins the conversation after the previous
+ * turn's (clients build their history and bracket a response from it: Pipecat starts an
+ * assistant response at its conversation.item.added). */
+static long conversation_item(wire *w, const char *type, const char *ended) {
+    pp_jw jw;
+    begin(w, &jw, type);
+    if (w->previous_item_id[0])
+        pp_jw_raw(&jw, ",\"previous_item_id\":\"%s\"", w->previous_item_id);
+    else
+        pp_jw_raw(&jw, ",\"previous_item_id\":null");
+    item_object(w, &jw, ended);
+    return finish(w, &jw);
 }
 
 static long turn_open(wire *w) {
@@ -174,6 +190,7 @@ static long turn_open(wire *w) {
     w->transcript_cut = 0;
     if (w->protocol != CONN_REALTIME) return 0;
     conn_set_responding(w->c, 1);
+    snprintf(w->previous_item_id, sizeof w->previous_item_id, "%s", w->item_id);
     snprintf(w->response_id, sizeof w->response_id, "resp_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     snprintf(w->item_id, sizeof w->item_id, "item_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     begin(w, &jw, "response.created");
@@ -181,8 +198,9 @@ static long turn_open(wire *w) {
     n += finish(w, &jw);
     begin(w, &jw, "response.output_item.added");
     pp_jw_raw(&jw, ",\"response_id\":\"%s\",\"output_index\":0", w->response_id);
-    item_object(w, &jw, "in_progress");
+    item_object(w, &jw, NULL);
     n += finish(w, &jw);
+    n += conversation_item(w, "conversation.item.added", NULL);
     begin(w, &jw, "response.content_part.added");
     turn_fields(w, &jw, 1);
     pp_jw_raw(&jw, ",\"part\":{\"type\":\"audio\",\"transcript\":\"\"}");
@@ -217,8 +235,10 @@ static long turn_close(wire *w, const char *status) {
     n += finish(w, &jw);
     begin(w, &jw, "response.output_item.done");
     pp_jw_raw(&jw, ",\"response_id\":\"%s\",\"output_index\":0", w->response_id);
-    item_object(w, &jw, strcmp(status, "completed") ? "incomplete" : "completed");
+    const char *ended = strcmp(status, "completed") ? "incomplete" : "completed";
+    item_object(w, &jw, ended);
     n += finish(w, &jw);
+    n += conversation_item(w, "conversation.item.done", ended);
     begin(w, &jw, "response.done");
     response_object(w, &jw, status, 1);
     return n + finish(w, &jw);
