@@ -726,6 +726,39 @@ static void check_realtime_odd_pcm(metrics *m) {
     conn_destroy(c);
 }
 
+/* conversation.item.create of a user message of audio (a push-to-talk clip) is heard as appended
+ * audio and the item is added (before, every item was refused and the clip lost); items of text
+ * stay refused. */
+static void check_realtime_item_audio(metrics *m) {
+    char seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 19, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    static uint8_t pcm[2 * PP_FRAME_SAMPLES];
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) pcm[2 * i + 1] = 0x20; /* 0x2000: 0.25 */
+    int todo = send_audio(&js,
+                          "{\"type\":\"conversation.item.create\",\"item\":{\"id\":\"clip_1\",\"type\":\"message\","
+                          "\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"audio\":\"",
+                          pcm, sizeof pcm, "\"}]}}");
+    drain(c, seen, sizeof seen);
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    int heard = conn_take_frame(c, frame, &ready) && frame[0] == 0.25f && frame[PP_FRAME_SAMPLES - 1] == 0.25f;
+    printf("an item of one frame of audio: %s; %s\n", seen, heard ? "heard" : "not heard");
+    TEST_COND("an audio item is heard, admits the conversation and is added",
+              heard && (todo & JSON_SOCKET_ADMIT) && !strcmp(seen, "conversation.item.added conversation.item.done"));
+    send_text(&js, "{\"type\":\"conversation.item.create\",\"item\":{\"type\":\"message\",\"role\":\"user\","
+                   "\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]}}");
+    send_text(&js, "{\"type\":\"conversation.item.create\",\"item\":{\"type\":\"message\",\"role\":\"user\","
+                   "\"content\":[{\"type\":\"input_audio\",\"audio\":\"***\"}]}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("text is refused; bad audio draws its error and no item",
+              !strcmp(seen, "error:unsupported_event error:invalid_audio"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* response.cancel restarts the conversation only while a response is open. Before, a cancel
  * with none (one that lost a race with response.done, or a client's on every barge-in) restarted
  * it too, and the model lost everything it had heard. The wire shares the socket's conn, as in
@@ -855,6 +888,7 @@ int main(void) {
     check_realtime_error_event_id(m);
     check_realtime_cancel(m);
     check_realtime_odd_pcm(m);
+    check_realtime_item_audio(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_realtime_response_status();

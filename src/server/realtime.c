@@ -3,10 +3,11 @@
  *
  * The model is full duplex and takes its persona once, at the start: session.update sets the
  * voice, the instructions (the text prompt), the sampling temperature and the audio formats;
- * the audio buffer events are accepted as no-ops (there is no turn to commit); response.cancel
- * restarts the conversation from its prompts while a response is open (else it is refused); events that would hand the model text or tool
- * results are refused with an `error` saying why. Server events of the model's output are the
- * wire's (wire.h). */
+ * the audio buffer events are accepted as no-ops (there is no turn to commit), and a created
+ * item of user audio is heard as appended audio; response.cancel restarts the conversation
+ * from its prompts while a response is open (else it is refused); events that would hand the
+ * model text or tool results are refused with an `error` saying why. Server events of the
+ * model's output are the wire's (wire.h). */
 #include "server/json_socket.h"
 
 #include "base/log.h"
@@ -174,12 +175,65 @@ static int admit(json_socket *js) {
     return JSON_SOCKET_ADMIT;
 }
 
+/* The longest client item id repeated back; a longer one is replaced by the server's own. */
+#define ITEM_ID_MAX 64
+/* Audio parts one created item may have (clients send one); the item's events list them all. */
+#define ITEM_PARTS_MAX 64
+
+/* conversation.item.create of a user message made of audio (a push-to-talk clip, as clients send
+ * it): the model hears it as if appended, and the item is added to the conversation. Items the
+ * model cannot take (text, tool calls and results) are refused. */
+static int create_item(json_socket *js, const pp_json *ev) {
+    const pp_json *item = pp_json_get(ev, "item"), *content = pp_json_get(item, "content");
+    const char *kind = json_socket_string(item, "type"), *role = json_socket_string(item, "role");
+    int audio_only = kind && !strcmp(kind, "message") && role && !strcmp(role, "user") && content &&
+                     content->type == PP_JSON_ARRAY && content->count > 0;
+    for (size_t i = 0; audio_only && i < content->count; i++) {
+        const char *part = json_socket_string(content->items[i], "type");
+        audio_only = part && !strcmp(part, "input_audio");
+    }
+    if (!audio_only)
+        return json_socket_reject(js, "unsupported_event",
+                                  "conversation.item.create: this model takes user audio only (a message of "
+                                  "input_audio): give the persona as session.update instructions and speak to it");
+    if (content->count > ITEM_PARTS_MAX)
+        return json_socket_reject(js, "invalid_value", "conversation.item.create: %zu content parts (at most %d)",
+                                  content->count, ITEM_PARTS_MAX);
+    int todo = admit(js), bad = js->in->bad;
+    for (size_t i = 0; i < content->count; i++) {
+        todo |= json_socket_audio(js, pp_json_get(content->items[i], "audio"), js->in_format);
+        if (js->in->bad != bad || js->in->closing) return todo; /* refused: the error says why */
+    }
+    char id[ITEM_ID_MAX + 1];
+    const char *asked = json_socket_string(item, "id");
+    if (asked && *asked && strlen(asked) <= ITEM_ID_MAX)
+        snprintf(id, sizeof id, "%s", asked);
+    else
+        snprintf(id, sizeof id, "in_%llu_%u", (unsigned long long)conn_id(js->in->c), ++js->items);
+    static const char *const stages[] = {"conversation.item.added", "conversation.item.done"};
+    for (int s = 0; s < 2; s++) {
+        char json[256 + ITEM_PARTS_MAX * 48 + 6 * ITEM_ID_MAX], eid[32];
+        conn_event_id(js->in->c, eid);
+        pp_jw w;
+        pp_jw_init(&w, json, sizeof json);
+        pp_jw_raw(&w, "{\"type\":\"%s\",\"event_id\":\"%s\",\"previous_item_id\":null,\"item\":{\"id\":", stages[s],
+                  eid);
+        pp_jw_str(&w, id, strlen(id));
+        pp_jw_raw(&w, ",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"user\",\"status\":\"completed\","
+                      "\"content\":[");
+        for (size_t i = 0; i < content->count; i++)
+            pp_jw_raw(&w, "%s{\"type\":\"input_audio\",\"transcript\":null}", i ? "," : "");
+        pp_jw_raw(&w, "]}}");
+        long n = pp_jw_end(&w);
+        if (n > 0) conn_queue_json(js->in->c, json, (size_t)n);
+    }
+    return todo | WS_INPUT_WRITE;
+}
+
 /* Client events this model cannot take, and why. */
 static const struct {
     const char *type, *why;
 } REFUSED[] = {
-    {"conversation.item.create",
-     "this model takes no conversation items: give the persona as session.update instructions and speak to it"},
     {"conversation.item.delete", "the conversation is the model's audio state; items cannot be removed from it"},
     {"conversation.item.retrieve", "the conversation is the model's audio state; it keeps no items"},
     {"conversation.item.truncate", "the conversation is the model's audio state; items cannot be truncated"},
@@ -204,6 +258,7 @@ int realtime_event(json_socket *js, const pp_json *ev, const char *type) {
         return ack(js, "input_audio_buffer.cleared", "");
     }
     if (!strcmp(type, "response.create")) return admit(js); /* the model answers when it has something to say */
+    if (!strcmp(type, "conversation.item.create")) return create_item(js, ev);
     if (!strcmp(type, "response.cancel")) {
         /* Only an open response is cancelled: a restart would also wipe the conversation the
          * model has heard so far, which a cancel that lost a race with response.done (or one
