@@ -285,6 +285,39 @@ static void check_realtime_unknown_voice(metrics *m) {
     voices_dir_remove(dir);
 }
 
+/* Takes every queued message; copies the message of the last `error` into out ("" for none). */
+static void take_error_message(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const char *message = json_socket_string(pp_json_get(pp_json_root(doc), "error"), "message");
+        if (message) snprintf(out, cap, "%s", message);
+        pp_json_free(doc);
+    }
+}
+
+/* An unusable audio format is named by the key the client sent it in: before, a GA
+ * audio.input.format was reported as session.input_audio_format, a key the client never used. */
+static void check_realtime_format_key(metrics *m) {
+    char message[512];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 20, m, &in, &js, NULL);
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"audio\":{\"input\":{\"format\":{\"type\":\"audio/mp3\"}}}}}");
+    take_error_message(c, message, sizeof message);
+    printf("a GA format refused: %s\n", message);
+    TEST_COND("a GA format's error names audio.input.format", !strncmp(message, "session.audio.input.format: ", 28));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"output_audio_format\":\"mp3\"}}");
+    take_error_message(c, message, sizeof message);
+    TEST_COND("a beta format's error names output_audio_format", !strncmp(message, "session.output_audio_format: ", 29));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* Instructions over the prompt's size (an agent framework's system prompt) are refused, and the
  * rest of the update applies: before, the whole update was refused, so a G.711 client that also
  * sent a long prompt had its audio read as 16-bit PCM. */
@@ -881,6 +914,7 @@ int main(void) {
     check_realtime_g711(m);
     check_realtime_unknown_voice(m);
     check_realtime_long_instructions(m);
+    check_realtime_format_key(m);
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);

@@ -81,12 +81,16 @@ static int parse_format(const pp_json *f, const char **why) {
 static void format_from(json_socket *js, const pp_json *session, const char *dir, const char *beta_key,
                         audio_format *format, int *bad) {
     const pp_json *audio = pp_json_get(session, "audio"), *f = pp_json_get(pp_json_get(audio, dir), "format");
+    int ga = f != NULL; /* the error names the key the client used */
     if (!f) f = pp_json_get(session, beta_key);
     if (!f || f->type == PP_JSON_NULL) return;
     const char *why;
     int v = parse_format(f, &why);
     if (v < 0) {
-        json_socket_reject(js, "invalid_value", "session.%s: %s", beta_key, why);
+        if (ga)
+            json_socket_reject(js, "invalid_value", "session.audio.%s.format: %s", dir, why);
+        else
+            json_socket_reject(js, "invalid_value", "session.%s: %s", beta_key, why);
         *bad = 1;
         return;
     }
