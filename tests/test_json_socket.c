@@ -792,6 +792,39 @@ static void check_realtime_item_audio(metrics *m) {
     conn_destroy(c);
 }
 
+/* conversation.item.truncate (a client's barge-in) is acknowledged with conversation.item.truncated
+ * echoing its item, index and time: before, it was refused with an error, which ends a Pipecat
+ * session. One without an item_id or audio_end_ms is still an error. */
+static void check_realtime_truncate(metrics *m) {
+    char seen[1024], err[PP_ERR_LEN];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 21, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"conversation.item.truncate\",\"item_id\":\"item_21_3\",\"content_index\":0,"
+                   "\"audio_end_ms\":1520}");
+    size_t len;
+    int text, echoed = 0;
+    char type[64] = "";
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc), *end = pp_json_get(r, "audio_end_ms"), *index = pp_json_get(r, "content_index");
+        snprintf(type, sizeof type, "%s", json_socket_string(r, "type"));
+        const char *item = json_socket_string(r, "item_id");
+        echoed = item && !strcmp(item, "item_21_3") && end && end->number == 1520 && index && index->number == 0;
+        pp_json_free(doc);
+    }
+    printf("conversation.item.truncate answered by: %s\n", type);
+    TEST_COND("a truncate is acknowledged with its item, index and time",
+              !strcmp(type, "conversation.item.truncated") && echoed && in.bad == 0);
+    send_text(&js, "{\"type\":\"conversation.item.truncate\",\"item_id\":\"item_21_3\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a truncate without audio_end_ms is an error", !strcmp(seen, "error:invalid_event"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* response.cancel restarts the conversation only while a response is open. Before, a cancel
  * with none (one that lost a race with response.done, or a client's on every barge-in) restarted
  * it too, and the model lost everything it had heard. The wire shares the socket's conn, as in
@@ -923,6 +956,7 @@ int main(void) {
     check_realtime_cancel(m);
     check_realtime_odd_pcm(m);
     check_realtime_item_audio(m);
+    check_realtime_truncate(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
     check_realtime_response_status();

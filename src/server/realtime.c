@@ -234,13 +234,38 @@ static int create_item(json_socket *js, const pp_json *ev) {
     return todo | WS_INPUT_WRITE;
 }
 
+/* conversation.item.truncate, which clients send when their user talks over the model's audio:
+ * OpenAI cuts the item to what was played. This model heard the interruption in its own input
+ * and its audio state holds what it said, so nothing is cut; the event is acknowledged, as
+ * clients expect (Pipecat ends its session on an error answering it). */
+static int truncate_item(json_socket *js, const pp_json *ev) {
+    const char *item_id = json_socket_string(ev, "item_id");
+    const pp_json *end = pp_json_get(ev, "audio_end_ms"), *index = pp_json_get(ev, "content_index");
+    if (!item_id || !*item_id || strlen(item_id) > ITEM_ID_MAX || !end || end->type != PP_JSON_NUMBER ||
+        !(end->number >= 0 && end->number < 1e12) || (index && index->type != PP_JSON_NUMBER))
+        return json_socket_reject(js, "invalid_event",
+                                  "conversation.item.truncate needs an item_id (up to %d bytes) and an audio_end_ms "
+                                  "of at least 0",
+                                  ITEM_ID_MAX);
+    char json[256 + 6 * ITEM_ID_MAX], eid[32];
+    conn_event_id(js->in->c, eid);
+    pp_jw w;
+    pp_jw_init(&w, json, sizeof json);
+    pp_jw_raw(&w, "{\"type\":\"conversation.item.truncated\",\"event_id\":\"%s\",\"item_id\":", eid);
+    pp_jw_str(&w, item_id, strlen(item_id));
+    pp_jw_raw(&w, ",\"content_index\":%d,\"audio_end_ms\":%lld}",
+              index && index->number >= 0 && index->number < 1e6 ? (int)index->number : 0, (long long)end->number);
+    long n = pp_jw_end(&w);
+    if (n > 0) conn_queue_json(js->in->c, json, (size_t)n);
+    return WS_INPUT_WRITE;
+}
+
 /* Client events this model cannot take, and why. */
 static const struct {
     const char *type, *why;
 } REFUSED[] = {
     {"conversation.item.delete", "the conversation is the model's audio state; items cannot be removed from it"},
     {"conversation.item.retrieve", "the conversation is the model's audio state; it keeps no items"},
-    {"conversation.item.truncate", "the conversation is the model's audio state; items cannot be truncated"},
     {"output_audio_buffer.clear", "output is sent as it is made (WebSocket): there is no server-side buffer to clear"},
     {"transcription_session.update", "this server holds conversations, not transcription sessions"},
 };
@@ -263,6 +288,7 @@ int realtime_event(json_socket *js, const pp_json *ev, const char *type) {
     }
     if (!strcmp(type, "response.create")) return admit(js); /* the model answers when it has something to say */
     if (!strcmp(type, "conversation.item.create")) return create_item(js, ev);
+    if (!strcmp(type, "conversation.item.truncate")) return truncate_item(js, ev);
     if (!strcmp(type, "response.cancel")) {
         /* Only an open response is cancelled: a restart would also wipe the conversation the
          * model has heard so far, which a cancel that lost a race with response.done (or one
