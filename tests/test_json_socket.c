@@ -128,8 +128,11 @@ static void check_realtime_input(metrics *m) {
                                                            !strcmp(restart.text_prompt, "Be kind."));
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATF0\"}}");
     TEST_COND("the same settings again do not", !conn_take_restart(c, &restart));
+    conn_set_responding(c, 1); /* as the engine's wire does when the model's turn opens */
     send_text(&js, "{\"type\":\"response.cancel\"}");
-    TEST_COND("response.cancel restarts", conn_take_restart(c, &restart) && !strcmp(restart.voice, "NATF0"));
+    TEST_COND("response.cancel of an open response restarts",
+              conn_take_restart(c, &restart) && !strcmp(restart.voice, "NATF0"));
+    conn_set_responding(c, 0);
     drain(c, seen, sizeof seen);
 
     send_text(&js, "{\"type\":\"input_audio_buffer.commit\"}");
@@ -147,7 +150,6 @@ static void check_realtime_input(metrics *m) {
         {"{\"type\":\"no.such\"}", "error:unknown_event"},
         {"{\"type\":\"conversation.item.create\",\"item\":{}}", "error:unsupported_event"},
         {"{\"type\":\"input_audio_buffer.append\",\"audio\":\"%%%%\"}", "error:invalid_audio"},
-        {"{\"type\":\"input_audio_buffer.append\",\"audio\":\"AA==\"}", "error:invalid_audio"},
         {"{\"type\":\"input_audio_buffer.append\"}", "error:invalid_audio"},
         {"{\"type\":\"session.update\",\"session\":{\"output_audio_format\":\"mp3\"}}", "error:invalid_value"},
         {"{\"type\":\"session.update\",\"session\":{\"type\":\"transcription\"}}", "error:unsupported_value"},
@@ -172,7 +174,8 @@ static void check_realtime_input(metrics *m) {
     TEST_COND("a prompt of escapes is described back", !strcmp(seen, "session.updated"));
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"a\\u0001\"}}");
     drain(c, seen, sizeof seen);
-    TEST_COND("a prompt of other controls is refused", !strcmp(seen, "error:invalid_value"));
+    TEST_COND("a prompt of other controls is refused, the rest of the update applies",
+              !strcmp(seen, "error:invalid_value session.updated"));
     /* an event of more values than JSON_SOCKET_MAX_VALUES, within the size limit */
     static char many[64 + 2 * (JSON_SOCKET_MAX_VALUES + 1)];
     at = snprintf(many, sizeof many, "{\"type\":\"input_audio_buffer.clear\",\"pad\":[");
@@ -280,6 +283,68 @@ static void check_realtime_unknown_voice(metrics *m) {
     json_socket_free(&js);
     conn_destroy(c);
     voices_dir_remove(dir);
+}
+
+/* Takes every queued message; copies the message of the last `error` into out ("" for none). */
+static void take_error_message(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const char *message = json_socket_string(pp_json_get(pp_json_root(doc), "error"), "message");
+        if (message) snprintf(out, cap, "%s", message);
+        pp_json_free(doc);
+    }
+}
+
+/* An unusable audio format is named by the key the client sent it in: before, a GA
+ * audio.input.format was reported as session.input_audio_format, a key the client never used. */
+static void check_realtime_format_key(metrics *m) {
+    char message[512];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 20, m, &in, &js, NULL);
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"audio\":{\"input\":{\"format\":{\"type\":\"audio/mp3\"}}}}}");
+    take_error_message(c, message, sizeof message);
+    printf("a GA format refused: %s\n", message);
+    TEST_COND("a GA format's error names audio.input.format", !strncmp(message, "session.audio.input.format: ", 28));
+    send_text(&js, "{\"type\":\"session.update\",\"session\":{\"output_audio_format\":\"mp3\"}}");
+    take_error_message(c, message, sizeof message);
+    TEST_COND("a beta format's error names output_audio_format", !strncmp(message, "session.output_audio_format: ", 29));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+/* Instructions over the prompt's size (an agent framework's system prompt) are refused, and the
+ * rest of the update applies: before, the whole update was refused, so a G.711 client that also
+ * sent a long prompt had its audio read as 16-bit PCM. */
+static void check_realtime_long_instructions(metrics *m) {
+    char seen[1024];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 17, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    static char update[PP_PARAMS_MAX_PROMPT + 512];
+    int at = snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"");
+    memset(update + at, 'a', PP_PARAMS_MAX_PROMPT + 1);
+    at += PP_PARAMS_MAX_PROMPT + 1;
+    snprintf(update + at, sizeof update - (size_t)at,
+             "\",\"audio\":{\"input\":{\"format\":{\"type\":\"audio/pcmu\"}},"
+             "\"output\":{\"format\":{\"type\":\"audio/pcmu\"},\"voice\":\"NATM1\"}}}}");
+    send_text(&js, update);
+    drain(c, seen, sizeof seen);
+    printf("instructions of %d bytes with μ-law and a voice: %s; input %s\n", PP_PARAMS_MAX_PROMPT + 1, seen,
+           js.in_format == AUDIO_ULAW ? "μ-law" : "not μ-law");
+    TEST_COND("too long instructions: an error, then the update",
+              !strcmp(seen, "error:invalid_value session.updated"));
+    TEST_COND("... which takes the formats and the voice and keeps the instructions",
+              js.in_format == AUDIO_ULAW && js.out_format == AUDIO_ULAW && !strcmp(js.params.voice, "NATM1") &&
+                  js.params.text_prompt[0] == '\0');
+    json_socket_free(&js);
+    conn_destroy(c);
 }
 
 /* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
@@ -406,8 +471,9 @@ static void check_realtime_wire(void) {
     TEST_COND("quiet frames send nothing", drain(c, seen, sizeof seen) == 0);
     long n = wire_frame(w, quiet, 1, loud, "", err);
     drain(c, seen, sizeof seen);
+    /* no output_audio_buffer.started: a WebRTC event, which a WebSocket client may not know */
     TEST_COND("speech opens a turn", n > 0 && !strcmp(seen, "response.created response.output_item.added "
-                                                            "response.content_part.added output_audio_buffer.started "
+                                                            "conversation.item.added response.content_part.added "
                                                             "response.output_audio.delta"));
     wire_frame(w, quiet, 1, loud, "caf\xc3", err); /* "café" cut inside the é */
     take_transcript(c, transcript, sizeof transcript, loud);
@@ -425,8 +491,8 @@ static void check_realtime_wire(void) {
     TEST_COND("8 quiet frames end the turn",
               !strcmp(seen,
                       "response.output_audio.delta response.output_audio.done response.output_audio_transcript.done "
-                      "response.content_part.done response.output_item.done response.done "
-                      "output_audio_buffer.stopped"));
+                      "response.content_part.done response.output_item.done conversation.item.done "
+                      "response.done"));
     wire_frame(w, quiet, 1, loud, "", err);
     drain(c, seen, sizeof seen);
     pp_session_params p;
@@ -437,6 +503,113 @@ static void check_realtime_wire(void) {
     while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text))
         cancelled |= strstr((char *)g_msg, "\"cancelled\"") != NULL;
     TEST_COND("a restart ends the open turn as cancelled", cancelled);
+    wire_close(w);
+    conn_destroy(c);
+}
+
+/* Takes every queued message; for each response.created and response.done appends
+ * "<type> <status>/<details>" to out, details being "null", the reason of a status_details
+ * object, or "missing" when the response has no status_details key; response.done adds
+ * " usage <output_tokens>/<input_tokens>" ("usage missing" without a whole usage object). */
+static void take_response_statuses(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc), *response = pp_json_get(r, "response");
+        const char *type = json_socket_string(r, "type");
+        if (response && (!strcmp(type, "response.created") || !strcmp(type, "response.done"))) {
+            const pp_json *details = pp_json_get(response, "status_details");
+            const char *reason = !details                          ? "missing"
+                                 : details->type == PP_JSON_NULL ? "null"
+                                                                 : json_socket_string(details, "reason");
+            size_t used = strlen(out);
+            used += (size_t)snprintf(out + used, cap - used, "%s%s %s/%s", used ? " " : "", type,
+                                     json_socket_string(response, "status"), reason ? reason : "?");
+            const pp_json *u = pp_json_get(response, "usage"), *in = pp_json_get(u, "input_tokens"),
+                          *outn = pp_json_get(u, "output_tokens"), *total = pp_json_get(u, "total_tokens");
+            int whole = in && outn && total && pp_json_get(u, "input_token_details") &&
+                        pp_json_get(u, "output_token_details") && total->number == in->number + outn->number;
+            if (!strcmp(type, "response.done") && used < cap) {
+                if (whole)
+                    snprintf(out + used, cap - used, " usage %g/%g", outn->number, in->number);
+                else
+                    snprintf(out + used, cap - used, " usage missing");
+            }
+        }
+        pp_json_free(doc);
+    }
+}
+
+/* Every response object has status_details (Pipecat's parser requires the key: before, it
+ * dropped every response.created and response.done of this server), and response.done a usage
+ * (Pipecat reads response.usage.input_tokens of each, unguarded). */
+static void check_realtime_response_status(void) {
+    char err[PP_ERR_LEN], seen[4096];
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 13, &c);
+    wire_ready(w, err);
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    for (int k = 0; k < 8; k++) wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    take_response_statuses(c, seen, sizeof seen);
+    printf("a completed turn: %s\n", seen);
+    TEST_COND("a completed turn: status_details null in both, usage of its 9 frames, all heard",
+              !strcmp(seen, "response.created in_progress/null response.done completed/null usage 9/9"));
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    wire_frame(w, g_quiet, 0, g_loud, "", err); /* silence the server filled in: not heard */
+    pp_session_params p;
+    pp_params_defaults(&p);
+    wire_restart(w, &p);
+    take_response_statuses(c, seen, sizeof seen);
+    printf("a cancelled turn: %s\n", seen);
+    TEST_COND("a cancelled turn says the client cancelled it, and counts what it sent",
+              !strcmp(seen, "response.created in_progress/null response.done cancelled/client_cancelled usage 2/1"));
+    wire_close(w);
+    conn_destroy(c);
+}
+
+/* Takes every queued message; appends "<type>:<previous_item_id>" ("null" for a JSON null) of
+ * each conversation.item.added and .done to out. */
+static void take_item_chain(conn *c, char *out, size_t cap) {
+    size_t len;
+    int text;
+    char err[PP_ERR_LEN];
+    out[0] = '\0';
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc);
+        const char *type = json_socket_string(r, "type"), *previous = json_socket_string(r, "previous_item_id");
+        const char *id = json_socket_string(pp_json_get(r, "item"), "id");
+        if (!strncmp(type, "conversation.item.", 18)) {
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%s %s after %s", used ? " " : "", type + 18, id ? id : "?",
+                     previous ? previous : "null");
+        }
+        pp_json_free(doc);
+    }
+}
+
+/* Each turn's item joins the conversation (conversation.item.added / .done) after the previous
+ * turn's: before, no conversation.item event came at all, so a client that builds its history or
+ * starts an assistant response from them (Pipecat) saw none. */
+static void check_realtime_conversation_items(void) {
+    char err[PP_ERR_LEN], seen[1024];
+    conn *c;
+    wire *w = open_wire(CONN_REALTIME, AUDIO_PCM16, "", 18, &c);
+    wire_ready(w, err);
+    for (int turn = 0; turn < 2; turn++) {
+        wire_frame(w, g_quiet, 1, g_loud, "", err);
+        for (int k = 0; k < 8; k++) wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    }
+    take_item_chain(c, seen, sizeof seen);
+    printf("two turns' items: %s\n", seen);
+    TEST_COND("two turns: each item added and done, the second after the first",
+              !strcmp(seen, "added item_18_1 after null done item_18_1 after null "
+                            "added item_18_2 after item_18_1 done item_18_2 after item_18_1"));
     wire_close(w);
     conn_destroy(c);
 }
@@ -551,6 +724,195 @@ static void check_chat_fragments(metrics *m) {
     conn_destroy(c);
 }
 
+/* 16-bit PCM is a byte stream: a message that ends inside a sample carries its byte to the next
+ * (before, such a message was refused whole as "an odd count" and its audio lost: a client
+ * cutting a pipe's output anywhere lost about half its chunks); input_audio_buffer.clear drops
+ * the carried byte. */
+static void check_realtime_odd_pcm(metrics *m) {
+    char seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 16, m, &in, &js, NULL);
+    static uint8_t pcm[2 * PP_FRAME_SAMPLES];
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) { /* sample i is 16 * i: both bytes vary */
+        pcm[2 * i] = (uint8_t)((16 * i) & 0xFF);
+        pcm[2 * i + 1] = (uint8_t)((16 * i) >> 8);
+    }
+    const char *append = "{\"type\":\"input_audio_buffer.append\",\"audio\":\"";
+    send_audio(&js, append, pcm, 1001, "\"}"); /* 500 samples and half of one */
+    send_audio(&js, append, pcm + 1001, 2, "\"}");
+    send_audio(&js, append, pcm + 1003, sizeof pcm - 1003, "\"}");
+    drain(c, seen, sizeof seen);
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    int whole = conn_take_frame(c, frame, &ready), exact = whole;
+    for (int i = 0; whole && i < PP_FRAME_SAMPLES; i++) exact &= frame[i] == (float)(16 * i) / 32768.0f;
+    printf("1001 + 2 + %zu PCM bytes: %s, %s\n", sizeof pcm - 1003, seen, exact ? "one exact frame" : "not one exact frame");
+    TEST_COND("a frame cut at odd bytes: no error, every sample whole", !strcmp(seen, "session.created") && exact);
+    send_audio(&js, append, pcm, 3, "\"}");
+    send_text(&js, "{\"type\":\"input_audio_buffer.clear\"}");
+    send_audio(&js, append, pcm, 2, "\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("clear drops the carried byte",
+              conn_uplink_stats(c).samples == PP_FRAME_SAMPLES + 2 && !strcmp(seen, "input_audio_buffer.cleared"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+/* conversation.item.create of a user message of audio (a push-to-talk clip) is heard as appended
+ * audio and the item is added (before, every item was refused and the clip lost); items of text
+ * stay refused. */
+static void check_realtime_item_audio(metrics *m) {
+    char seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 19, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    static uint8_t pcm[2 * PP_FRAME_SAMPLES];
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) pcm[2 * i + 1] = 0x20; /* 0x2000: 0.25 */
+    int todo = send_audio(&js,
+                          "{\"type\":\"conversation.item.create\",\"item\":{\"id\":\"clip_1\",\"type\":\"message\","
+                          "\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"audio\":\"",
+                          pcm, sizeof pcm, "\"}]}}");
+    drain(c, seen, sizeof seen);
+    float frame[PP_FRAME_SAMPLES];
+    int64_t ready;
+    int heard = conn_take_frame(c, frame, &ready) && frame[0] == 0.25f && frame[PP_FRAME_SAMPLES - 1] == 0.25f;
+    printf("an item of one frame of audio: %s; %s\n", seen, heard ? "heard" : "not heard");
+    TEST_COND("an audio item is heard, admits the conversation and is added",
+              heard && (todo & JSON_SOCKET_ADMIT) && !strcmp(seen, "conversation.item.added conversation.item.done"));
+    send_text(&js, "{\"type\":\"conversation.item.create\",\"item\":{\"type\":\"message\",\"role\":\"user\","
+                   "\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]}}");
+    send_text(&js, "{\"type\":\"conversation.item.create\",\"item\":{\"type\":\"message\",\"role\":\"user\","
+                   "\"content\":[{\"type\":\"input_audio\",\"audio\":\"***\"}]}}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("text is refused; bad audio draws its error and no item",
+              !strcmp(seen, "error:unsupported_event error:invalid_audio"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+/* conversation.item.truncate (a client's barge-in) is acknowledged with conversation.item.truncated
+ * echoing its item, index and time: before, it was refused with an error, which ends a Pipecat
+ * session. One without an item_id or audio_end_ms is still an error. */
+static void check_realtime_truncate(metrics *m) {
+    char seen[1024], err[PP_ERR_LEN];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 21, m, &in, &js, NULL);
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"conversation.item.truncate\",\"item_id\":\"item_21_3\",\"content_index\":0,"
+                   "\"audio_end_ms\":1520}");
+    size_t len;
+    int text, echoed = 0;
+    char type[64] = "";
+    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *r = pp_json_root(doc), *end = pp_json_get(r, "audio_end_ms"), *index = pp_json_get(r, "content_index");
+        snprintf(type, sizeof type, "%s", json_socket_string(r, "type"));
+        const char *item = json_socket_string(r, "item_id");
+        echoed = item && !strcmp(item, "item_21_3") && end && end->number == 1520 && index && index->number == 0;
+        pp_json_free(doc);
+    }
+    printf("conversation.item.truncate answered by: %s\n", type);
+    TEST_COND("a truncate is acknowledged with its item, index and time",
+              !strcmp(type, "conversation.item.truncated") && echoed && in.bad == 0);
+    send_text(&js, "{\"type\":\"conversation.item.truncate\",\"item_id\":\"item_21_3\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a truncate without audio_end_ms is an error", !strcmp(seen, "error:invalid_event"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+/* response.cancel restarts the conversation only while a response is open. Before, a cancel
+ * with none (one that lost a race with response.done, or a client's on every barge-in) restarted
+ * it too, and the model lost everything it had heard. The wire shares the socket's conn, as in
+ * the server: its turns are what response.cancel sees. */
+static void check_realtime_cancel(metrics *m) {
+    char err[PP_ERR_LEN], seen[4096];
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 15, m, &in, &js, NULL);
+    pp_session_params restart;
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("a cancel before the conversation: refused", !strcmp(seen, "session.created error:response_cancel_not_active"));
+    append_pcm(&js, 1920, 0);
+    conn_set_output(c, AUDIO_PCM16, "");
+    wire *w;
+    if (wire_open(c, &js.params, &w, err)) abort();
+    for (int i = 0; i < PP_FRAME_SAMPLES; i++) g_loud[i] = 0.3f * (float)sin(0.2 * i);
+    wire_frame(w, g_quiet, 1, g_quiet, "", err);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    int restarted = conn_take_restart(c, &restart);
+    printf("response.cancel while the model is quiet: %s, %s\n", seen, restarted ? "restarted" : "no restart");
+    TEST_COND("a cancel with no response open: refused, no restart",
+              !strcmp(seen, "error:response_cancel_not_active") && !restarted);
+    wire_frame(w, g_quiet, 1, g_loud, "", err);
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    TEST_COND("a cancel in a turn restarts", conn_take_restart(c, &restart));
+    wire_restart(w, &restart); /* the engine's restart: the turn ends as cancelled */
+    drain(c, seen, sizeof seen);
+    send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("after the cancelled turn a second cancel is refused",
+              !strcmp(seen, "error:response_cancel_not_active") && !conn_take_restart(c, &restart));
+    /* a race, not bad input: a client cancelling at each barge-in is never closed for it */
+    for (int k = 0; k < 2 * WS_INPUT_MAX_BAD; k++) send_text(&js, "{\"type\":\"response.cancel\"}");
+    drain(c, seen, sizeof seen);
+    TEST_COND("cancels with none open are not counted as bad input", in.bad == 0 && !in.closing);
+    wire_close(w);
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
+/* Sends one event; returns the error.event_id of the `error` it draws, "null" for a JSON null,
+ * "none" when no error came. */
+static const char *error_event_id_of(json_socket *js, const char *event) {
+    static char id[CONN_EVENT_ID_MAX + 1];
+    char err[PP_ERR_LEN];
+    size_t len;
+    int text;
+    snprintf(id, sizeof id, "none");
+    send_text(js, event);
+    while (conn_dequeue(js->in->c, g_msg, sizeof g_msg, &len, &text)) {
+        pp_json_doc *doc;
+        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
+        const pp_json *e = pp_json_get(pp_json_root(doc), "error"), *v = pp_json_get(e, "event_id");
+        if (e) snprintf(id, sizeof id, "%s", v && v->type == PP_JSON_STRING ? v->string : "null");
+        pp_json_free(doc);
+    }
+    return id;
+}
+
+/* An error repeats the event_id of the client event that caused it, as OpenAI's do (before: always
+ * null, so a client could not tell which of its events was refused). */
+static void check_realtime_error_event_id(metrics *m) {
+    ws_input in;
+    json_socket js;
+    conn *c = open_socket(CONN_REALTIME, 14, m, &in, &js, NULL);
+    char seen[512];
+    drain(c, seen, sizeof seen);
+    const char *id = error_event_id_of(&js, "{\"type\":\"no.such\",\"event_id\":\"evt_client_7\"}");
+    printf("error.event_id of an unknown event with its event_id: %s\n", id);
+    TEST_COND("an error repeats its event's event_id", !strcmp(id, "evt_client_7"));
+    id = error_event_id_of(&js, "{\"event_id\":\"evt_client_8\",\"type\":\"input_audio_buffer.append\",\"audio\":\"*\"}");
+    TEST_COND("whichever handler refuses it", !strcmp(id, "evt_client_8"));
+    TEST_COND("an event without one: null", !strcmp(error_event_id_of(&js, "{\"type\":\"no.such\"}"), "null"));
+    char long_id[CONN_EVENT_ID_MAX + 64];
+    int n = snprintf(long_id, sizeof long_id, "{\"type\":\"no.such\",\"event_id\":\"");
+    memset(long_id + n, 'x', CONN_EVENT_ID_MAX + 1);
+    snprintf(long_id + n + CONN_EVENT_ID_MAX + 1, sizeof long_id - (size_t)(n + CONN_EVENT_ID_MAX + 1), "\"}");
+    TEST_COND("an id too long to repeat: null, the error still sent", !strcmp(error_event_id_of(&js, long_id), "null"));
+    TEST_COND("an event that succeeds draws no error",
+              !strcmp(error_event_id_of(&js, "{\"type\":\"input_audio_buffer.clear\",\"event_id\":\"e9\"}"), "none"));
+    json_socket_free(&js);
+    conn_destroy(c);
+}
+
 /* The bad-event limit is a rate: 40 unknown events, one per 6 s of audio over a 4-min call, are
  * each answered and the call goes on (before, the 33rd closed it); with no audio between them
  * the 33rd still closes the socket (check_realtime_input). */
@@ -584,12 +946,21 @@ int main(void) {
     check_realtime_input(m);
     check_realtime_g711(m);
     check_realtime_unknown_voice(m);
+    check_realtime_long_instructions(m);
+    check_realtime_format_key(m);
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);
     check_realtime_scattered_errors(m);
+    check_realtime_error_event_id(m);
+    check_realtime_cancel(m);
+    check_realtime_odd_pcm(m);
+    check_realtime_item_audio(m);
+    check_realtime_truncate(m);
     check_realtime_wire();
     check_realtime_transcript_cap();
+    check_realtime_response_status();
+    check_realtime_conversation_items();
     check_twilio_wire();
     check_frame_cost();
     char small[1000]; /* far less than the exposition: it must still end in a whole line */

@@ -42,6 +42,7 @@ struct conn {
     int head, count;
     uint64_t events; /* JSON event ids handed out */
     int restart;     /* a restart was asked for, with restart_params */
+    int responding;  /* realtime: the model is in a turn (a response is open) */
     pp_session_params restart_params;
     char close_reason[124]; /* Twilio: why the socket closes (RFC 6455 allows 123 bytes) */
     int close_code;       /* close once drained; 0: keep open */
@@ -158,9 +159,12 @@ void conn_event_id(conn *c, char out[32]) {
     pthread_mutex_unlock(&c->lock);
 }
 
-/* A realtime `error` event (docs/protocol.md §4.4). */
-static void error_event_locked(conn *c, const char *type, const char *code, const char *text, size_t len) {
-    char id[32], json[6 * PP_ERR_LEN + 256]; /* a message of control characters, each \u00XX */
+/* A realtime `error` event (docs/protocol.md §4.4); client_event_id: the event_id of the client
+ * event that caused it, or NULL. */
+static void error_event_locked(conn *c, const char *type, const char *code, const char *text, size_t len,
+                               const char *client_event_id) {
+    /* a message and an id of control characters, each \u00XX */
+    char id[32], json[6 * PP_ERR_LEN + 6 * CONN_EVENT_ID_MAX + 256];
     event_id_locked(c, id);
     pp_jw w;
     pp_jw_init(&w, json, sizeof json);
@@ -168,14 +172,19 @@ static void error_event_locked(conn *c, const char *type, const char *code, cons
     pp_jw_str(&w, code, strlen(code));
     pp_jw_raw(&w, ",\"message\":");
     pp_jw_str(&w, text, len);
-    pp_jw_raw(&w, ",\"param\":null,\"event_id\":null}}");
+    pp_jw_raw(&w, ",\"param\":null,\"event_id\":");
+    if (client_event_id)
+        pp_jw_str(&w, client_event_id, strlen(client_event_id));
+    else
+        pp_jw_raw(&w, "null");
+    pp_jw_raw(&w, "}}");
     long n = pp_jw_end(&w);
     if (n > 0) queue_json_locked(c, json, (size_t)n);
 }
 
-void conn_queue_error(conn *c, const char *type, const char *code, const char *text) {
+void conn_queue_error(conn *c, const char *type, const char *code, const char *text, const char *client_event_id) {
     pthread_mutex_lock(&c->lock);
-    error_event_locked(c, type, code, text, strlen(text));
+    error_event_locked(c, type, code, text, strlen(text), client_event_id);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -188,7 +197,7 @@ static void fail_event_locked(conn *c, int close_code, const char *text, size_t 
                        : close_code == CLOSE_GOING_AWAY ? "server_shutting_down"
                        : client                         ? "invalid_request"
                                                         : "server_error";
-    error_event_locked(c, client ? "invalid_request_error" : "server_error", code, text, len);
+    error_event_locked(c, client ? "invalid_request_error" : "server_error", code, text, len, NULL);
 }
 
 int conn_queue(conn *c, int kind, const void *payload, size_t len) {
@@ -313,6 +322,19 @@ void conn_request_restart(conn *c, const pp_session_params *params) {
     c->restart = 1;
     c->restart_params = *params;
     pthread_mutex_unlock(&c->lock);
+}
+
+void conn_set_responding(conn *c, int responding) {
+    pthread_mutex_lock(&c->lock);
+    c->responding = responding;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int conn_responding(conn *c) {
+    pthread_mutex_lock(&c->lock);
+    int r = c->responding;
+    pthread_mutex_unlock(&c->lock);
+    return r;
 }
 
 int conn_take_restart(conn *c, pp_session_params *params) {

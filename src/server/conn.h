@@ -82,8 +82,11 @@ int conn_queue(conn *c, int kind, const void *payload, size_t len);
 int conn_queue_json(conn *c, const char *json, size_t len);
 /* A fresh event id ("evt_N") for a JSON message, unique on this conn. */
 void conn_event_id(conn *c, char out[32]);
-/* Queues a realtime `error` event of type and code with the message text (JSON protocols). */
-void conn_queue_error(conn *c, const char *type, const char *code, const char *text);
+/* Queues a realtime `error` event of type and code with the message text (JSON protocols);
+ * client_event_id (NULL: none; at most CONN_EVENT_ID_MAX bytes) is the event_id of the client
+ * event it answers, which the event repeats as error.event_id for the client to match. */
+#define CONN_EVENT_ID_MAX 128
+void conn_queue_error(conn *c, const char *type, const char *code, const char *text, const char *client_event_id);
 /* Queues an error with the formatted text (chat: 0x05; realtime: an `error` event; Twilio has
  * no error message: the text is logged and becomes the close reason); with close_code != 0
  * the socket is closed with that code once the queue has drained. */
@@ -106,6 +109,10 @@ int conn_stalled(conn *c);
 int conn_backed_up(conn *c);
 /* When the client's audio last arrived (CLOCK_MONOTONIC ns; the conn's creation before any). */
 int64_t conn_last_input_ns(conn *c);
+/* Realtime: whether a response (a turn of the model's, wire.h) is open, which the engine sets
+ * and response.cancel asks. */
+void conn_set_responding(conn *c, int responding);
+int conn_responding(conn *c);
 
 /* ---- service thread ---- */
 

@@ -26,6 +26,7 @@ void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, con
     if (voices_dir && voices_dir[0]) js->voices_dir = strdup(voices_dir); /* unchecked when out of memory */
     js->in_format = js->out_format = protocol == CONN_TWILIO ? AUDIO_ULAW : AUDIO_PCM16;
     js->from_8k_format = -1;
+    js->pcm_carry = -1;
     if (protocol == CONN_REALTIME) realtime_open(js);
 }
 
@@ -60,7 +61,18 @@ int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...) 
         return WS_INPUT_WRITE;
     }
     PP_WARN("realtime", "session %llu: %s", id, what);
-    conn_queue_error(in->c, "invalid_request_error", code, what);
+    conn_queue_error(in->c, "invalid_request_error", code, what, js->client_event_id);
+    return WS_INPUT_WRITE;
+}
+
+int json_socket_decline(json_socket *js, const char *code, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    PP_DEBUG("realtime", "session %llu: %s", (unsigned long long)conn_id(js->in->c), what);
+    conn_queue_error(js->in->c, "invalid_request_error", code, what, js->client_event_id);
     return WS_INPUT_WRITE;
 }
 
@@ -87,19 +99,29 @@ static int push_telephone(json_socket *js, const uint8_t *bytes, size_t n, audio
 int json_socket_audio(json_socket *js, const pp_json *b64, audio_format format) {
     if (!b64 || b64->type != PP_JSON_STRING)
         return json_socket_reject(js, "invalid_audio", "audio is missing (a base64 string)");
-    static uint8_t bytes[MAX_AUDIO_BYTES]; /* one service thread: one message decoded at a time */
-    long n = pp_base64_decode(b64->string, b64->string_len, bytes, sizeof bytes);
+    /* One service thread: one message decoded at a time. bytes[0] takes the PCM byte carried over. */
+    static uint8_t bytes[1 + MAX_AUDIO_BYTES];
+    long n = pp_base64_decode(b64->string, b64->string_len, bytes + 1, sizeof bytes - 1);
     if (n < 0) return json_socket_reject(js, "invalid_audio", "audio is not valid base64");
+    const uint8_t *data = bytes + 1;
     int frames = 0;
     if (format == AUDIO_PCM16) {
-        if (n % 2) return json_socket_reject(js, "invalid_audio", "16-bit PCM audio of %ld bytes (an odd count)", n);
+        /* The buffer is a byte stream: a client that cuts it anywhere (a pipe's
+         * reads) may end a message inside a sample, whose other byte starts the next one. */
+        if (js->pcm_carry >= 0) {
+            bytes[0] = (uint8_t)js->pcm_carry;
+            data = bytes;
+            n++;
+            js->pcm_carry = -1;
+        }
+        if (n % 2) js->pcm_carry = data[--n];
         float pcm[1024];
         for (long i = 0; i < n / 2; i += 1024) {
             int m = n / 2 - i < 1024 ? (int)(n / 2 - i) : 1024;
-            for (int k = 0; k < m; k++) pcm[k] = (int16_t)(bytes[2 * (i + k)] | bytes[2 * (i + k) + 1] << 8) / 32768.0f;
+            for (int k = 0; k < m; k++) pcm[k] = (int16_t)(data[2 * (i + k)] | data[2 * (i + k) + 1] << 8) / 32768.0f;
             frames = conn_push_pcm(js->in->c, pcm, (size_t)m);
         }
-    } else if (push_telephone(js, bytes, (size_t)n, format, &frames)) {
+    } else if (push_telephone(js, data, (size_t)n, format, &frames)) {
         return json_socket_reject(js, "server_error", "cannot open the 8 kHz resampler");
     }
     int pace = ws_input_check_pace(js->in);
@@ -117,6 +139,11 @@ static int on_message(json_socket *js) {
     const pp_json *ev = pp_json_root(doc);
     const char *type = json_socket_string(ev, js->protocol == CONN_TWILIO ? "event" : "type");
     int todo;
+    /* lives in doc, until its free below; a longer id than an error can repeat is not repeated */
+    const pp_json *event_id = pp_json_get(ev, "event_id");
+    js->client_event_id = event_id && event_id->type == PP_JSON_STRING && event_id->string_len <= CONN_EVENT_ID_MAX
+                              ? event_id->string
+                              : NULL;
     if (ev->type != PP_JSON_OBJECT)
         todo = json_socket_reject(js, "invalid_event", "an event must be a JSON object");
     else if (!type)
@@ -124,6 +151,7 @@ static int on_message(json_socket *js) {
                                   js->protocol == CONN_TWILIO ? "event" : "type");
     else
         todo = js->protocol == CONN_TWILIO ? twilio_event(js, ev, type) : realtime_event(js, ev, type);
+    js->client_event_id = NULL;
     pp_json_free(doc);
     return todo;
 }

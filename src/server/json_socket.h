@@ -3,7 +3,8 @@
  * tests and tests/fuzz/fuzz_json_socket.c drive it without a socket. Service thread only.
  *
  * Each message is one JSON object in a text frame (fragments are joined, up to
- * JSON_SOCKET_MAX_MESSAGE). Audio in it is base64: 16-bit little-endian PCM at 24 kHz, or
+ * JSON_SOCKET_MAX_MESSAGE). Audio in it is base64: 16-bit little-endian PCM at 24 kHz (a byte
+ * stream: a message may end inside a sample, the next completes it), or
  * G.711 at 8 kHz, which a windowed-sinc resampler brings to 24 kHz; the samples go to the
  * conn's uplink. The conversation is not admitted when the socket opens: the client first says
  * how it wants it (realtime: session.update; Twilio: the `start` event's customParameters),
@@ -42,6 +43,7 @@ typedef struct json_socket {
     char server_voice[PP_PARAMS_MAX_VOICE]; /* --voice: what a Twilio call falls back to */
     int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
     audio_format in_format, out_format;
+    int pcm_carry;         /* 16-bit PCM: the first byte of a sample the last message cut; -1 none */
     pp_resampler *from_8k; /* G.711 input */
     int from_8k_format;    /* the format from_8k was opened for; -1 none */
     char *msg;             /* the message being joined */
@@ -49,6 +51,7 @@ typedef struct json_socket {
     int skipping;    /* the message grew past the limit: drop to its end */
     char stream[64]; /* Twilio's streamSid */
     unsigned items;  /* input item ids handed out (realtime) */
+    const char *client_event_id; /* the event_id of the event being handled, for its errors; NULL: none */
 } json_socket;
 
 /* What the caller must do after a call, beyond ws_input's bits. */
@@ -73,6 +76,14 @@ int twilio_event(json_socket *js, const pp_json *ev, const char *type);
 
 /* Reports one bad input (realtime: an `error` event with code and the formatted text). */
 int json_socket_reject(json_socket *js, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Answers a well-formed realtime event that has nothing to act on now (a response.cancel that
+ * lost a race with response.done) with an `error` of code and the formatted text, as OpenAI
+ * does; not counted as bad input, so a client that sends it often is not closed for it. */
+int json_socket_decline(json_socket *js, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif

@@ -38,8 +38,10 @@ struct wire {
     char voice[PP_PARAMS_MAX_VOICE];
     /* the current turn */
     int speaking, quiet_frames, loud_caller_frames, cleared;
+    unsigned turn_frames, turn_heard; /* frames of the turn sent, and of them those with the client's audio */
     unsigned turns;
     char response_id[48], item_id[48];
+    char previous_item_id[48]; /* the item of the turn before ("" before the second turn) */
     char transcript[TRANSCRIPT_MAX];
     size_t transcript_len;
     int transcript_cut; /* a piece did not fit: the rest of the turn's text stays out */
@@ -111,14 +113,32 @@ const char *wire_format_json(audio_format f) {
                              : "{\"type\":\"audio/pcm\",\"rate\":24000}";
 }
 
-/* The response object of the current turn. */
+/* response.done's usage, which clients read unguarded (Pipecat takes usage.input_tokens of every
+ * response.done). The model has no tokenizer's tokens to bill: it counts the turn's 80 ms frames,
+ * output those it spoke, input those of the client's audio it heard meanwhile. */
+static void usage(wire *w, pp_jw *jw) {
+    pp_jw_raw(jw,
+              ",\"usage\":{\"total_tokens\":%u,\"input_tokens\":%u,\"output_tokens\":%u,"
+              "\"input_token_details\":{\"text_tokens\":0,\"audio_tokens\":%u,\"cached_tokens\":0},"
+              "\"output_token_details\":{\"text_tokens\":0,\"audio_tokens\":%u}}",
+              w->turn_heard + w->turn_frames, w->turn_heard, w->turn_frames, w->turn_heard, w->turn_frames);
+}
+
+/* The response object of the current turn. status_details is always there, null but for a
+ * cancelled turn (which only the client's response.cancel or session.update causes): clients
+ * that validate the object strictly (Pipecat's) require the key and drop an event without it. */
 static void response_object(wire *w, pp_jw *jw, const char *status, int with_item) {
+    const char *details =
+        strcmp(status, "cancelled") ? "null" : "{\"type\":\"cancelled\",\"reason\":\"client_cancelled\"}";
     pp_jw_raw(jw,
               ",\"response\":{\"object\":\"realtime.response\",\"id\":\"%s\",\"status\":\"%s\","
-              "\"output_modalities\":[\"audio\"],\"audio\":{\"output\":{\"format\":%s,\"voice\":",
-              w->response_id, status, wire_format_json(w->format));
+              "\"status_details\":%s,\"output_modalities\":[\"audio\"],\"audio\":{\"output\":{\"format\":%s,"
+              "\"voice\":",
+              w->response_id, status, details, wire_format_json(w->format));
     pp_jw_str(jw, w->voice, strlen(w->voice));
-    pp_jw_raw(jw, "}},\"output\":[");
+    pp_jw_raw(jw, "}}");
+    if (with_item) usage(w, jw); /* response.done */
+    pp_jw_raw(jw, ",\"output\":[");
     if (with_item) {
         pp_jw_raw(jw,
                   "{\"id\":\"%s\",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"assistant\","
@@ -130,18 +150,33 @@ static void response_object(wire *w, pp_jw *jw, const char *status, int with_ite
     pp_jw_raw(jw, "]}");
 }
 
-/* The message item of the current turn. */
-static void item_object(wire *w, pp_jw *jw, const char *status) {
+/* The message item of the current turn: in progress (ended NULL, no content yet) or ended
+ * ("completed", "incomplete") with its transcript. */
+static void item_object(wire *w, pp_jw *jw, const char *ended) {
     pp_jw_raw(jw,
               ",\"item\":{\"id\":\"%s\",\"object\":\"realtime.item\",\"type\":\"message\",\"role\":\"assistant\","
               "\"status\":\"%s\",\"content\":[",
-              w->item_id, status);
-    if (strcmp(status, "in_progress")) {
+              w->item_id, ended ? ended : "in_progress");
+    if (ended) {
         pp_jw_raw(jw, "{\"type\":\"output_audio\",\"transcript\":");
         pp_jw_str(jw, w->transcript, w->transcript_len);
         pp_jw_raw(jw, "}");
     }
     pp_jw_raw(jw, "]}");
+}
+
+/* conversation.item.added / .done: the turn's item joins the conversation after the previous
+ * turn's (clients build their history and bracket a response from it: Pipecat starts an
+ * assistant response at its conversation.item.added). */
+static long conversation_item(wire *w, const char *type, const char *ended) {
+    pp_jw jw;
+    begin(w, &jw, type);
+    if (w->previous_item_id[0])
+        pp_jw_raw(&jw, ",\"previous_item_id\":\"%s\"", w->previous_item_id);
+    else
+        pp_jw_raw(&jw, ",\"previous_item_id\":null");
+    item_object(w, &jw, ended);
+    return finish(w, &jw);
 }
 
 static long turn_open(wire *w) {
@@ -150,9 +185,12 @@ static long turn_open(wire *w) {
     w->turns++;
     w->speaking = 1;
     w->quiet_frames = w->loud_caller_frames = w->cleared = 0;
+    w->turn_frames = w->turn_heard = 0;
     w->transcript_len = 0;
     w->transcript_cut = 0;
     if (w->protocol != CONN_REALTIME) return 0;
+    conn_set_responding(w->c, 1);
+    snprintf(w->previous_item_id, sizeof w->previous_item_id, "%s", w->item_id);
     snprintf(w->response_id, sizeof w->response_id, "resp_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     snprintf(w->item_id, sizeof w->item_id, "item_%llu_%u", (unsigned long long)conn_id(w->c), w->turns);
     begin(w, &jw, "response.created");
@@ -160,14 +198,12 @@ static long turn_open(wire *w) {
     n += finish(w, &jw);
     begin(w, &jw, "response.output_item.added");
     pp_jw_raw(&jw, ",\"response_id\":\"%s\",\"output_index\":0", w->response_id);
-    item_object(w, &jw, "in_progress");
+    item_object(w, &jw, NULL);
     n += finish(w, &jw);
+    n += conversation_item(w, "conversation.item.added", NULL);
     begin(w, &jw, "response.content_part.added");
     turn_fields(w, &jw, 1);
     pp_jw_raw(&jw, ",\"part\":{\"type\":\"audio\",\"transcript\":\"\"}");
-    n += finish(w, &jw);
-    begin(w, &jw, "output_audio_buffer.started");
-    pp_jw_raw(&jw, ",\"response_id\":\"%s\"", w->response_id);
     return n + finish(w, &jw);
 }
 
@@ -182,6 +218,7 @@ static long turn_close(wire *w, const char *status) {
         return finish(w, &jw);
     }
     if (w->protocol != CONN_REALTIME) return 0;
+    conn_set_responding(w->c, 0);
     begin(w, &jw, "response.output_audio.done");
     turn_fields(w, &jw, 1);
     n += finish(w, &jw);
@@ -198,13 +235,12 @@ static long turn_close(wire *w, const char *status) {
     n += finish(w, &jw);
     begin(w, &jw, "response.output_item.done");
     pp_jw_raw(&jw, ",\"response_id\":\"%s\",\"output_index\":0", w->response_id);
-    item_object(w, &jw, strcmp(status, "completed") ? "incomplete" : "completed");
+    const char *ended = strcmp(status, "completed") ? "incomplete" : "completed";
+    item_object(w, &jw, ended);
     n += finish(w, &jw);
+    n += conversation_item(w, "conversation.item.done", ended);
     begin(w, &jw, "response.done");
     response_object(w, &jw, status, 1);
-    n += finish(w, &jw);
-    begin(w, &jw, "output_audio_buffer.stopped");
-    pp_jw_raw(&jw, ",\"response_id\":\"%s\"", w->response_id);
     return n + finish(w, &jw);
 }
 
@@ -275,6 +311,8 @@ static long json_frame(wire *w, const float *pcm_in, int from_client, const floa
         turn_fields(w, &jw, 1);
         pp_jw_raw(&jw, ",\"delta\":\"%s\"", b64);
         n += finish(w, &jw);
+        w->turn_frames++;
+        w->turn_heard += from_client != 0;
     }
     if (w->speaking) {
         w->quiet_frames = speech ? 0 : w->quiet_frames + 1;

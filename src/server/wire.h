@@ -7,11 +7,14 @@
  * realtime (/v1/realtime, docs/protocol.md §4): OpenAI Realtime server events. The model talks
  * in turns inside a continuous stream. A turn opens when an output frame carries speech (RMS
  * over SPEECH_RMS, or a text piece) and closes after TURN_END_FRAMES frames without: at the
- * open, response.created, response.output_item.added, response.content_part.added and
- * output_audio_buffer.started; per frame of the turn, response.output_audio.delta (the
- * session's output format) and response.output_audio_transcript.delta (valid UTF-8: a piece
- * that ends inside a character waits for the rest); at the close, the .done events,
- * response.done and output_audio_buffer.stopped. Outside turns nothing is sent.
+ * open, response.created, response.output_item.added, conversation.item.added (after the
+ * previous turn's item) and response.content_part.added; per frame of the turn,
+ * response.output_audio.delta (the session's output format) and
+ * response.output_audio_transcript.delta (valid UTF-8: a piece that ends inside a character
+ * waits for the rest); at the close, the .done events (conversation.item.done among them) and
+ * response.done. Outside turns nothing is sent. (No output_audio_buffer.* events: OpenAI sends
+ * those over WebRTC and SIP only, and clients that parse events strictly, Pipecat's, end their
+ * receive loop on a type they lack.)
  *
  * twilio (/v1/twilio, docs/protocol.md §5): every frame as a `media` message (μ-law, 8 kHz), a
  * `mark` named "turn-N" when a turn ends, and `clear` when the caller talks over a turn

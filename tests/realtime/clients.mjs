@@ -133,9 +133,12 @@ async function openaiClient(a, speech) {
   log('openai: events', JSON.stringify(seen));
   log('openai: errors', JSON.stringify(codes), 'transcript', JSON.stringify(transcript.join('').slice(0, 80)));
   assert.deepEqual(codes, ['invalid_audio', 'invalid_json', 'invalid_value', 'unknown_event', 'unsupported_event']);
-  for (const t of ['session.created', 'session.updated', 'response.created', 'output_audio_buffer.started',
+  for (const t of ['session.created', 'session.updated', 'response.created', 'response.content_part.added',
     'response.output_audio_transcript.delta', 'input_audio_buffer.committed'])
     assert.ok(seen[t] > 0, `openai: a ${t} event`);
+  // OpenAI sends these over WebRTC and SIP only; a strict WebSocket client stops on a type it lacks
+  for (const t of ['output_audio_buffer.started', 'output_audio_buffer.stopped'])
+    assert.ok(!seen[t], `openai: no ${t} over a WebSocket`);
   assert.ok(deltas.some((d) => d.t > badAt + 500), 'audio keeps coming after the bad events');
   const pace = paceOf(deltas, 48000);
   log('openai: pace', JSON.stringify(pace));
