@@ -360,7 +360,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
     print_wrapped(out,
                   "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
                   "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
-                  "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
+                  "audio_temperature, audio_topk, seed, text_seed, audio_seed, echo_cancel, all "
+                  "optional); "
                   "GET /v1/realtime (WebSocket, OpenAI Realtime-style JSON events); GET /v1/twilio "
                   "(WebSocket, Twilio Media Streams); "
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "

@@ -1,0 +1,54 @@
+#!/bin/sh
+# docs_in_step: what the server offers and what README.md / docs/protocol.md say it offers must
+# be the same lists, so that neither a new option, query key or metric goes undocumented nor a
+# removed one stays in the docs.
+#
+# usage: docs_in_step.sh SOURCE_DIR SERVER_BINARY options|query|metrics
+#   options  the manual's (--help) options and README's option table rows, both ways
+#   query    every /api/chat query key src/session/params.c reads is in --help, README.md and
+#            docs/protocol.md
+#   metrics  every metric name src/server/ writes is named in README.md in full
+set -u
+src=$1 server=$2 check=$3
+readme=$src/README.md
+fail=0
+missing() { echo "$1"; fail=1; }
+
+case $check in
+options)
+    "$server" --help | sed -n 's/^    --\([a-z0-9-]*\).*/\1/p' | sort -u > "${TMPDIR:-/tmp}/dis_help.$$"
+    # the table's rows: "| `--name ARG` |" or "| `--cert FILE`, `--key FILE` |"
+    grep '^| `--' "$readme" | cut -d'|' -f2 | grep -o '`--[a-z0-9-]*' | cut -c4- | sort -u \
+        > "${TMPDIR:-/tmp}/dis_table.$$"
+    for o in $(comm -23 "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"); do
+        missing "README.md's option table lacks --$o (listed by --help)"
+    done
+    for o in $(comm -13 "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"); do
+        missing "README.md's option table has --$o, which --help does not list"
+    done
+    rm -f "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"
+    ;;
+query)
+    keys=$(sed -n 's/.*strcmp(key, "\([a-z_]*\)").*/\1/p' "$src/src/session/params.c")
+    test -n "$keys" || missing "no query keys found in src/session/params.c"
+    endpoints=$("$server" --help | sed -n '/^ENDPOINTS/,/^FILES/p')
+    for k in $keys; do
+        echo "$endpoints" | grep -qw "$k" || missing "--help's ENDPOINTS lack the query key $k"
+        grep -q "\`$k\`" "$readme" || missing "README.md lacks the query key $k"
+        grep -q "\`$k\`" "$src/docs/protocol.md" || missing "docs/protocol.md lacks the query key $k"
+    done
+    ;;
+metrics)
+    names=$(cat "$src"/src/server/*.c | grep -o '"personaplex_[a-z_]*' | cut -c2- \
+            | sed 's/_\(count\|sum\|bucket\)$//' | sort -u)
+    test -n "$names" || missing "no metric names found in src/server/"
+    for n in $names; do
+        grep -qw "$n" "$readme" || missing "README.md does not name the metric $n"
+    done
+    ;;
+*)
+    echo "usage: $0 SOURCE_DIR SERVER_BINARY options|query|metrics" >&2
+    exit 2
+    ;;
+esac
+exit $fail
