@@ -130,8 +130,7 @@ static void defaults_from_options(const server_options *o, uint64_t conversation
     }
 }
 
-/* The endpoint of a request path, or -1. */
-static int protocol_of(const char *path) {
+int ws_endpoint(const char *path) {
     return !strcmp(path, "/api/chat")      ? CONN_CHAT
            : !strcmp(path, "/v1/realtime") ? CONN_REALTIME
            : !strcmp(path, "/v1/twilio")   ? CONN_TWILIO
@@ -143,7 +142,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     char err[PP_ERR_LEN], peer[160], path[64];
     memset(pss, 0, sizeof *pss);
     pss->wsi = wsi;
-    int protocol = lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ? -1 : protocol_of(path);
+    int protocol = lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ? -1 : ws_endpoint(path);
     if (protocol < 0) return -1; /* the filter let only the three paths through */
     pss->protocol = (conn_protocol)protocol;
     if (conn_create(++s->next_id, pss->protocol, &pss->c, err)) {
@@ -226,7 +225,7 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     int from_query;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || protocol_of(uri) < 0) {
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || ws_endpoint(uri) < 0) {
             PP_WARN("ws", "WebSocket upgrade refused outside /api/chat, /v1/realtime and /v1/twilio");
             metrics_bad_input(s->metrics);
             return 1;
