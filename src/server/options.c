@@ -48,7 +48,8 @@ static const opt_spec g_opts[] = {
      "voices/ in the directory of --weights."},
     {"models-dir", "DIR", OPT_STRING, F(models_dir), 0, 0, NULL, NULL,
      "Where the model files are looked for when --weights is not given: the first of "
-     "model-turbo2bit.safetensors, model-nf4.safetensors, model.safetensors found there "
+     "model-turbo2bit.safetensors, model-nf4.safetensors, model.safetensors and "
+     "personaplex-24L-q4_k.gguf (or its first shard, .shard-00) found there "
      "(tools/fetch-weights.sh downloads into the same place). Default: "
      "$XDG_DATA_HOME/personaplex/models (else ~/.local/share/personaplex/models), then "
      "/var/lib/personaplex/models."},
@@ -395,7 +396,7 @@ void server_options_print_help(FILE *out, const char *argv0) {
                   4);
     fprintf(out, "\nEXAMPLES\n");
     fprintf(out, "    %s --demo\n", argv0);
-    fprintf(out, "    %s --weights model-nf2.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
+    fprintf(out, "    %s --weights model-turbo2bit.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
     fprintf(out, "\nEXIT STATUS\n");
     print_wrapped(out,
                   "0 after a clean shutdown (SIGINT or SIGTERM), 1 when start-up fails (the "
