@@ -98,7 +98,7 @@ static void after_input(server *s, ws_pss *pss, int todo) {
 }
 
 /* Reads the query's key=value fragments (lws has already undone %XX and '+') into p. */
-static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *err) {
+static int read_query(server *s, struct lws *wsi, conn_protocol protocol, pp_session_params *p, char *err) {
     for (int i = 0;; i++) {
         int n = lws_hdr_copy_fragment(wsi, s->scratch, sizeof s->scratch, WSI_TOKEN_HTTP_URI_ARGS, i);
         if (n < 0) {
@@ -110,6 +110,9 @@ static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *er
         char *eq = strchr(s->scratch, '=');
         if (eq) *eq = '\0';
         if (!strcmp(s->scratch, "token")) continue; /* the API key (server_authorized), never a setting */
+        /* OpenAI's realtime clients name their model in the URL (?model=gpt-realtime): expected
+         * there and meaningless to this server, so ignored without the unknown key's warning */
+        if (protocol == CONN_REALTIME && !strcmp(s->scratch, "model")) continue;
         int rc = pp_params_set(p, s->scratch, eq ? eq + 1 : "", err);
         if (rc) return rc;
     }
@@ -163,7 +166,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     pp_session_params params;
     defaults_from_options(s->opt, conn_id(pss->c), &params);
     pp_model *model;
-    if (read_query(s, wsi, &params, err)) {
+    if (read_query(s, wsi, pss->protocol, &params, err)) {
         ws_input_reject(&pss->in, CLOSE_POLICY, err);
     } else if (pss->protocol == CONN_CHAT) {
         admit(s, pss, &params);
