@@ -269,11 +269,18 @@ static const bench_mode modes[] = {
 #endif
 };
 
+int bench_help_asked;
+
+FILE *bench_usage_stream(void) { return bench_help_asked ? stdout : stderr; }
+
+int bench_usage_status(void) { return bench_help_asked ? 0 : 2; }
+
 int main(int argc, char **argv) {
     /* each row as it is measured, also into a log: a run stopped at its time limit (gpu-check's
      * steps) keeps the rows it had */
     setvbuf(stdout, NULL, _IOLBF, 0);
     size_t n = sizeof modes / sizeof modes[0];
+    for (int i = 2; i < argc; i++) bench_help_asked |= strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
     for (size_t i = 0; argc > 1 && i < n; i++)
         if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
     /* asked for (-h, --help): the manual on stdout, status 0, as every other tool's; otherwise a usage error */
