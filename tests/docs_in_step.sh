@@ -3,11 +3,13 @@
 # be the same lists, so that neither a new option, query key or metric goes undocumented nor a
 # removed one stays in the docs.
 #
-# usage: docs_in_step.sh SOURCE_DIR SERVER_BINARY options|query|metrics
+# usage: docs_in_step.sh SOURCE_DIR SERVER_BINARY options|query|metrics|env
 #   options  the manual's (--help) options and README's option table rows, both ways
 #   query    every /api/chat query key src/session/params.c reads is in --help, README.md and
 #            docs/protocol.md
 #   metrics  every metric name src/server/ writes is named in README.md in full
+#   env      every environment variable src/ reads is in the manual's ENVIRONMENT section, the CUDA
+#            backend's PP_CUDA_* kernel switches (timing experiments) in docs/backend.md instead
 set -u
 src=$1 server=$2 check=$3
 readme=$src/README.md
@@ -46,8 +48,21 @@ metrics)
         grep -qw "$n" "$readme" || missing "README.md does not name the metric $n"
     done
     ;;
+env)
+    # getenv("NAME"), cuda.c's env_integer("NAME", ...) and its {"NAME", setter} switch table
+    names=$(cat "$src"/src/*/*.c | grep -oE '(getenv|env_integer)\("[A-Z][A-Z0-9_]*"|\{"PP_[A-Z0-9_]*",' \
+            | grep -oE '"[A-Z0-9_]*"' | tr -d '"' | sort -u)
+    test -n "$names" || missing "no environment variables found in src/"
+    environment=$("$server" --help | sed -n '/^ENVIRONMENT/,/^EXAMPLES/p')
+    for n in $names; do
+        case $n in
+        PP_CUDA_*) grep -qw "$n" "$src/docs/backend.md" || missing "docs/backend.md does not name $n" ;;
+        *) echo "$environment" | grep -qw "$n" || missing "--help's ENVIRONMENT lacks $n" ;;
+        esac
+    done
+    ;;
 *)
-    echo "usage: $0 SOURCE_DIR SERVER_BINARY options|query|metrics" >&2
+    echo "usage: $0 SOURCE_DIR SERVER_BINARY options|query|metrics|env" >&2
     exit 2
     ;;
 esac
