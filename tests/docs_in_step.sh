@@ -1,7 +1,7 @@
 #!/bin/sh
-# docs_in_step: what the server offers and what README.md / docs/protocol.md say it offers must
-# be the same lists, so that neither a new option, query key or metric goes undocumented nor a
-# removed one stays in the docs.
+# docs_in_step: what the server offers and what its docs (README.md, docs/, its own --help) say it
+# offers must be the same lists, so that neither a new option, query key, metric or environment
+# variable goes undocumented nor a removed option stays in the docs.
 #
 # usage: docs_in_step.sh SOURCE_DIR SERVER_BINARY options|query|metrics|env
 #   options  the manual's (--help) options and README's option table rows, both ways
@@ -15,20 +15,20 @@ src=$1 server=$2 check=$3
 readme=$src/README.md
 fail=0
 missing() { echo "$1"; fail=1; }
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
 
 case $check in
 options)
-    "$server" --help | sed -n 's/^    --\([a-z0-9-]*\).*/\1/p' | sort -u > "${TMPDIR:-/tmp}/dis_help.$$"
+    "$server" --help | sed -n 's/^    --\([a-z0-9-]*\).*/\1/p' | sort -u > "$tmp/help"
     # the table's rows: "| `--name ARG` |" or "| `--cert FILE`, `--key FILE` |"
-    grep '^| `--' "$readme" | cut -d'|' -f2 | grep -o '`--[a-z0-9-]*' | cut -c4- | sort -u \
-        > "${TMPDIR:-/tmp}/dis_table.$$"
-    for o in $(comm -23 "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"); do
+    grep '^| `--' "$readme" | cut -d'|' -f2 | grep -o '`--[a-z0-9-]*' | cut -c4- | sort -u > "$tmp/table"
+    for o in $(comm -23 "$tmp/help" "$tmp/table"); do
         missing "README.md's option table lacks --$o (listed by --help)"
     done
-    for o in $(comm -13 "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"); do
+    for o in $(comm -13 "$tmp/help" "$tmp/table"); do
         missing "README.md's option table has --$o, which --help does not list"
     done
-    rm -f "${TMPDIR:-/tmp}/dis_help.$$" "${TMPDIR:-/tmp}/dis_table.$$"
     ;;
 query)
     keys=$(sed -n 's/.*strcmp(key, "\([a-z_]*\)").*/\1/p' "$src/src/session/params.c")

@@ -392,10 +392,11 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "\nENVIRONMENT\n");
     print_wrapped(out,
                   "XDG_STATE_HOME, XDG_DATA_HOME, HOME: locate the default state and model "
-                  "directories. NOTIFY_SOCKET, WATCHDOG_USEC: set by systemd. PP_WEIGHTS_IN_HOST_MEMORY=1: "
-                  "as --weights-in-host-memory. PP_CPU_SIMD=portable|avx2|avx2-int16|avx512-vnni (aarch64: "
-                  "portable|neon): caps the CPU backend's loops at that variant; with any other value the CPU "
-                  "backend, and so the start, fails. PP_CUDA_*: the CUDA kernels' choices, for timing them (docs/backend.md).",
+                  "directories. NOTIFY_SOCKET, WATCHDOG_USEC: set by systemd. "
+                  "PP_WEIGHTS_IN_HOST_MEMORY=1: as --weights-in-host-memory. "
+                  "PP_CPU_SIMD=portable|avx2|avx2-int16|avx512-vnni (aarch64: portable|neon): caps the CPU "
+                  "backend's loops at that variant; with any other value the CPU backend, and so the start, "
+                  "fails. PP_CUDA_*: the CUDA kernels' choices, for timing them (docs/backend.md).",
                   4);
     fprintf(out, "\nEXAMPLES\n");
     fprintf(out, "    %s --demo\n", argv0);
