@@ -32,6 +32,7 @@ chmod +x "$tmp/ggml/build-bench/bin/test-backend-ops" "$tmp/build/personaplex-be
 
 # One pair and one batch are enough: the script's loops are the same for every pair.
 sed -e 's/^pairs=.*/pairs=("nf2 q2_K")/' -e 's/^batches=.*/batches=(1)/' "$src/tools/bench-vs-ggml.sh" >"$tmp/bench.sh"
+cp "$src/tools/script-help.sh" "$tmp/" # what the script sources beside itself
 out="$(REPEAT=3 bash "$tmp/bench.sh" "$tmp/ggml" "$tmp/build")"
 echo "$out"
 order="$(tr '\n' ' ' <"$log")"

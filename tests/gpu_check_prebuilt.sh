@@ -10,7 +10,7 @@ src="${1:?usage: gpu_check_prebuilt.sh SOURCE_DIR C_COMPILER}" cc="${2:?}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/tools" "$tmp/build-gpu" "$tmp/bin" "$tmp/lib"
-cp "$src/tools/gpu-check.sh" "$tmp/tools/"
+cp "$src/tools/gpu-check.sh" "$src/tools/script-help.sh" "$tmp/tools/"
 printf '#!/bin/sh\ncase "$*" in *compute_cap*) echo 9.0 ;; *) echo "GPU 0: stand-in" ;; esac\n' >"$tmp/bin/nvidia-smi"
 chmod +x "$tmp/bin/nvidia-smi"
 

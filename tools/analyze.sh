@@ -7,6 +7,7 @@
 # the list), 1 otherwise, printing the new and stale lines; 77 without scan-build (clang-tools).
 # A report is compared as "path: message [checker]": line numbers move with every edit.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${1:-$root/build-analyze}"

@@ -16,6 +16,7 @@
 #   nf2 / q2_K, int4 / q4_K, nf4 / iq4_nl, bf16 / bf16, and the GGUF formats against themselves:
 #   q4_k / q4_K, q4_0 / q4_0, q8_0 / q8_0
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ggml="${1:?usage: tools/bench-vs-ggml.sh GGML_SRC_DIR [BUILD_DIR]}"

@@ -269,14 +269,24 @@ static const bench_mode modes[] = {
 #endif
 };
 
+int bench_help_asked;
+
+FILE *bench_usage_stream(void) { return bench_help_asked ? stdout : stderr; }
+
+int bench_usage_status(void) { return bench_help_asked ? 0 : 2; }
+
 int main(int argc, char **argv) {
     /* each row as it is measured, also into a log: a run stopped at its time limit (gpu-check's
      * steps) keeps the rows it had */
     setvbuf(stdout, NULL, _IOLBF, 0);
     size_t n = sizeof modes / sizeof modes[0];
+    for (int i = 2; i < argc; i++) bench_help_asked |= strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
     for (size_t i = 0; argc > 1 && i < n; i++)
         if (strcmp(argv[1], modes[i].name) == 0) return modes[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: personaplex-bench MODE [options]\nmodes:\n");
-    for (size_t i = 0; i < n; i++) fprintf(stderr, "  %-6s %s\n", modes[i].name, modes[i].what);
-    return 2;
+    /* asked for (-h, --help): the manual on stdout, status 0, as every other tool's; otherwise a usage error */
+    int asked = argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0);
+    FILE *to = asked ? stdout : stderr;
+    fprintf(to, "usage: personaplex-bench MODE [options]   (personaplex-bench MODE --help: the mode's options)\nmodes:\n");
+    for (size_t i = 0; i < n; i++) fprintf(to, "  %-6s %s\n", modes[i].name, modes[i].what);
+    return asked ? 0 : 2;
 }

@@ -7,6 +7,8 @@
 #ifndef PP_TOOLS_BENCH_H
 #define PP_TOOLS_BENCH_H
 
+#include <stdio.h>
+
 int bench_gemv(int argc, char **argv);  /* tools/bench_gemv.c: GEMV per weight format */
 int bench_codec(int argc, char **argv); /* tools/bench_codec.c */
 int bench_lm(int argc, char **argv);    /* tools/bench_lm.c */
@@ -14,6 +16,12 @@ int bench_batch(int argc, char **argv); /* tools/bench_batch.c: sessions advanci
 int bench_frame(int argc, char **argv); /* tools/bench_frame.c: a whole frame on a backend */
 int bench_attn(int argc, char **argv);  /* tools/bench_attn.c: attention over KV rings, one or many rows */
 
+/* Set by the driver when a mode's options include -h or --help. A mode prints its usage text to
+ * bench_usage_stream() and returns bench_usage_status(): stdout and 0 for that request, stderr and
+ * 2 (a usage error) otherwise. */
+extern int bench_help_asked;
+FILE *bench_usage_stream(void);
+int bench_usage_status(void);
 /* Monotonic seconds. */
 double bench_now(void);
 /* Sorts n samples ascending (for medians and percentiles). */

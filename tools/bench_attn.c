@@ -25,9 +25,9 @@
 #define MAX_FRAMES 64
 
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-bench attn [--device cpu|cuda] [--threads N] [--rows N] [--layers N] "
+    fprintf(bench_usage_stream(), "usage: personaplex-bench attn [--device cpu|cuda] [--threads N] [--rows N] [--layers N] "
                     "[--contexts 100,1000,3000] [--kv f32,bf16,int8] [--frames N]\n");
-    return 2;
+    return bench_usage_status();
 }
 
 /* `count` rings in format f, every slot filled with the same random values and scales (uploaded

@@ -397,11 +397,11 @@ static int run(const batch_opts *o, const char *wpath, const char *cpath, const 
 int bench_batch(int argc, char **argv) {
     batch_opts o;
     if (parse(argc, argv, &o)) {
-        fprintf(stderr,
+        fprintf(bench_usage_stream(),
                 "usage: personaplex-bench batch [--weights W [--config C]] [--layers L] [--dep-layers D] "
                 "[--format bf16|nf2|int4|nf4] [--batches 1,2,8] [--ticks N] [--kv f32|bf16|int8] "
                 "[--threads N] [--device cpu|cuda] [--context N] [--codec] [--extrapolate] [--project N,...]\n");
-        return 2;
+        return bench_usage_status();
     }
     pp_log_set_level(PP_LOG_WARN);
     char err[PP_ERR_LEN] = "", dir[] = "/tmp/pp-bench-batch-XXXXXX", wpath[600], cpath[600];

@@ -85,7 +85,7 @@ static void report(const char *what, double *ms, int n, double frame_ms) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: personaplex-bench codec [--threads N] [--frames N] [--warmup N] [--config config.json] "
+    fprintf(bench_usage_stream(), "usage: personaplex-bench codec [--threads N] [--frames N] [--warmup N] [--config config.json] "
                     "[--device cpu|cuda] [--batch N]\n"
                     "  Times Mimi encode and decode per frame on random weights of the configuration's shapes\n"
                     "  (default: the released Mimi, docs/codec.md §1), N conversations at once (default 1).\n");
@@ -287,7 +287,7 @@ int bench_codec(int argc, char **argv) {
             batch = atoi(argv[++i]);
         else {
             usage();
-            return strcmp(a, "--help") == 0 ? 0 : 2;
+            return bench_usage_status();
         }
     }
     if (frames < 1 || warmup < 0 || batch < 1 || batch > 4096) {

@@ -600,12 +600,12 @@ static void busy_stop(busy *b) {
 }
 
 static int usage(void) {
-    fprintf(stderr,
+    fprintf(bench_usage_stream(),
             "usage: personaplex-bench frame [--device auto|cpu|cuda] [--threads N] [--layers N] "
             "[--dep-layers N] [--dep-steps N] [--formats nf2,int4,nf4,bf16,f16,f32] [--frames N] [--contexts 100,3000] "
             "[--kv f32|bf16|int8] [--small] [--no-mimi] [--project GBPS,CORES] [--kernels] [--extrapolate] "
             "[--busy N]\n");
-    return 2;
+    return bench_usage_status();
 }
 
 static int parse_format(const char *s, size_t len, pp_wformat *out) {

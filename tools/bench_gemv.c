@@ -293,10 +293,10 @@ static double time_weight(pp_backend *be, const held *h, const float *x_host, in
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: personaplex-bench gemv [--device cpu|cuda] [--threads N] [--batch N] [--seconds S] "
+    fprintf(bench_usage_stream(), "usage: personaplex-bench gemv [--device cpu|cuda] [--threads N] [--batch N] [--seconds S] "
                     "[--formats f32,f16,bf16,nf2,int4,nf4,q4_0,q8_0,q4_k,int8] [--small | --shape ROWSxCOLS] "
                     "[--zero-points] [--in-cache] [--compare portable|avx2|avx2-int16|avx512-vnni|neon]\n");
-    return 2;
+    return bench_usage_status();
 }
 
 int bench_gemv(int argc, char **argv) {

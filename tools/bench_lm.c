@@ -110,9 +110,9 @@ static double time_steps(pp_lmgen *g, const pp_lm_config *c, int frames, char *e
 int bench_lm(int argc, char **argv) {
     lm_opts o;
     if (parse(argc, argv, &o)) {
-        fprintf(stderr, "usage: personaplex-bench lm --weights model.safetensors [--config config.json] "
+        fprintf(bench_usage_stream(), "usage: personaplex-bench lm --weights model.safetensors [--config config.json] "
                         "[--frames N] [--threads N] [--device cpu|cuda] [--greedy]\n");
-        return 2;
+        return bench_usage_status();
     }
     pp_log_set_level(PP_LOG_WARN);
     char err[PP_ERR_LEN] = "";

@@ -22,6 +22,7 @@
 # is not installed (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user;
 # tools/install-deps.sh does).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/build-cross-aarch64}"

@@ -127,8 +127,8 @@ static int run_case(const char *dir, const golden_opts *o) {
     return rc ? 1 : 0;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *to) {
+    fprintf(to,
             "usage: personaplex-golden CASE_DIR... [--device cpu|cuda] [--voice FILE] [--threads N] [--prompt-cache]\n"
             "                          [--log-level debug|info|warn|error]   (default warn)\n");
 }
@@ -149,8 +149,12 @@ int main(int argc, char **argv) {
             o.prompt_cache = 1;
         } else if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc && pp_log_parse_level(argv[i + 1]) >= 0) {
             log_level = pp_log_parse_level(argv[++i]);
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout); /* asked for: a request, not an error */
+            free(cases);
+            return 0;
         } else if (argv[i][0] == '-') {
-            usage();
+            usage(stderr);
             free(cases);
             return 2;
         } else {
@@ -158,7 +162,7 @@ int main(int argc, char **argv) {
         }
     }
     if (n == 0) {
-        usage();
+        usage(stderr);
         free(cases);
         return 2;
     }

@@ -12,6 +12,7 @@
 # A device call carries at most 64 MiB: move tests/data/golden/{lm-bf16,lm-q4k,heldout} out of the
 # tree for it and carry .devcarry.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-gpu"

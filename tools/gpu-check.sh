@@ -38,6 +38,7 @@
 #                                      always runs), e.g. STEPS='parity|loadtest' for the
 #                                      64-conversation load test within a lent GPU's 15 minutes
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-gpu"

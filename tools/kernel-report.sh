@@ -33,6 +33,7 @@
 # PTX is virtual (ptxas fuses and+shift into lop3, folds address adds, drops movs), so the SASS
 # figures differ by some tens of percent; spills are invisible here (see the first table).
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"

@@ -5,7 +5,9 @@
 #   tools/quickstart.sh                   then open the URL the server prints
 #   tools/quickstart.sh --weights model-turbo2bit.safetensors --voice NATF2
 #   PP_CUDA=OFF tools/quickstart.sh       CPU-only build even when a CUDA toolkit is installed
+# The server's own options are in build/personaplex-server --help once it is built.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

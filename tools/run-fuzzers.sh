@@ -6,6 +6,7 @@
 #   FUZZ_SECONDS=60 tools/run-fuzzers.sh            all targets
 #   tools/run-fuzzers.sh fuzz_json                  only the named targets
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FUZZ_BUILD_DIR:-$root/build-fuzz}"

@@ -17,6 +17,7 @@
 #   - the server does not exit 0 on SIGTERM (under the sanitizers: a report or a leak).
 # The last line is "soak: N passed, N failed" after a summary of the figures.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 build="$(cd "${1:?usage: soak.sh BUILD_DIR [SECONDS]}" && pwd)"
 seconds="${2:-600}"

@@ -14,6 +14,7 @@
 # build or configure counts as a failure). Exit status 0 only when nothing failed.
 #   SKIP_DEPS=1 SKIP_FUZZ=1 tools/test.sh       skip those stages
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/script-help.sh" # -h/--help: the comment above, exit 0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -257,7 +257,9 @@ static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
     }
     if (strcmp(uri, "/metrics") == 0) return route_metrics(s, wsi, pss);
     if (strcmp(uri, "/api/voices") == 0) return route_voices(s, wsi, pss);
-    if (strcmp(uri, "/api/chat") == 0) {
+    /* every conversation endpoint alike: a plain GET there (a probe, a proxy that dropped the
+     * Upgrade header) learns what is wrong instead of a 404 that says the path does not exist */
+    if (ws_endpoint(uri) >= 0) {
         static const char up[] = "this endpoint is a WebSocket (GET with Upgrade: websocket)\n";
         return respond(wsi, pss, HTTP_STATUS_BAD_REQUEST, "text/plain; charset=utf-8", up, sizeof up - 1);
     }

@@ -48,7 +48,8 @@ static const opt_spec g_opts[] = {
      "voices/ in the directory of --weights."},
     {"models-dir", "DIR", OPT_STRING, F(models_dir), 0, 0, NULL, NULL,
      "Where the model files are looked for when --weights is not given: the first of "
-     "model-turbo2bit.safetensors, model-nf4.safetensors, model.safetensors found there "
+     "model-turbo2bit.safetensors, model-nf4.safetensors, model.safetensors and "
+     "personaplex-24L-q4_k.gguf (or its first shard, .shard-00) found there "
      "(tools/fetch-weights.sh downloads into the same place). Default: "
      "$XDG_DATA_HOME/personaplex/models (else ~/.local/share/personaplex/models), then "
      "/var/lib/personaplex/models."},
@@ -360,7 +361,8 @@ void server_options_print_help(FILE *out, const char *argv0) {
     print_wrapped(out,
                   "GET / and static files of the web UI; GET /api/chat (WebSocket; query "
                   "parameters text_prompt, voice_prompt, text_temperature, text_topk, "
-                  "audio_temperature, audio_topk, seed, text_seed, audio_seed, all optional); "
+                  "audio_temperature, audio_topk, seed, text_seed, audio_seed, echo_cancel, all "
+                  "optional); "
                   "GET /v1/realtime (WebSocket, OpenAI Realtime-style JSON events); GET /v1/twilio "
                   "(WebSocket, Twilio Media Streams); "
                   "GET /api/voices (JSON list of voices); GET /health (JSON readiness: 200 "
@@ -390,11 +392,15 @@ void server_options_print_help(FILE *out, const char *argv0) {
     fprintf(out, "\nENVIRONMENT\n");
     print_wrapped(out,
                   "XDG_STATE_HOME, XDG_DATA_HOME, HOME: locate the default state and model "
-                  "directories. NOTIFY_SOCKET, WATCHDOG_USEC: set by systemd.",
+                  "directories. NOTIFY_SOCKET, WATCHDOG_USEC: set by systemd. "
+                  "PP_WEIGHTS_IN_HOST_MEMORY=1: as --weights-in-host-memory. "
+                  "PP_CPU_SIMD=portable|avx2|avx2-int16|avx512-vnni (aarch64: portable|neon): caps the CPU "
+                  "backend's loops at that variant; with any other value the CPU backend, and so the start, "
+                  "fails. PP_CUDA_*: the CUDA kernels' choices, for timing them (docs/backend.md).",
                   4);
     fprintf(out, "\nEXAMPLES\n");
     fprintf(out, "    %s --demo\n", argv0);
-    fprintf(out, "    %s --weights model-nf2.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
+    fprintf(out, "    %s --weights model-turbo2bit.safetensors --voices-dir voices --host 0.0.0.0\n", argv0);
     fprintf(out, "\nEXIT STATUS\n");
     print_wrapped(out,
                   "0 after a clean shutdown (SIGINT or SIGTERM), 1 when start-up fails (the "

@@ -68,6 +68,9 @@ int server_authorized(server *s, struct lws *wsi, int *from_query);
 /* lws protocol callbacks (service thread). */
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+/* The conversation endpoint (conn_protocol) a request path names, or -1: the WebSocket paths
+ * /api/chat, /v1/realtime and /v1/twilio. */
+int ws_endpoint(const char *path);
 size_t http_pss_size(void);
 size_t ws_pss_size(void);
 

@@ -98,7 +98,7 @@ static void after_input(server *s, ws_pss *pss, int todo) {
 }
 
 /* Reads the query's key=value fragments (lws has already undone %XX and '+') into p. */
-static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *err) {
+static int read_query(server *s, struct lws *wsi, conn_protocol protocol, pp_session_params *p, char *err) {
     for (int i = 0;; i++) {
         int n = lws_hdr_copy_fragment(wsi, s->scratch, sizeof s->scratch, WSI_TOKEN_HTTP_URI_ARGS, i);
         if (n < 0) {
@@ -110,6 +110,9 @@ static int read_query(server *s, struct lws *wsi, pp_session_params *p, char *er
         char *eq = strchr(s->scratch, '=');
         if (eq) *eq = '\0';
         if (!strcmp(s->scratch, "token")) continue; /* the API key (server_authorized), never a setting */
+        /* OpenAI's realtime clients name their model in the URL (?model=gpt-realtime): expected
+         * there and meaningless to this server, so ignored without the unknown key's warning */
+        if (protocol == CONN_REALTIME && !strcmp(s->scratch, "model")) continue;
         int rc = pp_params_set(p, s->scratch, eq ? eq + 1 : "", err);
         if (rc) return rc;
     }
@@ -130,8 +133,7 @@ static void defaults_from_options(const server_options *o, uint64_t conversation
     }
 }
 
-/* The endpoint of a request path, or -1. */
-static int protocol_of(const char *path) {
+int ws_endpoint(const char *path) {
     return !strcmp(path, "/api/chat")      ? CONN_CHAT
            : !strcmp(path, "/v1/realtime") ? CONN_REALTIME
            : !strcmp(path, "/v1/twilio")   ? CONN_TWILIO
@@ -143,7 +145,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     char err[PP_ERR_LEN], peer[160], path[64];
     memset(pss, 0, sizeof *pss);
     pss->wsi = wsi;
-    int protocol = lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ? -1 : protocol_of(path);
+    int protocol = lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) < 0 ? -1 : ws_endpoint(path);
     if (protocol < 0) return -1; /* the filter let only the three paths through */
     pss->protocol = (conn_protocol)protocol;
     if (conn_create(++s->next_id, pss->protocol, &pss->c, err)) {
@@ -164,7 +166,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
     pp_session_params params;
     defaults_from_options(s->opt, conn_id(pss->c), &params);
     pp_model *model;
-    if (read_query(s, wsi, &params, err)) {
+    if (read_query(s, wsi, pss->protocol, &params, err)) {
         ws_input_reject(&pss->in, CLOSE_POLICY, err);
     } else if (pss->protocol == CONN_CHAT) {
         admit(s, pss, &params);
@@ -226,7 +228,7 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     int from_query;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || protocol_of(uri) < 0) {
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || ws_endpoint(uri) < 0) {
             PP_WARN("ws", "WebSocket upgrade refused outside /api/chat, /v1/realtime and /v1/twilio");
             metrics_bad_input(s->metrics);
             return 1;
