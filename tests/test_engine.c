@@ -9,15 +9,21 @@
  * Then one conversation's frame is made to fail whenever it is in a codec call (its audio
  * carries a marker value the backend refuses) while another conversation's frames share its
  * ticks: the one at fault is closed, the other carries on (a failed batched call is retried a
- * conversation at a time), and the engine does not report itself failing. */
+ * conversation at a time), and the engine does not report itself failing.
+ *
+ * Last, client audio the model did not hear as it was sent is counted in /metrics: the silent
+ * frames it heard between a client's frames (they came late), samples a full uplink dropped. */
 #include "test.h"
 
 #include "backend/backend.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "server/engine.h"
+#include "server/metrics.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +95,44 @@ static int feed_until(conn *c, int close) {
     return 0;
 }
 
+/* A counter from the metrics' exposition, or -1 when it is not there. */
+static double metric(metrics *mx, const char *name) {
+    static char body[1 << 16];
+    metrics_render(mx, body, sizeof body, 2);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(body, key);
+    return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+/* Takes what c is sent every 20 ms, for up to 10 s, until counter `name` reaches at least min.
+ * Returns its value then (or at the end). */
+static double wait_metric(conn *c, metrics *mx, const char *name, double min) {
+    static uint8_t msg[CONN_MSG_MAX];
+    size_t len;
+    int text;
+    double v = -1;
+    for (int i = 0; i < 500 && (v = metric(mx, name)) < min; i++) {
+        while (conn_dequeue(c, msg, sizeof msg, &len, &text)) {}
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    return v;
+}
+
+/* Takes what c is sent until it has had more audio pages than the `frames` of audio it was given
+ * (the rest answer frames of silence the model heard instead), for up to 10 s. Returns 1 then. */
+static int wait_silence(conn *c, int frames) {
+    static uint8_t msg[CONN_MSG_MAX];
+    size_t len;
+    int text, pages = 0;
+    for (int i = 0; i < 500; i++) {
+        while (conn_dequeue(c, msg, sizeof msg, &len, &text)) pages += len && msg[0] == 0x01;
+        if (pages - 2 > frames) return 1; /* the two header pages come first */
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    return 0;
+}
+
 int main(void) {
     char err[PP_ERR_LEN], why[PP_ERR_LEN], dir[64] = "/tmp/pp-engine-XXXXXX";
     pp_log_set_level(PP_LOG_ERROR);
@@ -149,6 +193,26 @@ int main(void) {
     TEST_COND("... and the engine is not failing", engine_failing(e, why, sizeof why) == 0);
     engine_release(e, bad);
     engine_release(e, good);
+
+    /* Client audio the model did not hear as sent is counted where a load test reads it: before,
+     * /metrics had no such counters, and a conversation whose audio came late (the model heard
+     * silence meanwhile) or overflowed its uplink passed for a whole one. */
+    conn *late = NULL;
+    static float frame[PP_FRAME_SAMPLES], burst[12 * PP_SAMPLE_RATE];
+    TEST_COND("a conversation whose client pauses", conn_create(5, CONN_CHAT, &late, err) == PP_OK &&
+                                                        engine_admit(e, late, &params, err) == 0);
+    conn_push_pcm(late, frame, PP_FRAME_SAMPLES);
+    TEST_COND("... past the grace: the model hears silence", wait_silence(late, 1));
+    conn_push_pcm(late, frame, PP_FRAME_SAMPLES);
+    double silent = wait_metric(late, mx, "personaplex_uplink_silent_frames_total", 1);
+    printf("silent frames between the client's audio: %.0f\n", silent);
+    TEST_COND("... then its audio: the silent frames between are counted", silent >= 1);
+    conn_push_pcm(late, burst, sizeof burst / sizeof *burst); /* 12 s at once into a 10 s uplink */
+    double dropped = wait_metric(late, mx, "personaplex_uplink_dropped_samples_total", 2 * PP_SAMPLE_RATE);
+    printf("samples dropped from a full uplink: %.0f\n", dropped);
+    TEST_COND("... audio past the uplink's 10 s is dropped and counted", dropped >= 2 * PP_SAMPLE_RATE);
+    TEST_COND("... nothing concealed (no Ogg here)", metric(mx, "personaplex_uplink_concealed_packets_total") == 0);
+    engine_release(e, late);
 
     engine_destroy(e);
     metrics_destroy(mx);

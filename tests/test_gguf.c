@@ -3,7 +3,8 @@
  * block_count that lies), byte-sharded copies (whole pages, mapped; odd sizes, read), moshi.cpp's
  * `lm.` names and per-step attention projections. Each must load as the
  * model it stores (every tensor equal to the source's); the malformed copies (truncated, a
- * tensor past the end, an unknown type, a shape the config rejects, a missing shard) must be
+ * tensor past the end, an unknown type, a shape the config rejects, a missing shard, tensor data
+ * out of ggml's layout) must be
  * refused with one line naming the file and the tensor. The Q4_0/Q8_0/Q4_K decoders are
  * checked on hand-made blocks. */
 #define _DEFAULT_SOURCE /* open_memstream, mkdtemp */
@@ -459,13 +460,24 @@ static void test_seeds(void) {
     }
 }
 
-/* Tensor infos whose data spans overlap (b starts inside a) are refused naming both; the same
- * tensors one after another, and an empty tensor at a's offset, open. */
-static void test_overlap(void) {
+/* The tensors' data must lie as ggml lays it out (and as its reader demands: gguf.cpp's "has
+ * offset N, expected M"): in table order, each right after the previous one's bytes padded to the
+ * alignment. a: 16 floats, b: 16 floats, c: 8 floats (or none), 256 bytes of data. Before, a gap
+ * (b 64 bytes past a's end) and two equal-sized tensors' offsets swapped (a damaged table that
+ * reads each tensor's values as the other's) opened; an overlap was refused. */
+static void test_layout(void) {
     static const struct {
-        uint64_t off_b, off_c, elems_c;
+        const char *what;
+        uint64_t off_a, off_b, off_c, elems_c;
         int ok;
-    } cases[] = {{64, 96, 8, 1}, {32, 96, 8, 0}, {64, 0, 0, 1}}; /* a: 64 bytes at 0 */
+    } cases[] = {
+        {"one after another", 0, 64, 128, 8, 1},
+        {"an empty tensor in its place", 0, 64, 128, 0, 1},
+        {"a gap between a and b", 0, 128, 192, 8, 0},
+        {"a and b swapped", 64, 0, 128, 8, 0},
+        {"b overlapping a", 0, 32, 96, 8, 0},
+        {"an empty tensor out of its place", 0, 64, 0, 0, 0},
+    };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         buf b;
         open_buf(&b);
@@ -474,7 +486,7 @@ static void test_overlap(void) {
         put_u64(&b, 3);
         put_u64(&b, 0);
         const char *names[3] = {"a", "b", "c"};
-        uint64_t elems[3] = {16, 8, cases[k].elems_c}, offs[3] = {0, cases[k].off_b, cases[k].off_c};
+        uint64_t elems[3] = {16, 16, cases[k].elems_c}, offs[3] = {cases[k].off_a, cases[k].off_b, cases[k].off_c};
         for (int i = 0; i < 3; i++) {
             put_str(&b, names[i]);
             put_u32(&b, 1);
@@ -483,19 +495,19 @@ static void test_overlap(void) {
             put_u64(&b, offs[i]);
         }
         pad(&b);
-        static const uint8_t data[128];
+        static const uint8_t data[256];
         put(&b, data, sizeof data);
         finish(&b);
         st_file *f = NULL;
-        char err[PP_ERR_LEN] = "";
-        int rc = pp_st_open_memory(b.p, b.n, "overlap.gguf", &f, err);
+        char err[PP_ERR_LEN] = "", what[160];
+        int rc = pp_st_open_memory(b.p, b.n, "layout.gguf", &f, err);
+        snprintf(what, sizeof what, "%s: %s", cases[k].what, cases[k].ok ? "opens" : "refused, naming the tensor");
         if (cases[k].ok) {
-            TEST_COND("tensors one after another (or an empty one anywhere) open", rc == 0);
+            TEST_COND(what, rc == 0);
         } else {
-            TEST_COND("overlapping tensors are refused, naming both",
-                      rc == PP_EFORMAT && strstr(err, "overlap.gguf: tensors 'a' and 'b' overlap"));
+            TEST_COND(what, rc == PP_EFORMAT && strstr(err, "layout.gguf: tensor '") && strstr(err, "expected"));
         }
-        if (rc && cases[k].ok) fprintf(stderr, "  %s\n", err);
+        if (rc) fprintf(stderr, "  %s\n", err);
         pp_st_close(f);
         free(b.p);
     }
@@ -541,7 +553,7 @@ static void test_table_memory(void) {
 int main(void) {
     test_blocks();
     test_seeds();
-    test_overlap();
+    test_layout();
     st_file *src = NULL;
     char err[PP_ERR_LEN] = "";
     if (!mkdtemp(tmpdir) || pp_st_open(CASE "/model.gguf", &src, err)) {

@@ -1,6 +1,6 @@
 /* test_opus: the uplink on the real browser capture (checked against Debian's opusdec), the
  * downlink's header pages and audio pages (decoded by opusdec and by our own uplink), loss
- * concealment, and the bounded frame buffer. */
+ * concealment, the bounded frame buffer, and the Ogg fault budget clocked by audio time. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -471,11 +471,88 @@ static void test_downlink(void) {
     free(stream);
 }
 
+/* Writes one page of npkt copies of packet (each under 255 bytes: one lacing value each), CRC
+ * set; returns its length. */
+static size_t write_packets_page(const uint8_t *packet, size_t len, int npkt, uint32_t seq, int64_t granule,
+                                 uint8_t *out) {
+    memcpy(out, "OggS", 4);
+    out[4] = 0;
+    out[5] = seq == 0 ? PP_OGG_FLAG_BOS : 0;
+    for (int b = 0; b < 8; b++) out[6 + b] = (uint8_t)((uint64_t)granule >> (8 * b));
+    for (int b = 0; b < 4; b++) out[14 + b] = (uint8_t)(7u >> (8 * b)), out[18 + b] = (uint8_t)(seq >> (8 * b));
+    memset(out + 22, 0, 4);
+    out[26] = (uint8_t)npkt;
+    memset(out + 27, (int)len, (size_t)npkt);
+    size_t n = 27 + (size_t)npkt;
+    for (int i = 0; i < npkt; i++, n += len) memcpy(out + n, packet, len);
+    uint32_t crc = pp_ogg_crc(out, n);
+    for (int b = 0; b < 4; b++) out[22 + b] = (uint8_t)(crc >> (8 * b));
+    return n;
+}
+
+/* Streams `seconds` of 20 ms packets in pages of page_ms, with a page of bad CRC after every
+ * fault_every_s seconds of audio. Returns the audio second at which the uplink gave up on the
+ * stream, or -1 if it lasted to the end. */
+static int seconds_until_failure(const uint8_t *packet, size_t len, int page_ms, int fault_every_s, int seconds) {
+    char err[PP_ERR_LEN];
+    uint8_t page[PP_OGG_MAX_PAGE], head[19] = "OpusHead", tags[16] = "OpusTags";
+    head[8] = 1, head[9] = 1;
+    pp_uplink *u;
+    if (pp_uplink_open(&u, 0, err)) return -2;
+    int per_page = page_ms / 20, pages_per_s = 1000 / page_ms, failed_at = -1;
+    uint32_t seq = 0;
+    int64_t granule = 0;
+    int rc = pp_uplink_push(u, page, write_packets_page(head, sizeof head, 1, seq++, 0, page), err);
+    rc |= pp_uplink_push(u, page, write_packets_page(tags, sizeof tags, 1, seq++, 0, page), err);
+    for (int s = 0; s < seconds && failed_at < 0; s++) {
+        for (int k = 0; k < pages_per_s && rc == 0; k++) {
+            granule += per_page * 960;
+            rc = pp_uplink_push(u, page, write_packets_page(packet, len, per_page, seq++, granule, page), err);
+        }
+        if (rc == 0 && (s + 1) % fault_every_s == 0) { /* a page that fails its CRC, then the stream goes on */
+            size_t n = write_packets_page(packet, len, per_page, seq, granule, page);
+            page[22] ^= 1;
+            rc = pp_uplink_push(u, page, n, err);
+        }
+        float frame[PP_FRAME_SAMPLES];
+        while (pp_uplink_frame(u, frame)) {}
+        if (rc) failed_at = s + 1;
+    }
+    pp_uplink_close(u);
+    return failed_at;
+}
+
+/* The Ogg fault budget forgives by audio time, not by pages: an encoder writing 1 s pages
+ * (ffmpeg -page_duration 1000000, opusenc --max-delay 1000) is treated as one writing the
+ * browser's 40 ms pages. Before, one bad page per 6 s of audio lasted forever with 40 ms pages
+ * (150 good pages forgave it) and closed a 1 s page stream at 102 s (6 pages forgave 6/128 of
+ * it). */
+static void test_fault_budget_by_time(void) {
+    int oerr = 0;
+    OpusEncoder *enc = opus_encoder_create(PP_SAMPLE_RATE, 1, OPUS_APPLICATION_VOIP, &oerr);
+    float silence[480] = {0};
+    uint8_t packet[200];
+    int len = enc ? opus_encode_float(enc, silence, 480, packet, sizeof packet) : -1;
+    if (enc) opus_encoder_destroy(enc);
+    TEST_COND("one 20 ms packet encoded", len > 0 && len < 255);
+    if (len <= 0 || len >= 255) return;
+    int rare_40 = seconds_until_failure(packet, (size_t)len, 40, 6, 300);
+    int rare_1000 = seconds_until_failure(packet, (size_t)len, 1000, 6, 300);
+    int often_40 = seconds_until_failure(packet, (size_t)len, 40, 1, 300);
+    int often_1000 = seconds_until_failure(packet, (size_t)len, 1000, 1, 300);
+    printf("fault per 6 s: 40 ms pages fail at %d s, 1 s pages at %d s; fault per 1 s: at %d s and %d s "
+           "(-1: never)\n", rare_40, rare_1000, often_40, often_1000);
+    TEST_COND("a fault per 6 s of audio is forgiven, whatever the page duration", rare_40 == -1 && rare_1000 == -1);
+    TEST_COND("a fault per second of audio closes the stream at the same time for both page durations",
+              often_40 > 0 && often_40 == often_1000);
+}
+
 int main(void) {
     pp_log_set_level(PP_LOG_ERROR);
     test_capture();
     test_big_tags();
     test_bad_packets();
+    test_fault_budget_by_time();
     test_head_and_end();
     test_downlink();
     int rc = test_report();

@@ -44,10 +44,17 @@ int main(void) {
     /* A late engine (polled every 500 ms) gets one frame per poll, not a burst. */
     int64_t at = last + PACING_GRACE_NS + 800 * MS;
     TEST_COND("a late engine gets no burst", silences(&p, at, at + 2 * S, 500 * MS, last, 60) == 4);
-    /* Real audio takes over: grace again before the next silent frame. */
+    /* Real audio takes over: grace again before the next silent frame. It says how many silent
+     * frames came between the client's two frames (its audio was that late): 10 + 4. */
     at += 2 * S;
-    pacing_frame(&p, at);
+    TEST_COND("the silent frames between the client's frames are returned", pacing_frame(&p, at) == 14);
+    TEST_COND("... once", pacing_frame(&p, at) == 0);
     TEST_COND("after real audio, grace again", silences(&p, at, at + PACING_GRACE_NS - MS, MS, at, 60) == 0);
+
+    /* Silence before the client's first frame is no lateness: it had not begun to talk. */
+    pacing_start(&p, t0);
+    silences(&p, t0, t0 + 2 * S, 10 * MS, t0, 60);
+    TEST_COND("silence before the first frame is not returned", p.silent_frames > 0 && pacing_frame(&p, t0 + 2 * S) == 0);
 
     /* Idle timeout: counted from the last audio, or the handshake when that is later. */
     pacing_start(&p, t0);

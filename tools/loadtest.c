@@ -2,7 +2,7 @@
  *
  *   personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N] [--seconds S]
  *                        [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]]
- *                        [--server-arg ARG]... [--ticks-from S] [--max-latency MS]
+ *                        [--server-arg ARG]... [--ticks-from S] [--max-latency MS] [--fail-on-input-loss]
  *
  * Each client opens /api/chat (plus ?Q), waits for the 0x00 handshake, then streams a 24 kHz
  * mono WAV (looped to S seconds; default tests/data/golden/speech-24k.wav) as Ogg Opus — the
@@ -30,10 +30,18 @@
  * --server it starts `BINARY --demo` on a free loopback port (--no-tls unless --tls), adding
  * each --server-arg (e.g. --demo-size released), and stops it with SIGTERM afterwards.
  *
+ * Continuous streams do not prove the model heard the clients' audio: a server that dropped some
+ * (its uplink full while it fell behind) or heard silence while it came late still answers one
+ * page per frame, the silence it fed the model filling the count. So the report ends with the
+ * server's own account from /metrics (personaplex_uplink_*_total, over the whole server): frames
+ * of silence heard between a client's frames, samples dropped, packets concealed.
+ *
  * Exit status 0 when every client got its handshake and a continuous stream of every frame;
  * timing is reported, not judged (slow machines are slow, not broken), unless --max-latency MS
  * sets a goal: then exit status 3 when the (live) clients' reply latency p99 passes MS, every
- * page counted, the first ones and a backlog too (an acceptance run's pass or fail). */
+ * page counted, the first ones and a backlog too (an acceptance run's pass or fail); and with
+ * --fail-on-input-loss, exit status 4 when the streams are continuous but the server did not
+ * hear all of the clients' audio as sent (or does not say). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "server_process.h"
@@ -73,6 +81,7 @@ typedef struct lt_opts {
     int port, tls, clients, burst, n_server_args;
     double seconds, slack_ms, burst_at, ticks_from;
     double max_latency_ms; /* --max-latency: the goal for the reply latency's p99 (0: none) */
+    int fail_on_input_loss; /* --fail-on-input-loss: exit 4 unless the server heard all the audio as sent */
 } lt_opts;
 
 /* ---- the server process (--server) ---- */
@@ -213,6 +222,10 @@ static int parse(int argc, char **argv, lt_opts *o) {
             o->tls = 1;
             continue;
         }
+        if (strcmp(a, "--fail-on-input-loss") == 0) {
+            o->fail_on_input_loss = 1;
+            continue;
+        }
         if (!v) return -1;
         i++;
         double x = 0;
@@ -265,6 +278,10 @@ typedef struct lt_metrics {
     lt_hist tick, frame;
     lt_hist host; /* the ticks' per-conversation host work; count 0 from a server without it */
     double batch_sum;
+    int have_ticks; /* the tick and frame histograms were there */
+    /* Client audio the model did not hear as sent (metrics.h, metrics_uplink_loss); -1 when the
+     * server does not export it. */
+    double silent_frames, dropped_samples, concealed_packets;
 } lt_metrics;
 
 /* Histogram `name` with the label `label` ("" for none) from a /metrics body; 0 when found. */
@@ -286,17 +303,20 @@ static int parse_hist(const char *body, const char *name, const char *label, lt_
     return h->n > 0 && h->count >= 0 ? 0 : -1;
 }
 
-/* 0 with m filled from a /metrics request, or its HTTP status (-1: no answer or not ours)
- * when it failed (an --api-keys server asks for a key the load test does not have). */
+/* 0 with m filled from a /metrics request (its tick figures, its uplink counters, or both), or
+ * its HTTP status (-1: no answer or not ours) when it failed (an --api-keys server asks for a key
+ * the load test does not have). */
 static int parse_metrics(const wc_http *h, lt_metrics *m) {
     int status = h->done ? h->status : -1; /* 0 when the connection closed before an answer */
     if (status != 200 || !h->body) return status > 0 && status != 200 ? status : -1;
+    m->silent_frames = sp_metric(h->body, "personaplex_uplink_silent_frames_total");
+    m->dropped_samples = sp_metric(h->body, "personaplex_uplink_dropped_samples_total");
+    m->concealed_packets = sp_metric(h->body, "personaplex_uplink_concealed_packets_total");
     m->batch_sum = sp_metric(h->body, "personaplex_tick_batch_size_sum");
-    if (parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) ||
-        parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame))
-        return -1;
+    m->have_ticks = !parse_hist(h->body, "personaplex_tick_seconds", "", &m->tick) &&
+                    !parse_hist(h->body, "personaplex_frame_stage_seconds", "stage=\"frame\"", &m->frame);
     parse_hist(h->body, "personaplex_tick_host_seconds", "", &m->host);
-    return 0;
+    return m->have_ticks || m->silent_frames >= 0 ? 0 : -1;
 }
 
 static int fetch_metrics(lt_metrics *m) {
@@ -335,6 +355,10 @@ static void print_hist(const lt_hist *d) {
 
 /* What the server did between two snapshots of it. */
 static void report_metrics(const char *who, const lt_metrics *before, const lt_metrics *after) {
+    if (!before->have_ticks || !after->have_ticks) {
+        printf("%s: no LM ticks in its /metrics (not a personaplex-server?)\n", who);
+        return;
+    }
     lt_hist tick = hist_between(&before->tick, &after->tick), frame = hist_between(&before->frame, &after->frame);
     if (tick.count <= 0 || frame.count <= 0) {
         printf("%s: no LM ticks ran\n", who);
@@ -350,6 +374,29 @@ static void report_metrics(const char *who, const lt_metrics *before, const lt_m
     }
     printf("%s: %.0f conversation frames, input to output (codec and waiting included): ", who, frame.count);
     print_hist(&frame);
+}
+
+/* What the server says of the clients' audio between two snapshots: whether the model heard it
+ * all as it was sent. Returns 1 when some was not (silence heard between a client's frames, audio
+ * dropped from a full uplink, packets concealed), 0 when all was, -1 when the server does not
+ * say. Counted over the whole server: with --port, other clients' audio counts too. */
+static int report_uplink(const lt_metrics *before, const lt_metrics *after) {
+    if (before->silent_frames < 0 || after->silent_frames < 0 || after->dropped_samples < 0 ||
+        after->concealed_packets < 0) {
+        printf("server: its /metrics does not say whether it heard the clients' audio as sent\n");
+        return -1;
+    }
+    double silent = after->silent_frames - before->silent_frames;
+    double dropped = after->dropped_samples - before->dropped_samples;
+    double concealed = after->concealed_packets - before->concealed_packets;
+    if (silent <= 0 && dropped <= 0 && concealed <= 0) {
+        printf("server: heard all of the clients' audio as it was sent\n");
+        return 0;
+    }
+    printf("server: did NOT hear all of the clients' audio as sent: %.0f frames of silence between their frames "
+           "(their audio came late), %.0f samples (%.2f s) dropped from full uplinks, %.0f packets concealed\n",
+           silent, dropped, dropped / PP_SAMPLE_RATE, concealed);
+    return 1;
 }
 
 /* Prints the summary of clients [from, to) whose page gaps are all[0..n_all) and reply latencies
@@ -473,7 +520,8 @@ int main(int argc, char **argv) {
                 "usage: personaplex-loadtest (--server BINARY | --port P) [--tls] [--clients N (1-%d)] "
                 "[--seconds S] [--wav FILE] [--slack MS] [--query Q] [--burst N [--burst-at S]] "
                 "[--server-arg ARG (with --server, up to %d)]... [--ticks-from S (< --seconds)] "
-                "[--max-latency MS (exit 3 when the reply latency p99 passes it)]\n",
+                "[--max-latency MS (exit 3 when the reply latency p99 passes it)] [--fail-on-input-loss (exit 4 when "
+                "the server did not hear all of the clients' audio as sent)]\n",
                 MAX_CLIENTS, MAX_SERVER_ARGS);
         return help > 0 ? 0 : 2;
     }
@@ -504,6 +552,12 @@ int main(int argc, char **argv) {
             if (!metrics) metrics = fetch_metrics(&after);
             if (!metrics) report_metrics("server", &before, &after);
             else printf("server: /metrics unavailable (HTTP %d): no server figures\n", metrics);
+            int lost = metrics ? -1 : report_uplink(&before, &after);
+            if (o.fail_on_input_loss && lost != 0 && status != 1) {
+                printf("input check failed: %s\n", lost > 0 ? "the server did not hear all of the clients' audio as sent"
+                                                             : "the server does not say whether it heard the audio");
+                status = 4;
+            }
             if (!metrics && o.ticks_from > 0) {
                 char who[64];
                 snprintf(who, sizeof who, "server, from %.0f s on", o.ticks_from);

@@ -68,7 +68,8 @@ struct pp_ogg_reader {
     size_t held_len;
     uint32_t held_seq;
     uint64_t packetno;
-    pp_fault_budget budget; /* recoverable errors, clocked by st.pages */
+    pp_fault_budget budget; /* recoverable errors, clocked by budget_clock() */
+    uint64_t progress;      /* reported by the owner (pp_ogg_reader_add_progress) */
     uint64_t run_skipped;   /* garbage bytes skipped since the latest good page */
     pp_ogg_stats st;
     char last[PP_ERR_LEN];
@@ -95,7 +96,8 @@ int pp_ogg_reader_open(pp_ogg_reader **out, const pp_ogg_limits *limits, char *e
         return pp_fail(err, PP_ENOMEM, "ogg: out of memory for the reader buffers");
     }
     r->lim = lim;
-    pp_fault_budget_init(&r->budget, (uint64_t)lim.max_errors, lim.error_forgive_pages);
+    pp_fault_budget_init(&r->budget, (uint64_t)lim.max_errors,
+                         lim.error_forgive_progress ? lim.error_forgive_progress : lim.error_forgive_pages);
     *out = r;
     return 0;
 }
@@ -109,6 +111,15 @@ void pp_ogg_reader_close(pp_ogg_reader *r) {
 }
 
 pp_ogg_stats pp_ogg_reader_stats(const pp_ogg_reader *r) { return r->st; }
+
+void pp_ogg_reader_add_progress(pp_ogg_reader *r, uint64_t units) {
+    r->progress = r->progress > UINT64_MAX - units ? UINT64_MAX : r->progress + units;
+}
+
+/* The fault budget's clock: the owner's progress when it reports one, else good pages. */
+static uint64_t budget_clock(const pp_ogg_reader *r) {
+    return r->lim.error_forgive_progress ? r->progress : r->st.pages;
+}
 
 const char *pp_ogg_reader_last_error(const pp_ogg_reader *r) { return r->last; }
 
@@ -134,11 +145,16 @@ static int soft_error(pp_ogg_reader *r, char *err, const char *fmt, ...) {
     va_end(ap);
     PP_WARN("ogg", "%s", r->last);
     r->st.errors++;
-    if (pp_fault_budget_add(&r->budget, r->st.pages)) {
+    if (pp_fault_budget_add(&r->budget, budget_clock(r))) {
         char why[128];
-        snprintf(why, sizeof why, "too many stream errors (over %d not forgiven; good pages "
-                 "forgive one per %llu)", r->lim.max_errors,
-                 (unsigned long long)r->lim.error_forgive_pages);
+        if (r->lim.error_forgive_progress)
+            snprintf(why, sizeof why, "too many stream errors (over %d not forgiven; one is "
+                     "forgiven per %llu units of progress)", r->lim.max_errors,
+                     (unsigned long long)r->lim.error_forgive_progress);
+        else
+            snprintf(why, sizeof why, "too many stream errors (over %d not forgiven; good pages "
+                     "forgive one per %llu)", r->lim.max_errors,
+                     (unsigned long long)r->lim.error_forgive_pages);
         return fail_hard(r, err, why);
     }
     return 0;

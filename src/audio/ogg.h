@@ -10,9 +10,10 @@
  * the BOS page was a duplicate and is dropped. Memory: one page buffer (PP_OGG_MAX_PAGE) plus
  * one packet buffer (max_packet) from open, and a second page buffer once a second BOS on a
  * serial needs holding. Recoverable faults are counted and limited as a rate (base/fault_budget.h,
- * clocked by good pages): more than max_errors of them with too few good pages between them, or
- * a run of more than max_skip garbage bytes, and the reader fails for good, so a garbage stream
- * cannot keep it busy while faults scattered over a long stream are forgiven. */
+ * clocked by good pages, or by progress the owner reports, such as decoded audio): more than
+ * max_errors of them with too little progress between them, or a run of more than max_skip
+ * garbage bytes, and the reader fails for good, so a garbage stream cannot keep it busy while
+ * faults scattered over a long stream are forgiven. */
 #ifndef PP_AUDIO_OGG_H
 #define PP_AUDIO_OGG_H
 
@@ -31,6 +32,12 @@ typedef struct pp_ogg_limits {
                           (0: strict) */
     uint64_t error_forgive_pages; /* good pages that forgive one counted error (0: none, so
                                      max_errors is a lifetime total) */
+    uint64_t error_forgive_progress; /* when > 0, replaces error_forgive_pages: units of progress
+                                        reported with pp_ogg_reader_add_progress that forgive one
+                                        counted error. Pages are no clock of time (an encoder may
+                                        write 20 ms or 1 s pages); the uplink reports decoded
+                                        samples, so forgiving takes the same audio time for
+                                        every encoder */
     size_t max_skip;   /* garbage bytes skipped in one run (between good pages) before the
                           reader fails */
     uint64_t header_packets; /* the first packets of each logical stream that are headers: one
@@ -38,8 +45,8 @@ typedef struct pp_ogg_limits {
                                 (truncated set), not dropped as an error (0: none) */
 } pp_ogg_limits;
 
-/* 64 KiB packets; 16 errors back to back, one of them forgiven per 128 good pages (5 s of the
- * browser's 40 ms pages); 256 KiB of garbage in a row; no header packets. */
+/* 64 KiB packets; 16 errors back to back, one of them forgiven per 128 good pages (no progress
+ * clock); 256 KiB of garbage in a row; no header packets. */
 pp_ogg_limits pp_ogg_limits_default(void);
 
 typedef struct pp_ogg_packet {
@@ -77,6 +84,9 @@ void pp_ogg_reader_close(pp_ogg_reader *r);
 int pp_ogg_reader_feed(pp_ogg_reader *r, const uint8_t *data, size_t len, pp_ogg_packet_fn fn,
                        void *user, char *err);
 pp_ogg_stats pp_ogg_reader_stats(const pp_ogg_reader *r);
+/* Advances the progress clock of error_forgive_progress by units (a packet callback may call it:
+ * the packets it was handed count before the next fault). */
+void pp_ogg_reader_add_progress(pp_ogg_reader *r, uint64_t units);
 /* The latest recoverable or fatal error message ("" if none). */
 const char *pp_ogg_reader_last_error(const pp_ogg_reader *r);
 

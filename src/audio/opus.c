@@ -142,6 +142,7 @@ static int on_packet(void *user, const pp_ogg_packet *pkt, char *err) {
     } else {
         u->last_frames = n;
         u->st.packets++;
+        pp_ogg_reader_add_progress(u->ogg, (uint64_t)n); /* good audio forgives Ogg faults */
         take_decoded(u, u->scratch, n);
     }
     if (pkt->granule >= 0) granule_reached(u, pkt);
@@ -158,6 +159,7 @@ int pp_uplink_open(pp_uplink **out, size_t max_buffered, char *err) {
     if (!u) return pp_fail(err, PP_ENOMEM, "opus: out of memory for the uplink");
     pp_ogg_limits lim = pp_ogg_limits_default();
     lim.header_packets = 2; /* OpusHead, OpusTags: tags of any size are skipped without error */
+    lim.error_forgive_progress = (uint64_t)PP_UPLINK_FORGIVE_S * PP_SAMPLE_RATE; /* in decoded samples */
     int rc = pp_ogg_reader_open(&u->ogg, &lim, err);
     if (rc < 0) {
         pp_uplink_close(u);

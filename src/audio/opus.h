@@ -4,7 +4,8 @@
  * frames out. It demultiplexes Ogg, skips OpusHead/OpusTags packets (a new OpusHead resets
  * the decoder; tags of any size, cover art included, cost no error), applies the pre-skip, conceals lost or undecodable packets with libopus's
  * packet-loss concealment, and buffers at most max_buffered samples (oldest dropped first,
- * counted).
+ * counted). The Ogg reader's fault budget is clocked by the audio decoded: one fault forgiven per
+ * PP_UPLINK_FORGIVE_S seconds, whatever the encoder's page duration.
  *
  * pp_downlink: 1920-sample frames in, one Ogg page per frame out (one 80 ms Opus packet,
  * VOIP application, mono 24 kHz). Pages 0 and 1 are OpusHead (19 bytes: version 1, 1
@@ -25,6 +26,8 @@
 #define PP_DOWNLINK_MAX_PAGE 4096   /* >= 27 + 16 lacing values + PP_OPUS_MAX_PACKET */
 #define PP_DOWNLINK_SERIAL 42u      /* what sphn and the Rust servers use */
 #define PP_DOWNLINK_PRESKIP 3840    /* 48 kHz units, as sphn writes */
+/* Seconds of decoded uplink audio that forgive one Ogg fault (docs/protocol.md §2.2). */
+#define PP_UPLINK_FORGIVE_S 5
 
 /* ---- uplink ---- */
 

@@ -255,29 +255,6 @@ static int read_info(cursor *c, gguf_meta *m, st_tensor *t, uint64_t *offset) {
     return PP_OK;
 }
 
-static int cmp_data(const void *a, const void *b) {
-    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
-    return x->data < y->data ? -1 : x->data > y->data;
-}
-
-/* Two tensors whose bytes overlap would read each other's values: a damaged offset table (ggml
- * writes them one after another). Empty tensors hold no bytes and may sit anywhere. */
-static int check_overlaps(st_tensor *t, size_t n, const char *label, char *err) {
-    st_tensor **order = malloc((n ? n : 1) * sizeof *order);
-    if (!order) return pp_fail(err, PP_ENOMEM, "%s: out of memory for the tensor table", label);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t[i].nbytes) order[m++] = &t[i];
-    qsort(order, m, sizeof *order, cmp_data);
-    int rc = PP_OK;
-    for (size_t i = 1; i < m && !rc; i++)
-        if (order[i]->data < order[i - 1]->data + order[i - 1]->nbytes)
-            rc = pp_fail(err, PP_EFORMAT, "%s: tensors '%s' and '%s' overlap in the data section (a damaged offset "
-                         "table?)", label, order[i - 1]->name, order[i]->name);
-    free(order);
-    return rc;
-}
-
 int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor **tensors, size_t *count,
                   gguf_meta **meta, char *err) {
     *tensors = NULL;
@@ -312,19 +289,29 @@ int pp_gguf_parse(const uint8_t *base, size_t size, const char *label, st_tensor
     if (!rc) {
         size_t data = (c.at + alignment - 1) / alignment * alignment;
         if (data > size) data = size;
+        /* ggml writes each tensor's bytes right after the previous one's, padded to the alignment,
+         * in table order, and its reader refuses anything else. A gap, an overlap or two offsets
+         * swapped is a damaged or spliced table that would read the wrong bytes as weights. */
+        uint64_t expect = 0;
         for (uint64_t i = 0; !rc && i < n_tensors; i++) {
             if (offs[i] % alignment)
                 rc = pp_fail(err, PP_EFORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u",
                              label, t[i].name, (unsigned long long)offs[i], alignment);
+            else if (offs[i] != expect)
+                rc = pp_fail(err, PP_EFORMAT,
+                             "%s: tensor '%s' at data offset %llu, expected %llu (right after the previous tensor, "
+                             "padded to %u): a gap, overlap or reordering in the offset table",
+                             label, t[i].name, (unsigned long long)offs[i], (unsigned long long)expect, alignment);
             else if (offs[i] > size - data || t[i].nbytes > size - data - offs[i])
                 rc = pp_fail(err, PP_EFORMAT,
                              "%s: tensor '%s' (%zu bytes at data offset %llu) runs past the end of the %zu-byte file "
                              "(truncated, or a shard missing?)",
                              label, t[i].name, t[i].nbytes, (unsigned long long)offs[i], size);
-            else
+            else {
                 t[i].data = base + data + offs[i];
+                expect = offs[i] + (t[i].nbytes + alignment - 1) / alignment * alignment; /* within the file: no overflow */
+            }
         }
-        if (!rc) rc = check_overlaps(t, (size_t)n_tensors, label, err);
     }
     free(offs);
     if (rc) {

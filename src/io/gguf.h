@@ -1,7 +1,8 @@
 /* gguf: the GGUF container (ggml's single-file checkpoint, v2 and v3) as an st_file.
  *
  * pp_st_open recognises the "GGUF" magic and hands the mapping to pp_gguf_parse, which validates the
- * header (every length, count and offset against the bytes present) and fills the same tensor
+ * header (every length, count and offset against the bytes present; the tensors' data in table
+ * order, each right after the previous one's padded bytes, as ggml writes and reads it) and fills the same tensor
  * table the safetensors reader builds: names, torch-order shapes (GGUF's dims reversed), dtypes
  * (ST_Q4_K, ST_Q4_0 and ST_Q8_0 for ggml's block formats) and data pointers into the mapping.
  * KV pairs with string or scalar values become metadata strings (pp_st_metadata); arrays are

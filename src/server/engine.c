@@ -49,6 +49,7 @@ typedef struct job {
     metrics_conv *conv;                  /* its lateness in /metrics; NULL when untracked */
     double encode_ms;                    /* its echo cancellation (ms); output adds the tick's encode */
     pacing pace;                         /* silence frames and the idle timeout */
+    pp_uplink_stats uplink_counted;      /* its uplink's losses already in the metrics */
     uint64_t frames, late, bytes_out;
     int from_client; /* pcm_in came from the client (not silence) */
     float pcm_in[PP_FRAME_SAMPLES], pcm_out[PP_FRAME_SAMPLES];
@@ -236,13 +237,23 @@ static void job_restart(engine *e, job *j, const pp_session_params *params) {
     e->cfg.notify(e->cfg.notify_arg);
 }
 
+/* Adds to the metrics the silent frames the model heard before this frame of the client's (its
+ * audio was that late), and what j's uplink dropped or concealed since the last count: a load
+ * test reads there whether the model heard every client's audio as it was sent. */
+static void job_count_uplink_loss(engine *e, job *j, uint64_t silent_frames) {
+    pp_uplink_stats up = conn_uplink_stats(j->c);
+    uint64_t dropped = up.dropped - j->uplink_counted.dropped, concealed = up.concealed - j->uplink_counted.concealed;
+    if (silent_frames || dropped || concealed) metrics_uplink_loss(e->cfg.metrics, silent_frames, dropped, concealed);
+    j->uplink_counted = up;
+}
+
 /* Takes j's next uplink frame (or silence) into the tick. Returns 1 when it did work. */
 static int job_encode(engine *e, job *j) {
     /* Its frames wait in the uplink (at most ws_input's 10 s ahead) until the client has read
      * what it was sent; conn_stalled drops one that stopped reading. */
     if (conn_backed_up(j->c)) return 0;
     if (!conn_take_frame(j->c, j->pcm_in, &j->t_frame)) return job_quiet(e, j);
-    pacing_frame(&j->pace, pp_now_ns());
+    job_count_uplink_loss(e, j, pacing_frame(&j->pace, pp_now_ns()));
     job_encode_frame(e, j, 1);
     return 1;
 }
@@ -440,6 +451,7 @@ static int run_background(engine *e, int *deferred) {
 }
 
 static void job_free(engine *e, job *j) {
+    job_count_uplink_loss(e, j, 0);
     pp_uplink_stats up = conn_uplink_stats(j->c);
     PP_INFO("engine",
             "session %llu ended: %.1f s, %llu frames (%llu silent), %llu late, %llu bytes out, %llu dropped, "

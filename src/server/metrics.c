@@ -48,6 +48,7 @@ struct metrics {
     pthread_mutex_t lock;
     int active;
     uint64_t sessions_total, sessions_rejected, frames, late_frames, bytes_in, bytes_out, bad_input, unauthorized;
+    uint64_t uplink_silent_frames, uplink_dropped_samples, uplink_concealed_packets; /* metrics_uplink_loss */
     histogram stage[METRICS_STAGES];
     histogram tick, tick_host, tick_batch, prompt[2]; /* prompt[1]: from the prompt cache */
     histogram join_wait;
@@ -203,6 +204,14 @@ void metrics_bad_input(metrics *m) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_uplink_loss(metrics *m, uint64_t silent_frames, uint64_t dropped_samples, uint64_t concealed_packets) {
+    pthread_mutex_lock(&m->lock);
+    m->uplink_silent_frames += silent_frames;
+    m->uplink_dropped_samples += dropped_samples;
+    m->uplink_concealed_packets += concealed_packets;
+    pthread_mutex_unlock(&m->lock);
+}
+
 int metrics_active(metrics *m) {
     pthread_mutex_lock(&m->lock);
     int a = m->active;
@@ -306,6 +315,15 @@ size_t metrics_render(metrics *m, char *buf, size_t cap, int max_sessions) {
                 "Malformed messages, pages or queries answered with an error.", m->bad_input);
     put_counter(&o, "personaplex_unauthorized_total", "counter",
                 "Requests refused with 401 for want of a valid API key (--api-keys).", m->unauthorized);
+    put_counter(&o, "personaplex_uplink_silent_frames_total", "counter",
+                "Frames of silence the model heard between frames of a client's audio (it stopped coming for over "
+                "a second: a stalled client or network, or a client that pauses its stream).",
+                m->uplink_silent_frames);
+    put_counter(&o, "personaplex_uplink_dropped_samples_total", "counter",
+                "Samples (24 kHz) of client audio dropped because the uplink buffer was full.",
+                m->uplink_dropped_samples);
+    put_counter(&o, "personaplex_uplink_concealed_packets_total", "counter",
+                "Client Opus packets lost or undecodable, replaced by loss concealment.", m->uplink_concealed_packets);
     put(&o, "# HELP personaplex_frame_stage_seconds Time per conversation frame, by stage.\n"
             "# TYPE personaplex_frame_stage_seconds histogram\n");
     for (int s = 0; s < METRICS_STAGES; s++) {

@@ -53,6 +53,12 @@ void metrics_conv_close(metrics *m, metrics_conv *c);
  * comes in, less while the client speaks. */
 void metrics_conv_echo(metrics *m, metrics_conv *c, double energy_in, double energy_out);
 void metrics_bad_input(metrics *m);
+/* Client audio the model did not hear as it was sent: silent frames it heard in a conversation
+ * between frames of the client's audio (late audio, or a client that paused its stream; for one
+ * that streams without pause, such as the load test's, lateness), samples dropped because the
+ * uplink buffer was full (the conversation fell behind), Opus packets lost or undecodable and
+ * concealed. */
+void metrics_uplink_loss(metrics *m, uint64_t silent_frames, uint64_t dropped_samples, uint64_t concealed_packets);
 /* A request refused for want of a valid API key. */
 void metrics_unauthorized(metrics *m);
 

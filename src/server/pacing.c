@@ -5,11 +5,17 @@ void pacing_start(pacing *p, int64_t now) {
     p->start_ns = p->last_frame_ns = now;
     p->silent = 0;
     p->silent_frames = 0;
+    p->silent_run = 0;
+    p->client_frames = 0;
 }
 
-void pacing_frame(pacing *p, int64_t now) {
+uint64_t pacing_frame(pacing *p, int64_t now) {
+    uint64_t gap = p->client_frames ? p->silent_run : 0;
     p->last_frame_ns = now;
     p->silent = 0;
+    p->silent_run = 0;
+    p->client_frames++;
+    return gap;
 }
 
 pacing_action pacing_check(pacing *p, int64_t now, int64_t last_input, int idle_timeout_s) {
@@ -24,5 +30,6 @@ pacing_action pacing_check(pacing *p, int64_t now, int64_t last_input, int idle_
     p->last_frame_ns = now - due > PP_FRAME_NS ? now : due;
     p->silent = 1;
     p->silent_frames++;
+    p->silent_run++;
     return PACING_SILENCE;
 }

@@ -23,6 +23,8 @@ typedef struct pacing {
     int64_t last_frame_ns; /* when the last frame (real or silent) was processed */
     int silent;            /* the last frame was a silent one */
     uint64_t silent_frames;
+    uint64_t silent_run;   /* silent frames since the client's latest frame */
+    uint64_t client_frames;
 } pacing;
 
 typedef enum {
@@ -33,8 +35,10 @@ typedef enum {
 
 /* The conversation starts (the handshake went out) at now. */
 void pacing_start(pacing *p, int64_t now);
-/* A frame of the client's audio was processed at now. */
-void pacing_frame(pacing *p, int64_t now);
+/* A frame of the client's audio was processed at now. Returns the silent frames the model heard
+ * since the client's previous frame: its audio came that late (0 before its first frame: a
+ * client that has not begun to talk is not late). */
+uint64_t pacing_frame(pacing *p, int64_t now);
 /* No input frame is waiting at now; the client's audio last arrived at last_input (0x01 data,
  * whole frame or not). idle_timeout_s 0 never ends the conversation. On PACING_SILENCE the
  * silent frame is counted as processed. */

@@ -3,13 +3,16 @@
 // ms: with PERIOD over 80 it is a server slower than real time, whose replies stay evenly spaced
 // while each one comes later than the last; with COPIES over 1, one that sends more pages than
 // it was sent frames. personaplex-loadtest must see the first fall behind and report the second
-// as broken (tests/CMakeLists.txt, loadtest_slow_server, loadtest_extra_pages).
+// as broken (tests/CMakeLists.txt, loadtest_slow_server, loadtest_extra_pages). With SILENT, a
+// server that fed its model silence in place of the first SILENT audio frames of each
+// conversation (as one does whose uplink overflowed): its streams stay continuous, one page per
+// frame, and only its /metrics says so (loadtest_input_loss).
 //
-//   node slow_server.mjs PERIOD_MS [COPIES] -- LOADTEST_BINARY [loadtest options]
+//   node slow_server.mjs PERIOD_MS [COPIES [SILENT]] -- LOADTEST_BINARY [loadtest options]
 //
 // Listens on a free loopback port, runs the load test against it (--port added) and exits with
 // the load test's status (128 + the signal's number when one ended it), its output passed
-// through. /metrics and anything else: 404.
+// through. /metrics: 404 without SILENT, else the uplink counters alone; anything else: 404.
 
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -18,10 +21,12 @@ import { constants } from 'node:os';
 
 const period = Number(process.argv[2]);
 const dashes = process.argv.indexOf('--');
-const copies = dashes === 4 ? Number(process.argv[3]) : 1;
+const copies = dashes >= 4 ? Number(process.argv[3]) : 1;
+const silent = dashes === 5 ? Number(process.argv[4]) : 0;
 const loadtest = process.argv.slice(dashes + 1);
-if (!(period > 0) || (dashes !== 3 && dashes !== 4) || !(copies >= 1) || !loadtest.length) {
-  console.error('usage: node slow_server.mjs PERIOD_MS [COPIES] -- LOADTEST_BINARY [options]');
+let silentTotal = 0; // over all conversations, as the server's counter
+if (!(period > 0) || dashes < 3 || dashes > 5 || !(copies >= 1) || !(silent >= 0) || !loadtest.length) {
+  console.error('usage: node slow_server.mjs PERIOD_MS [COPIES [SILENT]] -- LOADTEST_BINARY [options]');
   process.exit(2);
 }
 
@@ -90,6 +95,7 @@ function conversation(socket) {
       // the two header pages, then audio: the first audio page is the Opus pre-skip, as the
       // real server drops it; each later one gets a reply, one per period at most
       if (op !== 2 || ++uplink <= 3) continue;
+      if (uplink - 3 <= silent) silentTotal++; // heard as silence, answered all the same
       const now = Date.now();
       nextAt = Math.max(now, nextAt + period);
       const granule = 1920 * 2 * (uplink - 3);
@@ -102,7 +108,12 @@ function conversation(socket) {
   socket.on('error', () => {});
 }
 
-const server = createServer((req, res) => res.writeHead(404, { Connection: 'close' }).end());
+const server = createServer((req, res) => {
+  if (req.url !== '/metrics' || !silent) return res.writeHead(404, { Connection: 'close' }).end();
+  res.writeHead(200, { 'Content-Type': 'text/plain', Connection: 'close' });
+  res.end(`personaplex_uplink_silent_frames_total ${silentTotal}\npersonaplex_uplink_dropped_samples_total 0\n` +
+          'personaplex_uplink_concealed_packets_total 0\n');
+});
 server.on('upgrade', (req, socket) => {
   const accept = createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
