@@ -7,9 +7,10 @@
  * opened with ?token= receives gets through. A conversation's WebSocket upgrade is refused
  * without a key and reaches its handshake with one (header or ?token=). Refusals are counted
  * in /metrics. SIGHUP reloads the file: a removed key stops working, a new one starts. No key
- * ever appears in the log, and the server exits cleanly on SIGTERM. The key cookie is Secure
- * when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto: https says so (a
- * direct client's is not believed). */
+ * ever appears in the log, and the server exits cleanly on SIGTERM. The key cookie opens a
+ * WebSocket only from the server's own pages (their Origin), not from another site's. The key
+ * cookie is Secure when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto:
+ * https says so (a direct client's is not believed). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -122,6 +123,36 @@ static void around_the_checks(void) {
         if (silent[i] >= 0) close(silent[i]);
 }
 
+/* The status of a chat upgrade to 127.0.0.1:PORT with these extra header lines (each ending
+ * in CRLF); 101 when the WebSocket opened. */
+static int upgrade_status(const char *headers) {
+    char request[1024];
+    snprintf(request, sizeof request,
+             "GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n%s\r\n",
+             g_srv.port, headers);
+    return raw_status(request);
+}
+
+/* A browser sends the key cookie with a WebSocket that any page of the same site opens (another
+ * port of the host, a sibling subdomain: SameSite does not look at either), with that page's
+ * Origin: the cookie opens a conversation only for the server's own pages. */
+static void cross_site_websocket(void) {
+    char own[128], other_port[128];
+    snprintf(own, sizeof own, "Cookie: pp_token=alpha-key-1\r\nOrigin: http://127.0.0.1:%d\r\n", g_srv.port);
+    snprintf(other_port, sizeof other_port, "Cookie: pp_token=alpha-key-1\r\nOrigin: http://127.0.0.1:%d\r\n",
+             g_srv.port + 1);
+    TEST_COND("the key cookie from the server's own page opens a WebSocket", upgrade_status(own) == 101);
+    TEST_COND("... and from a program (no Origin)", upgrade_status("Cookie: pp_token=alpha-key-1\r\n") == 101);
+    TEST_COND("the key cookie from another site's page: refused",
+              upgrade_status("Cookie: pp_token=alpha-key-1\r\nOrigin: https://evil.example\r\n") == 401);
+    TEST_COND("... from a page on another port of the same host: refused", upgrade_status(other_port) == 401);
+    TEST_COND("... from a sandboxed page (Origin: null): refused",
+              upgrade_status("Cookie: pp_token=alpha-key-1\r\nOrigin: null\r\n") == 401);
+    TEST_COND("a Bearer key opens it whatever the Origin",
+              upgrade_status("Authorization: Bearer alpha-key-1\r\nOrigin: https://evil.example\r\n") == 101);
+}
+
 static int write_keys(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -165,6 +196,7 @@ int main(int argc, char **argv) {
     TEST_COND("a conversation with a Bearer key starts", converse("/api/chat?text_prompt=hi", "Bearer alpha-key-1"));
     TEST_COND("a conversation with ?token= starts", converse("/api/chat?token=beta-key-2&text_prompt=hi", NULL));
     TEST_COND("the refused upgrade is counted", unauthorized() >= refused + 1);
+    cross_site_websocket();
 
     TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0);
     kill(g_srv.pid, SIGHUP);
