@@ -240,7 +240,22 @@ static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *u
     return 0;
 }
 
+/* Whether the request comes with a body framing lws cannot follow: a Transfer-Encoding (lws
+ * 4.1 reads a chunked body as the connection's next request), or two Content-Lengths (lws takes
+ * the first). A proxy in front that frames the body otherwise would forward bytes that lws
+ * answers as a request of their own, past the proxy's rules (RFC 9112 6.3, 11.2). */
+static int unframed_body(struct lws *wsi) {
+    return lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0 ||
+           lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, 1) > 0;
+}
+
 static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
+    if (unframed_body(wsi)) {
+        /* what follows on the connection cannot be told from a body: answer and close */
+        metrics_bad_input(s->metrics);
+        lws_return_http_status(wsi, HTTP_STATUS_BAD_REQUEST, "Transfer-Encoding or two Content-Lengths");
+        return -1;
+    }
     /* HEAD as every server must (RFC 9110 9.1): probes such as `wget --spider` send it */
     pss->head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
     if (!pss->head && !lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI)) {
