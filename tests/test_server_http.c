@@ -5,23 +5,47 @@
  *
  * Body framing: these routes take no body, and lws can follow neither a chunked one nor two
  * Content-Lengths; a request with either gets one 400 and the connection closes, so no bytes a
- * proxy in front forwarded as its body are answered as a request of their own. */
+ * proxy in front forwarded as its body are answered as a request of their own.
+ *
+ * Connections per address (--max-per-ip 8): with 8 silent connections open from 127.0.0.1 a
+ * ninth from there is closed unanswered, one from 127.0.0.2 is answered, and once one of the
+ * eight closes 127.0.0.1 is answered again. */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <unistd.h>
 
 static sh_server g_srv;
 
-/* Sends request on a fresh connection and reads until the server closes it or stays silent for
- * 1.5 s; out gets the NUL-terminated reply. Returns how many responses it holds. */
-static int exchange(const char *request, char *out, size_t cap) {
+#define MAX_PER_IP 8
+
+/* A connection to the server from the loopback address `from` (127.0.0.x), or -1. */
+static int connect_from(const char *from) {
+    struct sockaddr_in local = {.sin_family = AF_INET}, server = {.sin_family = AF_INET};
+    inet_pton(AF_INET, from, &local.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &server.sin_addr);
+    server.sin_port = htons((uint16_t)g_srv.port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&local, sizeof local) ||
+                    connect(fd, (struct sockaddr *)&server, sizeof server))) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Sends request on a fresh connection from `from` and reads until the server closes it or stays
+ * silent for 1.5 s; out gets the NUL-terminated reply. Returns how many responses it holds. */
+static int exchange_from(const char *from, const char *request, char *out, size_t cap) {
     out[0] = '\0';
-    int fd = sp_connect(g_srv.port, 0);
+    int fd = connect_from(from);
     if (fd < 0) return -1;
     size_t got = 0;
     if (write(fd, request, strlen(request)) == (ssize_t)strlen(request)) {
@@ -38,6 +62,8 @@ static int exchange(const char *request, char *out, size_t cap) {
     for (const char *p = out; (p = strstr(p, "HTTP/1.")); p++) responses++;
     return responses;
 }
+
+static int exchange(const char *request, char *out, size_t cap) { return exchange_from("127.0.0.1", request, out, cap); }
 
 /* The request that follows a body a proxy would forward: if the server answers it, it was
  * smuggled past the proxy. */
@@ -61,14 +87,33 @@ static void body_framing(void) {
     TEST_COND("two pipelined requests: both answered", n == 2);
 }
 
+/* One address opening connection after connection (slowloris) held every descriptor and
+ * request slot: nobody else got an answer. */
+static void connections_per_address(void) {
+    static char reply[4096];
+    static const char health[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    int held[MAX_PER_IP], opened = 0;
+    for (int i = 0; i < MAX_PER_IP; i++) opened += (held[i] = connect_from("127.0.0.1")) >= 0;
+    TEST_COND("8 silent connections open", opened == MAX_PER_IP);
+    usleep(300000); /* all accepted and counted */
+    TEST_COND("a ninth from the same address: closed unanswered", exchange(health, reply, sizeof reply) == 0);
+    TEST_COND("one from another address: answered", exchange_from("127.0.0.2", health, reply, sizeof reply) == 1);
+    close(held[0]);
+    usleep(300000);
+    TEST_COND("once one closed, the address is answered again", exchange(health, reply, sizeof reply) == 1);
+    for (int i = 1; i < MAX_PER_IP; i++) close(held[i]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) TEST_SKIP("usage: test_server_http SERVER_BINARY");
-    if (sh_start(&g_srv, argv[1], 0, NULL) != 0) {
+    static const char *const extra[] = {"--max-per-ip", "8", NULL};
+    if (sh_start(&g_srv, argv[1], 0, extra) != 0) {
         sh_cleanup(&g_srv, 1);
         TEST_COND("server starts", 0);
         return test_report();
     }
     body_framing();
+    connections_per_address();
     wc_shutdown();
     int st = sh_stop(&g_srv);
     TEST_COND("clean exit", st == 0);

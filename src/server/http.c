@@ -16,11 +16,13 @@
 #include "server/server.h"
 
 #include "backend/backend.h"
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "io/voice.h"
 #include "server/memory.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,9 +290,30 @@ static int on_writeable(struct lws *wsi, http_pss *pss) {
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+/* A connection just accepted: 0 to keep it, 1 to close it (its address holds --max-per-ip). */
+static int on_accept(server *s, const struct lws_filter_network_conn_args *a) {
+    if (!s->peers || peer_table_admit(s->peers, a->accept_fd, (const struct sockaddr *)&a->cli_addr, a->clilen))
+        return 0;
+    static int64_t last_warned;
+    int64_t now = pp_now_ns();
+    if (now - last_warned > 10 * 1000000000LL) { /* a flood must not flood the log too */
+        char ip[64] = "?";
+        const struct sockaddr *sa = (const struct sockaddr *)&a->cli_addr;
+        inet_ntop(sa->sa_family, sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                                                          : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr,
+                  ip, sizeof ip);
+        PP_WARN("http", "connection from %s refused: it holds --max-per-ip %d already (further refusals unlogged "
+                "for 10 s)", ip, s->opt->max_per_ip);
+        last_warned = now;
+    }
+    return 1;
+}
+
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     http_pss *pss = user;
     switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: /* user: the accept's arguments, not a pss */
+        return on_accept(lws_context_user(lws_get_context(wsi)), user);
     case LWS_CALLBACK_HTTP:
         return on_http(lws_context_user(lws_get_context(wsi)), wsi, pss, in);
     case LWS_CALLBACK_HTTP_WRITEABLE:

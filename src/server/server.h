@@ -19,6 +19,7 @@
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/peer.h"
 
 /* Request headers lws may hold: the web client's text_prompt (1000 characters) percent-encoded
  * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (docs/protocol.md §1.3). */
@@ -37,6 +38,7 @@ typedef struct server {
     struct lws_context *ctx;
     const char *cert_path, *key_path; /* the TLS pair (reloaded on SIGHUP); NULL without TLS */
     apikeys *keys;           /* --api-keys (reloaded on SIGHUP); NULL: no key needed */
+    peer_table *peers;       /* --max-per-ip; NULL: no limit (service thread) */
 
     pthread_mutex_t lock;    /* guards the fields up to the next comment */
     engine *engine;          /* NULL until the model is loaded */
