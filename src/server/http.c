@@ -219,24 +219,42 @@ static int browser_on_tls(server *s, struct lws *wsi) {
 
 /* A page opened with ?token= gets the key as a cookie, so its assets and its WebSocket carry it
  * (a browser cannot set headers on a WebSocket). Secure when the page came over TLS, so that the
- * browser never sends the key over plain HTTP (to the proxy's port-80 redirect, say). */
+ * browser never sends the key over plain HTTP (to the proxy's port-80 redirect, say). The
+ * cookie's value into out; its length, or 0. */
 static int token_cookie(server *s, struct lws *wsi, char *out, size_t cap) {
     char arg[APIKEYS_MAX_KEY + 8];
     const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* past "token=" */
     if (!token) return 0;
-    int n = snprintf(out, cap, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict%s\r\n", APIKEYS_COOKIE, token,
+    int n = snprintf(out, cap, "%s=%s; Path=/; HttpOnly; SameSite=Strict%s", APIKEYS_COOKIE, token,
                      browser_on_tls(s, wsi) ? "; Secure" : "");
     return n > 0 && (size_t)n < cap ? n : 0;
 }
 
-static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri, int set_cookie) {
-    char path[PATH_MAX + 64], cookie[APIKEYS_MAX_KEY + 128];
+/* The page opened with ?token=KEY is sent, with the key cookie, to its own path without the
+ * query (303): the key leaves the address bar, the history and any link copied from it. */
+static int redirect_keyless(server *s, struct lws *wsi, const char *uri) {
+    unsigned char head[LWS_PRE + 1024], *start = head + LWS_PRE, *p = start, *end = head + sizeof head - 1;
+    char cookie[APIKEYS_MAX_KEY + 96];
+    int n = token_cookie(s, wsi, cookie, sizeof cookie);
+    while (uri[1] == '/') uri++; /* "//host" would be another site's address */
+    if (!n || lws_add_http_common_headers(wsi, HTTP_STATUS_SEE_OTHER, "text/plain; charset=utf-8", 0, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION, (const unsigned char *)uri, (int)strlen(uri), &p,
+                                     end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_SET_COOKIE, (const unsigned char *)cookie, n, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri, int key_in_query) {
+    char path[PATH_MAX + 64];
     if (static_path(s, uri, path, sizeof path) != 0) {
         static const char nf[] = "not found\n";
         return respond(wsi, pss, HTTP_STATUS_NOT_FOUND, "text/plain; charset=utf-8", nf, sizeof nf - 1);
     }
-    int extra = set_cookie ? token_cookie(s, wsi, cookie, sizeof cookie) : 0;
-    int n = lws_serve_http_file(wsi, path, mime_type(path), extra ? cookie : NULL, extra);
+    if (key_in_query) return redirect_keyless(s, wsi, uri);
+    int n = lws_serve_http_file(wsi, path, mime_type(path), NULL, 0);
     if (n < 0) return -1;
     if (n > 0 && lws_http_transaction_completed(wsi)) return -1;
     return 0;

@@ -147,8 +147,10 @@ static const opt_spec g_opts[] = {
      "Require a key on every endpoint but /health and /health/live: FILE holds one key per line "
      "(blank lines and # comments ignored) and is read again on SIGHUP. A client presents one as "
      "`Authorization: Bearer KEY`, or, where it cannot set headers (a browser), as ?token=KEY; a page "
-     "opened with ?token= gets a cookie so its assets and its WebSocket carry the key. Requests without "
-     "a valid key get 401 and are counted in /metrics; keys never appear in the log."},
+     "opened with ?token= gets a cookie so its assets and its WebSocket carry the key (and is sent to its "
+     "address without the key); the cookie counts only on requests from the server's own pages (their "
+     "Origin). Requests without a valid key get 401 and are counted in /metrics; keys never appear in "
+     "the log."},
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},
