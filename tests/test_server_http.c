@@ -7,6 +7,9 @@
  * Content-Lengths; a request with either gets one 400 and the connection closes, so no bytes a
  * proxy in front forwarded as its body are answered as a request of their own.
  *
+ * Upgrades: only to WebSocket. `Upgrade: h2c` (which lws would take, on any path) gets 400
+ * rather than 101: through a proxy that passes Upgrade on it was a tunnel past the proxy.
+ *
  * Connections per address (--max-per-ip 8): with 8 silent connections open from 127.0.0.1 a
  * ninth from there is closed unanswered, one from 127.0.0.2 is answered, and once one of the
  * eight closes 127.0.0.1 is answered again. */
@@ -87,6 +90,28 @@ static void body_framing(void) {
     TEST_COND("two pipelined requests: both answered", n == 2);
 }
 
+#define H2C_UPGRADE(path)                                                                                              \
+    "GET " path " HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"                     \
+    "HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"
+
+/* The status of the reply's first response, 0 when none. */
+static int first_status(const char *reply) {
+    int status = 0;
+    return sscanf(reply, "HTTP/1.%*d %d", &status) == 1 ? status : 0;
+}
+
+static void upgrades(void) {
+    static char reply[4096];
+    exchange(H2C_UPGRADE("/health"), reply, sizeof reply);
+    TEST_COND("Upgrade: h2c on /health: 400, no switch to HTTP/2", first_status(reply) == 400);
+    exchange(H2C_UPGRADE("/api/chat"), reply, sizeof reply);
+    TEST_COND("... on /api/chat (a proxy's WebSocket location) too", first_status(reply) == 400);
+    exchange("GET /api/chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+             reply, sizeof reply);
+    TEST_COND("a WebSocket upgrade still switches", first_status(reply) == 101);
+}
+
 /* One address opening connection after connection (slowloris) held every descriptor and
  * request slot: nobody else got an answer. */
 static void connections_per_address(void) {
@@ -113,6 +138,7 @@ int main(int argc, char **argv) {
         return test_report();
     }
     body_framing();
+    upgrades();
     connections_per_address();
     wc_shutdown();
     int st = sh_stop(&g_srv);

@@ -327,6 +327,18 @@ static int on_accept(server *s, const struct lws_filter_network_conn_args *a) {
     return 1;
 }
 
+/* lws 4.1 would switch a plain-HTTP connection that asks `Upgrade: h2c` to HTTP/2 (despite ALPN
+ * http/1.1 on TLS). Behind a proxy that passes Upgrade on (the WebSocket locations must) that
+ * makes a tunnel straight to this server, past the proxy's rules and its X-Forwarded-* and
+ * X-Real-IP headers: h2c smuggling. */
+int http_confirm_upgrade(server *s, struct lws *wsi, const char *upgrade) {
+    if (upgrade && !strcasecmp(upgrade, "websocket")) return 0;
+    PP_WARN("http", "an upgrade to another protocol than WebSocket (h2c?) refused");
+    metrics_bad_input(s->metrics);
+    lws_return_http_status(wsi, HTTP_STATUS_BAD_REQUEST, "only WebSocket upgrades are served");
+    return 1;
+}
+
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     http_pss *pss = user;
     switch (reason) {
@@ -336,6 +348,8 @@ int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
         return on_http(lws_context_user(lws_get_context(wsi)), wsi, pss, in);
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return on_writeable(wsi, pss);
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return http_confirm_upgrade(lws_context_user(lws_get_context(wsi)), wsi, in);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         /* A client naming this protocol in Sec-WebSocket-Protocol would get a WebSocket here,
          * past the chat protocol's path and API-key checks: only personaplex-chat upgrades. */

@@ -71,6 +71,9 @@ int server_authorized(server *s, struct lws *wsi, int *from_query);
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 size_t http_pss_size(void);
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE (either protocol may get it): only a WebSocket upgrade is
+ * taken. 0 to let it proceed, 1 once the refusal (400) is sent. */
+int http_confirm_upgrade(server *s, struct lws *wsi, const char *upgrade);
 size_t ws_pss_size(void);
 
 /* Sends every open conversation an 0x05 message `why` and a close with close_code (the
