@@ -8,7 +8,8 @@
  * proxy in front forwarded as its body are answered as a request of their own.
  *
  * Upgrades: only to WebSocket. `Upgrade: h2c` (which lws would take, on any path) gets 400
- * rather than 101: through a proxy that passes Upgrade on it was a tunnel past the proxy.
+ * rather than 101: through a proxy that passes Upgrade on it was a tunnel past the proxy. A
+ * CONNECT request closes the connection (lws held it as a raw socket, without a timeout).
  *
  * Connections per address (--max-per-ip 8): with 8 silent connections open from 127.0.0.1 a
  * ninth from there is closed unanswered, one from 127.0.0.2 is answered, and once one of the
@@ -112,6 +113,22 @@ static void upgrades(void) {
     TEST_COND("a WebSocket upgrade still switches", first_status(reply) == 101);
 }
 
+/* Whether the server closes a connection that sent request within 3 s (its answer, if any,
+ * read and dropped). */
+static int closed_after(const char *request) {
+    int fd = connect_from("127.0.0.1"), closed = 0;
+    if (fd < 0) return 0;
+    if (write(fd, request, strlen(request)) == (ssize_t)strlen(request)) {
+        char buf[4096];
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        ssize_t n = 1;
+        while (n > 0 && poll(&p, 1, 3000) > 0) n = read(fd, buf, sizeof buf);
+        closed = n <= 0;
+    }
+    close(fd);
+    return closed;
+}
+
 /* One address opening connection after connection (slowloris) held every descriptor and
  * request slot: nobody else got an answer. */
 static void connections_per_address(void) {
@@ -139,6 +156,9 @@ int main(int argc, char **argv) {
     }
     body_framing();
     upgrades();
+    /* lws made it a raw socket that no timeout covered: held as long as the client liked */
+    TEST_COND("a CONNECT request: the connection closed",
+              closed_after("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"));
     connections_per_address();
     wc_shutdown();
     int st = sh_stop(&g_srv);

@@ -350,6 +350,13 @@ int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
         return on_writeable(wsi, pss);
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return http_confirm_upgrade(lws_context_user(lws_get_context(wsi)), wsi, in);
+    case LWS_CALLBACK_RAW_ADOPT:
+        /* lws turns a CONNECT request into a raw socket, which no timeout covers: held for ever,
+         * a descriptor a client could pile up past every request and idle limit. Nothing here
+         * serves a raw socket: it is closed. */
+        PP_WARN("http", "a CONNECT request refused: this is no proxy");
+        metrics_bad_input(((server *)lws_context_user(lws_get_context(wsi)))->metrics);
+        return -1;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         /* A client naming this protocol in Sec-WebSocket-Protocol would get a WebSocket here,
          * past the chat protocol's path and API-key checks: only personaplex-chat upgrades. */
