@@ -4,13 +4,14 @@
  *
  * /health answers without a key; /metrics, /api/voices and the web UI need one: none or a
  * wrong one gets 401, a key as `Authorization: Bearer`, as ?token= or as the cookie a page
- * opened with ?token= receives (with a 303 to its address without the key) gets through. A conversation's WebSocket upgrade is refused
- * without a key and reaches its handshake with one (header or ?token=). Refusals are counted
- * in /metrics. SIGHUP reloads the file: a removed key stops working, a new one starts. No key
- * ever appears in the log, and the server exits cleanly on SIGTERM. The key cookie opens a
- * WebSocket only from the server's own pages (their Origin), not from another site's. The key
- * cookie is Secure when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto:
- * https says so (a direct client's is not believed). */
+ * opened with ?token= receives (with a 303 to its address without the key) gets through. A
+ * conversation's WebSocket upgrade is refused without a key and reaches its handshake with one
+ * (header or ?token=). Refusals are counted in /metrics. SIGHUP reloads the file: a removed key
+ * stops working, a new one starts, and a file others can read (0644) is warned of. No key ever
+ * appears in the log, and the server exits cleanly on SIGTERM. The key cookie opens a WebSocket
+ * only from the server's own pages (their Origin), not from another site's. The key cookie is
+ * Secure when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto: https says
+ * so (a direct client's is not believed). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -19,6 +20,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <string.h>
 #include <strings.h>
@@ -232,7 +234,8 @@ int main(int argc, char **argv) {
     TEST_COND("the refused upgrade is counted", unauthorized() >= refused + 1);
     cross_site_websocket();
 
-    TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0);
+    TEST_COND("a key file of mode 0600: no warning", sh_log_count(&g_srv, "open to other users") == 0);
+    TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0 && chmod(keys, 0644) == 0);
     kill(g_srv.pid, SIGHUP);
     int reloaded = 0;
     for (int i = 0; i < 50 && !reloaded; i++) {
@@ -241,6 +244,7 @@ int main(int argc, char **argv) {
     }
     TEST_COND("SIGHUP: the new key works", reloaded);
     TEST_COND("SIGHUP: the removed key is refused", status("/api/voices", "Bearer alpha-key-1") == 401);
+    TEST_COND("... and a key file others can read is warned of", sh_log_count(&g_srv, "open to other users") == 1);
     TEST_COND("no key in the log", sh_log_count(&g_srv, "alpha-key-1") == 0 && sh_log_count(&g_srv, "beta-key-2") == 0 &&
                                        sh_log_count(&g_srv, "gamma-key-3") == 0);
     TEST_COND("plain HTTP: the key cookie is not Secure", cookie_secure(NULL) == 0);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 typedef struct keyset {
     char (*keys)[APIKEYS_MAX_KEY + 1];
@@ -25,6 +26,10 @@ struct apikeys {
 static int read_keys(const char *path, keyset *out, char *err) {
     FILE *f = fopen(path, "r");
     if (!f) return pp_fail(err, PP_EIO, "--api-keys %s: cannot read it", path);
+    struct stat st; /* every key opens the server: a file others can read gives it to them */
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        PP_WARN("server", "--api-keys %s is open to other users (mode %03o); chmod 600 it", path,
+                (unsigned)(st.st_mode & 0777));
     keyset s = {0};
     int cap = 0, rc = PP_OK, line_no = 0;
     char line[1024];

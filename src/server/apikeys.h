@@ -6,7 +6,8 @@
  * the server sets when a page is opened with ?token=, so the page's own assets and its socket
  * carry it; the cookie counts only on a request from the server's own origin (no cross-site
  * WebSocket with the user's key). Keys are compared in constant time and never logged. apikeys_reload (SIGHUP) swaps in
- * the file's current keys, or keeps the old set when the file cannot be read. Thread-safe. */
+ * the file's current keys, or keeps the old set when the file cannot be read; either warns
+ * when the file is open to other users than its owner. Thread-safe. */
 #ifndef PP_SERVER_APIKEYS_H
 #define PP_SERVER_APIKEYS_H
 
