@@ -11,7 +11,11 @@
  * Static paths are checked here, not only by lws's URI clean-up: no segment may start with a
  * dot (no "..", no hidden files), no backslash, and the resolved file must lie inside the
  * static directory (symlinks included). Types come from a fixed table; the browser needs
- * exact JavaScript and WebAssembly types (docs/protocol.md §1.1). */
+ * exact JavaScript and WebAssembly types (docs/protocol.md §1.1).
+ *
+ * What lws would otherwise let through is refused here too: a body framed by a
+ * Transfer-Encoding or two Content-Lengths, an upgrade to anything but WebSocket (h2c), a
+ * CONNECT, and a connection from an address that holds --max-per-ip already. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 
