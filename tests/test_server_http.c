@@ -11,6 +11,8 @@
  * rather than 101: through a proxy that passes Upgrade on it was a tunnel past the proxy. A
  * CONNECT request closes the connection (lws held it as a raw socket, without a timeout).
  *
+ * Static paths: encoded '..' segments and backslashes never leave the web directory.
+ *
  * Connections per address (--max-per-ip 8): with 8 silent connections open from 127.0.0.1 a
  * ninth from there is closed unanswered, one from 127.0.0.2 is answered, and once one of the
  * eight closes 127.0.0.1 is answered again. */
@@ -113,6 +115,27 @@ static void upgrades(void) {
     TEST_COND("a WebSocket upgrade still switches", first_status(reply) == 101);
 }
 
+/* Static paths that would leave the web directory, encoded as a client may: none is served. */
+static void static_paths(void) {
+    static const char *const escapes[] = {
+        "/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/..%2f..%2f..%2fetc%2fpasswd",    "/..\\..\\..\\etc\\passwd",
+        "/a/../../../../etc/passwd",        "/%2e%2e%5c%2e%2e%5cetc%5cpasswd", "/.%2e/.%2e/.%2e/etc/passwd",
+        "//etc/passwd",                     "/%252e%252e/etc/passwd"};
+    static char request[256], reply[16384];
+    int served = 0;
+    for (size_t i = 0; i < sizeof escapes / sizeof escapes[0]; i++) {
+        snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", escapes[i]);
+        exchange(request, reply, sizeof reply);
+        if (first_status(reply) == 200 || strstr(reply, "root:")) {
+            fprintf(stderr, "served: %s\n", escapes[i]);
+            served++;
+        }
+    }
+    TEST_COND("no encoded '..' or backslash path leaves the web directory", served == 0);
+    exchange("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", reply, sizeof reply);
+    TEST_COND("... while / is served", first_status(reply) == 200);
+}
+
 /* Whether the server closes a connection that sent request within 3 s (its answer, if any,
  * read and dropped). */
 static int closed_after(const char *request) {
@@ -148,7 +171,9 @@ static void connections_per_address(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) TEST_SKIP("usage: test_server_http SERVER_BINARY");
-    static const char *const extra[] = {"--max-per-ip", "8", NULL};
+    char max_per_ip[16];
+    snprintf(max_per_ip, sizeof max_per_ip, "%d", MAX_PER_IP);
+    const char *const extra[] = {"--max-per-ip", max_per_ip, NULL};
     if (sh_start(&g_srv, argv[1], 0, extra) != 0) {
         sh_cleanup(&g_srv, 1);
         TEST_COND("server starts", 0);
@@ -156,6 +181,7 @@ int main(int argc, char **argv) {
     }
     body_framing();
     upgrades();
+    static_paths();
     /* lws made it a raw socket that no timeout covered: held as long as the client liked */
     TEST_COND("a CONNECT request: the connection closed",
               closed_after("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"));
