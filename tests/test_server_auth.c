@@ -4,12 +4,14 @@
  *
  * /health answers without a key; /metrics, /api/voices and the web UI need one: none or a
  * wrong one gets 401, a key as `Authorization: Bearer`, as ?token= or as the cookie a page
- * opened with ?token= receives gets through. A conversation's WebSocket upgrade is refused
- * without a key and reaches its handshake with one (header or ?token=). Refusals are counted
- * in /metrics. SIGHUP reloads the file: a removed key stops working, a new one starts. No key
- * ever appears in the log, and the server exits cleanly on SIGTERM. The key cookie is Secure
- * when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto: https says so (a
- * direct client's is not believed). */
+ * opened with ?token= receives (with a 303 to its address without the key) gets through. A
+ * conversation's WebSocket upgrade is refused without a key and reaches its handshake with one
+ * (header or ?token=). Refusals are counted in /metrics. SIGHUP reloads the file: a removed key
+ * stops working, a new one starts, and a file others can read (0644) is warned of. No key ever
+ * appears in the log, and the server exits cleanly on SIGTERM. The key cookie opens a WebSocket
+ * only from the server's own pages (their Origin), not from another site's. The key cookie is
+ * Secure when the page came over TLS: --behind-proxy, a proxy's X-Forwarded-Proto: https says
+ * so (a direct client's is not believed). */
 #define _DEFAULT_SOURCE
 #include "server_harness.h"
 #include "test.h"
@@ -18,8 +20,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static sh_server g_srv;
@@ -77,25 +81,57 @@ static int raw_status(const char *request) {
     return status;
 }
 
+/* Sends a request as it is on a fresh connection and reads the reply into out (NUL-terminated)
+ * until the server closes or is silent for 3 s; the reply's HTTP status, 0 when none came. */
+static int raw_reply(const char *request, char *out, size_t cap) {
+    int fd = sp_connect(g_srv.port, 0), status = 0;
+    size_t got = 0;
+    out[0] = '\0';
+    if (fd < 0) return 0;
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (write(fd, request, strlen(request)) == (ssize_t)strlen(request)) {
+        ssize_t n;
+        while (got + 1 < cap && (n = read(fd, out + got, cap - 1 - got)) > 0) got += (size_t)n;
+    }
+    close(fd);
+    out[got] = '\0';
+    sscanf(out, "HTTP/1.%*d %d", &status);
+    return status;
+}
+
+/* The value of the reply's header `name` (any case) into value; 0 when absent. */
+static int reply_header(const char *reply, const char *name, char *value, size_t cap) {
+    size_t n = strlen(name);
+    for (const char *line = strstr(reply, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
+        const char *v = line + 2, *eol = strstr(v, "\r\n");
+        if (!eol || strncasecmp(v, name, n) || v[n] != ':') continue;
+        for (v += n + 1; *v == ' '; v++) {}
+        snprintf(value, cap, "%.*s", (int)(eol - v), v);
+        return 1;
+    }
+    return 0;
+}
+
 /* Whether the key cookie a page opened with ?token= receives is Secure, its request carrying
  * X-Forwarded-Proto: proto (or none when NULL): 1 yes, 0 no, -1 no cookie. */
 static int cookie_secure(const char *proto) {
-    char request[256], reply[2048] = "";
+    char request[256], reply[2048], cookie[512];
     snprintf(request, sizeof request, "GET /?token=gamma-key-3 HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
              proto ? "X-Forwarded-Proto: " : "", proto ? proto : "", proto ? "\r\n" : "");
-    int fd = sp_connect(g_srv.port, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {.tv_sec = 3};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ssize_t got = write(fd, request, strlen(request)) == (ssize_t)strlen(request) ? read(fd, reply, sizeof reply - 1) : -1;
-    close(fd);
-    if (got <= 0) return -1;
-    reply[got] = '\0';
-    const char *cookie = strstr(reply, "\r\nSet-Cookie: pp_token=");
-    if (!cookie) return -1;
-    const char *eol = strstr(cookie + 2, "\r\n");
-    const char *secure = strstr(cookie, "; Secure");
-    return secure && (!eol || secure < eol);
+    raw_reply(request, reply, sizeof reply);
+    if (!reply_header(reply, "set-cookie", cookie, sizeof cookie) || strncmp(cookie, "pp_token=", 9)) return -1;
+    return strstr(cookie, "; Secure") != NULL;
+}
+
+/* A page opened with ?token=KEY (path and query given): 1 when it is sent to `to` with the key
+ * cookie, the key no longer in the address. */
+static int sent_on_without_key(const char *path_and_query, const char *to) {
+    char request[256], reply[2048], location[256], cookie[512];
+    snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path_and_query);
+    return raw_reply(request, reply, sizeof reply) == 303 && reply_header(reply, "location", location, sizeof location) &&
+           !strcmp(location, to) && reply_header(reply, "set-cookie", cookie, sizeof cookie) &&
+           !strncmp(cookie, "pp_token=alpha-key-1; ", 22) && strstr(cookie, "HttpOnly") && strstr(cookie, "SameSite=Strict");
 }
 
 #define UPGRADE(path, protocol)                                                                                       \
@@ -120,6 +156,36 @@ static void around_the_checks(void) {
               raw_status("GET /health HTTP/1.1\r\nHost: x\r\n\r\n") == 200);
     for (int i = 0; i < 40; i++)
         if (silent[i] >= 0) close(silent[i]);
+}
+
+/* The status of a chat upgrade to 127.0.0.1:PORT with these extra header lines (each ending
+ * in CRLF); 101 when the WebSocket opened. */
+static int upgrade_status(const char *headers) {
+    char request[1024];
+    snprintf(request, sizeof request,
+             "GET /api/chat HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n%s\r\n",
+             g_srv.port, headers);
+    return raw_status(request);
+}
+
+/* A browser sends the key cookie with a WebSocket that any page of the same site opens (another
+ * port of the host, a sibling subdomain: SameSite does not look at either), with that page's
+ * Origin: the cookie opens a conversation only for the server's own pages. */
+static void cross_site_websocket(void) {
+    char own[128], other_port[128];
+    snprintf(own, sizeof own, "Cookie: pp_token=alpha-key-1\r\nOrigin: http://127.0.0.1:%d\r\n", g_srv.port);
+    snprintf(other_port, sizeof other_port, "Cookie: pp_token=alpha-key-1\r\nOrigin: http://127.0.0.1:%d\r\n",
+             g_srv.port + 1);
+    TEST_COND("the key cookie from the server's own page opens a WebSocket", upgrade_status(own) == 101);
+    TEST_COND("... and from a program (no Origin)", upgrade_status("Cookie: pp_token=alpha-key-1\r\n") == 101);
+    TEST_COND("the key cookie from another site's page: refused",
+              upgrade_status("Cookie: pp_token=alpha-key-1\r\nOrigin: https://evil.example\r\n") == 401);
+    TEST_COND("... from a page on another port of the same host: refused", upgrade_status(other_port) == 401);
+    TEST_COND("... from a sandboxed page (Origin: null): refused",
+              upgrade_status("Cookie: pp_token=alpha-key-1\r\nOrigin: null\r\n") == 401);
+    TEST_COND("a Bearer key opens it whatever the Origin",
+              upgrade_status("Authorization: Bearer alpha-key-1\r\nOrigin: https://evil.example\r\n") == 101);
 }
 
 static int write_keys(const char *path, const char *text) {
@@ -149,10 +215,11 @@ int main(int argc, char **argv) {
     TEST_COND("a Bearer key gets through", status("/api/voices", "Bearer alpha-key-1") == 200);
     TEST_COND("?token= gets through", status("/api/voices?token=beta-key-2", NULL) == 200);
     TEST_COND("the page without a key: 401", status("/", NULL) == 401);
-    wc_http page;
-    TEST_COND("the page with ?token=", get("/?token=alpha-key-1", NULL, &page) == 200);
-    TEST_COND("... sets the key as a cookie", strstr(page.set_cookie, "pp_token=alpha-key-1") != NULL);
-    wc_http_free(&page);
+    /* the key would stay in the address bar, the history and every link copied from the page */
+    TEST_COND("the page with ?token=: the key as a cookie, 303 to its address without the key",
+              sent_on_without_key("/?token=alpha-key-1", "/"));
+    TEST_COND("... an asset too", sent_on_without_key("/index.html?token=alpha-key-1", "/index.html"));
+    TEST_COND("... and never to another host (//)", sent_on_without_key("//index.html?token=alpha-key-1", "/index.html"));
     wc_http asset = {.path = "/", .cookie = "pp_token=alpha-key-1"};
     wc_http *list[] = {&asset};
     wc_run(NULL, 0, list, 1, 10000);
@@ -165,8 +232,10 @@ int main(int argc, char **argv) {
     TEST_COND("a conversation with a Bearer key starts", converse("/api/chat?text_prompt=hi", "Bearer alpha-key-1"));
     TEST_COND("a conversation with ?token= starts", converse("/api/chat?token=beta-key-2&text_prompt=hi", NULL));
     TEST_COND("the refused upgrade is counted", unauthorized() >= refused + 1);
+    cross_site_websocket();
 
-    TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0);
+    TEST_COND("a key file of mode 0600: no warning", sh_log_count(&g_srv, "open to other users") == 0);
+    TEST_COND("new key file", write_keys(keys, "gamma-key-3\n") == 0 && chmod(keys, 0644) == 0);
     kill(g_srv.pid, SIGHUP);
     int reloaded = 0;
     for (int i = 0; i < 50 && !reloaded; i++) {
@@ -175,6 +244,7 @@ int main(int argc, char **argv) {
     }
     TEST_COND("SIGHUP: the new key works", reloaded);
     TEST_COND("SIGHUP: the removed key is refused", status("/api/voices", "Bearer alpha-key-1") == 401);
+    TEST_COND("... and a key file others can read is warned of", sh_log_count(&g_srv, "open to other users") == 1);
     TEST_COND("no key in the log", sh_log_count(&g_srv, "alpha-key-1") == 0 && sh_log_count(&g_srv, "beta-key-2") == 0 &&
                                        sh_log_count(&g_srv, "gamma-key-3") == 0);
     TEST_COND("plain HTTP: the key cookie is not Secure", cookie_secure(NULL) == 0);

@@ -18,7 +18,8 @@
  * grow from round 1 to round 2 beyond allocator noise (figures printed).
  * tls also checks the policy (TLS 1.1 and a TLS 1.2 CBC cipher refused; TLS 1.2 AEAD and
  * TLS 1.3 accepted), the generated key's mode 0600, and SIGHUP: a new certificate pair is
- * served to new connections, a mismatched pair is refused and the old one kept.
+ * served to new connections (its key, mode 0644, warned of), a mismatched pair is refused and
+ * the old one kept.
  * long (--demo-context 100): one conversation of 300 frames at real time, far past the LM's
  * context: every frame answered, a valid stream, and no more late frames past the context
  * than before it (cadence figures printed).
@@ -345,12 +346,14 @@ static void run_tls_checks(void) {
         printf("openssl command line tool missing: reload checks skipped\n");
         return;
     }
-    TEST_COND("new pair in place", rename(new_key, key) == 0 && rename(new_cert, cert) == 0);
+    TEST_COND("new pair in place, its key readable by all",
+              chmod(new_key, 0644) == 0 && rename(new_key, key) == 0 && rename(new_cert, cert) == 0);
     kill(g_srv.pid, SIGHUP);
     int changed = 0;
     for (int i = 0; i < 50 && !changed; i++, usleep(100000))
         changed = tls_probe(TLS1_2_VERSION, TLS1_3_VERSION, NULL, b) && memcmp(a, b, 32) != 0;
     TEST_COND("SIGHUP: the new certificate is served", changed);
+    TEST_COND("... and its key, readable by others, warned of", sh_log_count(&g_srv, "readable by other users") == 1);
     /* A certificate whose key is not the one beside it: refused, the current pair stays. */
     snprintf(path, sizeof path, "%s/other-key.pem", g_srv.dir);
     TEST_COND("mismatched pair written", make_pair(new_cert, path) && rename(new_cert, cert) == 0);

@@ -92,8 +92,9 @@ static pid_t start_server(const lt_opts *o, const char *dir) {
     snprintf(max, sizeof max, "%d", o->clients + o->burst);
     snprintf(log, sizeof log, "%s/server.log", dir);
     const char *argv[16 + MAX_SERVER_ARGS] = {
-        o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir, "--max-sessions", max};
-    int argc = 10;
+        o->server, "--demo", "--host", "127.0.0.1", "--port", port, "--state-dir", dir, "--max-sessions", max,
+        "--max-per-ip", "0" /* every client comes from this machine */};
+    int argc = 12;
     if (!o->tls) argv[argc++] = "--no-tls";
     for (int i = 0; i < o->n_server_args; i++) argv[argc++] = o->server_args[i];
     return sp_spawn(argv, log);

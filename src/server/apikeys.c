@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 typedef struct keyset {
     char (*keys)[APIKEYS_MAX_KEY + 1];
@@ -24,6 +26,10 @@ struct apikeys {
 static int read_keys(const char *path, keyset *out, char *err) {
     FILE *f = fopen(path, "r");
     if (!f) return pp_fail(err, PP_EIO, "--api-keys %s: cannot read it", path);
+    struct stat st; /* every key opens the server: a file others can read gives it to them */
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        PP_WARN("server", "--api-keys %s is open to other users (mode %03o); chmod 600 it", path,
+                (unsigned)(st.st_mode & 0777));
     keyset s = {0};
     int cap = 0, rc = PP_OK, line_no = 0;
     char line[1024];
@@ -141,17 +147,62 @@ static const char *cookie_value(const char *cookie, const char *name, size_t *le
     return NULL;
 }
 
-const char *apikeys_presented(const char *authorization, const char *token, const char *cookie, size_t *len) {
+const char *apikeys_presented(const char *authorization, const char *token, const char *cookie, size_t *len,
+                              apikeys_source *source) {
     if (authorization && !strncmp(authorization, "Bearer ", 7)) {
         const char *k = authorization + 7;
         while (*k == ' ') k++;
         *len = strlen(k);
         while (*len && k[*len - 1] == ' ') (*len)--;
+        *source = APIKEYS_FROM_HEADER;
         return k;
     }
     if (token) {
         *len = strlen(token);
+        *source = APIKEYS_FROM_QUERY;
         return token;
     }
+    *source = APIKEYS_FROM_COOKIE;
     return cookie ? cookie_value(cookie, APIKEYS_COOKIE, len) : NULL;
+}
+
+/* Splits "host[:port]" (an IPv6 literal in brackets) into the host and its port; *port is 0 when
+ * none is written. 0, or -1 when it is not of that form. */
+static int split_authority(const char *a, const char **host, size_t *host_len, unsigned *port) {
+    const char *colon;
+    if (a[0] == '[') {
+        const char *close = strchr(a, ']');
+        if (!close) return -1;
+        colon = close[1] == ':' ? close + 1 : NULL;
+        if (!colon && close[1]) return -1;
+    } else {
+        colon = strchr(a, ':');
+        if (colon && strchr(colon + 1, ':')) return -1;
+    }
+    *host = a;
+    *host_len = colon ? (size_t)(colon - a) : strlen(a);
+    *port = 0;
+    if (!*host_len) return -1;
+    if (!colon) return 0;
+    if (!colon[1]) return -1;
+    for (const char *d = colon + 1; *d; d++) {
+        if (*d < '0' || *d > '9' || *port > 65535) return -1;
+        *port = *port * 10 + (unsigned)(*d - '0');
+    }
+    return *port >= 1 && *port <= 65535 ? 0 : -1;
+}
+
+int apikeys_same_origin(const char *origin, const char *host, int host_port_optional) {
+    unsigned default_port = !strncmp(origin, "http://", 7) ? 80 : !strncmp(origin, "https://", 8) ? 443 : 0;
+    if (!default_port) return 0; /* "null" (a sandboxed or file: page) or another scheme */
+    const char *origin_host, *want_host;
+    size_t origin_len, want_len;
+    unsigned origin_port, want_port;
+    if (split_authority(strstr(origin, "://") + 3, &origin_host, &origin_len, &origin_port) ||
+        split_authority(host, &want_host, &want_len, &want_port))
+        return 0;
+    if (origin_len != want_len || strncasecmp(origin_host, want_host, origin_len)) return 0;
+    if (!origin_port) origin_port = default_port;
+    if (want_port) return origin_port == want_port;
+    return host_port_optional || origin_port == default_port;
 }

@@ -4,8 +4,10 @@
  * '#' ignored; visible ASCII other than " , ; and \, so a key can travel as a cookie). A request presents a key as `Authorization: Bearer KEY`, as a `token=KEY` query
  * parameter (for browsers, which cannot set headers on a WebSocket), or as the `pp_token` cookie
  * the server sets when a page is opened with ?token=, so the page's own assets and its socket
- * carry it. Keys are compared in constant time and never logged. apikeys_reload (SIGHUP) swaps in
- * the file's current keys, or keeps the old set when the file cannot be read. Thread-safe. */
+ * carry it; the cookie counts only on a request from the server's own origin (no cross-site
+ * WebSocket with the user's key). Keys are compared in constant time and never logged. apikeys_reload (SIGHUP) swaps in
+ * the file's current keys, or keeps the old set when the file cannot be read; either warns
+ * when the file is open to other users than its owner. Thread-safe. */
 #ifndef PP_SERVER_APIKEYS_H
 #define PP_SERVER_APIKEYS_H
 
@@ -24,9 +26,19 @@ void apikeys_free(apikeys *k);
 int apikeys_count(apikeys *k);
 /* 1 when key (len bytes, not NUL-terminated) is one of them. */
 int apikeys_check(apikeys *k, const char *key, size_t len);
+/* Where a presented key came from. */
+typedef enum { APIKEYS_FROM_HEADER, APIKEYS_FROM_QUERY, APIKEYS_FROM_COOKIE } apikeys_source;
 /* The key a request presents, from an Authorization header value (may be NULL), a `token`
  * query value (may be NULL) or a Cookie header value (may be NULL), in that order of precedence;
- * *len gets its length. NULL when none is presented. */
-const char *apikeys_presented(const char *authorization, const char *token, const char *cookie, size_t *len);
+ * *len gets its length and *source where it came from. NULL when none is presented. */
+const char *apikeys_presented(const char *authorization, const char *token, const char *cookie, size_t *len,
+                              apikeys_source *source);
+/* Whether a browser request's Origin header value (scheme://host[:port]) names the site its Host
+ * header value (host[:port]) addresses: the same host, case aside, and the same port (the
+ * scheme's default when the origin writes none). A Host without a port matches any port of the
+ * origin's host when host_port_optional (a proxy's `Host $host` drops it), else only the default
+ * one. The browser sends the key cookie with a WebSocket opened by any page of the same site,
+ * another port or subdomain included: a cookie is a key only from the page's own origin. */
+int apikeys_same_origin(const char *origin, const char *host, int host_port_optional);
 
 #endif

@@ -11,16 +11,22 @@
  * Static paths are checked here, not only by lws's URI clean-up: no segment may start with a
  * dot (no "..", no hidden files), no backslash, and the resolved file must lie inside the
  * static directory (symlinks included). Types come from a fixed table; the browser needs
- * exact JavaScript and WebAssembly types (docs/protocol.md §1.1). */
+ * exact JavaScript and WebAssembly types (docs/protocol.md §1.1).
+ *
+ * What lws would otherwise let through is refused here too: a body framed by a
+ * Transfer-Encoding or two Content-Lengths, an upgrade to anything but WebSocket (h2c), a
+ * CONNECT, and a connection from an address that holds --max-per-ip already. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "server/server.h"
 
 #include "backend/backend.h"
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "io/voice.h"
 #include "server/memory.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,30 +223,63 @@ static int browser_on_tls(server *s, struct lws *wsi) {
 
 /* A page opened with ?token= gets the key as a cookie, so its assets and its WebSocket carry it
  * (a browser cannot set headers on a WebSocket). Secure when the page came over TLS, so that the
- * browser never sends the key over plain HTTP (to the proxy's port-80 redirect, say). */
+ * browser never sends the key over plain HTTP (to the proxy's port-80 redirect, say). The
+ * cookie's value into out; its length, or 0. */
 static int token_cookie(server *s, struct lws *wsi, char *out, size_t cap) {
     char arg[APIKEYS_MAX_KEY + 8];
     const char *token = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg); /* past "token=" */
     if (!token) return 0;
-    int n = snprintf(out, cap, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict%s\r\n", APIKEYS_COOKIE, token,
+    int n = snprintf(out, cap, "%s=%s; Path=/; HttpOnly; SameSite=Strict%s", APIKEYS_COOKIE, token,
                      browser_on_tls(s, wsi) ? "; Secure" : "");
     return n > 0 && (size_t)n < cap ? n : 0;
 }
 
-static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri, int set_cookie) {
-    char path[PATH_MAX + 64], cookie[APIKEYS_MAX_KEY + 128];
+/* The page opened with ?token=KEY is sent, with the key cookie, to its own path without the
+ * query (303): the key leaves the address bar, the history and any link copied from it. */
+static int redirect_keyless(server *s, struct lws *wsi, const char *uri) {
+    unsigned char head[LWS_PRE + 1024], *start = head + LWS_PRE, *p = start, *end = head + sizeof head - 1;
+    char cookie[APIKEYS_MAX_KEY + 96];
+    int n = token_cookie(s, wsi, cookie, sizeof cookie);
+    while (uri[1] == '/') uri++; /* "//host" would be another site's address */
+    if (!n || lws_add_http_common_headers(wsi, HTTP_STATUS_SEE_OTHER, "text/plain; charset=utf-8", 0, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION, (const unsigned char *)uri, (int)strlen(uri), &p,
+                                     end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_SET_COOKIE, (const unsigned char *)cookie, n, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL, (const unsigned char *)"no-store", 8, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int route_static(server *s, struct lws *wsi, http_pss *pss, const char *uri, int key_in_query) {
+    char path[PATH_MAX + 64];
     if (static_path(s, uri, path, sizeof path) != 0) {
         static const char nf[] = "not found\n";
         return respond(wsi, pss, HTTP_STATUS_NOT_FOUND, "text/plain; charset=utf-8", nf, sizeof nf - 1);
     }
-    int extra = set_cookie ? token_cookie(s, wsi, cookie, sizeof cookie) : 0;
-    int n = lws_serve_http_file(wsi, path, mime_type(path), extra ? cookie : NULL, extra);
+    if (key_in_query) return redirect_keyless(s, wsi, uri);
+    int n = lws_serve_http_file(wsi, path, mime_type(path), NULL, 0);
     if (n < 0) return -1;
     if (n > 0 && lws_http_transaction_completed(wsi)) return -1;
     return 0;
 }
 
+/* Whether the request comes with a body framing lws cannot follow: a Transfer-Encoding (lws
+ * 4.1 reads a chunked body as the connection's next request), or two Content-Lengths (lws takes
+ * the first). A proxy in front that frames the body otherwise would forward bytes that lws
+ * answers as a request of their own, past the proxy's rules (RFC 9112 6.3, 11.2). */
+static int unframed_body(struct lws *wsi) {
+    return lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0 ||
+           lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, 1) > 0;
+}
+
 static int on_http(server *s, struct lws *wsi, http_pss *pss, const char *uri) {
+    if (unframed_body(wsi)) {
+        /* what follows on the connection cannot be told from a body: answer and close */
+        metrics_bad_input(s->metrics);
+        lws_return_http_status(wsi, HTTP_STATUS_BAD_REQUEST, "Transfer-Encoding or two Content-Lengths");
+        return -1;
+    }
     /* HEAD as every server must (RFC 9110 9.1): probes such as `wget --spider` send it */
     pss->head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
     if (!pss->head && !lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI)) {
@@ -275,13 +314,55 @@ static int on_writeable(struct lws *wsi, http_pss *pss) {
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+/* A connection just accepted: 0 to keep it, 1 to close it (its address holds --max-per-ip). */
+static int on_accept(server *s, const struct lws_filter_network_conn_args *a) {
+    if (!s->peers || peer_table_admit(s->peers, a->accept_fd, (const struct sockaddr *)&a->cli_addr, a->clilen))
+        return 0;
+    static int64_t last_warned;
+    int64_t now = pp_now_ns();
+    if (now - last_warned > 10 * 1000000000LL) { /* a flood must not flood the log too */
+        char ip[64] = "?";
+        const struct sockaddr *sa = (const struct sockaddr *)&a->cli_addr;
+        inet_ntop(sa->sa_family, sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                                                          : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr,
+                  ip, sizeof ip);
+        PP_WARN("http", "connection from %s refused: it holds --max-per-ip %d already (further refusals unlogged "
+                "for 10 s)", ip, s->opt->max_per_ip);
+        last_warned = now;
+    }
+    return 1;
+}
+
+/* lws 4.1 would switch a plain-HTTP connection that asks `Upgrade: h2c` to HTTP/2 (despite ALPN
+ * http/1.1 on TLS). Behind a proxy that passes Upgrade on (the WebSocket locations must) that
+ * makes a tunnel straight to this server, past the proxy's rules and its X-Forwarded-* and
+ * X-Real-IP headers: h2c smuggling. */
+int http_confirm_upgrade(server *s, struct lws *wsi, const char *upgrade) {
+    if (upgrade && !strcasecmp(upgrade, "websocket")) return 0;
+    PP_WARN("http", "an upgrade to another protocol than WebSocket (h2c?) refused");
+    metrics_bad_input(s->metrics);
+    lws_return_http_status(wsi, HTTP_STATUS_BAD_REQUEST, "only WebSocket upgrades are served");
+    return 1;
+}
+
 int http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     http_pss *pss = user;
     switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: /* user: the accept's arguments, not a pss */
+        return on_accept(lws_context_user(lws_get_context(wsi)), user);
     case LWS_CALLBACK_HTTP:
         return on_http(lws_context_user(lws_get_context(wsi)), wsi, pss, in);
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return on_writeable(wsi, pss);
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return http_confirm_upgrade(lws_context_user(lws_get_context(wsi)), wsi, in);
+    case LWS_CALLBACK_RAW_ADOPT:
+        /* lws turns a CONNECT request into a raw socket, which no timeout covers: held for ever,
+         * a descriptor a client could pile up past every request and idle limit. Nothing here
+         * serves a raw socket: it is closed. */
+        PP_WARN("http", "a CONNECT request refused: this is no proxy");
+        metrics_bad_input(((server *)lws_context_user(lws_get_context(wsi)))->metrics);
+        return -1;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         /* A client naming this protocol in Sec-WebSocket-Protocol would get a WebSocket here,
          * past the chat protocol's path and API-key checks: only personaplex-chat upgrades. */

@@ -420,6 +420,13 @@ static int run(app *a) {
         apikeys_free(s->keys);
         return 1;
     }
+    /* behind a proxy every connection comes from the proxy's address */
+    if (o->max_per_ip > 0 && !o->behind_proxy && !(s->peers = peer_table_create(o->max_per_ip))) {
+        fprintf(stderr, "personaplex-server: --max-per-ip: out of memory for the connection table\n");
+        metrics_destroy(s->metrics);
+        apikeys_free(s->keys);
+        return 1;
+    }
     s->opt = o;
     pthread_mutex_init(&s->lock, NULL);
 
@@ -436,6 +443,7 @@ static int run(app *a) {
         if (s->ctx) lws_context_destroy(s->ctx);
         metrics_destroy(s->metrics);
         apikeys_free(s->keys);
+        peer_table_free(s->peers);
         return 1;
     }
     s->ctx_alive = 1;
@@ -469,6 +477,7 @@ static int run(app *a) {
     pp_backend_destroy(a->backend);
     metrics_destroy(s->metrics);
     apikeys_free(s->keys);
+    peer_table_free(s->peers);
     int failed = s->failed;
     pthread_mutex_destroy(&s->lock);
     PP_INFO("server", "stopped");

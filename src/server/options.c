@@ -138,12 +138,20 @@ static const opt_spec g_opts[] = {
      "start now (loading, full, draining), so the proxy retries another instance (nginx: "
      "proxy_next_upstream http_503); an X-Forwarded-Proto of https makes the API-key cookie "
      "Secure. Never set it when clients reach the server directly."},
+    {"max-per-ip", "N", OPT_INT, F(max_per_ip), 0, 65536, "64", NULL,
+     "Connections one client address (an IPv4 address, an IPv6 /64) may hold open at once; one "
+     "more is closed as it is accepted. Without it a single client opening a thousand silent "
+     "connections held every descriptor and request slot, and nobody else got an answer. 0: no "
+     "limit. Not applied with --behind-proxy, where every connection comes from the proxy (limit "
+     "there: nginx limit_conn). A load test from one machine needs it raised."},
     {"api-keys", "FILE", OPT_STRING, F(api_keys), 0, 0, NULL, NULL,
      "Require a key on every endpoint but /health and /health/live: FILE holds one key per line "
      "(blank lines and # comments ignored) and is read again on SIGHUP. A client presents one as "
      "`Authorization: Bearer KEY`, or, where it cannot set headers (a browser), as ?token=KEY; a page "
-     "opened with ?token= gets a cookie so its assets and its WebSocket carry the key. Requests without "
-     "a valid key get 401 and are counted in /metrics; keys never appear in the log."},
+     "opened with ?token= gets a cookie so its assets and its WebSocket carry the key (and is sent to its "
+     "address without the key); the cookie counts only on requests from the server's own pages (their "
+     "Origin). Requests without a valid key get 401 and are counted in /metrics; keys never appear in "
+     "the log."},
     {"static-dir", "DIR", OPT_STRING, F(static_dir), 0, 0, NULL, NULL,
      "Web UI to serve at /. Default: the web/ directory installed with the program (found "
      "beside the executable, then in the source tree it was built from)."},

@@ -19,6 +19,7 @@
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/peer.h"
 
 /* Request headers lws may hold: the web client's text_prompt (1000 characters) percent-encoded
  * as UTF-8 can reach 9 KB; 32 KB leaves room for the rest (docs/protocol.md §1.3). */
@@ -37,6 +38,7 @@ typedef struct server {
     struct lws_context *ctx;
     const char *cert_path, *key_path; /* the TLS pair (reloaded on SIGHUP); NULL without TLS */
     apikeys *keys;           /* --api-keys (reloaded on SIGHUP); NULL: no key needed */
+    peer_table *peers;       /* --max-per-ip; NULL: no limit (service thread) */
 
     pthread_mutex_t lock;    /* guards the fields up to the next comment */
     engine *engine;          /* NULL until the model is loaded */
@@ -72,6 +74,9 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
  * /api/chat, /v1/realtime and /v1/twilio. */
 int ws_endpoint(const char *path);
 size_t http_pss_size(void);
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE (either protocol may get it): only a WebSocket upgrade is
+ * taken. 0 to let it proceed, 1 once the refusal (400) is sent. */
+int http_confirm_upgrade(server *s, struct lws *wsi, const char *upgrade);
 size_t ws_pss_size(void);
 
 /* Sends every open conversation an 0x05 message `why` and a close with close_code (the

@@ -69,6 +69,7 @@ static int check_pair(const char *cert_path, const char *key_path, char *err) {
 int tls_reload(struct lws_context *ctx, const char *cert_path, const char *key_path, char *err) {
     int rc = check_pair(cert_path, key_path, err);
     if (rc) return rc;
+    check_key_mode(key_path); /* a renewed key may come with another mode than the first */
     /* lws re-reads both files into every vhost whose paths match (SSL_CTX_use_*_file). */
     lws_tls_cert_updated(ctx, cert_path, key_path, NULL, 0, NULL, 0);
     PP_INFO("tls", "certificate reloaded from %s", cert_path);

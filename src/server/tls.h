@@ -7,7 +7,8 @@
  * Reload: on SIGHUP the certificate chain and key are read again from the same files (a
  * renewed certificate, e.g. by certbot, takes effect without dropping conversations). The new
  * pair is checked first (both parse, the key matches the certificate); a bad pair is logged
- * and the old one stays in use. Open connections keep the certificate they started with. */
+ * and the old one stays in use, a key readable by other users is warned of as at start. Open
+ * connections keep the certificate they started with. */
 #ifndef PP_SERVER_TLS_H
 #define PP_SERVER_TLS_H
 

@@ -239,6 +239,8 @@ int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
             return 1;
         }
         return s->opt->behind_proxy ? refuse_upgrade_if_busy(s, wsi) : 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return http_confirm_upgrade(s, wsi, in);
     case LWS_CALLBACK_ESTABLISHED:
         return on_established(s, wsi, pss);
     case LWS_CALLBACK_CLOSED:
