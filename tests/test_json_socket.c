@@ -274,6 +274,17 @@ static void check_realtime_unknown_voice(metrics *m) {
     TEST_COND("an unknown voice: an error, then the update", !strcmp(seen, "error:invalid_value session.updated"));
     TEST_COND("... which keeps the voice and takes the instructions",
               !strcmp(js.params.voice, "NATF2") && !strcmp(js.params.text_prompt, "Be kind."));
+    /* A name no voice file can have (a path, other characters) is no voice either: before, it was
+     * taken and the conversation failed at its first audio ('bad voice name'). */
+    static const char *const not_names[] = {"../NATM1", "NATM1.pt/..", "Alloy (US)", "\u00c9lodie"};
+    for (size_t i = 0; i < sizeof not_names / sizeof *not_names; i++) {
+        char update[256];
+        snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"voice\":\"%s\"}}", not_names[i]);
+        send_text(&js, update);
+        drain(c, seen, sizeof seen);
+        TEST_COND("a name that is not a voice name: an error, the voice kept",
+                  !strcmp(seen, "error:invalid_value session.updated") && !strcmp(js.params.voice, "NATF2"));
+    }
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATM1\"}}");
     drain(c, seen, sizeof seen);
     TEST_COND("a voice of the directory is taken", !strcmp(seen, "session.updated") && !strcmp(js.params.voice, "NATM1"));

@@ -113,8 +113,9 @@ static int session_update(json_socket *js, const pp_json *ev) {
     if (voice && pp_params_set_voice(&p, voice, err))
         return json_socket_reject(js, "invalid_value", "session.voice: %s", err);
     /* Client libraries send OpenAI's voice names ("alloy") by default: keep the session's voice and
-     * say so, rather than take the name and fail the conversation at its first audio. */
-    if (voice && js->voices_dir && pp_voice_resolve(js->voices_dir, voice, path, sizeof path, err) == PP_ENOTFOUND) {
+     * say so, rather than take the name and fail the conversation at its first audio. A name no
+     * voice file can have (a path, a space, non-ASCII) is no voice here either. */
+    if (voice && js->voices_dir && pp_voice_resolve(js->voices_dir, voice, path, sizeof path, err) != PP_OK) {
         snprintf(p.voice, sizeof p.voice, "%s", js->params.voice);
         todo |= json_socket_reject(js, "invalid_value",
                                    "session.voice: no voice '%.80s' on this server (GET /api/voices lists them); "
