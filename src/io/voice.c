@@ -290,8 +290,17 @@ int pp_voice_save_pt(const char *path, const pp_voice *v, char *err) {
 
 /* ---- names ---- */
 
+/* Whether the n bytes at s end in suffix. */
+static int stem_ends_in(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* A stem that ends in a voice suffix ("x.bin" of x.bin.pt) is refused: its name would be read as
+ * that suffix and resolve to another file (x.bin, x.pt), so a listed voice could not be selected. */
 static int valid_stem(const char *s, size_t n) {
     if (n == 0 || n > PP_VOICE_NAME_MAX || s[0] == '.') return 0;
+    if (stem_ends_in(s, n, SUFFIX_PT) || stem_ends_in(s, n, SUFFIX_SC)) return 0; /* .bin covers .embeddings.bin */
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-' || c == '.'))

@@ -11,7 +11,8 @@
  *                            i64 cache[17·4], u32 frames, u32 dim, f32 embeddings (little endian).
  * pp_voice_save_pt writes the .pt form (BF16 embeddings, as the released voices), so a cloned
  * voice is interchangeable with a preset. Voice names are bare file stems: letters, digits,
- * '_', '-' and '.', at most 64 bytes, not starting with '.'. */
+ * '_', '-' and '.', at most 64 bytes, not starting with '.' nor ending in .pt or .bin (such a
+ * name would be read as that suffix and name another file). */
 #ifndef PP_IO_VOICE_H
 #define PP_IO_VOICE_H
 
