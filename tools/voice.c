@@ -4,7 +4,8 @@
  *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
  *                     [--device cpu|cuda|auto] [--threads N]
  * The clip's channel 0 is used (as the reference does), resampled to 24 kHz and normalised to
- * -24 LUFS; 10-30 s of clean speech makes a good voice. Without --config, the config.json beside
+ * -24 LUFS; 10-30 s of clean speech makes a good voice. OUT.pt's file name must be a voice name
+ * (io/voice.h) or the server could not select it. Without --config, the config.json beside
  * the weights is used when there is one, as the server does. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,16 @@ int main(int argc, char **argv) {
     size_t n = strlen(o.out);
     if (n < 3 || strcmp(o.out + n - 3, ".pt") != 0) {
         fprintf(stderr, "personaplex-voice: the output name must end in .pt\n");
+        return 2;
+    }
+    /* The server selects a voice by its file name: refuse one it would neither list nor take,
+     * before minutes of cloning, rather than leave a voice no conversation can use. */
+    const char *slash = strrchr(o.out, '/'), *file = slash ? slash + 1 : o.out;
+    if (!pp_voice_stem_valid(file, strlen(file) - 3)) {
+        fprintf(stderr,
+                "personaplex-voice: '%s' is no voice name the server takes (letters, digits, '_', '-', '.'; at "
+                "most %d bytes; not starting with '.' nor ending in .pt or .bin)\n",
+                file, PP_VOICE_NAME_MAX);
         return 2;
     }
     char err[PP_ERR_LEN];

@@ -57,6 +57,10 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
  * 0 for the one-file forms, or when out is too small. */
 int pp_voice_pair_json(const char *path, char *out, size_t cap);
 
+/* Whether the n bytes at stem make a voice name (the rules above), the file name of a voice
+ * without its suffix: a voice file of another name is neither listed nor resolved. */
+int pp_voice_stem_valid(const char *stem, size_t n);
+
 /* Sorted, de-duplicated names of the voices in dir (NAME.pt and NAME.bin files and complete
  * NAME.embeddings.bin + NAME.cache.json pairs with valid names). *names is one malloc'd
  * block (array followed by strings): free it with free(). */
