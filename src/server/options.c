@@ -87,7 +87,9 @@ static const opt_spec g_opts[] = {
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
      "Voice used when a client sends no voice_prompt (with or without the .pt suffix). The server "
      "does not start (exit status 2) when it is not in --voices-dir (with --demo and no --voices-dir: "
-     "among the demo model's 18 voices), or that holds no voices."},
+     "among the demo model's 18 voices), or that holds no voices; it stops after loading the model "
+     "(exit status 1) when the voice's file is no voice of that model (unreadable, truncated, another "
+     "model's width)."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
      "tokenized like the reference server does."},

@@ -228,6 +228,28 @@ void pp_session_destroy(pp_session *s) {
     free(s);
 }
 
+/* Reads the voice file at path into v: embeddings of the LM's width, a token ring it reads. */
+static int read_voice(const pp_model *m, const char *path, pp_voice *v, char *err) {
+    int rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, v, err);
+    /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
+     * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
+    if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &v->cache[0][0], path, err)) {
+        pp_voice_free(v);
+        rc = PP_EFORMAT;
+    }
+    return rc;
+}
+
+int pp_model_check_voice(const pp_model *m, const char *name, char *err) {
+    if (!m->voices_dir[0]) return PP_OK;
+    char path[4200];
+    pp_voice v = {0};
+    int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
+    if (!rc) rc = read_voice(m, path, &v, err);
+    pp_voice_free(&v);
+    return rc;
+}
+
 static int load_voice(pp_session *s, const char *name, char *err) {
     const pp_model *m = s->m;
     if (!m->voices_dir[0]) {
@@ -239,12 +261,7 @@ static int load_voice(pp_session *s, const char *name, char *err) {
     /* The identity before the bytes: a file replaced in between leaves an entry under the old
      * identity, which no later session asks for, rather than old bytes under the new one. */
     if (!rc) voice_identity(path, s->voice_id, sizeof s->voice_id);
-    if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
-    /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
-     * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
-    if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &s->voice.cache[0][0], path, err))
-        rc = PP_EFORMAT;
-    return rc;
+    return rc ? rc : read_voice(m, path, &s->voice, err);
 }
 
 int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_tokens, pp_session **out, char *err) {
