@@ -92,7 +92,9 @@ static const opt_spec g_opts[] = {
      "model's width)."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
-     "tokenized like the reference server does."},
+     "tokenized like the reference server does. The server stops after loading the model (exit "
+     "status 1) when it is longer than --max-prompt-tokens, or an @NAME the model has no named "
+     "prompt for."},
     {"max-prompt-tokens", "N", OPT_INT, F(max_prompt_tokens), 1, 4096, "512", NULL,
      "Longest accepted text prompt in tokens; a longer one gets an 0x05 error and a close."},
     {"seed", "N", OPT_INT64, F(seed), -1, INT64_MAX, "42424242", NULL,
