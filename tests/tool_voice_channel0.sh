@@ -8,13 +8,13 @@ d=$(mktemp -d) || exit 1
 trap 'rm -rf "$d"' EXIT
 # 3 s of 16-bit stereo at 24 kHz: left 0, right a 500 Hz square wave at -12 dBFS
 : >"$d/period"
-for i in $(seq 24); do printf '\000\000\000\040' >>"$d/period"; done
-for i in $(seq 24); do printf '\000\000\000\340' >>"$d/period"; done
-for i in $(seq 10); do cat "$d/period"; done >"$d/ten"
+for _ in $(seq 24); do printf '\000\000\000\040' >>"$d/period"; done
+for _ in $(seq 24); do printf '\000\000\000\340' >>"$d/period"; done
+for _ in $(seq 10); do cat "$d/period"; done >"$d/ten"
 {
     printf 'RIFF\044\145\004\000WAVEfmt \020\000\000\000\001\000\002\000\300\135\000\000\000\167\001\000\004\000\020\000'
     printf 'data\000\145\004\000'
-    for i in $(seq 150); do cat "$d/ten"; done
+    for _ in $(seq 150); do cat "$d/ten"; done
 } >"$d/right.wav"
 "$tool" "$d/right.wav" "$d/out.pt" --weights "$data/golden/lm-bf16/model.safetensors" \
     --mimi "$data/golden/mimi-speech/model.safetensors" --device cpu 2>"$d/err"
