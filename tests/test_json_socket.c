@@ -293,6 +293,48 @@ static void check_realtime_unknown_voice(metrics *m) {
     voices_dir_remove(dir);
 }
 
+/* Instructions the conversation could not start with (over --max-prompt-tokens, a named prompt
+ * the model lacks) are refused in session.update, the session keeping its own; they used to be
+ * taken (session.updated) and the conversation then failed at its first audio (1008). */
+static void check_realtime_instructions(metrics *m) {
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", seen[1024], err[PP_ERR_LEN];
+    pp_demo_files files;
+    pp_backend *be = NULL;
+    pp_model *model = NULL;
+    int rc = mkdtemp(dir) ? pp_demo_write(dir, &files, err) : PP_EIO;
+    if (!rc) rc = pp_backend_cpu_create(1, &be, err);
+    pp_model_paths paths = pp_demo_paths(&files);
+    if (!rc) rc = pp_model_open(be, &paths, &model, err);
+    TEST_COND("demo model opens", rc == PP_OK);
+    if (!rc) {
+        ws_input in;
+        json_socket js;
+        conn *c = open_socket(CONN_REALTIME, 11, m, &in, &js, NULL);
+        json_socket_set_model(&js, model, 16);
+        drain(c, seen, sizeof seen);
+        send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"Be kind.\"}}");
+        drain(c, seen, sizeof seen);
+        TEST_COND("instructions within the limit are taken",
+                  !strcmp(seen, "session.updated") && !strcmp(js.params.text_prompt, "Be kind."));
+        static const char *const refused[] = {
+            "Be kind, be brief, be patient, be clear, be honest, be warm, be quick and be precise.", "@helpful"};
+        for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+            char update[512];
+            snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"%s\"}}",
+                     refused[i]);
+            send_text(&js, update);
+            drain(c, seen, sizeof seen);
+            TEST_COND("instructions the conversation could not start with: an error, the old ones kept",
+                      !strcmp(seen, "error:invalid_value") && !strcmp(js.params.text_prompt, "Be kind."));
+        }
+        json_socket_free(&js);
+        conn_destroy(c);
+    }
+    pp_model_close(model);
+    pp_backend_destroy(be);
+    test_remove_dir(dir);
+}
+
 /* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
  * a caller could not fix: it starts with the server's --voice. A voice the server has is kept. */
 static void check_twilio_unknown_voice(metrics *m) {
@@ -595,6 +637,7 @@ int main(void) {
     check_realtime_input(m);
     check_realtime_g711(m);
     check_realtime_unknown_voice(m);
+    check_realtime_instructions(m);
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);

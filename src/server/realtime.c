@@ -106,6 +106,11 @@ static int session_update(json_socket *js, const pp_json *ev) {
     const char *instructions = json_socket_string(s, "instructions");
     if (instructions && pp_params_set(&p, "text_prompt", instructions, err))
         return json_socket_reject(js, "invalid_value", "session.instructions: %s", err);
+    /* Tokenized now, as the conversation will: over the token limit, or an "@NAME" the model
+     * lacks, would be taken here and fail the conversation at its first audio. */
+    if (instructions && js->model &&
+        pp_model_check_text_prompt(js->model, p.text_prompt, js->max_prompt_tokens, err) != PP_OK)
+        return json_socket_reject(js, "invalid_value", "session.instructions: %s", err);
     const pp_json *output = pp_json_get(pp_json_get(s, "audio"), "output");
     const char *voice = json_socket_string(output, "voice");
     if (!voice) voice = json_socket_string(s, "voice");
