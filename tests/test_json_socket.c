@@ -310,7 +310,7 @@ static void check_realtime_instructions(metrics *m) {
         ws_input in;
         json_socket js;
         conn *c = open_socket(CONN_REALTIME, 11, m, &in, &js, NULL);
-        json_socket_set_model(&js, model, 16);
+        json_socket_set_model(&js, model, 16, "Be brief.");
         drain(c, seen, sizeof seen);
         send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"Be kind.\"}}");
         drain(c, seen, sizeof seen);
@@ -329,6 +329,23 @@ static void check_realtime_instructions(metrics *m) {
         }
         json_socket_free(&js);
         conn_destroy(c);
+        /* A Twilio call is not ended for it (a caller cannot fix the TwiML): the server's prompt. */
+        static const char *const starts[3] = {
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ5\",\"customParameters\":{\"prompt\":\"@helpful\"}}}",
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ6\",\"customParameters\":{\"prompt\":\"Be kind, be "
+            "brief, be patient, be clear, be honest, be warm, be quick and be precise.\"}}}",
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ7\",\"customParameters\":{\"prompt\":\"Be kind.\"}}}"};
+        static const char *const expect[3] = {"Be brief.", "Be brief.", "Be kind."};
+        for (int k = 0; k < 3; k++) {
+            c = open_socket(CONN_TWILIO, 30 + (uint64_t)k, m, &in, &js, NULL);
+            json_socket_set_model(&js, model, 16, "Be brief.");
+            int todo = send_text(&js, starts[k]);
+            TEST_COND(k < 2 ? "a Twilio prompt the model cannot start with: the server's, the call goes on"
+                            : "a Twilio prompt the model can start with is kept",
+                      (todo & JSON_SOCKET_ADMIT) && !in.closing && !strcmp(js.params.text_prompt, expect[k]));
+            json_socket_free(&js);
+            conn_destroy(c);
+        }
     }
     pp_model_close(model);
     pp_backend_destroy(be);
