@@ -390,7 +390,8 @@ static void test_pair_and_names(void) {
     TEST_COND("resolve missing", pp_voice_resolve(tmpdir, "NATM9", p, sizeof p, err) == PP_ENOTFOUND && strstr(err, "NATM9"));
     TEST_COND("orphan .bin not found", pp_voice_resolve(tmpdir, "Orphan", p, sizeof p, err) == PP_ENOTFOUND);
     const char *bad[] = {"", "../x", "a/b", "/etc/passwd", "..", ".pt", ".hidden", "x y", "a\\b", "NATF2;rm",
-                         "x..y", "Twice.bin.pt", "Doubled.pt.pt", "0123456789012345678901234567890123456789012345678901234567890123456789"};
+                         "x..y", "Twice.bin.pt", "Doubled.pt.pt",
+                         "0123456789012345678901234567890123456789012345678901234567890123456789"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = pp_voice_resolve(tmpdir, bad[i], p, sizeof p, err);
         if (rc != PP_EINVAL) fprintf(stderr, "name '%s' gave %d\n", bad[i], rc);

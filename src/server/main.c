@@ -307,7 +307,8 @@ static void *load_main(void *arg) {
      * or a persona over --max-prompt-tokens would fail every conversation that relies on them
      * while /health said ok. */
     char why[PP_ERR_LEN];
-    if (!rc && (rc = pp_model_check_voice(model, a->opt.voice, why))) pp_fail(err, rc, "--voice %s: %s", a->opt.voice, why);
+    if (!rc && (rc = pp_model_check_voice(model, a->opt.voice, why)))
+        pp_fail(err, rc, "--voice %s: %s", a->opt.voice, why);
     if (!rc && (rc = pp_model_check_text_prompt(model, a->opt.text_prompt, a->opt.max_prompt_tokens, why)))
         pp_fail(err, rc, "--text-prompt: %s", why);
     if (!rc) rc = start_engine(a, model, &e, &capacity, err);
