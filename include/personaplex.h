@@ -159,6 +159,13 @@ const char *pp_model_name(const pp_model *m);
 const char *pp_model_backend(const pp_model *m);
 pp_backend *pp_model_get_backend(const pp_model *m);
 const char *pp_model_voices_dir(const pp_model *m);
+/* Whether voice `name` of the voices directory is one a session can start with: found, readable,
+ * of the LM's width, its token ring in the LM's vocabulary (PP_OK without a voices directory). A
+ * server checks its default voice so at start, not at every conversation. */
+int pp_model_check_voice(const pp_model *m, const char *name, char *err);
+/* Whether text prompt text (a persona, or "@NAME" of the named prompts) is one a session can start
+ * with: at most max_prompt_tokens tokens, a named prompt that exists. */
+int pp_model_check_text_prompt(const pp_model *m, const char *text, int max_prompt_tokens, char *err);
 /* The named system prompts ("@NAME" text prompts): how many, and the i-th name (NULL past the end). */
 size_t pp_model_prompt_count(const pp_model *m);
 const char *pp_model_prompt_name(const pp_model *m, size_t i);

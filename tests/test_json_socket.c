@@ -277,6 +277,17 @@ static void check_realtime_unknown_voice(metrics *m) {
     TEST_COND("an unknown voice: an error, then the update", !strcmp(seen, "error:invalid_value session.updated"));
     TEST_COND("... which keeps the voice and takes the instructions",
               !strcmp(js.params.voice, "NATF2") && !strcmp(js.params.text_prompt, "Be kind."));
+    /* A name no voice file can have (a path, other characters) is no voice either: before, it was
+     * taken and the conversation failed at its first audio ('bad voice name'). */
+    static const char *const not_names[] = {"../NATM1", "NATM1.pt/..", "Alloy (US)", "\u00c9lodie"};
+    for (size_t i = 0; i < sizeof not_names / sizeof *not_names; i++) {
+        char update[256];
+        snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"voice\":\"%s\"}}", not_names[i]);
+        send_text(&js, update);
+        drain(c, seen, sizeof seen);
+        TEST_COND("a name that is not a voice name: an error, the voice kept",
+                  !strcmp(seen, "error:invalid_value session.updated") && !strcmp(js.params.voice, "NATF2"));
+    }
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"voice\":\"NATM1\"}}");
     drain(c, seen, sizeof seen);
     TEST_COND("a voice of the directory is taken", !strcmp(seen, "session.updated") && !strcmp(js.params.voice, "NATM1"));
@@ -345,6 +356,66 @@ static void check_realtime_long_instructions(metrics *m) {
                   js.params.text_prompt[0] == '\0');
     json_socket_free(&js);
     conn_destroy(c);
+}
+
+/* Instructions the conversation could not start with (over --max-prompt-tokens, a named prompt
+ * the model lacks) are refused in session.update, the session keeping its own; they used to be
+ * taken (session.updated) and the conversation then failed at its first audio (1008). */
+static void check_realtime_instructions(metrics *m) {
+    char dir[] = "/tmp/pp_test_json_socket_XXXXXX", seen[1024], err[PP_ERR_LEN];
+    pp_demo_files files;
+    pp_backend *be = NULL;
+    pp_model *model = NULL;
+    int rc = mkdtemp(dir) ? pp_demo_write(dir, &files, err) : PP_EIO;
+    if (!rc) rc = pp_backend_cpu_create(1, &be, err);
+    pp_model_paths paths = pp_demo_paths(&files);
+    if (!rc) rc = pp_model_open(be, &paths, &model, err);
+    TEST_COND("demo model opens", rc == PP_OK);
+    if (!rc) {
+        ws_input in;
+        json_socket js;
+        conn *c = open_socket(CONN_REALTIME, 11, m, &in, &js, NULL);
+        json_socket_set_model(&js, model, 16, "Be brief.");
+        drain(c, seen, sizeof seen);
+        send_text(&js, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"Be kind.\"}}");
+        drain(c, seen, sizeof seen);
+        TEST_COND("instructions within the limit are taken",
+                  !strcmp(seen, "session.updated") && !strcmp(js.params.text_prompt, "Be kind."));
+        static const char *const refused[] = {
+            "Be kind, be brief, be patient, be clear, be honest, be warm, be quick and be precise.", "@helpful"};
+        for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+            char update[512];
+            snprintf(update, sizeof update, "{\"type\":\"session.update\",\"session\":{\"instructions\":\"%s\"}}",
+                     refused[i]);
+            send_text(&js, update);
+            drain(c, seen, sizeof seen);
+            TEST_COND("instructions the conversation could not start with: an error, the old ones kept",
+                      !strcmp(seen, "error:invalid_value session.updated") &&
+                          !strcmp(js.params.text_prompt, "Be kind."));
+        }
+        json_socket_free(&js);
+        conn_destroy(c);
+        /* A Twilio call is not ended for it (a caller cannot fix the TwiML): the server's prompt. */
+        static const char *const starts[3] = {
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ5\",\"customParameters\":{\"prompt\":\"@helpful\"}}}",
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ6\",\"customParameters\":{\"prompt\":\"Be kind, be "
+            "brief, be patient, be clear, be honest, be warm, be quick and be precise.\"}}}",
+            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ7\",\"customParameters\":{\"prompt\":\"Be kind.\"}}}"};
+        static const char *const expect[3] = {"Be brief.", "Be brief.", "Be kind."};
+        for (int k = 0; k < 3; k++) {
+            c = open_socket(CONN_TWILIO, 30 + (uint64_t)k, m, &in, &js, NULL);
+            json_socket_set_model(&js, model, 16, "Be brief.");
+            int todo = send_text(&js, starts[k]);
+            TEST_COND(k < 2 ? "a Twilio prompt the model cannot start with: the server's, the call goes on"
+                            : "a Twilio prompt the model can start with is kept",
+                      (todo & JSON_SOCKET_ADMIT) && !in.closing && !strcmp(js.params.text_prompt, expect[k]));
+            json_socket_free(&js);
+            conn_destroy(c);
+        }
+    }
+    pp_model_close(model);
+    pp_backend_destroy(be);
+    test_remove_dir(dir);
 }
 
 /* A Twilio call whose voice (customParameters or the query) the server lacks is not ended, which
@@ -948,6 +1019,7 @@ int main(void) {
     check_realtime_unknown_voice(m);
     check_realtime_long_instructions(m);
     check_realtime_format_key(m);
+    check_realtime_instructions(m);
     check_twilio_input(m);
     check_twilio_unknown_voice(m);
     check_chat_fragments(m);

@@ -365,12 +365,23 @@ static void test_pair_and_names(void) {
     write_file(p, "x", 1);
     tmp_path(p, sizeof p, "bad name.pt");
     write_file(p, "x", 1);
+    /* Stems that end in a voice suffix: a name of theirs ("Twice.bin") is read as that suffix, so
+     * it would name another file, and the list would offer a voice no one can select. */
+    tmp_path(p, sizeof p, "Twice.bin.pt");
+    write_file(p, "x", 1);
+    tmp_path(p, sizeof p, "Doubled.pt.pt");
+    write_file(p, "x", 1);
     char **names;
     size_t count;
     TEST_COND("list", pp_voice_list(tmpdir, &names, &count, err) == 0);
     TEST_COND("list holds exactly NATF2, Pair (sorted; roundtrip/variant too)",
               count == 4 && strcmp(names[0], "NATF2") == 0 && strcmp(names[1], "Pair") == 0 &&
                   strcmp(names[2], "roundtrip") == 0 && strcmp(names[3], "variant") == 0);
+    for (size_t i = 0; i < count; i++) {
+        int rc = pp_voice_resolve(tmpdir, names[i], p, sizeof p, err);
+        if (rc) fprintf(stderr, "listed '%s': %s\n", names[i], err);
+        TEST_COND("every listed voice resolves", rc == 0);
+    }
     free(names);
 
     TEST_COND("resolve NATF2", pp_voice_resolve(tmpdir, "NATF2", p, sizeof p, err) == 0 && strstr(p, "/NATF2.pt"));
@@ -379,7 +390,8 @@ static void test_pair_and_names(void) {
     TEST_COND("resolve missing", pp_voice_resolve(tmpdir, "NATM9", p, sizeof p, err) == PP_ENOTFOUND && strstr(err, "NATM9"));
     TEST_COND("orphan .bin not found", pp_voice_resolve(tmpdir, "Orphan", p, sizeof p, err) == PP_ENOTFOUND);
     const char *bad[] = {"", "../x", "a/b", "/etc/passwd", "..", ".pt", ".hidden", "x y", "a\\b", "NATF2;rm",
-                         "x..y", "0123456789012345678901234567890123456789012345678901234567890123456789"};
+                         "x..y", "Twice.bin.pt", "Doubled.pt.pt",
+                         "0123456789012345678901234567890123456789012345678901234567890123456789"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = pp_voice_resolve(tmpdir, bad[i], p, sizeof p, err);
         if (rc != PP_EINVAL) fprintf(stderr, "name '%s' gave %d\n", bad[i], rc);

@@ -4,12 +4,15 @@
  *                     [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]
  *                     [--device cpu|cuda|auto] [--threads N]
  * The clip's channel 0 is used (as the reference does), resampled to 24 kHz and normalised to
- * -24 LUFS; 10-30 s of clean speech makes a good voice. Without --config, the config.json beside
+ * -24 LUFS; 10-30 s of clean speech makes a good voice. OUT.pt's file name must be a voice name
+ * (io/voice.h) or the server could not select it. Without --config, the config.json beside
  * the weights is used when there is one, as the server does. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "audio/loudness.h"
 #include "audio/wav.h"
 #include "backend/backend.h"
 #include "base/err.h"
@@ -28,6 +31,20 @@ static void usage(FILE *to) {
     fprintf(to, "usage: personaplex-voice IN.wav OUT.pt --weights LM.safetensors --mimi MIMI.safetensors\n"
                     "                         [--config LM_CONFIG.json] [--mimi-config MIMI_CONFIG.json]\n"
                     "                         [--device cpu|cuda|auto] [--threads N]\n");
+}
+
+/* Whether w (channel 0 of path) is silent while the file's other channels are not: the clone
+ * reads channel 0 alone, as the reference does, and "the clip is silent" would then mislead. */
+static int only_channel0_silent(const char *path, const pp_wav *w) {
+    if (w->channels < 2) return 0;
+    char err[PP_ERR_LEN];
+    double channel0, mix;
+    pp_wav all = {0};
+    int only = pp_loudness_lufs(w->pcm, w->frames, w->rate, &channel0, err) == PP_OK && !isfinite(channel0) &&
+               pp_wav_read(path, PP_WAV_MIX, &all, err) == PP_OK &&
+               pp_loudness_lufs(all.pcm, all.frames, all.rate, &mix, err) == PP_OK && isfinite(mix);
+    pp_wav_free(&all);
+    return only;
 }
 
 /* 0, or 1 for -h/--help, or -1 for a usage error. */
@@ -78,6 +95,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-voice: the output name must end in .pt\n");
         return 2;
     }
+    /* The server selects a voice by its file name: refuse one it would neither list nor take,
+     * before minutes of cloning, rather than leave a voice no conversation can use. */
+    const char *slash = strrchr(o.out, '/'), *file = slash ? slash + 1 : o.out;
+    if (!pp_voice_stem_valid(file, strlen(file) - 3)) {
+        fprintf(stderr,
+                "personaplex-voice: '%s' is no voice name the server takes (letters, digits, '_', '-', '.'; at "
+                "most %d bytes; not starting with '.' nor ending in .pt or .bin)\n",
+                file, PP_VOICE_NAME_MAX);
+        return 2;
+    }
     char err[PP_ERR_LEN];
     pp_backend *be = NULL;
     pp_lm *lm = NULL;
@@ -94,6 +121,10 @@ int main(int argc, char **argv) {
     if (!rc) rc = pp_lm_open(be, o.weights, config, &lm, err);
     if (!rc) rc = pp_mimi_open(be, o.mimi, o.mimi_config, &mimi, err);
     if (!rc) rc = pp_voice_clone_audio(lm, mimi, w.pcm, w.frames, w.rate, &v, &gain, &frames, err);
+    if (rc == PP_EINVAL && only_channel0_silent(o.in, &w))
+        snprintf(err, sizeof err,
+                 "%s: channel 0 is silent, another of its %d channels is not: a voice is cloned from channel 0 "
+                 "alone (as the reference reads a clip), so put the speech there", o.in, w.channels);
     if (!rc) rc = pp_voice_save_pt(o.out, &v, err);
     if (!rc)
         printf("%s: %.2f s at %d Hz, gain %+.2f dB to -24 LUFS, %lld codec frames -> %s (%lld embeddings of %lld)\n", o.in,

@@ -290,8 +290,17 @@ int pp_voice_save_pt(const char *path, const pp_voice *v, char *err) {
 
 /* ---- names ---- */
 
-static int valid_stem(const char *s, size_t n) {
+/* Whether the n bytes at s end in suffix. */
+static int stem_ends_in(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* A stem that ends in a voice suffix ("x.bin" of x.bin.pt) is refused: its name would be read as
+ * that suffix and resolve to another file (x.bin, x.pt), so a listed voice could not be selected. */
+int pp_voice_stem_valid(const char *s, size_t n) {
     if (n == 0 || n > PP_VOICE_NAME_MAX || s[0] == '.') return 0;
+    if (stem_ends_in(s, n, SUFFIX_PT) || stem_ends_in(s, n, SUFFIX_SC)) return 0; /* .bin covers .embeddings.bin */
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-' || c == '.'))
@@ -326,7 +335,7 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
     else if (has_suffix(name, SUFFIX_BIN)) n -= strlen(SUFFIX_BIN);
     else if (is_sc(name))
         n -= strlen(SUFFIX_SC);
-    if (!valid_stem(name, n))
+    if (!pp_voice_stem_valid(name, n))
         return pp_fail(err, PP_EINVAL, "bad voice name '%.80s' (letters, digits, '_', '-', '.'; at most %d; no paths)",
                        name, PP_VOICE_NAME_MAX);
     if (!join(path_out, path_cap, dir, name, n, SUFFIX_PT)) return pp_fail(err, PP_EINVAL, "%s: voice path too long", dir);
@@ -345,7 +354,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static size_t file_stem(const char *dir, const char *name, size_t len, const char *suffix) {
     char p[4096];
     size_t stem = len - strlen(suffix);
-    return valid_stem(name, stem) && join(p, sizeof p, dir, name, len, "") && is_file(p) ? stem : 0;
+    return pp_voice_stem_valid(name, stem) && join(p, sizeof p, dir, name, len, "") && is_file(p) ? stem : 0;
 }
 
 /* The voice stem of a directory entry, or 0. */
@@ -354,7 +363,7 @@ static size_t entry_stem(const char *dir, const char *name) {
     if (has_suffix(name, SUFFIX_PT)) return file_stem(dir, name, len, SUFFIX_PT);
     if (has_suffix(name, SUFFIX_BIN)) {
         size_t stem = len - strlen(SUFFIX_BIN);
-        return valid_stem(name, stem) && pair_exists(dir, name, stem) ? stem : 0;
+        return pp_voice_stem_valid(name, stem) && pair_exists(dir, name, stem) ? stem : 0;
     }
     return is_sc(name) ? file_stem(dir, name, len, SUFFIX_SC) : 0;
 }

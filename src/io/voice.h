@@ -11,7 +11,8 @@
  *                            i64 cache[17·4], u32 frames, u32 dim, f32 embeddings (little endian).
  * pp_voice_save_pt writes the .pt form (BF16 embeddings, as the released voices), so a cloned
  * voice is interchangeable with a preset. Voice names are bare file stems: letters, digits,
- * '_', '-' and '.', at most 64 bytes, not starting with '.'. */
+ * '_', '-' and '.', at most 64 bytes, not starting with '.' nor ending in .pt or .bin (such a
+ * name would be read as that suffix and name another file). */
 #ifndef PP_IO_VOICE_H
 #define PP_IO_VOICE_H
 
@@ -55,6 +56,10 @@ int pp_voice_resolve(const char *dir, const char *name, char *path_out, size_t p
 /* The pair's second file: for path NAME.embeddings.bin, NAME.cache.json into out (returns 1);
  * 0 for the one-file forms, or when out is too small. */
 int pp_voice_pair_json(const char *path, char *out, size_t cap);
+
+/* Whether the n bytes at stem make a voice name (the rules above), the file name of a voice
+ * without its suffix: a voice file of another name is neither listed nor resolved. */
+int pp_voice_stem_valid(const char *stem, size_t n);
 
 /* Sorted, de-duplicated names of the voices in dir (NAME.pt and NAME.bin files and complete
  * NAME.embeddings.bin + NAME.cache.json pairs with valid names). *names is one malloc'd

@@ -30,6 +30,13 @@ void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, con
     if (protocol == CONN_REALTIME) realtime_open(js);
 }
 
+void json_socket_set_model(json_socket *js, const pp_model *model, int max_prompt_tokens,
+                           const char *server_text_prompt) {
+    js->model = model;
+    js->max_prompt_tokens = max_prompt_tokens;
+    js->server_text_prompt = server_text_prompt;
+}
+
 void json_socket_free(json_socket *js) {
     pp_resampler_close(js->from_8k);
     free(js->msg);

@@ -40,6 +40,9 @@ typedef struct json_socket {
     conn_protocol protocol;
     pp_session_params params; /* what the conversation starts (or restarts) with */
     char *voices_dir;         /* the model's, where session.update's voice is looked up; NULL: not checked */
+    const pp_model *model;    /* what text prompts are tokenized with before the start; NULL: not checked */
+    int max_prompt_tokens;    /* --max-prompt-tokens, with model */
+    const char *server_text_prompt; /* --text-prompt, with model: what a Twilio call falls back to */
     char server_voice[PP_PARAMS_MAX_VOICE]; /* --voice: what a Twilio call falls back to */
     int admit_asked;          /* JSON_SOCKET_ADMIT was returned */
     audio_format in_format, out_format;
@@ -62,6 +65,13 @@ enum { JSON_SOCKET_ADMIT = 4 /* admit the conversation with js->params now */ };
  * Twilio call whose voice is not there gets instead. Queues realtime's session.created. */
 void json_socket_init(json_socket *js, ws_input *in, conn_protocol protocol, const pp_session_params *params,
                       const char *voices_dir, const char *server_voice);
+/* The model a text prompt must suit (pp_model_check_text_prompt: at most max_prompt_tokens
+ * tokens, a named prompt the model has), checked before the conversation starts rather than
+ * failing it: realtime's session.update instructions that do not are refused; a Twilio call's
+ * prompt that does not gives way to server_text_prompt (the server's --text-prompt, which must
+ * outlive js), as its voice does. Without a model, prompts are checked only at the start. */
+void json_socket_set_model(json_socket *js, const pp_model *model, int max_prompt_tokens,
+                           const char *server_text_prompt);
 void json_socket_free(json_socket *js);
 /* One received piece of a message. Returns WS_INPUT_* and JSON_SOCKET_* bits. */
 int json_socket_receive(json_socket *js, const uint8_t *data, size_t len, int binary, int final);

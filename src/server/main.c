@@ -302,6 +302,15 @@ static void *load_main(void *arg) {
         rc = capacity_check_quantized(a->backend, mp.weights, mp.mimi, quantize ? &q : NULL, a->kv, 1,
                                       !a->opt.skip_memory_check, err);
     if (!rc) rc = pp_model_open(a->backend, &mp, &model, err);
+    /* The defaults a conversation gets, as the loaded model reads them: a truncated or another
+     * model's voice file (its name was checked before the load), a named prompt the model lacks
+     * or a persona over --max-prompt-tokens would fail every conversation that relies on them
+     * while /health said ok. */
+    char why[PP_ERR_LEN];
+    if (!rc && (rc = pp_model_check_voice(model, a->opt.voice, why)))
+        pp_fail(err, rc, "--voice %s: %s", a->opt.voice, why);
+    if (!rc && (rc = pp_model_check_text_prompt(model, a->opt.text_prompt, a->opt.max_prompt_tokens, why)))
+        pp_fail(err, rc, "--text-prompt: %s", why);
     if (!rc) rc = start_engine(a, model, &e, &capacity, err);
     server_publish(s, model, e, rc ? err : NULL);
     if (rc) {

@@ -88,10 +88,14 @@ static const opt_spec g_opts[] = {
     {"voice", "NAME", OPT_STRING, F(voice), 0, 0, "NATF2", "Conversation defaults",
      "Voice used when a client sends no voice_prompt (with or without the .pt suffix). The server "
      "does not start (exit status 2) when it is not in --voices-dir (with --demo and no --voices-dir: "
-     "among the demo model's 18 voices), or that holds no voices."},
+     "among the demo model's 18 voices), or that holds no voices; it stops after loading the model "
+     "(exit status 1) when the voice's file is no voice of that model (unreadable, truncated, another "
+     "model's width)."},
     {"text-prompt", "TEXT", OPT_STRING, F(text_prompt), 0, 0, DEFAULT_TEXT_PROMPT, NULL,
      "Persona used when a client sends no text_prompt. It is wrapped in <system> tags and "
-     "tokenized like the reference server does."},
+     "tokenized like the reference server does. The server stops after loading the model (exit "
+     "status 1) when it is longer than --max-prompt-tokens, or an @NAME the model has no named "
+     "prompt for."},
     {"max-prompt-tokens", "N", OPT_INT, F(max_prompt_tokens), 1, 4096, "512", NULL,
      "Longest accepted text prompt in tokens; a longer one gets an 0x05 error and a close."},
     {"seed", "N", OPT_INT64, F(seed), -1, INT64_MAX, "42424242", NULL,

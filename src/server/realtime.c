@@ -112,11 +112,20 @@ static int session_update(json_socket *js, const pp_json *ev) {
      * kilobytes) leave the session's, as an unknown voice does: refusing the whole update would
      * also drop its audio formats, and the client's audio would be read in the wrong one. */
     const char *instructions = json_socket_string(s, "instructions");
-    if (instructions && pp_params_set(&p, "text_prompt", instructions, err)) /* p unchanged when refused */
-        todo |= json_socket_reject(js, "invalid_value",
-                                   "session.instructions: %s; the session keeps its instructions and the rest of the "
-                                   "update applies",
-                                   err);
+    if (instructions) {
+        int rc = pp_params_set(&p, "text_prompt", instructions, err);
+        /* Tokenized now, as the conversation will be: over the token limit, or an "@NAME" the
+         * model lacks, would be taken here and fail the conversation at its first audio. */
+        if (rc == PP_OK && js->model)
+            rc = pp_model_check_text_prompt(js->model, p.text_prompt, js->max_prompt_tokens, err);
+        if (rc != PP_OK) {
+            snprintf(p.text_prompt, sizeof p.text_prompt, "%s", js->params.text_prompt);
+            todo |= json_socket_reject(js, "invalid_value",
+                                       "session.instructions: %s; the session keeps its instructions and the rest "
+                                       "of the update applies",
+                                       err);
+        }
+    }
     const pp_json *output = pp_json_get(pp_json_get(s, "audio"), "output");
     const char *voice = json_socket_string(output, "voice");
     if (!voice) voice = json_socket_string(s, "voice");
@@ -124,8 +133,9 @@ static int session_update(json_socket *js, const pp_json *ev) {
     if (voice && pp_params_set_voice(&p, voice, err))
         return json_socket_reject(js, "invalid_value", "session.voice: %s", err);
     /* Client libraries send OpenAI's voice names ("alloy") by default: keep the session's voice and
-     * say so, rather than take the name and fail the conversation at its first audio. */
-    if (voice && js->voices_dir && pp_voice_resolve(js->voices_dir, voice, path, sizeof path, err) == PP_ENOTFOUND) {
+     * say so, rather than take the name and fail the conversation at its first audio. A name no
+     * voice file can have (a path, a space, non-ASCII) is no voice here either. */
+    if (voice && js->voices_dir && pp_voice_resolve(js->voices_dir, voice, path, sizeof path, err) != PP_OK) {
         snprintf(p.voice, sizeof p.voice, "%s", js->params.voice);
         todo |= json_socket_reject(js, "invalid_value",
                                    "session.voice: no voice '%.80s' on this server (GET /api/voices lists them); "

@@ -5,7 +5,8 @@
  * `media` (base64 μ-law at 8 kHz, 20 ms each), `mark` when our marks have played, `dtmf`, and
  * `stop` when the call ends. The conversation starts at `start`. A voice (customParameters or the
  * query) that is not on the server does not end the call, which a caller cannot fix: the call
- * gets the server's --voice instead, and the log says so. */
+ * gets the server's --voice instead, and the log says so. So does a prompt the model cannot
+ * start with (over --max-prompt-tokens, an @NAME it lacks): the server's --text-prompt. */
 #include "server/json_socket.h"
 
 #include "base/log.h"
@@ -25,6 +26,18 @@ static void settle_voice(json_socket *js, const char *asked) {
     PP_WARN("twilio", "session %llu: %s; the call goes on with the server's voice %s",
             (unsigned long long)conn_id(js->in->c), err, js->server_voice);
     snprintf(js->params.voice, sizeof js->params.voice, "%s", js->server_voice);
+}
+
+/* The call's text prompt: its own (customParameters or the query, in params) when the model can
+ * start with it, else the server's --text-prompt, logged. */
+static void settle_prompt(json_socket *js) {
+    char err[PP_ERR_LEN];
+    if (!js->model || !js->server_text_prompt ||
+        pp_model_check_text_prompt(js->model, js->params.text_prompt, js->max_prompt_tokens, err) == PP_OK)
+        return;
+    PP_WARN("twilio", "session %llu: prompt: %s; the call goes on with the server's --text-prompt",
+            (unsigned long long)conn_id(js->in->c), err);
+    snprintf(js->params.text_prompt, sizeof js->params.text_prompt, "%s", js->server_text_prompt);
 }
 
 static int on_start(json_socket *js, const pp_json *ev) {
@@ -60,6 +73,7 @@ static int on_start(json_socket *js, const pp_json *ev) {
         if (rc) return json_socket_reject(js, "invalid_value", "customParameters.%s: %s", key, err);
     }
     settle_voice(js, asked_voice);
+    settle_prompt(js);
     snprintf(js->stream, sizeof js->stream, "%s", sid);
     PP_INFO("twilio", "session %llu: stream %s started (voice %s)", (unsigned long long)conn_id(js->in->c), sid,
             js->params.voice);

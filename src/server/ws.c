@@ -174,6 +174,7 @@ static int on_established(server *s, struct lws *wsi, ws_pss *pss) {
         admit(s, pss, &params); /* refused now rather than after the client's setup */
     } else if ((pss->js = malloc(sizeof *pss->js))) {
         json_socket_init(pss->js, &pss->in, pss->protocol, &params, pp_model_voices_dir(model), s->opt->voice);
+        json_socket_set_model(pss->js, model, s->opt->max_prompt_tokens, s->opt->text_prompt);
         /* A client that never starts its conversation is held no longer than a silent one. */
         if (s->opt->idle_timeout > 0) lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, s->opt->idle_timeout);
     } else {

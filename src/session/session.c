@@ -228,6 +228,28 @@ void pp_session_destroy(pp_session *s) {
     free(s);
 }
 
+/* Reads the voice file at path into v: embeddings of the LM's width, a token ring it reads. */
+static int read_voice(const pp_model *m, const char *path, pp_voice *v, char *err) {
+    int rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, v, err);
+    /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
+     * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
+    if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &v->cache[0][0], path, err)) {
+        pp_voice_free(v);
+        rc = PP_EFORMAT;
+    }
+    return rc;
+}
+
+int pp_model_check_voice(const pp_model *m, const char *name, char *err) {
+    if (!m->voices_dir[0]) return PP_OK;
+    char path[4200];
+    pp_voice v = {0};
+    int rc = pp_voice_resolve(m->voices_dir, name, path, sizeof path, err);
+    if (!rc) rc = read_voice(m, path, &v, err);
+    pp_voice_free(&v);
+    return rc;
+}
+
 static int load_voice(pp_session *s, const char *name, char *err) {
     const pp_model *m = s->m;
     if (!m->voices_dir[0]) {
@@ -239,11 +261,38 @@ static int load_voice(pp_session *s, const char *name, char *err) {
     /* The identity before the bytes: a file replaced in between leaves an entry under the old
      * identity, which no later session asks for, rather than old bytes under the new one. */
     if (!rc) voice_identity(path, s->voice_id, sizeof s->voice_id);
-    if (!rc) rc = pp_voice_load(path, pp_lm_get_config(m->lm)->dim, &s->voice, err);
-    /* Here, not at the prompt: the message names the file, and no conversation starts on it. The
-     * file is at fault, not the caller (EFORMAT, as a voice of another model's width). */
-    if (!rc && pp_lmgen_check_voice_tokens(pp_lm_get_config(m->lm), &s->voice.cache[0][0], path, err))
-        rc = PP_EFORMAT;
+    return rc ? rc : read_voice(m, path, &s->voice, err);
+}
+
+/* The token ids of text prompt text (at most max of them) into ids: a named prompt ("@NAME") as
+ * stored, else the text <system>-wrapped and tokenized. */
+static int text_prompt_tokens(const pp_model *m, const char *text, int max, int32_t *ids, size_t *n, char *err) {
+    *n = 0;
+    if (text[0] != '@') {
+        int rc = pp_spm_encode_prompt(m->spm, text, ids, (size_t)max, n, err);
+        if (rc == PP_EFULL) pp_fail(err, PP_EFULL, "the text prompt is too long: the limit is %d tokens", max);
+        return rc;
+    }
+    const int32_t *named;
+    const int text_card = pp_lm_get_config(m->lm)->text_card;
+    int rc = pp_prompts_find(m->prompts, text + 1, &named, n, err);
+    if (!rc && *n > (size_t)max)
+        rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", text + 1, *n, max);
+    /* The server's prompts file is at fault, not the caller (EFORMAT, as a voice's bad token). */
+    for (size_t i = 0; !rc && i < *n; i++)
+        if (named[i] >= text_card)
+            rc = pp_fail(err, PP_EFORMAT, "system prompt '%s': token %d is past the text vocabulary (%d)", text + 1,
+                         named[i], text_card);
+    if (!rc) memcpy(ids, named, *n * sizeof *ids);
+    return rc;
+}
+
+int pp_model_check_text_prompt(const pp_model *m, const char *text, int max_prompt_tokens, char *err) {
+    size_t n;
+    int32_t *ids = malloc((size_t)max_prompt_tokens * sizeof *ids);
+    int rc = ids ? text_prompt_tokens(m, text, max_prompt_tokens, ids, &n, err)
+                 : pp_fail(err, PP_ENOMEM, "text prompt: out of memory");
+    free(ids);
     return rc;
 }
 
@@ -255,24 +304,7 @@ int pp_session_create(pp_model *m, const pp_session_params *p, int max_prompt_to
     int rc = load_voice(s, p->voice, err);
     if (!rc && !(s->prompt = malloc((size_t)max_prompt_tokens * sizeof *s->prompt)))
         rc = pp_fail(err, PP_ENOMEM, "session: out of memory");
-    if (!rc && p->text_prompt[0] == '@') { /* a named prompt: token ids as stored */
-        const int32_t *ids;
-        const int text_card = pp_lm_get_config(m->lm)->text_card;
-        rc = pp_prompts_find(m->prompts, p->text_prompt + 1, &ids, &n, err);
-        if (!rc && n > (size_t)max_prompt_tokens)
-            rc = pp_fail(err, PP_EFULL, "system prompt '%s' has %zu tokens: the limit is %d", p->text_prompt + 1, n,
-                         max_prompt_tokens);
-        /* The server's prompts file is at fault, not the caller (EFORMAT, as a voice's bad token). */
-        for (size_t i = 0; !rc && i < n; i++)
-            if (ids[i] >= text_card)
-                rc = pp_fail(err, PP_EFORMAT, "system prompt '%s': token %d is past the text vocabulary (%d)",
-                             p->text_prompt + 1, ids[i], text_card);
-        if (!rc) memcpy(s->prompt, ids, n * sizeof *ids);
-    } else if (!rc) {
-        rc = pp_spm_encode_prompt(m->spm, p->text_prompt, s->prompt, (size_t)max_prompt_tokens, &n, err);
-        if (rc == PP_EFULL)
-            pp_fail(err, PP_EFULL, "the text prompt is too long: the limit is %d tokens", max_prompt_tokens);
-    }
+    if (!rc) rc = text_prompt_tokens(m, p->text_prompt, max_prompt_tokens, s->prompt, &n, err);
     s->n_prompt = (int)n;
     pp_lmgen_params lp;
     pp_lmgen_params_default(&lp);
