@@ -180,33 +180,81 @@ static void random_nf2(void) {
     pp_qtensor_free(&again);
 }
 
+/* An in-memory checkpoint of one F32 tensor 'w.weight' [2, 64] holding v; buf must outlive f. */
+#define ONE_TENSOR_HEADER "{\"w.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]}}"
+typedef unsigned char one_tensor_buf[8 + sizeof ONE_TENSOR_HEADER - 1 + 512];
+
+static st_file *one_tensor(const float v[128], one_tensor_buf buf, const char *name) {
+    uint64_t n = sizeof ONE_TENSOR_HEADER - 1;
+    memcpy(buf, &n, 8);
+    memcpy(buf + 8, ONE_TENSOR_HEADER, n);
+    memcpy(buf + 8 + n, v, 128 * sizeof(float));
+    st_file *f = NULL;
+    char err[PP_ERR_LEN];
+    if (pp_st_open_memory(buf, sizeof(one_tensor_buf), name, &f, err)) fprintf(stderr, "%s\n", err);
+    return f;
+}
+
+static const pp_wformat all_fmts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
+
 /* A source holding a NaN or an infinity is refused, naming the tensor and the element, in every
  * format: quantized, it gave a file the loader refuses (an infinite scale) or a wrong code. */
 static void non_finite(void) {
-    static const char header[] = "{\"w.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]}}";
-    static unsigned char buf[8 + sizeof header - 1 + 512];
-    uint64_t n = sizeof header - 1;
-    memcpy(buf, &n, 8);
-    memcpy(buf + 8, header, n);
-    static const pp_wformat fmts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
+    static one_tensor_buf buf;
     for (int bad = 0; bad < 2; bad++) {
         float v[128];
         for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
         v[70] = bad ? INFINITY : NAN;
-        memcpy(buf + 8 + n, v, sizeof v);
-        st_file *f = NULL;
         char err[PP_ERR_LEN] = "";
-        if (pp_st_open_memory(buf, sizeof buf, "nan.safetensors", &f, err)) {
+        st_file *f = one_tensor(v, buf, "nan.safetensors");
+        if (!f) {
             TEST_COND("non-finite source opens", 0);
             return;
         }
-        for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        for (size_t k = 0; k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
             pp_qtensor q;
-            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), fmts[k], 64, &q, err);
+            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), all_fmts[k], 64, &q, err);
             if (!rc) pp_qtensor_free(&q);
-            printf("%s %s -> %s\n", bad ? "inf" : "nan", pp_wformat_name(fmts[k]), rc ? err : "quantized");
+            printf("%s %s -> %s\n", bad ? "inf" : "nan", pp_wformat_name(all_fmts[k]), rc ? err : "quantized");
             TEST_COND("a non-finite weight is refused, naming tensor and element",
                       rc == PP_EFORMAT && strstr(err, "'w.weight'") && strstr(err, "element 70 (row 1)"));
+        }
+        pp_st_close(f);
+    }
+}
+
+/* One finite outlier too large for an F16 scale: NF2 (its group's RMS) and INT4 (max/7) are refused,
+ * naming the tensor, the group and the weight, instead of writing an infinite scale the loader
+ * refuses; INT8 and NF4 (F32 scales) quantize it. Just under the limit, every format quantizes. */
+static void scale_overflow(void) {
+    static one_tensor_buf buf;
+    for (int over = 0; over < 2; over++) {
+        float v[128];
+        for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
+        /* group 1 of 64: RMS 1e6/8 = 125000 and 1e6/7 pass 65504; 4e5/8 and 4e5/7 stay under */
+        v[70] = over ? 1e6f : 4e5f;
+        char err[PP_ERR_LEN] = "";
+        st_file *f = one_tensor(v, buf, "outlier.safetensors");
+        if (!f) {
+            TEST_COND("outlier source opens", 0);
+            return;
+        }
+        for (size_t k = 0; k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+            pp_wformat fmt = all_fmts[k];
+            pp_qtensor q;
+            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), fmt, 64, &q, err);
+            int f16_scales = fmt == PP_WF_NF2 || fmt == PP_WF_INT4, finite = 1;
+            if (!rc && f16_scales)
+                for (size_t g = 0; g < q.scales_bytes / 2; g++)
+                    finite &= isfinite(pp_f16_to_f32(((const uint16_t *)q.scales)[g])) != 0;
+            printf("outlier %g %s -> %s\n", (double)v[70], pp_wformat_name(fmt), rc ? err : "quantized");
+            if (!rc) pp_qtensor_free(&q);
+            if (over && f16_scales)
+                TEST_COND("an F16 scale overflow is refused, naming tensor, group and weight",
+                          rc == PP_EFORMAT && strstr(err, "'w.weight'") && strstr(err, "group 1 (row 1)") &&
+                              strstr(err, "1e+06") && strstr(err, "int8 or nf4"));
+            else
+                TEST_COND("quantized with finite scales", rc == PP_OK && finite);
         }
         pp_st_close(f);
     }
@@ -215,6 +263,7 @@ static void non_finite(void) {
 int main(void) {
     random_nf2();
     non_finite();
+    scale_overflow();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

@@ -120,6 +120,28 @@ static int check_finite(const st_file *f, const st_tensor *t, const float *x, in
     return PP_OK;
 }
 
+/* NF2 and INT4 store their group scales as F16: a group whose RMS (NF2) or max|w|/7 (INT4) passes
+ * 65504 would be written as an infinite scale, which the loader refuses. Refuse it here instead,
+ * naming the group and its largest weight; INT8 and NF4 keep F32 scales and take it. x holds the
+ * chunk's groups g0.. (n of them). */
+static int check_scales_fit(const st_file *f, const st_tensor *t, const pp_qtensor *q, const float *x, int64_t g0,
+                            int64_t n, char *err) {
+    if (q->w.fmt != PP_WF_NF2 && q->w.fmt != PP_WF_INT4) return PP_OK;
+    const uint16_t *scales = q->scales;
+    int64_t gs = q->w.group;
+    for (int64_t g = g0; g < g0 + n; g++) {
+        if (isfinite(pp_f16_to_f32(scales[g]))) continue;
+        float most = 0;
+        for (int64_t j = 0; j < gs; j++) most = fmaxf(most, fabsf(x[(g - g0) * gs + j]));
+        return pp_fail(err, PP_EFORMAT,
+                       "%s: tensor '%s': group %lld (row %lld) holds a weight of %g, whose %s scale exceeds F16's "
+                       "65504; quantize it to int8 or nf4 (F32 scales)",
+                       pp_st_path(f), t->name, (long long)g, (long long)(g * gs / t->shape[1]), (double)most,
+                       pp_wformat_name(q->w.fmt));
+    }
+    return PP_OK;
+}
+
 int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err) {
     memset(q, 0, sizeof *q);
     int rc = pp_quantize_check(fmt, group, err);
@@ -150,8 +172,10 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols);
         if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err)) &&
-            !(rc = check_finite(f, t, x, r0 * cols, nr * cols, err)))
+            !(rc = check_finite(f, t, x, r0 * cols, nr * cols, err))) {
             quantize_rows(q, x, r0, nr, absmax);
+            rc = check_scales_fit(f, t, q, x, r0 * cols / gs, nr * cols / gs, err);
+        }
     }
     q->w.data = q->codes;
     q->w.scales = q->scales;
