@@ -260,10 +260,36 @@ static void scale_overflow(void) {
     }
 }
 
+/* INT8 on a group of subnormal weights (absmax 3e-40, so 127/absmax is infinite): each code is
+ * round(w·127/absmax), a zero weight codes 0 and the decode keeps the tensor's direction. */
+static void int8_subnormal(void) {
+    static one_tensor_buf buf;
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 1e-40f * (float)(i % 7 - 3);
+    st_file *f = one_tensor(v, buf, "subnormal.safetensors");
+    char err[PP_ERR_LEN] = "";
+    pp_qtensor q;
+    if (!f || pp_quantize_tensor(f, pp_st_find(f, "w.weight"), PP_WF_INT8, 64, &q, err)) {
+        TEST_COND("subnormal source quantizes", 0);
+        pp_st_close(f);
+        return;
+    }
+    const int8_t *codes = q.codes;
+    int wrong = 0;
+    for (int i = 0; i < 128; i++) wrong += codes[i] != (int8_t)lrintf(127.0f * (float)(i % 7 - 3) / 3.0f);
+    printf("int8 on subnormal weights: %d of 128 codes wrong (zero codes as %d), cos %.5f\n", wrong, codes[3],
+           q.cosine);
+    TEST_COND("subnormal weights code as w*127/absmax", wrong == 0);
+    TEST_COND("their decode keeps the direction", q.cosine > 0.999);
+    pp_qtensor_free(&q);
+    pp_st_close(f);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
     scale_overflow();
+    int8_subnormal();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

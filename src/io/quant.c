@@ -124,8 +124,13 @@ void pp_quant_int8_quantize(const float *x, int64_t rows, int64_t cols, int64_t 
         for (int64_t j = 0; j < group; j++) m = fmaxf(m, fabsf(v[j]));
         absmax[g] = m;
         float k = m > 0 ? 127.0f / m : 0;
-        for (int64_t j = 0; j < group; j++)
-            codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(v[j] * k), -127), 127);
+        /* Under an absmax of 127/FLT_MAX (a group of subnormals) 127/m is infinite, and v·k would
+         * code a zero as NaN, clamped to -127: there v/m (within ±1) is taken first. */
+        int tiny = isinf(k);
+        for (int64_t j = 0; j < group; j++) {
+            float q = tiny ? v[j] / m * 127.0f : v[j] * k;
+            codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(q), -127), 127);
+        }
     }
 }
 
