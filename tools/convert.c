@@ -9,6 +9,7 @@
  * Then `personaplex-server --weights OUT/model.safetensors` runs as with the bundle.
  *   personaplex-convert BUNDLE_DIR OUT_DIR */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,9 @@ int main(int argc, char **argv) {
         return help ? 0 : 2;
     }
     pp_log_set_level(PP_LOG_WARN);
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG and the partial .tmp is
+     * removed, as on a full disk, instead of SIGXFSZ killing the run and leaving it. */
+    signal(SIGXFSZ, SIG_IGN);
     const char *bundle = argv[1], *out = argv[2];
     char err[PP_ERR_LEN], path[4200];
     if (!pp_onnx_bundle_is(bundle)) {

@@ -156,6 +156,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[PP_ERR_LEN];
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG, reported and cleaned up
+     * like a full disk, instead of SIGXFSZ killing the run with its .tmp files left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     clean_up_on_signals(out, "");
     if (strcmp(format, "bf16") == 0) {
         pp_log_set_level(PP_LOG_WARN);
