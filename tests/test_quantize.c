@@ -285,11 +285,33 @@ static void int8_subnormal(void) {
     pp_st_close(f);
 }
 
+/* An all-zero tensor is stored exactly in every format: its reported cosine is 1, and it decodes to zeros. */
+static void zero_tensor(void) {
+    static one_tensor_buf buf;
+    float v[128] = {0};
+    st_file *f = one_tensor(v, buf, "zeros.safetensors");
+    for (size_t k = 0; f && k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+        char err[PP_ERR_LEN] = "";
+        pp_qtensor q;
+        float dec[128];
+        int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), all_fmts[k], 64, &q, err), zeros = 0;
+        if (!rc && !pp_weight_decode_rows(&q.w, 0, 2, dec, err))
+            for (int i = 0; i < 128; i++) zeros += dec[i] == 0.0f;
+        printf("zero tensor %s: cos %.5f, %d of 128 decode to 0\n", pp_wformat_name(all_fmts[k]), rc ? -1 : q.cosine,
+               zeros);
+        TEST_COND("an all-zero tensor is exact, cosine 1", rc == PP_OK && q.cosine == 1.0 && zeros == 128);
+        if (!rc) pp_qtensor_free(&q);
+    }
+    TEST_COND("zero source opens", f != NULL);
+    pp_st_close(f);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
     scale_overflow();
     int8_subnormal();
+    zero_tensor();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

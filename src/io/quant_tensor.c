@@ -105,7 +105,9 @@ static int cosine(const st_file *f, const st_tensor *t, pp_qtensor *q, float *x,
             syy += (double)dec[i] * dec[i];
         }
     }
-    q->cosine = sxy / sqrt(sxx * syy + 1e-300);
+    /* An all-zero tensor decodes to zeros, exactly: cosine 1, not the 0 of 0/0 guarded, which
+     * would report it as the worst-quantized tensor of the model. */
+    q->cosine = sxx == 0 && syy == 0 ? 1.0 : sxy / sqrt(sxx * syy + 1e-300);
     return PP_OK;
 }
 
