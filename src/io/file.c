@@ -86,19 +86,25 @@ int pp_file_commit(const char *path, FILE *f, char *err) {
     char tmp[4096], resolved[PATH_MAX];
     int direct = in_place(path);
     /* The data reaches the disk before the rename does: after a power loss the path holds the old
-     * file or the whole new one, never an empty one (a pipe or device has no disk to reach). */
-    int bad = ferror(f) | fflush(f) | (!direct && fsync(fileno(f)));
-    if (fclose(f) != 0) bad = 1;
-    if (direct) return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
+     * file or the whole new one, never an empty one (a pipe or device has no disk to reach).
+     * The reason is kept: a disk that fills on the last buffered bytes fails here, in fflush. */
+    int e = 0, earlier = ferror(f);
+    if (fflush(f))
+        e = errno;
+    else if (!direct && fsync(fileno(f)))
+        e = errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    const char *why = e ? strerror(e) : "an earlier write failed";
+    if (direct) return earlier || e ? pp_fail(err, PP_EIO, "%s: write failed: %s", path, why) : 0;
     const char *target = landing(path, resolved);
     int rc = tmp_name(target, tmp, sizeof tmp, err);
     if (rc) return rc;
-    if (bad) {
+    if (earlier || e) {
         remove(tmp);
-        return pp_fail(err, PP_EIO, "%s: write failed", tmp);
+        return pp_fail(err, PP_EIO, "%s: write failed: %s", tmp, why);
     }
     if (rename(tmp, target) != 0) {
-        int e = errno;
+        e = errno;
         remove(tmp);
         return pp_fail(err, PP_EIO, "%s: cannot rename to %s: %s", tmp, target, strerror(e));
     }
