@@ -306,12 +306,42 @@ static void zero_tensor(void) {
     pp_st_close(f);
 }
 
+/* INT4 on groups whose max|w|/7 is a subnormal F16 (max 4.5e-7: 6.43e-8 rounds down to 5.96e-8,
+ * 7.55 steps): no code passes ±7, so no nibble 0 (the loader's sign of NF4 data), and the largest
+ * weight is not clamped. */
+static void int4_subnormal_scale(void) {
+    static one_tensor_buf buf;
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 4.5e-7f * (float)(i % 9 - 4) / 4.0f;
+    st_file *f = one_tensor(v, buf, "tiny.safetensors");
+    char err[PP_ERR_LEN] = "";
+    pp_qtensor q;
+    if (!f || pp_quantize_tensor(f, pp_st_find(f, "w.weight"), PP_WF_INT4, 64, &q, err)) {
+        TEST_COND("tiny source quantizes", 0);
+        pp_st_close(f);
+        return;
+    }
+    const uint8_t *codes = q.codes;
+    int nibble0 = 0;
+    for (size_t i = 0; i < q.codes_bytes; i++) nibble0 += (codes[i] & 15) == 0 || (codes[i] >> 4) == 0;
+    float dec[128], worst = 0, step = pp_f16_to_f32(((const uint16_t *)q.scales)[0]);
+    pp_weight_decode_rows(&q.w, 0, 2, dec, err);
+    for (int i = 0; i < 128; i++) worst = fmaxf(worst, fabsf(dec[i] - v[i]) / step);
+    printf("int4 with a subnormal scale %g: %d codes at nibble 0, worst error %.3f steps, cos %.5f\n", (double)step,
+           nibble0, (double)worst, q.cosine);
+    TEST_COND("no nibble 0 under a subnormal scale", nibble0 == 0);
+    TEST_COND("no weight clamped: each within half a step", worst <= 0.5f + 1e-4f);
+    pp_qtensor_free(&q);
+    pp_st_close(f);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
     scale_overflow();
     int8_subnormal();
     zero_tensor();
+    int4_subnormal_scale();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

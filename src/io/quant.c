@@ -107,6 +107,11 @@ void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *p
         for (int j = 0; j < gs; j++) m = fmaxf(m, fabsf(v[j]));
         if (!(m >= 1e-8f)) m = 1e-8f;
         uint16_t h = pp_f32_to_f16(m / 7.0f);
+        /* A subnormal F16 (a scale under 6.1e-5) can round down by up to a third, so that the
+         * group's max rounds to 8 steps: clamped to +7 and, negative, coded as nibble 0, which
+         * the loader takes for NF4 data. The next F16 up keeps every |code| <= 7. A normal F16
+         * rounds by 2^-11 at most (7.003 steps still round to 7): those bytes stay the writer's. */
+        if (h > 0 && h < 0x7C00 && nearbyintf(m / pp_f16_to_f32(h)) > 7.0f) h++;
         /* Codes are taken against the stored (f16) scale so decode reproduces them best. */
         float s = pp_f16_to_f32(h);
         scales[g] = h;
