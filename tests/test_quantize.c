@@ -5,6 +5,7 @@
  * pp_qtensor_random_nf2 (the released-size demo's matrices): its codes come at the frequencies
  * a Gaussian's quantization gives and its decode has the asked RMS, the same bytes per seed. */
 #include "base/err.h"
+#include "io/file.h"
 #include "io/quant.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
@@ -335,6 +336,55 @@ static void int4_subnormal_scale(void) {
     pp_st_close(f);
 }
 
+/* A NaN in a tensor the format copies (a norm's alpha) or in a dense source exported to BF16 is
+ * refused, naming the tensor and element, as one in a tensor to quantize: it was written as it
+ * was, and the output loaded. */
+static void non_finite_copied(void) {
+    char dir[] = "/tmp/pp_test_quantize_nan_XXXXXX", model[64], out[64], err[PP_ERR_LEN] = "";
+    unsigned char *bytes = NULL, *cfg = NULL;
+    size_t len = 0, cfg_len = 0;
+    st_file *f = NULL;
+    const st_tensor *t = NULL;
+    if (!mkdtemp(dir) || pp_file_read_all(SRC, 1 << 26, &bytes, &len, err) ||
+        pp_file_read_all(PP_TEST_DATA "/golden/lm-bf16/config.json", 1 << 20, &cfg, &cfg_len, err) ||
+        pp_st_open_memory(bytes, len, "golden", &f, err) || !(t = pp_st_find(f, "depformer.layers.0.norm1.alpha"))) {
+        TEST_COND("golden LM read", 0);
+        pp_st_close(f);
+        free(bytes);
+        free(cfg);
+        return;
+    }
+    static const uint8_t bf16_nan[2] = {0xC0, 0x7F};
+    memcpy((uint8_t *)t->data + 4, bf16_nan, 2); /* element 2: the reader points into bytes */
+    pp_st_close(f);
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    FILE *fp = fopen(model, "wb"), *fc = fopen(out, "wb");
+    int wrote = fp && fc && fwrite(bytes, 1, len, fp) == len && fwrite(cfg, 1, cfg_len, fc) == cfg_len;
+    if (fp) fclose(fp);
+    if (fc) fclose(fc);
+    TEST_COND("NaN copy written", wrote);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    pp_quantize_opts o = {.fmt = PP_WF_INT4, .group = 32};
+    int rc = pp_quantize_file(model, out, &o, err);
+    printf("NaN in a copied norm -> %s\n", rc ? err : "written");
+    TEST_COND("a NaN in a copied tensor is refused, naming it",
+              rc == PP_EFORMAT && strstr(err, "'depformer.layers.0.norm1.alpha'") && strstr(err, "element 2 is nan"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    int layers = 0;
+    rc = pp_lm_export_bf16(model, out, &layers, err);
+    printf("NaN in a dense source exported to BF16 -> %s\n", rc ? err : "written");
+    TEST_COND("a NaN exported to BF16 is refused, naming it",
+              rc == PP_EFORMAT && strstr(err, "'depformer.layers.0.norm1.alpha'") && strstr(err, "column 2 is nan"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    unlink(model);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    unlink(out);
+    rmdir(dir);
+    free(bytes);
+    free(cfg);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
@@ -342,6 +392,7 @@ int main(void) {
     int8_subnormal();
     zero_tensor();
     int4_subnormal_scale();
+    non_finite_copied();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

@@ -165,7 +165,9 @@ static int write_quantized(job *j, const st_tensor *t, char *err) {
 
 static int write_tensor(job *j, const st_tensor *t, char *err) {
     if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim)) {
-        int rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
+        /* copied as stored, but a NaN norm would make every output NaN: refused as in a quantized one */
+        int rc = pp_quantize_check_finite(j->in, t, err);
+        if (!rc) rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
         progress(j, t->nbytes);
         return rc;
     }

@@ -7,6 +7,7 @@
 #include "io/quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,13 +113,22 @@ static int cosine(const st_file *f, const st_tensor *t, pp_qtensor *q, float *x,
 }
 
 /* A NaN or infinity would quantize to a scale the loader refuses (infinite) or, lost by the max
- * over its group, to a silently wrong code: refuse the source instead, naming the element. */
-static int check_finite(const st_file *f, const st_tensor *t, const float *x, int64_t first, int64_t n, char *err) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': element %lld (row %lld) is %g; only finite weights can "
-                           "be quantized", pp_st_path(f), t->name, (long long)(first + i),
-                           (long long)((first + i) / t->shape[1]), (double)x[i]);
+ * over its group, to a silently wrong code; copied, it would be written as it is. One pass over
+ * the mapping, on the stored bits (a 16-bit float's exponent all ones). */
+int pp_quantize_check_finite(const st_file *f, const st_tensor *t, char *err) {
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) return PP_OK;
+    const uint8_t *p = t->data;
+    uint16_t exponent = t->dtype == ST_F16 ? 0x7C00u : 0x7F80u; /* of a 16-bit float */
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == ST_F32 ? isfinite(quant_ldf32(p, (size_t)i)) : (quant_ld16(p, (size_t)i) & exponent) != exponent)
+            continue;
+        float v;
+        char row[40] = "";
+        pp_st_load_f32(f, t, i, 1, &v, err);
+        if (t->ndim == 2) snprintf(row, sizeof row, " (row %lld)", (long long)(i / t->shape[1]));
+        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': element %lld%s is %g; only finite weights can be quantized "
+                       "or written", pp_st_path(f), t->name, (long long)i, row, (double)v);
+    }
     return PP_OK;
 }
 
@@ -168,13 +178,13 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
                        .group = (int)gs,
                        .np2 = fmt == PP_WF_NF2 ? nf2_transform_length((int)gs) : 0,
                        .name = t->name};
+    if ((rc = pp_quantize_check_finite(f, t, err))) return rc;
     float *absmax = NULL, *x = malloc(sizeof(float) * CHUNK_ELEMS), *dec = malloc(sizeof(float) * CHUNK_ELEMS);
     if (!x || !dec || !alloc_buffers(q, &absmax))
         rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols);
-        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err)) &&
-            !(rc = check_finite(f, t, x, r0 * cols, nr * cols, err))) {
+        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err))) {
             quantize_rows(q, x, r0, nr, absmax);
             rc = check_scales_fit(f, t, q, x, r0 * cols / gs, nr * cols / gs, err);
         }

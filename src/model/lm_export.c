@@ -6,6 +6,7 @@
 #include "model/lm.h"
 #include "model/lm_catalog.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct dequant {
@@ -41,7 +42,14 @@ static int dequant_tensor(void *ctx, const pp_lm_tensor *t) {
     }
     for (int64_t r = 0; r < t->rows && !rc; r++) {
         if (ndim != 3) pp_weight_decode_span(&w, r, 0, t->cols, d->dec);
-        for (int64_t k = 0; k < t->cols; k++) d->row[k] = pp_f32_to_bf16(d->dec[k]);
+        for (int64_t k = 0; k < t->cols; k++) {
+            /* a dense source's NaN or infinity would be written as it is (a quantized one's scales are checked) */
+            if (!isfinite(d->dec[k]))
+                return pp_fail(d->err, PP_EFORMAT, "%s: tensor '%s': row %lld, column %lld is %g; only finite "
+                               "weights are written", pp_st_path(d->in), t->name, (long long)r, (long long)k,
+                               (double)d->dec[k]);
+            d->row[k] = pp_f32_to_bf16(d->dec[k]);
+        }
         rc = pp_st_writer_write(d->w, d->row, (size_t)t->cols * sizeof *d->row, d->err);
     }
     return rc;
