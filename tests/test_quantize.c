@@ -385,6 +385,55 @@ static void non_finite_copied(void) {
     free(cfg);
 }
 
+/* --format bf16 of a checkpoint whose out_norm.alpha holds twice the configured values: refused,
+ * naming the tensor and the config key, as loading refuses it; it was cut to its first half. */
+static void export_wrong_norm(void) {
+    char dir[] = "/tmp/pp_test_export_norm_XXXXXX", model[64], out[64], err[PP_ERR_LEN] = "";
+    st_file *src = NULL;
+    st_writer *w = NULL;
+    unsigned char *cfg = NULL;
+    size_t cfg_len = 0;
+    int rc = mkdtemp(dir) ? pp_st_open(SRC, &src, err) : PP_EIO;
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    if (!rc) rc = pp_st_writer_create(model, &w, err);
+    for (size_t i = 0; !rc && i < pp_st_count(src); i++) {
+        const st_tensor *t = pp_st_at(src, i);
+        int64_t shape[ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        if (!strcmp(t->name, "out_norm.alpha")) shape[t->ndim - 1] *= 2;
+        rc = pp_st_writer_declare(w, t->name, t->dtype, t->ndim, shape, err);
+    }
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    for (size_t i = 0; !rc && i < pp_st_count(src); i++) {
+        const st_tensor *t = pp_st_at(src, i);
+        rc = pp_st_writer_write(w, t->data, t->nbytes, err);
+        if (!rc && !strcmp(t->name, "out_norm.alpha")) rc = pp_st_writer_write(w, t->data, t->nbytes, err);
+    }
+    if (w && rc)
+        pp_st_writer_abort(w);
+    else if (w)
+        rc = pp_st_writer_finish(w, err);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    FILE *fc = NULL;
+    if (!rc) rc = pp_file_read_all(PP_TEST_DATA "/golden/lm-bf16/config.json", 1 << 20, &cfg, &cfg_len, err);
+    if (!rc && (!(fc = fopen(out, "wb")) || fwrite(cfg, 1, cfg_len, fc) != cfg_len)) rc = PP_EIO;
+    if (fc) fclose(fc);
+    TEST_COND("checkpoint with a long norm written", rc == PP_OK);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    int layers = 0;
+    rc = rc ? rc : pp_lm_export_bf16(model, out, &layers, err);
+    printf("bf16 export of a 128-value out_norm.alpha (config: 64) -> %s\n", rc ? err : "written");
+    TEST_COND("a norm of another length is refused, naming it and its config key",
+              rc == PP_EFORMAT && strstr(err, "'out_norm.alpha' has 128 values") && strstr(err, "dim give 64"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    unlink(model);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    unlink(out);
+    rmdir(dir);
+    pp_st_close(src);
+    free(cfg);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
@@ -393,6 +442,7 @@ int main(void) {
     zero_tensor();
     int4_subnormal_scale();
     non_finite_copied();
+    export_wrong_norm();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

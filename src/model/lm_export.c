@@ -34,9 +34,13 @@ static int dequant_tensor(void *ctx, const pp_lm_tensor *t) {
     pp_weight w;
     int rc = PP_OK;
     if (ndim == 3) {
+        /* a norm of another length is refused, as loading refuses it, not cut to the configured one */
         const st_tensor *a = pp_st_find(d->in, t->name);
         rc = !a ? pp_fail(d->err, PP_ENOTFOUND, "%s: tensor '%s' is missing", pp_st_path(d->in), t->name)
-                : pp_st_load_f32(d->in, a, 0, t->cols, d->dec, d->err);
+             : a->numel != t->cols
+                 ? pp_fail(d->err, PP_EFORMAT, "%s: tensor '%s' has %lld values but config keys %s give %lld",
+                           pp_st_path(d->in), t->name, (long long)a->numel, t->cfg_keys, (long long)t->cols)
+                 : pp_st_load_f32(d->in, a, 0, t->cols, d->dec, d->err);
     } else {
         rc = pp_weight_load(d->in, t->name, t->rows, t->cols, &w, d->err);
     }
