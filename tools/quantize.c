@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "base/number.h"
 #include "base/log.h"
+#include "io/file.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "model/lm_export.h"
@@ -53,9 +54,10 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
     u->last_pct = -1; /* redraw the bar under the line */
 }
 
-/* What a stopped run leaves: the output's ".tmp", the staging file and its ".tmp" (the writer
- * renames a file into place only when whole). Ctrl-C during a 7B run would otherwise leave up
- * to 16.7 GB of staging beside the input. Set before the signals are taken. */
+/* What a stopped run leaves: the output's ".tmp" (beside its target when OUT is a symbolic link),
+ * the staging file and its ".tmp" (the writer renames a file into place only when whole). Ctrl-C
+ * during a 7B run would otherwise leave up to 16.7 GB of staging beside the input. Set before the
+ * signals are taken. */
 static char g_leftovers[3][4200];
 
 static void remove_leftovers(int sig) {
@@ -66,10 +68,11 @@ static void remove_leftovers(int sig) {
 
 /* out: the output (NULL under --report); staged: the staging file ("" when none). */
 static void clean_up_on_signals(const char *out, const char *staged) {
-    if (out) snprintf(g_leftovers[0], sizeof g_leftovers[0], "%s.tmp", out);
+    /* a path too long for them fails the writer's own pp_file_create, with the reason */
+    if (out) pp_file_tmp_path(out, g_leftovers[0], sizeof g_leftovers[0], NULL);
     if (staged[0]) {
         snprintf(g_leftovers[1], sizeof g_leftovers[1], "%s", staged);
-        snprintf(g_leftovers[2], sizeof g_leftovers[2], "%s.tmp", staged);
+        pp_file_tmp_path(staged, g_leftovers[2], sizeof g_leftovers[2], NULL);
     }
     struct sigaction sa = {.sa_handler = remove_leftovers, .sa_flags = SA_RESETHAND};
     sigemptyset(&sa.sa_mask);

@@ -68,14 +68,23 @@ static const char *landing(const char *path, char resolved[PATH_MAX]) {
     return path;
 }
 
+int pp_file_tmp_path(const char *path, char *buf, size_t cap, char *err) {
+    char resolved[PATH_MAX];
+    if (cap) buf[0] = 0;
+    if (in_place(path)) return 0;
+    int rc = tmp_name(landing(path, resolved), buf, cap, err);
+    if (rc && cap) buf[0] = 0; /* never a cut path: a caller may remove it */
+    return rc;
+}
+
 int pp_file_create(const char *path, FILE **f, char *err) {
-    char tmp[4096], resolved[PATH_MAX];
+    char tmp[4096];
     *f = NULL;
     if (in_place(path)) {
         *f = fopen(path, "wb");
         return *f ? 0 : pp_fail(err, PP_EIO, "%s: cannot open for writing: %s", path, strerror(errno));
     }
-    int rc = tmp_name(landing(path, resolved), tmp, sizeof tmp, err);
+    int rc = pp_file_tmp_path(path, tmp, sizeof tmp, err);
     if (rc) return rc;
     *f = fopen(tmp, "wb");
     if (!*f) return pp_fail(err, PP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -112,9 +121,9 @@ int pp_file_commit(const char *path, FILE *f, char *err) {
 }
 
 void pp_file_discard(const char *path, FILE *f) {
-    char tmp[4096], resolved[PATH_MAX];
+    char tmp[4096];
     if (f) fclose(f);
-    if (!in_place(path) && tmp_name(landing(path, resolved), tmp, sizeof tmp, NULL) == 0) remove(tmp);
+    if (pp_file_tmp_path(path, tmp, sizeof tmp, NULL) == 0 && tmp[0]) remove(tmp);
 }
 
 /* ---- mappings named on SIGBUS -------------------------------------------------------------- */
