@@ -434,6 +434,54 @@ static void export_wrong_norm(void) {
     free(cfg);
 }
 
+/* Tensors without weights, [4, 0] and [0, 64], beside a [2, 64] one: a file in every format copies
+ * them as stored (rows of no weights crashed the quantizer, dividing by zero), and quantizing one
+ * alone is refused, naming it. */
+static void empty_tensors(void) {
+    char path[] = "/tmp/pp_test_quantize_empty_XXXXXX", out[64], err[PP_ERR_LEN] = "";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
+    static const int64_t no_cols[2] = {4, 0}, no_rows[2] = {0, 64}, full[2] = {2, 64};
+    st_writer *w = NULL;
+    int rc = pp_st_writer_create(path, &w, err);
+    if (!rc) rc = pp_st_writer_declare(w, "a.weight", ST_F32, 2, no_cols, err);
+    if (!rc) rc = pp_st_writer_declare(w, "b.weight", ST_F32, 2, no_rows, err);
+    if (!rc) rc = pp_st_writer_declare(w, "c.weight", ST_F32, 2, full, err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    if (!rc) rc = pp_st_writer_write(w, v, sizeof v, err);
+    if (w && rc)
+        pp_st_writer_abort(w);
+    else if (w)
+        rc = pp_st_writer_finish(w, err);
+    TEST_COND("checkpoint with empty tensors written", rc == PP_OK);
+    snprintf(out, sizeof out, "%s.out", path);
+    for (size_t k = 0; !rc && k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+        if (all_fmts[k] == PP_WF_NF4) continue; /* quantizes transformer linears only */
+        pp_quantize_opts o = {.fmt = all_fmts[k], .group = 64};
+        st_file *f = NULL;
+        int q = pp_quantize_file(path, out, &o, err);
+        if (!q) q = pp_st_open(out, &f, err);
+        const st_tensor *a = f ? pp_st_find(f, "a.weight") : NULL, *b = f ? pp_st_find(f, "b.weight") : NULL;
+        printf("empty tensors to %s -> %s\n", pp_wformat_name(all_fmts[k]), q ? err : "copied as stored");
+        TEST_COND("empty tensors copied as stored",
+                  q == PP_OK && a && a->dtype == ST_F32 && a->numel == 0 && b && b->dtype == ST_F32 && b->numel == 0);
+        pp_st_close(f);
+        unlink(out);
+    }
+    st_file *f = NULL;
+    pp_qtensor q;
+    if (!rc) rc = pp_st_open(path, &f, err);
+    rc = rc ? rc : pp_quantize_tensor(f, pp_st_find(f, "a.weight"), PP_WF_INT8, 64, &q, err);
+    printf("quantizing [4, 0] -> %s\n", rc ? err : "quantized");
+    TEST_COND("a tensor of no weights is refused, naming it", rc == PP_EINVAL && strstr(err, "'a.weight' [4, 0]"));
+    if (!rc) pp_qtensor_free(&q);
+    pp_st_close(f);
+    unlink(path);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
@@ -443,6 +491,7 @@ int main(void) {
     int4_subnormal_scale();
     non_finite_copied();
     export_wrong_norm();
+    empty_tensors();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

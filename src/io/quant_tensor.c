@@ -164,6 +164,9 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
                        "can be quantized",
                        pp_st_path(f), t->name, pp_st_dtype_name(t->dtype), t->ndim);
     int64_t rows = t->shape[0], cols = t->shape[1], gs = group == PP_QUANTIZE_ROW ? cols : group;
+    if (rows < 1 || cols < 1) /* rows of no weights would also divide the chunk by zero */
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' [%lld, %lld] holds no weights to quantize", pp_st_path(f),
+                       t->name, (long long)rows, (long long)cols);
     if (cols > CHUNK_ELEMS)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': rows of %lld exceed %d elements", pp_st_path(f), t->name,
                        (long long)cols, CHUNK_ELEMS);
