@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -173,7 +174,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
         return 1;
     }
-    /* A checkpoint in another layout is decoded to BF16 beside the output first (as --format bf16). */
+    /* A checkpoint in another layout is decoded to BF16 beside the output first (as --format bf16):
+     * an OUT that cannot be written as a file would only fail after that (minutes, and the BF16
+     * model's size on disk for a 7B), so a folder is refused now. */
+    struct stat out_stat;
+    if (out && stat(out, &out_stat) == 0 && S_ISDIR(out_stat.st_mode)) {
+        fprintf(stderr, "personaplex-quantize: %s is a folder; OUT names the file to write\n", out);
+        return 1;
+    }
     char staged[4200] = "";
     int dense = is_dense(in, err), layers;
     if (dense < 0) {
