@@ -81,15 +81,18 @@ static void clean_up_on_signals(const char *out, const char *staged) {
     for (int i = 0; i < 3; i++) sigaction(stops[i], &sa, NULL);
 }
 
-/* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata,
- * i.e. the file is not already in a quantized layout or a GGUF block type. */
+/* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata
+ * (a step counter, I16 to U64, copied as stored), i.e. the file is not already in a quantized
+ * layout: those keep their codes as U8 or I8 (NF2, INT4, NF4, INT8, the ONNX bundles' blocks)
+ * or as a GGUF block type. */
 static int is_dense(const char *path, char *err) {
     st_file *f;
     if (pp_st_open(path, &f, err)) return -1;
     int dense = 1;
     for (size_t i = 0; i < pp_st_count(f) && dense; i++) {
         st_dtype dt = pp_st_at(f, i)->dtype;
-        dense = dt == ST_F32 || dt == ST_F16 || dt == ST_BF16;
+        dense = dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_I16 || dt == ST_U16 || dt == ST_I32 ||
+                dt == ST_U32 || dt == ST_I64 || dt == ST_U64;
     }
     pp_st_close(f);
     return dense;
