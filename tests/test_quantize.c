@@ -5,6 +5,7 @@
  * pp_qtensor_random_nf2 (the released-size demo's matrices): its codes come at the frequencies
  * a Gaussian's quantization gives and its decode has the asked RMS, the same bytes per seed. */
 #include "base/err.h"
+#include "io/file.h"
 #include "io/quant.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
@@ -180,31 +181,42 @@ static void random_nf2(void) {
     pp_qtensor_free(&again);
 }
 
+/* An in-memory checkpoint of one F32 tensor 'w.weight' [2, 64] holding v; buf must outlive f. */
+#define ONE_TENSOR_HEADER "{\"w.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]}}"
+typedef unsigned char one_tensor_buf[8 + sizeof ONE_TENSOR_HEADER - 1 + 512];
+
+static st_file *one_tensor(const float v[128], one_tensor_buf buf, const char *name) {
+    uint64_t n = sizeof ONE_TENSOR_HEADER - 1;
+    memcpy(buf, &n, 8);
+    memcpy(buf + 8, ONE_TENSOR_HEADER, n);
+    memcpy(buf + 8 + n, v, 128 * sizeof(float));
+    st_file *f = NULL;
+    char err[PP_ERR_LEN];
+    if (pp_st_open_memory(buf, sizeof(one_tensor_buf), name, &f, err)) fprintf(stderr, "%s\n", err);
+    return f;
+}
+
+static const pp_wformat all_fmts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
+
 /* A source holding a NaN or an infinity is refused, naming the tensor and the element, in every
  * format: quantized, it gave a file the loader refuses (an infinite scale) or a wrong code. */
 static void non_finite(void) {
-    static const char header[] = "{\"w.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]}}";
-    static unsigned char buf[8 + sizeof header - 1 + 512];
-    uint64_t n = sizeof header - 1;
-    memcpy(buf, &n, 8);
-    memcpy(buf + 8, header, n);
-    static const pp_wformat fmts[] = {PP_WF_NF2, PP_WF_INT4, PP_WF_NF4, PP_WF_INT8};
+    static one_tensor_buf buf;
     for (int bad = 0; bad < 2; bad++) {
         float v[128];
         for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
         v[70] = bad ? INFINITY : NAN;
-        memcpy(buf + 8 + n, v, sizeof v);
-        st_file *f = NULL;
         char err[PP_ERR_LEN] = "";
-        if (pp_st_open_memory(buf, sizeof buf, "nan.safetensors", &f, err)) {
+        st_file *f = one_tensor(v, buf, "nan.safetensors");
+        if (!f) {
             TEST_COND("non-finite source opens", 0);
             return;
         }
-        for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        for (size_t k = 0; k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
             pp_qtensor q;
-            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), fmts[k], 64, &q, err);
+            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), all_fmts[k], 64, &q, err);
             if (!rc) pp_qtensor_free(&q);
-            printf("%s %s -> %s\n", bad ? "inf" : "nan", pp_wformat_name(fmts[k]), rc ? err : "quantized");
+            printf("%s %s -> %s\n", bad ? "inf" : "nan", pp_wformat_name(all_fmts[k]), rc ? err : "quantized");
             TEST_COND("a non-finite weight is refused, naming tensor and element",
                       rc == PP_EFORMAT && strstr(err, "'w.weight'") && strstr(err, "element 70 (row 1)"));
         }
@@ -212,9 +224,274 @@ static void non_finite(void) {
     }
 }
 
+/* One finite outlier too large for an F16 scale: NF2 (its group's RMS) and INT4 (max/7) are refused,
+ * naming the tensor, the group and the weight, instead of writing an infinite scale the loader
+ * refuses; INT8 and NF4 (F32 scales) quantize it. Just under the limit, every format quantizes. */
+static void scale_overflow(void) {
+    static one_tensor_buf buf;
+    for (int over = 0; over < 2; over++) {
+        float v[128];
+        for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
+        /* group 1 of 64: RMS 1e6/8 = 125000 and 1e6/7 pass 65504; 4e5/8 and 4e5/7 stay under */
+        v[70] = over ? 1e6f : 4e5f;
+        char err[PP_ERR_LEN] = "";
+        st_file *f = one_tensor(v, buf, "outlier.safetensors");
+        if (!f) {
+            TEST_COND("outlier source opens", 0);
+            return;
+        }
+        for (size_t k = 0; k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+            pp_wformat fmt = all_fmts[k];
+            pp_qtensor q;
+            int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), fmt, 64, &q, err);
+            int f16_scales = fmt == PP_WF_NF2 || fmt == PP_WF_INT4, finite = 1;
+            if (!rc && f16_scales)
+                for (size_t g = 0; g < q.scales_bytes / 2; g++)
+                    finite &= isfinite(pp_f16_to_f32(((const uint16_t *)q.scales)[g])) != 0;
+            printf("outlier %g %s -> %s\n", (double)v[70], pp_wformat_name(fmt), rc ? err : "quantized");
+            if (!rc) pp_qtensor_free(&q);
+            if (over && f16_scales)
+                TEST_COND("an F16 scale overflow is refused, naming tensor, group and weight",
+                          rc == PP_EFORMAT && strstr(err, "'w.weight'") && strstr(err, "group 1 (row 1)") &&
+                              strstr(err, "1e+06") && strstr(err, "int8 or nf4"));
+            else
+                TEST_COND("quantized with finite scales", rc == PP_OK && finite);
+        }
+        pp_st_close(f);
+    }
+}
+
+/* INT8 on a group of subnormal weights (absmax 3e-40, so 127/absmax is infinite): each code is
+ * round(w·127/absmax), a zero weight codes 0 and the decode keeps the tensor's direction. */
+static void int8_subnormal(void) {
+    static one_tensor_buf buf;
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 1e-40f * (float)(i % 7 - 3);
+    st_file *f = one_tensor(v, buf, "subnormal.safetensors");
+    char err[PP_ERR_LEN] = "";
+    pp_qtensor q;
+    if (!f || pp_quantize_tensor(f, pp_st_find(f, "w.weight"), PP_WF_INT8, 64, &q, err)) {
+        TEST_COND("subnormal source quantizes", 0);
+        pp_st_close(f);
+        return;
+    }
+    const int8_t *codes = q.codes;
+    int wrong = 0;
+    for (int i = 0; i < 128; i++) wrong += codes[i] != (int8_t)lrintf(127.0f * (float)(i % 7 - 3) / 3.0f);
+    printf("int8 on subnormal weights: %d of 128 codes wrong (zero codes as %d), cos %.5f\n", wrong, codes[3],
+           q.cosine);
+    TEST_COND("subnormal weights code as w*127/absmax", wrong == 0);
+    TEST_COND("their decode keeps the direction", q.cosine > 0.999);
+    pp_qtensor_free(&q);
+    pp_st_close(f);
+}
+
+/* An all-zero tensor is stored exactly in every format: its reported cosine is 1, and it decodes to zeros. */
+static void zero_tensor(void) {
+    static one_tensor_buf buf;
+    float v[128] = {0};
+    st_file *f = one_tensor(v, buf, "zeros.safetensors");
+    for (size_t k = 0; f && k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+        char err[PP_ERR_LEN] = "";
+        pp_qtensor q;
+        float dec[128];
+        int rc = pp_quantize_tensor(f, pp_st_find(f, "w.weight"), all_fmts[k], 64, &q, err), zeros = 0;
+        if (!rc && !pp_weight_decode_rows(&q.w, 0, 2, dec, err))
+            for (int i = 0; i < 128; i++) zeros += dec[i] == 0.0f;
+        printf("zero tensor %s: cos %.5f, %d of 128 decode to 0\n", pp_wformat_name(all_fmts[k]), rc ? -1 : q.cosine,
+               zeros);
+        TEST_COND("an all-zero tensor is exact, cosine 1", rc == PP_OK && q.cosine == 1.0 && zeros == 128);
+        if (!rc) pp_qtensor_free(&q);
+    }
+    TEST_COND("zero source opens", f != NULL);
+    pp_st_close(f);
+}
+
+/* INT4 on groups whose max|w|/7 is a subnormal F16 (max 4.5e-7: 6.43e-8 rounds down to 5.96e-8,
+ * 7.55 steps): no code passes ±7, so no nibble 0 (the loader's sign of NF4 data), and the largest
+ * weight is not clamped. */
+static void int4_subnormal_scale(void) {
+    static one_tensor_buf buf;
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 4.5e-7f * (float)(i % 9 - 4) / 4.0f;
+    st_file *f = one_tensor(v, buf, "tiny.safetensors");
+    char err[PP_ERR_LEN] = "";
+    pp_qtensor q;
+    if (!f || pp_quantize_tensor(f, pp_st_find(f, "w.weight"), PP_WF_INT4, 64, &q, err)) {
+        TEST_COND("tiny source quantizes", 0);
+        pp_st_close(f);
+        return;
+    }
+    const uint8_t *codes = q.codes;
+    int nibble0 = 0;
+    for (size_t i = 0; i < q.codes_bytes; i++) nibble0 += (codes[i] & 15) == 0 || (codes[i] >> 4) == 0;
+    float dec[128], worst = 0, step = pp_f16_to_f32(((const uint16_t *)q.scales)[0]);
+    pp_weight_decode_rows(&q.w, 0, 2, dec, err);
+    for (int i = 0; i < 128; i++) worst = fmaxf(worst, fabsf(dec[i] - v[i]) / step);
+    printf("int4 with a subnormal scale %g: %d codes at nibble 0, worst error %.3f steps, cos %.5f\n", (double)step,
+           nibble0, (double)worst, q.cosine);
+    TEST_COND("no nibble 0 under a subnormal scale", nibble0 == 0);
+    TEST_COND("no weight clamped: each within half a step", worst <= 0.5f + 1e-4f);
+    pp_qtensor_free(&q);
+    pp_st_close(f);
+}
+
+/* A NaN in a tensor the format copies (a norm's alpha) or in a dense source exported to BF16 is
+ * refused, naming the tensor and element, as one in a tensor to quantize: it was written as it
+ * was, and the output loaded. */
+static void non_finite_copied(void) {
+    char dir[] = "/tmp/pp_test_quantize_nan_XXXXXX", model[64], out[64], err[PP_ERR_LEN] = "";
+    unsigned char *bytes = NULL, *cfg = NULL;
+    size_t len = 0, cfg_len = 0;
+    st_file *f = NULL;
+    const st_tensor *t = NULL;
+    if (!mkdtemp(dir) || pp_file_read_all(SRC, 1 << 26, &bytes, &len, err) ||
+        pp_file_read_all(PP_TEST_DATA "/golden/lm-bf16/config.json", 1 << 20, &cfg, &cfg_len, err) ||
+        pp_st_open_memory(bytes, len, "golden", &f, err) || !(t = pp_st_find(f, "depformer.layers.0.norm1.alpha"))) {
+        TEST_COND("golden LM read", 0);
+        pp_st_close(f);
+        free(bytes);
+        free(cfg);
+        return;
+    }
+    static const uint8_t bf16_nan[2] = {0xC0, 0x7F};
+    memcpy((uint8_t *)t->data + 4, bf16_nan, 2); /* element 2: the reader points into bytes */
+    pp_st_close(f);
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    FILE *fp = fopen(model, "wb"), *fc = fopen(out, "wb");
+    int wrote = fp && fc && fwrite(bytes, 1, len, fp) == len && fwrite(cfg, 1, cfg_len, fc) == cfg_len;
+    if (fp) fclose(fp);
+    if (fc) fclose(fc);
+    TEST_COND("NaN copy written", wrote);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    pp_quantize_opts o = {.fmt = PP_WF_INT4, .group = 32};
+    int rc = pp_quantize_file(model, out, &o, err);
+    printf("NaN in a copied norm -> %s\n", rc ? err : "written");
+    TEST_COND("a NaN in a copied tensor is refused, naming it",
+              rc == PP_EFORMAT && strstr(err, "'depformer.layers.0.norm1.alpha'") && strstr(err, "element 2 is nan"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    int layers = 0;
+    rc = pp_lm_export_bf16(model, out, &layers, err);
+    printf("NaN in a dense source exported to BF16 -> %s\n", rc ? err : "written");
+    TEST_COND("a NaN exported to BF16 is refused, naming it",
+              rc == PP_EFORMAT && strstr(err, "'depformer.layers.0.norm1.alpha'") && strstr(err, "column 2 is nan"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    unlink(model);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    unlink(out);
+    rmdir(dir);
+    free(bytes);
+    free(cfg);
+}
+
+/* --format bf16 of a checkpoint whose out_norm.alpha holds twice the configured values: refused,
+ * naming the tensor and the config key, as loading refuses it; it was cut to its first half. */
+static void export_wrong_norm(void) {
+    char dir[] = "/tmp/pp_test_export_norm_XXXXXX", model[64], out[64], err[PP_ERR_LEN] = "";
+    st_file *src = NULL;
+    st_writer *w = NULL;
+    unsigned char *cfg = NULL;
+    size_t cfg_len = 0;
+    int rc = mkdtemp(dir) ? pp_st_open(SRC, &src, err) : PP_EIO;
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    if (!rc) rc = pp_st_writer_create(model, &w, err);
+    for (size_t i = 0; !rc && i < pp_st_count(src); i++) {
+        const st_tensor *t = pp_st_at(src, i);
+        int64_t shape[ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        if (!strcmp(t->name, "out_norm.alpha")) shape[t->ndim - 1] *= 2;
+        rc = pp_st_writer_declare(w, t->name, t->dtype, t->ndim, shape, err);
+    }
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    for (size_t i = 0; !rc && i < pp_st_count(src); i++) {
+        const st_tensor *t = pp_st_at(src, i);
+        rc = pp_st_writer_write(w, t->data, t->nbytes, err);
+        if (!rc && !strcmp(t->name, "out_norm.alpha")) rc = pp_st_writer_write(w, t->data, t->nbytes, err);
+    }
+    if (w && rc)
+        pp_st_writer_abort(w);
+    else if (w)
+        rc = pp_st_writer_finish(w, err);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    FILE *fc = NULL;
+    if (!rc) rc = pp_file_read_all(PP_TEST_DATA "/golden/lm-bf16/config.json", 1 << 20, &cfg, &cfg_len, err);
+    if (!rc && (!(fc = fopen(out, "wb")) || fwrite(cfg, 1, cfg_len, fc) != cfg_len)) rc = PP_EIO;
+    if (fc) fclose(fc);
+    TEST_COND("checkpoint with a long norm written", rc == PP_OK);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    int layers = 0;
+    rc = rc ? rc : pp_lm_export_bf16(model, out, &layers, err);
+    printf("bf16 export of a 128-value out_norm.alpha (config: 64) -> %s\n", rc ? err : "written");
+    TEST_COND("a norm of another length is refused, naming it and its config key",
+              rc == PP_EFORMAT && strstr(err, "'out_norm.alpha' has 128 values") && strstr(err, "dim give 64"));
+    TEST_COND("no output left", access(out, F_OK) != 0);
+    unlink(model);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    unlink(out);
+    rmdir(dir);
+    pp_st_close(src);
+    free(cfg);
+}
+
+/* Tensors without weights, [4, 0] and [0, 64], beside a [2, 64] one: a file in every format copies
+ * them as stored (rows of no weights crashed the quantizer, dividing by zero), and quantizing one
+ * alone is refused, naming it. */
+static void empty_tensors(void) {
+    char path[] = "/tmp/pp_test_quantize_empty_XXXXXX", out[64], err[PP_ERR_LEN] = "";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    float v[128];
+    for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)(i % 7 - 3);
+    static const int64_t no_cols[2] = {4, 0}, no_rows[2] = {0, 64}, full[2] = {2, 64};
+    st_writer *w = NULL;
+    int rc = pp_st_writer_create(path, &w, err);
+    if (!rc) rc = pp_st_writer_declare(w, "a.weight", ST_F32, 2, no_cols, err);
+    if (!rc) rc = pp_st_writer_declare(w, "b.weight", ST_F32, 2, no_rows, err);
+    if (!rc) rc = pp_st_writer_declare(w, "c.weight", ST_F32, 2, full, err);
+    if (!rc) rc = pp_st_writer_begin(w, err);
+    if (!rc) rc = pp_st_writer_write(w, v, sizeof v, err);
+    if (w && rc)
+        pp_st_writer_abort(w);
+    else if (w)
+        rc = pp_st_writer_finish(w, err);
+    TEST_COND("checkpoint with empty tensors written", rc == PP_OK);
+    snprintf(out, sizeof out, "%s.out", path);
+    for (size_t k = 0; !rc && k < sizeof all_fmts / sizeof all_fmts[0]; k++) {
+        if (all_fmts[k] == PP_WF_NF4) continue; /* quantizes transformer linears only */
+        pp_quantize_opts o = {.fmt = all_fmts[k], .group = 64};
+        st_file *f = NULL;
+        int q = pp_quantize_file(path, out, &o, err);
+        if (!q) q = pp_st_open(out, &f, err);
+        const st_tensor *a = f ? pp_st_find(f, "a.weight") : NULL, *b = f ? pp_st_find(f, "b.weight") : NULL;
+        printf("empty tensors to %s -> %s\n", pp_wformat_name(all_fmts[k]), q ? err : "copied as stored");
+        TEST_COND("empty tensors copied as stored",
+                  q == PP_OK && a && a->dtype == ST_F32 && a->numel == 0 && b && b->dtype == ST_F32 && b->numel == 0);
+        pp_st_close(f);
+        unlink(out);
+    }
+    st_file *f = NULL;
+    pp_qtensor q;
+    if (!rc) rc = pp_st_open(path, &f, err);
+    rc = rc ? rc : pp_quantize_tensor(f, pp_st_find(f, "a.weight"), PP_WF_INT8, 64, &q, err);
+    printf("quantizing [4, 0] -> %s\n", rc ? err : "quantized");
+    TEST_COND("a tensor of no weights is refused, naming it", rc == PP_EINVAL && strstr(err, "'a.weight' [4, 0]"));
+    if (!rc) pp_qtensor_free(&q);
+    pp_st_close(f);
+    unlink(path);
+}
+
 int main(void) {
     random_nf2();
     non_finite();
+    scale_overflow();
+    int8_subnormal();
+    zero_tensor();
+    int4_subnormal_scale();
+    non_finite_copied();
+    export_wrong_norm();
+    empty_tensors();
     /* lm-bf16: 146 two-dimensional tensors; 12 temporal linears (3 layers x 4) for bnb NF4 */
     round_trip(PP_WF_NF2, 64, 0.93, 146);
     round_trip(PP_WF_INT4, 64, 0.99, 146);

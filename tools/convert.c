@@ -9,10 +9,12 @@
  * Then `personaplex-server --weights OUT/model.safetensors` runs as with the bundle.
  *   personaplex-convert BUNDLE_DIR OUT_DIR */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/log.h"
@@ -25,6 +27,35 @@
 
 #define MAX_COPY (1u << 30)
 
+/* The temporary file of the output being written ("" between files): a run stopped by SIGINT,
+ * SIGTERM or SIGHUP removes it, as the writers' own failures do, instead of leaving up to a
+ * model's size of ".tmp" in OUT_DIR. Changed with the signals blocked, so the handler never
+ * reads half a path. */
+static char g_writing[4200];
+
+static void remove_partial(int sig) {
+    if (g_writing[0]) unlink(g_writing); /* async-signal-safe */
+    raise(sig);                          /* the default action again (SA_RESETHAND) */
+}
+
+static const int g_stops[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void clean_up_on_signals(void) {
+    struct sigaction sa = {.sa_handler = remove_partial, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof g_stops / sizeof *g_stops; i++) sigaction(g_stops[i], &sa, NULL);
+}
+
+/* path: the output about to be written, or NULL once it is whole or removed. */
+static void writing(const char *path) {
+    sigset_t stops, was;
+    sigemptyset(&stops);
+    for (size_t i = 0; i < sizeof g_stops / sizeof *g_stops; i++) sigaddset(&stops, g_stops[i]);
+    sigprocmask(SIG_BLOCK, &stops, &was);
+    if (!path || pp_file_tmp_path(path, g_writing, sizeof g_writing, NULL)) g_writing[0] = 0;
+    sigprocmask(SIG_SETMASK, &was, NULL);
+}
+
 static int make_dir(const char *path, char *err) {
     if (mkdir(path, 0755) && errno != EEXIST)
         return pp_fail(err, PP_EIO, "%s: cannot create: %s", path, strerror(errno));
@@ -33,6 +64,7 @@ static int make_dir(const char *path, char *err) {
 
 static int write_weights(const st_file *f, const char *path, char *err) {
     st_writer *w;
+    writing(path);
     int rc = pp_st_writer_create(path, &w, err);
     for (size_t i = 0; !rc && i < pp_st_count(f); i++) {
         const st_tensor *t = pp_st_at(f, i);
@@ -46,9 +78,11 @@ static int write_weights(const st_file *f, const char *path, char *err) {
     }
     if (rc) {
         if (w) pp_st_writer_abort(w);
-        return rc;
+    } else {
+        rc = pp_st_writer_finish(w, err);
     }
-    return pp_st_writer_finish(w, err);
+    writing(NULL);
+    return rc;
 }
 
 static int write_voices(const char *bundle, const char *out, int *written, char *err) {
@@ -68,7 +102,9 @@ static int write_voices(const char *bundle, const char *out, int *written, char 
         if (!rc) rc = pp_voice_load(path, 0, &v, err);
         if (rc) break;
         snprintf(path, sizeof path, "%s/%s.pt", to, names[i]);
+        writing(path);
         rc = pp_voice_save_pt(path, &v, err);
+        writing(NULL);
         pp_voice_free(&v);
         *written += !rc;
     }
@@ -105,6 +141,7 @@ static int copy_if_present(const char *bundle, const char *out, const char *name
     FILE *f;
     int rc = pp_file_read_all(from, MAX_COPY, &buf, &len, err);
     if (rc) return rc;
+    writing(to);
     rc = pp_file_create(to, &f, err);
     if (!rc && fwrite(buf, 1, len, f) != len) {
         pp_file_discard(to, f);
@@ -112,6 +149,7 @@ static int copy_if_present(const char *bundle, const char *out, const char *name
     } else if (!rc) {
         rc = pp_file_commit(to, f, err);
     }
+    writing(NULL);
     free(buf);
     return rc;
 }
@@ -123,6 +161,10 @@ int main(int argc, char **argv) {
         return help ? 0 : 2;
     }
     pp_log_set_level(PP_LOG_WARN);
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG and the partial .tmp is
+     * removed, as on a full disk, instead of SIGXFSZ killing the run and leaving it. */
+    signal(SIGXFSZ, SIG_IGN);
+    clean_up_on_signals();
     const char *bundle = argv[1], *out = argv[2];
     char err[PP_ERR_LEN], path[4200];
     if (!pp_onnx_bundle_is(bundle)) {

@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/err.h"
 #include "base/number.h"
 #include "base/log.h"
+#include "io/file.h"
 #include "io/quant_file.h"
 #include "io/safetensors.h"
 #include "model/lm_export.h"
@@ -53,9 +55,10 @@ static void on_report(void *user, const char *name, int64_t rows, int64_t cols, 
     u->last_pct = -1; /* redraw the bar under the line */
 }
 
-/* What a stopped run leaves: the output's ".tmp", the staging file and its ".tmp" (the writer
- * renames a file into place only when whole). Ctrl-C during a 7B run would otherwise leave up
- * to 16.7 GB of staging beside the input. Set before the signals are taken. */
+/* What a stopped run leaves: the output's ".tmp" (beside its target when OUT is a symbolic link),
+ * the staging file and its ".tmp" (the writer renames a file into place only when whole). Ctrl-C
+ * during a 7B run would otherwise leave up to 16.7 GB of staging beside the input. Set before the
+ * signals are taken. */
 static char g_leftovers[3][4200];
 
 static void remove_leftovers(int sig) {
@@ -66,10 +69,11 @@ static void remove_leftovers(int sig) {
 
 /* out: the output (NULL under --report); staged: the staging file ("" when none). */
 static void clean_up_on_signals(const char *out, const char *staged) {
-    if (out) snprintf(g_leftovers[0], sizeof g_leftovers[0], "%s.tmp", out);
+    /* a path too long for them fails the writer's own pp_file_create, with the reason */
+    if (out) pp_file_tmp_path(out, g_leftovers[0], sizeof g_leftovers[0], NULL);
     if (staged[0]) {
         snprintf(g_leftovers[1], sizeof g_leftovers[1], "%s", staged);
-        snprintf(g_leftovers[2], sizeof g_leftovers[2], "%s.tmp", staged);
+        pp_file_tmp_path(staged, g_leftovers[2], sizeof g_leftovers[2], NULL);
     }
     struct sigaction sa = {.sa_handler = remove_leftovers, .sa_flags = SA_RESETHAND};
     sigemptyset(&sa.sa_mask);
@@ -77,15 +81,18 @@ static void clean_up_on_signals(const char *out, const char *staged) {
     for (int i = 0; i < 3; i++) sigaction(stops[i], &sa, NULL);
 }
 
-/* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata,
- * i.e. the file is not already in a quantized layout or a GGUF block type. */
+/* True when every tensor of the file is stored dense (F32, F16, BF16) or as integer metadata
+ * (a step counter, I16 to U64, copied as stored), i.e. the file is not already in a quantized
+ * layout: those keep their codes as U8 or I8 (NF2, INT4, NF4, INT8, the ONNX bundles' blocks)
+ * or as a GGUF block type. */
 static int is_dense(const char *path, char *err) {
     st_file *f;
     if (pp_st_open(path, &f, err)) return -1;
     int dense = 1;
     for (size_t i = 0; i < pp_st_count(f) && dense; i++) {
         st_dtype dt = pp_st_at(f, i)->dtype;
-        dense = dt == ST_F32 || dt == ST_F16 || dt == ST_BF16;
+        dense = dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_I16 || dt == ST_U16 || dt == ST_I32 ||
+                dt == ST_U32 || dt == ST_I64 || dt == ST_U64;
     }
     pp_st_close(f);
     return dense;
@@ -156,6 +163,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[PP_ERR_LEN];
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG, reported and cleaned up
+     * like a full disk, instead of SIGXFSZ killing the run with its .tmp files left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     clean_up_on_signals(out, "");
     if (strcmp(format, "bf16") == 0) {
         pp_log_set_level(PP_LOG_WARN);
@@ -167,7 +177,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "personaplex-quantize: %s\n", err);
         return 1;
     }
-    /* A checkpoint in another layout is decoded to BF16 beside the output first (as --format bf16). */
+    /* A checkpoint in another layout is decoded to BF16 beside the output first (as --format bf16):
+     * an OUT that cannot be written as a file would only fail after that (minutes, and the BF16
+     * model's size on disk for a 7B), so a folder is refused now. */
+    struct stat out_stat;
+    if (out && stat(out, &out_stat) == 0 && S_ISDIR(out_stat.st_mode)) {
+        fprintf(stderr, "personaplex-quantize: %s is a folder; OUT names the file to write\n", out);
+        return 1;
+    }
     char staged[4200] = "";
     int dense = is_dense(in, err), layers;
     if (dense < 0) {

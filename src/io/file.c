@@ -68,14 +68,23 @@ static const char *landing(const char *path, char resolved[PATH_MAX]) {
     return path;
 }
 
+int pp_file_tmp_path(const char *path, char *buf, size_t cap, char *err) {
+    char resolved[PATH_MAX];
+    if (cap) buf[0] = 0;
+    if (in_place(path)) return 0;
+    int rc = tmp_name(landing(path, resolved), buf, cap, err);
+    if (rc && cap) buf[0] = 0; /* never a cut path: a caller may remove it */
+    return rc;
+}
+
 int pp_file_create(const char *path, FILE **f, char *err) {
-    char tmp[4096], resolved[PATH_MAX];
+    char tmp[4096];
     *f = NULL;
     if (in_place(path)) {
         *f = fopen(path, "wb");
         return *f ? 0 : pp_fail(err, PP_EIO, "%s: cannot open for writing: %s", path, strerror(errno));
     }
-    int rc = tmp_name(landing(path, resolved), tmp, sizeof tmp, err);
+    int rc = pp_file_tmp_path(path, tmp, sizeof tmp, err);
     if (rc) return rc;
     *f = fopen(tmp, "wb");
     if (!*f) return pp_fail(err, PP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -86,19 +95,25 @@ int pp_file_commit(const char *path, FILE *f, char *err) {
     char tmp[4096], resolved[PATH_MAX];
     int direct = in_place(path);
     /* The data reaches the disk before the rename does: after a power loss the path holds the old
-     * file or the whole new one, never an empty one (a pipe or device has no disk to reach). */
-    int bad = ferror(f) | fflush(f) | (!direct && fsync(fileno(f)));
-    if (fclose(f) != 0) bad = 1;
-    if (direct) return bad ? pp_fail(err, PP_EIO, "%s: write failed", path) : 0;
+     * file or the whole new one, never an empty one (a pipe or device has no disk to reach).
+     * The reason is kept: a disk that fills on the last buffered bytes fails here, in fflush. */
+    int e = 0, earlier = ferror(f);
+    if (fflush(f))
+        e = errno;
+    else if (!direct && fsync(fileno(f)))
+        e = errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    const char *why = e ? strerror(e) : "an earlier write failed";
+    if (direct) return earlier || e ? pp_fail(err, PP_EIO, "%s: write failed: %s", path, why) : 0;
     const char *target = landing(path, resolved);
     int rc = tmp_name(target, tmp, sizeof tmp, err);
     if (rc) return rc;
-    if (bad) {
+    if (earlier || e) {
         remove(tmp);
-        return pp_fail(err, PP_EIO, "%s: write failed", tmp);
+        return pp_fail(err, PP_EIO, "%s: write failed: %s", tmp, why);
     }
     if (rename(tmp, target) != 0) {
-        int e = errno;
+        e = errno;
         remove(tmp);
         return pp_fail(err, PP_EIO, "%s: cannot rename to %s: %s", tmp, target, strerror(e));
     }
@@ -106,9 +121,9 @@ int pp_file_commit(const char *path, FILE *f, char *err) {
 }
 
 void pp_file_discard(const char *path, FILE *f) {
-    char tmp[4096], resolved[PATH_MAX];
+    char tmp[4096];
     if (f) fclose(f);
-    if (!in_place(path) && tmp_name(landing(path, resolved), tmp, sizeof tmp, NULL) == 0) remove(tmp);
+    if (pp_file_tmp_path(path, tmp, sizeof tmp, NULL) == 0 && tmp[0]) remove(tmp);
 }
 
 /* ---- mappings named on SIGBUS -------------------------------------------------------------- */

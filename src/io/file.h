@@ -41,5 +41,9 @@ void pp_file_release_pages(const void *p, size_t n);
 int pp_file_create(const char *path, FILE **f, char *err);
 int pp_file_commit(const char *path, FILE *f, char *err);
 void pp_file_discard(const char *path, FILE *f);
+/* The temporary file pp_file_create writes for path (beside a link's target), for a program to
+ * remove when it is stopped before the commit; "" for a path written directly. PP_EINVAL when it
+ * does not fit in cap. */
+int pp_file_tmp_path(const char *path, char *buf, size_t cap, char *err);
 
 #endif

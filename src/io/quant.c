@@ -107,6 +107,11 @@ void pp_quant_int4_quantize(const float *x, int64_t n_groups, int gs, uint8_t *p
         for (int j = 0; j < gs; j++) m = fmaxf(m, fabsf(v[j]));
         if (!(m >= 1e-8f)) m = 1e-8f;
         uint16_t h = pp_f32_to_f16(m / 7.0f);
+        /* A subnormal F16 (a scale under 6.1e-5) can round down by up to a third, so that the
+         * group's max rounds to 8 steps: clamped to +7 and, negative, coded as nibble 0, which
+         * the loader takes for NF4 data. The next F16 up keeps every |code| <= 7. A normal F16
+         * rounds by 2^-11 at most (7.003 steps still round to 7): those bytes stay the writer's. */
+        if (h > 0 && h < 0x7C00 && nearbyintf(m / pp_f16_to_f32(h)) > 7.0f) h++;
         /* Codes are taken against the stored (f16) scale so decode reproduces them best. */
         float s = pp_f16_to_f32(h);
         scales[g] = h;
@@ -124,8 +129,13 @@ void pp_quant_int8_quantize(const float *x, int64_t rows, int64_t cols, int64_t 
         for (int64_t j = 0; j < group; j++) m = fmaxf(m, fabsf(v[j]));
         absmax[g] = m;
         float k = m > 0 ? 127.0f / m : 0;
-        for (int64_t j = 0; j < group; j++)
-            codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(v[j] * k), -127), 127);
+        /* Under an absmax of 127/FLT_MAX (a group of subnormals) 127/m is infinite, and v·k would
+         * code a zero as NaN, clamped to -127: there v/m (within ±1) is taken first. */
+        int tiny = isinf(k);
+        for (int64_t j = 0; j < group; j++) {
+            float q = tiny ? v[j] / m * 127.0f : v[j] * k;
+            codes[g * group + j] = (int8_t)fminf(fmaxf(nearbyintf(q), -127), 127);
+        }
     }
 }
 

@@ -138,8 +138,13 @@ int pp_quantize_write(st_writer *w, const char *name, st_dtype source, const pp_
     return rc;
 }
 
+/* A tensor without weights ([n, 0], [0, n]) has nothing to quantize: it is copied as stored. */
+static int quantizes(pp_wformat fmt, const st_tensor *t) {
+    return t->numel > 0 && pp_quantize_selects(fmt, t->name, t->ndim);
+}
+
 static int declare_tensor(job *j, const st_tensor *t, char *err) {
-    if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim))
+    if (!quantizes(j->o->fmt, t))
         return pp_st_writer_declare(j->w, t->name, t->dtype, t->ndim, t->shape, err);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s' is %s; only F32, F16 and BF16 can be quantized",
@@ -164,8 +169,10 @@ static int write_quantized(job *j, const st_tensor *t, char *err) {
 }
 
 static int write_tensor(job *j, const st_tensor *t, char *err) {
-    if (!pp_quantize_selects(j->o->fmt, t->name, t->ndim)) {
-        int rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
+    if (!quantizes(j->o->fmt, t)) {
+        /* copied as stored, but a NaN norm would make every output NaN: refused as in a quantized one */
+        int rc = pp_quantize_check_finite(j->in, t, err);
+        if (!rc) rc = pp_st_writer_write(j->w, t->data, t->nbytes, err);
         progress(j, t->nbytes);
         return rc;
     }
@@ -203,7 +210,7 @@ int pp_quantize_report(const char *in_path, const pp_quantize_opts *o, char *err
     for (size_t i = 0; !rc && i < pp_st_count(in); i++) total += pp_st_at(in, i)->nbytes;
     for (size_t i = 0; !rc && i < pp_st_count(in); i++) {
         const st_tensor *t = pp_st_at(in, i);
-        if (pp_quantize_selects(o->fmt, t->name, t->ndim)) {
+        if (quantizes(o->fmt, t)) {
             pp_qtensor q;
             if (!(rc = pp_quantize_tensor(in, t, o->fmt, gs, &q, err))) {
                 if (o->report) o->report(o->user, t->name, q.w.rows, q.w.cols, q.cosine);

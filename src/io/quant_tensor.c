@@ -7,6 +7,7 @@
 #include "io/quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,18 +106,51 @@ static int cosine(const st_file *f, const st_tensor *t, pp_qtensor *q, float *x,
             syy += (double)dec[i] * dec[i];
         }
     }
-    q->cosine = sxy / sqrt(sxx * syy + 1e-300);
+    /* An all-zero tensor decodes to zeros, exactly: cosine 1, not the 0 of 0/0 guarded, which
+     * would report it as the worst-quantized tensor of the model. */
+    q->cosine = sxx == 0 && syy == 0 ? 1.0 : sxy / sqrt(sxx * syy + 1e-300);
     return PP_OK;
 }
 
 /* A NaN or infinity would quantize to a scale the loader refuses (infinite) or, lost by the max
- * over its group, to a silently wrong code: refuse the source instead, naming the element. */
-static int check_finite(const st_file *f, const st_tensor *t, const float *x, int64_t first, int64_t n, char *err) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': element %lld (row %lld) is %g; only finite weights can "
-                           "be quantized", pp_st_path(f), t->name, (long long)(first + i),
-                           (long long)((first + i) / t->shape[1]), (double)x[i]);
+ * over its group, to a silently wrong code; copied, it would be written as it is. One pass over
+ * the mapping, on the stored bits (a 16-bit float's exponent all ones). */
+int pp_quantize_check_finite(const st_file *f, const st_tensor *t, char *err) {
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) return PP_OK;
+    const uint8_t *p = t->data;
+    uint16_t exponent = t->dtype == ST_F16 ? 0x7C00u : 0x7F80u; /* of a 16-bit float */
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == ST_F32 ? isfinite(quant_ldf32(p, (size_t)i)) : (quant_ld16(p, (size_t)i) & exponent) != exponent)
+            continue;
+        float v;
+        char row[40] = "";
+        pp_st_load_f32(f, t, i, 1, &v, err);
+        if (t->ndim == 2) snprintf(row, sizeof row, " (row %lld)", (long long)(i / t->shape[1]));
+        return pp_fail(err, PP_EFORMAT, "%s: tensor '%s': element %lld%s is %g; only finite weights can be quantized "
+                       "or written", pp_st_path(f), t->name, (long long)i, row, (double)v);
+    }
+    return PP_OK;
+}
+
+/* NF2 and INT4 store their group scales as F16: a group whose RMS (NF2) or max|w|/7 (INT4) passes
+ * 65504 would be written as an infinite scale, which the loader refuses. Refuse it here instead,
+ * naming the group and its largest weight; INT8 and NF4 keep F32 scales and take it. x holds the
+ * chunk's groups g0.. (n of them). */
+static int check_scales_fit(const st_file *f, const st_tensor *t, const pp_qtensor *q, const float *x, int64_t g0,
+                            int64_t n, char *err) {
+    if (q->w.fmt != PP_WF_NF2 && q->w.fmt != PP_WF_INT4) return PP_OK;
+    const uint16_t *scales = q->scales;
+    int64_t gs = q->w.group;
+    for (int64_t g = g0; g < g0 + n; g++) {
+        if (isfinite(pp_f16_to_f32(scales[g]))) continue;
+        float most = 0;
+        for (int64_t j = 0; j < gs; j++) most = fmaxf(most, fabsf(x[(g - g0) * gs + j]));
+        return pp_fail(err, PP_EFORMAT,
+                       "%s: tensor '%s': group %lld (row %lld) holds a weight of %g, whose %s scale exceeds F16's "
+                       "65504; quantize it to int8 or nf4 (F32 scales)",
+                       pp_st_path(f), t->name, (long long)g, (long long)(g * gs / t->shape[1]), (double)most,
+                       pp_wformat_name(q->w.fmt));
+    }
     return PP_OK;
 }
 
@@ -130,6 +164,9 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
                        "can be quantized",
                        pp_st_path(f), t->name, pp_st_dtype_name(t->dtype), t->ndim);
     int64_t rows = t->shape[0], cols = t->shape[1], gs = group == PP_QUANTIZE_ROW ? cols : group;
+    if (rows < 1 || cols < 1) /* rows of no weights would also divide the chunk by zero */
+        return pp_fail(err, PP_EINVAL, "%s: tensor '%s' [%lld, %lld] holds no weights to quantize", pp_st_path(f),
+                       t->name, (long long)rows, (long long)cols);
     if (cols > CHUNK_ELEMS)
         return pp_fail(err, PP_EUNSUPPORTED, "%s: tensor '%s': rows of %lld exceed %d elements", pp_st_path(f), t->name,
                        (long long)cols, CHUNK_ELEMS);
@@ -144,14 +181,16 @@ int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int
                        .group = (int)gs,
                        .np2 = fmt == PP_WF_NF2 ? nf2_transform_length((int)gs) : 0,
                        .name = t->name};
+    if ((rc = pp_quantize_check_finite(f, t, err))) return rc;
     float *absmax = NULL, *x = malloc(sizeof(float) * CHUNK_ELEMS), *dec = malloc(sizeof(float) * CHUNK_ELEMS);
     if (!x || !dec || !alloc_buffers(q, &absmax))
         rc = pp_fail(err, PP_ENOMEM, "%s: tensor '%s': out of memory to quantize it", pp_st_path(f), t->name);
     for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows(cols)) {
         int64_t nr = rows - r0 < chunk_rows(cols) ? rows - r0 : chunk_rows(cols);
-        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err)) &&
-            !(rc = check_finite(f, t, x, r0 * cols, nr * cols, err)))
+        if (!(rc = pp_st_load_f32(f, t, r0 * cols, nr * cols, x, err))) {
             quantize_rows(q, x, r0, nr, absmax);
+            rc = check_scales_fit(f, t, q, x, r0 * cols / gs, nr * cols / gs, err);
+        }
     }
     q->w.data = q->codes;
     q->w.scales = q->scales;

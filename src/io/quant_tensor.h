@@ -26,6 +26,9 @@ int pp_quantize_default_group(pp_wformat fmt);
 uint64_t pp_quantized_bytes(pp_wformat fmt, int group, int64_t rows, int64_t cols);
 /* Checks a format and group size: PP_EINVAL with the reason when they cannot be used. */
 int pp_quantize_check(pp_wformat fmt, int group, char *err);
+/* PP_EFORMAT, naming the file, tensor and element, when a F32, F16 or BF16 tensor holds a NaN or
+ * an infinity; PP_OK for those of other dtypes. pp_quantize_tensor checks its source with it. */
+int pp_quantize_check_finite(const st_file *f, const st_tensor *t, char *err);
 /* Quantizes tensor t of f into q (group as pp_quantize_check accepts; the row length must be a
  * multiple). On failure q holds nothing. */
 int pp_quantize_tensor(const st_file *f, const st_tensor *t, pp_wformat fmt, int group, pp_qtensor *q, char *err);

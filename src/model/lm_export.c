@@ -6,6 +6,7 @@
 #include "model/lm.h"
 #include "model/lm_catalog.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct dequant {
@@ -33,15 +34,26 @@ static int dequant_tensor(void *ctx, const pp_lm_tensor *t) {
     pp_weight w;
     int rc = PP_OK;
     if (ndim == 3) {
+        /* a norm of another length is refused, as loading refuses it, not cut to the configured one */
         const st_tensor *a = pp_st_find(d->in, t->name);
         rc = !a ? pp_fail(d->err, PP_ENOTFOUND, "%s: tensor '%s' is missing", pp_st_path(d->in), t->name)
-                : pp_st_load_f32(d->in, a, 0, t->cols, d->dec, d->err);
+             : a->numel != t->cols
+                 ? pp_fail(d->err, PP_EFORMAT, "%s: tensor '%s' has %lld values but config keys %s give %lld",
+                           pp_st_path(d->in), t->name, (long long)a->numel, t->cfg_keys, (long long)t->cols)
+                 : pp_st_load_f32(d->in, a, 0, t->cols, d->dec, d->err);
     } else {
         rc = pp_weight_load(d->in, t->name, t->rows, t->cols, &w, d->err);
     }
     for (int64_t r = 0; r < t->rows && !rc; r++) {
         if (ndim != 3) pp_weight_decode_span(&w, r, 0, t->cols, d->dec);
-        for (int64_t k = 0; k < t->cols; k++) d->row[k] = pp_f32_to_bf16(d->dec[k]);
+        for (int64_t k = 0; k < t->cols; k++) {
+            /* a dense source's NaN or infinity would be written as it is (a quantized one's scales are checked) */
+            if (!isfinite(d->dec[k]))
+                return pp_fail(d->err, PP_EFORMAT, "%s: tensor '%s': row %lld, column %lld is %g; only finite "
+                               "weights are written", pp_st_path(d->in), t->name, (long long)r, (long long)k,
+                               (double)d->dec[k]);
+            d->row[k] = pp_f32_to_bf16(d->dec[k]);
+        }
         rc = pp_st_writer_write(d->w, d->row, (size_t)t->cols * sizeof *d->row, d->err);
     }
     return rc;
