@@ -398,8 +398,8 @@ static void check_realtime_instructions(metrics *m) {
         /* A Twilio call is not ended for it (a caller cannot fix the TwiML): the server's prompt. */
         static const char *const starts[3] = {
             "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ5\",\"customParameters\":{\"prompt\":\"@helpful\"}}}",
-            "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ6\",\"customParameters\":{\"prompt\":\"Be kind, be "
-            "brief, be patient, be clear, be honest, be warm, be quick and be precise.\"}}}",
+            ("{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ6\",\"customParameters\":{\"prompt\":\"Be kind, be "
+             "brief, be patient, be clear, be honest, be warm, be quick and be precise.\"}}}"), /* one string */
             "{\"event\":\"start\",\"start\":{\"streamSid\":\"MZ7\",\"customParameters\":{\"prompt\":\"Be kind.\"}}}"};
         static const char *const expect[3] = {"Be brief.", "Be brief.", "Be kind."};
         for (int k = 0; k < 3; k++) {
