@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -984,14 +985,56 @@ static void alloc_stacks(void) {
 /* The linker's bounds of the section holding every kernel's __shared__ variables. */
 extern "C" __attribute__((weak)) uint64_t __start_pk_emu_shared[], __stop_pk_emu_shared[];
 
-/* Volatile stores: a plain loop would become a memset call, which ASan checks against the
- * redzones it may keep between the variables. */
-static void poison_shared(void) {
-    for (volatile uint64_t *p = __start_pk_emu_shared; p < __stop_pk_emu_shared; p++) *p = ~(uint64_t)0;
+/* After each block the section is filled with NaN bytes again, and the words the block wrote
+ * (8 bytes no longer all ones) are counted: its static shared memory, as far as it can be seen
+ * (a variable never written, or written with all-ones bytes, is missed). The section holds every
+ * kernel's variables (hundreds of KiB, shared.ld), so a kernel's blocks refill only the words its
+ * blocks were seen to write, learned by whole-section passes on the first and last block of its
+ * first launches (the last block run is the one that merges, where a kernel writes what the
+ * others do not). Volatile accesses: a plain loop would become a memset call, which ASan checks
+ * against the redzones it keeps around the template kernels' variables (gathered here by the
+ * linker, not by the compiler); no_sanitize_address, as those redzones are filled too. */
+struct shared_footprint {
+    std::vector<uint32_t> words; /* ascending word indices into the section */
+    unsigned launches;
+};
+enum { LEARNING_LAUNCHES = 4 }; /* the four schedules */
+
+static const uint64_t unwritten_shared = ~(uint64_t)0;
+
+/* Refills the whole section; adds the written words to fp (unless NULL). Returns the bytes written. */
+__attribute__((no_sanitize_address)) static size_t refill_all_shared(shared_footprint *fp) {
+    volatile uint64_t *base = __start_pk_emu_shared;
+    size_t n = (size_t)(__stop_pk_emu_shared - __start_pk_emu_shared), written = 0;
+    std::vector<uint32_t> seen;
+    for (size_t i = 0; i < n; i++)
+        if (base[i] != unwritten_shared) {
+            base[i] = unwritten_shared;
+            written += sizeof *base;
+            if (fp) seen.push_back((uint32_t)i);
+        }
+    if (fp && !seen.empty()) {
+        std::vector<uint32_t> merged;
+        std::set_union(fp->words.begin(), fp->words.end(), seen.begin(), seen.end(), std::back_inserter(merged));
+        fp->words.swap(merged);
+    }
+    return written;
 }
 
+/* Refills the words fp's kernel was seen to write. Returns the bytes written. */
+__attribute__((no_sanitize_address)) static size_t refill_known_shared(const shared_footprint &fp) {
+    volatile uint64_t *base = __start_pk_emu_shared;
+    size_t written = 0;
+    for (uint32_t i : fp.words)
+        if (base[i] != unwritten_shared) {
+            base[i] = unwritten_shared;
+            written += sizeof *base;
+        }
+    return written;
+}
+
+/* Runs one block on a filled section (see shared_footprint). */
 static void run_block(void) {
-    poison_shared();
     for (int t = 0; t < n_threads; t++) {
         fiber *f = &fibers[t];
         f->sp = fresh_stack(f);
@@ -1034,9 +1077,15 @@ void atomic_stored(const void *p, size_t bytes) {
         if (held[i] == p_page) memcpy(pre_images + i * page + (a - p_page), p, bytes);
 }
 
-static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, bool programmatic,
-                              const std::function<void()> &fn) {
+static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, uintptr_t kernel,
+                              bool programmatic, const std::function<void()> &fn) {
     waited = false;
+    static bool filled; /* the section starts as zeros, not NaN */
+    if (!filled) refill_all_shared(NULL);
+    filled = true;
+    static std::map<uintptr_t, shared_footprint> footprints; /* by kernel */
+    shared_footprint &fp = footprints[kernel];
+    const bool learning = fp.launches++ < LEARNING_LAUNCHES;
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
     descending = launches & 1;
@@ -1058,6 +1107,10 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
         dims.block_idx =
             uint3{(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y)};
         run_block();
+        if (learning && (k == 0 || k == n_blocks - 1))
+            refill_all_shared(&fp);
+        else
+            refill_known_shared(fp);
         if (holding) set_aside_held();
     }
     if (holding) {
@@ -1073,8 +1126,8 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
     return cudaSuccess;
 }
 
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
-            std::function<void()> fn) {
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, uintptr_t kernel,
+            bool programmatic, std::function<void()> fn) {
     size_t threads = (size_t)block.x * block.y * block.z;
     if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
         grid.z > 65535 || smem > 48 * 1024) {
@@ -1085,8 +1138,8 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char 
         note(cudaErrorLaunchFailure);
         return;
     }
-    enqueue(stream, step::KERNEL, name, [grid, block, smem, name, programmatic, fn]() {
-        return run_launch(grid, block, smem, name, programmatic, fn);
+    enqueue(stream, step::KERNEL, name, [grid, block, smem, name, kernel, programmatic, fn]() {
+        return run_launch(grid, block, smem, name, kernel, programmatic, fn);
     });
 }
 

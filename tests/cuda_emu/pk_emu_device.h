@@ -37,7 +37,8 @@
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 /* Shared variables are statics in one section, which every block starts by filling with NaN
- * bytes: as on the device, a block sees neither zeros nor the previous block's values. */
+ * bytes: as on the device, a block sees neither zeros nor the previous block's values. (GCC
+ * ignores the attribute in templates; the linker gathers those, cuda_emu/shared.ld.) */
 #define __shared__ __attribute__((section("pk_emu_shared"))) static
 
 struct uint3 {
@@ -98,9 +99,10 @@ void *dynamic_shared();
 /* Errors, as on the device, reach the caller through cudaGetLastError. `name` (the launch
  * expression) is what the launch's device traffic is counted under. A programmatic launch (the
  * kernel may start while its predecessor drains, common.cuh) must call pk_grid_wait: one that
- * ends without doing so stops the run (on a device it would race its predecessor). */
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
-            std::function<void()> body);
+ * ends without doing so stops the run (on a device it would race its predecessor). `kernel`
+ * identifies the kernel (its address), whose shared variables the emulation learns. */
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, uintptr_t kernel,
+            bool programmatic, std::function<void()> body);
 /* pk_grid_wait was called by the running launch. */
 void grid_waited();
 /* __threadfence: publishes the block's held stores (emu.cc). */
@@ -120,7 +122,8 @@ template <class... P> struct launcher {
     template <class... A> void operator()(A &&...args) const {
         std::tuple<P...> params(std::forward<A>(args)...);
         void (*k)(P...) = kernel;
-        launch(grid, block, smem, stream, name, programmatic, [k, params]() { std::apply(k, params); });
+        launch(grid, block, smem, stream, name, reinterpret_cast<uintptr_t>(k), programmatic,
+               [k, params]() { std::apply(k, params); });
     }
 };
 

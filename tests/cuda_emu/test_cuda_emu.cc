@@ -1,6 +1,7 @@
 /* test_cuda_emu: the emulation's own checks, so its power to fail a wrong kernel cannot rot
  * unnoticed: a correct block reduction is right under every schedule, the same kernel without
- * its barrier is wrong under at least one, unwritten shared and device memory read as NaN,
+ * its barrier is wrong under at least one, unwritten shared (a template kernel's too) and device
+ * memory read as NaN,
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
  * graph replays on new data, SGEMM matches a plain product for each transpose, a
  * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
@@ -51,6 +52,16 @@ __global__ void block_sum_kernel(const float *x, float *y, int with_barrier) {
 __global__ void read_unwritten_shared_kernel(float *y) {
     __shared__ float never_written[THREADS];
     y[threadIdx.x] = never_written[threadIdx.x];
+}
+
+/* A template kernel's shared variable (GCC keeps it apart from the others' unless the linker
+ * gathers it, cuda_emu/shared.ld): the blocks whose bit is set in `writers` write it, then every
+ * block reads it. */
+template <int N> __global__ void template_shared_kernel(unsigned writers, float *y) {
+    __shared__ float buf[N];
+    if (writers >> blockIdx.x & 1) buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    y[blockIdx.x * N + threadIdx.x] = buf[threadIdx.x];
 }
 
 __global__ void scale_kernel(const float *x, float k, float *y) { y[threadIdx.x] = k * x[threadIdx.x]; }
@@ -121,6 +132,22 @@ static void test_unwritten_memory(void) {
     int nan = 0;
     for (int i = 0; i < THREADS; i++) nan += h[i] != h[i];
     TEST_COND("unwritten shared memory reads as NaN", nan == THREADS);
+    /* Block 0 writes the template kernel's buffer, block 1 reads it unwritten: NaN, not block 0's
+     * values, nor zeros in a first launch that writes nothing. */
+    float *d2 = NULL, h2[2 * THREADS];
+    cudaMalloc((void **)&d2, sizeof h2);
+    int template_nan[2] = {0, 0};
+    for (unsigned writers = 0; writers < 2; writers++) {
+        PK_LAUNCH_PLAIN(2, THREADS, 0, NULL, template_shared_kernel<THREADS>)(writers, d2);
+        cudaMemcpyAsync(h2, d2, sizeof h2, cudaMemcpyDeviceToHost, NULL);
+        for (int i = 0; i < THREADS; i++) template_nan[writers] += h2[THREADS + i] != h2[THREADS + i];
+    }
+    printf("  template kernel: unwritten shared floats read as NaN %d and %d of %d (a first launch; after "
+           "a block that wrote them)\n",
+           template_nan[0], template_nan[1], THREADS);
+    TEST_COND("a template kernel's unwritten shared memory reads as NaN, in every block",
+              template_nan[0] == THREADS && template_nan[1] == THREADS);
+    cudaFree(d2);
     TEST_COND("a copy past the allocation is refused",
               cudaMemcpyAsync(h, d + 1, sizeof h, cudaMemcpyDeviceToHost, NULL) == cudaErrorInvalidValue);
     TEST_COND("a device pointer given as host is refused",
