@@ -1077,6 +1077,10 @@ void atomic_stored(const void *p, size_t bytes) {
         if (held[i] == p_page) memcpy(pre_images + i * page + (a - p_page), p, bytes);
 }
 
+/* What every device grants a block without opting in (cudaFuncSetAttribute, which nothing here
+ * uses): static and dynamic shared memory together. */
+static const size_t default_shared_limit = 48 * 1024;
+
 static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, uintptr_t kernel,
                               bool programmatic, const std::function<void()> &fn) {
     waited = false;
@@ -1092,6 +1096,7 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
     warp_ahead = launches & 2;
     launches++;
     unsigned long n_blocks = (unsigned long)grid.x * grid.y * grid.z;
+    size_t static_shared = 0; /* the most any block wrote */
     holding = n_blocks > 1 && hold_all(); /* a lone block has no one to hide its stores from */
     if (holding) reserve_holds();
     dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
@@ -1107,11 +1112,16 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
         dims.block_idx =
             uint3{(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y)};
         run_block();
-        if (learning && (k == 0 || k == n_blocks - 1))
-            refill_all_shared(&fp);
-        else
-            refill_known_shared(fp);
+        size_t written = learning && (k == 0 || k == n_blocks - 1) ? refill_all_shared(&fp) : refill_known_shared(fp);
+        static_shared = written > static_shared ? written : static_shared;
         if (holding) set_aside_held();
+    }
+    /* A device refuses the launch (too much shared memory) before any block runs; only now are
+     * the kernel's static variables known here, so the run stops. */
+    if (static_shared + smem > default_shared_limit) {
+        fprintf(stderr, "cuda_emu: %s: %zu bytes of static shared memory written and %zu dynamic: ", name,
+                static_shared, smem);
+        fatal("more shared memory than a device grants a block (48 KiB) without opting in");
     }
     if (holding) {
         unhold(held); /* the last block's stores are in set_aside */
@@ -1130,7 +1140,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char 
             bool programmatic, std::function<void()> fn) {
     size_t threads = (size_t)block.x * block.y * block.z;
     if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
-        grid.z > 65535 || smem > 48 * 1024) {
+        grid.z > 65535 || smem > default_shared_limit) {
         note(cudaErrorInvalidConfiguration);
         return;
     }

@@ -10,7 +10,7 @@
  * replays included, and under held stores a last-block merge without its __threadfence (or that
  * picks the last block by index) comes out wrong while one with it, a block's reads of its own
  * stores and atomics stay right; under the host guard a host read of device memory dies as on a
- * GPU. */
+ * GPU; a block's static and dynamic shared memory past 48 KiB stops the program. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -270,6 +270,34 @@ static void test_programmatic_launch(void) {
     TEST_COND("a programmatic launch whose kernel never waits stops the run",
               stops_the_run([d] { PK_LAUNCH(1, 32, 0, NULL, scale_kernel)
                                   (d, 2.0f, d); }));
+    cudaFree(d);
+}
+
+/* Writes a static buffer of `statics` floats (at most 8192: 32 KiB) and, after it, touches the
+ * dynamic buffer's first float. */
+__global__ void shared_use_kernel(float *y, int statics) {
+    __shared__ float big[8192];
+    PK_DYNAMIC_SHARED(float, dyn);
+    for (int i = threadIdx.x; i < statics; i += blockDim.x) big[i] = (float)i;
+    __syncthreads();
+    if (threadIdx.x == 0) dyn[0] = big[statics - 1], y[0] = dyn[0];
+}
+
+/* A device refuses a block more than 48 KiB of static and dynamic shared memory together (unless
+ * the kernel opts in): 32 KiB of statics with 8 KiB dynamic runs, with 20 KiB dynamic stops the
+ * run, as do 49 KiB dynamic alone (refused at the launch). */
+static void test_shared_limit(void) {
+    float *d = NULL, y = 0.0f;
+    cudaMalloc((void **)&d, sizeof *d);
+    cudaGetLastError(); /* the earlier tests' refused calls */
+    PK_LAUNCH_PLAIN(2, 64, 8 * 1024, NULL, shared_use_kernel)(d, 8192);
+    cudaMemcpyAsync(&y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("32 KiB of static and 8 KiB of dynamic shared memory run", cudaGetLastError() == cudaSuccess && y == 8191.0f);
+    TEST_COND("32 KiB of static and 20 KiB of dynamic shared memory stop the run", stops_the_run([d] {
+                  PK_LAUNCH_PLAIN(2, 64, 20 * 1024, NULL, shared_use_kernel)(d, 8192);
+              }));
+    PK_LAUNCH_PLAIN(1, 64, 49 * 1024, NULL, shared_use_kernel)(d, 1);
+    TEST_COND("49 KiB of dynamic shared memory are refused", cudaGetLastError() == cudaErrorInvalidConfiguration);
     cudaFree(d);
 }
 
@@ -623,6 +651,7 @@ int main(void) {
     test_partial_warp_stops();
     test_programmatic_launch();
     test_wmma();
+    test_shared_limit();
     test_traffic();
     test_held_stores();
     test_host_guard();
