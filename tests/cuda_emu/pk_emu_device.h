@@ -197,9 +197,20 @@ static inline unsigned atomicExch(unsigned *p, unsigned v) {
     return pk_emu_atomic(p, [v](unsigned) { return v; });
 }
 
-template <class T> static inline T __ldg(const T *p) { return *p; }
+/* A device load of T takes an address aligned to T's size (a float4 or uint4 one a multiple of
+ * 16 bytes) and faults otherwise; the host would load from any address, so the run stops. */
+template <class T> static inline void pk_emu_check_aligned(const T *p) {
+    if ((uintptr_t)p & (alignof(T) - 1)) pk_emu::misuse("a load from an address not aligned to its type (__ldg, __ldcg)");
+}
+template <class T> static inline T __ldg(const T *p) {
+    pk_emu_check_aligned(p);
+    return *p;
+}
 /* Skips L1 on the device (reads what other blocks published); one memory here. */
-template <class T> static inline T __ldcg(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) {
+    pk_emu_check_aligned(p);
+    return *p;
+}
 
 template <class To, class From> static inline To pk_emu_bits(From v) {
     static_assert(sizeof(To) == sizeof(From), "a reinterpretation keeps the size");

@@ -10,7 +10,8 @@
  * replays included, and under held stores a last-block merge without its __threadfence (or that
  * picks the last block by index) comes out wrong while one with it, a block's reads of its own
  * stores and atomics stay right; under the host guard a host read of device memory dies as on a
- * GPU; a block's static and dynamic shared memory past 48 KiB stops the program. */
+ * GPU; a block's static and dynamic shared memory past 48 KiB, or a vector __ldg from an address
+ * not aligned to it, stops the program. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -299,6 +300,29 @@ static void test_shared_limit(void) {
     PK_LAUNCH_PLAIN(1, 64, 49 * 1024, NULL, shared_use_kernel)(d, 1);
     TEST_COND("49 KiB of dynamic shared memory are refused", cudaGetLastError() == cudaErrorInvalidConfiguration);
     cudaFree(d);
+}
+
+/* Each thread loads a float4 with __ldg from x + offset floats onward. */
+__global__ void vector_load_kernel(const float *x, int offset, float *y) {
+    const float4 v = __ldg((const float4 *)(x + offset) + threadIdx.x);
+    y[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+
+/* A float4 load from an address 16-byte aligned runs; one float further (4-byte aligned, as a
+ * row of an odd width gives) faults on a device, and stops the run here. */
+static void test_misaligned_load(void) {
+    float *x = NULL, *y = NULL, h[36], got[8] = {0};
+    for (int i = 0; i < 36; i++) h[i] = (float)i;
+    x = device_copy(h, 36);
+    cudaMalloc((void **)&y, sizeof got);
+    PK_LAUNCH_PLAIN(1, 8, 0, NULL, vector_load_kernel)(x, 4, y);
+    cudaMemcpyAsync(got, y, sizeof got, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("an aligned float4 __ldg runs", got[0] == 4 + 5 + 6 + 7 && got[7] == 32 + 33 + 34 + 35);
+    TEST_COND("a float4 __ldg from a 4-byte-aligned address stops the run", stops_the_run([x, y] {
+                  PK_LAUNCH_PLAIN(1, 8, 0, NULL, vector_load_kernel)(x, 1, y);
+              }));
+    cudaFree(x);
+    cudaFree(y);
 }
 
 /* c [16][16] = a [16][8] (row-major) · b [8][16] (stored column by column) on the emulated
@@ -652,6 +676,7 @@ int main(void) {
     test_programmatic_launch();
     test_wmma();
     test_shared_limit();
+    test_misaligned_load();
     test_traffic();
     test_held_stores();
     test_host_guard();
