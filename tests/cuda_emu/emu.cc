@@ -903,7 +903,21 @@ static void wait_at(fiber_state where) {
 const uint3 &thread_idx() { return current->idx; }
 int lane_id() { return current->lane; }
 void *dynamic_shared() { return dyn_shared.data(); }
-void sync_block() { wait_at(AT_BLOCK_BARRIER); }
+/* The __syncthreads the block's waiting threads reached (set by the first to arrive). */
+static const char *barrier_file;
+static int barrier_line;
+
+void sync_block(const char *file, int line) {
+    if (!at_block_barrier) {
+        barrier_file = file;
+        barrier_line = line;
+    } else if (line != barrier_line || (file != barrier_file && strcmp(file, barrier_file))) {
+        fprintf(stderr, "cuda_emu: threads of a block wait at %s:%d and at %s:%d: ", barrier_file, barrier_line, file,
+                line);
+        fatal("__syncthreads in divergent code");
+    }
+    wait_at(AT_BLOCK_BARRIER);
+}
 
 void misuse(const char *what) { fatal(what); }
 

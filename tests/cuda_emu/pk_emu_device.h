@@ -6,8 +6,8 @@
  * (the lanes of its warp meet). Launches take four schedules in turn (threads ascending or
  * descending; warps in step or one running ahead), so a read of shared memory that lacks its
  * barrier sees stale data under some of them. Misuse the hardware leaves undefined (a
- * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers) stops the
- * program with a message.
+ * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers, a block's
+ * threads at different __syncthreads) stops the program with a message.
  *
  * Blocks that hand data to each other (the last block to draw a ticket from a global atomic
  * merges the others' partial results) need __threadfence between their stores and the atomic;
@@ -85,7 +85,8 @@ extern launch_dims dims;
 
 /* The running fiber's thread index. */
 const uint3 &thread_idx();
-void sync_block();
+/* __syncthreads at file:line. */
+void sync_block(const char *file, int line);
 /* Lane exchange among the warp's lanes: writes `size` bytes of value, returns lane src's. */
 void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out);
 /* Every lane of the full warp writes `size` (<= 32) bytes of value; all receives the 32 lanes'
@@ -148,7 +149,10 @@ extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one n
 #define blockDim (pk_emu::dims.block_dim)
 #define gridDim (pk_emu::dims.grid_dim)
 
-static inline void __syncthreads(void) { pk_emu::sync_block(); }
+/* A macro, so that each barrier knows its place in the source: a block's threads must all wait at
+ * the same __syncthreads (one in code only some threads reach is undefined: on a device the
+ * others may pass a different barrier, or hang). */
+#define __syncthreads() pk_emu::sync_block(__FILE__, __LINE__)
 /* On the device the launch fails and the context with it; here the run stops. */
 [[noreturn]] static inline void __trap(void) { pk_emu::misuse("a kernel trapped (__trap)"); }
 

@@ -10,8 +10,8 @@
  * replays included, and under held stores a last-block merge without its __threadfence (or that
  * picks the last block by index) comes out wrong while one with it, a block's reads of its own
  * stores and atomics stay right; under the host guard a host read of device memory dies as on a
- * GPU; a block's static and dynamic shared memory past 48 KiB, or a vector __ldg from an address
- * not aligned to it, stops the program. */
+ * GPU; a block's static and dynamic shared memory past 48 KiB, a vector __ldg from an address
+ * not aligned to it, or threads of a block at different __syncthreads stop the program. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -253,6 +253,29 @@ static void test_partial_warp_stops(void) {
                   cudaMalloc((void **)&d, 48 * sizeof *d);
                   PK_LAUNCH_PLAIN(1, 48, 0, NULL, partial_warp_sum_kernel)(d);
               }));
+}
+
+/* Threads below `split` pass a barrier of their own before the common one: on a device the others'
+ * first barrier is then that one (or the block hangs). */
+__global__ void divergent_barrier_kernel(float *y, int split) {
+    if ((int)threadIdx.x < split) {
+        y[threadIdx.x] = 1.0f;
+        __syncthreads();
+    }
+    __syncthreads();
+    y[threadIdx.x] = 2.0f;
+}
+
+static void test_divergent_barrier(void) {
+    float *d = NULL, y[64] = {0};
+    cudaMalloc((void **)&d, sizeof y);
+    PK_LAUNCH_PLAIN(1, 64, 0, NULL, divergent_barrier_kernel)(d, 0);
+    cudaMemcpyAsync(y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("a barrier every thread reaches runs", y[0] == 2.0f && y[63] == 2.0f);
+    TEST_COND("a __syncthreads only 32 of 64 threads reach stops the run", stops_the_run([d] {
+                  PK_LAUNCH_PLAIN(1, 64, 0, NULL, divergent_barrier_kernel)(d, 32);
+              }));
+    cudaFree(d);
 }
 
 __global__ void waiting_kernel(float *y) {
@@ -673,6 +696,7 @@ int main(void) {
     test_graph();
     test_sgemm();
     test_partial_warp_stops();
+    test_divergent_barrier();
     test_programmatic_launch();
     test_wmma();
     test_shared_limit();
