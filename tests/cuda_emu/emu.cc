@@ -1047,8 +1047,10 @@ __attribute__((no_sanitize_address)) static size_t refill_known_shared(const sha
     return written;
 }
 
-/* Runs one block on a filled section (see shared_footprint). */
+/* Runs one block on a filled section (see shared_footprint) and a fresh dynamic buffer: NaN
+ * bytes, not the previous block's values. */
 static void run_block(void) {
+    memset(dyn_shared.data(), 0xff, dyn_shared.size());
     for (int t = 0; t < n_threads; t++) {
         fiber *f = &fibers[t];
         f->sp = fresh_stack(f);
@@ -1113,7 +1115,7 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
     size_t static_shared = 0; /* the most any block wrote */
     holding = n_blocks > 1 && hold_all(); /* a lone block has no one to hide its stores from */
     if (holding) reserve_holds();
-    dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
+    dyn_shared.resize(smem ? smem : 1); /* filled by each block */
     body = &fn;
     dims.grid_dim = grid;
     dims.block_dim = block;

@@ -1,7 +1,7 @@
 /* test_cuda_emu: the emulation's own checks, so its power to fail a wrong kernel cannot rot
  * unnoticed: a correct block reduction is right under every schedule, the same kernel without
- * its barrier is wrong under at least one, unwritten shared (a template kernel's too) and device
- * memory read as NaN,
+ * its barrier is wrong under at least one, unwritten shared (a template kernel's and the dynamic
+ * buffer too, in every block) and device memory read as NaN,
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
  * graph replays on new data, SGEMM matches a plain product for each transpose, a
  * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
@@ -63,6 +63,14 @@ template <int N> __global__ void template_shared_kernel(unsigned writers, float 
     if (writers >> blockIdx.x & 1) buf[threadIdx.x] = 1.0f;
     __syncthreads();
     y[blockIdx.x * N + threadIdx.x] = buf[threadIdx.x];
+}
+
+/* The same with the dynamic buffer (THREADS floats). */
+__global__ void dynamic_shared_kernel(unsigned writers, float *y) {
+    PK_DYNAMIC_SHARED(float, buf);
+    if (writers >> blockIdx.x & 1) buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    y[blockIdx.x * THREADS + threadIdx.x] = buf[threadIdx.x];
 }
 
 __global__ void scale_kernel(const float *x, float k, float *y) { y[threadIdx.x] = k * x[threadIdx.x]; }
@@ -148,6 +156,13 @@ static void test_unwritten_memory(void) {
            template_nan[0], template_nan[1], THREADS);
     TEST_COND("a template kernel's unwritten shared memory reads as NaN, in every block",
               template_nan[0] == THREADS && template_nan[1] == THREADS);
+    PK_LAUNCH_PLAIN(2, THREADS, THREADS * sizeof(float), NULL, dynamic_shared_kernel)(1u, d2);
+    cudaMemcpyAsync(h2, d2, sizeof h2, cudaMemcpyDeviceToHost, NULL);
+    int dynamic_nan = 0;
+    for (int i = 0; i < THREADS; i++) dynamic_nan += h2[THREADS + i] != h2[THREADS + i];
+    printf("  dynamic shared memory: %d of %d floats read as NaN in the block after one that wrote them\n",
+           dynamic_nan, THREADS);
+    TEST_COND("unwritten dynamic shared memory reads as NaN in every block", dynamic_nan == THREADS);
     cudaFree(d2);
     TEST_COND("a copy past the allocation is refused",
               cudaMemcpyAsync(h, d + 1, sizeof h, cudaMemcpyDeviceToHost, NULL) == cudaErrorInvalidValue);
