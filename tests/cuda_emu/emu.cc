@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -902,7 +903,21 @@ static void wait_at(fiber_state where) {
 const uint3 &thread_idx() { return current->idx; }
 int lane_id() { return current->lane; }
 void *dynamic_shared() { return dyn_shared.data(); }
-void sync_block() { wait_at(AT_BLOCK_BARRIER); }
+/* The __syncthreads the block's waiting threads reached (set by the first to arrive). */
+static const char *barrier_file;
+static int barrier_line;
+
+void sync_block(const char *file, int line) {
+    if (!at_block_barrier) {
+        barrier_file = file;
+        barrier_line = line;
+    } else if (line != barrier_line || (file != barrier_file && strcmp(file, barrier_file))) {
+        fprintf(stderr, "cuda_emu: threads of a block wait at %s:%d and at %s:%d: ", barrier_file, barrier_line, file,
+                line);
+        fatal("__syncthreads in divergent code");
+    }
+    wait_at(AT_BLOCK_BARRIER);
+}
 
 void misuse(const char *what) { fatal(what); }
 
@@ -984,14 +999,58 @@ static void alloc_stacks(void) {
 /* The linker's bounds of the section holding every kernel's __shared__ variables. */
 extern "C" __attribute__((weak)) uint64_t __start_pk_emu_shared[], __stop_pk_emu_shared[];
 
-/* Volatile stores: a plain loop would become a memset call, which ASan checks against the
- * redzones it may keep between the variables. */
-static void poison_shared(void) {
-    for (volatile uint64_t *p = __start_pk_emu_shared; p < __stop_pk_emu_shared; p++) *p = ~(uint64_t)0;
+/* After each block the section is filled with NaN bytes again, and the words the block wrote
+ * (8 bytes no longer all ones) are counted: its static shared memory, as far as it can be seen
+ * (a variable never written, or written with all-ones bytes, is missed). The section holds every
+ * kernel's variables (hundreds of KiB, shared.ld), so a kernel's blocks refill only the words its
+ * blocks were seen to write, learned by whole-section passes on the first and last block of its
+ * first launches (the last block run is the one that merges, where a kernel writes what the
+ * others do not). Volatile accesses: a plain loop would become a memset call, which ASan checks
+ * against the redzones it keeps around the template kernels' variables (gathered here by the
+ * linker, not by the compiler); no_sanitize_address, as those redzones are filled too. */
+struct shared_footprint {
+    std::vector<uint32_t> words; /* ascending word indices into the section */
+    unsigned launches;
+};
+enum { LEARNING_LAUNCHES = 4 }; /* the four schedules */
+
+static const uint64_t unwritten_shared = ~(uint64_t)0;
+
+/* Refills the whole section; adds the written words to fp (unless NULL). Returns the bytes written. */
+__attribute__((no_sanitize_address)) static size_t refill_all_shared(shared_footprint *fp) {
+    volatile uint64_t *base = __start_pk_emu_shared;
+    size_t n = (size_t)(__stop_pk_emu_shared - __start_pk_emu_shared), written = 0;
+    std::vector<uint32_t> seen;
+    for (size_t i = 0; i < n; i++)
+        if (base[i] != unwritten_shared) {
+            base[i] = unwritten_shared;
+            written += sizeof *base;
+            if (fp) seen.push_back((uint32_t)i);
+        }
+    if (fp && !seen.empty()) {
+        std::vector<uint32_t> merged;
+        std::set_union(fp->words.begin(), fp->words.end(), seen.begin(), seen.end(), std::back_inserter(merged));
+        fp->words.swap(merged);
+    }
+    return written;
 }
 
+/* Refills the words fp's kernel was seen to write. Returns the bytes written. */
+__attribute__((no_sanitize_address)) static size_t refill_known_shared(const shared_footprint &fp) {
+    volatile uint64_t *base = __start_pk_emu_shared;
+    size_t written = 0;
+    for (uint32_t i : fp.words)
+        if (base[i] != unwritten_shared) {
+            base[i] = unwritten_shared;
+            written += sizeof *base;
+        }
+    return written;
+}
+
+/* Runs one block on a filled section (see shared_footprint) and a fresh dynamic buffer: NaN
+ * bytes, not the previous block's values. */
 static void run_block(void) {
-    poison_shared();
+    memset(dyn_shared.data(), 0xff, dyn_shared.size());
     for (int t = 0; t < n_threads; t++) {
         fiber *f = &fibers[t];
         f->sp = fresh_stack(f);
@@ -1034,18 +1093,29 @@ void atomic_stored(const void *p, size_t bytes) {
         if (held[i] == p_page) memcpy(pre_images + i * page + (a - p_page), p, bytes);
 }
 
-static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, bool programmatic,
-                              const std::function<void()> &fn) {
+/* What every device grants a block without opting in (cudaFuncSetAttribute, which nothing here
+ * uses): static and dynamic shared memory together. */
+static const size_t default_shared_limit = 48 * 1024;
+
+static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *name, uintptr_t kernel,
+                              bool programmatic, const std::function<void()> &fn) {
     waited = false;
+    static bool filled; /* the section starts as zeros, not NaN */
+    if (!filled) refill_all_shared(NULL);
+    filled = true;
+    static std::map<uintptr_t, shared_footprint> footprints; /* by kernel */
+    shared_footprint &fp = footprints[kernel];
+    const bool learning = fp.launches++ < LEARNING_LAUNCHES;
     alloc_stacks();
     n_threads = (int)(block.x * block.y * block.z);
     descending = launches & 1;
     warp_ahead = launches & 2;
     launches++;
     unsigned long n_blocks = (unsigned long)grid.x * grid.y * grid.z;
+    size_t static_shared = 0; /* the most any block wrote */
     holding = n_blocks > 1 && hold_all(); /* a lone block has no one to hide its stores from */
     if (holding) reserve_holds();
-    dyn_shared.assign(smem ? smem : 1, 0xff); /* uninitialised shared memory reads as NaN */
+    dyn_shared.resize(smem ? smem : 1); /* filled by each block */
     body = &fn;
     dims.grid_dim = grid;
     dims.block_dim = block;
@@ -1058,7 +1128,16 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
         dims.block_idx =
             uint3{(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / grid.x / grid.y)};
         run_block();
+        size_t written = learning && (k == 0 || k == n_blocks - 1) ? refill_all_shared(&fp) : refill_known_shared(fp);
+        static_shared = written > static_shared ? written : static_shared;
         if (holding) set_aside_held();
+    }
+    /* A device refuses the launch (too much shared memory) before any block runs; only now are
+     * the kernel's static variables known here, so the run stops. */
+    if (static_shared + smem > default_shared_limit) {
+        fprintf(stderr, "cuda_emu: %s: %zu bytes of static shared memory written and %zu dynamic: ", name,
+                static_shared, smem);
+        fatal("more shared memory than a device grants a block (48 KiB) without opting in");
     }
     if (holding) {
         unhold(held); /* the last block's stores are in set_aside */
@@ -1073,11 +1152,11 @@ static cudaError_t run_launch(dim3 grid, dim3 block, size_t smem, const char *na
     return cudaSuccess;
 }
 
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
-            std::function<void()> fn) {
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, uintptr_t kernel,
+            bool programmatic, std::function<void()> fn) {
     size_t threads = (size_t)block.x * block.y * block.z;
     if (!threads || threads > MAX_THREADS || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
-        grid.z > 65535 || smem > 48 * 1024) {
+        grid.z > 65535 || smem > default_shared_limit) {
         note(cudaErrorInvalidConfiguration);
         return;
     }
@@ -1085,8 +1164,8 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char 
         note(cudaErrorLaunchFailure);
         return;
     }
-    enqueue(stream, step::KERNEL, name, [grid, block, smem, name, programmatic, fn]() {
-        return run_launch(grid, block, smem, name, programmatic, fn);
+    enqueue(stream, step::KERNEL, name, [grid, block, smem, name, kernel, programmatic, fn]() {
+        return run_launch(grid, block, smem, name, kernel, programmatic, fn);
     });
 }
 

@@ -6,8 +6,8 @@
  * (the lanes of its warp meet). Launches take four schedules in turn (threads ascending or
  * descending; warps in step or one running ahead), so a read of shared memory that lacks its
  * barrier sees stale data under some of them. Misuse the hardware leaves undefined (a
- * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers) stops the
- * program with a message.
+ * full-mask shuffle in a partial warp or with exited lanes, mismatched barriers, a block's
+ * threads at different __syncthreads) stops the program with a message.
  *
  * Blocks that hand data to each other (the last block to draw a ticket from a global atomic
  * merges the others' partial results) need __threadfence between their stores and the atomic;
@@ -37,7 +37,8 @@
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 /* Shared variables are statics in one section, which every block starts by filling with NaN
- * bytes: as on the device, a block sees neither zeros nor the previous block's values. */
+ * bytes: as on the device, a block sees neither zeros nor the previous block's values. (GCC
+ * ignores the attribute in templates; the linker gathers those, cuda_emu/shared.ld.) */
 #define __shared__ __attribute__((section("pk_emu_shared"))) static
 
 struct uint3 {
@@ -84,7 +85,8 @@ extern launch_dims dims;
 
 /* The running fiber's thread index. */
 const uint3 &thread_idx();
-void sync_block();
+/* __syncthreads at file:line. */
+void sync_block(const char *file, int line);
 /* Lane exchange among the warp's lanes: writes `size` bytes of value, returns lane src's. */
 void shuffle(unsigned mask, const void *value, size_t size, int src_lane, void *out);
 /* Every lane of the full warp writes `size` (<= 32) bytes of value; all receives the 32 lanes'
@@ -98,9 +100,10 @@ void *dynamic_shared();
 /* Errors, as on the device, reach the caller through cudaGetLastError. `name` (the launch
  * expression) is what the launch's device traffic is counted under. A programmatic launch (the
  * kernel may start while its predecessor drains, common.cuh) must call pk_grid_wait: one that
- * ends without doing so stops the run (on a device it would race its predecessor). */
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, bool programmatic,
-            std::function<void()> body);
+ * ends without doing so stops the run (on a device it would race its predecessor). `kernel`
+ * identifies the kernel (its address), whose shared variables the emulation learns. */
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name, uintptr_t kernel,
+            bool programmatic, std::function<void()> body);
 /* pk_grid_wait was called by the running launch. */
 void grid_waited();
 /* __threadfence: publishes the block's held stores (emu.cc). */
@@ -120,7 +123,8 @@ template <class... P> struct launcher {
     template <class... A> void operator()(A &&...args) const {
         std::tuple<P...> params(std::forward<A>(args)...);
         void (*k)(P...) = kernel;
-        launch(grid, block, smem, stream, name, programmatic, [k, params]() { std::apply(k, params); });
+        launch(grid, block, smem, stream, name, reinterpret_cast<uintptr_t>(k), programmatic,
+               [k, params]() { std::apply(k, params); });
     }
 };
 
@@ -145,7 +149,10 @@ extern "C" void pk_count_node(void); /* kernels/lm_ops.cu: every launch is one n
 #define blockDim (pk_emu::dims.block_dim)
 #define gridDim (pk_emu::dims.grid_dim)
 
-static inline void __syncthreads(void) { pk_emu::sync_block(); }
+/* A macro, so that each barrier knows its place in the source: a block's threads must all wait at
+ * the same __syncthreads (one in code only some threads reach is undefined: on a device the
+ * others may pass a different barrier, or hang). */
+#define __syncthreads() pk_emu::sync_block(__FILE__, __LINE__)
 /* On the device the launch fails and the context with it; here the run stops. */
 [[noreturn]] static inline void __trap(void) { pk_emu::misuse("a kernel trapped (__trap)"); }
 
@@ -194,9 +201,20 @@ static inline unsigned atomicExch(unsigned *p, unsigned v) {
     return pk_emu_atomic(p, [v](unsigned) { return v; });
 }
 
-template <class T> static inline T __ldg(const T *p) { return *p; }
+/* A device load of T takes an address aligned to T's size (a float4 or uint4 one a multiple of
+ * 16 bytes) and faults otherwise; the host would load from any address, so the run stops. */
+template <class T> static inline void pk_emu_check_aligned(const T *p) {
+    if ((uintptr_t)p & (alignof(T) - 1)) pk_emu::misuse("a load from an address not aligned to its type (__ldg, __ldcg)");
+}
+template <class T> static inline T __ldg(const T *p) {
+    pk_emu_check_aligned(p);
+    return *p;
+}
 /* Skips L1 on the device (reads what other blocks published); one memory here. */
-template <class T> static inline T __ldcg(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) {
+    pk_emu_check_aligned(p);
+    return *p;
+}
 
 template <class To, class From> static inline To pk_emu_bits(From v) {
     static_assert(sizeof(To) == sizeof(From), "a reinterpretation keeps the size");

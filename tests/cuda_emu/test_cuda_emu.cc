@@ -1,6 +1,7 @@
 /* test_cuda_emu: the emulation's own checks, so its power to fail a wrong kernel cannot rot
  * unnoticed: a correct block reduction is right under every schedule, the same kernel without
- * its barrier is wrong under at least one, unwritten shared and device memory read as NaN,
+ * its barrier is wrong under at least one, unwritten shared (a template kernel's and the dynamic
+ * buffer too, in every block) and device memory read as NaN,
  * copies outside an allocation and host transfers inside a capture are refused, a recorded
  * graph replays on new data, SGEMM matches a plain product for each transpose, a
  * full-mask shuffle in a partial warp or a programmatic launch that never waits stops the
@@ -9,7 +10,8 @@
  * replays included, and under held stores a last-block merge without its __threadfence (or that
  * picks the last block by index) comes out wrong while one with it, a block's reads of its own
  * stores and atomics stay right; under the host guard a host read of device memory dies as on a
- * GPU. */
+ * GPU; a block's static and dynamic shared memory past 48 KiB, a vector __ldg from an address
+ * not aligned to it, or threads of a block at different __syncthreads stop the program. */
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "kernels.h"
@@ -51,6 +53,24 @@ __global__ void block_sum_kernel(const float *x, float *y, int with_barrier) {
 __global__ void read_unwritten_shared_kernel(float *y) {
     __shared__ float never_written[THREADS];
     y[threadIdx.x] = never_written[threadIdx.x];
+}
+
+/* A template kernel's shared variable (GCC keeps it apart from the others' unless the linker
+ * gathers it, cuda_emu/shared.ld): the blocks whose bit is set in `writers` write it, then every
+ * block reads it. */
+template <int N> __global__ void template_shared_kernel(unsigned writers, float *y) {
+    __shared__ float buf[N];
+    if (writers >> blockIdx.x & 1) buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    y[blockIdx.x * N + threadIdx.x] = buf[threadIdx.x];
+}
+
+/* The same with the dynamic buffer (THREADS floats). */
+__global__ void dynamic_shared_kernel(unsigned writers, float *y) {
+    PK_DYNAMIC_SHARED(float, buf);
+    if (writers >> blockIdx.x & 1) buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    y[blockIdx.x * THREADS + threadIdx.x] = buf[threadIdx.x];
 }
 
 __global__ void scale_kernel(const float *x, float k, float *y) { y[threadIdx.x] = k * x[threadIdx.x]; }
@@ -121,6 +141,29 @@ static void test_unwritten_memory(void) {
     int nan = 0;
     for (int i = 0; i < THREADS; i++) nan += h[i] != h[i];
     TEST_COND("unwritten shared memory reads as NaN", nan == THREADS);
+    /* Block 0 writes the template kernel's buffer, block 1 reads it unwritten: NaN, not block 0's
+     * values, nor zeros in a first launch that writes nothing. */
+    float *d2 = NULL, h2[2 * THREADS];
+    cudaMalloc((void **)&d2, sizeof h2);
+    int template_nan[2] = {0, 0};
+    for (unsigned writers = 0; writers < 2; writers++) {
+        PK_LAUNCH_PLAIN(2, THREADS, 0, NULL, template_shared_kernel<THREADS>)(writers, d2);
+        cudaMemcpyAsync(h2, d2, sizeof h2, cudaMemcpyDeviceToHost, NULL);
+        for (int i = 0; i < THREADS; i++) template_nan[writers] += h2[THREADS + i] != h2[THREADS + i];
+    }
+    printf("  template kernel: unwritten shared floats read as NaN %d and %d of %d (a first launch; after "
+           "a block that wrote them)\n",
+           template_nan[0], template_nan[1], THREADS);
+    TEST_COND("a template kernel's unwritten shared memory reads as NaN, in every block",
+              template_nan[0] == THREADS && template_nan[1] == THREADS);
+    PK_LAUNCH_PLAIN(2, THREADS, THREADS * sizeof(float), NULL, dynamic_shared_kernel)(1u, d2);
+    cudaMemcpyAsync(h2, d2, sizeof h2, cudaMemcpyDeviceToHost, NULL);
+    int dynamic_nan = 0;
+    for (int i = 0; i < THREADS; i++) dynamic_nan += h2[THREADS + i] != h2[THREADS + i];
+    printf("  dynamic shared memory: %d of %d floats read as NaN in the block after one that wrote them\n",
+           dynamic_nan, THREADS);
+    TEST_COND("unwritten dynamic shared memory reads as NaN in every block", dynamic_nan == THREADS);
+    cudaFree(d2);
     TEST_COND("a copy past the allocation is refused",
               cudaMemcpyAsync(h, d + 1, sizeof h, cudaMemcpyDeviceToHost, NULL) == cudaErrorInvalidValue);
     TEST_COND("a device pointer given as host is refused",
@@ -227,6 +270,29 @@ static void test_partial_warp_stops(void) {
               }));
 }
 
+/* Threads below `split` pass a barrier of their own before the common one: on a device the others'
+ * first barrier is then that one (or the block hangs). */
+__global__ void divergent_barrier_kernel(float *y, int split) {
+    if ((int)threadIdx.x < split) {
+        y[threadIdx.x] = 1.0f;
+        __syncthreads();
+    }
+    __syncthreads();
+    y[threadIdx.x] = 2.0f;
+}
+
+static void test_divergent_barrier(void) {
+    float *d = NULL, y[64] = {0};
+    cudaMalloc((void **)&d, sizeof y);
+    PK_LAUNCH_PLAIN(1, 64, 0, NULL, divergent_barrier_kernel)(d, 0);
+    cudaMemcpyAsync(y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("a barrier every thread reaches runs", y[0] == 2.0f && y[63] == 2.0f);
+    TEST_COND("a __syncthreads only 32 of 64 threads reach stops the run", stops_the_run([d] {
+                  PK_LAUNCH_PLAIN(1, 64, 0, NULL, divergent_barrier_kernel)(d, 32);
+              }));
+    cudaFree(d);
+}
+
 __global__ void waiting_kernel(float *y) {
     pk_grid_wait();
     y[threadIdx.x] = 1.0f;
@@ -244,6 +310,57 @@ static void test_programmatic_launch(void) {
               stops_the_run([d] { PK_LAUNCH(1, 32, 0, NULL, scale_kernel)
                                   (d, 2.0f, d); }));
     cudaFree(d);
+}
+
+/* Writes a static buffer of `statics` floats (at most 8192: 32 KiB) and, after it, touches the
+ * dynamic buffer's first float. */
+__global__ void shared_use_kernel(float *y, int statics) {
+    __shared__ float big[8192];
+    PK_DYNAMIC_SHARED(float, dyn);
+    for (int i = threadIdx.x; i < statics; i += blockDim.x) big[i] = (float)i;
+    __syncthreads();
+    if (threadIdx.x == 0) dyn[0] = big[statics - 1], y[0] = dyn[0];
+}
+
+/* A device refuses a block more than 48 KiB of static and dynamic shared memory together (unless
+ * the kernel opts in): 32 KiB of statics with 8 KiB dynamic runs, with 20 KiB dynamic stops the
+ * run, as do 49 KiB dynamic alone (refused at the launch). */
+static void test_shared_limit(void) {
+    float *d = NULL, y = 0.0f;
+    cudaMalloc((void **)&d, sizeof *d);
+    cudaGetLastError(); /* the earlier tests' refused calls */
+    PK_LAUNCH_PLAIN(2, 64, 8 * 1024, NULL, shared_use_kernel)(d, 8192);
+    cudaMemcpyAsync(&y, d, sizeof y, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("32 KiB of static and 8 KiB of dynamic shared memory run", cudaGetLastError() == cudaSuccess && y == 8191.0f);
+    TEST_COND("32 KiB of static and 20 KiB of dynamic shared memory stop the run", stops_the_run([d] {
+                  PK_LAUNCH_PLAIN(2, 64, 20 * 1024, NULL, shared_use_kernel)(d, 8192);
+              }));
+    PK_LAUNCH_PLAIN(1, 64, 49 * 1024, NULL, shared_use_kernel)(d, 1);
+    TEST_COND("49 KiB of dynamic shared memory are refused", cudaGetLastError() == cudaErrorInvalidConfiguration);
+    cudaFree(d);
+}
+
+/* Each thread loads a float4 with __ldg from x + offset floats onward. */
+__global__ void vector_load_kernel(const float *x, int offset, float *y) {
+    const float4 v = __ldg((const float4 *)(x + offset) + threadIdx.x);
+    y[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+
+/* A float4 load from an address 16-byte aligned runs; one float further (4-byte aligned, as a
+ * row of an odd width gives) faults on a device, and stops the run here. */
+static void test_misaligned_load(void) {
+    float *x = NULL, *y = NULL, h[36], got[8] = {0};
+    for (int i = 0; i < 36; i++) h[i] = (float)i;
+    x = device_copy(h, 36);
+    cudaMalloc((void **)&y, sizeof got);
+    PK_LAUNCH_PLAIN(1, 8, 0, NULL, vector_load_kernel)(x, 4, y);
+    cudaMemcpyAsync(got, y, sizeof got, cudaMemcpyDeviceToHost, NULL);
+    TEST_COND("an aligned float4 __ldg runs", got[0] == 4 + 5 + 6 + 7 && got[7] == 32 + 33 + 34 + 35);
+    TEST_COND("a float4 __ldg from a 4-byte-aligned address stops the run", stops_the_run([x, y] {
+                  PK_LAUNCH_PLAIN(1, 8, 0, NULL, vector_load_kernel)(x, 1, y);
+              }));
+    cudaFree(x);
+    cudaFree(y);
 }
 
 /* c [16][16] = a [16][8] (row-major) · b [8][16] (stored column by column) on the emulated
@@ -594,8 +711,11 @@ int main(void) {
     test_graph();
     test_sgemm();
     test_partial_warp_stops();
+    test_divergent_barrier();
     test_programmatic_launch();
     test_wmma();
+    test_shared_limit();
+    test_misaligned_load();
     test_traffic();
     test_held_stores();
     test_host_guard();
