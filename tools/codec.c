@@ -14,6 +14,7 @@
 #include "io/file.h"
 #include "model/mimi.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,9 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    /* Past a file-size limit (ulimit -f, systemd's LimitFSIZE) a write fails with EFBIG and is
+     * reported, the .tmp removed, instead of SIGXFSZ killing the run and leaving it behind. */
+    signal(SIGXFSZ, SIG_IGN);
     char err[PP_ERR_LEN];
     pp_backend *be = NULL;
     mimi_model *m = NULL;

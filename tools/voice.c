@@ -8,6 +8,7 @@
  * (io/voice.h) or the server could not select it. Without --config, the config.json beside
  * the weights is used when there is one, as the server does. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,9 @@ int main(int argc, char **argv) {
                 file, PP_VOICE_NAME_MAX);
         return 2;
     }
+    /* Past a file-size limit (ulimit -f, systemd's LimitFSIZE) a write fails with EFBIG and is
+     * reported, the .tmp removed, instead of SIGXFSZ killing the run and leaving it behind. */
+    signal(SIGXFSZ, SIG_IGN);
     char err[PP_ERR_LEN];
     pp_backend *be = NULL;
     pp_lm *lm = NULL;

@@ -1,6 +1,7 @@
 /* zip: see zip.h. Offsets are checked in 64 bits before any pointer is formed. */
 #include "io/zip.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,15 +350,23 @@ struct zip_writer {
     wr_rec *recs;
     size_t count, cap;
     int failed;
+    int failed_errno; /* of the first write that failed: the reason the user is told */
 };
 
 static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static void put32(uint8_t *p, uint32_t v) { put16(p, v & 0xFFFF), put16(p + 2, v >> 16); }
 
 static int emit(zip_writer *w, const void *p, size_t n) {
-    if (n && fwrite(p, 1, n, w->f) != n) w->failed = 1;
+    if (n && !w->failed && fwrite(p, 1, n, w->f) != n) {
+        w->failed = 1;
+        w->failed_errno = errno ? errno : EIO;
+    }
     w->pos += n;
     return w->failed;
+}
+
+static int write_failed(const zip_writer *w, char *err) {
+    return pp_fail(err, PP_EIO, "%s: write failed: %s", w->path, strerror(w->failed_errno));
 }
 
 int pp_zip_writer_create(const char *path, zip_writer **out, char *err) {
@@ -415,7 +424,7 @@ int pp_zip_writer_add(zip_writer *w, const char *name, const void *data, size_t 
     emit(w, name, nl);
     emit(w, h + LOCAL_LEN, 4);
     emit(w, zeros, pad);
-    if (emit(w, data, size)) return pp_fail(err, PP_EIO, "%s: write failed", w->path);
+    if (emit(w, data, size)) return write_failed(w, err);
     return 0;
 }
 
@@ -452,11 +461,13 @@ int pp_zip_writer_finish(zip_writer *w, char *err) {
     put16(e + 10, (uint32_t)w->count);
     put32(e + 12, (uint32_t)(w->pos - cd_off));
     put32(e + 16, (uint32_t)cd_off);
-    int failed = emit(w, e, EOCD_LEN) || w->pos >= 0xFFFFFFFFu;
     int rc;
-    if (failed) {
+    if (emit(w, e, EOCD_LEN)) {
         pp_file_discard(w->path, w->f);
-        rc = pp_fail(err, PP_EIO, "%s: write failed", w->path);
+        rc = write_failed(w, err);
+    } else if (w->pos >= 0xFFFFFFFFu) { /* the central directory took it over: no zip64 here */
+        pp_file_discard(w->path, w->f);
+        rc = pp_fail(err, PP_EUNSUPPORTED, "%s: archive would exceed 4 GiB", w->path);
     } else {
         rc = pp_file_commit(w->path, w->f, err);
     }
