@@ -188,6 +188,25 @@ static void cross_site_websocket(void) {
               upgrade_status("Authorization: Bearer alpha-key-1\r\nOrigin: https://evil.example\r\n") == 101);
 }
 
+/* --allowed-origins on an open server: a browser lets any page open a WebSocket to any server (no
+ * CORS check), so without the list any site its user visits could hold conversations on it. */
+static void allowed_origins(void) {
+    char own[128];
+    snprintf(own, sizeof own, "Origin: http://127.0.0.1:%d\r\n", g_srv.port);
+    TEST_COND("--allowed-origins: the server's own page opens a conversation", upgrade_status(own) == 101);
+    TEST_COND("... a program (no Origin)", upgrade_status("") == 101);
+    TEST_COND("... a listed origin", upgrade_status("Origin: https://app.example\r\n") == 101);
+    TEST_COND("... written otherwise (case, the default port)",
+              upgrade_status("Origin: HTTPS://App.Example:443\r\n") == 101);
+    TEST_COND("... the second entry of the list", upgrade_status("Origin: http://localhost:5173\r\n") == 101);
+    TEST_COND("another site's page: 403", upgrade_status("Origin: https://evil.example\r\n") == 403);
+    TEST_COND("... a listed host over another scheme: 403", upgrade_status("Origin: http://app.example\r\n") == 403);
+    TEST_COND("... or on another port: 403", upgrade_status("Origin: https://app.example:8443\r\n") == 403);
+    TEST_COND("... a sandboxed page (Origin: null): 403", upgrade_status("Origin: null\r\n") == 403);
+    TEST_COND("... and logged, naming the page's origin",
+              sh_log_count(&g_srv, "a page of https://evil.example is not in --allowed-origins") == 1);
+}
+
 static int write_keys(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -264,6 +283,15 @@ int main(int argc, char **argv) {
         wc_shutdown();
         st = sh_stop(&g_srv);
         TEST_COND("clean exit behind a proxy", st == 0);
+        sh_cleanup(&g_srv, st != 0 || test_failed);
+    }
+
+    const char *origins[] = {"--allowed-origins", "https://app.example, http://LOCALHOST:5173", NULL};
+    if (sh_start(&g_srv, argv[1], 0, origins) != 0) TEST_COND("server with --allowed-origins starts", 0);
+    else {
+        allowed_origins();
+        st = sh_stop(&g_srv);
+        TEST_COND("clean exit with --allowed-origins", st == 0);
         sh_cleanup(&g_srv, st != 0 || test_failed);
     }
     unlink(keys);

@@ -192,6 +192,71 @@ static int split_authority(const char *a, const char **host, size_t *host_len, u
     return *port >= 1 && *port <= 65535 ? 0 : -1;
 }
 
+/* A browser origin, scheme://host[:port]: *scheme_port gets its scheme's default port (80, 443),
+ * *port the one it names or that default. -1 when it is not one ("null", another scheme). */
+static int parse_origin(const char *origin, const char **host, size_t *host_len, unsigned *port,
+                        unsigned *scheme_port) {
+    *scheme_port = !strncasecmp(origin, "http://", 7) ? 80 : !strncasecmp(origin, "https://", 8) ? 443 : 0;
+    if (!*scheme_port || split_authority(strstr(origin, "://") + 3, host, host_len, port)) return -1;
+    for (size_t i = 0; i < *host_len; i++) /* a name or an address: no path, query, user or space */
+        if (!isalnum((unsigned char)(*host)[i]) && !strchr("-.[]:", (*host)[i])) return -1;
+    if (!*port) *port = *scheme_port;
+    return 0;
+}
+
+#define ORIGIN_MAX 512 /* bytes of one entry of an origin list */
+
+/* Copies the next comma-separated entry of *list, spaces trimmed, into entry and advances *list
+ * past it: 1, or -1 when the entry is too long for entry (a cut copy); 0 when the list is done. */
+static int next_origin(const char **list, char entry[ORIGIN_MAX]) {
+    const char *e = *list;
+    if (!*e) return 0;
+    size_t n = strcspn(e, ",");
+    *list = e + n + (e[n] == ',');
+    while (n && *e == ' ') e++, n--;
+    while (n && e[n - 1] == ' ') n--;
+    int fits = n < ORIGIN_MAX;
+    if (!fits) n = ORIGIN_MAX - 1;
+    memcpy(entry, e, n);
+    entry[n] = '\0';
+    return fits ? 1 : -1;
+}
+
+int apikeys_origin_listed(const char *list, const char *origin) {
+    const char *host, *listed_host;
+    size_t host_len, listed_len;
+    unsigned port, scheme, listed_port, listed_scheme;
+    int is_origin = parse_origin(origin, &host, &host_len, &port, &scheme) == 0;
+    char entry[ORIGIN_MAX];
+    for (int got; (got = next_origin(&list, entry)) != 0;) {
+        if (got < 0) continue; /* refused by apikeys_origins_check */
+        if (!strcmp(entry, "*")) return 1;
+        if (is_origin && !parse_origin(entry, &listed_host, &listed_len, &listed_port, &listed_scheme) &&
+            listed_scheme == scheme && listed_port == port && listed_len == host_len &&
+            !strncasecmp(listed_host, host, host_len))
+            return 1;
+    }
+    return 0;
+}
+
+int apikeys_origins_check(const char *list, char *err) {
+    const char *host;
+    size_t host_len;
+    unsigned port, scheme;
+    char entry[ORIGIN_MAX];
+    if (!*list) return pp_fail(err, PP_EINVAL, "--allowed-origins is empty (\"*\" allows any origin)");
+    for (int got; (got = next_origin(&list, entry)) != 0;)
+        if (got < 0)
+            return pp_fail(err, PP_EINVAL, "--allowed-origins: an entry over %d bytes ('%.40s...')", ORIGIN_MAX - 1,
+                           entry);
+        else if (strcmp(entry, "*") && parse_origin(entry, &host, &host_len, &port, &scheme))
+            return pp_fail(err, PP_EINVAL,
+                           "--allowed-origins: '%s' is not an origin (http://host or https://host, an optional "
+                           ":port, no path) nor *",
+                           entry);
+    return PP_OK;
+}
+
 int apikeys_same_origin(const char *origin, const char *host, int host_port_optional) {
     unsigned default_port = !strncmp(origin, "http://", 7) ? 80 : !strncmp(origin, "https://", 8) ? 443 : 0;
     if (!default_port) return 0; /* "null" (a sandboxed or file: page) or another scheme */

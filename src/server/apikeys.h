@@ -40,5 +40,12 @@ const char *apikeys_presented(const char *authorization, const char *token, cons
  * one. The browser sends the key cookie with a WebSocket opened by any page of the same site,
  * another port or subdomain included: a cookie is a key only from the page's own origin. */
 int apikeys_same_origin(const char *origin, const char *host, int host_port_optional);
+/* Whether origin (a browser's Origin header value) is in list, --allowed-origins: comma-separated
+ * origins (scheme://host[:port], http or https) compared as origins are (the scheme and the host
+ * in any case, a scheme's default port written or not), or "*" for any. */
+int apikeys_origin_listed(const char *list, const char *origin);
+/* PP_OK when every entry of an --allowed-origins list is "*" or an origin; else PP_EINVAL naming
+ * the first that is not (a path, another scheme, an empty entry). */
+int apikeys_origins_check(const char *list, char *err);
 
 #endif

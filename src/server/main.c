@@ -421,6 +421,10 @@ static int run(app *a) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;
     }
+    if (o->allowed_origins && apikeys_origins_check(o->allowed_origins, err)) {
+        fprintf(stderr, "personaplex-server: %s\n", err);
+        return 2;
+    }
     if (o->api_keys && apikeys_load(o->api_keys, &s->keys, err)) {
         fprintf(stderr, "personaplex-server: %s\n", err);
         return 2;

@@ -148,6 +148,13 @@ static const opt_spec g_opts[] = {
      "connections held every descriptor and request slot, and nobody else got an answer. 0: no "
      "limit. Not applied with --behind-proxy, where every connection comes from the proxy (limit "
      "there: nginx limit_conn). A load test from one machine needs it raised."},
+    {"allowed-origins", "LIST", OPT_STRING, F(allowed_origins), 0, 0, NULL, NULL,
+     "Pages of other sites that may open a conversation: comma-separated origins "
+     "(https://app.example.com, http://localhost:5173) or * for any. A browser lets any page open a "
+     "WebSocket to any server, with no CORS check, so without it a page of any site its user visits "
+     "can talk to an open server (one on localhost or the LAN included) and spend its GPU. The "
+     "server's own pages and programs (no Origin header) are always let in; others get 403. "
+     "Default: any, as before."},
     {"api-keys", "FILE", OPT_STRING, F(api_keys), 0, 0, NULL, NULL,
      "Require a key on every endpoint but /health and /health/live: FILE holds one key per line "
      "(blank lines and # comments ignored) and is read again on SIGHUP. A client presents one as "

@@ -39,6 +39,7 @@ typedef struct server_options {
     char *models_dir;   /* where --weights is looked for when not given */
     int behind_proxy;   /* log X-Forwarded-For / X-Real-IP as the client address */
     int max_per_ip;     /* open connections one client address may hold (0: no limit) */
+    char *allowed_origins; /* pages of other sites that may open a conversation (apikeys.h); NULL: any */
     char *api_keys;     /* file of keys every endpoint but /health requires (apikeys.h); NULL: open */
     int drain_seconds;  /* SIGTERM: how long open conversations may take to close */
     int idle_timeout;   /* seconds without client audio before a conversation ends (0: never) */

@@ -39,6 +39,13 @@ static int same_origin(server *s, struct lws *wsi) {
            apikeys_same_origin(origin, host, s->opt->behind_proxy);
 }
 
+int server_origin_allowed(server *s, struct lws *wsi, char *origin, size_t cap) {
+    origin[0] = '\0';
+    if (!s->opt->allowed_origins || same_origin(s, wsi)) return 1;
+    return lws_hdr_copy(wsi, origin, (int)cap, WSI_TOKEN_ORIGIN) > 0 &&
+           apikeys_origin_listed(s->opt->allowed_origins, origin);
+}
+
 int server_authorized(server *s, struct lws *wsi, int *from_query) {
     *from_query = 0;
     if (!s->keys) return 1;

@@ -63,6 +63,9 @@ void server_publish(server *s, pp_model *model, engine *e, const char *load_erro
 /* A drain has begun: refuse new conversations, /health says "draining" (any thread). */
 int server_draining(const server *s);
 void server_start_draining(server *s);
+/* Whether a WebSocket upgrade's page may open a conversation (--allowed-origins): no Origin,
+ * the server's own, or one listed. origin (cap bytes) gets the header's value for the log. */
+int server_origin_allowed(server *s, struct lws *wsi, char *origin, size_t cap);
 /* Whether the request on wsi may proceed: no --api-keys, or a valid key presented (apikeys.h).
  * *from_query is set when the key came as ?token= (the page then gets the cookie). */
 int server_authorized(server *s, struct lws *wsi, int *from_query);

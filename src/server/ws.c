@@ -225,13 +225,18 @@ static int refuse_upgrade_if_busy(server *s, struct lws *wsi) {
 int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     server *s = server_of(wsi);
     ws_pss *pss = user;
-    char uri[64];
+    char uri[64], origin[256];
     int from_query;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || ws_endpoint(uri) < 0) {
             PP_WARN("ws", "WebSocket upgrade refused outside /api/chat, /v1/realtime and /v1/twilio");
             metrics_bad_input(s->metrics);
+            return 1;
+        }
+        if (!server_origin_allowed(s, wsi, origin, sizeof origin)) {
+            PP_WARN("ws", "WebSocket upgrade refused: a page of %.200s is not in --allowed-origins", origin);
+            lws_return_http_status(wsi, HTTP_STATUS_FORBIDDEN, NULL);
             return 1;
         }
         if (!server_authorized(s, wsi, &from_query)) {

@@ -1,7 +1,8 @@
 /* fuzz_apikeys: the API-key extraction from an Authorization header, a token query value and a
  * Cookie header (three NUL-separated parts of the input), then the check against a key set. The
  * presented key must lie inside the part its source names, and only a key of the set may pass.
- * The first two parts also go through the Origin/Host comparison. */
+ * The first two parts also go through the Origin/Host comparison, and the third, as an
+ * --allowed-origins list, through its check and the lookup of the first part as an Origin. */
 #include "base/err.h"
 #include "base/log.h"
 #include "server/apikeys.h"
@@ -47,6 +48,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* the first two parts as an Origin and a Host: a port the Host leaves out only widens */
     if (apikeys_same_origin(part[0], part[1], 0) && !apikeys_same_origin(part[0], part[1], 1)) abort();
+    /* the third as an --allowed-origins list: a list of one origin that passes its check lists that
+     * origin, and an origin listed stays listed when the list also allows any */
+    char err[PP_ERR_LEN];
+    int list_ok = part[2][0] && apikeys_origins_check(part[2], err) == PP_OK;
+    if (list_ok && !strpbrk(part[2], ", ") && !apikeys_origin_listed(part[2], part[2])) abort();
+    int listed = apikeys_origin_listed(part[2], part[0]);
+    size_t n = strlen(part[2]);
+    char *with_any = malloc(n + 3);
+    memcpy(with_any, part[2], n);
+    memcpy(with_any + n, ",*", 3);
+    if (listed && !apikeys_origin_listed(with_any, part[0])) abort();
+    if (!apikeys_origin_listed(with_any, part[0])) abort(); /* "*" lists every origin */
+    free(with_any);
     free(buf);
     return 0;
 }
