@@ -22,13 +22,16 @@
 #include "text/utf8.h"
 
 static uint8_t g_msg[CONN_JSON_MAX];
+static char g_error_message[512]; /* the message of the last `error` drain took ("" for none) */
 
 /* Takes every queued message: each must be JSON text; copies the types (or Twilio events) and
- * error codes, space-separated, into out. Returns how many. */
+ * error codes, space-separated, into out, and the last error's message into g_error_message.
+ * Returns how many. */
 static int drain(conn *c, char *out, size_t cap) {
     size_t len, used = 0;
     int text, n = 0;
     out[0] = '\0';
+    g_error_message[0] = '\0';
     while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
         pp_json_doc *doc;
         char err[PP_ERR_LEN];
@@ -38,6 +41,8 @@ static int drain(conn *c, char *out, size_t cap) {
         const pp_json *root = pp_json_root(doc);
         const char *type = json_socket_string(root, conn_get_protocol(c) == CONN_TWILIO ? "event" : "type");
         const char *code = json_socket_string(pp_json_get(root, "error"), "code");
+        const char *message = json_socket_string(pp_json_get(root, "error"), "message");
+        if (message) snprintf(g_error_message, sizeof g_error_message, "%s", message);
         used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s%s%s", n ? " " : "", type ? type : "?",
                                  code ? ":" : "", code ? code : "");
         if (conn_get_protocol(c) == CONN_REALTIME)
@@ -296,34 +301,20 @@ static void check_realtime_unknown_voice(metrics *m) {
     voices_dir_remove(dir);
 }
 
-/* Takes every queued message; copies the message of the last `error` into out ("" for none). */
-static void take_error_message(conn *c, char *out, size_t cap) {
-    size_t len;
-    int text;
-    char err[PP_ERR_LEN];
-    out[0] = '\0';
-    while (conn_dequeue(c, g_msg, sizeof g_msg, &len, &text)) {
-        pp_json_doc *doc;
-        if (pp_json_parse((const char *)g_msg, len, &doc, err)) continue;
-        const char *message = json_socket_string(pp_json_get(pp_json_root(doc), "error"), "message");
-        if (message) snprintf(out, cap, "%s", message);
-        pp_json_free(doc);
-    }
-}
-
 /* An unusable audio format is named by the key the client sent it in: before, a GA
  * audio.input.format was reported as session.input_audio_format, a key the client never used. */
 static void check_realtime_format_key(metrics *m) {
-    char message[512];
+    char seen[1024];
+    const char *message = g_error_message;
     ws_input in;
     json_socket js;
     conn *c = open_socket(CONN_REALTIME, 20, m, &in, &js, NULL);
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"audio\":{\"input\":{\"format\":{\"type\":\"audio/mp3\"}}}}}");
-    take_error_message(c, message, sizeof message);
+    drain(c, seen, sizeof seen);
     printf("a GA format refused: %s\n", message);
     TEST_COND("a GA format's error names audio.input.format", !strncmp(message, "session.audio.input.format: ", 28));
     send_text(&js, "{\"type\":\"session.update\",\"session\":{\"output_audio_format\":\"mp3\"}}");
-    take_error_message(c, message, sizeof message);
+    drain(c, seen, sizeof seen);
     TEST_COND("a beta format's error names output_audio_format", !strncmp(message, "session.output_audio_format: ", 29));
     json_socket_free(&js);
     conn_destroy(c);
